@@ -1,0 +1,226 @@
+//! One connection: opening it (DNS, TCP, TLS, each timed) and one request over it.
+
+use std::cell::RefCell;
+use std::future::poll_fn;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use ingressbench_stats::{Outcome, Phases};
+use rustls::pki_types::ServerName;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+
+use crate::response::{Progress, ResponseParser};
+
+/// A plain or TLS connection.
+pub(crate) enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Where and how to connect.
+pub(crate) enum Address {
+    /// A fixed address (an IP in the URL, or a `--resolve` entry): no DNS.
+    Fixed(SocketAddr),
+    /// A name resolved for every new connection, as a curl loop would.
+    Lookup { host: String, port: u16 },
+}
+
+/// Opens connections to the target.
+pub(crate) struct Connector {
+    pub(crate) address: Address,
+    pub(crate) tls: Option<(TlsConnector, ServerName<'static>)>,
+}
+
+/// How far a request got, so that a timeout can be named for the phase it cut.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Stage {
+    Connecting,
+    Exchanging,
+}
+
+impl Connector {
+    pub(crate) fn new(
+        address: Address,
+        tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    ) -> Self {
+        Self {
+            address,
+            tls: tls.map(|(config, name)| (TlsConnector::from(config), name)),
+        }
+    }
+
+    /// Opens a connection, timing each phase into `phases`.
+    pub(crate) async fn connect(&self, phases: &mut Phases) -> Result<Stream, Outcome> {
+        let start = Instant::now();
+        let addr = match &self.address {
+            Address::Fixed(addr) => *addr,
+            Address::Lookup { host, port } => {
+                let found = tokio::net::lookup_host((host.as_str(), *port)).await;
+                let addr = found
+                    .ok()
+                    .and_then(|mut addrs| addrs.next())
+                    .ok_or(Outcome::ConnectError)?;
+                addr
+            }
+        };
+        let resolved = Instant::now();
+        phases.dns_ns = nanos(resolved - start);
+        let tcp = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
+            io::ErrorKind::ConnectionRefused => Outcome::Refused,
+            io::ErrorKind::TimedOut => Outcome::ConnectTimeout,
+            _ => Outcome::ConnectError,
+        })?;
+        let _ = tcp.set_nodelay(true);
+        let connected = Instant::now();
+        phases.connect_ns = nanos(connected - resolved);
+        match &self.tls {
+            None => Ok(Stream::Plain(tcp)),
+            Some((connector, name)) => {
+                let tls = connector
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|_| Outcome::TlsError)?;
+                phases.tls_ns = nanos(connected.elapsed());
+                Ok(Stream::Tls(Box::new(tls)))
+            }
+        }
+    }
+}
+
+/// What one exchange left behind, beyond the outcome.
+pub(crate) struct Exchange {
+    /// Response bytes read.
+    pub(crate) bytes: u64,
+    /// When the first response byte arrived.
+    pub(crate) first_byte: Option<Instant>,
+    /// Whether the connection can carry another request.
+    pub(crate) reusable: bool,
+}
+
+/// Writes `request` and reads one response into `parser`, using the worker's shared read
+/// buffer (borrowed only while a read is being parsed, never across a wait).
+pub(crate) async fn exchange(
+    stream: &mut Stream,
+    request: &[u8],
+    parser: &mut ResponseParser,
+    buffer: &RefCell<Box<[u8]>>,
+    progress: &mut Exchange,
+) -> Outcome {
+    let is_tls = matches!(stream, Stream::Tls(_));
+    if let Err(e) = stream.write_all(request).await {
+        return write_failure(&e, is_tls);
+    }
+    if is_tls {
+        if let Err(e) = stream.flush().await {
+            return write_failure(&e, is_tls);
+        }
+    }
+    loop {
+        let read = poll_fn(|cx| {
+            let mut buf = buffer.borrow_mut();
+            let mut read_buf = ReadBuf::new(&mut buf[..]);
+            match Pin::new(&mut *stream).poll_read(cx, &mut read_buf) {
+                Poll::Pending => Poll::Pending,
+                Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {
+                    let data = read_buf.filled();
+                    if data.is_empty() {
+                        return Poll::Ready(Ok(None));
+                    }
+                    if progress.first_byte.is_none() {
+                        progress.first_byte = Some(Instant::now());
+                    }
+                    let parsed = parser.feed(data);
+                    Poll::Ready(Ok(Some((parsed, data.len()))))
+                }
+            }
+        })
+        .await;
+        match read {
+            Ok(Some((Ok(Progress::NeedMore), n))) => progress.bytes += n as u64,
+            Ok(Some((Ok(Progress::Done { consumed }), n))) => {
+                progress.bytes += consumed as u64;
+                // Bytes beyond the response were never asked for: do not trust the connection.
+                progress.reusable = consumed == n && parser.keep_alive();
+                return Outcome::Status(parser.status());
+            }
+            Ok(Some((Err(_), _))) => return Outcome::Malformed,
+            Ok(None) => {
+                return if parser.complete_at_eof() {
+                    Outcome::Status(parser.status())
+                } else {
+                    Outcome::Eof
+                };
+            }
+            Err(e) => return read_failure(&e, is_tls),
+        }
+    }
+}
+
+fn write_failure(e: &io::Error, is_tls: bool) -> Outcome {
+    if is_tls && e.kind() == io::ErrorKind::InvalidData {
+        Outcome::TlsError
+    } else {
+        Outcome::ResetBeforeWrite
+    }
+}
+
+fn read_failure(e: &io::Error, is_tls: bool) -> Outcome {
+    match e.kind() {
+        io::ErrorKind::InvalidData if is_tls => Outcome::TlsError,
+        io::ErrorKind::UnexpectedEof => Outcome::Eof,
+        _ => Outcome::ResetAfterWrite,
+    }
+}
+
+/// Nanoseconds of a duration, saturating.
+pub(crate) fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}

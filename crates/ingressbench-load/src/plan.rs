@@ -1,0 +1,264 @@
+//! The validated description of one load run.
+
+use std::time::Duration;
+
+use crate::{LoadError, RequestSpec, Resolve, Target, TlsOptions};
+
+/// How requests are paced.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mode {
+    /// A constant arrival rate, whatever the answers do (wrk2's `-R`). Latency is measured
+    /// from each request's intended send time.
+    Open {
+        /// Requests per second, in total over all threads.
+        rate_per_s: f64,
+    },
+    /// Every connection sends its next request as soon as the previous one is answered
+    /// (wrk, hey, `ab -c`).
+    Closed,
+    /// One request at a time on one connection, with a pause between them (a curl loop).
+    Sequential {
+        /// Pause after each answer.
+        interval: Duration,
+    },
+}
+
+/// How long a run lasts (after its warm-up).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Length {
+    /// This many measured requests.
+    Requests(u64),
+    /// This long.
+    Duration(Duration),
+}
+
+/// What is excluded at the start of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Warmup {
+    /// Nothing.
+    None,
+    /// Requests due within this time.
+    Duration(Duration),
+    /// This many requests.
+    Requests(u64),
+}
+
+/// Everything a load run needs. Build one with [`Plan::new`], set fields, then
+/// [`crate::run`] validates it.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Where to send.
+    pub target: Target,
+    /// What to send.
+    pub request: RequestSpec,
+    /// How to pace it.
+    pub mode: Mode,
+    /// Connections in total (open and closed loop); sequential load uses one.
+    pub connections: usize,
+    /// Worker threads, each owning its share of the connections.
+    pub threads: usize,
+    /// How long to run.
+    pub length: Length,
+    /// What to exclude at the start.
+    pub warmup: Warmup,
+    /// Reuse connections (HTTP keep-alive); false opens one per request.
+    pub keepalive: bool,
+    /// Close a connection after this many requests.
+    pub max_requests_per_connection: Option<u64>,
+    /// Limit for a whole request: connect, TLS, write and read.
+    pub timeout: Duration,
+    /// TLS options for `https://` targets.
+    pub tls: TlsOptions,
+    /// curl-style `--resolve` entries.
+    pub resolve: Vec<Resolve>,
+    /// The response header naming the backend that answered.
+    pub backend_header: String,
+    /// Share of requests kept as individual samples (0 to 1).
+    pub sample_rate: f64,
+    /// Width of the interval windows.
+    pub window: Duration,
+}
+
+impl Plan {
+    /// A plan with the defaults: 10 s of closed-loop load over 10 connections, one thread.
+    pub fn new(target: Target) -> Self {
+        Self {
+            target,
+            request: RequestSpec::default(),
+            mode: Mode::Closed,
+            connections: 10,
+            threads: 1,
+            length: Length::Duration(Duration::from_secs(10)),
+            warmup: Warmup::None,
+            keepalive: true,
+            max_requests_per_connection: None,
+            timeout: Duration::from_secs(10),
+            tls: TlsOptions::default(),
+            resolve: Vec::new(),
+            backend_header: "x-backend".to_owned(),
+            sample_rate: 0.0,
+            window: Duration::from_secs(1),
+        }
+    }
+
+    /// The target rate, for open-loop plans.
+    pub fn rate_per_s(&self) -> Option<f64> {
+        match self.mode {
+            Mode::Open { rate_per_s } => Some(rate_per_s),
+            _ => None,
+        }
+    }
+
+    /// Checks every field, naming the one that is wrong and what would be valid.
+    pub fn validate(&self) -> Result<(), LoadError> {
+        let bad = |field: &str, reason: String| {
+            Err(LoadError::InvalidPlan {
+                field: field.to_owned(),
+                reason,
+            })
+        };
+        if let Mode::Open { rate_per_s } = self.mode {
+            if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
+                return bad(
+                    "-R/--rate",
+                    format!("{rate_per_s} is not a positive number of requests per second"),
+                );
+            }
+        }
+        if self.connections == 0 || self.connections > 1_000_000 {
+            return bad(
+                "-c/--connections",
+                format!("{} is not between 1 and 1000000", self.connections),
+            );
+        }
+        if self.threads == 0 || self.threads > 1024 {
+            return bad(
+                "--threads",
+                format!("{} is not between 1 and 1024", self.threads),
+            );
+        }
+        if matches!(self.mode, Mode::Sequential { .. }) {
+            if self.connections != 1 || self.threads != 1 {
+                return bad(
+                    "--sequential",
+                    "sends one request at a time: leave out -c and --threads".to_owned(),
+                );
+            }
+        } else if self.threads > self.connections {
+            return bad(
+                "--threads",
+                format!(
+                    "{} threads need at least as many connections (-c {})",
+                    self.threads, self.connections
+                ),
+            );
+        }
+        match self.length {
+            Length::Requests(0) => return bad("-n/--requests", "must be at least 1".to_owned()),
+            Length::Duration(d) if d.is_zero() => {
+                return bad("-d/--duration", "must be longer than 0".to_owned())
+            }
+            _ => {}
+        }
+        if self.max_requests_per_connection == Some(0) {
+            return bad(
+                "--max-requests-per-connection",
+                "must be at least 1".to_owned(),
+            );
+        }
+        if self.timeout.is_zero() {
+            return bad("--timeout", "must be longer than 0".to_owned());
+        }
+        if !(0.0..=1.0).contains(&self.sample_rate) {
+            return bad(
+                "--sample-rate",
+                format!("{} is not between 0 and 1", self.sample_rate),
+            );
+        }
+        if self.window < Duration::from_millis(10) {
+            return bad("window", "must be at least 10ms".to_owned());
+        }
+        if self.backend_header.is_empty()
+            || !self
+                .backend_header
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            return bad(
+                "--backend-header",
+                format!("`{}` is not a header name", self.backend_header),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Parses a duration such as `10s`, `500ms`, `1.5m`, `250us`, `2h` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration (examples: 500ms, 10s, 1.5m)"))?;
+    let scale = match unit.trim() {
+        "" | "s" | "sec" => 1.0,
+        "ms" => 1e-3,
+        "us" | "µs" => 1e-6,
+        "ns" => 1e-9,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "unknown unit `{other}` in `{s}` (use ns, us, ms, s, m or h)"
+            ))
+        }
+    };
+    let secs = value * scale;
+    if !secs.is_finite() || secs > 1e9 {
+        return Err(format!("`{s}` is too long"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("1.5m"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert!(parse_duration("ten").is_err());
+        assert!(parse_duration("5 parsecs")
+            .unwrap_err()
+            .contains("unknown unit"));
+    }
+
+    #[test]
+    fn validation_names_the_field() {
+        let target = Target::parse("http://127.0.0.1:1/").unwrap();
+        let mut plan = Plan::new(target);
+        assert!(plan.validate().is_ok());
+        plan.mode = Mode::Open { rate_per_s: 0.0 };
+        assert!(plan.validate().unwrap_err().to_string().contains("--rate"));
+        plan.mode = Mode::Closed;
+        plan.threads = 20;
+        assert!(plan
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--threads"));
+        plan.threads = 1;
+        plan.sample_rate = 2.0;
+        assert!(plan
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--sample-rate"));
+    }
+}

@@ -1,0 +1,296 @@
+//! The coordinator: splits a plan over worker threads, gathers their windows and samples
+//! while they run, and merges what they recorded.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicBool;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ingressbench_stats::{
+    HistogramUs, LoadMode, Recorder, Sample, Summary, SummaryContext, Window,
+};
+
+use crate::connection::{nanos, Address, Connector};
+use crate::schedule::Schedule;
+use crate::target::Scheme;
+use crate::worker::{self, Assignment, Feed, Message, Shared};
+use crate::{tls, Length, LoadError, Mode, Plan, Warmup};
+
+/// Time given to worker threads to start before the first request is due.
+const START_DELAY: Duration = Duration::from_millis(20);
+
+/// A live view of a run, given to the observer about once a second.
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// Time since the run started (warm-up included).
+    pub elapsed: Duration,
+    /// Measured requests finished so far.
+    pub requests: u64,
+    /// Of which failed.
+    pub errors: u64,
+    /// Requests finished in the last window, per second.
+    pub rate_per_s: f64,
+    /// Median latency so far, in microseconds.
+    pub p50_us: u64,
+    /// 99th percentile so far, in microseconds.
+    pub p99_us: u64,
+}
+
+/// Receives what a run produces while it goes, on the calling thread.
+pub trait Observer {
+    /// One closed interval window, merged over all workers, in order.
+    fn window(&mut self, _window: &Window) {}
+    /// A batch of sampled requests (in the order they finished, per worker).
+    fn samples(&mut self, _samples: &[Sample]) {}
+    /// The state of the run, after each window.
+    fn progress(&mut self, _progress: &Progress) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {}
+
+/// What a finished (or interrupted) run measured.
+#[derive(Clone, Debug)]
+pub struct LoadReport {
+    /// Everything recorded, merged over workers.
+    pub recorder: Recorder,
+    /// The summary of it.
+    pub summary: Summary,
+}
+
+/// Runs `plan` to its end or until `stop` is set (Ctrl-C), and returns what was measured.
+/// Windows and samples reach `observer` while the run goes.
+pub fn run(
+    plan: &Plan,
+    stop: Arc<AtomicBool>,
+    observer: &mut dyn Observer,
+) -> Result<LoadReport, LoadError> {
+    plan.validate()?;
+    let request = plan.request.render(&plan.target, !plan.keepalive)?;
+    let tls = match plan.target.scheme {
+        Scheme::Https => Some((
+            tls::client_config(&plan.tls)?,
+            tls::server_name(&plan.tls, &plan.target.host)?,
+        )),
+        Scheme::Http => None,
+    };
+    let fixed = plan.resolve.iter().find_map(|r| r.applies_to(&plan.target));
+    let address =
+        || match fixed.or_else(|| plan.target.ip().map(|ip| (ip, plan.target.port).into())) {
+            Some(addr) => Address::Fixed(addr),
+            None => Address::Lookup {
+                host: plan.target.host.clone(),
+                port: plan.target.port,
+            },
+        };
+
+    let start = Instant::now() + START_DELAY;
+    let warmup_ns = match plan.warmup {
+        Warmup::Duration(d) => nanos(d),
+        _ => 0,
+    };
+    let warmup_requests = match plan.warmup {
+        Warmup::Requests(n) => n,
+        _ => 0,
+    };
+    let end = match plan.length {
+        Length::Duration(d) => Some(start + Duration::from_nanos(warmup_ns) + d),
+        Length::Requests(_) => None,
+    };
+    let shared = Arc::new(Shared {
+        start,
+        request,
+        head_request: plan.request.is_head(),
+        timeout: plan.timeout,
+        keepalive: plan.keepalive,
+        max_requests_per_connection: plan.max_requests_per_connection.unwrap_or(u64::MAX),
+        backend_header: plan.backend_header.clone(),
+        sample_rate: plan.sample_rate,
+        window_ns: nanos(plan.window),
+        warmup_ns,
+        end,
+        stop: stop.clone(),
+    });
+
+    let workers = plan.threads;
+    let (tx, rx) = mpsc::channel();
+    let mut handles = Vec::with_capacity(workers);
+    for index in 0..workers {
+        let share = |total: u64| {
+            total / workers as u64 + u64::from((index as u64) < total % workers as u64)
+        };
+        let connections = share(plan.connections as u64) as usize;
+        let total_requests = match plan.length {
+            Length::Requests(n) => Some(n + warmup_requests),
+            Length::Duration(_) => None,
+        };
+        let feed = match plan.mode {
+            Mode::Open { rate_per_s } => {
+                let end_ns = end.map(|e| nanos(e - start));
+                Feed::Open(Schedule::new(
+                    rate_per_s,
+                    index as u64,
+                    workers as u64,
+                    total_requests,
+                    end_ns,
+                ))
+            }
+            Mode::Closed => Feed::Loop {
+                budget: total_requests.map(share),
+                pause: None,
+            },
+            Mode::Sequential { interval } => Feed::Loop {
+                budget: total_requests,
+                pause: Some(interval),
+            },
+        };
+        let assignment = Assignment {
+            index,
+            connections,
+            feed,
+            // Open-loop numbers are global; loops number their own requests.
+            warmup_requests: if matches!(plan.mode, Mode::Open { .. }) {
+                warmup_requests
+            } else {
+                share(warmup_requests)
+            },
+            seed: 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9),
+        };
+        let connector = Connector::new(address(), tls.clone());
+        let (shared, tx) = (shared.clone(), tx.clone());
+        let handle = std::thread::Builder::new()
+            .name(format!("ib-load-{index}"))
+            .spawn(move || worker::run(shared, connector, assignment, tx))
+            .map_err(LoadError::Runtime)?;
+        handles.push(handle);
+    }
+    drop(tx);
+
+    let mut windows = WindowMerger::new(workers);
+    let mut cumulative = HistogramUs::new();
+    let (mut requests, mut errors) = (0u64, 0u64);
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(Message::Samples(batch)) => observer.samples(&batch),
+            Ok(Message::Windows {
+                worker,
+                windows: batch,
+            }) => {
+                for window in windows.add(worker, batch) {
+                    cumulative.merge(&window.latency);
+                    requests += window.outcomes.total();
+                    errors += window.outcomes.errors();
+                    observer.window(&window);
+                    observer.progress(&Progress {
+                        elapsed: Duration::from_nanos(window.end_ns()),
+                        requests,
+                        errors,
+                        rate_per_s: window.outcomes.total() as f64 * 1e9 / window.width_ns as f64,
+                        p50_us: cumulative.value_at_percentile(50.0),
+                        p99_us: cumulative.value_at_percentile(99.0),
+                    });
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    for window in windows.finish() {
+        observer.window(&window);
+    }
+
+    let mut merged: Option<Recorder> = None;
+    for (index, handle) in handles.into_iter().enumerate() {
+        let recorder = match handle.join() {
+            Ok(Ok(recorder)) => recorder,
+            Ok(Err(e)) => return Err(LoadError::Runtime(e)),
+            Err(panic) => {
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_else(|| "unknown panic".to_owned());
+                return Err(LoadError::WorkerPanicked { index, message });
+            }
+        };
+        match merged.as_mut() {
+            Some(m) => m.merge(&recorder),
+            None => merged = Some(recorder),
+        }
+    }
+    let recorder = merged.unwrap_or_else(|| Recorder::new(nanos(plan.window)));
+    let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
+    let measured_ns = match (recorder.span_ns(), plan.length, plan.mode.clone()) {
+        // A scheduled run lasts as long as its schedule, however the answers trickle in.
+        (_, Length::Duration(d), Mode::Open { .. }) if !interrupted => nanos(d),
+        (Some((first, last)), _, _) => last.saturating_sub(first.max(warmup_ns)),
+        (None, _, _) => 0,
+    };
+    let mode = match plan.mode {
+        Mode::Open { .. } => LoadMode::Open,
+        Mode::Closed => LoadMode::Closed,
+        Mode::Sequential { .. } => LoadMode::Sequential,
+    };
+    let ctx = SummaryContext {
+        mode,
+        target_rate_per_s: plan.rate_per_s(),
+        measured_ns,
+        interrupted,
+    };
+    let summary = Summary::new(&recorder, &ctx);
+    Ok(LoadReport { recorder, summary })
+}
+
+/// Merges the workers' windows of the same interval and hands them out in order, once
+/// every worker has closed that interval.
+struct WindowMerger {
+    workers: usize,
+    pending: BTreeMap<u64, (Window, usize)>,
+    next: u64,
+}
+
+impl WindowMerger {
+    fn new(workers: usize) -> Self {
+        Self {
+            workers,
+            pending: BTreeMap::new(),
+            next: 0,
+        }
+    }
+
+    fn add(&mut self, _worker: usize, batch: Vec<Window>) -> Vec<Window> {
+        for window in batch {
+            match self.pending.get_mut(&window.index) {
+                Some((merged, seen)) => {
+                    merged.merge(&window);
+                    *seen += 1;
+                }
+                None => {
+                    self.pending.insert(window.index, (window, 1));
+                }
+            }
+        }
+        let mut ready = Vec::new();
+        while let Some((_, seen)) = self.pending.get(&self.next) {
+            if *seen < self.workers {
+                break;
+            }
+            if let Some((window, _)) = self.pending.remove(&self.next) {
+                ready.push(window);
+            }
+            self.next += 1;
+        }
+        ready
+    }
+
+    fn finish(&mut self) -> Vec<Window> {
+        std::mem::take(&mut self.pending)
+            .into_values()
+            .map(|(w, _)| w)
+            .collect()
+    }
+}

@@ -1,0 +1,472 @@
+//! One worker thread: its own runtime, its share of the connections and of the schedule,
+//! and its own recorder. Nothing on the per-request path allocates, locks or makes a
+//! syscall beyond the socket's reads and writes.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ingressbench_stats::{Outcome, Recorder, Sample, Window};
+use tokio::task::LocalSet;
+
+use crate::connection::{exchange, nanos, Connector, Exchange, Stage, Stream};
+use crate::dispatch::{Dispatch, Ticket};
+use crate::response::ResponseParser;
+use crate::schedule::Schedule;
+use crate::timer::{Clock, PreciseClock};
+
+/// The read buffer every connection of a worker shares.
+const READ_BUFFER: usize = 64 * 1024;
+/// How often a worker hands its closed windows and samples to the coordinator.
+const FLUSH_EVERY: Duration = Duration::from_millis(100);
+
+/// What a worker tells the coordinator while it runs.
+pub(crate) enum Message {
+    Windows { worker: usize, windows: Vec<Window> },
+    Samples(Vec<Sample>),
+}
+
+/// What every worker shares (read-only).
+pub(crate) struct Shared {
+    pub(crate) start: Instant,
+    pub(crate) request: Vec<u8>,
+    pub(crate) head_request: bool,
+    pub(crate) timeout: Duration,
+    pub(crate) keepalive: bool,
+    pub(crate) max_requests_per_connection: u64,
+    pub(crate) backend_header: String,
+    pub(crate) sample_rate: f64,
+    pub(crate) window_ns: u64,
+    pub(crate) warmup_ns: u64,
+    pub(crate) end: Option<Instant>,
+    pub(crate) stop: Arc<AtomicBool>,
+}
+
+/// How one worker gets its requests.
+pub(crate) enum Feed {
+    /// An open-loop schedule.
+    Open(Schedule),
+    /// As fast as answers come (closed loop), or one at a time with a pause (sequential).
+    Loop {
+        budget: Option<u64>,
+        pause: Option<Duration>,
+    },
+}
+
+/// One worker's part of the run.
+pub(crate) struct Assignment {
+    pub(crate) index: usize,
+    pub(crate) connections: usize,
+    pub(crate) feed: Feed,
+    pub(crate) warmup_requests: u64,
+    pub(crate) seed: u64,
+}
+
+enum Source {
+    Open(Dispatch),
+    Loop {
+        remaining: Cell<u64>,
+        pause: Option<Duration>,
+        issued: Cell<u64>,
+    },
+}
+
+struct Worker {
+    shared: Arc<Shared>,
+    index: usize,
+    connector: Connector,
+    source: Source,
+    warmup_requests: u64,
+    recorder: RefCell<Recorder>,
+    buffer: RefCell<Box<[u8]>>,
+    samples: RefCell<Vec<Sample>>,
+    sample_threshold: u64,
+    rng: Cell<u64>,
+    tx: Sender<Message>,
+}
+
+/// Runs one worker to the end and returns what it recorded.
+pub(crate) fn run(
+    shared: Arc<Shared>,
+    connector: Connector,
+    assignment: Assignment,
+    tx: Sender<Message>,
+) -> std::io::Result<Recorder> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let Assignment {
+        index,
+        connections,
+        feed,
+        warmup_requests,
+        seed,
+    } = assignment;
+    let (source, schedule) = match feed {
+        Feed::Open(schedule) => (Source::Open(Dispatch::default()), Some(schedule)),
+        Feed::Loop { budget, pause } => (
+            Source::Loop {
+                remaining: Cell::new(budget.unwrap_or(u64::MAX)),
+                pause,
+                issued: Cell::new(0),
+            },
+            None,
+        ),
+    };
+    let sample_threshold = if shared.sample_rate >= 1.0 {
+        u64::MAX
+    } else {
+        (shared.sample_rate * u64::MAX as f64) as u64
+    };
+    let worker = Rc::new(Worker {
+        recorder: RefCell::new(Recorder::new(shared.window_ns)),
+        shared,
+        index,
+        connector,
+        source,
+        warmup_requests,
+        buffer: RefCell::new(vec![0; READ_BUFFER].into_boxed_slice()),
+        samples: RefCell::new(Vec::new()),
+        sample_threshold,
+        rng: Cell::new(seed | 1),
+        tx,
+    });
+    let local = LocalSet::new();
+    local.block_on(&runtime, async {
+        tokio::time::sleep_until(worker.shared.start.into()).await;
+        let flusher = tokio::task::spawn_local(flush_loop(worker.clone()));
+        let pacer =
+            schedule.map(|schedule| tokio::task::spawn_local(pace(worker.clone(), schedule)));
+        let tasks: Vec<_> = (0..connections)
+            .map(|_| tokio::task::spawn_local(connection_loop(worker.clone())))
+            .collect();
+        for task in tasks {
+            let _ = task.await;
+        }
+        if let Some(pacer) = pacer {
+            let _ = pacer.await;
+        }
+        flusher.abort();
+        let _ = flusher.await;
+    });
+    let mut recorder = worker.recorder.borrow_mut();
+    recorder.roll_windows(worker.now_ns());
+    let windows = recorder.finish_windows();
+    let _ = worker.tx.send(Message::Windows {
+        worker: index,
+        windows,
+    });
+    let samples = std::mem::take(&mut *worker.samples.borrow_mut());
+    if !samples.is_empty() {
+        let _ = worker.tx.send(Message::Samples(samples));
+    }
+    Ok(recorder.clone())
+}
+
+impl Worker {
+    fn now_ns(&self) -> u64 {
+        nanos(Instant::now().saturating_duration_since(self.shared.start))
+    }
+
+    fn stopped(&self) -> bool {
+        self.shared.stop.load(Ordering::Relaxed)
+    }
+
+    fn past_end(&self, now: Instant) -> bool {
+        self.shared.end.is_some_and(|end| now >= end)
+    }
+
+    async fn next_ticket(&self) -> Option<Ticket> {
+        match &self.source {
+            Source::Open(dispatch) => dispatch.next().await,
+            Source::Loop {
+                remaining,
+                pause,
+                issued,
+            } => {
+                if let Some(pause) = pause {
+                    if issued.get() > 0 {
+                        tokio::time::sleep(*pause).await;
+                    }
+                }
+                if remaining.get() == 0 || self.stopped() || self.past_end(Instant::now()) {
+                    return None;
+                }
+                remaining.set(remaining.get() - 1);
+                let seq = issued.get();
+                issued.set(seq + 1);
+                let now = self.now_ns();
+                Some(Ticket {
+                    seq,
+                    intended_ns: now,
+                    released_ns: now,
+                    warmup: self.is_warmup(seq, now),
+                })
+            }
+        }
+    }
+
+    fn is_warmup(&self, seq: u64, intended_ns: u64) -> bool {
+        seq < self.warmup_requests || intended_ns < self.shared.warmup_ns
+    }
+
+    fn record(&self, sample: &Sample) {
+        self.recorder.borrow_mut().record(sample);
+        if !sample.warmup
+            && self.sample_threshold > 0
+            && self.next_random() <= self.sample_threshold
+        {
+            self.samples.borrow_mut().push(*sample);
+        }
+    }
+
+    /// xorshift64*: a cheap, good-enough stream for deciding which requests to keep.
+    fn next_random(&self) -> u64 {
+        let mut x = self.rng.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng.set(x);
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Sends one request (opening a connection first if needed) and says what became of it.
+    async fn execute(
+        &self,
+        ticket: Ticket,
+        conn: &mut Option<Stream>,
+        served: &mut u64,
+        parser: &mut ResponseParser,
+    ) -> Sample {
+        let mut sample = Sample::new(ticket.intended_ns);
+        sample.seq = ticket.seq;
+        sample.released_at_ns = ticket.released_ns;
+        sample.warmup = ticket.warmup;
+        let sent = Instant::now();
+        sample.sent_at_ns = nanos(sent.saturating_duration_since(self.shared.start));
+        let mut stage = Stage::Connecting;
+        let mut write_at = sent;
+        let mut progress = Exchange {
+            bytes: 0,
+            first_byte: None,
+            reusable: false,
+        };
+        let phases = &mut sample.phases;
+        let attempt = async {
+            if conn.is_none() {
+                *conn = Some(self.connector.connect(phases).await?);
+                *served = 0;
+            }
+            stage = Stage::Exchanging;
+            write_at = Instant::now();
+            parser.reset(self.shared.head_request);
+            match conn.as_mut() {
+                Some(stream) => Ok(exchange(
+                    stream,
+                    &self.shared.request,
+                    parser,
+                    &self.buffer,
+                    &mut progress,
+                )
+                .await),
+                None => Err(Outcome::ConnectError),
+            }
+        };
+        let result = tokio::time::timeout_at((sent + self.shared.timeout).into(), attempt).await;
+        let done = Instant::now();
+        sample.connection_reused = *served > 0;
+        sample.outcome = match result {
+            Ok(Ok(outcome) | Err(outcome)) => outcome,
+            Err(_elapsed) => match stage {
+                Stage::Connecting => Outcome::ConnectTimeout,
+                Stage::Exchanging => Outcome::ReadTimeout,
+            },
+        };
+        sample.done_at_ns = nanos(done.saturating_duration_since(self.shared.start));
+        sample.bytes = progress.bytes;
+        if let Some(first) = progress.first_byte {
+            sample.phases.ttfb_ns = nanos(first.saturating_duration_since(write_at));
+            sample.phases.transfer_ns = nanos(done.saturating_duration_since(first));
+        }
+        if let Outcome::Status(_) = sample.outcome {
+            if let Some(name) = parser.backend() {
+                sample.backend = Some(self.recorder.borrow_mut().backend_id(name));
+            }
+        }
+        *served += 1;
+        let reuse = matches!(sample.outcome, Outcome::Status(_))
+            && progress.reusable
+            && self.shared.keepalive
+            && *served < self.shared.max_requests_per_connection;
+        if !reuse {
+            *conn = None;
+        }
+        sample
+    }
+}
+
+async fn connection_loop(worker: Rc<Worker>) {
+    let mut conn = None;
+    let mut served = 0;
+    let mut parser = ResponseParser::new(&worker.shared.backend_header);
+    while let Some(ticket) = worker.next_ticket().await {
+        let sample = worker
+            .execute(ticket, &mut conn, &mut served, &mut parser)
+            .await;
+        worker.record(&sample);
+    }
+}
+
+/// Releases the open-loop schedule's tickets at their intended times, then waits for the
+/// backlog to drain (at most one timeout), and counts what never went out as not sent.
+async fn pace(worker: Rc<Worker>, schedule: Schedule) {
+    let Source::Open(dispatch) = &worker.source else {
+        return;
+    };
+    match PreciseClock::new(worker.shared.start) {
+        Ok(mut clock) => release(&worker, dispatch, schedule, &mut clock).await,
+        Err(_) => {
+            release(
+                &worker,
+                dispatch,
+                schedule,
+                &mut crate::timer::TokioFallback,
+            )
+            .await
+        }
+    }
+    dispatch.close();
+    if worker.stopped() {
+        // Interrupted: what was not sent yet was never due from the user's point of view.
+        dispatch.take_backlog();
+        return;
+    }
+    let deadline = Instant::now() + worker.shared.timeout;
+    while dispatch.backlog() > 0 && Instant::now() < deadline && !worker.stopped() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let now = worker.now_ns();
+    for ticket in dispatch.take_backlog() {
+        let mut sample = Sample::new(ticket.intended_ns);
+        sample.seq = ticket.seq;
+        sample.released_at_ns = ticket.released_ns;
+        sample.sent_at_ns = now;
+        sample.done_at_ns = now;
+        sample.warmup = ticket.warmup;
+        worker.record(&sample);
+    }
+}
+
+async fn release(worker: &Worker, dispatch: &Dispatch, schedule: Schedule, clock: &mut impl Clock) {
+    for (seq, intended_ns) in schedule {
+        let due = worker.shared.start + Duration::from_nanos(intended_ns);
+        if clock.now() < due {
+            clock.sleep_until(due).await;
+        }
+        if worker.stopped() {
+            return;
+        }
+        let released_ns = nanos(clock.now().saturating_duration_since(worker.shared.start));
+        dispatch.push(Ticket {
+            seq,
+            intended_ns,
+            released_ns,
+            warmup: worker.is_warmup(seq, intended_ns),
+        });
+    }
+}
+
+async fn flush_loop(worker: Rc<Worker>) {
+    let mut tick = tokio::time::interval(FLUSH_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let windows = {
+            let mut recorder = worker.recorder.borrow_mut();
+            recorder.roll_windows(worker.now_ns());
+            recorder.take_finished_windows()
+        };
+        if !windows.is_empty() {
+            let _ = worker.tx.send(Message::Windows {
+                worker: worker.index,
+                windows,
+            });
+        }
+        let samples = std::mem::take(&mut *worker.samples.borrow_mut());
+        if !samples.is_empty() {
+            let _ = worker.tx.send(Message::Samples(samples));
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::timer::TokioClock;
+
+    fn shared(start: Instant) -> Arc<Shared> {
+        Arc::new(Shared {
+            start,
+            request: Vec::new(),
+            head_request: false,
+            timeout: Duration::from_secs(1),
+            keepalive: true,
+            max_requests_per_connection: u64::MAX,
+            backend_header: "x-backend".into(),
+            sample_rate: 0.0,
+            window_ns: 1_000_000_000,
+            warmup_ns: 0,
+            end: None,
+            stop: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// The pacer releases every request of the schedule at its intended time (on tokio's
+    /// paused clock, to within its 1 ms timer slot) and none early.
+    #[tokio::test(start_paused = true)]
+    async fn pacer_releases_each_request_at_its_intended_time() {
+        let start = tokio::time::Instant::now().into_std();
+        let (tx, _rx) = std::sync::mpsc::channel();
+        let worker = Worker {
+            shared: shared(start),
+            index: 0,
+            connector: Connector::new(
+                crate::connection::Address::Fixed("127.0.0.1:9".parse().unwrap()),
+                None,
+            ),
+            source: Source::Open(Dispatch::default()),
+            warmup_requests: 0,
+            recorder: RefCell::new(Recorder::new(1_000_000_000)),
+            buffer: RefCell::new(Box::new([])),
+            samples: RefCell::new(Vec::new()),
+            sample_threshold: 0,
+            rng: Cell::new(1),
+            tx,
+        };
+        let Source::Open(dispatch) = &worker.source else {
+            unreachable!()
+        };
+        let rate = 333.0;
+        let schedule = Schedule::new(rate, 0, 1, Some(1000), None);
+        release(&worker, dispatch, schedule, &mut TokioClock).await;
+        let tickets = dispatch.take_backlog();
+        assert_eq!(tickets.len(), 1000);
+        for (j, t) in tickets.iter().enumerate() {
+            assert_eq!(t.intended_ns, Schedule::intended_ns(rate, j as u64));
+            assert!(t.released_ns >= t.intended_ns, "released early: {t:?}");
+            assert!(
+                t.released_ns - t.intended_ns <= 1_000_000,
+                "released late: {t:?}"
+            );
+        }
+        let elapsed = tokio::time::Instant::now().into_std() - start;
+        let expected = Duration::from_nanos(Schedule::intended_ns(rate, 999));
+        assert!(
+            elapsed >= expected && elapsed <= expected + Duration::from_millis(1),
+            "{elapsed:?}"
+        );
+    }
+}

@@ -1,0 +1,253 @@
+//! What became of one request: an HTTP status or the way it failed.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+/// What became of one request. A failed request is an `Outcome`, never an error: it is
+/// counted, timed and placed on the timeline like any other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// A complete HTTP response with this status (100-599).
+    Status(u16),
+    /// The TCP connection was refused (nothing listening).
+    Refused,
+    /// The TCP connect or TLS handshake did not finish within the timeout.
+    ConnectTimeout,
+    /// The TCP connect failed for another reason (unreachable, address in use, …).
+    ConnectError,
+    /// The TLS handshake failed (bad certificate, protocol error, …).
+    TlsError,
+    /// The connection was reset or closed before the request was fully written.
+    ResetBeforeWrite,
+    /// The connection was reset after the request was written, before the response ended.
+    ResetAfterWrite,
+    /// The peer closed the connection cleanly before the response was complete.
+    Eof,
+    /// No complete response within the timeout after the request was sent.
+    ReadTimeout,
+    /// The response could not be parsed as HTTP/1.x.
+    Malformed,
+    /// The request was due but never sent: the run ended first (every connection was busy).
+    NotSent,
+}
+
+/// Every failure kind, in the order used for counting and printing.
+pub const FAILURE_KINDS: [Outcome; 10] = [
+    Outcome::Refused,
+    Outcome::ConnectTimeout,
+    Outcome::ConnectError,
+    Outcome::TlsError,
+    Outcome::ResetBeforeWrite,
+    Outcome::ResetAfterWrite,
+    Outcome::Eof,
+    Outcome::ReadTimeout,
+    Outcome::Malformed,
+    Outcome::NotSent,
+];
+
+const STATUS_MIN: u16 = 100;
+const STATUS_SLOTS: usize = 500;
+
+impl Outcome {
+    /// Whether the request succeeded: a final response with a status below 400.
+    #[inline]
+    pub fn is_ok(self) -> bool {
+        matches!(self, Outcome::Status(s) if s < 400)
+    }
+
+    /// The name used in outputs: the status code as text, or a snake_case failure name.
+    pub fn name(self) -> Cow<'static, str> {
+        match self {
+            Outcome::Status(code) => Cow::Owned(code.to_string()),
+            other => Cow::Borrowed(other.failure_name()),
+        }
+    }
+
+    /// The outcome named `name` (the inverse of [`Outcome::name`]).
+    pub fn from_name(name: &str) -> Option<Outcome> {
+        if let Ok(code) = name.parse::<u16>() {
+            return (STATUS_MIN..STATUS_MIN + STATUS_SLOTS as u16)
+                .contains(&code)
+                .then_some(Outcome::Status(code));
+        }
+        FAILURE_KINDS.into_iter().find(|k| k.failure_name() == name)
+    }
+
+    fn failure_name(self) -> &'static str {
+        match self {
+            Outcome::Status(_) => "status",
+            Outcome::Refused => "refused",
+            Outcome::ConnectTimeout => "connect_timeout",
+            Outcome::ConnectError => "connect_error",
+            Outcome::TlsError => "tls_error",
+            Outcome::ResetBeforeWrite => "reset_before_write",
+            Outcome::ResetAfterWrite => "reset_after_write",
+            Outcome::Eof => "eof",
+            Outcome::ReadTimeout => "read_timeout",
+            Outcome::Malformed => "malformed",
+            Outcome::NotSent => "not_sent",
+        }
+    }
+
+    fn failure_index(self) -> Option<usize> {
+        FAILURE_KINDS.iter().position(|k| *k == self)
+    }
+}
+
+/// Counts of outcomes without allocation: one slot per status code and failure kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutcomeCounts {
+    status: Box<[u64; STATUS_SLOTS]>,
+    failures: [u64; FAILURE_KINDS.len()],
+    ok: u64,
+    total: u64,
+}
+
+impl Default for OutcomeCounts {
+    fn default() -> Self {
+        Self {
+            status: Box::new([0; STATUS_SLOTS]),
+            failures: [0; FAILURE_KINDS.len()],
+            ok: 0,
+            total: 0,
+        }
+    }
+}
+
+impl OutcomeCounts {
+    /// Counts one outcome.
+    #[inline]
+    pub fn add(&mut self, outcome: Outcome) {
+        self.add_n(outcome, 1);
+    }
+
+    /// Counts `n` of one outcome.
+    pub fn add_n(&mut self, outcome: Outcome, n: u64) {
+        match outcome {
+            Outcome::Status(code) => {
+                let slot = usize::from(code.saturating_sub(STATUS_MIN)).min(STATUS_SLOTS - 1);
+                self.status[slot] += n;
+            }
+            other => {
+                if let Some(i) = other.failure_index() {
+                    self.failures[i] += n;
+                }
+            }
+        }
+        if outcome.is_ok() {
+            self.ok += n;
+        }
+        self.total += n;
+    }
+
+    /// All outcomes counted.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Successful outcomes (status below 400).
+    pub fn ok(&self) -> u64 {
+        self.ok
+    }
+
+    /// Everything that was not a success.
+    pub fn errors(&self) -> u64 {
+        self.total - self.ok
+    }
+
+    /// The count of one outcome.
+    pub fn get(&self, outcome: Outcome) -> u64 {
+        match outcome {
+            Outcome::Status(code)
+                if (STATUS_MIN..STATUS_MIN + STATUS_SLOTS as u16).contains(&code) =>
+            {
+                self.status[usize::from(code - STATUS_MIN)]
+            }
+            Outcome::Status(_) => 0,
+            other => other.failure_index().map_or(0, |i| self.failures[i]),
+        }
+    }
+
+    /// Adds every count of `other`.
+    pub fn merge(&mut self, other: &OutcomeCounts) {
+        for (a, b) in self.status.iter_mut().zip(other.status.iter()) {
+            *a += b;
+        }
+        for (a, b) in self.failures.iter_mut().zip(other.failures.iter()) {
+            *a += b;
+        }
+        self.ok += other.ok;
+        self.total += other.total;
+    }
+
+    /// Every outcome seen at least once, with its count, statuses first.
+    pub fn iter(&self) -> impl Iterator<Item = (Outcome, u64)> + '_ {
+        let statuses = self
+            .status
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, n)| (Outcome::Status(STATUS_MIN + i as u16), *n));
+        let failures = FAILURE_KINDS
+            .iter()
+            .zip(self.failures.iter())
+            .filter(|(_, n)| **n > 0)
+            .map(|(k, n)| (*k, *n));
+        statuses.chain(failures)
+    }
+
+    /// The counts as a map from outcome name to count, for JSON.
+    pub fn to_map(&self) -> BTreeMap<String, u64> {
+        self.iter()
+            .map(|(o, n)| (o.name().into_owned(), n))
+            .collect()
+    }
+
+    /// The most frequent failure (not a success), if any request failed.
+    pub fn dominant_failure(&self) -> Option<(Outcome, u64)> {
+        self.iter()
+            .filter(|(o, _)| !o.is_ok())
+            .max_by_key(|(_, n)| *n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for o in FAILURE_KINDS
+            .into_iter()
+            .chain([Outcome::Status(200), Outcome::Status(502)])
+        {
+            assert_eq!(Outcome::from_name(&o.name()), Some(o), "{o:?}");
+        }
+        assert_eq!(Outcome::from_name("nope"), None);
+        assert_eq!(Outcome::from_name("99"), None);
+    }
+
+    #[test]
+    fn counts_split_ok_and_errors() {
+        let mut c = OutcomeCounts::default();
+        c.add(Outcome::Status(200));
+        c.add(Outcome::Status(304));
+        c.add(Outcome::Status(502));
+        c.add(Outcome::Refused);
+        c.add_n(Outcome::ReadTimeout, 3);
+        assert_eq!(c.total(), 7);
+        assert_eq!(c.ok(), 2);
+        assert_eq!(c.errors(), 5);
+        assert_eq!(c.get(Outcome::ReadTimeout), 3);
+        assert_eq!(c.dominant_failure(), Some((Outcome::ReadTimeout, 3)));
+        let map = c.to_map();
+        assert_eq!(map["502"], 1);
+        assert_eq!(map["refused"], 1);
+        let mut d = OutcomeCounts::default();
+        d.merge(&c);
+        d.merge(&c);
+        assert_eq!(d.get(Outcome::Status(502)), 2);
+        assert_eq!(d.total(), 14);
+    }
+}

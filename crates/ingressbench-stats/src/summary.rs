@@ -1,0 +1,383 @@
+//! The summary of a load run: what `--json` writes and the terminal prints.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{HistogramUs, Recorder};
+
+/// Scheduler lag p99 above this (1 ms) means the generator could not keep its schedule.
+pub const LAG_WARNING_US: u64 = 1_000;
+/// An achieved rate below this share of the target means the generator fell short.
+const RATE_SHORTFALL: f64 = 0.99;
+/// Fewer requests than this make p99.9 a guess; the summary says so.
+const MIN_REQUESTS_FOR_P999: u64 = 1_000;
+
+/// How load was generated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadMode {
+    /// Constant arrival rate; latency from the intended send time.
+    Open,
+    /// Each connection sends its next request when the previous one is answered.
+    Closed,
+    /// One request at a time, with an optional pause between them.
+    Sequential,
+}
+
+/// What the recorder cannot know about the run it recorded.
+#[derive(Clone, Debug)]
+pub struct SummaryContext {
+    /// How load was generated.
+    pub mode: LoadMode,
+    /// The target rate of open-loop load.
+    pub target_rate_per_s: Option<f64>,
+    /// How long the measured part of the run lasted (warm-up excluded).
+    pub measured_ns: u64,
+    /// Whether the run was stopped before its end (Ctrl-C).
+    pub interrupted: bool,
+}
+
+/// Percentiles of one histogram, in microseconds.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// How many values they summarise.
+    pub count: u64,
+    /// Minimum.
+    pub min: u64,
+    /// Median.
+    pub p50: u64,
+    /// 75th percentile.
+    pub p75: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// 99.99th percentile.
+    pub p9999: u64,
+    /// Maximum.
+    pub max: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Standard deviation.
+    pub stdev: f64,
+}
+
+impl Percentiles {
+    /// The percentiles of `h`.
+    pub fn of(h: &HistogramUs) -> Self {
+        Self {
+            count: h.count(),
+            min: h.min(),
+            p50: h.value_at_percentile(50.0),
+            p75: h.value_at_percentile(75.0),
+            p90: h.value_at_percentile(90.0),
+            p99: h.value_at_percentile(99.0),
+            p999: h.value_at_percentile(99.9),
+            p9999: h.value_at_percentile(99.99),
+            max: h.max(),
+            mean: round3(h.mean()),
+            stdev: round3(h.stdev()),
+        }
+    }
+}
+
+/// The shortest percentile set, for phases.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PhaseSummary {
+    /// How many requests had this phase.
+    pub count: u64,
+    /// Median.
+    pub p50: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// Mean.
+    pub mean: f64,
+}
+
+impl PhaseSummary {
+    fn of(h: &HistogramUs) -> Self {
+        Self {
+            count: h.count(),
+            p50: h.value_at_percentile(50.0),
+            p99: h.value_at_percentile(99.0),
+            mean: round3(h.mean()),
+        }
+    }
+}
+
+/// Request counts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RequestSummary {
+    /// Measured requests (warm-up excluded), whatever their outcome.
+    pub total: u64,
+    /// Requests answered with a status below 400.
+    pub ok: u64,
+    /// Everything else: error statuses and failures.
+    pub errors: u64,
+    /// Requests excluded as warm-up.
+    pub warmup: u64,
+}
+
+/// Target and achieved rate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RateSummary {
+    /// The target of open-loop load; `null` for closed-loop and sequential load.
+    pub target_per_s: Option<f64>,
+    /// Measured requests divided by the measured duration.
+    pub achieved_per_s: f64,
+}
+
+/// The summary of one load run. Its JSON form is documented by
+/// `docs/schema/load-summary.schema.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    /// How load was generated.
+    pub mode: LoadMode,
+    /// Length of the measured part of the run, in seconds.
+    pub duration_s: f64,
+    /// Whether the run was stopped before its end.
+    pub interrupted: bool,
+    /// Request counts.
+    pub requests: RequestSummary,
+    /// Target and achieved rate.
+    pub rate: RateSummary,
+    /// Whether `latency_us` is measured from intended send times (open loop).
+    pub latency_corrected: bool,
+    /// Latency in microseconds: from the intended send time under open-loop load.
+    pub latency_us: Percentiles,
+    /// Service time in microseconds: from the actual send, uncorrected.
+    pub service_time_us: Percentiles,
+    /// How late the generator released requests against its schedule, in microseconds.
+    pub scheduler_lag_us: Percentiles,
+    /// Phase durations in microseconds: dns, connect, tls, ttfb, total.
+    pub phases_us: BTreeMap<String, PhaseSummary>,
+    /// Count per outcome: status code or failure name.
+    pub outcomes: BTreeMap<String, u64>,
+    /// Count per backend (value of the backend header).
+    pub backends: BTreeMap<String, u64>,
+    /// Latency per backend, in microseconds.
+    pub backend_latency_us: BTreeMap<String, PhaseSummary>,
+    /// Connections opened during the measured part.
+    pub connections_opened: u64,
+    /// Requests sent over an already used connection.
+    pub reused_requests: u64,
+    /// Response bytes received.
+    pub bytes_received: u64,
+    /// Whatever makes these numbers less trustworthy, in words.
+    pub warnings: Vec<String>,
+}
+
+impl Summary {
+    /// Summarises what `recorder` saw.
+    pub fn new(recorder: &Recorder, ctx: &SummaryContext) -> Self {
+        let outcomes = recorder.outcomes();
+        let duration_s = ctx.measured_ns as f64 / 1e9;
+        let achieved_per_s = if duration_s > 0.0 {
+            outcomes.total() as f64 / duration_s
+        } else {
+            0.0
+        };
+        let phases = recorder.phases();
+        let phases_us = [
+            ("dns", &phases.dns),
+            ("connect", &phases.connect),
+            ("tls", &phases.tls),
+            ("ttfb", &phases.ttfb),
+            ("total", &phases.total),
+        ]
+        .into_iter()
+        .map(|(name, h)| (name.to_owned(), PhaseSummary::of(h)))
+        .collect();
+        let mut summary = Self {
+            mode: ctx.mode,
+            duration_s: round3(duration_s),
+            interrupted: ctx.interrupted,
+            requests: RequestSummary {
+                total: outcomes.total(),
+                ok: outcomes.ok(),
+                errors: outcomes.errors(),
+                warmup: recorder.warmup_requests(),
+            },
+            rate: RateSummary {
+                target_per_s: ctx.target_rate_per_s,
+                achieved_per_s: round3(achieved_per_s),
+            },
+            latency_corrected: ctx.mode == LoadMode::Open,
+            latency_us: Percentiles::of(recorder.latency()),
+            service_time_us: Percentiles::of(recorder.service_time()),
+            scheduler_lag_us: Percentiles::of(recorder.scheduler_lag()),
+            phases_us,
+            outcomes: outcomes.to_map(),
+            backends: recorder
+                .backends()
+                .iter()
+                .map(|b| (b.name.clone(), b.count))
+                .collect(),
+            backend_latency_us: recorder
+                .backends()
+                .iter()
+                .map(|b| (b.name.clone(), PhaseSummary::of(&b.latency)))
+                .collect(),
+            connections_opened: recorder.connections_opened(),
+            reused_requests: recorder.reused_requests(),
+            bytes_received: recorder.bytes(),
+            warnings: Vec::new(),
+        };
+        summary.warnings = summary.find_warnings(recorder);
+        summary
+    }
+
+    /// Whether the generator itself fell behind, so that the numbers describe it as much
+    /// as the target.
+    pub fn generator_fell_behind(&self) -> bool {
+        self.lag_too_high() || self.rate_short()
+    }
+
+    fn lag_too_high(&self) -> bool {
+        self.mode == LoadMode::Open && self.scheduler_lag_us.p99 > LAG_WARNING_US
+    }
+
+    fn rate_short(&self) -> bool {
+        match self.rate.target_per_s {
+            Some(target) if !self.interrupted && target > 0.0 => {
+                self.rate.achieved_per_s < target * RATE_SHORTFALL
+            }
+            _ => false,
+        }
+    }
+
+    fn find_warnings(&self, recorder: &Recorder) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.lag_too_high() {
+            warnings.push(format!(
+                "GENERATOR FELL BEHIND: scheduler lag p99 was {} us (limit {} us); these latencies \
+                 partly measure ingressbench itself. Use fewer connections per thread, more --threads, \
+                 or a lower rate.",
+                self.scheduler_lag_us.p99, LAG_WARNING_US
+            ));
+        }
+        if self.rate_short() {
+            let target = self.rate.target_per_s.unwrap_or_default();
+            warnings.push(format!(
+                "RATE SHORT OF TARGET: achieved {:.1} req/s of {:.1} req/s ({:.1}%). Either the target \
+                 could not keep up with the connections given (-c) or the generator fell behind.",
+                self.rate.achieved_per_s,
+                target,
+                100.0 * self.rate.achieved_per_s / target
+            ));
+        }
+        if self.requests.total > 0 && self.requests.ok == 0 {
+            if let Some((outcome, n)) = recorder.outcomes().dominant_failure() {
+                warnings.push(format!(
+                    "NO REQUEST SUCCEEDED: {n} of {} ended as `{}`{}",
+                    self.requests.total,
+                    outcome.name(),
+                    hint_for(&outcome.name())
+                ));
+            }
+        }
+        if self.requests.total > 0 && self.requests.total < MIN_REQUESTS_FOR_P999 {
+            warnings.push(format!(
+                "only {} requests: p99.9 and above are the largest few values, not a percentile",
+                self.requests.total
+            ));
+        }
+        if self.interrupted {
+            warnings.push("interrupted: the run was stopped before its planned end".to_owned());
+        }
+        warnings
+    }
+}
+
+fn hint_for(outcome: &str) -> &'static str {
+    match outcome {
+        "refused" => {
+            " (nothing is listening at that address: is the server running, is the port right?)"
+        }
+        "connect_timeout" => " (the address does not answer: check the host, port and --resolve)",
+        "tls_error" => {
+            " (check https:// vs http://, --cacert, --sni, or use -k for a self-signed certificate)"
+        }
+        "malformed" => {
+            " (the server does not speak HTTP/1.x on that port: is it TLS? use https://)"
+        }
+        "read_timeout" => " (the server accepts but does not answer within --timeout)",
+        _ => "",
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Outcome, Sample};
+
+    fn recorder_with(outcome: Outcome, n: u64, lag_ns: u64) -> Recorder {
+        let mut r = Recorder::new(1_000_000_000);
+        for i in 0..n {
+            let mut s = Sample::new(i * 1_000_000);
+            s.released_at_ns = s.intended_at_ns + lag_ns;
+            s.sent_at_ns = s.released_at_ns;
+            s.done_at_ns = s.sent_at_ns + 500_000;
+            s.outcome = outcome;
+            r.record(&s);
+        }
+        r
+    }
+
+    fn ctx(mode: LoadMode, rate: Option<f64>, measured_s: f64) -> SummaryContext {
+        SummaryContext {
+            mode,
+            target_rate_per_s: rate,
+            measured_ns: (measured_s * 1e9) as u64,
+            interrupted: false,
+        }
+    }
+
+    #[test]
+    fn a_clean_run_has_no_warnings() {
+        let r = recorder_with(Outcome::Status(200), 2_000, 10_000);
+        let s = Summary::new(&r, &ctx(LoadMode::Open, Some(1000.0), 2.0));
+        assert_eq!(s.requests.total, 2_000);
+        assert_eq!(s.rate.achieved_per_s, 1000.0);
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        assert!(!s.generator_fell_behind());
+    }
+
+    #[test]
+    fn lag_and_shortfall_are_flagged() {
+        let r = recorder_with(Outcome::Status(200), 2_000, 5_000_000);
+        let s = Summary::new(&r, &ctx(LoadMode::Open, Some(2000.0), 2.0));
+        assert!(s.generator_fell_behind());
+        assert!(s
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("GENERATOR FELL BEHIND")));
+        assert!(s
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("RATE SHORT OF TARGET")));
+    }
+
+    #[test]
+    fn total_failure_names_the_cause_and_a_fix() {
+        let r = recorder_with(Outcome::Refused, 10, 0);
+        let s = Summary::new(&r, &ctx(LoadMode::Closed, None, 1.0));
+        let w = s
+            .warnings
+            .iter()
+            .find(|w| w.starts_with("NO REQUEST SUCCEEDED"))
+            .unwrap();
+        assert!(
+            w.contains("refused") && w.contains("is the server running"),
+            "{w}"
+        );
+        assert_eq!(s.outcomes["refused"], 10);
+    }
+}
