@@ -61,20 +61,14 @@ impl Dispatch {
             if self.closed.get() {
                 return Poll::Ready(None);
             }
-            if !registered {
-                // tokio polls a task only when it is woken, and a waker is removed when it
-                // is woken, so one registration per wait is enough.
-                self.idle.borrow_mut().push_back(cx.waker().clone());
+            let mut idle = self.idle.borrow_mut();
+            // tokio polls a task only when it is woken, and a waker leaves the list when it
+            // is woken, so one registration per wait is enough; a spurious poll must not
+            // add a second entry (a ticket could then wake a busy connection only).
+            let present = registered && idle.iter().any(|w| w.will_wake(cx.waker()));
+            if !present {
+                idle.push_back(cx.waker().clone());
                 registered = true;
-            } else if let Some(slot) = self
-                .idle
-                .borrow_mut()
-                .iter_mut()
-                .find(|w| w.will_wake(cx.waker()))
-            {
-                slot.clone_from(cx.waker());
-            } else {
-                self.idle.borrow_mut().push_back(cx.waker().clone());
             }
             Poll::Pending
         })

@@ -41,8 +41,9 @@ pub struct Progress {
 pub trait Observer {
     /// One closed interval window, merged over all workers, in order.
     fn window(&mut self, _window: &Window) {}
-    /// A batch of sampled requests (in the order they finished, per worker).
-    fn samples(&mut self, _samples: &[Sample]) {}
+    /// A batch of sampled requests (in the order they finished, per worker); `backends`
+    /// names the backend ids they carry.
+    fn samples(&mut self, _samples: &[Sample], _backends: &[String]) {}
     /// The state of the run, after each window.
     fn progress(&mut self, _progress: &Progress) {}
 }
@@ -175,7 +176,7 @@ pub fn run(
     let (mut requests, mut errors) = (0u64, 0u64);
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(Message::Samples(batch)) => observer.samples(&batch),
+            Ok(Message::Samples { samples, backends }) => observer.samples(&samples, &backends),
             Ok(Message::Windows {
                 worker,
                 windows: batch,
@@ -224,12 +225,9 @@ pub fn run(
     }
     let recorder = merged.unwrap_or_else(|| Recorder::new(nanos(plan.window)));
     let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
-    let measured_ns = match (recorder.span_ns(), plan.length, plan.mode.clone()) {
-        // A scheduled run lasts as long as its schedule, however the answers trickle in.
-        (_, Length::Duration(d), Mode::Open { .. }) if !interrupted => nanos(d),
-        (Some((first, last)), _, _) => last.saturating_sub(first.max(warmup_ns)),
-        (None, _, _) => 0,
-    };
+    // From the first measured request's intended time to the last one's end: a generator
+    // that fell behind stretches this span and so shows as a shortfall in the rate.
+    let measured_ns = recorder.span_ns().map_or(0, |(first, last)| last.saturating_sub(first));
     let mode = match plan.mode {
         Mode::Open { .. } => LoadMode::Open,
         Mode::Closed => LoadMode::Closed,

@@ -26,7 +26,7 @@ const FLUSH_EVERY: Duration = Duration::from_millis(100);
 /// What a worker tells the coordinator while it runs.
 pub(crate) enum Message {
     Windows { worker: usize, windows: Vec<Window> },
-    Samples(Vec<Sample>),
+    Samples { samples: Vec<Sample>, backends: Vec<String> },
 }
 
 /// What every worker shares (read-only).
@@ -143,14 +143,20 @@ pub(crate) fn run(
         let tasks: Vec<_> = (0..connections)
             .map(|_| tokio::task::spawn_local(connection_loop(worker.clone())))
             .collect();
-        for task in tasks {
-            let _ = task.await;
-        }
-        if let Some(pacer) = pacer {
-            let _ = pacer.await;
+        let mut panicked = None;
+        for task in tasks.into_iter().chain(pacer) {
+            if let Err(e) = task.await {
+                if e.is_panic() {
+                    panicked.get_or_insert(e.into_panic());
+                }
+            }
         }
         flusher.abort();
         let _ = flusher.await;
+        if let Some(panic) = panicked {
+            // A bug, not an outcome: let the coordinator report it.
+            std::panic::resume_unwind(panic);
+        }
     });
     let mut recorder = worker.recorder.borrow_mut();
     recorder.roll_windows(worker.now_ns());
@@ -159,16 +165,23 @@ pub(crate) fn run(
         worker: index,
         windows,
     });
-    let samples = std::mem::take(&mut *worker.samples.borrow_mut());
-    if !samples.is_empty() {
-        let _ = worker.tx.send(Message::Samples(samples));
-    }
+    worker.send_samples();
     Ok(recorder.clone())
 }
 
 impl Worker {
     fn now_ns(&self) -> u64 {
         nanos(Instant::now().saturating_duration_since(self.shared.start))
+    }
+
+    /// Hands the sampled requests kept so far to the coordinator, with the names their
+    /// backend ids stand for in this worker.
+    fn send_samples(&self) {
+        let samples = std::mem::take(&mut *self.samples.borrow_mut());
+        if !samples.is_empty() {
+            let backends = self.recorder.borrow().backends().iter().map(|b| b.name.clone()).collect();
+            let _ = self.tx.send(Message::Samples { samples, backends });
+        }
     }
 
     fn stopped(&self) -> bool {
@@ -395,10 +408,7 @@ async fn flush_loop(worker: Rc<Worker>) {
                 windows,
             });
         }
-        let samples = std::mem::take(&mut *worker.samples.borrow_mut());
-        if !samples.is_empty() {
-            let _ = worker.tx.send(Message::Samples(samples));
-        }
+        worker.send_samples();
     }
 }
 

@@ -1,0 +1,20 @@
+//! Writers and readers of what ingressbench measures: the full percentile spectrum in the
+//! `.hgrm` text that wrk2 and HdrHistogram print ([`hgrm`]), HdrHistogram interval logs
+//! ([`hlog`]), sampled requests as CSV with curl's column names ([`samples`]), and the
+//! terminal summary ([`terminal`]).
+//!
+//! ```
+//! use ingressbench_stats::HistogramUs;
+//!
+//! let mut h = HistogramUs::new();
+//! (1..=1000).for_each(|us| h.record_us(us));
+//! let mut out = Vec::new();
+//! ingressbench_report::hgrm::write(&mut out, &h).unwrap();
+//! let rows = ingressbench_report::hgrm::parse(std::str::from_utf8(&out).unwrap()).unwrap();
+//! assert_eq!(rows.last().unwrap().total_count, 1000);
+//! ```
+
+pub mod hgrm;
+pub mod hlog;
+pub mod samples;
+pub mod terminal;

@@ -1,0 +1,162 @@
+//! Command-line arguments (clap). Nothing here is seen by the libraries: `load_cmd` turns
+//! these into a validated `Plan`.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Latency and resilience benchmarks for L7 proxies, load balancers and ingress controllers.
+#[derive(Debug, Parser)]
+#[command(name = "ingressbench", version, about, propagate_version = true)]
+pub(crate) struct Args {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Send HTTP/1.1 load to one URL and measure latency honestly (open loop with -R).
+    #[command(after_help = LOAD_EXAMPLES)]
+    Load(Box<LoadArgs>),
+}
+
+const LOAD_EXAMPLES: &str = "Examples:
+  ingressbench load -R 1000 -c 50 -d 30s http://127.0.0.1:8080/          # wrk2-style open loop
+  ingressbench load -c 50 -d 10s http://127.0.0.1:8080/                  # wrk-style closed loop
+  ingressbench load --sequential --interval 500ms -n 100 http://app.test/ # a curl loop
+  ingressbench load -R 500 -d 1m --cacert ca.pem --resolve app.test:8443:127.0.0.1 \\
+      --json out.json --hgrm out.hgrm --hlog out.hlog https://app.test:8443/";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct LoadArgs {
+    /// The URL to load (http:// or https://).
+    pub(crate) url: String,
+
+    /// Open loop: constant rate in requests per second (fractions allowed). Latency is then
+    /// measured from each request's intended send time. Without it, load is closed-loop.
+    #[arg(short = 'R', long, value_name = "N")]
+    pub(crate) rate: Option<f64>,
+
+    /// Connections, in total over all threads [default: 10; 1 with --sequential].
+    #[arg(short = 'c', long, value_name = "N")]
+    pub(crate) connections: Option<usize>,
+
+    /// One request at a time on one connection, each answered before the next.
+    #[arg(long, conflicts_with = "rate")]
+    pub(crate) sequential: bool,
+
+    /// Pause after each answer (with --sequential), e.g. 500ms.
+    #[arg(long, value_name = "D", requires = "sequential", value_parser = parse_duration)]
+    pub(crate) interval: Option<std::time::Duration>,
+
+    /// Number of measured requests (warm-up not included).
+    #[arg(short = 'n', long, value_name = "N", conflicts_with = "duration")]
+    pub(crate) requests: Option<u64>,
+
+    /// Measured duration, e.g. 30s, 2m [default: 10s].
+    #[arg(short = 'd', long, value_name = "D", value_parser = parse_duration)]
+    pub(crate) duration: Option<std::time::Duration>,
+
+    /// Run this long first and leave it out of the results.
+    #[arg(long, value_name = "D", value_parser = parse_duration, conflicts_with = "warmup_requests")]
+    pub(crate) warmup: Option<std::time::Duration>,
+
+    /// Send this many requests first and leave them out of the results.
+    #[arg(long, value_name = "N")]
+    pub(crate) warmup_requests: Option<u64>,
+
+    /// Worker threads, each with its own connections.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) threads: usize,
+
+    /// Open a new connection (TCP, and TLS for https) for every request.
+    #[arg(long)]
+    pub(crate) no_keepalive: bool,
+
+    /// Close each connection after this many requests.
+    #[arg(long, value_name = "N")]
+    pub(crate) max_requests_per_connection: Option<u64>,
+
+    /// Request method.
+    #[arg(short = 'X', long = "method", value_name = "METHOD", default_value = "GET")]
+    pub(crate) method: String,
+
+    /// Request header `Name: value` (repeatable). `Host:` sets the routing host.
+    #[arg(short = 'H', long = "header", value_name = "HEADER")]
+    pub(crate) headers: Vec<String>,
+
+    /// Request body.
+    #[arg(long, value_name = "TEXT", conflicts_with = "body_file")]
+    pub(crate) body: Option<String>,
+
+    /// Request body from a file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) body_file: Option<PathBuf>,
+
+    /// Limit for a whole request (connect, TLS, write, read).
+    #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
+    pub(crate) timeout: std::time::Duration,
+
+    /// Trust the CA certificates in this PEM file (https).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) cacert: Option<PathBuf>,
+
+    /// Accept any server certificate (https).
+    #[arg(short = 'k', long)]
+    pub(crate) insecure: bool,
+
+    /// TLS server name to send and verify instead of the URL's host.
+    #[arg(long, value_name = "NAME")]
+    pub(crate) sni: Option<String>,
+
+    /// Connect to ADDR for HOST:PORT, as curl's --resolve (repeatable).
+    #[arg(long, value_name = "HOST:PORT:ADDR")]
+    pub(crate) resolve: Vec<String>,
+
+    /// Response header naming the backend that answered; counted per value.
+    #[arg(long, value_name = "NAME", default_value = "x-backend")]
+    pub(crate) backend_header: String,
+
+    /// Write the summary as JSON (schema: docs/schema/load-summary.schema.json).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json: Option<PathBuf>,
+
+    /// Write the full percentile spectrum (HdrHistogram .hgrm text, milliseconds).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) hgrm: Option<PathBuf>,
+
+    /// Write per-second histograms as an HdrHistogram interval log (microseconds).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) hlog: Option<PathBuf>,
+
+    /// Write sampled requests as CSV (gzip-compressed if FILE ends in .gz).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) samples: Option<PathBuf>,
+
+    /// Share of requests written to --samples (0.1 keeps one in ten) [default: 1].
+    #[arg(long, value_name = "F", requires = "samples")]
+    pub(crate) sample_rate: Option<f64>,
+
+    /// Also print the full percentile spectrum (as wrk2 --latency).
+    #[arg(long)]
+    pub(crate) latency: bool,
+
+    /// No live progress line.
+    #[arg(short = 'q', long)]
+    pub(crate) quiet: bool,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    ingressbench_load::parse_duration(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Args::command().debug_assert();
+    }
+}

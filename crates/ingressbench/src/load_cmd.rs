@@ -1,0 +1,261 @@
+//! `ingressbench load`: one URL, one load pattern, the summary and the files asked for.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{Context, Result};
+use flate2::write::GzEncoder;
+use ingressbench_load::{parse_header, Length, LoadError, Mode, Observer, Plan, Progress, RequestSpec, Resolve, Target, TlsOptions, Warmup};
+use ingressbench_report::hlog::HlogWriter;
+use ingressbench_report::samples::SampleWriter;
+use ingressbench_report::{hgrm, terminal};
+use ingressbench_stats::{Sample, Window};
+
+use crate::args::LoadArgs;
+use crate::UsageError;
+
+/// Exit status after an interrupted run whose results were kept.
+const EXIT_INTERRUPTED: u8 = 130;
+
+pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
+    let plan = plan_from(&args).map_err(|e| anyhow::Error::new(UsageError(e)))?;
+    // Open every output first: a bad path should fail now, not after a long run.
+    let json = args.json.as_deref().map(create).transpose()?;
+    let hgrm_file = args.hgrm.as_deref().map(create).transpose()?;
+    let mut sink = Sink::new(&args, &plan)?;
+    let stop = crate::signals::stop_flag()?;
+    let title = describe(&plan);
+    if sink.progress {
+        eprintln!("{title}");
+    }
+    let report = match ingressbench_load::run(&plan, stop, &mut sink) {
+        Ok(report) => report,
+        Err(e @ (LoadError::InvalidUrl { .. } | LoadError::InvalidHeader { .. } | LoadError::InvalidPlan { .. } | LoadError::Tls { .. })) => {
+            return Err(UsageError(e.into()).into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    sink.finish()?;
+    let summary = &report.summary;
+    if let Some((path, file)) = json {
+        let mut out = BufWriter::new(file);
+        serde_json::to_writer_pretty(&mut out, summary).with_context(|| format!("writing {}", path.display()))?;
+        writeln!(out).and_then(|()| out.flush()).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some((path, file)) = hgrm_file {
+        let mut out = BufWriter::new(file);
+        hgrm::write(&mut out, report.recorder.latency())
+            .and_then(|()| out.flush())
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut stdout = std::io::stdout().lock();
+    write!(stdout, "{}", terminal::render(summary, &title))?;
+    if args.latency {
+        writeln!(stdout, "\n  Detailed percentile spectrum (milliseconds):")?;
+        hgrm::write(&mut stdout, report.recorder.latency())?;
+    }
+    stdout.flush()?;
+    Ok(if summary.interrupted {
+        ExitCode::from(EXIT_INTERRUPTED)
+    } else if summary.requests.total > 0 && summary.requests.ok == 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn plan_from(args: &LoadArgs) -> Result<Plan> {
+    let mut plan = Plan::new(Target::parse(&args.url)?);
+    let mut headers = Vec::new();
+    for raw in &args.headers {
+        headers.push(parse_header(raw)?);
+    }
+    let body = match (&args.body, &args.body_file) {
+        (Some(text), _) => text.clone().into_bytes(),
+        (None, Some(path)) => std::fs::read(path).with_context(|| format!("--body-file {}: cannot read it", path.display()))?,
+        (None, None) => Vec::new(),
+    };
+    plan.request = RequestSpec { method: args.method.clone(), headers, body };
+    plan.mode = match (args.rate, args.sequential) {
+        (Some(rate_per_s), _) => Mode::Open { rate_per_s },
+        (None, true) => Mode::Sequential { interval: args.interval.unwrap_or(Duration::ZERO) },
+        (None, false) => Mode::Closed,
+    };
+    plan.connections = args.connections.unwrap_or(if args.sequential { 1 } else { 10 });
+    plan.threads = args.threads;
+    plan.length = match (args.requests, args.duration) {
+        (Some(n), _) => Length::Requests(n),
+        (None, Some(d)) => Length::Duration(d),
+        (None, None) => Length::Duration(Duration::from_secs(10)),
+    };
+    plan.warmup = match (args.warmup, args.warmup_requests) {
+        (Some(d), _) => Warmup::Duration(d),
+        (None, Some(n)) => Warmup::Requests(n),
+        (None, None) => Warmup::None,
+    };
+    plan.keepalive = !args.no_keepalive;
+    plan.max_requests_per_connection = args.max_requests_per_connection;
+    plan.timeout = args.timeout;
+    plan.tls = TlsOptions { cacert: args.cacert.clone(), insecure: args.insecure, sni: args.sni.clone() };
+    plan.resolve = args.resolve.iter().map(|r| Resolve::parse(r)).collect::<Result<_, _>>()?;
+    plan.backend_header = args.backend_header.clone();
+    plan.sample_rate = match (&args.samples, args.sample_rate) {
+        (Some(_), rate) => rate.unwrap_or(1.0),
+        (None, _) => 0.0,
+    };
+    plan.validate()?;
+    Ok(plan)
+}
+
+fn describe(plan: &Plan) -> String {
+    let pacing = match &plan.mode {
+        Mode::Open { rate_per_s } => format!("open loop at {rate_per_s} req/s"),
+        Mode::Closed => "closed loop".to_owned(),
+        Mode::Sequential { interval } => format!("sequential, {interval:?} between requests"),
+    };
+    let length = match plan.length {
+        Length::Requests(n) => format!("{n} requests"),
+        Length::Duration(d) => format!("{d:?}"),
+    };
+    format!(
+        "{} {} ({pacing}, {length}, {} connection(s), {} thread(s), {})",
+        plan.request.method,
+        plan.target,
+        plan.connections,
+        plan.threads,
+        if plan.keepalive { "keep-alive" } else { "new connection per request" }
+    )
+}
+
+fn create(path: &Path) -> Result<(PathBuf, File)> {
+    let file = File::create(path).with_context(|| format!("cannot create {} (does its directory exist and is it writable?)", path.display()))?;
+    Ok((path.to_owned(), file))
+}
+
+/// Streams windows and samples to their files while the run goes, flushing every window
+/// so that an interrupted or crashed run keeps what it measured; draws the progress line.
+struct Sink {
+    hlog: Option<(PathBuf, HlogWriter<BufWriter<File>>)>,
+    samples: Option<(PathBuf, SampleWriter<SamplesOut>)>,
+    progress: bool,
+    error: Option<anyhow::Error>,
+}
+
+enum SamplesOut {
+    Plain(BufWriter<File>),
+    Gzip(GzEncoder<BufWriter<File>>),
+}
+
+impl Write for SamplesOut {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            SamplesOut::Plain(w) => w.write(buf),
+            SamplesOut::Gzip(w) => w.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            SamplesOut::Plain(w) => w.flush(),
+            SamplesOut::Gzip(w) => w.flush(),
+        }
+    }
+}
+
+impl Sink {
+    fn new(args: &LoadArgs, plan: &Plan) -> Result<Self> {
+        let hlog = match &args.hlog {
+            Some(path) => {
+                let (path, file) = create(path)?;
+                let comment = format!("ingressbench {} load {}\nvalues in microseconds", env!("CARGO_PKG_VERSION"), plan.target);
+                let writer = HlogWriter::new(BufWriter::new(file), SystemTime::now(), &comment)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                Some((path, writer))
+            }
+            None => None,
+        };
+        let samples = match &args.samples {
+            Some(path) => {
+                let (path, file) = create(path)?;
+                let out = if path.extension().is_some_and(|e| e == "gz") {
+                    SamplesOut::Gzip(GzEncoder::new(BufWriter::new(file), flate2::Compression::fast()))
+                } else {
+                    SamplesOut::Plain(BufWriter::new(file))
+                };
+                let writer = SampleWriter::new(out).with_context(|| format!("writing {}", path.display()))?;
+                Some((path, writer))
+            }
+            None => None,
+        };
+        Ok(Self { hlog, samples, progress: !args.quiet && std::io::stderr().is_terminal(), error: None })
+    }
+
+    fn keep_error(&mut self, result: std::io::Result<()>, path: &Path) {
+        if let Err(e) = result {
+            self.error.get_or_insert_with(|| anyhow::Error::new(e).context(format!("writing {}", path.display())));
+        }
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if self.progress {
+            eprint!("\r\x1b[2K");
+        }
+        if let Some((path, mut w)) = self.hlog.take() {
+            let flushed = w.flush();
+            self.keep_error(flushed, &path);
+        }
+        if let Some((path, w)) = self.samples.take() {
+            let finished = match w.into_inner() {
+                SamplesOut::Plain(mut w) => w.flush(),
+                SamplesOut::Gzip(gz) => gz.finish().and_then(|mut w| w.flush()),
+            };
+            self.keep_error(finished, &path);
+        }
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Observer for Sink {
+    fn window(&mut self, window: &Window) {
+        if let Some((path, w)) = self.hlog.as_mut() {
+            let start = Duration::from_nanos(window.start_ns());
+            let length = Duration::from_nanos(window.width_ns);
+            let result = w.interval(start, length, &window.latency).and_then(|()| w.flush());
+            let path = path.clone();
+            self.keep_error(result, &path);
+        }
+        if let Some((path, w)) = self.samples.as_mut() {
+            let result = w.flush();
+            let path = path.clone();
+            self.keep_error(result, &path);
+        }
+    }
+
+    fn samples(&mut self, samples: &[Sample], backends: &[String]) {
+        if let Some((path, w)) = self.samples.as_mut() {
+            let result = w.write(samples, backends);
+            let path = path.clone();
+            self.keep_error(result, &path);
+        }
+    }
+
+    fn progress(&mut self, p: &Progress) {
+        if self.progress {
+            eprint!(
+                "\r\x1b[2K[{:>6.1}s] {} requests  {:.0} req/s  p50 {}  p99 {}  errors {}",
+                p.elapsed.as_secs_f64(),
+                p.requests,
+                p.rate_per_s,
+                terminal::human_us(p.p50_us as f64),
+                terminal::human_us(p.p99_us as f64),
+                p.errors
+            );
+        }
+    }
+}

@@ -1,0 +1,57 @@
+//! `ingressbench`: benchmarks L7 proxies, load balancers and ingress controllers for latency
+//! and resilience. This binary only turns arguments into validated configurations and calls
+//! the library crates; see `docs/ARCHITECTURE.md`.
+
+mod args;
+mod load_cmd;
+mod signals;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Args, Command};
+
+/// Exit code for a run that failed (nothing succeeded, a worker crashed).
+const EXIT_FAILED: u8 = 1;
+/// Exit code for bad usage or input.
+const EXIT_USAGE: u8 = 2;
+
+/// An error that is the user's input, not the run: exits 2.
+#[derive(Debug)]
+pub(crate) struct UsageError(pub(crate) anyhow::Error);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = match args.command {
+        Command::Load(load) => load_cmd::run(*load),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            if is_broken_pipe(&err) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("error: {err:#}");
+            if err.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::from(EXIT_FAILED)
+            }
+        }
+    }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain()
+        .filter_map(|e| e.downcast_ref::<std::io::Error>())
+        .any(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+}
