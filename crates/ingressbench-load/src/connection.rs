@@ -103,11 +103,10 @@ impl Connector {
             Address::Fixed(addr) => *addr,
             Address::Lookup { host, port } => {
                 let found = tokio::net::lookup_host((host.as_str(), *port)).await;
-                let addr = found
+                found
                     .ok()
                     .and_then(|mut addrs| addrs.next())
-                    .ok_or(Outcome::ConnectError)?;
-                addr
+                    .ok_or(Outcome::ConnectError)?
             }
         };
         let resolved = Instant::now();

@@ -227,7 +227,9 @@ pub fn run(
     let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
     // From the first measured request's intended time to the last one's end: a generator
     // that fell behind stretches this span and so shows as a shortfall in the rate.
-    let measured_ns = recorder.span_ns().map_or(0, |(first, last)| last.saturating_sub(first));
+    let measured_ns = recorder
+        .span_ns()
+        .map_or(0, |(first, last)| last.saturating_sub(first));
     let mode = match plan.mode {
         Mode::Open { .. } => LoadMode::Open,
         Mode::Closed => LoadMode::Closed,

@@ -25,8 +25,14 @@ const FLUSH_EVERY: Duration = Duration::from_millis(100);
 
 /// What a worker tells the coordinator while it runs.
 pub(crate) enum Message {
-    Windows { worker: usize, windows: Vec<Window> },
-    Samples { samples: Vec<Sample>, backends: Vec<String> },
+    Windows {
+        worker: usize,
+        windows: Vec<Window>,
+    },
+    Samples {
+        samples: Vec<Sample>,
+        backends: Vec<String>,
+    },
 }
 
 /// What every worker shares (read-only).
@@ -179,7 +185,13 @@ impl Worker {
     fn send_samples(&self) {
         let samples = std::mem::take(&mut *self.samples.borrow_mut());
         if !samples.is_empty() {
-            let backends = self.recorder.borrow().backends().iter().map(|b| b.name.clone()).collect();
+            let backends = self
+                .recorder
+                .borrow()
+                .backends()
+                .iter()
+                .map(|b| b.name.clone())
+                .collect();
             let _ = self.tx.send(Message::Samples { samples, backends });
         }
     }

@@ -24,7 +24,11 @@ pub struct Row {
 
 /// Writes the spectrum of `h`.
 pub fn write(out: &mut impl Write, h: &HistogramUs) -> io::Result<()> {
-    writeln!(out, "{:>12} {:>14} {:>10} {:>14}\n", "Value", "Percentile", "TotalCount", "1/(1-Percentile)")?;
+    writeln!(
+        out,
+        "{:>12} {:>14} {:>10} {:>14}\n",
+        "Value", "Percentile", "TotalCount", "1/(1-Percentile)"
+    )?;
     let hdr = h.as_hdr();
     if !h.is_empty() {
         let mut total = 0u64;
@@ -33,15 +37,34 @@ pub fn write(out: &mut impl Write, h: &HistogramUs) -> io::Result<()> {
             let value_ms = hdr.highest_equivalent(v.value_iterated_to()) as f64 / US_PER_MS;
             let q = v.quantile_iterated_to();
             if q < 1.0 {
-                writeln!(out, "{value_ms:12.3} {q:2.12} {total:10} {:14.2}", 1.0 / (1.0 - q))?;
+                writeln!(
+                    out,
+                    "{value_ms:12.3} {q:2.12} {total:10} {:14.2}",
+                    1.0 / (1.0 - q)
+                )?;
             } else {
                 writeln!(out, "{value_ms:12.3} {q:2.12} {:10}", hdr.len())?;
             }
         }
     }
-    writeln!(out, "#[Mean    = {:12.3}, StdDeviation   = {:12.3}]", h.mean() / US_PER_MS, h.stdev() / US_PER_MS)?;
-    writeln!(out, "#[Max     = {:12.3}, Total count    = {:12}]", h.max() as f64 / US_PER_MS, h.count())?;
-    writeln!(out, "#[Buckets = {:12}, SubBuckets     = {:12}]", hdr.buckets(), hdr.distinct_values())?;
+    writeln!(
+        out,
+        "#[Mean    = {:12.3}, StdDeviation   = {:12.3}]",
+        h.mean() / US_PER_MS,
+        h.stdev() / US_PER_MS
+    )?;
+    writeln!(
+        out,
+        "#[Max     = {:12.3}, Total count    = {:12}]",
+        h.max() as f64 / US_PER_MS,
+        h.count()
+    )?;
+    writeln!(
+        out,
+        "#[Buckets = {:12}, SubBuckets     = {:12}]",
+        hdr.buckets(),
+        hdr.distinct_values()
+    )?;
     Ok(())
 }
 
@@ -54,7 +77,12 @@ pub fn parse(text: &str) -> Result<Vec<Row>, String> {
             continue;
         }
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let bad = || format!("line {}: expected `value percentile total_count [1/(1-p)]`, got `{line}`", i + 1);
+        let bad = || {
+            format!(
+                "line {}: expected `value percentile total_count [1/(1-p)]`, got `{line}`",
+                i + 1
+            )
+        };
         if fields.len() < 3 {
             return Err(bad());
         }
@@ -69,7 +97,9 @@ pub fn parse(text: &str) -> Result<Vec<Row>, String> {
 
 /// The value at percentile `p` (0 to 100) from parsed rows: the first row at or past it.
 pub fn value_at(rows: &[Row], p: f64) -> Option<f64> {
-    rows.iter().find(|r| r.percentile * 100.0 >= p - 1e-9).map(|r| r.value_ms)
+    rows.iter()
+        .find(|r| r.percentile * 100.0 >= p - 1e-9)
+        .map(|r| r.value_ms)
 }
 
 #[cfg(test)]
@@ -81,7 +111,9 @@ mod tests {
         let mut h = HistogramUs::new();
         let mut x: u64 = 12345;
         for _ in 0..100_000 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             h.record_us(100 + (x >> 33) % 50_000);
         }
         let mut out = Vec::new();
@@ -92,10 +124,15 @@ mod tests {
         for p in [50.0, 90.0, 99.0, 99.9] {
             let want = h.value_at_percentile(p) as f64 / 1000.0;
             let got = value_at(&rows, p).unwrap();
-            assert!((got - want).abs() <= want * 0.001 + 0.001, "p{p}: {got} vs {want}");
+            assert!(
+                (got - want).abs() <= want * 0.001 + 0.001,
+                "p{p}: {got} vs {want}"
+            );
         }
         assert_eq!(rows.last().unwrap().total_count, 100_000);
-        assert!(rows.windows(2).all(|w| w[0].percentile <= w[1].percentile && w[0].total_count <= w[1].total_count));
+        assert!(rows
+            .windows(2)
+            .all(|w| w[0].percentile <= w[1].percentile && w[0].total_count <= w[1].total_count));
         assert!(text.contains("#[Max     ="));
         assert!(text.contains("Total count    =       100000]"));
     }

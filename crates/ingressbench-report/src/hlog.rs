@@ -22,7 +22,10 @@ pub struct HlogWriter<W: Write> {
 impl<W: Write> HlogWriter<W> {
     /// Starts a log for a run that started at `start` (wall clock), writing the header.
     pub fn new(mut out: W, start: SystemTime, comment: &str) -> io::Result<Self> {
-        let secs = start.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        let secs = start
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
         for line in comment.lines() {
             writeln!(out, "#{line}")?;
         }
@@ -30,11 +33,20 @@ impl<W: Write> HlogWriter<W> {
         writeln!(out, "#[BaseTime: {secs:.3} (seconds since epoch)]")?;
         writeln!(out, "#[MaxValueDivisor: {MAX_VALUE_DIVISOR:.3}]")?;
         writeln!(out, "\"StartTimestamp\",\"Interval_Length\",\"Interval_Max\",\"Interval_Compressed_Histogram\"")?;
-        Ok(Self { out, serializer: V2DeflateSerializer::new(), buffer: Vec::new() })
+        Ok(Self {
+            out,
+            serializer: V2DeflateSerializer::new(),
+            buffer: Vec::new(),
+        })
     }
 
     /// Appends one interval: `start` after the run's start, `length` long.
-    pub fn interval(&mut self, start: Duration, length: Duration, h: &HistogramUs) -> io::Result<()> {
+    pub fn interval(
+        &mut self,
+        start: Duration,
+        length: Duration,
+        h: &HistogramUs,
+    ) -> io::Result<()> {
         self.buffer.clear();
         self.serializer
             .serialize(h.as_hdr(), &mut self.buffer)
@@ -76,11 +88,21 @@ pub fn read(bytes: &[u8]) -> Result<Vec<Interval>, String> {
             LogEntry::Interval(i) => {
                 let raw = base64::engine::general_purpose::STANDARD
                     .decode(i.encoded_histogram())
-                    .map_err(|e| format!("bad base64 in interval at {:?}: {e}", i.start_timestamp()))?;
-                let h: hdrhistogram::Histogram<u64> = deserializer
-                    .deserialize(&mut &raw[..])
-                    .map_err(|e| format!("bad histogram in interval at {:?}: {e:?}", i.start_timestamp()))?;
-                intervals.push(Interval { start: i.start_timestamp(), length: i.duration(), histogram: HistogramUs::from_hdr(h) });
+                    .map_err(|e| {
+                        format!("bad base64 in interval at {:?}: {e}", i.start_timestamp())
+                    })?;
+                let h: hdrhistogram::Histogram<u64> =
+                    deserializer.deserialize(&mut &raw[..]).map_err(|e| {
+                        format!(
+                            "bad histogram in interval at {:?}: {e:?}",
+                            i.start_timestamp()
+                        )
+                    })?;
+                intervals.push(Interval {
+                    start: i.start_timestamp(),
+                    length: i.duration(),
+                    histogram: HistogramUs::from_hdr(h),
+                });
             }
             LogEntry::StartTime(_) | LogEntry::BaseTime(_) => {}
         }
@@ -95,14 +117,21 @@ mod tests {
     #[test]
     fn intervals_round_trip_losslessly() {
         let mut out = Vec::new();
-        let mut writer = HlogWriter::new(&mut out, SystemTime::now(), "ingressbench test\nsecond line").unwrap();
+        let mut writer = HlogWriter::new(
+            &mut out,
+            SystemTime::now(),
+            "ingressbench test\nsecond line",
+        )
+        .unwrap();
         let mut expected = Vec::new();
         for i in 0..5u64 {
             let mut h = HistogramUs::new();
             for v in 0..(100 * (i + 1)) {
                 h.record_us(50 + v * 7 * (i + 1));
             }
-            writer.interval(Duration::from_secs(i), Duration::from_secs(1), &h).unwrap();
+            writer
+                .interval(Duration::from_secs(i), Duration::from_secs(1), &h)
+                .unwrap();
             expected.push(h);
         }
         writer.flush().unwrap();
@@ -113,7 +142,10 @@ mod tests {
         for (i, (got, want)) in intervals.iter().zip(&expected).enumerate() {
             assert_eq!(got.start, Duration::from_secs(i as u64));
             assert_eq!(got.histogram.count(), want.count());
-            assert_eq!(got.histogram.value_at_percentile(99.0), want.value_at_percentile(99.0));
+            assert_eq!(
+                got.histogram.value_at_percentile(99.0),
+                want.value_at_percentile(99.0)
+            );
             assert_eq!(got.histogram.max(), want.max());
         }
     }

@@ -28,7 +28,11 @@ impl<W: Write> SampleWriter<W> {
             let connect = namelookup + p.connect_ns;
             let appconnect = if p.tls_ns > 0 { connect + p.tls_ns } else { 0 };
             let pretransfer = connect + p.tls_ns;
-            let starttransfer = if p.ttfb_ns > 0 { pretransfer + p.ttfb_ns } else { 0 };
+            let starttransfer = if p.ttfb_ns > 0 {
+                pretransfer + p.ttfb_ns
+            } else {
+                0
+            };
             let status = match s.outcome {
                 Outcome::Status(code) => code.to_string(),
                 _ => String::new(),
@@ -79,7 +83,11 @@ fn secs(ns: u64) -> String {
 /// Quotes a field when it holds a comma, quote or line break; also defuses a leading
 /// `=`, `+`, `-` or `@`, which spreadsheets would run as a formula.
 fn csv_field(s: &str) -> String {
-    let defused = if s.starts_with(['=', '+', '-', '@']) { format!("'{s}") } else { s.to_owned() };
+    let defused = if s.starts_with(['=', '+', '-', '@']) {
+        format!("'{s}")
+    } else {
+        s.to_owned()
+    };
     if defused.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", defused.replace('"', "\"\""))
     } else {
@@ -98,7 +106,13 @@ mod tests {
         s.released_at_ns = 1_000_100_000;
         s.sent_at_ns = 1_000_200_000;
         s.done_at_ns = 1_005_200_000;
-        s.phases = Phases { dns_ns: 0, connect_ns: 100_000, tls_ns: 2_000_000, ttfb_ns: 1_500_000, transfer_ns: 1_000 };
+        s.phases = Phases {
+            dns_ns: 0,
+            connect_ns: 100_000,
+            tls_ns: 2_000_000,
+            ttfb_ns: 1_500_000,
+            transfer_ns: 1_000,
+        };
         s.outcome = Outcome::Status(200);
         s.backend = Some(BackendId(1));
         s.bytes = 850;

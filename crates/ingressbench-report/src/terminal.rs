@@ -9,7 +9,11 @@ pub fn render(summary: &Summary, title: &str) -> String {
     let mut out = String::new();
     let s = summary;
     let _ = writeln!(out, "{title}");
-    let target = s.rate.target_per_s.map(|t| format!(" of {} req/s target", trim_float(t))).unwrap_or_default();
+    let target = s
+        .rate
+        .target_per_s
+        .map(|t| format!(" of {} req/s target", trim_float(t)))
+        .unwrap_or_default();
     let _ = writeln!(
         out,
         "  {} requests in {:.2}s: {} ok, {} errors; {:.1} req/s achieved{target}{}",
@@ -18,7 +22,11 @@ pub fn render(summary: &Summary, title: &str) -> String {
         group(s.requests.ok),
         group(s.requests.errors),
         s.rate.achieved_per_s,
-        if s.requests.warmup > 0 { format!(" ({} warm-up requests excluded)", group(s.requests.warmup)) } else { String::new() },
+        if s.requests.warmup > 0 {
+            format!(" ({} warm-up requests excluded)", group(s.requests.warmup))
+        } else {
+            String::new()
+        },
     );
     let _ = writeln!(
         out,
@@ -33,8 +41,16 @@ pub fn render(summary: &Summary, title: &str) -> String {
     } else {
         "from each request's actual send (closed loop: no schedule to correct against)"
     };
-    let _ = writeln!(out, "  Latency of {} requests, {what}:", group(s.latency_us.count));
-    let _ = writeln!(out, "  {:<14}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}", "", "p50", "p75", "p90", "p99", "p99.9", "p99.99", "max", "mean");
+    let _ = writeln!(
+        out,
+        "  Latency of {} requests, {what}:",
+        group(s.latency_us.count)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<14}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}",
+        "", "p50", "p75", "p90", "p99", "p99.9", "p99.99", "max", "mean"
+    );
     row(&mut out, "latency", &s.latency_us);
     if s.latency_corrected {
         row(&mut out, "service time", &s.service_time_us);
@@ -44,12 +60,29 @@ pub fn render(summary: &Summary, title: &str) -> String {
     let _ = write!(out, "  Phases p50/p99:");
     for name in ["dns", "connect", "tls", "ttfb", "total"] {
         if let Some(p) = s.phases_us.get(name).filter(|p| p.count > 0) {
-            let _ = write!(out, "  {name} {}/{}", human_us(p.p50 as f64), human_us(p.p99 as f64));
+            let _ = write!(
+                out,
+                "  {name} {}/{}",
+                human_us(p.p50 as f64),
+                human_us(p.p99 as f64)
+            );
         }
     }
     let _ = writeln!(out);
-    let outcomes: Vec<String> = s.outcomes.iter().map(|(k, v)| format!("{k}: {}", group(*v))).collect();
-    let _ = writeln!(out, "  Outcomes: {}", if outcomes.is_empty() { "none".to_owned() } else { outcomes.join(", ") });
+    let outcomes: Vec<String> = s
+        .outcomes
+        .iter()
+        .map(|(k, v)| format!("{k}: {}", group(*v)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  Outcomes: {}",
+        if outcomes.is_empty() {
+            "none".to_owned()
+        } else {
+            outcomes.join(", ")
+        }
+    );
     if !s.backends.is_empty() {
         let total: u64 = s.backends.values().sum();
         let parts: Vec<String> = s
@@ -141,13 +174,27 @@ mod tests {
         for i in 0..100u64 {
             let mut s = Sample::new(i * 10_000_000);
             s.done_at_ns = s.intended_at_ns + 1_500_000;
-            s.outcome = if i == 0 { Outcome::Status(502) } else { Outcome::Status(200) };
+            s.outcome = if i == 0 {
+                Outcome::Status(502)
+            } else {
+                Outcome::Status(200)
+            };
             s.backend = Some(id);
             r.record(&s);
         }
-        let ctx = SummaryContext { mode: LoadMode::Open, target_rate_per_s: Some(100.0), measured_ns: 1_000_000_000, interrupted: false };
+        let ctx = SummaryContext {
+            mode: LoadMode::Open,
+            target_rate_per_s: Some(100.0),
+            measured_ns: 1_000_000_000,
+            interrupted: false,
+        };
         let text = render(&Summary::new(&r, &ctx), "GET http://x/");
-        assert!(text.contains("100 requests in 1.00s: 99 ok, 1 errors; 100.0 req/s achieved of 100 req/s target"), "{text}");
+        assert!(
+            text.contains(
+                "100 requests in 1.00s: 99 ok, 1 errors; 100.0 req/s achieved of 100 req/s target"
+            ),
+            "{text}"
+        );
         assert!(text.contains("corrected for coordinated omission"));
         assert!(text.contains("200: 99, 502: 1"));
         assert!(text.contains("b1 100 (100.0%"));

@@ -78,7 +78,12 @@ pub(crate) struct LoadArgs {
     pub(crate) max_requests_per_connection: Option<u64>,
 
     /// Request method.
-    #[arg(short = 'X', long = "method", value_name = "METHOD", default_value = "GET")]
+    #[arg(
+        short = 'X',
+        long = "method",
+        value_name = "METHOD",
+        default_value = "GET"
+    )]
     pub(crate) method: String,
 
     /// Request header `Name: value` (repeatable). `Host:` sets the routing host.

@@ -8,7 +8,10 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result};
 use flate2::write::GzEncoder;
-use ingressbench_load::{parse_header, Length, LoadError, Mode, Observer, Plan, Progress, RequestSpec, Resolve, Target, TlsOptions, Warmup};
+use ingressbench_load::{
+    parse_header, Length, LoadError, Mode, Observer, Plan, Progress, RequestSpec, Resolve, Target,
+    TlsOptions, Warmup,
+};
 use ingressbench_report::hlog::HlogWriter;
 use ingressbench_report::samples::SampleWriter;
 use ingressbench_report::{hgrm, terminal};
@@ -33,7 +36,12 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
     }
     let report = match ingressbench_load::run(&plan, stop, &mut sink) {
         Ok(report) => report,
-        Err(e @ (LoadError::InvalidUrl { .. } | LoadError::InvalidHeader { .. } | LoadError::InvalidPlan { .. } | LoadError::Tls { .. })) => {
+        Err(
+            e @ (LoadError::InvalidUrl { .. }
+            | LoadError::InvalidHeader { .. }
+            | LoadError::InvalidPlan { .. }
+            | LoadError::Tls { .. }),
+        ) => {
             return Err(UsageError(e.into()).into());
         }
         Err(e) => return Err(e.into()),
@@ -42,8 +50,11 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
     let summary = &report.summary;
     if let Some((path, file)) = json {
         let mut out = BufWriter::new(file);
-        serde_json::to_writer_pretty(&mut out, summary).with_context(|| format!("writing {}", path.display()))?;
-        writeln!(out).and_then(|()| out.flush()).with_context(|| format!("writing {}", path.display()))?;
+        serde_json::to_writer_pretty(&mut out, summary)
+            .with_context(|| format!("writing {}", path.display()))?;
+        writeln!(out)
+            .and_then(|()| out.flush())
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if let Some((path, file)) = hgrm_file {
         let mut out = BufWriter::new(file);
@@ -75,16 +86,25 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
     }
     let body = match (&args.body, &args.body_file) {
         (Some(text), _) => text.clone().into_bytes(),
-        (None, Some(path)) => std::fs::read(path).with_context(|| format!("--body-file {}: cannot read it", path.display()))?,
+        (None, Some(path)) => std::fs::read(path)
+            .with_context(|| format!("--body-file {}: cannot read it", path.display()))?,
         (None, None) => Vec::new(),
     };
-    plan.request = RequestSpec { method: args.method.clone(), headers, body };
+    plan.request = RequestSpec {
+        method: args.method.clone(),
+        headers,
+        body,
+    };
     plan.mode = match (args.rate, args.sequential) {
         (Some(rate_per_s), _) => Mode::Open { rate_per_s },
-        (None, true) => Mode::Sequential { interval: args.interval.unwrap_or(Duration::ZERO) },
+        (None, true) => Mode::Sequential {
+            interval: args.interval.unwrap_or(Duration::ZERO),
+        },
         (None, false) => Mode::Closed,
     };
-    plan.connections = args.connections.unwrap_or(if args.sequential { 1 } else { 10 });
+    plan.connections = args
+        .connections
+        .unwrap_or(if args.sequential { 1 } else { 10 });
     plan.threads = args.threads;
     plan.length = match (args.requests, args.duration) {
         (Some(n), _) => Length::Requests(n),
@@ -99,8 +119,16 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
     plan.keepalive = !args.no_keepalive;
     plan.max_requests_per_connection = args.max_requests_per_connection;
     plan.timeout = args.timeout;
-    plan.tls = TlsOptions { cacert: args.cacert.clone(), insecure: args.insecure, sni: args.sni.clone() };
-    plan.resolve = args.resolve.iter().map(|r| Resolve::parse(r)).collect::<Result<_, _>>()?;
+    plan.tls = TlsOptions {
+        cacert: args.cacert.clone(),
+        insecure: args.insecure,
+        sni: args.sni.clone(),
+    };
+    plan.resolve = args
+        .resolve
+        .iter()
+        .map(|r| Resolve::parse(r))
+        .collect::<Result<_, _>>()?;
     plan.backend_header = args.backend_header.clone();
     plan.sample_rate = match (&args.samples, args.sample_rate) {
         (Some(_), rate) => rate.unwrap_or(1.0),
@@ -126,12 +154,22 @@ fn describe(plan: &Plan) -> String {
         plan.target,
         plan.connections,
         plan.threads,
-        if plan.keepalive { "keep-alive" } else { "new connection per request" }
+        if plan.keepalive {
+            "keep-alive"
+        } else {
+            "new connection per request"
+        }
     )
 }
 
+/// Creates an output file; failing to is the user's input error (exit 2).
 fn create(path: &Path) -> Result<(PathBuf, File)> {
-    let file = File::create(path).with_context(|| format!("cannot create {} (does its directory exist and is it writable?)", path.display()))?;
+    let file = File::create(path).map_err(|e| {
+        UsageError(anyhow::Error::new(e).context(format!(
+            "cannot create {} (does its directory exist and is it writable?)",
+            path.display()
+        )))
+    })?;
     Ok((path.to_owned(), file))
 }
 
@@ -170,7 +208,11 @@ impl Sink {
         let hlog = match &args.hlog {
             Some(path) => {
                 let (path, file) = create(path)?;
-                let comment = format!("ingressbench {} load {}\nvalues in microseconds", env!("CARGO_PKG_VERSION"), plan.target);
+                let comment = format!(
+                    "ingressbench {} load {}\nvalues in microseconds",
+                    env!("CARGO_PKG_VERSION"),
+                    plan.target
+                );
                 let writer = HlogWriter::new(BufWriter::new(file), SystemTime::now(), &comment)
                     .with_context(|| format!("writing {}", path.display()))?;
                 Some((path, writer))
@@ -181,21 +223,32 @@ impl Sink {
             Some(path) => {
                 let (path, file) = create(path)?;
                 let out = if path.extension().is_some_and(|e| e == "gz") {
-                    SamplesOut::Gzip(GzEncoder::new(BufWriter::new(file), flate2::Compression::fast()))
+                    SamplesOut::Gzip(GzEncoder::new(
+                        BufWriter::new(file),
+                        flate2::Compression::fast(),
+                    ))
                 } else {
                     SamplesOut::Plain(BufWriter::new(file))
                 };
-                let writer = SampleWriter::new(out).with_context(|| format!("writing {}", path.display()))?;
+                let writer = SampleWriter::new(out)
+                    .with_context(|| format!("writing {}", path.display()))?;
                 Some((path, writer))
             }
             None => None,
         };
-        Ok(Self { hlog, samples, progress: !args.quiet && std::io::stderr().is_terminal(), error: None })
+        Ok(Self {
+            hlog,
+            samples,
+            progress: !args.quiet && std::io::stderr().is_terminal(),
+            error: None,
+        })
     }
 
     fn keep_error(&mut self, result: std::io::Result<()>, path: &Path) {
         if let Err(e) = result {
-            self.error.get_or_insert_with(|| anyhow::Error::new(e).context(format!("writing {}", path.display())));
+            self.error.get_or_insert_with(|| {
+                anyhow::Error::new(e).context(format!("writing {}", path.display()))
+            });
         }
     }
 
@@ -226,7 +279,9 @@ impl Observer for Sink {
         if let Some((path, w)) = self.hlog.as_mut() {
             let start = Duration::from_nanos(window.start_ns());
             let length = Duration::from_nanos(window.width_ns);
-            let result = w.interval(start, length, &window.latency).and_then(|()| w.flush());
+            let result = w
+                .interval(start, length, &window.latency)
+                .and_then(|()| w.flush());
             let path = path.clone();
             self.keep_error(result, &path);
         }

@@ -11,7 +11,9 @@ const EXIT_INTERRUPTED: i32 = 130;
 pub(crate) fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     std::thread::Builder::new().name("ib-signals".into()).spawn(move || {
         runtime.block_on(async move {
             use tokio::signal::unix::{signal, SignalKind};

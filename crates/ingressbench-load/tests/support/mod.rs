@@ -20,7 +20,10 @@ pub enum Behavior {
     Answer { name: String },
     /// Like `Answer`, but holds every answer due within `stall_for` of each multiple of
     /// `every` (from server start) until that stall ends.
-    Stall { every: Duration, stall_for: Duration },
+    Stall {
+        every: Duration,
+        stall_for: Duration,
+    },
     /// Reads the request, then never answers.
     Silent,
     /// Reads the request, then closes with a reset.
@@ -60,11 +63,14 @@ pub fn test_tls(tag: &str) -> TestTls {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, "ingressbench test CA");
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, "ingressbench test CA");
     let ca_cert = ca_params.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca_params, ca_key);
     let key = KeyPair::generate().unwrap();
-    let params = CertificateParams::new(vec!["app.test".to_owned(), "127.0.0.1".to_owned()]).unwrap();
+    let params =
+        CertificateParams::new(vec!["app.test".to_owned(), "127.0.0.1".to_owned()]).unwrap();
     let cert = params.signed_by(&key, &issuer).unwrap();
     let dir = std::env::temp_dir().join(format!("ib-load-test-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -80,12 +86,20 @@ pub fn test_tls(tag: &str) -> TestTls {
             PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
         )
         .unwrap();
-    TestTls { ca_path, dir, server_config: Arc::new(server_config) }
+    TestTls {
+        ca_path,
+        dir,
+        server_config: Arc::new(server_config),
+    }
 }
 
 /// Starts a server on 127.0.0.1:0 with its own runtime (two threads).
 pub fn serve(behavior: Behavior, tls: Option<Arc<rustls::ServerConfig>>) -> Server {
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
     let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap();
     let accepts = Arc::new(AtomicU64::new(0));
@@ -94,7 +108,9 @@ pub fn serve(behavior: Behavior, tls: Option<Arc<rustls::ServerConfig>>) -> Serv
     let (a, r) = (accepts.clone(), requests.clone());
     runtime.spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { return };
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
             a.fetch_add(1, Ordering::Relaxed);
             let _ = stream.set_nodelay(true);
             let behavior = behavior.clone();
@@ -116,10 +132,20 @@ pub fn serve(behavior: Behavior, tls: Option<Arc<rustls::ServerConfig>>) -> Serv
             });
         }
     });
-    Server { addr, accepts, requests, _runtime: runtime }
+    Server {
+        addr,
+        accepts,
+        requests,
+        _runtime: runtime,
+    }
 }
 
-async fn serve_plain(stream: TcpStream, behavior: Behavior, requests: Arc<AtomicU64>, started: Instant) {
+async fn serve_plain(
+    stream: TcpStream,
+    behavior: Behavior,
+    requests: Arc<AtomicU64>,
+    started: Instant,
+) {
     match behavior {
         Behavior::Reset | Behavior::AnswerThenReset { .. } => {
             // These need the raw socket to reset it.
@@ -160,13 +186,19 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     loop {
-        let Some((host, path)) = read_head(&mut stream, &mut buf).await else { return };
+        let Some((host, path)) = read_head(&mut stream, &mut buf).await else {
+            return;
+        };
         requests.fetch_add(1, Ordering::Relaxed);
         match &behavior {
             Behavior::Answer { name } => {
                 // "$host" names the backend after the Host header, to check routing.
                 let name = if name == "$host" { &host } else { name };
-                if stream.write_all(&response(name, &path, &host)).await.is_err() {
+                if stream
+                    .write_all(&response(name, &path, &host))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -176,7 +208,11 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
                 if into < *stall_for {
                     tokio::time::sleep(*stall_for - into).await;
                 }
-                if stream.write_all(&response("stall", &path, &host)).await.is_err() {
+                if stream
+                    .write_all(&response("stall", &path, &host))
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -185,7 +221,9 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
             }
             Behavior::CloseAfterRequest => return,
             Behavior::Garbage => {
-                let _ = stream.write_all(b"SSH-2.0-OpenSSH_9.2p1 this is not http\r\n").await;
+                let _ = stream
+                    .write_all(b"SSH-2.0-OpenSSH_9.2p1 this is not http\r\n")
+                    .await;
                 return;
             }
             Behavior::Reset | Behavior::AnswerThenReset { .. } => return,
@@ -194,7 +232,10 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// Reads one request head (and ignores any body); returns its Host and path.
-async fn read_head<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut [u8]) -> Option<(String, String)> {
+async fn read_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut [u8],
+) -> Option<(String, String)> {
     let mut len = 0;
     loop {
         if let Some(end) = buf[..len].windows(4).position(|w| w == b"\r\n\r\n") {
@@ -202,7 +243,10 @@ async fn read_head<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut [u8]) -> Opti
             let path = head.split(' ').nth(1).unwrap_or("/").to_owned();
             let host = head
                 .lines()
-                .find_map(|l| l.strip_prefix("Host: ").or_else(|| l.strip_prefix("host: ")))
+                .find_map(|l| {
+                    l.strip_prefix("Host: ")
+                        .or_else(|| l.strip_prefix("host: "))
+                })
                 .unwrap_or("")
                 .to_owned();
             // Keep-alive: this simple server assumes nothing follows the head in the buffer.

@@ -1,0 +1,268 @@
+//! End-to-end tests of the `ingressbench` binary: exit codes, messages and output files.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
+
+/// A threaded HTTP/1.1 server on 127.0.0.1:0 answering 200 with `x-backend: cli`.
+fn server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || answer(stream));
+        }
+    });
+    addr
+}
+
+fn answer(stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut writer = stream;
+    loop {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) if line == "\r\n" => break,
+                Ok(_) => {}
+            }
+        }
+        let body = "hello from the cli test server\n";
+        let response = format!(
+            "HTTP/1.1 200 OK\r\nx-backend: cli\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        if writer.write_all(response.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ib-cli-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ib(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn outputs_are_written_and_agree_with_each_other() {
+    let addr = server();
+    let dir = temp_dir("outputs");
+    let (json, hgrm, hlog, samples) = (
+        dir.join("s.json"),
+        dir.join("s.hgrm"),
+        dir.join("s.hlog"),
+        dir.join("s.csv.gz"),
+    );
+    let out = ib(&[
+        "load",
+        "-R",
+        "400",
+        "-d",
+        "2s",
+        "-c",
+        "4",
+        "--json",
+        path_str(&json),
+        "--hgrm",
+        path_str(&hgrm),
+        "--hlog",
+        path_str(&hlog),
+        "--samples",
+        path_str(&samples),
+        "--sample-rate",
+        "0.5",
+        "--latency",
+        &format!("http://{addr}/"),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("corrected for coordinated omission"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Detailed percentile spectrum"), "{stdout}");
+
+    // The JSON validates against the checked-in schema.
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let schema_path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/schema/load-summary.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(schema_path).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&summary)
+        .map(|e| format!("{} at {}", e, e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "schema errors: {errors:?}");
+    let total = summary["requests"]["total"].as_u64().unwrap();
+    assert_eq!(total, 800);
+    assert_eq!(summary["backends"]["cli"].as_u64(), Some(800));
+    assert_eq!(summary["rate"]["target_per_s"].as_f64(), Some(400.0));
+
+    // The .hgrm spectrum brackets the JSON's percentiles: the last row below each
+    // percentile is at or under it, the first row at or past it is at or over it.
+    let rows = ingressbench_report::hgrm::parse(&std::fs::read_to_string(&hgrm).unwrap()).unwrap();
+    for (p, key) in [(50.0, "p50"), (90.0, "p90"), (99.0, "p99")] {
+        let json_ms = summary["latency_us"][key].as_f64().unwrap() / 1000.0;
+        let at_or_past = ingressbench_report::hgrm::value_at(&rows, p).unwrap();
+        let below = rows
+            .iter()
+            .filter(|r| r.percentile * 100.0 < p)
+            .map(|r| r.value_ms)
+            .fold(0.0, f64::max);
+        assert!(
+            below <= json_ms + 0.001 && json_ms <= at_or_past + 0.001,
+            "{key}: {below} <= {json_ms} <= {at_or_past}"
+        );
+    }
+    assert_eq!(rows.last().unwrap().total_count, total);
+
+    // The interval log holds every request, one interval per second.
+    let intervals = ingressbench_report::hlog::read(&std::fs::read(&hlog).unwrap()).unwrap();
+    assert!(intervals.len() >= 2, "{} intervals", intervals.len());
+    assert_eq!(
+        intervals.iter().map(|i| i.histogram.count()).sum::<u64>(),
+        total
+    );
+
+    // About half the requests were sampled, each row with every column.
+    let mut csv = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(&samples).unwrap())
+        .read_to_string(&mut csv)
+        .unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert!(
+        (250..=550).contains(&rows.len()),
+        "{} sampled rows",
+        rows.len()
+    );
+    let columns = ingressbench_report::samples::HEADER.split(',').count();
+    assert!(rows.iter().all(|r| r.split(',').count() == columns));
+}
+
+#[test]
+fn bad_input_exits_2_and_says_what_would_be_valid() {
+    for (args, expected) in [
+        (vec!["load", "ftp://x/"], "http:// or https://"),
+        (
+            vec!["load", "-H", "no colon", "http://127.0.0.1:1/"],
+            "Name: value",
+        ),
+        (vec!["load", "--rate", "0", "http://127.0.0.1:1/"], "--rate"),
+        (
+            vec!["load", "--resolve", "nonsense", "http://127.0.0.1:1/"],
+            "host:port:address",
+        ),
+        (
+            vec!["load", "--threads", "4", "-c", "2", "http://127.0.0.1:1/"],
+            "--threads",
+        ),
+        (
+            vec![
+                "load",
+                "--json",
+                "/nonexistent-dir/x.json",
+                "http://127.0.0.1:1/",
+            ],
+            "cannot create /nonexistent-dir/x.json",
+        ),
+        (
+            vec!["load", "-d", "ten", "http://127.0.0.1:1/"],
+            "not a duration",
+        ),
+    ] {
+        let out = ib(&args);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn an_unreachable_target_fails_the_run_with_a_hint() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = ib(&[
+        "load",
+        "-n",
+        "3",
+        "-c",
+        "1",
+        &format!("http://127.0.0.1:{port}/"),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("NO REQUEST SUCCEEDED") && stdout.contains("is the server running"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn ctrl_c_keeps_what_was_measured() {
+    let addr = server();
+    let dir = temp_dir("sigint");
+    let (json, hlog) = (dir.join("s.json"), dir.join("s.hlog"));
+    let child = Command::new(BIN)
+        .args([
+            "load",
+            "-R",
+            "200",
+            "-d",
+            "60s",
+            "--json",
+            path_str(&json),
+            "--hlog",
+            path_str(&hlog),
+            &format!("http://{addr}/"),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(20));
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(summary["interrupted"], true);
+    assert!(summary["requests"]["ok"].as_u64().unwrap() > 200);
+    let intervals = ingressbench_report::hlog::read(&std::fs::read(&hlog).unwrap()).unwrap();
+    assert!(intervals.len() >= 2);
+}
