@@ -34,7 +34,7 @@ mod tls;
 mod worker;
 
 pub use error::LoadError;
-pub use plan::{parse_duration, Length, Mode, Plan, Warmup};
+pub use plan::{parse_duration, Length, Mode, Plan, Warmup, DEFAULT_BATCH_WINDOW};
 pub use request::{parse_header, RequestSpec};
 pub use run::{run, LoadReport, NoObserver, Observer, Progress};
 pub use target::{Resolve, Scheme, Target};

@@ -115,6 +115,7 @@ pub fn run(
         warmup_ns,
         end,
         stop: stop.clone(),
+        batch_window: plan.batch_window,
     });
 
     let workers = plan.threads;

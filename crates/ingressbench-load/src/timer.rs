@@ -7,13 +7,7 @@ use std::time::{Duration, Instant};
 use rustix::time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec};
 use tokio::io::unix::AsyncFd;
 
-use crate::connection::nanos;
 
-/// Wake-ups are rounded up to this grid. tokio's timer wheel has 1 ms slots, which would
-/// delay sends by up to 1 ms and bunch them; a timerfd wakes within tens of microseconds.
-/// The grid bounds the wake-ups to 10,000 a second, so that at high rates a wake-up
-/// releases several due requests at once instead of costing syscalls per request.
-const GRID: Duration = Duration::from_micros(100);
 
 /// What the pacer needs of time.
 pub(crate) trait Clock {
@@ -24,14 +18,20 @@ pub(crate) trait Clock {
 }
 
 /// A timerfd registered with the runtime's reactor: sub-millisecond wake-ups without
-/// busy-waiting.
+/// busy-waiting (tokio's own timer has 1 ms slots, which would delay sends by up to 1 ms).
+///
+/// It wakes at each deadline, but at most once per batch window (see
+/// [`crate::Plan::batch_window`]): every wake-up costs a sleep and a wake of this thread
+/// and, on loopback, of the server, so at high rates one wake-up releases every request
+/// due since the last one. An isolated request is still sent at its time.
 pub(crate) struct PreciseClock {
     fd: AsyncFd<OwnedFd>,
-    origin: Instant,
+    window: Duration,
+    last_wake: Instant,
 }
 
 impl PreciseClock {
-    pub(crate) fn new(origin: Instant) -> io::Result<Self> {
+    pub(crate) fn new(origin: Instant, window: Duration) -> io::Result<Self> {
         let fd = rustix::time::timerfd_create(
             TimerfdClockId::Monotonic,
             TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
@@ -41,7 +41,7 @@ impl PreciseClock {
         // `register` is `unsafe`, which this crate forbids.
         #[allow(deprecated)]
         let fd = AsyncFd::new(fd)?;
-        Ok(Self { fd, origin })
+        Ok(Self { fd, window, last_wake: origin.checked_sub(window).unwrap_or(origin) })
     }
 
     fn arm(&self, wait: Duration) -> io::Result<()> {
@@ -71,11 +71,8 @@ impl Clock for PreciseClock {
         if deadline <= now {
             return;
         }
-        let grid = nanos(GRID);
-        let rounded = nanos(deadline.saturating_duration_since(self.origin)).div_ceil(grid) * grid;
-        let wait = Duration::from_nanos(
-            rounded.saturating_sub(nanos(now.saturating_duration_since(self.origin))),
-        );
+        let target = deadline.max(self.last_wake + self.window);
+        let wait = target - now;
         if self.arm(wait.max(Duration::from_nanos(1))).is_err() {
             tokio::time::sleep_until(deadline.into()).await;
             return;
@@ -89,7 +86,10 @@ impl Clock for PreciseClock {
             match guard.try_io(|fd| {
                 rustix::io::read(fd.get_ref(), &mut expirations).map_err(io::Error::from)
             }) {
-                Ok(_) => return,
+                Ok(_) => {
+                    self.last_wake = Instant::now();
+                    return;
+                }
                 Err(_would_block) => continue,
             }
         }
@@ -131,7 +131,7 @@ mod tests {
     #[tokio::test]
     async fn precise_clock_wakes_after_the_deadline_and_not_much_later() {
         let origin = Instant::now();
-        let mut clock = PreciseClock::new(origin).unwrap();
+        let mut clock = PreciseClock::new(origin, Duration::from_micros(100)).unwrap();
         let mut worst = Duration::ZERO;
         for i in 1..=20u32 {
             let deadline = origin + Duration::from_micros(250) * i;

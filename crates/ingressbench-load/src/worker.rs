@@ -49,6 +49,7 @@ pub(crate) struct Shared {
     pub(crate) warmup_ns: u64,
     pub(crate) end: Option<Instant>,
     pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) batch_window: Duration,
 }
 
 /// How one worker gets its requests.
@@ -270,6 +271,7 @@ impl Worker {
         sample.seq = ticket.seq;
         sample.released_at_ns = ticket.released_ns;
         sample.warmup = ticket.warmup;
+        let reused = conn.is_some();
         let sent = Instant::now();
         sample.sent_at_ns = nanos(sent.saturating_duration_since(self.shared.start));
         let mut stage = Stage::Connecting;
@@ -302,7 +304,7 @@ impl Worker {
         };
         let result = tokio::time::timeout_at((sent + self.shared.timeout).into(), attempt).await;
         let done = Instant::now();
-        sample.connection_reused = *served > 0;
+        sample.connection_reused = reused;
         sample.outcome = match result {
             Ok(Ok(outcome) | Err(outcome)) => outcome,
             Err(_elapsed) => match stage {
@@ -321,7 +323,9 @@ impl Worker {
                 sample.backend = Some(self.recorder.borrow_mut().backend_id(name));
             }
         }
-        *served += 1;
+        if conn.is_some() {
+            *served += 1;
+        }
         let reuse = matches!(sample.outcome, Outcome::Status(_))
             && progress.reusable
             && self.shared.keepalive
@@ -351,7 +355,7 @@ async fn pace(worker: Rc<Worker>, schedule: Schedule) {
     let Source::Open(dispatch) = &worker.source else {
         return;
     };
-    match PreciseClock::new(worker.shared.start) {
+    match PreciseClock::new(worker.shared.start, worker.shared.batch_window) {
         Ok(mut clock) => release(&worker, dispatch, schedule, &mut clock).await,
         Err(_) => {
             release(
@@ -443,6 +447,7 @@ pub(crate) mod tests {
             warmup_ns: 0,
             end: None,
             stop: Arc::new(AtomicBool::new(false)),
+            batch_window: Duration::from_micros(100),
         })
     }
 

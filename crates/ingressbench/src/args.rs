@@ -65,6 +65,12 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "N")]
     pub(crate) warmup_requests: Option<u64>,
 
+    /// Open loop: wake at most once per D and send every request due by then. Requests
+    /// further apart are sent on time; above 1/D req/s a shorter window sends closer to
+    /// the schedule and costs more CPU per request.
+    #[arg(long, value_name = "D", default_value = "500us", value_parser = parse_duration)]
+    pub(crate) batch_window: std::time::Duration,
+
     /// Worker threads, each with its own connections.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub(crate) threads: usize,

@@ -130,6 +130,7 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
         .map(|r| Resolve::parse(r))
         .collect::<Result<_, _>>()?;
     plan.backend_header = args.backend_header.clone();
+    plan.batch_window = args.batch_window;
     plan.sample_rate = match (&args.samples, args.sample_rate) {
         (Some(_), rate) => rate.unwrap_or(1.0),
         (None, _) => 0.0,

@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmarks of ingressbench's load engine against peer load generators.
+
+Every tool loads the same nginx on loopback in the same run: nginx pinned to CPU 0, the
+generator to CPU 1. CPU time is the generator's user+sys (getrusage of the child), so
+"CPU per request" is what the generator itself spent. Prints a Markdown table with the
+ratio of each tool to ingressbench; nothing here asserts a timing.
+
+    python3 bench/compare.py closed      # 1 thread, 50 connections, closed loop, 10 s
+    python3 bench/compare.py open        # open loop at 20,000 req/s, 10 s
+    python3 bench/compare.py memory      # RSS at 1 min vs 10 min; RSS with 10,000 connections
+    python3 bench/compare.py all --duration 5
+
+Needs nginx (scripts/install-deps.sh) and the peers (../shared/tools/install-peers.sh).
+"""
+import argparse
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PEERS = os.environ.get("PEERS", os.path.expanduser("~/.cache/ib-peers/bin"))
+IB = os.path.join(ROOT, "target", "release", "ingressbench")
+SUT_CPU, GEN_CPU = "0", "1"
+
+
+def find(tool):
+    for path in (os.path.join(PEERS, tool), shutil.which(tool)):
+        if path and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Nginx:
+    """nginx with one worker on SUT_CPU, returning a small 200 from memory."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="ib-bench-nginx-")
+        self.port = free_port()
+        conf = os.path.join(self.dir, "nginx.conf")
+        with open(conf, "w") as f:
+            f.write(f"""worker_processes 1;
+worker_rlimit_nofile 65536;
+daemon off;
+pid {self.dir}/nginx.pid;
+error_log {self.dir}/error.log;
+events {{ worker_connections 30000; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000000;
+  keepalive_timeout 300s;
+  server {{
+    listen 127.0.0.1:{self.port} backlog=16384 reuseport;
+    location / {{ add_header x-backend nginx; return 200 "hello from nginx\\n"; }}
+  }}
+}}
+""")
+        self.proc = subprocess.Popen(["taskset", "-c", SUT_CPU, "nginx", "-c", conf, "-e", f"{self.dir}/error.log"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        else:
+            raise SystemExit(f"nginx did not start; see {self.dir}/error.log")
+        self.url = f"http://127.0.0.1:{self.port}/"
+
+    def stop(self):
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(timeout=10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def measure(cmd, stdout_path=None):
+    """Runs cmd pinned to GEN_CPU; returns (stdout text, cpu seconds, wall seconds)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.time()
+    out = open(stdout_path, "w") if stdout_path else subprocess.PIPE
+    proc = subprocess.run(["taskset", "-c", GEN_CPU] + cmd, stdout=out, stderr=subprocess.PIPE, text=True)
+    wall = time.time() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if proc.returncode != 0:
+        print(f"  ! {' '.join(cmd[:3])}... exited {proc.returncode}: {proc.stderr.strip()[:300]}", file=sys.stderr)
+    return (proc.stdout if not stdout_path else ""), cpu, wall
+
+
+def run_ingressbench(args, url, tmp):
+    out = os.path.join(tmp, "ib.json")
+    _, cpu, wall = measure([IB, "load", "-q", "--json", out] + args + [url])
+    with open(out) as f:
+        s = json.load(f)
+    if s["rate"]["target_per_s"]:
+        print(f"  ingressbench {' '.join(args)}: scheduler lag p50 {s['scheduler_lag_us']['p50']} us, "
+              f"p99 {s['scheduler_lag_us']['p99']} us; achieved {s['rate']['achieved_per_s']:.1f}/s", file=sys.stderr)
+    return {"requests": s["requests"]["total"], "ok": s["requests"]["ok"], "rate": s["rate"]["achieved_per_s"],
+            "p50_us": s["latency_us"]["p50"], "p99_us": s["latency_us"]["p99"], "cpu": cpu}
+
+
+def run_wrk(conns, seconds, url):
+    text, cpu, _ = measure([find("wrk"), "-t1", f"-c{conns}", f"-d{seconds}s", "--latency", url])
+    reqs = int(next(l for l in text.splitlines() if "requests in" in l).split()[0])
+    rate = float(next(l for l in text.splitlines() if l.startswith("Requests/sec")).split()[1])
+    return {"requests": reqs, "ok": reqs, "rate": rate, "p50_us": wrk_latency(text, "50%"), "p99_us": wrk_latency(text, "99%"), "cpu": cpu}
+
+
+def wrk_latency(text, label):
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and parts[0] == label:
+            v = parts[1]
+            for unit, scale in (("us", 1), ("ms", 1000), ("s", 1_000_000)):
+                if v.endswith(unit):
+                    return float(v[: -len(unit)]) * scale
+    return None
+
+
+def run_oha(conns, seconds, url, rate=None):
+    cmd = [find("oha"), "--no-tui", "--output-format", "json", "-c", str(conns), "-z", f"{seconds}s"]
+    if rate:
+        cmd += ["-q", str(rate), "--latency-correction"]
+    text, cpu, _ = measure(cmd + [url])
+    s = json.loads(text)
+    total = sum(s["statusCodeDistribution"].values())
+    pct = s.get("latencyPercentiles", {})
+    return {"requests": total, "ok": s["statusCodeDistribution"].get("200", 0), "rate": s["summary"]["requestsPerSec"],
+            "p50_us": pct.get("p50", 0) * 1e6, "p99_us": pct.get("p99", 0) * 1e6, "cpu": cpu}
+
+
+def run_hey(conns, seconds, url):
+    text, cpu, _ = measure([find("hey"), "-c", str(conns), "-z", f"{seconds}s", url])
+    rate = float(next(l for l in text.splitlines() if "Requests/sec" in l).split()[1])
+    reqs = sum(int(l.split()[1]) for l in text.splitlines() if l.strip().startswith("[2"))
+    def pct(label):
+        for l in text.splitlines():
+            if l.strip().startswith(f"{label}% in"):
+                return float(l.split()[2]) * 1e6
+    return {"requests": reqs, "ok": reqs, "rate": rate, "p50_us": pct(50), "p99_us": pct(99), "cpu": cpu}
+
+
+def run_vegeta(rate, seconds, url, tmp):
+    results = os.path.join(tmp, "vegeta.bin")
+    targets = os.path.join(tmp, "targets.txt")
+    with open(targets, "w") as f:
+        f.write(f"GET {url}\n")
+    _, cpu, _ = measure([find("vegeta"), "attack", f"-targets={targets}", f"-rate={rate}", f"-duration={seconds}s",
+                         "-max-workers=50", "-workers=50"], stdout_path=results)
+    report = subprocess.run([find("vegeta"), "report", "-type=json", results], capture_output=True, text=True)
+    s = json.loads(report.stdout)
+    return {"requests": s["requests"], "ok": s["status_codes"].get("200", 0), "rate": s["rate"],
+            "p50_us": s["latencies"]["50th"] / 1000, "p99_us": s["latencies"]["99th"] / 1000, "cpu": cpu}
+
+
+def table(title, rows, key, better):
+    print(f"\n### {title}\n")
+    print("| tool | requests | ok | req/s | p50 | p99 | CPU s | CPU us/req | " + f"{key} vs ingressbench |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    base = rows.get("ingressbench")
+    for name, r in rows.items():
+        if r is None:
+            print(f"| {name} | not installed | | | | | | | |")
+            continue
+        per_req = r["cpu"] / max(r["requests"], 1) * 1e6
+        r["cpu_per_req_us"] = per_req
+        ratio = ""
+        if base:
+            if key == "req/s":
+                ratio = f"{r['rate'] / base['rate']:.2f}x"
+            else:
+                ratio = f"{per_req / (base['cpu'] / max(base['requests'], 1) * 1e6):.2f}x"
+        fmt = lambda us: "-" if us is None else (f"{us / 1000:.2f} ms" if us >= 1000 else f"{us:.0f} us")
+        print(f"| {name} | {r['requests']:,} | {r['ok']:,} | {r['rate']:,.0f} | {fmt(r['p50_us'])} | {fmt(r['p99_us'])} "
+              f"| {r['cpu']:.2f} | {per_req:.2f} | {ratio} |")
+    print(f"\n({better})")
+
+
+def closed(nginx, seconds, tmp):
+    rows = {"ingressbench": run_ingressbench(["-c", "50", "--threads", "1", "-d", f"{seconds}s"], nginx.url, tmp)}
+    rows["wrk"] = run_wrk(50, seconds, nginx.url) if find("wrk") else None
+    rows["oha"] = run_oha(50, seconds, nginx.url) if find("oha") else None
+    rows["hey"] = run_hey(50, seconds, nginx.url) if find("hey") else None
+    table(f"Closed loop, 1 thread, 50 connections, {seconds} s", rows, "req/s", "higher req/s is better")
+    return rows
+
+
+def open_loop(nginx, seconds, tmp, rate=20000, grids=("0us", "250us", "750us", "1ms")):
+    # The default pacing grid first (it is the baseline of the ratios), then other grids.
+    rows = {"ingressbench": run_ingressbench(["-R", str(rate), "-c", "50", "-d", f"{seconds}s"], nginx.url, tmp)}
+    for grid in grids:
+        rows[f"ingressbench --batch-window {grid}"] = run_ingressbench(
+            ["-R", str(rate), "-c", "50", "-d", f"{seconds}s", "--batch-window", grid], nginx.url, tmp)
+    rows["oha --latency-correction"] = run_oha(50, seconds, nginx.url, rate=rate) if find("oha") else None
+    rows["vegeta"] = run_vegeta(rate, seconds, nginx.url, tmp) if find("vegeta") else None
+    table(f"Open loop at {rate:,} req/s, 50 connections, {seconds} s", rows, "CPU/request",
+          "lower CPU per request is better; achieved rate should be within 0.5% of the target")
+    return rows
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def memory(nginx, tmp, long_minutes):
+    print("\n### Memory\n")
+    # RSS over a long open-loop run: after 1 minute and at the end.
+    proc = subprocess.Popen(["taskset", "-c", GEN_CPU, IB, "load", "-q", "-R", "5000", "-c", "50", "-d", f"{long_minutes}m",
+                             "--hlog", os.path.join(tmp, "long.hlog"), nginx.url], stdout=subprocess.DEVNULL)
+    samples = []
+    for minute in range(1, long_minutes + 1):
+        time.sleep(60)
+        samples.append((minute, rss_kib(proc.pid)))
+    proc.wait()
+    print("| minute | RSS |\n|---:|---:|")
+    for minute, kib in samples:
+        print(f"| {minute} | {kib / 1024:.1f} MiB |")
+    if len(samples) >= 2:
+        print(f"\nRSS at the end / RSS after 1 minute: {samples[-1][1] / samples[0][1]:.3f}")
+    # RSS with 10,000 open connections (open loop at 10,000 req/s: every connection used).
+    proc = subprocess.Popen(["taskset", "-c", GEN_CPU, IB, "load", "-q", "-R", "10000", "-c", "10000", "-d", "30s", nginx.url],
+                            stdout=subprocess.PIPE, text=True)
+    time.sleep(20)
+    kib = rss_kib(proc.pid)
+    with open(f"/proc/{proc.pid}/status") as f:
+        hwm = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+    out, _ = proc.communicate()
+    opened = next((l for l in out.splitlines() if "connections opened" in l), "").strip()
+    print(f"\n10,000 connections: RSS {kib / 1024:.1f} MiB after 20 s, peak {hwm / 1024:.1f} MiB ({opened})")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=["closed", "open", "memory", "all"])
+    ap.add_argument("--duration", type=int, default=10, help="seconds per tool (default 10)")
+    ap.add_argument("--rate", type=int, default=20000)
+    ap.add_argument("--long-minutes", type=int, default=10)
+    args = ap.parse_args()
+    if not os.access(IB, os.X_OK):
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "ingressbench"], cwd=ROOT, check=True)
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    print(f"machine: {os.cpu_count()} CPUs, {open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}; "
+          f"nginx on CPU {SUT_CPU}, generators on CPU {GEN_CPU}")
+    nginx = Nginx()
+    tmp = tempfile.mkdtemp(prefix="ib-bench-")
+    try:
+        if args.what in ("closed", "all"):
+            closed(nginx, args.duration, tmp)
+        if args.what in ("open", "all"):
+            open_loop(nginx, args.duration, tmp, args.rate)
+        if args.what in ("memory", "all"):
+            memory(nginx, tmp, args.long_minutes)
+    finally:
+        nginx.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

