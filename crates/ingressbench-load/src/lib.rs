@@ -34,6 +34,51 @@ mod tls;
 mod worker;
 
 pub use error::LoadError;
+
+/// Entry points for fuzz targets (`fuzz/`); not part of the supported API.
+#[doc(hidden)]
+pub mod fuzzing {
+    use crate::response::{Progress, ResponseParser};
+
+    /// What parsing one response made of `data`.
+    #[derive(Debug, PartialEq, Eq)]
+    pub enum Parsed {
+        /// Complete after this many bytes, with this status.
+        Done {
+            /// Bytes consumed.
+            consumed: usize,
+            /// Status code.
+            status: u16,
+        },
+        /// Not complete by the end of the data.
+        Incomplete,
+        /// Not HTTP.
+        Malformed,
+    }
+
+    /// Feeds `data` to a fresh parser in pieces cut at `cuts` (offsets, any order).
+    pub fn parse_response(data: &[u8], cuts: &[usize], head_request: bool) -> Parsed {
+        let mut points: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
+        points.extend([0, data.len()]);
+        points.sort_unstable();
+        points.dedup();
+        let mut parser = ResponseParser::new("x-backend");
+        parser.reset(head_request);
+        for w in points.windows(2) {
+            match parser.feed(&data[w[0]..w[1]]) {
+                Ok(Progress::Done { consumed }) => {
+                    return Parsed::Done {
+                        consumed: w[0] + consumed,
+                        status: parser.status(),
+                    };
+                }
+                Ok(Progress::NeedMore) => {}
+                Err(_) => return Parsed::Malformed,
+            }
+        }
+        Parsed::Incomplete
+    }
+}
 pub use plan::{parse_duration, Length, Mode, Plan, Warmup, DEFAULT_BATCH_WINDOW};
 pub use request::{parse_header, RequestSpec};
 pub use run::{run, LoadReport, NoObserver, Observer, Progress};

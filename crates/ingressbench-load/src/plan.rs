@@ -186,7 +186,10 @@ impl Plan {
             );
         }
         if self.batch_window > Duration::from_millis(100) {
-            return bad("--batch-window", format!("{:?} is longer than 100ms", self.batch_window));
+            return bad(
+                "--batch-window",
+                format!("{:?} is longer than 100ms", self.batch_window),
+            );
         }
         if self.window < Duration::from_millis(10) {
             return bad("window", "must be at least 10ms".to_owned());

@@ -7,8 +7,6 @@ use std::time::{Duration, Instant};
 use rustix::time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec};
 use tokio::io::unix::AsyncFd;
 
-
-
 /// What the pacer needs of time.
 pub(crate) trait Clock {
     /// The current time.
@@ -41,7 +39,11 @@ impl PreciseClock {
         // `register` is `unsafe`, which this crate forbids.
         #[allow(deprecated)]
         let fd = AsyncFd::new(fd)?;
-        Ok(Self { fd, window, last_wake: origin.checked_sub(window).unwrap_or(origin) })
+        Ok(Self {
+            fd,
+            window,
+            last_wake: origin.checked_sub(window).unwrap_or(origin),
+        })
     }
 
     fn arm(&self, wait: Duration) -> io::Result<()> {
