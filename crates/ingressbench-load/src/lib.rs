@@ -79,7 +79,8 @@ pub mod fuzzing {
         Parsed::Incomplete
     }
 }
-pub use plan::{parse_duration, Length, Mode, Plan, Warmup, DEFAULT_BATCH_WINDOW};
+pub use ingressbench_stats::parse_duration;
+pub use plan::{Length, Mode, Plan, Warmup, DEFAULT_BATCH_WINDOW};
 pub use request::{parse_header, RequestSpec};
 pub use run::{run, LoadReport, NoObserver, Observer, Progress};
 pub use target::{Resolve, Scheme, Target};

@@ -19,12 +19,14 @@
 //! assert!((2_500..=2_503).contains(&recorder.latency().value_at_percentile(50.0)));
 //! ```
 
+mod duration;
 mod histogram;
 mod outcome;
 mod recorder;
 mod sample;
 mod summary;
 
+pub use duration::parse_duration;
 pub use histogram::{HistogramUs, MAX_TRACKABLE_US};
 pub use outcome::{Outcome, OutcomeCounts, FAILURE_KINDS};
 pub use recorder::{BackendId, BackendStats, PhaseHistograms, Recorder, Window};

@@ -18,6 +18,47 @@ pub(crate) enum Command {
     /// Send HTTP/1.1 load to one URL and measure latency honestly (open loop with -R).
     #[command(after_help = LOAD_EXAMPLES)]
     Load(Box<LoadArgs>),
+    /// Run the echo backend the lab puts behind proxies (prints the address it listens on).
+    Backend(BackendArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct BackendArgs {
+    /// Address to listen on; port 0 picks a free one.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+    pub(crate) listen: std::net::SocketAddr,
+
+    /// Name sent back in the x-backend header.
+    #[arg(long, default_value = "backend")]
+    pub(crate) name: String,
+
+    /// Body size of a normal answer (615 is nginx's welcome page).
+    #[arg(long, value_name = "N", default_value_t = 615)]
+    pub(crate) body_bytes: usize,
+
+    /// Status of a normal answer.
+    #[arg(long, value_name = "CODE", default_value_t = 200)]
+    pub(crate) status: u16,
+
+    /// Time before answering: 5ms, uniform:1ms-5ms, or lognormal:2ms,p99=20ms.
+    #[arg(long, value_name = "SPEC", default_value = "0ms")]
+    pub(crate) latency: String,
+
+    /// Share of requests answered 500 instead (0 to 1).
+    #[arg(long, value_name = "F", default_value_t = 0.0)]
+    pub(crate) error_rate: f64,
+
+    /// Stop answering periodically: the period (with --stall-for).
+    #[arg(long, value_name = "D", requires = "stall_for", value_parser = parse_duration)]
+    pub(crate) stall_every: Option<std::time::Duration>,
+
+    /// How long each stall lasts.
+    #[arg(long, value_name = "D", requires = "stall_every", value_parser = parse_duration)]
+    pub(crate) stall_for: Option<std::time::Duration>,
+
+    /// On SIGTERM, how long in-flight requests may take before connections are dropped.
+    #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_duration)]
+    pub(crate) drain_timeout: std::time::Duration,
 }
 
 const LOAD_EXAMPLES: &str = "Examples:

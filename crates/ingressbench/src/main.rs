@@ -3,6 +3,7 @@
 //! the library crates; see `docs/ARCHITECTURE.md`.
 
 mod args;
+mod backend_cmd;
 mod load_cmd;
 mod signals;
 
@@ -33,6 +34,7 @@ fn main() -> ExitCode {
     let args = Args::parse();
     let result = match args.command {
         Command::Load(load) => load_cmd::run(*load),
+        Command::Backend(backend) => backend_cmd::run(backend),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,577 @@
+//! The echo backend: a small HTTP/1.1 server that plays the service behind the proxies.
+//!
+//! Every response names the backend in an `x-backend` header and echoes the path it was
+//! asked for in `x-echo-path` (so a path rewrite by a proxy can be seen). It can be made
+//! slow (fixed, uniform or lognormal latency), return errors at a rate, or stop answering
+//! periodically (a stall). `/healthz` answers 200 while serving and 503 while draining.
+//! When `shutdown` completes it drains: it stops accepting, finishes the requests in
+//! flight (answering them with `Connection: close`), closes idle connections and returns.
+
+use std::future::Future;
+use std::io;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::LabError;
+
+/// The size of nginx's welcome page, the body most published comparisons served.
+pub const DEFAULT_BODY_BYTES: usize = 615;
+/// A request head larger than this gets 431 and the connection is closed.
+const HEAD_LIMIT: usize = 64 * 1024;
+
+/// How long a backend takes before answering.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Latency {
+    /// Always this long.
+    Fixed(Duration),
+    /// Uniformly between the two.
+    Uniform(Duration, Duration),
+    /// Lognormal with this median and 99th percentile (a long tail, like real services).
+    LogNormal {
+        /// Median.
+        median: Duration,
+        /// 99th percentile; must be at least the median.
+        p99: Duration,
+    },
+}
+
+impl FromStr for Latency {
+    type Err = LabError;
+
+    /// `5ms` (fixed), `uniform:1ms-5ms`, `lognormal:2ms,p99=20ms`.
+    fn from_str(s: &str) -> Result<Self, LabError> {
+        let bad = |reason: String| LabError::InvalidBackend {
+            field: "--latency".into(),
+            reason,
+        };
+        let dur = |v: &str| ingressbench_stats::parse_duration(v).map_err(bad);
+        if let Some(range) = s.strip_prefix("uniform:") {
+            let (lo, hi) = range.split_once('-').ok_or_else(|| {
+                bad(format!(
+                    "`{s}`: write uniform:MIN-MAX, e.g. uniform:1ms-5ms"
+                ))
+            })?;
+            let (lo, hi) = (dur(lo)?, dur(hi)?);
+            if lo > hi {
+                return Err(bad(format!("`{s}`: the minimum is above the maximum")));
+            }
+            Ok(Latency::Uniform(lo, hi))
+        } else if let Some(spec) = s.strip_prefix("lognormal:") {
+            let (median, p99) = spec.split_once(",p99=").ok_or_else(|| {
+                bad(format!(
+                    "`{s}`: write lognormal:MEDIAN,p99=P99, e.g. lognormal:2ms,p99=20ms"
+                ))
+            })?;
+            let (median, p99) = (dur(median)?, dur(p99)?);
+            if p99 < median || median.is_zero() {
+                return Err(bad(format!(
+                    "`{s}`: p99 must be at least the median, and the median above 0"
+                )));
+            }
+            Ok(Latency::LogNormal { median, p99 })
+        } else {
+            Ok(Latency::Fixed(dur(s.strip_prefix("fixed:").unwrap_or(s))?))
+        }
+    }
+}
+
+/// Periodic stalls: answers due within `duration` after each multiple of `every` (from
+/// the backend's start) are held until the stall ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stall {
+    /// Period.
+    pub every: Duration,
+    /// Length of each stall.
+    pub duration: Duration,
+}
+
+/// How a backend behaves.
+#[derive(Clone, Debug)]
+pub struct BackendConfig {
+    /// Sent back in the `x-backend` header.
+    pub name: String,
+    /// Body size of a normal answer.
+    pub body_bytes: usize,
+    /// Status of a normal answer.
+    pub status: u16,
+    /// Time before answering.
+    pub latency: Latency,
+    /// Share of requests answered 500 instead (0 to 1).
+    pub error_rate: f64,
+    /// Periodic stalls.
+    pub stall: Option<Stall>,
+    /// How long a drain may take before the remaining connections are dropped.
+    pub drain_timeout: Duration,
+}
+
+impl Default for BackendConfig {
+    fn default() -> Self {
+        Self {
+            name: "backend".to_owned(),
+            body_bytes: DEFAULT_BODY_BYTES,
+            status: 200,
+            latency: Latency::Fixed(Duration::ZERO),
+            error_rate: 0.0,
+            stall: None,
+            drain_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl BackendConfig {
+    /// Checks every field.
+    pub fn validate(&self) -> Result<(), LabError> {
+        let bad = |field: &str, reason: String| {
+            Err(LabError::InvalidBackend {
+                field: field.into(),
+                reason,
+            })
+        };
+        if self.name.is_empty() || !self.name.bytes().all(|b| b.is_ascii_graphic()) {
+            return bad(
+                "--name",
+                format!("`{}` must be printable ASCII without spaces", self.name),
+            );
+        }
+        if !(100..=599).contains(&self.status) {
+            return bad(
+                "--status",
+                format!("{} is not an HTTP status (100-599)", self.status),
+            );
+        }
+        if !(0.0..=1.0).contains(&self.error_rate) {
+            return bad(
+                "--error-rate",
+                format!("{} is not between 0 and 1", self.error_rate),
+            );
+        }
+        if self.body_bytes > 64 * 1024 * 1024 {
+            return bad("--body-bytes", "at most 64 MiB".to_owned());
+        }
+        if let Some(stall) = self.stall {
+            if stall.every.is_zero() || stall.duration >= stall.every {
+                return bad(
+                    "--stall-for",
+                    "a stall must be shorter than its period (--stall-every)".to_owned(),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a backend did, reported when it returns.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServeReport {
+    /// Connections accepted.
+    pub connections: u64,
+    /// Requests answered.
+    pub requests: u64,
+    /// Connections still open when the drain timed out.
+    pub dropped_at_drain: u64,
+}
+
+/// Serves on `listener` until `shutdown` completes, then drains and returns.
+pub async fn serve(
+    listener: TcpListener,
+    config: BackendConfig,
+    shutdown: impl Future<Output = ()>,
+) -> io::Result<ServeReport> {
+    config
+        .validate()
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    let responses = std::sync::Arc::new(Responses::new(&config));
+    let started = Instant::now();
+    let (drain_tx, drain_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    let mut report = ServeReport::default();
+    let mut seed = 0x853c_49e6_748f_ea9b_u64;
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let Ok((stream, _)) = accepted else { continue };
+                report.connections += 1;
+                let _ = stream.set_nodelay(true);
+                seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let conn = Connection {
+                    responses: responses.clone(),
+                    latency: config.latency.clone(),
+                    error_rate: config.error_rate,
+                    stall: config.stall,
+                    started,
+                    rng: seed | 1,
+                    drain: drain_rx.clone(),
+                };
+                connections.spawn(conn.run(stream));
+            }
+            Some(done) = connections.join_next(), if !connections.is_empty() => {
+                report.requests += done.unwrap_or(0);
+            }
+        }
+    }
+    drop(listener);
+    let _ = drain_tx.send(true);
+    let deadline = tokio::time::Instant::now() + config.drain_timeout;
+    while !connections.is_empty() {
+        match tokio::time::timeout_at(deadline, connections.join_next()).await {
+            Ok(Some(done)) => report.requests += done.unwrap_or(0),
+            Ok(None) => break,
+            Err(_) => {
+                report.dropped_at_drain = connections.len() as u64;
+                connections.abort_all();
+                break;
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Responses rendered once: the head up to the echoed path, the rest, and the bodies.
+struct Responses {
+    ok_head: Vec<u8>,
+    error_head: Vec<u8>,
+    ok_body: Vec<u8>,
+    error_body: Vec<u8>,
+}
+
+impl Responses {
+    fn new(config: &BackendConfig) -> Self {
+        let filler = b"<p>ingressbench echo backend</p>\n";
+        let ok_body: Vec<u8> = filler
+            .iter()
+            .copied()
+            .cycle()
+            .take(config.body_bytes)
+            .collect();
+        let error_body = b"backend error (injected by --error-rate)\n".to_vec();
+        let head = |status: u16| {
+            format!("HTTP/1.1 {status} {}\r\nServer: ingressbench-backend\r\nContent-Type: text/html\r\nx-backend: {}\r\n", reason(status), config.name).into_bytes()
+        };
+        Self {
+            ok_head: head(config.status),
+            error_head: head(500),
+            ok_body,
+            error_body,
+        }
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        304 => "Not Modified",
+        400 => "Bad Request",
+        404 => "Not Found",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        _ => "Status",
+    }
+}
+
+struct Connection {
+    responses: std::sync::Arc<Responses>,
+    latency: Latency,
+    error_rate: f64,
+    stall: Option<Stall>,
+    started: Instant,
+    rng: u64,
+    drain: watch::Receiver<bool>,
+}
+
+/// One parsed request head.
+struct Request {
+    head_len: usize,
+    body_len: usize,
+    path_start: usize,
+    path_end: usize,
+    close: bool,
+    head_method: bool,
+}
+
+impl Connection {
+    /// Serves one connection; returns the number of requests answered.
+    async fn run(mut self, mut stream: TcpStream) -> u64 {
+        let mut buf = Vec::with_capacity(4096);
+        let mut out = Vec::with_capacity(1024);
+        let mut answered = 0;
+        loop {
+            // Answer every complete request already buffered (pipelining included).
+            loop {
+                let request = match parse_request(&buf) {
+                    Ok(Some(r)) if buf.len() >= r.head_len + r.body_len => r,
+                    Ok(_) => break,
+                    Err(status) => {
+                        let _ = stream
+                            .write_all(&simple_response(status, "bad request\n", true))
+                            .await;
+                        return answered;
+                    }
+                };
+                let draining = *self.drain.borrow();
+                let close = request.close || draining;
+                self.wait_before_answering().await;
+                self.render(&buf, &request, close || *self.drain.borrow(), &mut out);
+                if stream.write_all(&out).await.is_err() {
+                    return answered;
+                }
+                answered += 1;
+                buf.drain(..request.head_len + request.body_len);
+                if close || *self.drain.borrow() {
+                    let _ = stream.shutdown().await;
+                    return answered;
+                }
+            }
+            if buf.len() > HEAD_LIMIT {
+                let _ = stream
+                    .write_all(&simple_response(431, "request head too large\n", true))
+                    .await;
+                return answered;
+            }
+            if buf.capacity() - buf.len() < 1024 {
+                buf.reserve(4096);
+            }
+            let idle = buf.is_empty();
+            tokio::select! {
+                read = stream.read_buf(&mut buf) => match read {
+                    Ok(0) | Err(_) => return answered,
+                    Ok(_) => {}
+                },
+                // Draining: an idle connection is closed; one mid-request finishes first.
+                _ = self.drain.wait_for(|d| *d), if idle => return answered,
+            }
+        }
+    }
+
+    async fn wait_before_answering(&mut self) {
+        if let Some(stall) = self.stall {
+            let since = self.started.elapsed();
+            let into = Duration::from_nanos((since.as_nanos() % stall.every.as_nanos()) as u64);
+            if into < stall.duration {
+                tokio::time::sleep(stall.duration - into).await;
+            }
+        }
+        let delay = match self.latency {
+            Latency::Fixed(d) => d,
+            Latency::Uniform(lo, hi) => lo + (hi - lo).mul_f64(self.uniform()),
+            Latency::LogNormal { median, p99 } => {
+                // ln(X) ~ N(mu, sigma): mu = ln(median), sigma from the p99 (z = 2.3263).
+                let sigma = (p99.as_secs_f64() / median.as_secs_f64()).ln() / 2.326_348;
+                let z = self.standard_normal();
+                Duration::from_secs_f64((median.as_secs_f64().ln() + sigma * z).exp().min(3600.0))
+            }
+        };
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    fn render(&mut self, buf: &[u8], request: &Request, close: bool, out: &mut Vec<u8>) {
+        out.clear();
+        let path = &buf[request.path_start..request.path_end];
+        if path == b"/healthz" {
+            let draining = *self.drain.borrow();
+            let (status, body) = if draining {
+                (503, "draining\n")
+            } else {
+                (200, "ok\n")
+            };
+            out.extend_from_slice(&simple_response(status, body, close));
+            return;
+        }
+        let error = self.error_rate > 0.0 && self.uniform() < self.error_rate;
+        let r = &*self.responses;
+        let (head, body) = if error {
+            (&r.error_head, &r.error_body)
+        } else {
+            (&r.ok_head, &r.ok_body)
+        };
+        out.extend_from_slice(head);
+        out.extend_from_slice(b"x-echo-path: ");
+        // The path is echoed as received, minus anything that could break the header.
+        out.extend(path.iter().copied().filter(|b| b.is_ascii_graphic()));
+        out.extend_from_slice(b"\r\n");
+        if close {
+            out.extend_from_slice(b"Connection: close\r\n");
+        }
+        out.extend_from_slice(b"Content-Length: ");
+        out.extend_from_slice(body.len().to_string().as_bytes());
+        out.extend_from_slice(b"\r\n\r\n");
+        if !request.head_method {
+            out.extend_from_slice(body);
+        }
+    }
+
+    fn uniform(&mut self) -> f64 {
+        let mut x = self.rng;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng = x;
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn standard_normal(&mut self) -> f64 {
+        // Box-Muller.
+        let u1 = self.uniform().max(f64::MIN_POSITIVE);
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+}
+
+fn simple_response(status: u16, body: &str, close: bool) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status} {}\r\nServer: ingressbench-backend\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n{}\r\n{body}",
+        reason(status),
+        body.len(),
+        if close { "Connection: close\r\n" } else { "" }
+    )
+    .into_bytes()
+}
+
+/// Parses a request head at the start of `buf`: `Ok(None)` until it is complete, `Err`
+/// with the status to answer when it cannot be served.
+fn parse_request(buf: &[u8]) -> Result<Option<Request>, u16> {
+    let Some(end) = memchr::memmem::find(buf, b"\r\n\r\n") else {
+        return Ok(None);
+    };
+    let head = &buf[..end];
+    let line_end = memchr::memchr(b'\r', head).unwrap_or(head.len());
+    let line = &head[..line_end];
+    let mut parts = line.split(|&b| b == b' ');
+    let method = parts.next().ok_or(400u16)?;
+    let target = parts.next().ok_or(400u16)?;
+    let version = parts.next().ok_or(400u16)?;
+    if !version.starts_with(b"HTTP/1.") || method.is_empty() {
+        return Err(400);
+    }
+    let path_start = target.as_ptr() as usize - buf.as_ptr() as usize;
+    let path_len = target
+        .iter()
+        .position(|&b| b == b'?')
+        .unwrap_or(target.len());
+    let mut body_len = 0;
+    let mut close = version == b"HTTP/1.0";
+    for header in head[line_end..].split(|&b| b == b'\n').skip(1) {
+        let header = header.strip_suffix(b"\r").unwrap_or(header);
+        let Some(colon) = memchr::memchr(b':', header) else {
+            continue;
+        };
+        let (name, value) = (&header[..colon], trim(&header[colon + 1..]));
+        if name.eq_ignore_ascii_case(b"content-length") {
+            body_len = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .ok_or(400u16)?;
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            // The lab's clients never send chunked bodies; refuse rather than misframe.
+            return Err(501);
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            if value.eq_ignore_ascii_case(b"close") {
+                close = true;
+            } else if value.eq_ignore_ascii_case(b"keep-alive") {
+                close = false;
+            }
+        }
+    }
+    Ok(Some(Request {
+        head_len: end + 4,
+        body_len,
+        path_start,
+        path_end: path_start + path_len,
+        close,
+        head_method: method == b"HEAD",
+    }))
+}
+
+fn trim(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_specs() {
+        assert_eq!(
+            "5ms".parse::<Latency>().unwrap(),
+            Latency::Fixed(Duration::from_millis(5))
+        );
+        assert_eq!(
+            "uniform:1ms-5ms".parse::<Latency>().unwrap(),
+            Latency::Uniform(Duration::from_millis(1), Duration::from_millis(5))
+        );
+        assert!(matches!(
+            "lognormal:2ms,p99=20ms".parse::<Latency>().unwrap(),
+            Latency::LogNormal { .. }
+        ));
+        for bad in [
+            "uniform:5ms-1ms",
+            "lognormal:2ms",
+            "lognormal:20ms,p99=2ms",
+            "soon",
+        ] {
+            assert!(bad.parse::<Latency>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn request_heads() {
+        let raw = b"GET /a/b?x=1 HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabcGET";
+        let r = parse_request(raw).unwrap().unwrap();
+        assert_eq!(&raw[r.path_start..r.path_end], b"/a/b");
+        assert_eq!((r.head_len + r.body_len, r.close), (raw.len() - 3, false));
+        let r = parse_request(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert!(r.close);
+        assert_eq!(
+            parse_request(b"GET / HTTP/1.1\r\nHost: x\r\n")
+                .unwrap()
+                .map(|r| r.head_len),
+            None
+        );
+        assert_eq!(parse_request(b"garbage\r\n\r\n").err(), Some(400));
+    }
+
+    #[test]
+    fn lognormal_has_the_asked_median_and_tail() {
+        let (tx, rx) = watch::channel(false);
+        drop(tx);
+        let mut c = Connection {
+            responses: std::sync::Arc::new(Responses::new(&BackendConfig::default())),
+            latency: Latency::Fixed(Duration::ZERO),
+            error_rate: 0.0,
+            stall: None,
+            started: Instant::now(),
+            rng: 12345,
+            drain: rx,
+        };
+        let sigma = (20.0f64 / 2.0).ln() / 2.326_348;
+        let mut draws: Vec<f64> = (0..20_000)
+            .map(|_| (2.0f64.ln() + sigma * c.standard_normal()).exp())
+            .collect();
+        draws.sort_by(f64::total_cmp);
+        let (median, p99) = (draws[10_000], draws[19_800]);
+        assert!((median - 2.0).abs() < 0.1, "median {median}");
+        assert!((p99 - 20.0).abs() < 2.5, "p99 {p99}");
+    }
+}

@@ -1,0 +1,83 @@
+//! `ingressbench backend`: the echo server the lab runs as separate processes.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use ingressbench_lab::backend::{serve, BackendConfig, Latency, Stall};
+
+use crate::args::BackendArgs;
+use crate::UsageError;
+
+pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
+    let config = config_from(&args).map_err(|e| anyhow::Error::new(UsageError(e)))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let report = runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind(args.listen)
+            .await
+            .map_err(|e| {
+                UsageError(
+                    anyhow::Error::new(e).context(format!("cannot listen on {}", args.listen)),
+                )
+            })?;
+        let addr = listener.local_addr()?;
+        // The lab reads this line to learn the port.
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "listening on {addr}").and_then(|()| stdout.flush())?;
+        drop(stdout);
+        serve(listener, config, shutdown_signal())
+            .await
+            .context("serving")
+    })?;
+    eprintln!(
+        "backend {}: drained after {} connections, {} requests{}",
+        args.name,
+        report.connections,
+        report.requests,
+        if report.dropped_at_drain > 0 {
+            format!(
+                ", {} connections dropped at the drain timeout",
+                report.dropped_at_drain
+            )
+        } else {
+            String::new()
+        }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn config_from(args: &BackendArgs) -> Result<BackendConfig> {
+    let config = BackendConfig {
+        name: args.name.clone(),
+        body_bytes: args.body_bytes,
+        status: args.status,
+        latency: args.latency.parse::<Latency>()?,
+        error_rate: args.error_rate,
+        stall: match (args.stall_every, args.stall_for) {
+            (Some(every), Some(duration)) => Some(Stall { every, duration }),
+            _ => None,
+        },
+        drain_timeout: args.drain_timeout,
+    };
+    config.validate()?;
+    Ok(config)
+}
+
+/// SIGTERM or SIGINT: drain. (SIGKILL is a crash, as it should be.)
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => std::future::pending::<()>().await,
+    }
+}

@@ -1,0 +1,193 @@
+//! The echo backend as a real process: what it answers, how it drains, how it dies.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Target};
+
+const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
+
+/// A backend process, killed when dropped (so a failing test leaves nothing behind).
+struct Backend {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Backend {
+    fn start(args: &[&str]) -> Backend {
+        let mut child = Command::new(BIN)
+            .arg("backend")
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
+            .parse()
+            .unwrap();
+        Backend { child, addr }
+    }
+
+    fn signal(&self, sig: &str) {
+        assert!(Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn get(addr: SocketAddr, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn load(addr: SocketAddr, n: u64) -> ingressbench_stats::Summary {
+    let mut plan = Plan::new(Target::parse(&format!("http://{addr}/")).unwrap());
+    plan.mode = Mode::Closed;
+    plan.connections = 4;
+    plan.length = Length::Requests(n);
+    run(&plan, Arc::new(AtomicBool::new(false)), &mut NoObserver)
+        .unwrap()
+        .summary
+}
+
+#[test]
+fn answers_with_its_name_a_615_byte_body_and_the_echoed_path() {
+    let b = Backend::start(&["--name", "b7"]);
+    let response = get(b.addr, "/some/path?q=1");
+    assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+    assert!(response.contains("\r\nx-backend: b7\r\n"));
+    assert!(response.contains("\r\nx-echo-path: /some/path\r\n"));
+    assert!(response.contains("\r\nContent-Length: 615\r\n"));
+    assert_eq!(response.split("\r\n\r\n").nth(1).unwrap().len(), 615);
+    assert!(get(b.addr, "/healthz").ends_with("\r\n\r\nok\n"));
+    let s = load(b.addr, 2000);
+    assert_eq!(s.outcomes.get("200"), Some(&2000));
+    assert_eq!(s.backends.get("b7"), Some(&2000));
+}
+
+#[test]
+fn status_error_rate_and_latency_are_what_was_asked() {
+    let b = Backend::start(&["--status", "503", "--body-bytes", "10"]);
+    assert_eq!(load(b.addr, 50).outcomes.get("503"), Some(&50));
+
+    let b = Backend::start(&["--error-rate", "0.3"]);
+    let s = load(b.addr, 2000);
+    let errors = *s.outcomes.get("500").unwrap_or(&0) as f64;
+    assert!(
+        (errors / 2000.0 - 0.3).abs() < 0.05,
+        "{errors} errors of 2000"
+    );
+
+    let b = Backend::start(&["--latency", "20ms"]);
+    let s = load(b.addr, 40);
+    assert!(s.latency_us.p50 >= 20_000, "p50 {}", s.latency_us.p50);
+}
+
+#[test]
+fn sigterm_drains_in_flight_requests_then_exits() {
+    let mut b = Backend::start(&["--latency", "600ms"]);
+    let addr = b.addr;
+    let in_flight = std::thread::spawn(move || get(addr, "/slow"));
+    std::thread::sleep(Duration::from_millis(200));
+    b.signal("-TERM");
+    let response = in_flight.join().unwrap();
+    assert!(
+        response.starts_with("HTTP/1.1 200"),
+        "the in-flight request finished: {response}"
+    );
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = b.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "still running after the drain"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success());
+    let mut stderr = String::new();
+    b.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(
+        stderr.contains("drained after 1 connections, 1 requests"),
+        "{stderr}"
+    );
+    assert!(TcpStream::connect(addr).is_err(), "no longer accepting");
+}
+
+#[test]
+fn sigkill_is_a_crash_for_requests_in_flight() {
+    let b = Backend::start(&["--latency", "2s"]);
+    let addr = b.addr;
+    let in_flight = std::thread::spawn(move || {
+        let mut s = TcpStream::connect(addr).unwrap();
+        write!(s, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        out
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    b.signal("-KILL");
+    assert!(
+        in_flight.join().unwrap().is_empty(),
+        "no answer from a killed backend"
+    );
+}
+
+#[test]
+fn bad_options_exit_2() {
+    for (args, expected) in [
+        (
+            vec!["--latency", "uniform:5ms-1ms"],
+            "minimum is above the maximum",
+        ),
+        (vec!["--error-rate", "2"], "--error-rate"),
+        (
+            vec!["--stall-every", "1s", "--stall-for", "2s"],
+            "shorter than its period",
+        ),
+        (vec!["--listen", "192.0.2.1:1"], "cannot listen on"),
+    ] {
+        let out = Command::new(BIN)
+            .arg("backend")
+            .args(&args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
