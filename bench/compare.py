@@ -9,6 +9,7 @@ ratio of each tool to ingressbench; nothing here asserts a timing.
     python3 bench/compare.py closed      # 1 thread, 50 connections, closed loop, 10 s
     python3 bench/compare.py open        # open loop at 20,000 req/s, 10 s
     python3 bench/compare.py memory      # RSS at 1 min vs 10 min; RSS with 10,000 connections
+    python3 bench/compare.py backend     # the echo backend on one core vs nginx on one core
     python3 bench/compare.py all --duration 5
 
 Needs nginx (scripts/install-deps.sh) and the peers (../shared/tools/install-peers.sh).
@@ -247,9 +248,27 @@ def memory(nginx, tmp, long_minutes):
     print(f"\n10,000 connections: RSS {kib / 1024:.1f} MiB after 20 s, peak {hwm / 1024:.1f} MiB ({opened})")
 
 
+def backend(nginx, seconds, tmp):
+    """Throughput of the echo backend on one core (CPU 0), next to nginx on the same core."""
+    proc = subprocess.Popen(["taskset", "-c", SUT_CPU, IB, "backend", "--name", "bench"], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    addr = proc.stdout.readline().strip().removeprefix("listening on ")
+    url = f"http://{addr}/"
+    try:
+        rows = {"ingressbench backend (615 B body)": run_ingressbench(["-c", "50", "-d", f"{seconds}s"], url, tmp),
+                "nginx return 200 (17 B body)": run_ingressbench(["-c", "50", "-d", f"{seconds}s"], nginx.url, tmp)}
+        if find("wrk"):
+            rows["ingressbench backend, loaded by wrk"] = run_wrk(50, seconds, url)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+    table(f"Server on one core, closed loop with 50 connections, {seconds} s", rows, "req/s",
+          "the backend must serve well over 50k small req/s on one core so it is never the bottleneck")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["closed", "open", "memory", "all"])
+    ap.add_argument("what", choices=["closed", "open", "memory", "backend", "all"])
     ap.add_argument("--duration", type=int, default=10, help="seconds per tool (default 10)")
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--long-minutes", type=int, default=10)
@@ -258,6 +277,7 @@ def main():
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "ingressbench"], cwd=ROOT, check=True)
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    sys.stdout.reconfigure(line_buffering=True)
     print(f"machine: {os.cpu_count()} CPUs, {open('/proc/cpuinfo').read().split('model name')[1].split(':')[1].splitlines()[0].strip()}; "
           f"nginx on CPU {SUT_CPU}, generators on CPU {GEN_CPU}")
     nginx = Nginx()
@@ -267,6 +287,8 @@ def main():
             closed(nginx, args.duration, tmp)
         if args.what in ("open", "all"):
             open_loop(nginx, args.duration, tmp, args.rate)
+        if args.what in ("backend", "all"):
+            backend(nginx, args.duration, tmp)
         if args.what in ("memory", "all"):
             memory(nginx, tmp, args.long_minutes)
     finally:
