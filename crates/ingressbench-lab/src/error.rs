@@ -1,5 +1,7 @@
 //! The lab's error type.
 
+use std::path::PathBuf;
+
 /// Why the lab could not do what was asked.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -10,6 +12,70 @@ pub enum LabError {
         /// The option, as the user wrote it.
         field: String,
         /// What is wrong and what would be valid.
+        reason: String,
+    },
+    /// A value that would reach a proxy's configuration is not allowed.
+    #[error("invalid {field} `{value}`: {reason}")]
+    InvalidValue {
+        /// Where the value was given.
+        field: String,
+        /// The value (as given).
+        value: String,
+        /// What would be valid.
+        reason: String,
+    },
+    /// A process could not be started at all.
+    #[error("cannot start {name} ({}): {source}", program.display())]
+    Spawn {
+        /// What it is (`nginx`, `backend b1`).
+        name: String,
+        /// The binary.
+        program: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A process started but did not become ready.
+    #[error("{name} ({}) did not become ready: {reason}\nits log is {}; it ends with:\n{log_tail}", program.display(), log.display())]
+    NotReady {
+        /// What it is.
+        name: String,
+        /// The binary.
+        program: PathBuf,
+        /// Its log file.
+        log: PathBuf,
+        /// What was seen.
+        reason: String,
+        /// The end of its log.
+        log_tail: String,
+    },
+    /// A proxy binary was not found.
+    #[error("{kind} is not installed (looked for `{binary}` on PATH and in .venv/bin); install it with: {install}")]
+    MissingBinary {
+        /// The proxy kind.
+        kind: String,
+        /// The binary name looked for.
+        binary: String,
+        /// The command that installs it.
+        install: String,
+    },
+    /// A file of the lab could not be written or read.
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// A proxy refused an update.
+    #[error("{kind} refused the update ({mechanism}): {reason}")]
+    Update {
+        /// The proxy kind.
+        kind: String,
+        /// How the update was sent.
+        mechanism: &'static str,
+        /// What the proxy said.
         reason: String,
     },
 }

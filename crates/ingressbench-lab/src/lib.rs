@@ -1,21 +1,28 @@
 //! The lab: the system under test that ingressbench brings up on one machine.
 //!
-//! Today it holds the echo backend ([`backend`]), the project's own small HTTP/1.1 server
-//! that plays the service behind the proxies: it names itself in a header, can be made
-//! slow, erroring or stalling, and drains on SIGTERM so that a graceful stop can be told
-//! apart from a crash.
+//! - [`backend`]: the echo server that plays the service behind the proxies.
+//! - [`proxy`]: real nginx, HAProxy, Envoy, Traefik and Caddy processes, each configured
+//!   from one [`model::RouteTable`] and updated the way its own ecosystem does it.
+//! - [`Lab`]: backends as separate processes, a CA and certificate ([`certs`]), proxies
+//!   in front, in a private directory; every child is owned ([`process`]) and dies with
+//!   the lab, on every exit path.
 //!
 //! ```no_run
-//! use ingressbench_lab::backend::{BackendConfig, serve};
+//! use ingressbench_lab::{Lab, LabSpec, proxy::ProxyKind};
 //!
-//! # async fn demo() -> std::io::Result<()> {
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-//! let config = BackendConfig { name: "b1".into(), ..BackendConfig::default() };
-//! serve(listener, config, std::future::pending()).await?;
-//! # Ok(()) }
+//! let spec = LabSpec::simple(vec![ProxyKind::Nginx], 3, "target/release/ingressbench".into());
+//! let lab = Lab::up(spec)?;
+//! println!("nginx at {}", lab.proxies()[0].http_url());
+//! # Ok::<(), ingressbench_lab::LabError>(())
 //! ```
 
 pub mod backend;
+pub mod certs;
 mod error;
+mod lab;
+pub mod model;
+pub mod process;
+pub mod proxy;
 
 pub use error::LabError;
+pub use lab::{Backend, Lab, LabSpec, PoolSpec};

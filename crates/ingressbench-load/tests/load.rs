@@ -439,3 +439,37 @@ fn connections_that_cannot_keep_up_show_as_waiting_not_as_fast_answers() {
     );
     let _ = Outcome::NotSent;
 }
+
+#[test]
+fn sni_names_the_certificate_to_verify() {
+    let tls = test_tls("sni");
+    let server = serve(answer("b1"), Some(tls.server_config.clone()));
+    let mut p = plan(&server.url("https"));
+    p.length = Length::Requests(3);
+    p.connections = 1;
+    p.tls = TlsOptions {
+        cacert: Some(tls.ca_path.clone()),
+        sni: Some("app.test".into()),
+        ..TlsOptions::default()
+    };
+    assert_eq!(go(&p).summary.outcomes.get("200"), Some(&3));
+    p.tls.sni = Some("other.test".into());
+    assert_eq!(
+        go(&p).summary.outcomes.get("tls_error"),
+        Some(&3),
+        "the certificate does not name other.test"
+    );
+}
+
+#[test]
+fn a_host_name_is_resolved_for_every_new_connection() {
+    let server = serve(answer("b1"), None);
+    let mut p = plan(&format!("http://localhost:{}/", server.addr.port()));
+    p.keepalive = false;
+    p.connections = 1;
+    p.length = Length::Requests(5);
+    let s = go(&p).summary;
+    assert_eq!(s.outcomes.get("200"), Some(&5), "{:?}", s.outcomes);
+    assert_eq!(s.phases_us["dns"].count, 5);
+    assert!(s.phases_us["dns"].mean > 0.0, "the lookup took some time");
+}

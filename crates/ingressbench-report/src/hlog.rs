@@ -61,6 +61,14 @@ impl<W: Write> HlogWriter<W> {
         )
     }
 
+    /// Appends a comment line (`#...`), which log readers skip.
+    pub fn comment(&mut self, text: &str) -> io::Result<()> {
+        for line in text.lines() {
+            writeln!(self.out, "#{line}")?;
+        }
+        Ok(())
+    }
+
     /// Flushes what was written.
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
@@ -134,6 +142,9 @@ mod tests {
                 .unwrap();
             expected.push(h);
         }
+        writer
+            .comment("WARNING: a comment after the intervals")
+            .unwrap();
         writer.flush().unwrap();
         let text = String::from_utf8(out.clone()).unwrap();
         assert!(text.starts_with("#ingressbench test\n#second line\n#[StartTime: "));

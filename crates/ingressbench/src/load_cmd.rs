@@ -46,8 +46,8 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    sink.finish()?;
     let summary = &report.summary;
+    sink.finish(&summary.warnings)?;
     if let Some((path, file)) = json {
         let mut out = BufWriter::new(file);
         serde_json::to_writer_pretty(&mut out, summary)
@@ -59,6 +59,7 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
     if let Some((path, file)) = hgrm_file {
         let mut out = BufWriter::new(file);
         hgrm::write(&mut out, report.recorder.latency())
+            .and_then(|()| warning_comments(&mut out, &summary.warnings))
             .and_then(|()| out.flush())
             .with_context(|| format!("writing {}", path.display()))?;
     }
@@ -163,6 +164,13 @@ fn describe(plan: &Plan) -> String {
     )
 }
 
+/// Appends warnings as `#` comment lines, which HdrHistogram tools skip.
+fn warning_comments(out: &mut impl Write, warnings: &[String]) -> std::io::Result<()> {
+    warnings
+        .iter()
+        .try_for_each(|w| writeln!(out, "#[WARNING: {w}]"))
+}
+
 /// Creates an output file; failing to is the user's input error (exit 2).
 fn create(path: &Path) -> Result<(PathBuf, File)> {
     let file = File::create(path).map_err(|e| {
@@ -253,12 +261,16 @@ impl Sink {
         }
     }
 
-    fn finish(&mut self) -> Result<()> {
+    /// Closes the files; the warnings go into the interval log as comments.
+    fn finish(&mut self, warnings: &[String]) -> Result<()> {
         if self.progress {
             eprint!("\r\x1b[2K");
         }
         if let Some((path, mut w)) = self.hlog.take() {
-            let flushed = w.flush();
+            let flushed = warnings
+                .iter()
+                .try_for_each(|warning| w.comment(&format!("WARNING: {warning}")))
+                .and_then(|()| w.flush());
             self.keep_error(flushed, &path);
         }
         if let Some((path, w)) = self.samples.take() {

