@@ -224,3 +224,8 @@ fn a_proxy_that_will_not_start_shows_its_log() {
     assert!(log.exists());
     std::fs::remove_dir_all(log.parent().unwrap().parent().unwrap()).unwrap();
 }
+
+#[test]
+fn haproxy_routes_scales_and_changes_routes() {
+    routes_and_changes(ProxyKind::Haproxy);
+}

@@ -1,7 +1,10 @@
 //! Proxies: one driver per kind behind one trait, each rendering its configuration from
 //! the shared [`RouteTable`] and applying changes the way its own ecosystem does.
 
+mod haproxy;
 mod nginx;
+
+pub use haproxy::HaproxyUpdate;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -77,6 +80,7 @@ impl ProxyKind {
     fn driver(self) -> Result<Box<dyn Driver>, LabError> {
         match self {
             ProxyKind::Nginx => Ok(Box::new(nginx::Nginx)),
+            ProxyKind::Haproxy => Ok(Box::new(haproxy::Haproxy::new(HaproxyUpdate::RuntimeApi))),
             other => Err(LabError::Update {
                 kind: other.name().into(),
                 mechanism: "driver",

@@ -1,0 +1,311 @@
+//! HAProxy: endpoint changes through the runtime API on the admin socket, into server
+//! slots allocated up front (as HAProxy's ingress controllers do); anything else (routes,
+//! headers, CORS, rewrites, more endpoints than slots) by a master-worker reload (SIGUSR2).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use super::{write_atomically, Driver, ProxyFiles, Update};
+use crate::model::RouteTable;
+use crate::process::OwnedChild;
+use crate::LabError;
+
+/// Server slots per pool: at least this many, and twice the pool's size at start.
+const MIN_SLOTS: usize = 16;
+
+/// How endpoint changes reach HAProxy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HaproxyUpdate {
+    /// `set server … addr/state` on the admin socket: no reload.
+    #[default]
+    RuntimeApi,
+    /// Rewrite the configuration and reload the master (SIGUSR2).
+    Reload,
+}
+
+/// The HAProxy driver.
+#[derive(Debug, Default)]
+pub(crate) struct Haproxy {
+    mode: HaproxyUpdate,
+    /// Per pool, which endpoint each server slot holds.
+    slots: BTreeMap<String, Vec<Option<SocketAddr>>>,
+    /// The table as last rendered to the configuration file.
+    rendered: Option<RouteTable>,
+}
+
+impl Haproxy {
+    pub(crate) fn new(mode: HaproxyUpdate) -> Self {
+        Self {
+            mode,
+            ..Self::default()
+        }
+    }
+
+    fn assign_slots_fresh(&mut self, table: &RouteTable) {
+        self.slots = table
+            .pools
+            .iter()
+            .map(|p| {
+                let n = MIN_SLOTS.max(p.endpoints.len() * 2);
+                let mut slots: Vec<Option<SocketAddr>> =
+                    p.endpoints.iter().copied().map(Some).collect();
+                slots.resize(n, None);
+                (p.name.clone(), slots)
+            })
+            .collect();
+    }
+
+    fn reload(
+        &mut self,
+        child: &OwnedChild,
+        files: &ProxyFiles,
+        table: &RouteTable,
+    ) -> Result<Update, LabError> {
+        self.assign_slots_fresh(table);
+        write_atomically(
+            &files.config_path("haproxy.cfg"),
+            &self.render(files, table),
+        )?;
+        self.rendered = Some(table.clone());
+        child
+            .signal(rustix::process::Signal::USR2)
+            .map_err(|e| LabError::Update {
+                kind: "haproxy".into(),
+                mechanism: "SIGUSR2 reload",
+                reason: e.to_string(),
+            })?;
+        Ok(Update {
+            mechanism: "config rewrite + master-worker reload (SIGUSR2)",
+        })
+    }
+
+    /// Only endpoints changed, and they fit the slots: runtime API commands for the change.
+    fn runtime_commands(&mut self, table: &RouteTable) -> Option<Vec<String>> {
+        let rendered = self.rendered.as_ref()?;
+        let same_shape = rendered.routes == table.routes
+            && rendered.overlay == table.overlay
+            && rendered.tuning == table.tuning
+            && rendered
+                .pools
+                .iter()
+                .map(|p| &p.name)
+                .eq(table.pools.iter().map(|p| &p.name));
+        if !same_shape {
+            return None;
+        }
+        let mut next = self.slots.clone();
+        let mut commands = Vec::new();
+        for pool in &table.pools {
+            let slots = next.get_mut(&pool.name)?;
+            // Endpoints that left: their slots go to maintenance.
+            for (i, slot) in slots.iter_mut().enumerate() {
+                if slot.is_some_and(|ep| !pool.endpoints.contains(&ep)) {
+                    *slot = None;
+                    commands.push(format!(
+                        "set server be_{}/s{} state maint",
+                        pool.name,
+                        i + 1
+                    ));
+                }
+            }
+            // New endpoints: the first free slot gets the address and is made ready.
+            let arriving: Vec<SocketAddr> = pool
+                .endpoints
+                .iter()
+                .copied()
+                .filter(|ep| !slots.contains(&Some(*ep)))
+                .collect();
+            for ep in &arriving {
+                let i = slots.iter().position(Option::is_none)?;
+                slots[i] = Some(*ep);
+                commands.push(format!(
+                    "set server be_{}/s{} addr {} port {}",
+                    pool.name,
+                    i + 1,
+                    ep.ip(),
+                    ep.port()
+                ));
+                commands.push(format!(
+                    "set server be_{}/s{} state ready",
+                    pool.name,
+                    i + 1
+                ));
+            }
+        }
+        self.slots = next;
+        Some(commands)
+    }
+
+    fn render(&self, files: &ProxyFiles, table: &RouteTable) -> String {
+        let t = &table.tuning;
+        let dir = files.dir.display();
+        let mut c = String::new();
+        let _ = writeln!(
+            c,
+            "# Rendered by ingressbench. Endpoint changes arrive through the runtime API"
+        );
+        let _ = writeln!(
+            c,
+            "# (admin.sock) into pre-allocated server slots; other changes reload (SIGUSR2)."
+        );
+        let _ = writeln!(
+            c,
+            "global\n  nbthread {}\n  maxconn {}",
+            t.workers,
+            max_connections()
+        );
+        let _ = writeln!(
+            c,
+            "  stats socket {dir}/admin.sock mode 600 level admin\n  pidfile {dir}/haproxy.pid"
+        );
+        let _ = writeln!(c, "defaults\n  mode http\n  option http-keep-alive");
+        let _ = writeln!(
+            c,
+            "  timeout connect {}ms\n  timeout server {}ms",
+            t.connect_timeout_ms, t.read_timeout_ms
+        );
+        let _ = writeln!(c, "  timeout client 75s\n  timeout http-keep-alive 75s");
+        let _ = writeln!(
+            c,
+            "  # Retries off: a failed upstream request is an error the client sees.\n  retries 0"
+        );
+        let _ = writeln!(c, "frontend fe\n  bind 127.0.0.1:{}", files.http_port);
+        if let Some(tls) = &files.tls {
+            let _ = writeln!(
+                c,
+                "  bind 127.0.0.1:{} ssl crt {}",
+                tls.port,
+                tls.combined.display()
+            );
+        }
+        if let Some((name, value)) = &table.overlay.response_header {
+            let _ = writeln!(c, "  http-after-response set-header {name} \"{value}\"");
+        }
+        if let Some(origin) = &table.overlay.cors_origin {
+            let _ = writeln!(
+                c,
+                "  http-after-response set-header Access-Control-Allow-Origin \"{origin}\""
+            );
+            let _ = writeln!(c, "  http-after-response set-header Access-Control-Allow-Methods \"GET, POST, PUT, DELETE, OPTIONS\"");
+            let _ = writeln!(c, "  http-after-response set-header Vary Origin");
+        }
+        for route in &table.routes {
+            let host = if route.host == "*" {
+                String::new()
+            } else {
+                format!("{{ req.hdr(host),field(1,:) -i {} }} ", route.host)
+            };
+            let _ = writeln!(
+                c,
+                "  use_backend be_{} if {host}{{ path_beg {} }}",
+                route.pool, route.path_prefix
+            );
+        }
+        let _ = writeln!(c, "  default_backend be_not_found");
+        let _ = writeln!(c, "backend be_not_found\n  http-request return status 404");
+        for pool in &table.pools {
+            let _ = writeln!(
+                c,
+                "backend be_{}\n  balance roundrobin\n  http-reuse safe",
+                pool.name
+            );
+            let _ = writeln!(c, "  default-server pool-max-conn {}", t.upstream_keepalive);
+            if let Some((from, to)) = &table.overlay.rewrite {
+                let _ = writeln!(c, "  http-request replace-path ^{from}(.*) {to}\\1");
+            }
+            for (i, slot) in self.slots.get(&pool.name).into_iter().flatten().enumerate() {
+                match slot {
+                    Some(ep) => {
+                        let _ = writeln!(c, "  server s{} {ep}", i + 1);
+                    }
+                    None => {
+                        let _ = writeln!(c, "  server s{} 127.0.0.1:9 disabled", i + 1);
+                    }
+                }
+            }
+        }
+        c
+    }
+}
+
+impl Driver for Haproxy {
+    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Vec<String>, LabError> {
+        self.assign_slots_fresh(table);
+        write_atomically(
+            &files.config_path("haproxy.cfg"),
+            &self.render(files, table),
+        )?;
+        self.rendered = Some(table.clone());
+        Ok(vec![
+            "-W".into(),
+            "-f".into(),
+            files.config_path("haproxy.cfg").display().to_string(),
+        ])
+    }
+
+    fn update(
+        &mut self,
+        child: &OwnedChild,
+        files: &ProxyFiles,
+        table: &RouteTable,
+    ) -> Result<Update, LabError> {
+        if self.mode == HaproxyUpdate::RuntimeApi {
+            if let Some(commands) = self.runtime_commands(table) {
+                if !commands.is_empty() {
+                    admin_command(files, &commands.join("; "))?;
+                }
+                return Ok(Update {
+                    mechanism: "runtime API (set server addr/state on the admin socket)",
+                });
+            }
+        }
+        self.reload(child, files, table)
+    }
+}
+
+/// As many connections as the file-descriptor limit allows (two descriptors each, as
+/// HAProxy counts them), at most 50,000.
+fn max_connections() -> u64 {
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .maximum
+        .unwrap_or(65_536);
+    (limit.saturating_sub(200) / 2).clamp(256, 50_000)
+}
+
+/// Sends commands to the admin socket and checks the answer for errors.
+fn admin_command(files: &ProxyFiles, commands: &str) -> Result<String, LabError> {
+    let fail = |reason: String| LabError::Update {
+        kind: "haproxy".into(),
+        mechanism: "runtime API",
+        reason,
+    };
+    let path = files.config_path("admin.sock");
+    let mut sock = UnixStream::connect(&path)
+        .map_err(|e| fail(format!("cannot connect to {}: {e}", path.display())))?;
+    sock.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| fail(e.to_string()))?;
+    sock.write_all(format!("{commands}\n").as_bytes())
+        .map_err(|e| fail(e.to_string()))?;
+    let mut answer = String::new();
+    sock.read_to_string(&mut answer)
+        .map_err(|e| fail(e.to_string()))?;
+    let lowered = answer.to_ascii_lowercase();
+    if [
+        "no such",
+        "unknown",
+        "invalid",
+        "require",
+        "not found",
+        "error",
+    ]
+    .iter()
+    .any(|w| lowered.contains(w))
+    {
+        return Err(fail(format!("`{commands}` answered: {}", answer.trim())));
+    }
+    Ok(answer)
+}
