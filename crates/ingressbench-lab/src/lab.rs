@@ -10,6 +10,7 @@ use crate::certs::{self, LabCerts};
 use crate::model::{check_name, Overlay, Pool, Route, RouteTable, Tuning};
 use crate::process::OwnedChild;
 use crate::proxy::{Binaries, Proxy, ProxyKind, Update};
+use crate::reaper::Reaper;
 use crate::LabError;
 
 /// How long a backend may take to say where it listens.
@@ -106,6 +107,7 @@ pub struct Lab {
     overlay: Overlay,
     serial: usize,
     startup: Duration,
+    reaper: Option<Reaper>,
 }
 
 impl Lab {
@@ -116,7 +118,12 @@ impl Lab {
             check_name("pool", &pool.name)?;
         }
         let dir = private_dir()?;
+        let mut reaper = Reaper::start(&spec.backend_binary)?;
+        if !spec.keep {
+            reaper.remove_on_death(&dir);
+        }
         let mut lab = Lab {
+            reaper: Some(reaper),
             overlay: spec.overlay.clone(),
             spec,
             dir,
@@ -159,7 +166,12 @@ impl Lab {
                 .certs
                 .as_ref()
                 .map(|c| (c.cert.as_path(), c.key.as_path(), c.combined.as_path()));
-            let proxy = Proxy::start(kind, &lab.spec.binaries, &lab.dir, &table, tls)?;
+            let reaper = lab.reaper.as_mut();
+            let proxy = Proxy::start(kind, &lab.spec.binaries, &lab.dir, &table, tls, |pid| {
+                if let Some(r) = reaper {
+                    r.watch(pid);
+                }
+            })?;
             lab.proxies.push(proxy);
         }
         Ok(())
@@ -188,6 +200,7 @@ impl Lab {
             &self.dir,
             &log,
         )?;
+        self.watch(child.pid());
         let addr = wait_for_address(&mut child, &log)?;
         self.backends.push(Backend {
             name,
@@ -196,6 +209,12 @@ impl Lab {
             child,
         });
         Ok(())
+    }
+
+    fn watch(&mut self, pid: u32) {
+        if let Some(reaper) = self.reaper.as_mut() {
+            reaper.watch(pid);
+        }
     }
 
     /// The route table for the backends now running.
@@ -311,6 +330,9 @@ impl Lab {
     /// Keeps the directory after tear-down (to look at configs and logs after a failure).
     pub fn keep(&mut self) {
         self.spec.keep = true;
+        if let Some(reaper) = self.reaper.as_mut() {
+            reaper.remove_on_death(Path::new(""));
+        }
     }
 }
 
@@ -332,6 +354,9 @@ impl Drop for Lab {
             proxy.stop(Duration::from_secs(2));
         }
         self.backends.clear();
+        if let Some(reaper) = self.reaper.take() {
+            reaper.dismiss();
+        }
         if !self.spec.keep {
             let _ = std::fs::remove_dir_all(&self.dir);
         }

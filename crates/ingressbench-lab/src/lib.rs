@@ -23,6 +23,7 @@ mod lab;
 pub mod model;
 pub mod process;
 pub mod proxy;
+pub mod reaper;
 
 pub use error::LabError;
 pub use lab::{Backend, Lab, LabSpec, PoolSpec};

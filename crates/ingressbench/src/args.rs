@@ -20,6 +20,60 @@ pub(crate) enum Command {
     Load(Box<LoadArgs>),
     /// Run the echo backend the lab puts behind proxies (prints the address it listens on).
     Backend(BackendArgs),
+    /// The lab: real proxies in front of echo backends on this machine.
+    #[command(subcommand)]
+    Lab(LabCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum LabCommand {
+    /// Which proxies are installed, their versions and paths, and how to install the rest.
+    Check(ProxyBinArgs),
+    /// Bring up proxies in front of echo backends and keep them up until Ctrl-C.
+    #[command(
+        after_help = "Example:\n  ingressbench lab up --proxy nginx --proxy haproxy --backends 3"
+    )]
+    Up(LabUpArgs),
+    /// (internal) Kill the process groups read from standard input when it closes.
+    #[command(hide = true)]
+    Reaper,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ProxyBinArgs {
+    /// Use this binary for a proxy kind, e.g. envoy=/opt/envoy/bin/envoy (repeatable).
+    #[arg(long = "proxy-bin", value_name = "KIND=PATH")]
+    pub(crate) proxy_bins: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct LabUpArgs {
+    /// Proxy to run (repeatable): nginx, haproxy, envoy, traefik, caddy.
+    #[arg(long = "proxy", value_name = "KIND", required = true)]
+    pub(crate) proxies: Vec<String>,
+
+    /// Echo backends in the pool behind the proxies.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub(crate) backends: usize,
+
+    /// Extra option for every backend, e.g. --backend-arg=--latency=2ms (repeatable).
+    #[arg(long = "backend-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub(crate) backend_args: Vec<String>,
+
+    /// Worker processes or threads of every proxy.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) workers: u32,
+
+    /// Plain HTTP only (no TLS listener).
+    #[arg(long)]
+    pub(crate) no_tls: bool,
+
+    /// Keep the lab's directory (configs, logs, keys) after tear-down.
+    #[arg(long)]
+    pub(crate) keep: bool,
+
+    #[command(flatten)]
+    pub(crate) bins: ProxyBinArgs,
 }
 
 #[derive(Debug, clap::Args)]

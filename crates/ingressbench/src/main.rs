@@ -4,6 +4,7 @@
 
 mod args;
 mod backend_cmd;
+mod lab_cmd;
 mod load_cmd;
 mod signals;
 
@@ -35,6 +36,7 @@ fn main() -> ExitCode {
     let result = match args.command {
         Command::Load(load) => load_cmd::run(*load),
         Command::Backend(backend) => backend_cmd::run(backend),
+        Command::Lab(lab) => lab_cmd::run(lab),
     };
     match result {
         Ok(code) => code,

@@ -29,7 +29,7 @@ pub(crate) fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
                     eprintln!("\ninterrupted again: exiting now");
                     std::process::exit(EXIT_INTERRUPTED);
                 }
-                eprintln!("\ninterrupted: finishing requests in flight and writing results (Ctrl-C again to quit now)");
+                eprintln!("\ninterrupted: stopping cleanly and keeping what was measured (Ctrl-C again to quit now)");
             }
         });
     })?;

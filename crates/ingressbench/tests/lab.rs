@@ -229,3 +229,133 @@ fn a_proxy_that_will_not_start_shows_its_log() {
 fn haproxy_routes_scales_and_changes_routes() {
     routes_and_changes(ProxyKind::Haproxy);
 }
+
+/// Every live (non-zombie) process whose process group is one of `groups`.
+fn group_members(groups: &[u32]) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid pgrp ...
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.first() == Some(&"Z") {
+            continue;
+        }
+        if fields
+            .get(2)
+            .and_then(|g| g.parse::<u32>().ok())
+            .is_some_and(|g| groups.contains(&g))
+        {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Runs `lab up` with nginx (master + worker) and HAProxy, then ends it with `signal`;
+/// nothing it started may be left.
+fn lab_up_then(signal: &str) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "lab",
+            "up",
+            "--proxy",
+            "nginx",
+            "--proxy",
+            "haproxy",
+            "--backends",
+            "2",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut groups = Vec::new();
+    let mut dir = None;
+    for line in stdout.lines() {
+        let line = line.unwrap();
+        if let Some(pid) = line
+            .split("(pid ")
+            .nth(1)
+            .and_then(|r| r.split([')', ',']).next())
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            groups.push(pid);
+        }
+        if let Some(d) = line.split("directory ").nth(1) {
+            dir = Some(std::path::PathBuf::from(d.trim()));
+        }
+        if line.starts_with("Ctrl-C") {
+            break;
+        }
+    }
+    assert_eq!(groups.len(), 4, "2 backends and 2 proxies: {groups:?}");
+    let before = group_members(&groups);
+    assert!(
+        before.len() > groups.len(),
+        "nginx's worker is in its master's group: {before:?}"
+    );
+    assert!(std::process::Command::new("kill")
+        .args([signal, &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = group_members(&groups);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "after {signal}, still running: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let dir = dir.unwrap();
+    while dir.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "after {signal}, {} is still there",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn interrupting_lab_up_leaves_no_process() {
+    lab_up_then("-INT");
+}
+
+#[test]
+fn killing_the_tool_leaves_no_process() {
+    lab_up_then("-KILL");
+}
+
+#[test]
+fn a_panic_with_a_lab_up_leaves_no_process() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let outcome = std::thread::spawn(move || {
+        let lab = lab(ProxyKind::Nginx, 2);
+        let mut groups: Vec<u32> = lab.backends().iter().map(|b| b.pid()).collect();
+        groups.extend(lab.proxies().iter().map(|p| p.pid()));
+        tx.send((groups, lab.dir().to_owned())).unwrap();
+        panic!("a test failing with the lab up");
+    })
+    .join();
+    assert!(outcome.is_err());
+    let (groups, dir) = rx.recv().unwrap();
+    assert_eq!(group_members(&groups), Vec::<u32>::new());
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -157,6 +157,7 @@ impl Binaries {
             .chain(&self.extra_dirs)
             .map(|d| d.join(kind.name()))
             .find(|p| p.is_file())
+            .map(|p| p.canonicalize().unwrap_or(p))
             .ok_or_else(|| LabError::MissingBinary {
                 kind: kind.name().into(),
                 binary: kind.name().into(),
@@ -250,13 +251,15 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Renders, starts and waits for the proxy to listen.
+    /// Renders, starts and waits for the proxy to listen. `spawned` is told the process id
+    /// as soon as the process exists (the lab's reaper watches its group).
     pub fn start(
         kind: ProxyKind,
         binaries: &Binaries,
         dir: &Path,
         table: &RouteTable,
         tls: Option<(&Path, &Path, &Path)>,
+        spawned: impl FnOnce(u32),
     ) -> Result<Self, LabError> {
         table.validate()?;
         let binary = binaries.locate(kind)?;
@@ -293,6 +296,7 @@ impl Proxy {
         let started = Instant::now();
         let mut child =
             OwnedChild::spawn(kind.name(), &binary, &args, &dir, &dir.join("proxy.log"))?;
+        spawned(child.pid());
         child.wait_listening(([127, 0, 0, 1], files.http_port).into(), START_TIMEOUT)?;
         if let Some(tls) = &files.tls {
             child.wait_listening(([127, 0, 0, 1], tls.port).into(), START_TIMEOUT)?;
@@ -360,6 +364,11 @@ impl Proxy {
     /// From spawn to listening.
     pub fn startup(&self) -> Duration {
         self.startup
+    }
+
+    /// Its process id (and process group id).
+    pub fn pid(&self) -> u32 {
+        self.child.pid()
     }
 
     /// Its process.
