@@ -39,6 +39,18 @@ impl OwnedChild {
         dir: &Path,
         log: &Path,
     ) -> Result<Self, LabError> {
+        Self::spawn_with_env(name, program, args, &[], dir, log)
+    }
+
+    /// Like [`OwnedChild::spawn`], with extra environment variables.
+    pub fn spawn_with_env(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        dir: &Path,
+        log: &Path,
+    ) -> Result<Self, LabError> {
         let start_error = |source: io::Error| LabError::Spawn {
             name: name.to_owned(),
             program: program.to_owned(),
@@ -54,6 +66,7 @@ impl OwnedChild {
             .args(["--pdeathsig", "KILL", "--"])
             .arg(program)
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(out)

@@ -359,3 +359,8 @@ fn a_panic_with_a_lab_up_leaves_no_process() {
     assert_eq!(group_members(&groups), Vec::<u32>::new());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn caddy_routes_scales_and_changes_routes() {
+    routes_and_changes(ProxyKind::Caddy);
+}

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
-use super::{write_atomically, Driver, ProxyFiles, Update};
+use super::{write_atomically, Driver, Launch, ProxyFiles, Update};
 use crate::model::RouteTable;
 use crate::process::OwnedChild;
 use crate::LabError;
@@ -233,18 +233,22 @@ impl Haproxy {
 }
 
 impl Driver for Haproxy {
-    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Vec<String>, LabError> {
+    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
         self.assign_slots_fresh(table);
         write_atomically(
             &files.config_path("haproxy.cfg"),
             &self.render(files, table),
         )?;
         self.rendered = Some(table.clone());
-        Ok(vec![
+        let args = vec![
             "-W".into(),
             "-f".into(),
             files.config_path("haproxy.cfg").display().to_string(),
-        ])
+        ];
+        Ok(Launch {
+            args,
+            env: Vec::new(),
+        })
     }
 
     fn update(

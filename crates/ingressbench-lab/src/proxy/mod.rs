@@ -1,6 +1,7 @@
 //! Proxies: one driver per kind behind one trait, each rendering its configuration from
 //! the shared [`RouteTable`] and applying changes the way its own ecosystem does.
 
+mod caddy;
 mod haproxy;
 mod nginx;
 
@@ -81,6 +82,7 @@ impl ProxyKind {
         match self {
             ProxyKind::Nginx => Ok(Box::new(nginx::Nginx)),
             ProxyKind::Haproxy => Ok(Box::new(haproxy::Haproxy::new(HaproxyUpdate::RuntimeApi))),
+            ProxyKind::Caddy => Ok(Box::new(caddy::Caddy)),
             other => Err(LabError::Update {
                 kind: other.name().into(),
                 mechanism: "driver",
@@ -218,6 +220,15 @@ impl ProxyFiles {
     }
 }
 
+/// How to start a proxy.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Launch {
+    /// Command-line arguments.
+    pub(crate) args: Vec<String>,
+    /// Extra environment variables.
+    pub(crate) env: Vec<(String, String)>,
+}
+
 /// What an update did.
 #[derive(Clone, Debug)]
 pub struct Update {
@@ -227,8 +238,8 @@ pub struct Update {
 
 /// One kind of proxy: renders its configuration and applies changes its own way.
 pub(crate) trait Driver: Send {
-    /// Writes the configuration for `table`; returns the arguments to start the binary with.
-    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Vec<String>, LabError>;
+    /// Writes the configuration for `table`; returns how to start the binary.
+    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError>;
     /// Applies `table` to the running proxy.
     fn update(
         &mut self,
@@ -292,10 +303,16 @@ impl Proxy {
             dir: dir.clone(),
         };
         let mut driver = kind.driver()?;
-        let args = driver.start(&files, table)?;
+        let launch = driver.start(&files, table)?;
         let started = Instant::now();
-        let mut child =
-            OwnedChild::spawn(kind.name(), &binary, &args, &dir, &dir.join("proxy.log"))?;
+        let mut child = OwnedChild::spawn_with_env(
+            kind.name(),
+            &binary,
+            &launch.args,
+            &launch.env,
+            &dir,
+            &dir.join("proxy.log"),
+        )?;
         spawned(child.pid());
         child.wait_listening(([127, 0, 0, 1], files.http_port).into(), START_TIMEOUT)?;
         if let Some(tls) = &files.tls {
@@ -380,6 +397,39 @@ impl Proxy {
     pub fn stop(mut self, grace: Duration) {
         self.child.terminate(grace);
     }
+}
+
+/// One HTTP/1.1 request to an admin interface on 127.0.0.1: returns the status and body.
+pub(crate) fn admin_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect_timeout(
+        &([127, 0, 0, 1], port).into(),
+        Duration::from_secs(2),
+    )?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let body = body.unwrap_or("");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut raw = String::new();
+    stream.read_to_string(&mut raw)?;
+    let status = raw
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
 }
 
 /// Writes a file by writing a sibling and renaming it over, so a watcher never sees half

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{write_atomically, Driver, ProxyFiles, Update};
+use super::{write_atomically, Driver, Launch, ProxyFiles, Update};
 use crate::model::RouteTable;
 use crate::process::OwnedChild;
 use crate::LabError;
@@ -13,7 +13,7 @@ use crate::LabError;
 pub(crate) struct Nginx;
 
 impl Driver for Nginx {
-    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Vec<String>, LabError> {
+    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
         for sub in ["body", "proxy", "fastcgi", "uwsgi", "scgi"] {
             let path = files.dir.join("tmp").join(sub);
             std::fs::create_dir_all(&path).map_err(|source| LabError::Io {
@@ -23,14 +23,18 @@ impl Driver for Nginx {
             })?;
         }
         write_atomically(&files.config_path("nginx.conf"), &render(files, table))?;
-        Ok(vec![
+        let args = vec![
             "-p".into(),
             files.dir.display().to_string(),
             "-c".into(),
             files.config_path("nginx.conf").display().to_string(),
             "-e".into(),
             files.dir.join("error.log").display().to_string(),
-        ])
+        ];
+        Ok(Launch {
+            args,
+            env: Vec::new(),
+        })
     }
 
     fn update(

@@ -1,0 +1,139 @@
+//! Caddy: the whole configuration is loaded through the admin API (`POST /load` on
+//! 127.0.0.1), which swaps it in without a restart.
+
+use serde_json::{json, Value};
+
+use super::{admin_request, write_atomically, Driver, Launch, ProxyFiles, Update};
+use crate::model::RouteTable;
+use crate::process::OwnedChild;
+use crate::LabError;
+
+/// The Caddy driver.
+#[derive(Debug, Default)]
+pub(crate) struct Caddy;
+
+impl Driver for Caddy {
+    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
+        let config = render(files, table);
+        write_atomically(&files.config_path("caddy.json"), &pretty(&config))?;
+        let dir = files.dir.display().to_string();
+        Ok(Launch {
+            args: vec![
+                "run".into(),
+                "--config".into(),
+                files.config_path("caddy.json").display().to_string(),
+            ],
+            env: vec![
+                ("GOMAXPROCS".into(), table.tuning.workers.to_string()),
+                ("XDG_DATA_HOME".into(), format!("{dir}/data")),
+                ("XDG_CONFIG_HOME".into(), format!("{dir}/config")),
+                ("HOME".into(), dir),
+            ],
+        })
+    }
+
+    fn update(
+        &mut self,
+        _child: &OwnedChild,
+        files: &ProxyFiles,
+        table: &RouteTable,
+    ) -> Result<Update, LabError> {
+        let config = render(files, table);
+        write_atomically(&files.config_path("caddy.json"), &pretty(&config))?;
+        let (status, body) =
+            admin_request(files.admin_port, "POST", "/load", Some(&config.to_string())).map_err(
+                |e| LabError::Update {
+                    kind: "caddy".into(),
+                    mechanism: "admin API POST /load",
+                    reason: e.to_string(),
+                },
+            )?;
+        if status != 200 {
+            return Err(LabError::Update {
+                kind: "caddy".into(),
+                mechanism: "admin API POST /load",
+                reason: format!("HTTP {status}: {body}"),
+            });
+        }
+        Ok(Update {
+            mechanism: "admin API (POST /load)",
+        })
+    }
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
+    let t = &table.tuning;
+    let mut routes: Vec<Value> = Vec::new();
+    for route in &table.routes {
+        let mut matcher = json!({ "path": [format!("{}*", route.path_prefix)] });
+        if route.host != "*" {
+            matcher["host"] = json!([route.host]);
+        }
+        let mut handle = Vec::new();
+        if let Some((name, value)) = &table.overlay.response_header {
+            handle.push(json!({ "handler": "headers", "response": { "set": { name: [value] }, "deferred": true } }));
+        }
+        if let Some(origin) = &table.overlay.cors_origin {
+            handle.push(
+                json!({ "handler": "headers", "response": { "deferred": true, "set": {
+                "Access-Control-Allow-Origin": [origin],
+                "Access-Control-Allow-Methods": ["GET, POST, PUT, DELETE, OPTIONS"],
+                "Vary": ["Origin"],
+            } } }),
+            );
+        }
+        if let Some((from, to)) = &table.overlay.rewrite {
+            handle.push(json!({ "handler": "rewrite", "path_regexp": [{ "find": format!("^{from}"), "replace": to }] }));
+        }
+        let upstreams: Vec<Value> = table
+            .pool(&route.pool)
+            .map(|p| {
+                p.endpoints
+                    .iter()
+                    .map(|ep| json!({ "dial": ep.to_string() }))
+                    .collect()
+            })
+            .unwrap_or_default();
+        // No retries: Caddy retries only when given a try_duration, which stays unset.
+        handle.push(json!({
+            "handler": "reverse_proxy",
+            "upstreams": upstreams,
+            "load_balancing": { "selection_policy": { "policy": "round_robin" } },
+            "transport": {
+                "protocol": "http",
+                "keep_alive": { "max_idle_conns_per_host": t.upstream_keepalive },
+                "dial_timeout": format!("{}ms", t.connect_timeout_ms),
+                "response_header_timeout": format!("{}ms", t.read_timeout_ms),
+            },
+        }));
+        routes.push(json!({ "match": [matcher], "handle": handle, "terminal": true }));
+    }
+    routes.push(json!({ "handle": [{ "handler": "static_response", "status_code": 404 }] }));
+    let mut servers = json!({
+        "plain": { "listen": [format!("127.0.0.1:{}", files.http_port)], "routes": routes, "automatic_https": { "disable": true } },
+    });
+    let mut apps = json!({});
+    if let Some(tls) = &files.tls {
+        servers["tls"] = json!({
+            "listen": [format!("127.0.0.1:{}", tls.port)],
+            "routes": routes,
+            "automatic_https": { "disable": true },
+            "tls_connection_policies": [{ "certificate_selection": { "any_tag": ["lab"] } }],
+        });
+        apps["tls"] = json!({ "certificates": { "load_files": [{
+            "certificate": tls.cert.display().to_string(),
+            "key": tls.key.display().to_string(),
+            "tags": ["lab"],
+        }] } });
+    }
+    apps["http"] = json!({ "servers": servers });
+    json!({
+        "admin": { "listen": format!("127.0.0.1:{}", files.admin_port) },
+        "logging": { "logs": { "default": { "level": "WARN" } } },
+        "apps": apps,
+    })
+}
