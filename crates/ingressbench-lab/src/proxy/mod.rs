@@ -4,6 +4,7 @@
 mod caddy;
 mod haproxy;
 mod nginx;
+mod traefik;
 
 pub use haproxy::HaproxyUpdate;
 
@@ -83,6 +84,7 @@ impl ProxyKind {
             ProxyKind::Nginx => Ok(Box::new(nginx::Nginx)),
             ProxyKind::Haproxy => Ok(Box::new(haproxy::Haproxy::new(HaproxyUpdate::RuntimeApi))),
             ProxyKind::Caddy => Ok(Box::new(caddy::Caddy)),
+            ProxyKind::Traefik => Ok(Box::new(traefik::Traefik)),
             other => Err(LabError::Update {
                 kind: other.name().into(),
                 mechanism: "driver",
@@ -318,6 +320,12 @@ impl Proxy {
         if let Some(tls) = &files.tls {
             child.wait_listening(([127, 0, 0, 1], tls.port).into(), START_TIMEOUT)?;
         }
+        wait_routed(
+            &mut child,
+            files.http_port,
+            table,
+            START_TIMEOUT.saturating_sub(started.elapsed()),
+        )?;
         Ok(Self {
             kind,
             version,
@@ -399,9 +407,56 @@ impl Proxy {
     }
 }
 
+/// Waits until the proxy routes: a request for the first route gets something other than
+/// 404 (some proxies listen before their routes are loaded).
+fn wait_routed(
+    child: &mut OwnedChild,
+    port: u16,
+    table: &RouteTable,
+    timeout: Duration,
+) -> Result<(), LabError> {
+    let Some(route) = table.routes.first() else {
+        return Ok(());
+    };
+    let host = if route.host == "*" {
+        crate::certs::DEFAULT_TLS_NAME
+    } else {
+        route.host.as_str()
+    };
+    let started = Instant::now();
+    loop {
+        if let Ok((status, _)) = http_request(port, host, "GET", &route.path_prefix, None) {
+            if status != 404 && status != 0 {
+                return Ok(());
+            }
+        }
+        if let Some(status) = child.try_wait() {
+            return Err(child.not_ready(format!("exited with {status} before routing")));
+        }
+        if started.elapsed() > timeout {
+            return Err(child.not_ready(format!(
+                "still answering 404 for {host}{} after {timeout:?}",
+                route.path_prefix
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// One HTTP/1.1 request to an admin interface on 127.0.0.1: returns the status and body.
 pub(crate) fn admin_request(
     port: u16,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> std::io::Result<(u16, String)> {
+    http_request(port, &format!("127.0.0.1:{port}"), method, path, body)
+}
+
+/// One HTTP/1.1 request to 127.0.0.1:`port` with a Host header: the status and body.
+fn http_request(
+    port: u16,
+    host: &str,
     method: &str,
     path: &str,
     body: Option<&str>,
@@ -415,7 +470,7 @@ pub(crate) fn admin_request(
     let body = body.unwrap_or("");
     write!(
         stream,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
     let mut raw = String::new();

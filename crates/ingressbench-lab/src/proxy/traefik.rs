@@ -1,0 +1,150 @@
+//! Traefik: the file provider watches a directory; every change replaces the dynamic
+//! configuration file there (written to a sibling and renamed over it). Traefik applies
+//! provider events at most once per `providersThrottleDuration` (2 s by default, kept:
+//! that is how Traefik behaves for its users).
+
+use serde_json::{json, Map, Value};
+
+use super::{write_atomically, Driver, Launch, ProxyFiles, Update};
+use crate::model::RouteTable;
+use crate::process::OwnedChild;
+use crate::LabError;
+
+/// The Traefik driver.
+#[derive(Debug, Default)]
+pub(crate) struct Traefik;
+
+impl Driver for Traefik {
+    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
+        let dynamic = files.dir.join("dynamic");
+        std::fs::create_dir_all(&dynamic).map_err(|source| LabError::Io {
+            action: "creating",
+            path: dynamic.clone(),
+            source,
+        })?;
+        write_dynamic(files, table)?;
+        let t = &table.tuning;
+        let mut args = vec![
+            format!("--entryPoints.web.address=127.0.0.1:{}", files.http_port),
+            format!("--providers.file.directory={}", dynamic.display()),
+            "--providers.file.watch=true".into(),
+            "--log.level=ERROR".into(),
+            "--global.checkNewVersion=false".into(),
+            "--global.sendAnonymousUsage=false".into(),
+            format!(
+                "--serversTransport.maxIdleConnsPerHost={}",
+                t.upstream_keepalive
+            ),
+            format!(
+                "--serversTransport.forwardingTimeouts.dialTimeout={}ms",
+                t.connect_timeout_ms
+            ),
+            format!(
+                "--serversTransport.forwardingTimeouts.responseHeaderTimeout={}ms",
+                t.read_timeout_ms
+            ),
+        ];
+        if let Some(tls) = &files.tls {
+            args.push(format!(
+                "--entryPoints.websecure.address=127.0.0.1:{}",
+                tls.port
+            ));
+        }
+        if let Some(n) = t.keepalive_requests {
+            args.push(format!(
+                "--entryPoints.web.transport.keepAliveMaxRequests={n}"
+            ));
+            if files.tls.is_some() {
+                args.push(format!(
+                    "--entryPoints.websecure.transport.keepAliveMaxRequests={n}"
+                ));
+            }
+        }
+        Ok(Launch {
+            args,
+            env: vec![("GOMAXPROCS".into(), t.workers.to_string())],
+        })
+    }
+
+    fn update(
+        &mut self,
+        _child: &OwnedChild,
+        files: &ProxyFiles,
+        table: &RouteTable,
+    ) -> Result<Update, LabError> {
+        write_dynamic(files, table)?;
+        Ok(Update {
+            mechanism: "file provider (watched directory, file replaced by rename)",
+        })
+    }
+}
+
+fn write_dynamic(files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
+    // JSON is YAML: Traefik reads the file by its .yaml name.
+    let text = serde_json::to_string_pretty(&render(files, table)).unwrap_or_default();
+    write_atomically(&files.dir.join("dynamic").join("lab.yaml"), &text)
+}
+
+fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
+    let mut middlewares = Map::new();
+    if let Some((name, value)) = &table.overlay.response_header {
+        middlewares.insert(
+            "lab-header".into(),
+            json!({ "headers": { "customResponseHeaders": { name: value } } }),
+        );
+    }
+    if let Some(origin) = &table.overlay.cors_origin {
+        middlewares.insert(
+            "lab-cors".into(),
+            json!({ "headers": {
+                "accessControlAllowOriginList": [origin],
+                "accessControlAllowMethods": ["GET", "POST", "PUT", "DELETE", "OPTIONS"],
+                "addVaryHeader": true,
+            } }),
+        );
+    }
+    if let Some((from, to)) = &table.overlay.rewrite {
+        middlewares.insert("lab-rewrite".into(), json!({ "replacePathRegex": { "regex": format!("^{from}(.*)"), "replacement": format!("{to}$1") } }));
+    }
+    let chain: Vec<&String> = middlewares.keys().collect();
+    let mut routers = Map::new();
+    for (i, route) in table.routes.iter().enumerate() {
+        let path = format!("PathPrefix(`{}`)", route.path_prefix);
+        let rule = if route.host == "*" {
+            path
+        } else {
+            format!("Host(`{}`) && {path}", route.host)
+        };
+        let service = format!("pool_{}", route.pool);
+        routers.insert(format!("r{i}-web"), json!({ "rule": rule, "service": service, "entryPoints": ["web"], "middlewares": chain }));
+        if files.tls.is_some() {
+            routers.insert(
+                format!("r{i}-tls"),
+                json!({ "rule": rule, "service": service, "entryPoints": ["websecure"], "middlewares": chain, "tls": {} }),
+            );
+        }
+    }
+    let services: Map<String, Value> = table
+        .pools
+        .iter()
+        .map(|p| {
+            let servers: Vec<Value> = p
+                .endpoints
+                .iter()
+                .map(|ep| json!({ "url": format!("http://{ep}") }))
+                .collect();
+            (
+                format!("pool_{}", p.name),
+                json!({ "loadBalancer": { "servers": servers, "passHostHeader": true } }),
+            )
+        })
+        .collect();
+    let mut config = json!({ "http": { "routers": routers, "services": services } });
+    if !middlewares.is_empty() {
+        config["http"]["middlewares"] = Value::Object(middlewares);
+    }
+    if let Some(tls) = &files.tls {
+        config["tls"] = json!({ "certificates": [{ "certFile": tls.cert.display().to_string(), "keyFile": tls.key.display().to_string() }] });
+    }
+    config
+}
