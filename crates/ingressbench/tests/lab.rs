@@ -387,3 +387,8 @@ fn caddy_routes_scales_and_changes_routes() {
 fn traefik_routes_scales_and_changes_routes() {
     routes_and_changes(ProxyKind::Traefik);
 }
+
+#[test]
+fn envoy_routes_scales_and_changes_routes() {
+    routes_and_changes(ProxyKind::Envoy);
+}

@@ -2,6 +2,7 @@
 //! the shared [`RouteTable`] and applying changes the way its own ecosystem does.
 
 mod caddy;
+mod envoy;
 mod haproxy;
 mod nginx;
 mod traefik;
@@ -79,17 +80,13 @@ impl ProxyKind {
         }
     }
 
-    fn driver(self) -> Result<Box<dyn Driver>, LabError> {
+    fn driver(self) -> Box<dyn Driver> {
         match self {
-            ProxyKind::Nginx => Ok(Box::new(nginx::Nginx)),
-            ProxyKind::Haproxy => Ok(Box::new(haproxy::Haproxy::new(HaproxyUpdate::RuntimeApi))),
-            ProxyKind::Caddy => Ok(Box::new(caddy::Caddy)),
-            ProxyKind::Traefik => Ok(Box::new(traefik::Traefik)),
-            other => Err(LabError::Update {
-                kind: other.name().into(),
-                mechanism: "driver",
-                reason: "this proxy's driver is not written yet (issue #3 in progress)".into(),
-            }),
+            ProxyKind::Nginx => Box::new(nginx::Nginx),
+            ProxyKind::Haproxy => Box::new(haproxy::Haproxy::new(HaproxyUpdate::RuntimeApi)),
+            ProxyKind::Envoy => Box::new(envoy::Envoy::default()),
+            ProxyKind::Traefik => Box::new(traefik::Traefik),
+            ProxyKind::Caddy => Box::new(caddy::Caddy),
         }
     }
 }
@@ -304,7 +301,7 @@ impl Proxy {
             },
             dir: dir.clone(),
         };
-        let mut driver = kind.driver()?;
+        let mut driver = kind.driver();
         let launch = driver.start(&files, table)?;
         let started = Instant::now();
         let mut child = OwnedChild::spawn_with_env(

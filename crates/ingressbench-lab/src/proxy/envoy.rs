@@ -1,0 +1,252 @@
+//! Envoy: dynamic resources from files, as a control plane would serve them. Listeners
+//! (LDS), clusters (CDS), endpoints (EDS, one file per pool) and routes (RDS) each live in
+//! a file Envoy watches; a change replaces the file by a rename, and Envoy applies it
+//! without a restart. An endpoint change touches only the pool's EDS file. The admin
+//! interface listens on 127.0.0.1 only.
+
+use serde_json::{json, Value};
+
+use super::{write_atomically, Driver, Launch, ProxyFiles, Update};
+use crate::model::RouteTable;
+use crate::process::OwnedChild;
+use crate::LabError;
+
+/// The Envoy driver.
+#[derive(Debug, Default)]
+pub(crate) struct Envoy {
+    rendered: Option<RouteTable>,
+}
+
+impl Driver for Envoy {
+    fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
+        let xds = files.dir.join("xds");
+        std::fs::create_dir_all(&xds).map_err(|source| LabError::Io {
+            action: "creating",
+            path: xds.clone(),
+            source,
+        })?;
+        write_all(files, table)?;
+        self.rendered = Some(table.clone());
+        let bootstrap = json!({
+            "node": { "id": "ingressbench-lab", "cluster": "ingressbench-lab" },
+            "admin": { "address": socket(files.admin_port) },
+            "dynamic_resources": {
+                "cds_config": source(files, "cds.json"),
+                "lds_config": source(files, "lds.json"),
+            },
+        });
+        write_atomically(&files.config_path("envoy.json"), &pretty(&bootstrap))?;
+        Ok(Launch {
+            args: vec![
+                "-c".into(),
+                files.config_path("envoy.json").display().to_string(),
+                "--concurrency".into(),
+                table.tuning.workers.to_string(),
+                "--disable-hot-restart".into(),
+                "--log-level".into(),
+                "warn".into(),
+            ],
+            env: Vec::new(),
+        })
+    }
+
+    fn update(
+        &mut self,
+        _child: &OwnedChild,
+        files: &ProxyFiles,
+        table: &RouteTable,
+    ) -> Result<Update, LabError> {
+        let only_endpoints = self.rendered.as_ref().is_some_and(|old| {
+            old.routes == table.routes
+                && old.overlay == table.overlay
+                && old.tuning == table.tuning
+                && old
+                    .pools
+                    .iter()
+                    .map(|p| &p.name)
+                    .eq(table.pools.iter().map(|p| &p.name))
+        });
+        let mechanism = if only_endpoints {
+            for pool in &table.pools {
+                if self.rendered.as_ref().and_then(|old| old.pool(&pool.name)) != Some(pool) {
+                    write_atomically(
+                        &xds_path(files, &format!("eds_{}.json", pool.name)),
+                        &pretty(&eds(pool)),
+                    )?;
+                }
+            }
+            "file-based xDS (EDS file replaced by rename)"
+        } else {
+            write_all(files, table)?;
+            "file-based xDS (CDS/EDS/RDS files replaced by rename)"
+        };
+        self.rendered = Some(table.clone());
+        Ok(Update { mechanism })
+    }
+}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+fn xds_path(files: &ProxyFiles, name: &str) -> std::path::PathBuf {
+    files.dir.join("xds").join(name)
+}
+
+fn source(files: &ProxyFiles, name: &str) -> Value {
+    json!({ "resource_api_version": "V3", "path_config_source": { "path": xds_path(files, name).display().to_string() } })
+}
+
+fn socket(port: u16) -> Value {
+    json!({ "socket_address": { "address": "127.0.0.1", "port_value": port } })
+}
+
+fn resources(items: Vec<Value>) -> Value {
+    json!({ "resources": items })
+}
+
+/// Writes every resource file: endpoints first, then clusters, routes and listeners, so
+/// that each file only refers to what already exists.
+fn write_all(files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
+    for pool in &table.pools {
+        write_atomically(
+            &xds_path(files, &format!("eds_{}.json", pool.name)),
+            &pretty(&eds(pool)),
+        )?;
+    }
+    let clusters: Vec<Value> = table
+        .pools
+        .iter()
+        .map(|pool| {
+            json!({
+                "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
+                "name": format!("pool_{}", pool.name),
+                "type": "EDS",
+                "eds_cluster_config": { "eds_config": source(files, &format!("eds_{}.json", pool.name)) },
+                "connect_timeout": format!("{:.3}s", table.tuning.connect_timeout_ms as f64 / 1000.0),
+                "lb_policy": "ROUND_ROBIN",
+                // Retries off, and no circuit breaking below what a benchmark sends.
+                "circuit_breakers": { "thresholds": [{
+                    "max_connections": 1_000_000, "max_pending_requests": 1_000_000,
+                    "max_requests": 1_000_000, "max_retries": 0,
+                }] },
+            })
+        })
+        .collect();
+    write_atomically(&xds_path(files, "cds.json"), &pretty(&resources(clusters)))?;
+    write_atomically(
+        &xds_path(files, "rds.json"),
+        &pretty(&resources(vec![rds(table)])),
+    )?;
+    let mut listeners = vec![listener(files, table, "http", files.http_port, None)];
+    if let Some(tls) = &files.tls {
+        let tls_socket = json!({
+            "name": "envoy.transport_sockets.tls",
+            "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
+                "common_tls_context": {
+                    "tls_certificates": [{
+                        "certificate_chain": { "filename": tls.cert.display().to_string() },
+                        "private_key": { "filename": tls.key.display().to_string() },
+                    }],
+                    "alpn_protocols": ["http/1.1"],
+                },
+            },
+        });
+        listeners.push(listener(files, table, "https", tls.port, Some(tls_socket)));
+    }
+    write_atomically(&xds_path(files, "lds.json"), &pretty(&resources(listeners)))
+}
+
+fn eds(pool: &crate::model::Pool) -> Value {
+    let endpoints: Vec<Value> = pool
+        .endpoints
+        .iter()
+        .map(|ep| json!({ "endpoint": { "address": { "socket_address": { "address": ep.ip().to_string(), "port_value": ep.port() } } } }))
+        .collect();
+    resources(vec![json!({
+        "@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+        "cluster_name": format!("pool_{}", pool.name),
+        "endpoints": [{ "lb_endpoints": endpoints }],
+    })])
+}
+
+fn rds(table: &RouteTable) -> Value {
+    let mut hosts: Vec<&str> = table.routes.iter().map(|r| r.host.as_str()).collect();
+    hosts.dedup();
+    let virtual_hosts: Vec<Value> = hosts
+        .iter()
+        .enumerate()
+        .map(|(i, host)| {
+            let routes: Vec<Value> = table
+                .routes
+                .iter()
+                .filter(|r| r.host == *host)
+                .map(|r| {
+                    let mut action = json!({
+                        "cluster": format!("pool_{}", r.pool),
+                        "timeout": format!("{:.3}s", table.tuning.read_timeout_ms as f64 / 1000.0),
+                    });
+                    if let Some((from, to)) = &table.overlay.rewrite {
+                        action["regex_rewrite"] = json!({ "pattern": { "regex": format!("^{from}(.*)") }, "substitution": format!("{to}\\1") });
+                    }
+                    json!({ "match": { "prefix": r.path_prefix }, "route": action })
+                })
+                .collect();
+            let mut vh = json!({ "name": format!("vh{i}"), "domains": [host], "routes": routes });
+            let mut headers = Vec::new();
+            if let Some((name, value)) = &table.overlay.response_header {
+                headers.push(json!({ "header": { "key": name, "value": value }, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD" }));
+            }
+            if !headers.is_empty() {
+                vh["response_headers_to_add"] = Value::Array(headers);
+            }
+            if let Some(origin) = &table.overlay.cors_origin {
+                vh["typed_per_filter_config"] = json!({ "envoy.filters.http.cors": {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy",
+                    "allow_origin_string_match": [{ "exact": origin }],
+                    "allow_methods": "GET, POST, PUT, DELETE, OPTIONS",
+                } });
+            }
+            vh
+        })
+        .collect();
+    json!({
+        "@type": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
+        "name": "lab_routes",
+        "virtual_hosts": virtual_hosts,
+    })
+}
+
+fn listener(
+    files: &ProxyFiles,
+    table: &RouteTable,
+    name: &str,
+    port: u16,
+    tls: Option<Value>,
+) -> Value {
+    let mut hcm = json!({
+        "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+        "stat_prefix": name,
+        "codec_type": "AUTO",
+        "strip_any_host_port": true,
+        "rds": { "route_config_name": "lab_routes", "config_source": source(files, "rds.json") },
+        "http_filters": [
+            { "name": "envoy.filters.http.cors", "typed_config": { "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors" } },
+            { "name": "envoy.filters.http.router", "typed_config": { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" } },
+        ],
+    });
+    if let Some(n) = table.tuning.keepalive_requests {
+        hcm["common_http_protocol_options"] = json!({ "max_requests_per_connection": n });
+    }
+    let mut chain = json!({ "filters": [{ "name": "envoy.filters.network.http_connection_manager", "typed_config": hcm }] });
+    if let Some(tls) = tls {
+        chain["transport_socket"] = tls;
+    }
+    json!({
+        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": name,
+        "address": socket(port),
+        "filter_chains": [chain],
+    })
+}
