@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::certs::{self, LabCerts};
 use crate::model::{check_name, Overlay, Pool, Route, RouteTable, Tuning};
 use crate::process::OwnedChild;
-use crate::proxy::{Binaries, Proxy, ProxyKind, Update};
+use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions};
 use crate::reaper::Reaper;
 use crate::LabError;
 
@@ -50,6 +50,8 @@ pub struct LabSpec {
     pub binaries: Binaries,
     /// Keep the lab's directory (configs, logs, keys) after tear-down.
     pub keep: bool,
+    /// How proxies are updated.
+    pub proxy_options: ProxyOptions,
 }
 
 impl LabSpec {
@@ -73,6 +75,7 @@ impl LabSpec {
             backend_binary,
             binaries: Binaries::discover(),
             keep: false,
+            proxy_options: ProxyOptions::default(),
         }
     }
 }
@@ -108,6 +111,46 @@ pub struct Lab {
     serial: usize,
     startup: Duration,
     reaper: Option<Reaper>,
+    terminating: Vec<(Backend, Instant)>,
+    pending: Vec<(Instant, usize)>,
+    records: Vec<ChangeRecord>,
+}
+
+/// A change to the system under test.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Start or stop backends of a pool until it has this many (stopping is graceful).
+    Scale {
+        /// The pool.
+        pool: String,
+        /// Replicas wanted.
+        replicas: usize,
+    },
+    /// SIGKILL a backend (a crash); `None` picks one at random.
+    Kill(Option<String>),
+    /// SIGTERM a backend (it drains, then exits); `None` picks one at random.
+    Terminate(Option<String>),
+    /// Change the response header, CORS and rewrite (an empty overlay reverts).
+    Overlay(Overlay),
+    /// Push the current configuration again without a change (a reload).
+    Reload,
+}
+
+/// What became of one requested change.
+#[derive(Clone, Debug)]
+pub struct ChangeRecord {
+    /// What was asked, in words (`scale echo 3->4`, `kill echo-2`, …).
+    pub what: String,
+    /// When it was asked for (and the backend side happened).
+    pub requested_at: Instant,
+    /// When the proxies were told, after the propagation delay.
+    pub applied_at: Option<Instant>,
+    /// How each proxy took it.
+    pub mechanisms: Vec<(ProxyKind, &'static str)>,
+    /// Backends started by it.
+    pub started: Vec<String>,
+    /// Backends stopped or killed by it.
+    pub removed: Vec<String>,
 }
 
 impl Lab {
@@ -132,6 +175,9 @@ impl Lab {
             proxies: Vec::new(),
             serial: 0,
             startup: Duration::ZERO,
+            terminating: Vec::new(),
+            pending: Vec::new(),
+            records: Vec::new(),
         };
         match lab.start_all() {
             Ok(()) => {
@@ -167,11 +213,19 @@ impl Lab {
                 .as_ref()
                 .map(|c| (c.cert.as_path(), c.key.as_path(), c.combined.as_path()));
             let reaper = lab.reaper.as_mut();
-            let proxy = Proxy::start(kind, &lab.spec.binaries, &lab.dir, &table, tls, |pid| {
-                if let Some(r) = reaper {
-                    r.watch(pid);
-                }
-            })?;
+            let proxy = Proxy::start(
+                kind,
+                &lab.spec.binaries,
+                &lab.dir,
+                &table,
+                tls,
+                &lab.spec.proxy_options,
+                |pid| {
+                    if let Some(r) = reaper {
+                        r.watch(pid);
+                    }
+                },
+            )?;
             lab.proxies.push(proxy);
         }
         Ok(())
@@ -291,10 +345,141 @@ impl Lab {
         self.overlay = overlay;
     }
 
-    /// Pushes the current table to every proxy, each its own way.
-    pub fn sync_proxies(&mut self) -> Result<Vec<Update>, LabError> {
+    /// Pushes the current table to every proxy, each its own way; returns how each took it.
+    pub fn sync_proxies(&mut self) -> Result<Vec<(ProxyKind, &'static str)>, LabError> {
         let table = self.table();
-        self.proxies.iter_mut().map(|p| p.update(&table)).collect()
+        self.proxies
+            .iter_mut()
+            .map(|p| p.update(&table).map(|u| (p.kind(), u.mechanism)))
+            .collect()
+    }
+
+    /// Requests a change. The backend side happens now (a pod starts, dies or drains
+    /// whatever the control plane does); the proxies are told after `propagation_delay`,
+    /// when [`Lab::tick`] runs past it, as a controller going through a slow API would.
+    /// Returns the index of the change's record.
+    pub fn request(
+        &mut self,
+        change: Change,
+        propagation_delay: Duration,
+    ) -> Result<usize, LabError> {
+        let requested_at = Instant::now();
+        let (what, started, removed) = match &change {
+            Change::Scale { pool, replicas } => {
+                let before = self.backends.iter().filter(|b| &b.pool == pool).count();
+                let (started, removed) = self.scale(pool, *replicas)?;
+                let names = removed.iter().map(|b| b.name.clone()).collect();
+                for backend in removed {
+                    self.begin_termination(backend);
+                }
+                (format!("scale {pool} {before}->{replicas}"), started, names)
+            }
+            Change::Kill(name) | Change::Terminate(name) => {
+                let name = match name {
+                    Some(name) => name.clone(),
+                    None => self
+                        .random_backend()
+                        .ok_or_else(|| LabError::InvalidValue {
+                            field: "backend".into(),
+                            value: "random".into(),
+                            reason: "no backend is running".into(),
+                        })?,
+                };
+                let backend = self
+                    .take_backend(&name)
+                    .ok_or_else(|| LabError::InvalidValue {
+                        field: "backend".into(),
+                        value: name.clone(),
+                        reason: format!(
+                            "no running backend has that name (running: {})",
+                            self.backends
+                                .iter()
+                                .map(|b| b.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    })?;
+                if matches!(change, Change::Kill(_)) {
+                    backend.kill();
+                    (format!("kill {name}"), Vec::new(), vec![name])
+                } else {
+                    self.begin_termination(backend);
+                    (format!("terminate {name}"), Vec::new(), vec![name])
+                }
+            }
+            Change::Overlay(overlay) => {
+                self.overlay = overlay.clone();
+                (describe_overlay(overlay), Vec::new(), Vec::new())
+            }
+            Change::Reload => ("reload".to_owned(), Vec::new(), Vec::new()),
+        };
+        self.records.push(ChangeRecord {
+            what,
+            requested_at,
+            applied_at: None,
+            mechanisms: Vec::new(),
+            started,
+            removed,
+        });
+        let index = self.records.len() - 1;
+        self.pending.push((requested_at + propagation_delay, index));
+        self.tick()?;
+        Ok(index)
+    }
+
+    /// Applies the changes whose propagation delay has passed (the proxies get the state
+    /// of the backends as it is now, as a reconciling controller would), and reaps
+    /// terminated backends. Call it often while changes are pending.
+    pub fn tick(&mut self) -> Result<(), LabError> {
+        let now = Instant::now();
+        self.terminating.retain_mut(|(backend, since)| {
+            let exited = backend.child.try_wait().is_some();
+            if !exited && since.elapsed() > DRAIN_GRACE {
+                backend.child.terminate(Duration::ZERO);
+                return false;
+            }
+            !exited
+        });
+        let (due, waiting): (Vec<_>, Vec<_>) = self.pending.iter().partition(|(at, _)| *at <= now);
+        self.pending = waiting;
+        if due.is_empty() {
+            return Ok(());
+        }
+        let mechanisms = self.sync_proxies()?;
+        let applied = Instant::now();
+        for (_, index) in due {
+            if let Some(record) = self.records.get_mut(index) {
+                record.applied_at = Some(applied);
+                record.mechanisms = mechanisms.clone();
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether changes are still waiting for their propagation delay.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
+    /// Every change requested so far.
+    pub fn records(&self) -> &[ChangeRecord] {
+        &self.records
+    }
+
+    fn begin_termination(&mut self, backend: Backend) {
+        let _ = backend.child.signal(rustix::process::Signal::TERM);
+        self.terminating.push((backend, Instant::now()));
+    }
+
+    fn random_backend(&self) -> Option<String> {
+        if self.backends.is_empty() {
+            return None;
+        }
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos() as usize;
+        Some(self.backends[nanos % self.backends.len()].name.clone())
     }
 
     /// The running proxies.
@@ -354,12 +539,31 @@ impl Drop for Lab {
             proxy.stop(Duration::from_secs(2));
         }
         self.backends.clear();
+        self.terminating.clear();
         if let Some(reaper) = self.reaper.take() {
             reaper.dismiss();
         }
         if !self.spec.keep {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+fn describe_overlay(overlay: &Overlay) -> String {
+    let mut parts = Vec::new();
+    if let Some((name, value)) = &overlay.response_header {
+        parts.push(format!("header {name}: {value}"));
+    }
+    if let Some(origin) = &overlay.cors_origin {
+        parts.push(format!("CORS {origin}"));
+    }
+    if let Some((from, to)) = &overlay.rewrite {
+        parts.push(format!("rewrite {from} -> {to}"));
+    }
+    if parts.is_empty() {
+        "revert route changes".to_owned()
+    } else {
+        parts.join(", ")
     }
 }
 

@@ -26,4 +26,4 @@ pub mod proxy;
 pub mod reaper;
 
 pub use error::LabError;
-pub use lab::{Backend, Lab, LabSpec, PoolSpec};
+pub use lab::{Backend, Change, ChangeRecord, Lab, LabSpec, PoolSpec};

@@ -165,15 +165,19 @@ pub(crate) fn run(
             std::panic::resume_unwind(panic);
         }
     });
-    let mut recorder = worker.recorder.borrow_mut();
-    recorder.roll_windows(worker.now_ns());
-    let windows = recorder.finish_windows();
+    let windows = {
+        let mut recorder = worker.recorder.borrow_mut();
+        recorder.roll_windows(worker.now_ns());
+        recorder.finish_windows()
+    };
     let _ = worker.tx.send(Message::Windows {
         worker: index,
         windows,
     });
+    // Last: the samples still buffered (their backend names come from the recorder).
     worker.send_samples();
-    Ok(recorder.clone())
+    let recorder = worker.recorder.borrow().clone();
+    Ok(recorder)
 }
 
 impl Worker {

@@ -473,3 +473,17 @@ fn a_host_name_is_resolved_for_every_new_connection() {
     assert_eq!(s.phases_us["dns"].count, 5);
     assert!(s.phases_us["dns"].mean > 0.0, "the lookup took some time");
 }
+
+#[test]
+fn samples_still_buffered_at_the_end_are_delivered() {
+    // Shorter than the 100 ms flush period: every sample is in the final batch.
+    let server = serve(answer("b1"), None);
+    let mut p = plan(&server.url("http"));
+    p.connections = 1;
+    p.length = Length::Requests(10);
+    p.sample_rate = 1.0;
+    let mut seen = Collect::default();
+    let report = run(&p, Arc::new(AtomicBool::new(false)), &mut seen).unwrap();
+    assert_eq!(report.summary.requests.ok, 10);
+    assert_eq!(seen.samples.len(), 10);
+}

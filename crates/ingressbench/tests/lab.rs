@@ -392,3 +392,82 @@ fn traefik_routes_scales_and_changes_routes() {
 fn envoy_routes_scales_and_changes_routes() {
     routes_and_changes(ProxyKind::Envoy);
 }
+
+#[derive(Default)]
+struct Samples(Vec<ingressbench_stats::Sample>);
+
+impl ingressbench_load::Observer for Samples {
+    fn samples(&mut self, samples: &[ingressbench_stats::Sample], _backends: &[String]) {
+        self.0.extend_from_slice(samples);
+    }
+}
+
+/// Kills one of three backends behind HAProxy while requests flow, with the proxy told
+/// after `delay`. Returns how long errors went on (first to last) and how many there were.
+fn errors_after_a_kill(delay: Duration) -> (Duration, usize) {
+    let mut spec = LabSpec::simple(vec![ProxyKind::Haproxy], 3, BIN.into());
+    spec.tls = false;
+    let mut lab = Lab::up(spec).unwrap();
+    let url = lab.proxies()[0].http_url();
+    let load = std::thread::spawn(move || {
+        let mut plan = Plan::new(Target::parse(&url).unwrap());
+        plan.mode = Mode::Sequential {
+            interval: Duration::from_millis(10),
+        };
+        plan.connections = 1;
+        plan.length = Length::Duration(Duration::from_millis(4000));
+        plan.sample_rate = 1.0;
+        let mut seen = Samples::default();
+        run(&plan, Arc::new(AtomicBool::new(false)), &mut seen).unwrap();
+        seen.0
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let record = lab
+        .request(ingressbench_lab::Change::Kill(Some("echo-2".into())), delay)
+        .unwrap();
+    while !load.is_finished() {
+        lab.tick().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let r = &lab.records()[record];
+    assert_eq!(r.what, "kill echo-2");
+    let applied = r.applied_at.expect("applied") - r.requested_at;
+    assert!(
+        applied >= delay,
+        "applied after {applied:?}, before the {delay:?} delay"
+    );
+    let samples = load.join().unwrap();
+    let errors: Vec<u64> = samples
+        .iter()
+        .filter(|s| !s.outcome.is_ok())
+        .map(|s| s.done_at_ns)
+        .collect();
+    let window = match (errors.iter().min(), errors.iter().max()) {
+        (Some(first), Some(last)) => Duration::from_nanos(last - first),
+        _ => Duration::ZERO,
+    };
+    (window, errors.len())
+}
+
+#[test]
+fn a_propagation_delay_keeps_a_killed_backend_in_rotation() {
+    let (slow_window, slow_errors) = errors_after_a_kill(Duration::from_secs(2));
+    let (fast_window, fast_errors) = errors_after_a_kill(Duration::ZERO);
+    eprintln!("delay 2s: errors for {slow_window:?} ({slow_errors}); no delay: {fast_window:?} ({fast_errors})");
+    assert!(
+        slow_window >= Duration::from_millis(1500),
+        "with a 2 s delay errors go on: {slow_window:?}"
+    );
+    assert!(
+        slow_errors >= 20,
+        "a third of ~150 requests in 2 s: {slow_errors}"
+    );
+    assert!(
+        fast_window + Duration::from_secs(1) < slow_window,
+        "without the delay errors stop sooner: {fast_window:?}"
+    );
+    assert!(
+        fast_errors * 5 < slow_errors,
+        "{fast_errors} vs {slow_errors}"
+    );
+}

@@ -80,10 +80,10 @@ impl ProxyKind {
         }
     }
 
-    fn driver(self) -> Box<dyn Driver> {
+    fn driver(self, options: &ProxyOptions) -> Box<dyn Driver> {
         match self {
             ProxyKind::Nginx => Box::new(nginx::Nginx),
-            ProxyKind::Haproxy => Box::new(haproxy::Haproxy::new(HaproxyUpdate::RuntimeApi)),
+            ProxyKind::Haproxy => Box::new(haproxy::Haproxy::new(options.haproxy_update)),
             ProxyKind::Envoy => Box::new(envoy::Envoy::default()),
             ProxyKind::Traefik => Box::new(traefik::Traefik),
             ProxyKind::Caddy => Box::new(caddy::Caddy),
@@ -186,6 +186,13 @@ impl Binaries {
     }
 }
 
+/// Choices about how proxies are run and updated.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProxyOptions {
+    /// How HAProxy receives endpoint changes.
+    pub haproxy_update: HaproxyUpdate,
+}
+
 /// The TLS files and port of a proxy that terminates TLS.
 #[derive(Clone, Debug)]
 pub struct TlsFiles {
@@ -269,6 +276,7 @@ impl Proxy {
         dir: &Path,
         table: &RouteTable,
         tls: Option<(&Path, &Path, &Path)>,
+        options: &ProxyOptions,
         spawned: impl FnOnce(u32),
     ) -> Result<Self, LabError> {
         table.validate()?;
@@ -301,7 +309,7 @@ impl Proxy {
             },
             dir: dir.clone(),
         };
-        let mut driver = kind.driver();
+        let mut driver = kind.driver(options);
         let launch = driver.start(&files, table)?;
         let started = Instant::now();
         let mut child = OwnedChild::spawn_with_env(
