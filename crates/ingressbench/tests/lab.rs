@@ -88,6 +88,14 @@ fn time_until(lab: &Lab, mut done: impl FnMut(&Summary) -> bool, limit: Duration
     }
 }
 
+/// Whether five requests in a row show (or all lack) the route change. Taken effect means
+/// every request sees it: right after a reload, old workers may still answer a few.
+fn every_request_shows_the_change(lab: &Lab, want: bool) -> bool {
+    (0..5).all(|_| {
+        head(lab, "/old/page", &["Origin: https://app.example"]).contains("x-lab: on") == want
+    })
+}
+
 /// Polls `done` every 20 ms; returns how long it took to hold.
 fn poll(mut done: impl FnMut() -> bool, limit: Duration) -> Duration {
     let started = Instant::now();
@@ -157,9 +165,8 @@ fn routes_and_changes(kind: ProxyKind) {
         rewrite: Some(("/old".into(), "/new".into())),
     });
     lab.sync_proxies().unwrap();
-    let changed = |h: &str| h.contains("x-lab: on");
     let took = poll(
-        || changed(&head(&lab, "/old/page", &["Origin: https://app.example"])),
+        || every_request_shows_the_change(&lab, true),
         Duration::from_secs(10),
     );
     eprintln!("{kind}: route change took effect after {took:?}");
@@ -172,7 +179,7 @@ fn routes_and_changes(kind: ProxyKind) {
     lab.set_overlay(Overlay::default());
     lab.sync_proxies().unwrap();
     let took = poll(
-        || !changed(&head(&lab, "/old/page", &["Origin: https://app.example"])),
+        || every_request_shows_the_change(&lab, false),
         Duration::from_secs(10),
     );
     eprintln!("{kind}: revert took effect after {took:?}");
