@@ -68,6 +68,16 @@ pub enum LabError {
         /// Why it failed.
         source: std::io::Error,
     },
+    /// A lab file could not be read or does not describe a lab.
+    #[error("{}{}: {message}", path.display(), location.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
+    LabFile {
+        /// The file.
+        path: PathBuf,
+        /// Line and column, when known.
+        location: Option<(usize, usize)>,
+        /// What is wrong and what would be valid.
+        message: String,
+    },
     /// A proxy refused an update.
     #[error("{kind} refused the update ({mechanism}): {reason}")]
     Update {

@@ -20,6 +20,7 @@ pub mod backend;
 pub mod certs;
 mod error;
 mod lab;
+pub mod labfile;
 pub mod model;
 pub mod process;
 pub mod proxy;

@@ -48,8 +48,13 @@ pub(crate) struct ProxyBinArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct LabUpArgs {
+    /// A lab file (YAML; see examples/lab-all-proxies.yaml). Without it, --proxy says what
+    /// to run.
+    #[arg(value_name = "FILE", conflicts_with_all = ["proxies", "backends", "backend_args", "workers", "no_tls"])]
+    pub(crate) file: Option<std::path::PathBuf>,
+
     /// Proxy to run (repeatable): nginx, haproxy, envoy, traefik, caddy.
-    #[arg(long = "proxy", value_name = "KIND", required = true)]
+    #[arg(long = "proxy", value_name = "KIND", required_unless_present = "file")]
     pub(crate) proxies: Vec<String>,
 
     /// Echo backends in the pool behind the proxies.

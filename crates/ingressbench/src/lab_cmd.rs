@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use ingressbench_lab::certs::DEFAULT_TLS_NAME;
+use ingressbench_lab::labfile::LabFile;
 use ingressbench_lab::model::Tuning;
 use ingressbench_lab::proxy::{Binaries, ProxyKind};
 use ingressbench_lab::{Lab, LabSpec};
@@ -73,22 +74,30 @@ fn check(args: &ProxyBinArgs) -> Result<ExitCode> {
 }
 
 fn up(args: &LabUpArgs) -> Result<ExitCode> {
-    let mut proxies = Vec::new();
-    for name in &args.proxies {
-        proxies.push(
-            name.parse::<ProxyKind>()
-                .map_err(|e| UsageError(e.into()))?,
-        );
-    }
     let exe =
         std::env::current_exe().context("finding the ingressbench binary to run backends with")?;
-    let mut spec = LabSpec::simple(proxies, args.backends, exe);
-    spec.pools[0].backend_args = args.backend_args.clone();
-    spec.tuning = Tuning {
-        workers: args.workers,
-        ..Tuning::default()
+    let mut spec = match &args.file {
+        Some(path) => LabFile::read(path)
+            .and_then(|f| f.to_spec(path, exe, Binaries::default()))
+            .map_err(|e| UsageError(e.into()))?,
+        None => {
+            let mut proxies = Vec::new();
+            for name in &args.proxies {
+                proxies.push(
+                    name.parse::<ProxyKind>()
+                        .map_err(|e| UsageError(e.into()))?,
+                );
+            }
+            let mut spec = LabSpec::simple(proxies, args.backends, exe);
+            spec.pools[0].backend_args = args.backend_args.clone();
+            spec.tuning = Tuning {
+                workers: args.workers,
+                ..Tuning::default()
+            };
+            spec.tls = !args.no_tls;
+            spec
+        }
     };
-    spec.tls = !args.no_tls;
     spec.keep = args.keep;
     spec.binaries = binaries(&args.bins)?;
     let stop = crate::signals::stop_flag()?;

