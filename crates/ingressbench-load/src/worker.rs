@@ -9,7 +9,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ingressbench_stats::{Outcome, Recorder, Sample, Window};
+use ingressbench_stats::{Outcome, Phases, Recorder, Sample, Window};
 use tokio::task::LocalSet;
 
 use crate::connection::{exchange, nanos, Connector, Exchange, Stage, Stream};
@@ -143,7 +143,6 @@ pub(crate) fn run(
     });
     let local = LocalSet::new();
     local.block_on(&runtime, async {
-        tokio::time::sleep_until(worker.shared.start.into()).await;
         let flusher = tokio::task::spawn_local(flush_loop(worker.clone()));
         let pacer =
             schedule.map(|schedule| tokio::task::spawn_local(pace(worker.clone(), schedule)));
@@ -270,12 +269,14 @@ impl Worker {
         conn: &mut Option<Stream>,
         served: &mut u64,
         parser: &mut ResponseParser,
+        opened: &mut Option<Phases>,
     ) -> Sample {
         let mut sample = Sample::new(ticket.intended_ns);
         sample.seq = ticket.seq;
         sample.released_at_ns = ticket.released_ns;
         sample.warmup = ticket.warmup;
-        let reused = conn.is_some();
+        let preopened = opened.take().filter(|_| conn.is_some());
+        let reused = conn.is_some() && preopened.is_none();
         let sent = Instant::now();
         sample.sent_at_ns = nanos(sent.saturating_duration_since(self.shared.start));
         let mut stage = Stage::Connecting;
@@ -309,6 +310,11 @@ impl Worker {
         let result = tokio::time::timeout_at((sent + self.shared.timeout).into(), attempt).await;
         let done = Instant::now();
         sample.connection_reused = reused;
+        if let Some(p) = preopened {
+            sample.phases.dns_ns = p.dns_ns;
+            sample.phases.connect_ns = p.connect_ns;
+            sample.phases.tls_ns = p.tls_ns;
+        }
         sample.outcome = match result {
             Ok(Ok(outcome) | Err(outcome)) => outcome,
             Err(_elapsed) => match stage {
@@ -345,9 +351,23 @@ async fn connection_loop(worker: Rc<Worker>) {
     let mut conn = None;
     let mut served = 0;
     let mut parser = ResponseParser::new(&worker.shared.backend_header);
+    // With keep-alive, open the connection before the first request is due, as wrk does,
+    // so that handshakes do not land inside the measured run (a connection that would only
+    // be opened by a later burst would pay its TLS handshake there). Its phases go on its
+    // first request, which is not counted as reused but did not wait for them.
+    let mut opened = None;
+    if worker.shared.keepalive {
+        let mut phases = Phases::default();
+        let connect = worker.connector.connect(&mut phases);
+        if let Ok(Ok(stream)) = tokio::time::timeout(worker.shared.timeout, connect).await {
+            conn = Some(stream);
+            opened = Some(phases);
+        }
+    }
+    tokio::time::sleep_until(worker.shared.start.into()).await;
     while let Some(ticket) = worker.next_ticket().await {
         let sample = worker
-            .execute(ticket, &mut conn, &mut served, &mut parser)
+            .execute(ticket, &mut conn, &mut served, &mut parser, &mut opened)
             .await;
         worker.record(&sample);
     }
