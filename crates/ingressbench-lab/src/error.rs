@@ -35,7 +35,7 @@ pub enum LabError {
         source: std::io::Error,
     },
     /// A process started but did not become ready.
-    #[error("{name} ({}) did not become ready: {reason}\nits log is {}; it ends with:\n{log_tail}", program.display(), log.display())]
+    #[error("{name} ({}) did not become ready: {reason}\nits configuration and log are in {}; the log ({}) ends with:\n{log_tail}", program.display(), log.parent().map(|d| d.display().to_string()).unwrap_or_default(), log.display())]
     NotReady {
         /// What it is.
         name: String,

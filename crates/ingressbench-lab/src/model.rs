@@ -120,6 +120,15 @@ impl RouteTable {
         Ok(())
     }
 
+    /// Routes in matching order: the longest path prefix first within each host (proxies
+    /// that take the first matching route, like HAProxy, Envoy and Caddy, need it; the
+    /// others pick the longest match themselves).
+    pub fn ordered_routes(&self) -> Vec<&Route> {
+        let mut routes: Vec<&Route> = self.routes.iter().collect();
+        routes.sort_by_key(|r| (r.host == "*", std::cmp::Reverse(r.path_prefix.len())));
+        routes
+    }
+
     /// The pool named `name`.
     pub fn pool(&self, name: &str) -> Option<&Pool> {
         self.pools.iter().find(|p| p.name == name)

@@ -191,3 +191,24 @@ fn bad_options_exit_2() {
         assert!(stderr.contains(expected), "{args:?}: {stderr}");
     }
 }
+
+#[test]
+fn stalls_hold_answers_for_their_length() {
+    let b = Backend::start(&["--stall-every", "1s", "--stall-for", "300ms"]);
+    let mut plan = Plan::new(Target::parse(&format!("http://{}/", b.addr)).unwrap());
+    plan.mode = Mode::Open { rate_per_s: 200.0 };
+    plan.connections = 100;
+    plan.length = Length::Duration(Duration::from_secs(2));
+    let s = run(&plan, Arc::new(AtomicBool::new(false)), &mut NoObserver)
+        .unwrap()
+        .summary;
+    assert_eq!(s.requests.errors, 0);
+    // About 30% of requests arrive in a stall and wait up to 300 ms; the rest do not.
+    assert!(
+        s.latency_us.max >= 250_000 && s.latency_us.max < 400_000,
+        "max {}",
+        s.latency_us.max
+    );
+    assert!(s.latency_us.p50 < 50_000, "p50 {}", s.latency_us.p50);
+    assert!(s.latency_us.p90 > 100_000, "p90 {}", s.latency_us.p90);
+}

@@ -597,3 +597,125 @@ fn a_bad_lab_file_exits_2_with_its_line() {
     assert!(stderr.contains("invalid host `a;b`"), "{stderr}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Two pools behind two hosts: a.test goes to pool `a`, b.test to pool `b` except
+/// b.test/admin, which goes to pool `a` (the longer prefix wins); any other host is 404.
+fn two_host_spec(kind: ProxyKind) -> LabSpec {
+    use ingressbench_lab::model::Route;
+    use ingressbench_lab::PoolSpec;
+    let mut spec = LabSpec::simple(vec![kind], 1, BIN.into());
+    spec.pools = vec![
+        PoolSpec {
+            name: "a".into(),
+            replicas: 2,
+            backend_args: Vec::new(),
+        },
+        PoolSpec {
+            name: "b".into(),
+            replicas: 1,
+            backend_args: Vec::new(),
+        },
+    ];
+    let route = |host: &str, prefix: &str, pool: &str| Route {
+        host: host.into(),
+        path_prefix: prefix.into(),
+        pool: pool.into(),
+    };
+    spec.routes = vec![
+        route("a.test", "/", "a"),
+        route("b.test", "/", "b"),
+        route("b.test", "/admin", "a"),
+    ];
+    spec
+}
+
+fn backend_for(lab: &Lab, host: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", lab.proxies()[0].http_port())).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let status = out.split(' ').nth(1).unwrap_or("?").to_owned();
+    let backend = out.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .strip_prefix("x-backend: ")
+            .map(str::to_owned)
+    });
+    backend.map_or(status, |b| b.trim().to_owned())
+}
+
+#[test]
+fn every_proxy_routes_by_host_and_path_over_http_and_https() {
+    for kind in ProxyKind::ALL {
+        let lab = Lab::up(two_host_spec(kind)).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        for _ in 0..4 {
+            assert!(
+                backend_for(&lab, "a.test", "/x").starts_with("a-"),
+                "{kind}: a.test"
+            );
+            assert_eq!(backend_for(&lab, "b.test", "/x"), "b-1", "{kind}: b.test");
+            assert!(
+                backend_for(&lab, "b.test", "/admin/users").starts_with("a-"),
+                "{kind}: b.test/admin"
+            );
+        }
+        assert_eq!(
+            backend_for(&lab, "c.test", "/"),
+            "404",
+            "{kind}: an unknown host"
+        );
+        // Over TLS, the certificate names both hosts.
+        let port = lab.proxies()[0].https_port().unwrap();
+        let mut plan = Plan::new(Target::parse(&format!("https://b.test:{port}/")).unwrap());
+        plan.length = Length::Requests(20);
+        plan.connections = 2;
+        plan.tls = TlsOptions {
+            cacert: Some(lab.certs().unwrap().ca.clone()),
+            ..TlsOptions::default()
+        };
+        plan.resolve = vec![Resolve::parse(&format!("b.test:{port}:127.0.0.1")).unwrap()];
+        let s = run(&plan, Arc::new(AtomicBool::new(false)), &mut NoObserver)
+            .unwrap()
+            .summary;
+        assert_eq!(
+            s.backends.get("b-1"),
+            Some(&20),
+            "{kind} over TLS: {:?}",
+            s.outcomes
+        );
+    }
+}
+
+#[test]
+fn haproxy_can_take_endpoint_changes_by_reload_instead() {
+    let mut spec = LabSpec::simple(vec![ProxyKind::Haproxy], 2, BIN.into());
+    spec.tls = false;
+    spec.proxy_options.haproxy_update = ingressbench_lab::proxy::HaproxyUpdate::Reload;
+    let mut lab = Lab::up(spec).unwrap();
+    let index = lab
+        .request(
+            ingressbench_lab::Change::Scale {
+                pool: "echo".into(),
+                replicas: 3,
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    let record = &lab.records()[index];
+    assert_eq!(record.what, "scale echo 2->3");
+    assert_eq!(record.started, ["echo-3"]);
+    assert!(
+        record.mechanisms[0].1.contains("reload"),
+        "{:?}",
+        record.mechanisms
+    );
+    time_until(
+        &lab,
+        |s| s.backends.contains_key("echo-3") && s.requests.errors == 0,
+        Duration::from_secs(10),
+    );
+}

@@ -68,7 +68,7 @@ fn pretty(v: &Value) -> String {
 fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
     let t = &table.tuning;
     let mut routes: Vec<Value> = Vec::new();
-    for route in &table.routes {
+    for route in table.ordered_routes() {
         let mut matcher = json!({ "path": [format!("{}*", route.path_prefix)] });
         if route.host != "*" {
             matcher["host"] = json!([route.host]);

@@ -172,15 +172,17 @@ fn eds(pool: &crate::model::Pool) -> Value {
 }
 
 fn rds(table: &RouteTable) -> Value {
-    let mut hosts: Vec<&str> = table.routes.iter().map(|r| r.host.as_str()).collect();
-    hosts.dedup();
+    let mut hosts: Vec<&str> = Vec::new();
+    for route in table.ordered_routes() {
+        if !hosts.contains(&route.host.as_str()) {
+            hosts.push(&route.host);
+        }
+    }
     let virtual_hosts: Vec<Value> = hosts
         .iter()
         .enumerate()
         .map(|(i, host)| {
-            let routes: Vec<Value> = table
-                .routes
-                .iter()
+            let routes: Vec<Value> = table.ordered_routes().into_iter()
                 .filter(|r| r.host == *host)
                 .map(|r| {
                     let mut action = json!({

@@ -194,7 +194,7 @@ impl Haproxy {
             let _ = writeln!(c, "  http-after-response set-header Access-Control-Allow-Methods \"GET, POST, PUT, DELETE, OPTIONS\"");
             let _ = writeln!(c, "  http-after-response set-header Vary Origin");
         }
-        for route in &table.routes {
+        for route in table.ordered_routes() {
             let host = if route.host == "*" {
                 String::new()
             } else {

@@ -114,8 +114,12 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
             );
         }
     };
-    let mut hosts: Vec<&str> = table.routes.iter().map(|r| r.host.as_str()).collect();
-    hosts.dedup();
+    let mut hosts: Vec<&str> = Vec::new();
+    for route in table.ordered_routes() {
+        if !hosts.contains(&route.host.as_str()) {
+            hosts.push(&route.host);
+        }
+    }
     if !hosts.contains(&"*") {
         let _ = writeln!(c, "  server {{");
         listen(&mut c, true);
@@ -129,7 +133,11 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
             "    server_name {};",
             if host == "*" { "_" } else { host }
         );
-        for route in table.routes.iter().filter(|r| r.host == host) {
+        for route in table
+            .ordered_routes()
+            .into_iter()
+            .filter(|r| r.host == host)
+        {
             let _ = writeln!(c, "    location {} {{", route.path_prefix);
             if let Some((from, to)) = &table.overlay.rewrite {
                 let _ = writeln!(c, "      rewrite ^{from}(.*)$ {to}$1 break;");

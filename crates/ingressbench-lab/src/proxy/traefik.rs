@@ -108,7 +108,7 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
     }
     let chain: Vec<&String> = middlewares.keys().collect();
     let mut routers = Map::new();
-    for (i, route) in table.routes.iter().enumerate() {
+    for (i, route) in table.ordered_routes().into_iter().enumerate() {
         let path = format!("PathPrefix(`{}`)", route.path_prefix);
         let rule = if route.host == "*" {
             path
