@@ -470,7 +470,7 @@ fn parse_request(buf: &[u8]) -> Result<Option<Request>, u16> {
         let Some(colon) = memchr::memchr(b':', header) else {
             continue;
         };
-        let (name, value) = (&header[..colon], trim(&header[colon + 1..]));
+        let (name, value) = (&header[..colon], header[colon + 1..].trim_ascii());
         if name.eq_ignore_ascii_case(b"content-length") {
             body_len = std::str::from_utf8(value)
                 .ok()
@@ -495,16 +495,6 @@ fn parse_request(buf: &[u8]) -> Result<Option<Request>, u16> {
         close,
         head_method: method == b"HEAD",
     }))
-}
-
-fn trim(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
 }
 
 #[cfg(test)]

@@ -129,6 +129,19 @@ impl RouteTable {
         routes
     }
 
+    /// Whether `other` differs from this table in its endpoints only (same pools, routes,
+    /// overlay and tuning): the change a proxy can take without touching its routes.
+    pub fn differs_only_in_endpoints(&self, other: &RouteTable) -> bool {
+        self.routes == other.routes
+            && self.overlay == other.overlay
+            && self.tuning == other.tuning
+            && self
+                .pools
+                .iter()
+                .map(|p| &p.name)
+                .eq(other.pools.iter().map(|p| &p.name))
+    }
+
     /// The pool named `name`.
     pub fn pool(&self, name: &str) -> Option<&Pool> {
         self.pools.iter().find(|p| p.name == name)

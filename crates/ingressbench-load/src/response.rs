@@ -450,7 +450,7 @@ impl ResponseParser {
                     return Err(Malformed("Transfer-Encoding header too long"));
                 }
                 let last = value.rsplit(|&c| c == b',').next().unwrap_or(value);
-                self.chunked = trim(last).eq_ignore_ascii_case(b"chunked");
+                self.chunked = last.trim_ascii().eq_ignore_ascii_case(b"chunked");
                 if !self.chunked {
                     // A transfer coding we do not decode: the body runs to the close.
                     self.close = true;
@@ -458,7 +458,7 @@ impl ResponseParser {
             }
             Header::Connection => {
                 for token in value.split(|&c| c == b',') {
-                    let token = trim(token);
+                    let token = token.trim_ascii();
                     if token.eq_ignore_ascii_case(b"close") {
                         self.close = true;
                     } else if token.eq_ignore_ascii_case(b"keep-alive") {
@@ -519,16 +519,6 @@ impl ResponseParser {
 
 fn is_token(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
-fn trim(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
 }
 
 #[cfg(test)]

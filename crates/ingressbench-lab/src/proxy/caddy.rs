@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{admin_request, write_atomically, Driver, Launch, ProxyFiles, Update};
+use super::{admin_request, write_json, Driver, Launch, ProxyFiles, Update};
 use crate::model::RouteTable;
 use crate::process::OwnedChild;
 use crate::LabError;
@@ -15,7 +15,7 @@ pub(crate) struct Caddy;
 impl Driver for Caddy {
     fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
         let config = render(files, table);
-        write_atomically(&files.config_path("caddy.json"), &pretty(&config))?;
+        write_json(&files.config_path("caddy.json"), &config)?;
         let dir = files.dir.display().to_string();
         Ok(Launch {
             args: vec![
@@ -39,7 +39,7 @@ impl Driver for Caddy {
         table: &RouteTable,
     ) -> Result<Update, LabError> {
         let config = render(files, table);
-        write_atomically(&files.config_path("caddy.json"), &pretty(&config))?;
+        write_json(&files.config_path("caddy.json"), &config)?;
         let (status, body) =
             admin_request(files.admin_port, "POST", "/load", Some(&config.to_string())).map_err(
                 |e| LabError::Update {
@@ -59,10 +59,6 @@ impl Driver for Caddy {
             mechanism: "admin API (POST /load)",
         })
     }
-}
-
-fn pretty(v: &Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
 }
 
 fn render(files: &ProxyFiles, table: &RouteTable) -> Value {

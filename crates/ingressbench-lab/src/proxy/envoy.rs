@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::{write_atomically, Driver, Launch, ProxyFiles, Update};
+use super::{create_dir, write_json, Driver, Launch, ProxyFiles, Update};
 use crate::model::RouteTable;
 use crate::process::OwnedChild;
 use crate::LabError;
@@ -20,11 +20,7 @@ pub(crate) struct Envoy {
 impl Driver for Envoy {
     fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
         let xds = files.dir.join("xds");
-        std::fs::create_dir_all(&xds).map_err(|source| LabError::Io {
-            action: "creating",
-            path: xds.clone(),
-            source,
-        })?;
+        create_dir(&xds)?;
         write_all(files, table)?;
         self.rendered = Some(table.clone());
         let bootstrap = json!({
@@ -35,7 +31,7 @@ impl Driver for Envoy {
                 "lds_config": source(files, "lds.json"),
             },
         });
-        write_atomically(&files.config_path("envoy.json"), &pretty(&bootstrap))?;
+        write_json(&files.config_path("envoy.json"), &bootstrap)?;
         Ok(Launch {
             args: vec![
                 "-c".into(),
@@ -56,22 +52,16 @@ impl Driver for Envoy {
         files: &ProxyFiles,
         table: &RouteTable,
     ) -> Result<Update, LabError> {
-        let only_endpoints = self.rendered.as_ref().is_some_and(|old| {
-            old.routes == table.routes
-                && old.overlay == table.overlay
-                && old.tuning == table.tuning
-                && old
-                    .pools
-                    .iter()
-                    .map(|p| &p.name)
-                    .eq(table.pools.iter().map(|p| &p.name))
-        });
+        let only_endpoints = self
+            .rendered
+            .as_ref()
+            .is_some_and(|old| old.differs_only_in_endpoints(table));
         let mechanism = if only_endpoints {
             for pool in &table.pools {
                 if self.rendered.as_ref().and_then(|old| old.pool(&pool.name)) != Some(pool) {
-                    write_atomically(
+                    write_json(
                         &xds_path(files, &format!("eds_{}.json", pool.name)),
-                        &pretty(&eds(pool)),
+                        &eds(pool),
                     )?;
                 }
             }
@@ -83,10 +73,6 @@ impl Driver for Envoy {
         self.rendered = Some(table.clone());
         Ok(Update { mechanism })
     }
-}
-
-fn pretty(v: &Value) -> String {
-    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
 }
 
 fn xds_path(files: &ProxyFiles, name: &str) -> std::path::PathBuf {
@@ -109,9 +95,9 @@ fn resources(items: Vec<Value>) -> Value {
 /// that each file only refers to what already exists.
 fn write_all(files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
     for pool in &table.pools {
-        write_atomically(
+        write_json(
             &xds_path(files, &format!("eds_{}.json", pool.name)),
-            &pretty(&eds(pool)),
+            &eds(pool),
         )?;
     }
     let clusters: Vec<Value> = table
@@ -133,11 +119,8 @@ fn write_all(files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
             })
         })
         .collect();
-    write_atomically(&xds_path(files, "cds.json"), &pretty(&resources(clusters)))?;
-    write_atomically(
-        &xds_path(files, "rds.json"),
-        &pretty(&resources(vec![rds(table)])),
-    )?;
+    write_json(&xds_path(files, "cds.json"), &resources(clusters))?;
+    write_json(&xds_path(files, "rds.json"), &resources(vec![rds(table)]))?;
     let mut listeners = vec![listener(files, table, "http", files.http_port, None)];
     if let Some(tls) = &files.tls {
         let tls_socket = json!({
@@ -155,7 +138,7 @@ fn write_all(files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
         });
         listeners.push(listener(files, table, "https", tls.port, Some(tls_socket)));
     }
-    write_atomically(&xds_path(files, "lds.json"), &pretty(&resources(listeners)))
+    write_json(&xds_path(files, "lds.json"), &resources(listeners))
 }
 
 fn eds(pool: &crate::model::Pool) -> Value {

@@ -87,14 +87,7 @@ impl Haproxy {
     /// Only endpoints changed, and they fit the slots: runtime API commands for the change.
     fn runtime_commands(&mut self, table: &RouteTable) -> Option<Vec<String>> {
         let rendered = self.rendered.as_ref()?;
-        let same_shape = rendered.routes == table.routes
-            && rendered.overlay == table.overlay
-            && rendered.tuning == table.tuning
-            && rendered
-                .pools
-                .iter()
-                .map(|p| &p.name)
-                .eq(table.pools.iter().map(|p| &p.name));
+        let same_shape = rendered.differs_only_in_endpoints(table);
         if !same_shape {
             return None;
         }

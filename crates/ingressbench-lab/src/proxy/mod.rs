@@ -290,11 +290,7 @@ impl Proxy {
         let binary = binaries.locate(kind)?;
         let version = binaries.version(kind, &binary);
         let dir = dir.join(kind.name());
-        std::fs::create_dir_all(&dir).map_err(|source| LabError::Io {
-            action: "creating",
-            path: dir.clone(),
-            source,
-        })?;
+        create_dir(&dir)?;
         let port = || {
             free_port().map_err(|source| LabError::Io {
                 action: "finding a free port for",
@@ -497,6 +493,21 @@ fn http_request(
         .map(|(_, b)| b.to_owned())
         .unwrap_or_default();
     Ok((status, body))
+}
+
+/// Writes `value` as pretty JSON, atomically (JSON is also YAML, for proxies that read YAML).
+pub(crate) fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), LabError> {
+    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string());
+    write_atomically(path, &text)
+}
+
+/// Creates a directory of the lab (and its parents).
+pub(crate) fn create_dir(path: &Path) -> Result<(), LabError> {
+    std::fs::create_dir_all(path).map_err(|source| LabError::Io {
+        action: "creating",
+        path: path.to_owned(),
+        source,
+    })
 }
 
 /// Writes a file by writing a sibling and renaming it over, so a watcher never sees half

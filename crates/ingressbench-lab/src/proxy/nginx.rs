@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::{write_atomically, Driver, Launch, ProxyFiles, Update};
+use super::{create_dir, write_atomically, Driver, Launch, ProxyFiles, Update};
 use crate::model::RouteTable;
 use crate::process::OwnedChild;
 use crate::LabError;
@@ -16,11 +16,7 @@ impl Driver for Nginx {
     fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
         for sub in ["body", "proxy", "fastcgi", "uwsgi", "scgi"] {
             let path = files.dir.join("tmp").join(sub);
-            std::fs::create_dir_all(&path).map_err(|source| LabError::Io {
-                action: "creating",
-                path,
-                source,
-            })?;
+            create_dir(&path)?;
         }
         write_atomically(&files.config_path("nginx.conf"), &render(files, table))?;
         let args = vec![

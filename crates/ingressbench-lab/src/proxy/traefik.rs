@@ -5,7 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::{write_atomically, Driver, Launch, ProxyFiles, Update};
+use super::{create_dir, write_json, Driver, Launch, ProxyFiles, Update};
 use crate::model::RouteTable;
 use crate::process::OwnedChild;
 use crate::LabError;
@@ -17,11 +17,7 @@ pub(crate) struct Traefik;
 impl Driver for Traefik {
     fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
         let dynamic = files.dir.join("dynamic");
-        std::fs::create_dir_all(&dynamic).map_err(|source| LabError::Io {
-            action: "creating",
-            path: dynamic.clone(),
-            source,
-        })?;
+        create_dir(&dynamic)?;
         write_dynamic(files, table)?;
         let t = &table.tuning;
         let mut args = vec![
@@ -81,8 +77,10 @@ impl Driver for Traefik {
 
 fn write_dynamic(files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
     // JSON is YAML: Traefik reads the file by its .yaml name.
-    let text = serde_json::to_string_pretty(&render(files, table)).unwrap_or_default();
-    write_atomically(&files.dir.join("dynamic").join("lab.yaml"), &text)
+    write_json(
+        &files.dir.join("dynamic").join("lab.yaml"),
+        &render(files, table),
+    )
 }
 
 fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
