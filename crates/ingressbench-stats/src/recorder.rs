@@ -1,5 +1,7 @@
 //! The recorder: every request goes in, fixed-size histograms and counts come out.
 
+use std::collections::HashMap;
+
 use crate::{HistogramUs, Outcome, OutcomeCounts, Sample};
 
 /// Index of a backend in a recorder's table of backend names.
@@ -102,6 +104,7 @@ pub struct Recorder {
     phases: PhaseHistograms,
     outcomes: OutcomeCounts,
     backends: Vec<BackendStats>,
+    backend_ids: HashMap<Box<[u8]>, BackendId>,
     bytes: u64,
     connections_opened: u64,
     reused_requests: u64,
@@ -123,6 +126,7 @@ impl Recorder {
             phases: PhaseHistograms::default(),
             outcomes: OutcomeCounts::default(),
             backends: Vec::new(),
+            backend_ids: HashMap::new(),
             bytes: 0,
             connections_opened: 0,
             reused_requests: 0,
@@ -183,17 +187,29 @@ impl Recorder {
     /// The id of the backend called `name`, adding it on first sight. Past the table's
     /// capacity every new name shares one id.
     pub fn backend_id(&mut self, name: &[u8]) -> BackendId {
-        if let Some(i) = self.backends.iter().position(|b| b.name.as_bytes() == name) {
-            return BackendId(i as u16);
+        // A hash lookup: it runs once per response, and a pool can have hundreds of pods.
+        if let Some(id) = self.backend_ids.get(name) {
+            return *id;
         }
-        let name = if self.backends.len() >= MAX_BACKENDS {
-            OVERFLOW_BACKEND.to_owned()
+        let id = if self.backends.len() >= MAX_BACKENDS {
+            match self
+                .backends
+                .iter()
+                .position(|b| b.name == OVERFLOW_BACKEND)
+            {
+                Some(i) => BackendId(i as u16),
+                None => self.add_backend(OVERFLOW_BACKEND.to_owned()),
+            }
         } else {
-            String::from_utf8_lossy(name).into_owned()
+            self.add_backend(String::from_utf8_lossy(name).into_owned())
         };
-        if let Some(i) = self.backends.iter().position(|b| b.name == name) {
-            return BackendId(i as u16);
+        if self.backend_ids.len() < 4 * MAX_BACKENDS {
+            self.backend_ids.insert(name.into(), id);
         }
+        id
+    }
+
+    fn add_backend(&mut self, name: String) -> BackendId {
         self.backends.push(BackendStats {
             name,
             count: 0,

@@ -284,78 +284,103 @@ fn group_members(groups: &[u32]) -> Vec<u32> {
     found
 }
 
+/// A running `ingressbench lab up`, with what it printed: proxy kinds, their HTTP URLs,
+/// the process groups of every child, and the lab's directory.
+struct LabUp {
+    child: std::process::Child,
+    kinds: Vec<String>,
+    urls: Vec<String>,
+    groups: Vec<u32>,
+    dir: std::path::PathBuf,
+}
+
+impl LabUp {
+    fn start(args: &[&std::ffi::OsStr]) -> LabUp {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(BIN)
+            .args(["lab", "up"])
+            .args(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let (mut kinds, mut urls, mut groups, mut dir) = (Vec::new(), Vec::new(), Vec::new(), None);
+        for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
+            let line = line.unwrap();
+            if let Some(url) = line.strip_prefix("  http://") {
+                urls.push(url.trim_end_matches('/').to_owned());
+            }
+            if line.contains("(pid ") && !line.starts_with(' ') {
+                kinds.extend(line.split(' ').next().map(str::to_owned));
+            }
+            if let Some(pid) = line
+                .split("(pid ")
+                .nth(1)
+                .and_then(|r| r.split([')', ',']).next())
+                .and_then(|p| p.parse::<u32>().ok())
+            {
+                groups.push(pid);
+            }
+            if let Some(d) = line.split("directory ").nth(1) {
+                dir = Some(std::path::PathBuf::from(d.trim()));
+            }
+            if line.starts_with("Ctrl-C") {
+                break;
+            }
+        }
+        LabUp {
+            child,
+            kinds,
+            urls,
+            groups,
+            dir: dir.expect("lab up printed its directory"),
+        }
+    }
+
+    /// Sends `signal` and checks that nothing it started is left, directory included.
+    fn end_with(mut self, signal: &str) {
+        assert!(std::process::Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
+        let _ = self.child.wait();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = group_members(&self.groups);
+            if left.is_empty() && !self.dir.exists() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "after {signal}, still running: {left:?}, directory left: {}",
+                self.dir.exists()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 /// Runs `lab up` with nginx (master + worker) and HAProxy, then ends it with `signal`;
 /// nothing it started may be left.
 fn lab_up_then(signal: &str) {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(BIN)
-        .args([
-            "lab",
-            "up",
-            "--proxy",
-            "nginx",
-            "--proxy",
-            "haproxy",
-            "--backends",
-            "2",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut groups = Vec::new();
-    let mut dir = None;
-    for line in stdout.lines() {
-        let line = line.unwrap();
-        if let Some(pid) = line
-            .split("(pid ")
-            .nth(1)
-            .and_then(|r| r.split([')', ',']).next())
-            .and_then(|p| p.parse::<u32>().ok())
-        {
-            groups.push(pid);
-        }
-        if let Some(d) = line.split("directory ").nth(1) {
-            dir = Some(std::path::PathBuf::from(d.trim()));
-        }
-        if line.starts_with("Ctrl-C") {
-            break;
-        }
-    }
-    assert_eq!(groups.len(), 4, "2 backends and 2 proxies: {groups:?}");
-    let before = group_members(&groups);
+    let args: Vec<&std::ffi::OsStr> = ["--proxy", "nginx", "--proxy", "haproxy", "--backends", "2"]
+        .iter()
+        .map(std::ffi::OsStr::new)
+        .collect();
+    let lab = LabUp::start(&args);
+    assert_eq!(
+        lab.groups.len(),
+        4,
+        "2 backends and 2 proxies: {:?}",
+        lab.groups
+    );
+    let before = group_members(&lab.groups);
     assert!(
-        before.len() > groups.len(),
+        before.len() > lab.groups.len(),
         "nginx's worker is in its master's group: {before:?}"
     );
-    assert!(std::process::Command::new("kill")
-        .args([signal, &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    let _ = child.wait();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let left = group_members(&groups);
-        if left.is_empty() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "after {signal}, still running: {left:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let dir = dir.unwrap();
-    while dir.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "after {signal}, {} is still there",
-            dir.display()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    lab.end_with(signal);
 }
 
 #[test]
@@ -481,44 +506,12 @@ fn a_propagation_delay_keeps_a_killed_backend_in_rotation() {
 
 #[test]
 fn lab_up_from_a_file_brings_up_all_five_proxies() {
-    use std::io::{BufRead, Read, Write};
+    use std::io::{Read, Write};
     let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../examples/lab-all-proxies.yaml");
-    let mut child = std::process::Command::new(BIN)
-        .args(["lab", "up"])
-        .arg(&file)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut urls = Vec::new();
-    let mut kinds = Vec::new();
-    let mut groups = Vec::new();
-    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines() {
-        let line = line.unwrap();
-        if let Some(url) = line.strip_prefix("  http://") {
-            urls.push(url.trim_end_matches('/').to_owned());
-        }
-        if let Some((kind, _)) = line
-            .split_once(' ')
-            .filter(|_| line.contains("(pid ") && !line.starts_with(' '))
-        {
-            kinds.push(kind.to_owned());
-        }
-        if let Some(pid) = line
-            .split("(pid ")
-            .nth(1)
-            .and_then(|r| r.split([')', ',']).next())
-            .and_then(|p| p.parse::<u32>().ok())
-        {
-            groups.push(pid);
-        }
-        if line.starts_with("Ctrl-C") {
-            break;
-        }
-    }
-    assert_eq!(kinds, ["nginx", "haproxy", "envoy", "traefik", "caddy"]);
-    for url in &urls {
+    let lab = LabUp::start(&[file.as_os_str()]);
+    assert_eq!(lab.kinds, ["nginx", "haproxy", "envoy", "traefik", "caddy"]);
+    for url in &lab.urls {
         let mut s = std::net::TcpStream::connect(url.as_str()).unwrap();
         write!(
             s,
@@ -533,13 +526,7 @@ fn lab_up_from_a_file_brings_up_all_five_proxies() {
             "{url}: {answer}"
         );
     }
-    assert!(std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap()
-        .success());
-    assert!(child.wait().unwrap().success());
-    assert_eq!(group_members(&groups), Vec::<u32>::new());
+    lab.end_with("-INT");
 }
 
 #[test]

@@ -60,18 +60,24 @@ impl Haproxy {
             .collect();
     }
 
-    fn reload(
-        &mut self,
-        child: &OwnedChild,
-        files: &ProxyFiles,
-        table: &RouteTable,
-    ) -> Result<Update, LabError> {
+    /// Renders `table` with fresh slots into haproxy.cfg and remembers it.
+    fn write_config(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
         self.assign_slots_fresh(table);
         write_atomically(
             &files.config_path("haproxy.cfg"),
             &self.render(files, table),
         )?;
         self.rendered = Some(table.clone());
+        Ok(())
+    }
+
+    fn reload(
+        &mut self,
+        child: &OwnedChild,
+        files: &ProxyFiles,
+        table: &RouteTable,
+    ) -> Result<Update, LabError> {
+        self.write_config(files, table)?;
         child
             .signal(rustix::process::Signal::USR2)
             .map_err(|e| LabError::Update {
@@ -228,12 +234,7 @@ impl Haproxy {
 
 impl Driver for Haproxy {
     fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
-        self.assign_slots_fresh(table);
-        write_atomically(
-            &files.config_path("haproxy.cfg"),
-            &self.render(files, table),
-        )?;
-        self.rendered = Some(table.clone());
+        self.write_config(files, table)?;
         let args = vec![
             "-W".into(),
             "-f".into(),
