@@ -1,9 +1,9 @@
 //! Lab files: a lab described in YAML (`ingressbench lab up FILE`). Scenario files use the
-//! same `proxies`, `pools`, `routes`, `tls`, `tuning` and `overlay` sections.
+//! same `backends`, `routes`, `tls`, `tuning` and `overlay` sections.
 //!
 //! ```yaml
 //! proxies: [nginx, haproxy, envoy, traefik, caddy]
-//! pools:
+//! backends:
 //!   - name: echo
 //!     replicas: 3
 //!     backend: { latency: 1ms, body_bytes: 615 }
@@ -32,7 +32,7 @@ pub struct LabFile {
     pub proxies: Vec<ProxyKind>,
     /// Backend pools (default: one pool `echo` of 3).
     #[serde(default = "default_pools")]
-    pub pools: Vec<PoolFile>,
+    pub backends: Vec<PoolFile>,
     /// Routes (default: every host and path to the first pool).
     #[serde(default)]
     pub routes: Vec<RouteFile>,
@@ -211,7 +211,7 @@ impl LabFile {
             ));
         }
         let mut pools = Vec::new();
-        for pool in &self.pools {
+        for pool in &self.backends {
             let mut args = Vec::new();
             let b = &pool.backend;
             if let Some(latency) = &b.latency {
@@ -238,7 +238,7 @@ impl LabFile {
         let first_pool = pools
             .first()
             .map(|p| p.name.clone())
-            .ok_or_else(|| err("`pools` is empty".into()))?;
+            .ok_or_else(|| err("`backends` is empty: name at least one pool".into()))?;
         let routes = if self.routes.is_empty() {
             vec![Route {
                 host: "*".into(),
@@ -307,9 +307,9 @@ mod tests {
         for (text, want) in [
             ("proxies: [nginx]\nbogus: 1\n", "lab.yaml:2:1: unknown field `bogus`"),
             ("proxies: [nginz]\n", "lab.yaml:1:11: proxies[0]: unknown variant `nginz`, expected one of `nginx`"),
-            ("proxies: [nginx]\npools:\n  - name: echo\n    replicas: three\n", "lab.yaml:4:15: pools[0].replicas: invalid type: string \"three\", expected usize"),
+            ("proxies: [nginx]\nbackends:\n  - name: echo\n    replicas: three\n", "lab.yaml:4:15: backends[0].replicas: invalid type: string \"three\", expected usize"),
             ("proxies: [nginx]\nhaproxy_update: sometimes\n", "unknown variant `sometimes`, expected `runtime_api` or `reload`"),
-            ("proxies: [nginx]\npools:\n  - { name: echo, replicas: 1, backend: { latency: soon } }\n", "lab.yaml: pool `echo`: invalid backend --latency"),
+            ("proxies: [nginx]\nbackends:\n  - { name: echo, replicas: 1, backend: { latency: soon } }\n", "lab.yaml: pool `echo`: invalid backend --latency"),
         ] {
             let result = parse(text).and_then(|f| f.to_spec(Path::new("lab.yaml"), "ib".into(), Binaries::default()).map_err(|e| e.to_string()));
             let message = result.err().unwrap_or_default();

@@ -1,0 +1,406 @@
+//! From a scenario file to the cells a runner executes.
+
+use std::path::Path;
+
+use serde_yaml_ng::Value;
+
+use crate::model::{EventSpec, LoadModeFile, Scenario, Target};
+use crate::ScenarioError;
+
+/// Matrix paths that are not settings of a cell.
+const NOT_IN_MATRIX: [&str; 4] = ["targets", "matrix", "repeat", "name"];
+
+/// One run: one target, one combination of the matrix, one repeat.
+#[derive(Clone, Debug)]
+pub struct Cell {
+    /// Position in running order (from 0).
+    pub index: usize,
+    /// Which repeat (from 0).
+    pub repeat: u32,
+    /// The system under test.
+    pub target: Target,
+    /// The matrix settings of this cell, as `path=value`.
+    pub settings: Vec<(String, String)>,
+    /// The scenario with those settings applied.
+    pub scenario: Scenario,
+    /// Its validated events.
+    pub events: Vec<EventSpec>,
+}
+
+impl Cell {
+    /// A short label: target and settings (`nginx load.rate=500`).
+    pub fn label(&self) -> String {
+        let mut label = self.target.name();
+        for (path, value) in &self.settings {
+            label.push_str(&format!(" {path}={value}"));
+        }
+        label
+    }
+}
+
+/// Parses `text` (the file at `path`), applies `sets` (`path`, `value` pairs, as
+/// `--set`), checks everything, and returns the cells in running order: every repeat
+/// runs every combination, and within a combination every target, so that the targets
+/// compared are measured close together and repeats interleave (A B C A B C).
+pub fn expand(
+    text: &str,
+    path: &Path,
+    sets: &[(String, String)],
+) -> Result<Vec<Cell>, ScenarioError> {
+    let base: Scenario = serde_yaml_ng::from_str(text).map_err(|e| located(path, &e))?;
+    let mut tree: Value = serde_yaml_ng::from_str(text).map_err(|e| located(path, &e))?;
+    if let Value::Mapping(m) = &mut tree {
+        m.remove("matrix");
+    }
+    for (key, raw) in sets {
+        let value: Value =
+            serde_yaml_ng::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()));
+        set_path(&mut tree, key, value)
+            .map_err(|m| ScenarioError::at(path, format!("--set {key}: {m}")))?;
+    }
+    for key in base.matrix.keys() {
+        if NOT_IN_MATRIX.contains(&key.as_str()) {
+            return Err(ScenarioError::at(
+                path,
+                format!("matrix: `{key}` cannot vary (targets are compared in every cell already)"),
+            ));
+        }
+        if base.matrix[key].is_empty() {
+            return Err(ScenarioError::at(
+                path,
+                format!("matrix: `{key}` lists no values"),
+            ));
+        }
+    }
+    let combos = product(&base.matrix);
+    if base.repeat == 0 {
+        return Err(ScenarioError::at(path, "repeat: must be at least 1"));
+    }
+    let mut cells = Vec::new();
+    for repeat in 0..base.repeat {
+        for combo in &combos {
+            let mut cell_tree = tree.clone();
+            let mut settings = Vec::new();
+            for (key, value) in combo {
+                set_path(&mut cell_tree, key, value.clone())
+                    .map_err(|m| ScenarioError::at(path, format!("matrix: `{key}`: {m}")))?;
+                settings.push((key.clone(), scalar_text(value)));
+            }
+            let scenario: Scenario = serde_yaml_ng::from_value(cell_tree).map_err(|e| {
+                let what = settings
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                ScenarioError::at(path, format!("with {what}: {e}"))
+            })?;
+            let events = check(&scenario, path)?;
+            for target in &scenario.targets {
+                cells.push(Cell {
+                    index: cells.len(),
+                    repeat,
+                    target: target.clone(),
+                    settings: settings.clone(),
+                    scenario: scenario.clone(),
+                    events: events.clone(),
+                });
+            }
+        }
+    }
+    Ok(cells)
+}
+
+fn located(path: &Path, e: &serde_yaml_ng::Error) -> ScenarioError {
+    ScenarioError::Invalid {
+        path: path.to_owned(),
+        location: e.location().map(|l| (l.line(), l.column())),
+        message: e
+            .to_string()
+            .split(" at line ")
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    }
+}
+
+/// Every combination of the matrix values, the first key varying slowest.
+fn product(matrix: &std::collections::BTreeMap<String, Vec<Value>>) -> Vec<Vec<(String, Value)>> {
+    let mut combos: Vec<Vec<(String, Value)>> = vec![Vec::new()];
+    for (key, values) in matrix {
+        combos = combos
+            .into_iter()
+            .flat_map(|combo| {
+                values.iter().map(move |v| {
+                    let mut c = combo.clone();
+                    c.push((key.clone(), v.clone()));
+                    c
+                })
+            })
+            .collect();
+    }
+    combos
+}
+
+fn scalar_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => serde_yaml_ng::to_string(other)
+            .unwrap_or_default()
+            .trim()
+            .to_owned(),
+    }
+}
+
+/// Sets a dotted path (`load.rate`, `backends.0.replicas`) in a YAML tree, creating
+/// mappings on the way.
+fn set_path(tree: &mut Value, path: &str, value: Value) -> Result<(), String> {
+    let mut node = tree;
+    let parts: Vec<&str> = path.split('.').collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return Err("write a dotted path such as load.rate".into());
+    }
+    for (i, part) in parts.iter().enumerate() {
+        let last = i + 1 == parts.len();
+        node = match node {
+            Value::Sequence(seq) => {
+                let index: usize = part
+                    .parse()
+                    .map_err(|_| format!("`{part}` is not a list index"))?;
+                let len = seq.len();
+                seq.get_mut(index)
+                    .ok_or_else(|| format!("index {index} is past the end of a list of {len}"))?
+            }
+            Value::Mapping(map) => {
+                let key = Value::String((*part).to_owned());
+                if !map.contains_key(&key) {
+                    map.insert(
+                        key.clone(),
+                        if last {
+                            Value::Null
+                        } else {
+                            Value::Mapping(Default::default())
+                        },
+                    );
+                }
+                map.get_mut(&key).ok_or_else(|| "unreachable".to_owned())?
+            }
+            _ => {
+                return Err(format!(
+                    "`{part}` is inside a value that is neither a map nor a list"
+                ))
+            }
+        };
+    }
+    *node = value;
+    Ok(())
+}
+
+/// Checks what the types cannot: that the load, the events and the targets make sense
+/// together. Returns the validated events.
+fn check(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, ScenarioError> {
+    let bad = |m: String| ScenarioError::at(path, m);
+    if s.targets.is_empty() {
+        return Err(bad("targets: name at least one system to compare".into()));
+    }
+    let mut names: Vec<String> = s.targets.iter().map(Target::name).collect();
+    names.sort();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        return Err(bad(format!(
+            "targets: two targets are called `{}`; give one a `name`",
+            w[0]
+        )));
+    }
+    let l = &s.load;
+    match (l.mode, l.rate) {
+        (LoadModeFile::Open, None) => {
+            return Err(bad(
+                "load.rate: open-loop load needs a rate (requests per second)".into(),
+            ))
+        }
+        (LoadModeFile::Open, Some(r)) if !(r.is_finite() && r > 0.0) => {
+            return Err(bad(format!("load.rate: {r} is not a positive rate")))
+        }
+        (LoadModeFile::Closed | LoadModeFile::Sequential, Some(_)) => {
+            return Err(bad(
+                "load.rate: only open-loop load has a rate (mode: open)".into(),
+            ));
+        }
+        _ => {}
+    }
+    if l.mode == LoadModeFile::Sequential && l.connections.is_some_and(|c| c != 1) {
+        return Err(bad(
+            "load.connections: sequential load uses one connection".into()
+        ));
+    }
+    if l.mode != LoadModeFile::Sequential && l.interval.is_some() {
+        return Err(bad(
+            "load.interval: only sequential load pauses between requests".into(),
+        ));
+    }
+    match (&l.duration, l.requests) {
+        (Some(_), Some(_)) => {
+            return Err(bad("load: give `duration` or `requests`, not both".into()))
+        }
+        (None, None) => {
+            return Err(bad(
+                "load: give a `duration` (60s) or a number of `requests`".into(),
+            ))
+        }
+        _ => {}
+    }
+    if l.warmup.is_some() && l.warmup_requests.is_some() {
+        return Err(bad(
+            "load: give `warmup` or `warmup_requests`, not both".into()
+        ));
+    }
+    for (field, value) in [
+        ("load.duration", &l.duration),
+        ("load.warmup", &l.warmup),
+        ("load.interval", &l.interval),
+        ("load.timeout", &l.timeout),
+        (
+            "controller.propagation_delay",
+            &s.controller.propagation_delay,
+        ),
+    ] {
+        if let Some(v) = value {
+            ingressbench_stats::parse_duration(v).map_err(|e| bad(format!("{field}: {e}")))?;
+        }
+    }
+    if !(0.0..=1.0).contains(&l.sample_rate) {
+        return Err(bad(format!(
+            "load.sample_rate: {} is not between 0 and 1",
+            l.sample_rate
+        )));
+    }
+    let mut events = Vec::new();
+    for (i, e) in s.events.iter().enumerate() {
+        let spec = e.validate(i).map_err(&bad)?;
+        if matches!(spec.timing, crate::Timing::BeforeRequest { .. })
+            && l.mode != LoadModeFile::Sequential
+        {
+            return Err(bad(format!(
+                "events[{i}]: `before_request` needs sequential load (load.mode: sequential)"
+            )));
+        }
+        events.push(spec);
+    }
+    Ok(events)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str =
+        "name: t\ntargets: [nginx, haproxy]\nload: { mode: open, rate: 100, duration: 10s }\n";
+
+    fn run(text: &str) -> Result<Vec<Cell>, String> {
+        expand(text, Path::new("s.yaml"), &[]).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn cells_interleave_repeats_and_vary_targets_fastest() {
+        let cells = run(&format!("{BASE}matrix: {{ load.rate: [100, 500], tuning.keepalive_requests: [100, 10000] }}\nrepeat: 2\n")).unwrap();
+        assert_eq!(cells.len(), 2 * 2 * 2 * 2);
+        let labels: Vec<String> = cells.iter().take(4).map(Cell::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "nginx load.rate=100 tuning.keepalive_requests=100",
+                "haproxy load.rate=100 tuning.keepalive_requests=100",
+                "nginx load.rate=100 tuning.keepalive_requests=10000",
+                "haproxy load.rate=100 tuning.keepalive_requests=10000",
+            ]
+        );
+        assert_eq!(
+            cells[8].label(),
+            cells[0].label(),
+            "the second repeat starts over"
+        );
+        assert_eq!(cells[8].repeat, 1);
+        assert_eq!(cells[2].scenario.tuning.keepalive_requests, Some(10000));
+        assert_eq!(cells[5].scenario.load.rate, Some(500.0));
+    }
+
+    #[test]
+    fn set_overrides_any_field() {
+        let sets = [
+            ("load.rate".to_owned(), "250".to_owned()),
+            ("tuning.workers".to_owned(), "2".to_owned()),
+        ];
+        let cells = expand(BASE, Path::new("s.yaml"), &sets).unwrap();
+        assert_eq!(cells[0].scenario.load.rate, Some(250.0));
+        assert_eq!(cells[0].scenario.tuning.workers, Some(2));
+    }
+
+    #[test]
+    fn events_parse_into_timings_and_actions() {
+        let text = "name: t\ntargets: [envoy]\nload: { mode: sequential, requests: 20, interval: 500ms }\nevents:\n  - { before_request: 2, times: 10, kill: random }\n  - { at: 1s, config: { response_header: { name: X-A, value: b } } }\n  - { at: 2s, config: revert, propagation_delay: 3s }\n";
+        let cells = run(text).unwrap();
+        let e = &cells[0].events;
+        assert_eq!(
+            e[0].timing,
+            crate::Timing::BeforeRequest {
+                first: 2,
+                every: 2,
+                times: 10
+            }
+        );
+        assert_eq!(e[0].action, crate::model::Action::Kill(None));
+        assert_eq!(
+            e[2].propagation_delay,
+            Some(std::time::Duration::from_secs(3))
+        );
+        assert!(matches!(
+            e[2].action,
+            crate::model::Action::Config(crate::ConfigChange::Revert)
+        ));
+    }
+
+    /// Malformed scenario files: each gives an error naming where and what would be valid.
+    #[test]
+    fn bad_files_say_where_and_what_would_be_valid() {
+        let cases: &[(&str, &str)] = &[
+            ("name: t\ntargets: [nginx]\nload: { rate: 1, duration: 1s }\nbogus: 1\n", "s.yaml:4:1: unknown field `bogus`"),
+            ("name: t\ntargets: [nginz]\nload: { rate: 1, duration: 1s }\n", "s.yaml:2:11: targets[0]: unknown proxy `nginz`"),
+            ("name: t\ntargets: [{ proxy: nginx, upstream: http://x/ }]\nload: { rate: 1, duration: 1s }\n", "exactly one of `proxy` or `upstream`"),
+            ("name: t\ntargets: [{ upstream: ftp://x/, name: lb }]\nload: { rate: 1, duration: 1s }\n", "must be an http:// or https:// URL"),
+            ("name: t\ntargets: [{ upstream: http://x/ }]\nload: { rate: 1, duration: 1s }\n", "needs a `name`"),
+            ("name: t\ntargets: [nginx, nginx]\nload: { rate: 1, duration: 1s }\n", "two targets are called `nginx`"),
+            ("name: t\ntargets: []\nload: { rate: 1, duration: 1s }\n", "name at least one system"),
+            ("name: t\ntargets: [nginx]\nload: { duration: 1s }\n", "load.rate: open-loop load needs a rate"),
+            ("name: t\ntargets: [nginx]\nload: { mode: closed, rate: 5, duration: 1s }\n", "only open-loop load has a rate"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5 }\n", "give a `duration`"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s, requests: 5 }\n", "not both"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: soon }\n", "load.duration: `soon` is not a duration"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s, sample_rate: 2 }\n", "load.sample_rate: 2 is not between 0 and 1"),
+            ("name: t\ntargets: [nginx]\nload: { mode: warp, duration: 1s }\n", "s.yaml:3:15: load.mode: unknown variant `warp`"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nevents: [{ at: 1s }]\n", "events[0]: give exactly one action"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nevents: [{ kill: random }]\n", "events[0]: give a time"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nevents: [{ at: 1s, times: 3, kill: random }]\n", "`times` needs `every`"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nevents: [{ before_request: 3, kill: random }]\n", "needs sequential load"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nevents: [{ at: 1s, config: undo }]\n", "expected `revert` or a map of changes"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nevents: [{ at: 1s, scael: 4 }]\n", "s.yaml:4:20: events[0]: unknown field `scael`, expected one of `at`"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nmatrix: { targets: [[nginx]] }\n", "matrix: `targets` cannot vary"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nmatrix: { load.rate: [] }\n", "matrix: `load.rate` lists no values"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nmatrix: { load.rate: [fast] }\n", "with load.rate=fast: invalid type: string \"fast\", expected f64"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nrepeat: 0\n", "repeat: must be at least 1"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\ncontroller: { propagation_delay: later }\n", "controller.propagation_delay: `later` is not a duration"),
+            ("targets: [nginx]\nload: { rate: 5, duration: 1s }\n", "missing field `name`"),
+            ("name: t\ntargets: [nginx]\nload: [1, 2]\n", "load: invalid type: sequence"),
+        ];
+        assert!(cases.len() >= 15);
+        let mut wrong = Vec::new();
+        for (text, want) in cases {
+            match run(text) {
+                Ok(_) => wrong.push(format!("should fail:\n{text}")),
+                Err(err) if !err.contains(want) => {
+                    wrong.push(format!("for\n{text}got: {err}\nwanted: {want}"))
+                }
+                Err(_) => {}
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n\n"));
+    }
+}

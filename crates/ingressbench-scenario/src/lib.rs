@@ -1,0 +1,31 @@
+//! Scenario files: one YAML file describes an experiment (which systems to compare, the
+//! lab behind them, the load, a timeline of events, a matrix of settings and a number of
+//! repeats), and [`expand`] turns it into the [`Cell`]s a runner executes, in an order
+//! that interleaves repeats (A B C A B C) so that drift in the machine spreads evenly.
+//!
+//! ```
+//! use ingressbench_scenario::expand;
+//!
+//! let text = "
+//! name: demo
+//! targets: [nginx, haproxy]
+//! load: { mode: open, rate: 100, duration: 10s }
+//! matrix: { load.rate: [100, 500] }
+//! repeat: 2
+//! ";
+//! let cells = expand(text, std::path::Path::new("demo.yaml"), &[]).unwrap();
+//! assert_eq!(cells.len(), 2 * 2 * 2);
+//! assert_eq!(cells[0].target.name(), "nginx");
+//! assert_eq!(cells[1].target.name(), "haproxy");
+//! assert_eq!(cells[4].repeat, 1);
+//! ```
+
+mod error;
+mod expand;
+mod model;
+
+pub use error::ScenarioError;
+pub use expand::{expand, Cell};
+pub use model::{
+    ConfigChange, EventFile, EventSpec, LoadFile, LoadModeFile, Scenario, Target, Timing,
+};

@@ -1,0 +1,496 @@
+//! The scenario file as written, and its validated parts.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use ingressbench_lab::labfile::{OverlayFile, PoolFile, RouteFile, TuningFile};
+use ingressbench_lab::proxy::{HaproxyUpdate, ProxyKind};
+use serde::de::{self, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+/// A scenario file. Unknown keys are errors.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Short name, used in the results directory's name.
+    pub name: String,
+    /// What the scenario reproduces and what to look for.
+    #[serde(default)]
+    pub description: String,
+    /// The systems to compare; each cell runs one.
+    pub targets: Vec<Target>,
+    /// Backend pools, as in a lab file.
+    #[serde(default)]
+    pub backends: Vec<PoolFile>,
+    /// Routes, as in a lab file.
+    #[serde(default)]
+    pub routes: Vec<RouteFile>,
+    /// Terminate TLS (default true); load then goes over https.
+    #[serde(default = "yes")]
+    pub tls: bool,
+    /// Tuning knobs for every lab proxy (a target may override them).
+    #[serde(default)]
+    pub tuning: TuningFile,
+    /// Route changes in force at the start.
+    #[serde(default)]
+    pub overlay: OverlayFile,
+    /// How changes reach the proxies.
+    #[serde(default)]
+    pub controller: ControllerFile,
+    /// The load.
+    pub load: LoadFile,
+    /// The timeline, relative to the start of measurement.
+    #[serde(default)]
+    pub events: Vec<EventFile>,
+    /// Dotted paths of fields and the values each cell takes (`load.rate: [100, 500]`).
+    #[serde(default)]
+    pub matrix: BTreeMap<String, Vec<serde_yaml_ng::Value>>,
+    /// How many times every combination runs (interleaved).
+    #[serde(default = "one")]
+    pub repeat: u32,
+}
+
+fn yes() -> bool {
+    true
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// How changes reach the proxies.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerFile {
+    /// Delay between a change to the backends and the proxies being told (a slow
+    /// controller, a cloud API); an event may set its own.
+    pub propagation_delay: Option<String>,
+}
+
+/// One system to compare: a lab proxy with its settings, or a URL the lab does not manage.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Target {
+    /// A proxy the lab runs.
+    Proxy {
+        /// Which proxy.
+        kind: ProxyKind,
+        /// Its name in the results (default: the kind).
+        name: Option<String>,
+        /// HAProxy: how endpoint changes reach it.
+        update: Option<HaproxyUpdate>,
+        /// Overrides of the scenario's tuning.
+        workers: Option<u32>,
+        /// `keepalive_requests` for this target.
+        keepalive_requests: Option<u64>,
+        /// Upstream keep-alive pool for this target.
+        upstream_keepalive: Option<u32>,
+    },
+    /// A URL the lab does not manage (a cloud load balancer, a cluster ingress).
+    Upstream {
+        /// Its name in the results.
+        name: String,
+        /// The URL loaded.
+        url: String,
+    },
+}
+
+impl Target {
+    /// The name used in results and reports.
+    pub fn name(&self) -> String {
+        match self {
+            Target::Proxy { kind, name, .. } => {
+                name.clone().unwrap_or_else(|| kind.name().to_owned())
+            }
+            Target::Upstream { name, .. } => name.clone(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TargetMap {
+    proxy: Option<ProxyKind>,
+    upstream: Option<String>,
+    name: Option<String>,
+    update: Option<HaproxyUpdate>,
+    workers: Option<u32>,
+    keepalive_requests: Option<u64>,
+    upstream_keepalive: Option<u32>,
+}
+
+impl<'de> Deserialize<'de> for Target {
+    /// `nginx`, `{ proxy: haproxy, update: reload }` or `{ upstream: URL, name: lb }`.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct TargetVisitor;
+        impl<'de> Visitor<'de> for TargetVisitor {
+            type Value = Target;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a proxy name (nginx, haproxy, envoy, traefik, caddy), { proxy: KIND, ... } or { upstream: URL, name: NAME }")
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Target, E> {
+                let kind = v.parse::<ProxyKind>().map_err(|_| {
+                    E::custom(format!(
+                        "unknown proxy `{v}`: expected nginx, haproxy, envoy, traefik or caddy"
+                    ))
+                })?;
+                Ok(Target::Proxy {
+                    kind,
+                    name: None,
+                    update: None,
+                    workers: None,
+                    keepalive_requests: None,
+                    upstream_keepalive: None,
+                })
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Target, A::Error> {
+                let m = TargetMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                match (m.proxy, m.upstream) {
+                    (Some(kind), None) => Ok(Target::Proxy {
+                        kind,
+                        name: m.name,
+                        update: m.update,
+                        workers: m.workers,
+                        keepalive_requests: m.keepalive_requests,
+                        upstream_keepalive: m.upstream_keepalive,
+                    }),
+                    (None, Some(url)) => {
+                        if !(url.starts_with("http://") || url.starts_with("https://")) {
+                            return Err(de::Error::custom(format!(
+                                "upstream `{url}` must be an http:// or https:// URL"
+                            )));
+                        }
+                        let name = m.name.ok_or_else(|| {
+                            de::Error::custom("an upstream target needs a `name`")
+                        })?;
+                        Ok(Target::Upstream { name, url })
+                    }
+                    _ => Err(de::Error::custom(
+                        "a target has exactly one of `proxy` or `upstream`",
+                    )),
+                }
+            }
+        }
+        deserializer.deserialize_any(TargetVisitor)
+    }
+}
+
+/// How load is paced.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadModeFile {
+    /// Constant rate (`rate`).
+    #[default]
+    Open,
+    /// Each connection sends when answered.
+    Closed,
+    /// One at a time, with `interval` between.
+    Sequential,
+}
+
+/// The load, as written.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoadFile {
+    /// How it is paced.
+    #[serde(default)]
+    pub mode: LoadModeFile,
+    /// Requests per second (open loop).
+    pub rate: Option<f64>,
+    /// Connections (open and closed loop).
+    pub connections: Option<usize>,
+    /// Worker threads.
+    pub threads: Option<usize>,
+    /// How long to measure (`60s`).
+    pub duration: Option<String>,
+    /// Or how many requests to measure.
+    pub requests: Option<u64>,
+    /// Excluded at the start: a time …
+    pub warmup: Option<String>,
+    /// … or a number of requests.
+    pub warmup_requests: Option<u64>,
+    /// Pause between sequential requests.
+    pub interval: Option<String>,
+    /// Reuse connections (default true).
+    #[serde(default = "yes")]
+    pub keepalive: bool,
+    /// Request path (default `/`).
+    #[serde(default = "root")]
+    pub path: String,
+    /// Host to request (default app.test); sent as Host and TLS server name.
+    pub host: Option<String>,
+    /// Extra request headers.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Share of requests kept as samples (default 0.1).
+    #[serde(default = "tenth")]
+    pub sample_rate: f64,
+    /// Limit per request (default 10s).
+    pub timeout: Option<String>,
+}
+
+fn root() -> String {
+    "/".to_owned()
+}
+
+fn tenth() -> f64 {
+    0.1
+}
+
+/// An event as written: exactly one timing and one action.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventFile {
+    /// At this time after the start of measurement.
+    pub at: Option<String>,
+    /// Every this long (from `at`, default from the start).
+    pub every: Option<String>,
+    /// How many times, with `every`.
+    pub times: Option<u32>,
+    /// Before sequential request number N (from 1), and before every Nth with `times`.
+    pub before_request: Option<u64>,
+    /// Overrides the controller's propagation delay for this event.
+    pub propagation_delay: Option<String>,
+    /// Scale the (first) pool to N replicas.
+    pub scale: Option<usize>,
+    /// SIGKILL a backend: `random` or a name.
+    pub kill: Option<String>,
+    /// SIGTERM (drain) a backend: `random` or a name.
+    pub terminate: Option<String>,
+    /// Route changes (`revert` undoes them).
+    pub config: Option<ConfigChange>,
+    /// Push the configuration again without a change.
+    pub reload: Option<bool>,
+    /// Make a backend stop answering for a while: `{ backend: NAME, for: 2s }`.
+    pub stall_backend: Option<StallFile>,
+}
+
+/// A route change: an overlay, or `revert`.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ConfigChange {
+    /// Apply these changes.
+    Set(OverlayFileEq),
+    /// Back to the scenario's `overlay`.
+    Revert,
+}
+
+/// An overlay as written (comparable).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OverlayFileEq {
+    /// `(name, value)` of a response header.
+    pub response_header: Option<(String, String)>,
+    /// CORS origin.
+    pub cors_origin: Option<String>,
+    /// `(from, to)` of a path-prefix rewrite.
+    pub rewrite: Option<(String, String)>,
+}
+
+impl<'de> Deserialize<'de> for ConfigChange {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ConfigChange;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("`revert` or { response_header: {name, value}, cors_origin, rewrite: {from, to} }")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<ConfigChange, E> {
+                if v == "revert" {
+                    Ok(ConfigChange::Revert)
+                } else {
+                    Err(E::custom(format!(
+                        "`{v}`: expected `revert` or a map of changes"
+                    )))
+                }
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ConfigChange, A::Error> {
+                let o = OverlayFile::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let o = o.to_overlay();
+                Ok(ConfigChange::Set(OverlayFileEq {
+                    response_header: o.response_header,
+                    cors_origin: o.cors_origin,
+                    rewrite: o.rewrite,
+                }))
+            }
+        }
+        deserializer.deserialize_any(V)
+    }
+}
+
+/// A stall as written.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StallFile {
+    /// The backend (`random` or a name).
+    pub backend: String,
+    /// How long.
+    #[serde(rename = "for")]
+    pub duration: String,
+}
+
+/// When an event fires.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// Once, at this time after the start of measurement.
+    At(Duration),
+    /// `times` times, `every` apart, the first at `first`.
+    Every {
+        /// First firing.
+        first: Duration,
+        /// Period.
+        every: Duration,
+        /// Count.
+        times: u32,
+    },
+    /// Before sequential requests `first`, `first + every`, … (`times` of them).
+    BeforeRequest {
+        /// First request number (from 1).
+        first: u64,
+        /// Requests between firings.
+        every: u64,
+        /// Count.
+        times: u32,
+    },
+}
+
+/// What an event does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Scale the first pool.
+    Scale(usize),
+    /// SIGKILL a backend (`None`: at random).
+    Kill(Option<String>),
+    /// SIGTERM a backend (`None`: at random).
+    Terminate(Option<String>),
+    /// Route changes.
+    Config(ConfigChange),
+    /// Reload without change.
+    Reload,
+    /// Stall a backend for a while.
+    StallBackend {
+        /// `None`: at random.
+        backend: Option<String>,
+        /// How long.
+        duration: Duration,
+    },
+}
+
+/// A validated event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventSpec {
+    /// When.
+    pub timing: Timing,
+    /// What.
+    pub action: Action,
+    /// Delay before the proxies are told (`None`: the controller's).
+    pub propagation_delay: Option<Duration>,
+}
+
+fn duration(field: &str, v: &str) -> Result<Duration, String> {
+    ingressbench_stats::parse_duration(v).map_err(|e| format!("{field}: {e}"))
+}
+
+fn random_or_name(v: &str) -> Option<String> {
+    (v != "random").then(|| v.to_owned())
+}
+
+impl EventFile {
+    /// Checks that exactly one timing and one action are given, and parses them.
+    pub fn validate(&self, index: usize) -> Result<EventSpec, String> {
+        let here = |m: String| format!("events[{index}]: {m}");
+        let actions = [
+            self.scale.is_some(),
+            self.kill.is_some(),
+            self.terminate.is_some(),
+            self.config.is_some(),
+            self.reload.is_some(),
+            self.stall_backend.is_some(),
+        ];
+        if actions.iter().filter(|a| **a).count() != 1 {
+            return Err(here(
+                "give exactly one action: scale, kill, terminate, config, reload or stall_backend"
+                    .into(),
+            ));
+        }
+        let action = if let Some(n) = self.scale {
+            Action::Scale(n)
+        } else if let Some(k) = &self.kill {
+            Action::Kill(random_or_name(k))
+        } else if let Some(t) = &self.terminate {
+            Action::Terminate(random_or_name(t))
+        } else if let Some(c) = &self.config {
+            Action::Config(c.clone())
+        } else if self.reload == Some(true) {
+            Action::Reload
+        } else if let Some(s) = &self.stall_backend {
+            Action::StallBackend {
+                backend: random_or_name(&s.backend),
+                duration: duration("stall_backend.for", &s.duration).map_err(here)?,
+            }
+        } else {
+            return Err(here(
+                "`reload: false` does nothing; remove the event".into(),
+            ));
+        };
+        let times = self.times.unwrap_or(1);
+        if times == 0 {
+            return Err(here("`times` must be at least 1".into()));
+        }
+        if let Some(n) = self.before_request {
+            if self.at.is_some() || self.every.is_some() {
+                return Err(here(format!(
+                    "`before_request: {n}` cannot be combined with `at` or `every`"
+                )));
+            }
+        }
+        let timing = match (&self.at, &self.every, self.before_request) {
+            (_, _, Some(0)) => return Err(here("`before_request` counts from 1".into())),
+            (_, _, Some(first)) => Timing::BeforeRequest {
+                first,
+                every: first,
+                times,
+            },
+            (at, Some(every), None) => {
+                let every = duration("every", every).map_err(here)?;
+                if every.is_zero() {
+                    return Err(here("`every` must be longer than 0".into()));
+                }
+                let first = at
+                    .as_deref()
+                    .map(|a| duration("at", a))
+                    .transpose()
+                    .map_err(here)?
+                    .unwrap_or(every);
+                Timing::Every {
+                    first,
+                    every,
+                    times,
+                }
+            }
+            (Some(at), None, None) => {
+                if self.times.is_some() {
+                    return Err(here("`times` needs `every` (or `before_request`)".into()));
+                }
+                Timing::At(duration("at", at).map_err(here)?)
+            }
+            (None, None, None) => {
+                return Err(here(
+                    "give a time: `at`, `every` (with `times`), or `before_request`".into(),
+                ))
+            }
+        };
+        let propagation_delay = self
+            .propagation_delay
+            .as_deref()
+            .map(|d| duration("propagation_delay", d))
+            .transpose()
+            .map_err(here)?;
+        Ok(EventSpec {
+            timing,
+            action,
+            propagation_delay,
+        })
+    }
+}
