@@ -7,6 +7,9 @@ use serde_yaml_ng::Value;
 use crate::model::{EventSpec, LoadModeFile, Scenario, Target};
 use crate::ScenarioError;
 
+/// More cells than this is a mistake, not an experiment.
+const MAX_CELLS: u128 = 10_000;
+
 /// Matrix paths that are not settings of a cell.
 const NOT_IN_MATRIX: [&str; 4] = ["targets", "matrix", "repeat", "name"];
 
@@ -71,6 +74,21 @@ pub fn expand(
                 format!("matrix: `{key}` lists no values"),
             ));
         }
+    }
+    let planned = base
+        .matrix
+        .values()
+        .map(|v| v.len() as u128)
+        .product::<u128>()
+        * u128::from(base.repeat)
+        * base.targets.len() as u128;
+    if planned > MAX_CELLS {
+        return Err(ScenarioError::at(
+            path,
+            format!(
+                "matrix: {planned} cells (targets x combinations x repeats); at most {MAX_CELLS}"
+            ),
+        ));
     }
     let combos = product(&base.matrix);
     if base.repeat == 0 {
@@ -389,6 +407,7 @@ mod tests {
             ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\ncontroller: { propagation_delay: later }\n", "controller.propagation_delay: `later` is not a duration"),
             ("targets: [nginx]\nload: { rate: 5, duration: 1s }\n", "missing field `name`"),
             ("name: t\ntargets: [nginx]\nload: [1, 2]\n", "load: invalid type: sequence"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nmatrix: { a: [1,2,3,4,5,6,7,8,9,10], b: [1,2,3,4,5,6,7,8,9,10], c: [1,2,3,4,5,6,7,8,9,10], d: [1,2,3,4,5,6,7,8,9,10,11] }\n", "matrix: 11000 cells"),
         ];
         assert!(cases.len() >= 15);
         let mut wrong = Vec::new();

@@ -23,6 +23,21 @@ pub(crate) enum Command {
     /// The lab: real proxies in front of echo backends on this machine.
     #[command(subcommand)]
     Lab(LabCommand),
+    /// Scenario files.
+    #[command(subcommand)]
+    Scenario(ScenarioCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ScenarioCommand {
+    /// Check a scenario file and list the cells it expands to, in running order.
+    Check {
+        /// The scenario file (YAML).
+        file: std::path::PathBuf,
+        /// Override a field, e.g. --set load.rate=200 (repeatable).
+        #[arg(long = "set", value_name = "PATH=VALUE")]
+        sets: Vec<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]

@@ -6,6 +6,7 @@ mod args;
 mod backend_cmd;
 mod lab_cmd;
 mod load_cmd;
+mod scenario_cmd;
 mod signals;
 
 use std::process::ExitCode;
@@ -37,6 +38,7 @@ fn main() -> ExitCode {
         Command::Load(load) => load_cmd::run(*load),
         Command::Backend(backend) => backend_cmd::run(backend),
         Command::Lab(lab) => lab_cmd::run(lab),
+        Command::Scenario(command) => scenario_cmd::run(command),
     };
     match result {
         Ok(code) => code,
