@@ -82,6 +82,9 @@ pub struct Plan {
     /// per window, a shorter window sends closer to the schedule and costs more CPU per
     /// request (see docs/PERFORMANCE.md).
     pub batch_window: Duration,
+    /// When the run starts (the first request is due, warm-up included); `None` starts it
+    /// right away. A caller that times other things against the run (events) sets it.
+    pub start: Option<std::time::Instant>,
 }
 
 /// The default batch window: at high rates the scheduler lag stays under half a
@@ -108,6 +111,7 @@ impl Plan {
             sample_rate: 0.0,
             window: Duration::from_secs(1),
             batch_window: DEFAULT_BATCH_WINDOW,
+            start: None,
         }
     }
 

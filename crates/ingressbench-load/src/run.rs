@@ -89,7 +89,7 @@ pub fn run(
             },
         };
 
-    let start = Instant::now() + START_DELAY;
+    let start = plan.start.unwrap_or_else(|| Instant::now() + START_DELAY);
     let warmup_ns = match plan.warmup {
         Warmup::Duration(d) => nanos(d),
         _ => 0,

@@ -23,6 +23,7 @@
 mod error;
 mod expand;
 mod model;
+pub mod store;
 
 pub use error::ScenarioError;
 pub use expand::{expand, Cell};

@@ -4,18 +4,15 @@ use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
-use flate2::write::GzEncoder;
 use ingressbench_load::{
-    parse_header, Length, LoadError, Mode, Observer, Plan, Progress, RequestSpec, Resolve, Target,
+    parse_header, Length, LoadError, Mode, Plan, Progress, RequestSpec, Resolve, Target,
     TlsOptions, Warmup,
 };
-use ingressbench_report::hlog::HlogWriter;
-use ingressbench_report::samples::SampleWriter;
 use ingressbench_report::{hgrm, terminal};
-use ingressbench_stats::{Sample, Window};
+use ingressbench_scenario::store::{self, Streams};
 
 use crate::args::LoadArgs;
 use crate::UsageError;
@@ -28,10 +25,10 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
     // Open every output first: a bad path should fail now, not after a long run.
     let json = args.json.as_deref().map(create).transpose()?;
     let hgrm_file = args.hgrm.as_deref().map(create).transpose()?;
-    let mut sink = Sink::new(&args, &plan)?;
+    let (mut sink, progress) = streams(&args, &plan)?;
     let stop = crate::signals::stop_flag()?;
     let title = describe(&plan);
-    if sink.progress {
+    if progress {
         eprintln!("{title}");
     }
     let report = match ingressbench_load::run(&plan, stop, &mut sink) {
@@ -47,6 +44,9 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
         Err(e) => return Err(e.into()),
     };
     let summary = &report.summary;
+    if progress {
+        eprint!("\r\x1b[2K");
+    }
     sink.finish(&summary.warnings)?;
     if let Some((path, file)) = json {
         let mut out = BufWriter::new(file);
@@ -173,157 +173,33 @@ fn warning_comments(out: &mut impl Write, warnings: &[String]) -> std::io::Resul
 
 /// Creates an output file; failing to is the user's input error (exit 2).
 fn create(path: &Path) -> Result<(PathBuf, File)> {
-    let file = File::create(path).map_err(|e| {
-        UsageError(anyhow::Error::new(e).context(format!(
-            "cannot create {} (does its directory exist and is it writable?)",
-            path.display()
-        )))
-    })?;
+    let file = store::create(path).map_err(|e| UsageError(e.into()))?;
     Ok((path.to_owned(), file))
 }
 
-/// Streams windows and samples to their files while the run goes, flushing every window
-/// so that an interrupted or crashed run keeps what it measured; draws the progress line.
-struct Sink {
-    hlog: Option<(PathBuf, HlogWriter<BufWriter<File>>)>,
-    samples: Option<(PathBuf, SampleWriter<SamplesOut>)>,
-    progress: bool,
-    error: Option<anyhow::Error>,
-}
-
-enum SamplesOut {
-    Plain(BufWriter<File>),
-    Gzip(GzEncoder<BufWriter<File>>),
-}
-
-impl Write for SamplesOut {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match self {
-            SamplesOut::Plain(w) => w.write(buf),
-            SamplesOut::Gzip(w) => w.write(buf),
-        }
+/// The streams of a `load` run, with the live progress line when stderr is a terminal.
+fn streams(args: &LoadArgs, plan: &Plan) -> Result<(Streams, bool)> {
+    let comment = format!(
+        "ingressbench {} load {}\nvalues in microseconds",
+        env!("CARGO_PKG_VERSION"),
+        plan.target
+    );
+    let streams = Streams::new(args.hlog.as_deref(), args.samples.as_deref(), &comment)
+        .map_err(|e| UsageError(e.into()))?;
+    let progress = !args.quiet && std::io::stderr().is_terminal();
+    if !progress {
+        return Ok((streams, false));
     }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        match self {
-            SamplesOut::Plain(w) => w.flush(),
-            SamplesOut::Gzip(w) => w.flush(),
-        }
-    }
-}
-
-impl Sink {
-    fn new(args: &LoadArgs, plan: &Plan) -> Result<Self> {
-        let hlog = match &args.hlog {
-            Some(path) => {
-                let (path, file) = create(path)?;
-                let comment = format!(
-                    "ingressbench {} load {}\nvalues in microseconds",
-                    env!("CARGO_PKG_VERSION"),
-                    plan.target
-                );
-                let writer = HlogWriter::new(BufWriter::new(file), SystemTime::now(), &comment)
-                    .with_context(|| format!("writing {}", path.display()))?;
-                Some((path, writer))
-            }
-            None => None,
-        };
-        let samples = match &args.samples {
-            Some(path) => {
-                let (path, file) = create(path)?;
-                let out = if path.extension().is_some_and(|e| e == "gz") {
-                    SamplesOut::Gzip(GzEncoder::new(
-                        BufWriter::new(file),
-                        flate2::Compression::fast(),
-                    ))
-                } else {
-                    SamplesOut::Plain(BufWriter::new(file))
-                };
-                let writer = SampleWriter::new(out)
-                    .with_context(|| format!("writing {}", path.display()))?;
-                Some((path, writer))
-            }
-            None => None,
-        };
-        Ok(Self {
-            hlog,
-            samples,
-            progress: !args.quiet && std::io::stderr().is_terminal(),
-            error: None,
-        })
-    }
-
-    fn keep_error(&mut self, result: std::io::Result<()>, path: &Path) {
-        if let Err(e) = result {
-            self.error.get_or_insert_with(|| {
-                anyhow::Error::new(e).context(format!("writing {}", path.display()))
-            });
-        }
-    }
-
-    /// Closes the files; the warnings go into the interval log as comments.
-    fn finish(&mut self, warnings: &[String]) -> Result<()> {
-        if self.progress {
-            eprint!("\r\x1b[2K");
-        }
-        if let Some((path, mut w)) = self.hlog.take() {
-            let flushed = warnings
-                .iter()
-                .try_for_each(|warning| w.comment(&format!("WARNING: {warning}")))
-                .and_then(|()| w.flush());
-            self.keep_error(flushed, &path);
-        }
-        if let Some((path, w)) = self.samples.take() {
-            let finished = match w.into_inner() {
-                SamplesOut::Plain(mut w) => w.flush(),
-                SamplesOut::Gzip(gz) => gz.finish().and_then(|mut w| w.flush()),
-            };
-            self.keep_error(finished, &path);
-        }
-        match self.error.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Observer for Sink {
-    fn window(&mut self, window: &Window) {
-        if let Some((path, w)) = self.hlog.as_mut() {
-            let start = Duration::from_nanos(window.start_ns());
-            let length = Duration::from_nanos(window.width_ns);
-            let result = w
-                .interval(start, length, &window.latency)
-                .and_then(|()| w.flush());
-            let path = path.clone();
-            self.keep_error(result, &path);
-        }
-        if let Some((path, w)) = self.samples.as_mut() {
-            let result = w.flush();
-            let path = path.clone();
-            self.keep_error(result, &path);
-        }
-    }
-
-    fn samples(&mut self, samples: &[Sample], backends: &[String]) {
-        if let Some((path, w)) = self.samples.as_mut() {
-            let result = w.write(samples, backends);
-            let path = path.clone();
-            self.keep_error(result, &path);
-        }
-    }
-
-    fn progress(&mut self, p: &Progress) {
-        if self.progress {
-            eprint!(
-                "\r\x1b[2K[{:>6.1}s] {} requests  {:.0} req/s  p50 {}  p99 {}  errors {}",
-                p.elapsed.as_secs_f64(),
-                p.requests,
-                p.rate_per_s,
-                terminal::human_us(p.p50_us as f64),
-                terminal::human_us(p.p99_us as f64),
-                p.errors
-            );
-        }
-    }
+    let streams = streams.on_progress(|p: &Progress| {
+        eprint!(
+            "\r\x1b[2K[{:>6.1}s] {} requests  {:.0} req/s  p50 {}  p99 {}  errors {}",
+            p.elapsed.as_secs_f64(),
+            p.requests,
+            p.rate_per_s,
+            terminal::human_us(p.p50_us as f64),
+            terminal::human_us(p.p99_us as f64),
+            p.errors
+        );
+    });
+    Ok((streams, true))
 }
