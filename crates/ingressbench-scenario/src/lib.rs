@@ -23,6 +23,7 @@
 mod error;
 mod expand;
 mod model;
+pub mod runner;
 pub mod store;
 
 pub use error::ScenarioError;

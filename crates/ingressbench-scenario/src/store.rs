@@ -57,7 +57,7 @@ impl Write for SamplesOut {
 pub struct Streams {
     hlog: Option<(PathBuf, HlogWriter<BufWriter<File>>)>,
     samples: Option<(PathBuf, SampleWriter<SamplesOut>)>,
-    progress: Option<Box<dyn FnMut(&Progress)>>,
+    progress: Option<Box<dyn FnMut(&Progress) + Send>>,
     error: Option<io::Error>,
 }
 
@@ -98,7 +98,7 @@ impl Streams {
     }
 
     /// Calls `f` with the state of the run after every window.
-    pub fn on_progress(mut self, f: impl FnMut(&Progress) + 'static) -> Self {
+    pub fn on_progress(mut self, f: impl FnMut(&Progress) + Send + 'static) -> Self {
         self.progress = Some(Box::new(f));
         self
     }

@@ -26,6 +26,26 @@ pub(crate) enum Command {
     /// Scenario files.
     #[command(subcommand)]
     Scenario(ScenarioCommand),
+    /// Run a scenario: every target, matrix cell and repeat, with its events, into a
+    /// results directory.
+    Run(RunArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct RunArgs {
+    /// The scenario file (YAML).
+    pub(crate) file: std::path::PathBuf,
+    /// The results directory [default: results/<UTC time>-<scenario name>].
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<std::path::PathBuf>,
+    /// Scale durations and intervals down so that the run takes about 90 seconds.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Override a field, e.g. --set load.rate=200 (repeatable).
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub(crate) sets: Vec<String>,
+    #[command(flatten)]
+    pub(crate) bins: ProxyBinArgs,
 }
 
 #[derive(Debug, Subcommand)]

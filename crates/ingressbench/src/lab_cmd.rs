@@ -26,7 +26,7 @@ pub(crate) fn run(command: LabCommand) -> Result<ExitCode> {
     }
 }
 
-fn binaries(args: &ProxyBinArgs) -> Result<Binaries> {
+pub(crate) fn binaries(args: &ProxyBinArgs) -> Result<Binaries> {
     let mut binaries = Binaries::discover();
     for raw in &args.proxy_bins {
         let (kind, path) = raw.split_once('=').ok_or_else(|| {

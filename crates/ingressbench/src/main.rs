@@ -39,6 +39,7 @@ fn main() -> ExitCode {
         Command::Backend(backend) => backend_cmd::run(backend),
         Command::Lab(lab) => lab_cmd::run(lab),
         Command::Scenario(command) => scenario_cmd::run(command),
+        Command::Run(args) => scenario_cmd::run_scenario(args),
     };
     match result {
         Ok(code) => code,

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use crate::args::ScenarioCommand;
+use crate::args::{RunArgs, ScenarioCommand};
 use crate::UsageError;
 
 pub(crate) fn run(command: ScenarioCommand) -> Result<ExitCode> {
@@ -56,4 +56,74 @@ pub(crate) fn parse_sets(raw: &[String]) -> Result<Vec<(String, String)>> {
                 })
         })
         .collect()
+}
+
+/// `ingressbench run FILE`.
+pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
+    let sets = parse_sets(&args.sets)?;
+    let text = std::fs::read_to_string(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))
+        .map_err(UsageError)?;
+    let cells = ingressbench_scenario::expand(&text, &args.file, &sets)
+        .map_err(|e| UsageError(e.into()))?;
+    let name = cells[0].scenario.name.clone();
+    let dir = args.out.clone().unwrap_or_else(|| {
+        let stamp = utc_stamp();
+        std::path::PathBuf::from("results").join(format!("{stamp}-{name}"))
+    });
+    let options = ingressbench_scenario::runner::RunOptions {
+        dir,
+        quick: args.quick,
+        backend_binary: std::env::current_exe().context("finding the ingressbench binary")?,
+        binaries: crate::lab_cmd::binaries(&args.bins)?,
+        stop: crate::signals::stop_flag()?,
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        scenario_text: text,
+    };
+    eprintln!(
+        "{name}: {} cells{}",
+        cells.len(),
+        if args.quick { " (quick)" } else { "" }
+    );
+    let outcome = ingressbench_scenario::runner::run(&cells, &options, |line| eprintln!("{line}"))?;
+    println!(
+        "{}: {} of {} cells; results in {}",
+        outcome.status,
+        outcome.done,
+        outcome.total,
+        outcome.dir.display()
+    );
+    if let Some(error) = &outcome.error {
+        eprintln!("error: {error}");
+    }
+    Ok(match outcome.status {
+        "complete" => ExitCode::SUCCESS,
+        "incomplete" => ExitCode::from(130),
+        _ => ExitCode::FAILURE,
+    })
+}
+
+/// The current UTC time as `YYYYMMDDTHHMMSSZ`.
+fn utc_stamp() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
