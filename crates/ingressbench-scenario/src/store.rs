@@ -52,12 +52,15 @@ impl Write for SamplesOut {
     }
 }
 
+/// What is told the state of a run after every window.
+type ProgressFn = Box<dyn FnMut(&Progress) + Send>;
+
 /// Streams a run's windows to an interval log and its samples to CSV, as the load engine
 /// hands them over; tells a progress callback after every window.
 pub struct Streams {
     hlog: Option<(PathBuf, HlogWriter<BufWriter<File>>)>,
     samples: Option<(PathBuf, SampleWriter<SamplesOut>)>,
-    progress: Option<Box<dyn FnMut(&Progress) + Send>>,
+    progress: Option<ProgressFn>,
     error: Option<io::Error>,
 }
 
