@@ -1,0 +1,182 @@
+//! `ingressbench run`: a small scenario with real proxies, end to end.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ib-run-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn json(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(
+        &std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+    )
+    .unwrap()
+}
+
+const SMALL: &str = "
+name: small
+targets: [nginx, haproxy]
+backends: [{ name: echo, replicas: 3 }]
+load: { mode: open, rate: 100, connections: 10, duration: 2s, sample_rate: 1 }
+events:
+  - { at: 500ms, scale: 4 }
+  - { at: 1200ms, config: { response_header: { name: X-Run, value: on } } }
+matrix: { load.rate: [100, 200] }
+repeat: 2
+";
+
+#[test]
+fn a_small_scenario_produces_every_file_in_interleaved_order_with_events_on_time() {
+    let dir = scratch("small");
+    let file = dir.join("small.yaml");
+    std::fs::write(&file, SMALL).unwrap();
+    let out = dir.join("results");
+    let run = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    let record = json(&out.join("run.json"));
+    assert_eq!(record["status"], "complete");
+    assert!(record["machine"]["cores"].as_u64().unwrap() > 0);
+    let cells = record["cells"].as_array().unwrap();
+    let order: Vec<String> = cells
+        .iter()
+        .map(|c| {
+            format!(
+                "{} {} {}",
+                c["repeat"],
+                c["target"].as_str().unwrap(),
+                c["settings"]["load.rate"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "0 nginx 100",
+            "0 haproxy 100",
+            "0 nginx 200",
+            "0 haproxy 200",
+            "1 nginx 100",
+            "1 haproxy 100",
+            "1 nginx 200",
+            "1 haproxy 200",
+        ]
+    );
+    for cell in cells {
+        assert_eq!(cell["status"], "done", "{cell}");
+        assert!(cell["proxy_version"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty()));
+        let cell_dir = out.join("cells").join(cell["dir"].as_str().unwrap());
+        for f in [
+            "summary.json",
+            "latency.hlog",
+            "latency.hgrm",
+            "samples.csv.gz",
+            "events.jsonl",
+        ] {
+            assert!(
+                cell_dir.join(f).is_file(),
+                "{} has no {f}",
+                cell_dir.display()
+            );
+        }
+        assert!(
+            std::fs::read_dir(cell_dir.join("proxy")).unwrap().count() >= 2,
+            "config and log copied"
+        );
+        let summary = json(&cell_dir.join("summary.json"));
+        let rate: f64 = cell["settings"]["load.rate"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(summary["requests"]["total"].as_f64().unwrap(), rate * 2.0);
+        // Each event was requested within 100 ms of its due time, and applied.
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(cell_dir.join("events.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let requested: Vec<&serde_json::Value> = lines
+            .iter()
+            .filter(|l| l.get("requested_s").is_some())
+            .collect();
+        assert_eq!(requested.len(), 2, "{lines:?}");
+        for r in &requested {
+            let late = r["requested_s"].as_f64().unwrap() - r["due_s"].as_f64().unwrap();
+            assert!(
+                (0.0..0.1).contains(&late),
+                "event {r} requested {late} s after due"
+            );
+        }
+        assert_eq!(
+            lines
+                .iter()
+                .filter(|l| l.get("applied_s").is_some())
+                .count(),
+            2,
+            "{lines:?}"
+        );
+        assert_eq!(requested[0]["what"], "scale echo 3->4");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn ctrl_c_mid_run_keeps_what_was_measured_and_marks_the_run_incomplete() {
+    let dir = scratch("sigint");
+    let file = dir.join("long.yaml");
+    std::fs::write(
+        &file,
+        "name: long\ntargets: [nginx, haproxy]\nload: { rate: 100, duration: 60s }\n",
+    )
+    .unwrap();
+    let out = dir.join("results");
+    let child = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let result = child.wait_with_output().unwrap();
+    assert_eq!(
+        result.status.code(),
+        Some(130),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    let record = json(&out.join("run.json"));
+    assert_eq!(record["status"], "incomplete");
+    assert_eq!(record["cells"][0]["status"], "interrupted");
+    assert_eq!(record["cells"][1]["status"], "pending");
+    let cell_dir = out
+        .join("cells")
+        .join(record["cells"][0]["dir"].as_str().unwrap());
+    let summary = json(&cell_dir.join("summary.json"));
+    assert_eq!(summary["interrupted"], true);
+    assert!(summary["requests"]["ok"].as_u64().unwrap() > 100);
+    let _ = std::fs::remove_dir_all(dir);
+}
