@@ -180,3 +180,47 @@ fn ctrl_c_mid_run_keeps_what_was_measured_and_marks_the_run_incomplete() {
     assert!(summary["requests"]["ok"].as_u64().unwrap() > 100);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn every_shipped_scenario_validates_and_churn_runs_in_quick_mode() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(&root).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let out = Command::new(BIN)
+                .args(["scenario", "check"])
+                .arg(&path)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}: {}",
+                path.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            names.push(path.file_name().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    assert!(names.contains(&"churn.yaml".to_owned()), "{names:?}");
+    let dir = scratch("churn");
+    let started = std::time::Instant::now();
+    let run = Command::new(BIN)
+        .arg("run")
+        .arg(root.join("churn.yaml"))
+        .arg("--quick")
+        .arg("--out")
+        .arg(dir.join("r"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    eprintln!("churn --quick took {:?}", started.elapsed());
+    let record = json(&dir.join("r/run.json"));
+    assert_eq!(record["status"], "complete");
+    assert_eq!(record["cells"].as_array().unwrap().len(), 15);
+    let _ = std::fs::remove_dir_all(dir);
+}
