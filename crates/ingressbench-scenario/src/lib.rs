@@ -22,6 +22,7 @@
 
 mod error;
 mod expand;
+pub mod impact;
 mod model;
 pub mod runner;
 pub mod store;

@@ -439,6 +439,14 @@ fn run_cell(
         .map_err(|e| e.to_string())?;
     if let Some(lab) = &lab {
         copy_proxy_files(lab, &dir.join("proxy"));
+        write_impact(
+            lab,
+            dir,
+            report.summary.duration_s,
+            l.sample_rate,
+            measure_from,
+            start,
+        )?;
     }
     let s = &report.summary;
     let line = format!(
@@ -460,6 +468,43 @@ fn run_cell(
         interrupted: s.interrupted,
         line,
     })
+}
+
+/// Writes `impact.json`: for every event fired, what it did to the sampled requests in the
+/// window after it (until the next event, at most 15 s).
+fn write_impact(
+    lab: &Lab,
+    dir: &Path,
+    measured_s: f64,
+    sample_rate: f64,
+    measure_from: Instant,
+    start: Instant,
+) -> Result<(), String> {
+    let shift = measure_from.saturating_duration_since(start).as_secs_f64();
+    let points = crate::impact::read_samples(&dir.join("samples.csv.gz"), shift)
+        .map_err(|e| e.to_string())?;
+    let records = lab.records();
+    let mut out = Vec::new();
+    for (i, rec) in records.iter().enumerate() {
+        let t = rec
+            .requested_at
+            .saturating_duration_since(measure_from)
+            .as_secs_f64();
+        let next = records.get(i + 1).map(|r| {
+            r.requested_at
+                .saturating_duration_since(measure_from)
+                .as_secs_f64()
+        });
+        let until = next
+            .unwrap_or(f64::MAX)
+            .min(t + 15.0)
+            .min(measured_s.max(t));
+        let mut figures = crate::impact::impact(&points, t, until, sample_rate);
+        figures["what"] = json!(rec.what);
+        figures["requested_s"] = json!(t);
+        out.push(figures);
+    }
+    write_json(&dir.join("impact.json"), &Value::Array(out)).map_err(|e| e.to_string())
 }
 
 fn change_for(action: &Action, s: &crate::Scenario, lab: &Lab) -> Change {

@@ -132,6 +132,22 @@ fn a_small_scenario_produces_every_file_in_interleaved_order_with_events_on_time
             "{lines:?}"
         );
         assert_eq!(requested[0]["what"], "scale echo 3->4");
+        // Impact figures for both events, from the samples (every request sampled here).
+        let impact = json(&cell_dir.join("impact.json"));
+        let impact = impact.as_array().unwrap();
+        assert_eq!(impact.len(), 2);
+        assert_eq!(impact[0]["what"], "scale echo 3->4");
+        let window = impact[0]["window_s"].as_f64().unwrap();
+        assert!(
+            (0.6..0.8).contains(&window),
+            "until the next event: {window}"
+        );
+        let sampled = impact[0]["sampled_requests"].as_f64().unwrap();
+        assert!(
+            (sampled - rate * window).abs() <= 3.0,
+            "{sampled} sampled in {window} s at {rate}/s"
+        );
+        assert!(impact[0]["p99_ms_5s_before"].as_f64().is_some());
     }
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,0 +1,132 @@
+//! What each event did to the requests around it, computed from a cell's samples.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+
+use serde_json::{json, Value};
+
+/// A sampled request: when it was due (seconds from the start of measurement), its
+/// latency (seconds) and whether it succeeded.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Point {
+    /// Intended send time.
+    pub at_s: f64,
+    /// Latency from the intended send time.
+    pub latency_s: f64,
+    /// Status below 400.
+    pub ok: bool,
+}
+
+/// Reads `samples.csv.gz` (times shifted so that 0 is the start of measurement).
+pub fn read_samples(path: &Path, measure_from_s: f64) -> std::io::Result<Vec<Point>> {
+    let file = std::fs::File::open(path)?;
+    let reader = BufReader::new(flate2::read::GzDecoder::new(file));
+    let mut points = Vec::new();
+    for line in reader.lines().skip(1) {
+        let line = line?;
+        // The first twelve columns are numbers and names that never hold a comma.
+        let f: Vec<&str> = line.splitn(13, ',').collect();
+        if f.len() < 12 {
+            continue;
+        }
+        let (Ok(at), Ok(latency)) = (f[0].parse::<f64>(), f[2].parse::<f64>()) else {
+            continue;
+        };
+        let ok = f[11].parse::<u16>().is_ok_and(|s| s < 400);
+        points.push(Point {
+            at_s: at - measure_from_s,
+            latency_s: latency,
+            ok,
+        });
+    }
+    points.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
+    Ok(points)
+}
+
+fn p99_ms(points: &[&Point]) -> Option<f64> {
+    if points.is_empty() {
+        return None;
+    }
+    let mut l: Vec<f64> = points.iter().map(|p| p.latency_s).collect();
+    l.sort_by(f64::total_cmp);
+    let i = ((l.len() as f64 * 0.99).ceil() as usize).clamp(1, l.len()) - 1;
+    Some(l[i] * 1e3)
+}
+
+/// The impact of an event at `t_s` (seconds from the start of measurement) whose window
+/// of effect ends at `until_s` (the next event, or 15 s later, whichever is first).
+/// Counts are of sampled requests; `sample_rate` scales them to estimates of all requests.
+pub fn impact(points: &[Point], t_s: f64, until_s: f64, sample_rate: f64) -> Value {
+    let within = |from: f64, to: f64| {
+        points
+            .iter()
+            .filter(move |p| p.at_s >= from && p.at_s < to)
+            .collect::<Vec<_>>()
+    };
+    let after = within(t_s, until_s);
+    let failed: Vec<&&Point> = after.iter().filter(|p| !p.ok).collect();
+    let mut longest = 0;
+    let mut run = 0;
+    for p in &after {
+        run = if p.ok { 0 } else { run + 1 };
+        longest = longest.max(run);
+    }
+    let max_ms = after
+        .iter()
+        .map(|p| p.latency_s * 1e3)
+        .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+    let scale = if sample_rate > 0.0 {
+        1.0 / sample_rate
+    } else {
+        0.0
+    };
+    json!({
+        "window_s": until_s - t_s,
+        "sampled_requests": after.len(),
+        "sampled_errors": failed.len(),
+        "estimated_errors": (failed.len() as f64 * scale).round(),
+        "first_error_after_s": failed.first().map(|p| p.at_s - t_s),
+        "last_error_after_s": failed.last().map(|p| p.at_s - t_s),
+        "longest_failure_run": longest,
+        "max_latency_ms": max_ms,
+        "p99_ms_5s_before": p99_ms(&within(t_s - 5.0, t_s)),
+        "p99_ms_5s_after": p99_ms(&within(t_s, t_s + 5.0)),
+        "p99_ms_5_to_15s_after": p99_ms(&within(t_s + 5.0, t_s + 15.0)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_match_the_samples() {
+        // One request every 10 ms for 20 s; errors from 10.0 s to 10.5 s, slow after.
+        let points: Vec<Point> = (0..2000)
+            .map(|i| {
+                let at_s = i as f64 * 0.01;
+                let ok = !(10.0..10.5).contains(&at_s);
+                let latency_s = if (10.0..12.0).contains(&at_s) {
+                    0.05
+                } else {
+                    0.001
+                };
+                Point {
+                    at_s,
+                    latency_s,
+                    ok,
+                }
+            })
+            .collect();
+        let v = impact(&points, 9.95, 15.0, 0.5);
+        assert_eq!(v["sampled_errors"], 50);
+        assert_eq!(v["estimated_errors"], 100.0);
+        assert_eq!(v["longest_failure_run"], 50);
+        assert!((v["first_error_after_s"].as_f64().unwrap() - 0.05).abs() < 1e-9);
+        assert!((v["last_error_after_s"].as_f64().unwrap() - 0.54).abs() < 1e-9);
+        assert!((v["max_latency_ms"].as_f64().unwrap() - 50.0).abs() < 1e-9);
+        assert!((v["p99_ms_5s_before"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+        assert!((v["p99_ms_5s_after"].as_f64().unwrap() - 50.0).abs() < 1e-9);
+        assert!((v["p99_ms_5_to_15s_after"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+    }
+}
