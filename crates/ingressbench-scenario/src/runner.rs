@@ -43,6 +43,38 @@ pub struct RunOptions {
     pub command: String,
     /// The scenario file's text, recorded as run.
     pub scenario_text: String,
+    /// The `--set` overrides, recorded so that `--resume` expands the same cells.
+    pub sets: Vec<(String, String)>,
+    /// Continue the run recorded in `dir`: cells already done are skipped.
+    pub resume: bool,
+}
+
+/// What `--resume` needs from a results directory: the scenario as run, its overrides
+/// and whether it was quick.
+pub fn recorded(dir: &Path) -> Result<(String, Vec<(String, String)>, bool), ScenarioError> {
+    let path = dir.join("run.json");
+    let bad = |m: String| ScenarioError::at(&path, m);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        bad(format!(
+            "cannot read it ({e}); is {} a results directory?",
+            dir.display()
+        ))
+    })?;
+    let record: Value =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not a run record: {e}")))?;
+    let scenario = record["scenario_text"]
+        .as_str()
+        .ok_or_else(|| bad("no scenario_text".into()))?
+        .to_owned();
+    let sets = record["sets"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| Some((p[0].as_str()?.to_owned(), p[1].as_str()?.to_owned())))
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok((scenario, sets, record["quick"].as_bool().unwrap_or(false)))
 }
 
 /// How a run ended.
@@ -75,13 +107,24 @@ pub fn run(
     } else {
         1.0
     };
+    let previous: Option<Value> = if options.resume {
+        let text = std::fs::read_to_string(&path).map_err(io)?;
+        Some(
+            serde_json::from_str(&text)
+                .map_err(|e| ScenarioError::at(&path, format!("not a run record: {e}")))?,
+        )
+    } else {
+        None
+    };
     let mut record = json!({
         "scenario": cells.first().map(|c| c.scenario.name.clone()).unwrap_or_default(),
         "status": "running",
         "error": Value::Null,
         "tool_version": env!("CARGO_PKG_VERSION"),
         "command": options.command,
+        "quick": options.quick,
         "quick_factor": factor,
+        "sets": options.sets.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
         "machine": machine(),
         "started_at_unix_s": now_unix(),
         "scenario_text": options.scenario_text,
@@ -91,6 +134,23 @@ pub fn run(
             "status": "pending", "dir": cell_dir_name(c),
         })).collect::<Vec<_>>(),
     });
+    if let Some(previous) = &previous {
+        // Keep what the earlier attempt finished; its start time and command stay too.
+        for key in ["started_at_unix_s", "command"] {
+            record[key] = previous[key].clone();
+        }
+        for (i, cell) in previous["cells"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if cell["status"] == "done" && record["cells"][i]["dir"] == cell["dir"] {
+                record["cells"][i] = cell.clone();
+            }
+        }
+        record["resumed_by"] = json!(options.command);
+    }
     write_json(&path, &record).map_err(io)?;
     let mut outcome = RunOutcome {
         dir: options.dir.clone(),
@@ -100,6 +160,10 @@ pub fn run(
         error: None,
     };
     for cell in cells {
+        if record["cells"][cell.index]["status"] == "done" {
+            outcome.done += 1;
+            continue;
+        }
         if options.stop.load(Ordering::Relaxed) {
             outcome.status = "incomplete";
             break;
@@ -112,6 +176,10 @@ pub fn run(
             cell.repeat + 1
         ));
         let dir = options.dir.join("cells").join(cell_dir_name(cell));
+        // A cell that did not finish (an earlier attempt, resumed) starts over.
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(io)?;
+        }
         std::fs::create_dir_all(&dir).map_err(io)?;
         let result = run_cell(cell, &dir, options, factor);
         let entry = &mut record["cells"][cell.index];

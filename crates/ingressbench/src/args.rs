@@ -34,7 +34,11 @@ pub(crate) enum Command {
 #[derive(Debug, clap::Args)]
 pub(crate) struct RunArgs {
     /// The scenario file (YAML).
-    pub(crate) file: std::path::PathBuf,
+    #[arg(required_unless_present = "resume")]
+    pub(crate) file: Option<std::path::PathBuf>,
+    /// Finish the cells of an interrupted or failed run in its results directory.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["file", "out", "sets", "quick"])]
+    pub(crate) resume: Option<std::path::PathBuf>,
     /// The results directory [default: results/<UTC time>-<scenario name>].
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<std::path::PathBuf>,

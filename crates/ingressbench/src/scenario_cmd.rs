@@ -60,30 +60,49 @@ pub(crate) fn parse_sets(raw: &[String]) -> Result<Vec<(String, String)>> {
 
 /// `ingressbench run FILE`.
 pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
-    let sets = parse_sets(&args.sets)?;
-    let text = std::fs::read_to_string(&args.file)
-        .with_context(|| format!("cannot read {}", args.file.display()))
-        .map_err(UsageError)?;
-    let cells = ingressbench_scenario::expand(&text, &args.file, &sets)
-        .map_err(|e| UsageError(e.into()))?;
+    let (text, file, sets, quick, dir) = match (&args.resume, &args.file) {
+        (Some(dir), _) => {
+            let (text, sets, quick) =
+                ingressbench_scenario::runner::recorded(dir).map_err(|e| UsageError(e.into()))?;
+            (text, dir.join("run.json"), sets, quick, Some(dir.clone()))
+        }
+        (None, Some(file)) => {
+            let text = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read {}", file.display()))
+                .map_err(UsageError)?;
+            (
+                text,
+                file.clone(),
+                parse_sets(&args.sets)?,
+                args.quick,
+                args.out.clone(),
+            )
+        }
+        (None, None) => {
+            return Err(UsageError(anyhow::anyhow!("give a scenario file or --resume DIR")).into())
+        }
+    };
+    let cells =
+        ingressbench_scenario::expand(&text, &file, &sets).map_err(|e| UsageError(e.into()))?;
     let name = cells[0].scenario.name.clone();
-    let dir = args.out.clone().unwrap_or_else(|| {
-        let stamp = utc_stamp();
-        std::path::PathBuf::from("results").join(format!("{stamp}-{name}"))
+    let dir = dir.unwrap_or_else(|| {
+        std::path::PathBuf::from("results").join(format!("{}-{name}", utc_stamp()))
     });
     let options = ingressbench_scenario::runner::RunOptions {
         dir,
-        quick: args.quick,
+        quick,
         backend_binary: std::env::current_exe().context("finding the ingressbench binary")?,
         binaries: crate::lab_cmd::binaries(&args.bins)?,
         stop: crate::signals::stop_flag()?,
         command: std::env::args().collect::<Vec<_>>().join(" "),
         scenario_text: text,
+        sets,
+        resume: args.resume.is_some(),
     };
     eprintln!(
         "{name}: {} cells{}",
         cells.len(),
-        if args.quick { " (quick)" } else { "" }
+        if options.quick { " (quick)" } else { "" }
     );
     let outcome = ingressbench_scenario::runner::run(&cells, &options, |line| eprintln!("{line}"))?;
     println!(

@@ -153,12 +153,12 @@ fn a_small_scenario_produces_every_file_in_interleaved_order_with_events_on_time
 }
 
 #[test]
-fn ctrl_c_mid_run_keeps_what_was_measured_and_marks_the_run_incomplete() {
+fn ctrl_c_mid_run_keeps_what_was_measured_and_resume_finishes_the_run() {
     let dir = scratch("sigint");
     let file = dir.join("long.yaml");
     std::fs::write(
         &file,
-        "name: long\ntargets: [nginx, haproxy]\nload: { rate: 100, duration: 60s }\n",
+        "name: long\ntargets: [nginx, haproxy]\nload: { rate: 100, duration: 8s }\n",
     )
     .unwrap();
     let out = dir.join("results");
@@ -194,6 +194,30 @@ fn ctrl_c_mid_run_keeps_what_was_measured_and_marks_the_run_incomplete() {
     let summary = json(&cell_dir.join("summary.json"));
     assert_eq!(summary["interrupted"], true);
     assert!(summary["requests"]["ok"].as_u64().unwrap() > 100);
+    // --resume runs what is missing: the interrupted cell again, then the pending one.
+    let resumed = Command::new(BIN)
+        .arg("run")
+        .arg("--resume")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let record = json(&out.join("run.json"));
+    assert_eq!(record["status"], "complete");
+    for cell in record["cells"].as_array().unwrap() {
+        assert_eq!(cell["status"], "done", "{cell}");
+        let summary = json(
+            &out.join("cells")
+                .join(cell["dir"].as_str().unwrap())
+                .join("summary.json"),
+        );
+        assert_eq!(summary["interrupted"], false);
+        assert_eq!(summary["requests"]["total"], 800);
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 
