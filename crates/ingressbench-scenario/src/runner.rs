@@ -49,9 +49,19 @@ pub struct RunOptions {
     pub resume: bool,
 }
 
-/// What `--resume` needs from a results directory: the scenario as run, its overrides
-/// and whether it was quick.
-pub fn recorded(dir: &Path) -> Result<(String, Vec<(String, String)>, bool), ScenarioError> {
+/// What `--resume` needs from a results directory.
+#[derive(Clone, Debug)]
+pub struct Recorded {
+    /// The scenario file's text as run.
+    pub scenario_text: String,
+    /// Its `--set` overrides.
+    pub sets: Vec<(String, String)>,
+    /// Whether it ran with `--quick`.
+    pub quick: bool,
+}
+
+/// Reads what `--resume` needs from a results directory's run.json.
+pub fn recorded(dir: &Path) -> Result<Recorded, ScenarioError> {
     let path = dir.join("run.json");
     let bad = |m: String| ScenarioError::at(&path, m);
     let text = std::fs::read_to_string(&path).map_err(|e| {
@@ -74,7 +84,11 @@ pub fn recorded(dir: &Path) -> Result<(String, Vec<(String, String)>, bool), Sce
                 .collect()
         })
         .unwrap_or_default();
-    Ok((scenario, sets, record["quick"].as_bool().unwrap_or(false)))
+    Ok(Recorded {
+        scenario_text: scenario,
+        sets,
+        quick: record["quick"].as_bool().unwrap_or(false),
+    })
 }
 
 /// How a run ended.

@@ -62,9 +62,15 @@ pub(crate) fn parse_sets(raw: &[String]) -> Result<Vec<(String, String)>> {
 pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
     let (text, file, sets, quick, dir) = match (&args.resume, &args.file) {
         (Some(dir), _) => {
-            let (text, sets, quick) =
+            let r =
                 ingressbench_scenario::runner::recorded(dir).map_err(|e| UsageError(e.into()))?;
-            (text, dir.join("run.json"), sets, quick, Some(dir.clone()))
+            (
+                r.scenario_text,
+                dir.join("run.json"),
+                r.sets,
+                r.quick,
+                Some(dir.clone()),
+            )
         }
         (None, Some(file)) => {
             let text = std::fs::read_to_string(file)
