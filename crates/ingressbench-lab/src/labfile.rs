@@ -134,6 +134,19 @@ pub struct RewriteFile {
     pub to: String,
 }
 
+/// A YAML error as (line and column, message without the position), for messages of the
+/// form `file:line:column: message`. Scenario files use it too.
+pub fn yaml_error(e: &serde_yaml_ng::Error) -> (Option<(usize, usize)>, String) {
+    let location = e.location().map(|l| (l.line(), l.column()));
+    let message = e
+        .to_string()
+        .split(" at line ")
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    (location, message)
+}
+
 fn yes() -> bool {
     true
 }
@@ -180,15 +193,13 @@ impl LabFile {
 
     /// Parses lab-file text (`path` is only for messages).
     pub fn parse(text: &str, path: &Path) -> Result<Self, LabError> {
-        serde_yaml_ng::from_str(text).map_err(|e| LabError::LabFile {
-            path: path.to_owned(),
-            location: e.location().map(|l| (l.line(), l.column())),
-            message: e
-                .to_string()
-                .split(" at line ")
-                .next()
-                .unwrap_or_default()
-                .to_owned(),
+        serde_yaml_ng::from_str(text).map_err(|e| {
+            let (location, message) = yaml_error(&e);
+            LabError::LabFile {
+                path: path.to_owned(),
+                location,
+                message,
+            }
         })
     }
 

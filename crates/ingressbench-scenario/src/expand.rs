@@ -129,15 +129,11 @@ pub fn expand(
 }
 
 fn located(path: &Path, e: &serde_yaml_ng::Error) -> ScenarioError {
+    let (location, message) = ingressbench_lab::labfile::yaml_error(e);
     ScenarioError::Invalid {
         path: path.to_owned(),
-        location: e.location().map(|l| (l.line(), l.column())),
-        message: e
-            .to_string()
-            .split(" at line ")
-            .next()
-            .unwrap_or_default()
-            .to_owned(),
+        location,
+        message,
     }
 }
 
