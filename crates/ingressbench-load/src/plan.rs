@@ -85,6 +85,20 @@ pub struct Plan {
     /// When the run starts (the first request is due, warm-up included); `None` starts it
     /// right away. A caller that times other things against the run (events) sets it.
     pub start: Option<std::time::Instant>,
+    /// Sequential load: called before each request with its number (from 0, warm-up
+    /// included); the request waits until it returns. A caller uses it to act in
+    /// lock-step with requests (kill a backend, send a request, repeat).
+    pub gate: Option<RequestGate>,
+}
+
+/// A function called before each sequential request (see [`Plan::gate`]).
+#[derive(Clone)]
+pub struct RequestGate(pub std::sync::Arc<dyn Fn(u64) + Send + Sync>);
+
+impl std::fmt::Debug for RequestGate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RequestGate")
+    }
 }
 
 /// The default batch window: at high rates the scheduler lag stays under half a
@@ -112,6 +126,7 @@ impl Plan {
             window: Duration::from_secs(1),
             batch_window: DEFAULT_BATCH_WINDOW,
             start: None,
+            gate: None,
         }
     }
 
@@ -194,6 +209,9 @@ impl Plan {
                 "--batch-window",
                 format!("{:?} is longer than 100ms", self.batch_window),
             );
+        }
+        if self.gate.is_some() && !matches!(self.mode, Mode::Sequential { .. }) {
+            return bad("gate", "runs only with sequential load".to_owned());
         }
         if self.window < Duration::from_millis(10) {
             return bad("window", "must be at least 10ms".to_owned());

@@ -116,6 +116,7 @@ pub fn run(
         end,
         stop: stop.clone(),
         batch_window: plan.batch_window,
+        gate: plan.gate.clone(),
     });
 
     let workers = plan.threads;

@@ -49,6 +49,7 @@ pub(crate) struct Shared {
     pub(crate) warmup_ns: u64,
     pub(crate) end: Option<Instant>,
     pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) gate: Option<crate::RequestGate>,
     pub(crate) batch_window: Duration,
 }
 
@@ -227,6 +228,10 @@ impl Worker {
                 remaining.set(remaining.get() - 1);
                 let seq = issued.get();
                 issued.set(seq + 1);
+                if let Some(gate) = &self.shared.gate {
+                    // Sequential load only: one connection, so waiting here holds nothing else.
+                    (gate.0)(seq);
+                }
                 let now = self.now_ns();
                 Some(Ticket {
                     seq,
@@ -472,6 +477,7 @@ pub(crate) mod tests {
             end: None,
             stop: Arc::new(AtomicBool::new(false)),
             batch_window: Duration::from_micros(100),
+            gate: None,
         })
     }
 

@@ -13,8 +13,8 @@ use ingressbench_lab::model::Overlay;
 use ingressbench_lab::proxy::Binaries;
 use ingressbench_lab::{Change, Lab};
 use ingressbench_load::{
-    parse_duration, parse_header, Length, Mode, Plan, RequestSpec, Resolve, Target as Url,
-    TlsOptions, Warmup,
+    parse_duration, parse_header, Length, Mode, Plan, RequestGate, RequestSpec, Resolve,
+    Target as Url, TlsOptions, Warmup,
 };
 use serde_json::{json, Value};
 
@@ -416,6 +416,7 @@ fn run_cell(
         factor,
     );
     let mut firings = Vec::new();
+    let mut lockstep = Vec::new();
     for (i, e) in cell.events.iter().enumerate() {
         let delay = e
             .propagation_delay
@@ -431,11 +432,11 @@ fn run_cell(
                     firings.push((scaled(*first + *every * k, factor), i, delay));
                 }
             }
-            Timing::BeforeRequest { .. } => {
-                return Err(format!(
-                    "events[{i}]: before_request events are not run yet (issue #4 in progress)"
-                ))
-            }
+            Timing::BeforeRequest {
+                first,
+                every,
+                times,
+            } => lockstep.push((*first, *every, *times, i, delay)),
         }
         if matches!(e.action, Action::StallBackend { .. }) {
             return Err(format!(
@@ -455,6 +456,23 @@ fn run_cell(
         &comment,
     )
     .map_err(|e| e.to_string())?;
+    // Lock-step events: the load asks before each request and waits for the answer.
+    let (gate_rx, ack_tx) = if lockstep.is_empty() {
+        (None, None)
+    } else {
+        let (request_tx, request_rx) = std::sync::mpsc::channel::<u64>();
+        let (ack_tx, ack_rx) = std::sync::mpsc::channel::<()>();
+        let ack_rx = std::sync::Mutex::new(ack_rx);
+        plan.gate = Some(RequestGate(Arc::new(move |seq| {
+            if request_tx.send(seq).is_ok() {
+                if let Ok(ack) = ack_rx.lock() {
+                    let _ = ack.recv();
+                }
+            }
+        })));
+        (Some(request_rx), Some(ack_tx))
+    };
+    let warmup_requests = l.warmup_requests.unwrap_or(0);
     let stop = options.stop.clone();
     let load = std::thread::Builder::new()
         .name("ib-cell-load".into())
@@ -471,25 +489,50 @@ fn run_cell(
     let mut lab = lab;
     let mut next = 0;
     let mut reported = 0;
-    let offset = |t: Instant| t.saturating_duration_since(measure_from).as_secs_f64();
     while !load.is_finished() {
         let now = Instant::now();
         while next < firings.len() && measure_from + firings[next].0 <= now {
             let (due, index, delay) = firings[next];
             next += 1;
-            let Some(lab) = lab.as_mut() else { continue };
-            let change = change_for(&cell.events[index].action, s, lab);
-            let line = match lab.request(change, delay) {
-                Ok(r) => {
-                    let rec = &lab.records()[r];
-                    json!({ "event": index, "what": rec.what, "due_s": due.as_secs_f64(), "requested_s": offset(rec.requested_at),
-                            "propagation_delay_s": delay.as_secs_f64(), "started": rec.started, "removed": rec.removed })
+            if let Some(lab) = lab.as_mut() {
+                fire(
+                    lab,
+                    cell,
+                    index,
+                    delay,
+                    ("due_s", json!(due.as_secs_f64())),
+                    measure_from,
+                    &mut events,
+                );
+            }
+        }
+        if let (Some(requests), Some(ack)) = (&gate_rx, &ack_tx) {
+            while let Ok(seq) = requests.try_recv() {
+                // Measured requests count from 1; warm-up requests fire nothing.
+                if let (Some(number), Some(lab)) = (
+                    seq.checked_sub(warmup_requests).map(|n| n + 1),
+                    lab.as_mut(),
+                ) {
+                    for &(first, every, times, index, delay) in &lockstep {
+                        let k = number
+                            .checked_sub(first)
+                            .filter(|d| d % every == 0)
+                            .map(|d| d / every);
+                        if k.is_some_and(|k| k < u64::from(times)) {
+                            fire(
+                                lab,
+                                cell,
+                                index,
+                                delay,
+                                ("due_request", json!(number)),
+                                measure_from,
+                                &mut events,
+                            );
+                        }
+                    }
                 }
-                Err(e) => {
-                    json!({ "event": index, "due_s": due.as_secs_f64(), "error": e.to_string() })
-                }
-            };
-            let _ = writeln!(events, "{line}").and_then(|()| events.flush());
+                let _ = ack.send(());
+            }
         }
         if let Some(lab) = lab.as_mut() {
             let _ = lab.tick();
@@ -500,12 +543,12 @@ fn run_cell(
                     .iter()
                     .map(|(k, m)| format!("{k}: {m}"))
                     .collect();
-                let line = json!({ "what": rec.what, "applied_s": offset(applied), "mechanisms": mechanisms });
+                let line = json!({ "what": rec.what, "applied_s": offset(applied, measure_from), "mechanisms": mechanisms });
                 let _ = writeln!(events, "{line}").and_then(|()| events.flush());
                 reported += 1;
             }
         }
-        std::thread::sleep(Duration::from_millis(5));
+        std::thread::sleep(Duration::from_millis(if gate_rx.is_some() { 1 } else { 5 }));
     }
     let (report, mut streams) = load
         .join()
@@ -552,6 +595,34 @@ fn run_cell(
     })
 }
 
+fn offset(t: Instant, measure_from: Instant) -> f64 {
+    t.saturating_duration_since(measure_from).as_secs_f64()
+}
+
+/// Fires event `index` of `cell` now and writes its `events.jsonl` line.
+/// `due` is `("due_s", seconds)` for a timed event or `("due_request", n)` for a lock-step one.
+fn fire(
+    lab: &mut Lab,
+    cell: &Cell,
+    index: usize,
+    delay: Duration,
+    due: (&str, Value),
+    measure_from: Instant,
+    events: &mut std::fs::File,
+) {
+    let change = change_for(&cell.events[index].action, &cell.scenario);
+    let mut line = match lab.request(change, delay) {
+        Ok(r) => {
+            let rec = &lab.records()[r];
+            json!({ "event": index, "what": rec.what, "requested_s": offset(rec.requested_at, measure_from),
+                    "propagation_delay_s": delay.as_secs_f64(), "started": rec.started, "removed": rec.removed })
+        }
+        Err(e) => json!({ "event": index, "error": e.to_string() }),
+    };
+    line[due.0] = due.1;
+    let _ = writeln!(events, "{line}").and_then(|()| events.flush());
+}
+
 /// Writes `impact.json`: for every event fired, what it did to the sampled requests in the
 /// window after it (until the next event, at most 15 s).
 fn write_impact(
@@ -589,12 +660,11 @@ fn write_impact(
     write_json(&dir.join("impact.json"), &Value::Array(out)).map_err(|e| e.to_string())
 }
 
-fn change_for(action: &Action, s: &crate::Scenario, lab: &Lab) -> Change {
+fn change_for(action: &Action, s: &crate::Scenario) -> Change {
     let pool = s
         .backends
         .first()
         .map_or_else(|| "echo".to_owned(), |p| p.name.clone());
-    let _ = lab;
     match action {
         Action::Scale(n) => Change::Scale { pool, replicas: *n },
         Action::Kill(name) => Change::Kill(name.clone()),
