@@ -487,3 +487,35 @@ fn samples_still_buffered_at_the_end_are_delivered() {
     assert_eq!(report.summary.requests.ok, 10);
     assert_eq!(seen.samples.len(), 10);
 }
+
+#[test]
+fn a_gate_is_called_before_every_sequential_request_and_holds_it() {
+    use std::sync::Mutex;
+    let server = serve(answer("b1"), None);
+    let mut p = plan(&server.url("http"));
+    p.mode = Mode::Sequential {
+        interval: Duration::ZERO,
+    };
+    p.connections = 1;
+    p.length = Length::Requests(5);
+    p.warmup = Warmup::Requests(2);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (s, requests) = (seen.clone(), server.requests.clone());
+    p.gate = Some(ingressbench_load::RequestGate(Arc::new(move |seq| {
+        // The request has not gone out yet when the gate runs.
+        s.lock()
+            .unwrap()
+            .push((seq, requests.load(Ordering::Relaxed)));
+        std::thread::sleep(Duration::from_millis(300));
+    })));
+    let report = go(&p);
+    assert_eq!(report.summary.requests.ok, 5);
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen, (0..7u64).map(|i| (i, i)).collect::<Vec<_>>());
+    // The 300 ms the gate held each request is not latency: it ran before the send.
+    assert!(
+        report.summary.latency_us.p50 < 300_000,
+        "{}",
+        report.summary.latency_us.p50
+    );
+}
