@@ -155,7 +155,8 @@ fn root() -> String {
     "/".to_owned()
 }
 
-fn default_pools() -> Vec<PoolFile> {
+/// The backends of a lab or scenario file that names none: one pool `echo` of 3.
+pub fn default_pools() -> Vec<PoolFile> {
     vec![PoolFile {
         name: "echo".into(),
         replicas: 3,

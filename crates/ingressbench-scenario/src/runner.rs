@@ -310,9 +310,7 @@ fn run_cell(
             let file = LabFile {
                 proxies: vec![*kind],
                 backends: if s.backends.is_empty() {
-                    LabFile::parse("proxies: [nginx]", Path::new("-"))
-                        .map(|f| f.backends)
-                        .unwrap_or_default()
+                    ingressbench_lab::labfile::default_pools()
                 } else {
                     s.backends.clone()
                 },
