@@ -148,6 +148,15 @@ impl RouteTable {
     }
 }
 
+/// `Ok` when `ok`, else the error naming `field`, `value` and what would be valid.
+fn require(ok: bool, field: &str, value: &str, reason: &str) -> Result<(), LabError> {
+    if ok {
+        Ok(())
+    } else {
+        Err(invalid(field, value, reason))
+    }
+}
+
 fn invalid(field: &str, value: &str, reason: &str) -> LabError {
     LabError::InvalidValue {
         field: field.to_owned(),
@@ -163,15 +172,7 @@ pub fn check_name(field: &str, value: &str) -> Result<(), LabError> {
         && value
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            value,
-            "use 1-64 letters, digits, '-' or '_'",
-        ))
-    }
+    require(ok, field, value, "use 1-64 letters, digits, '-' or '_'")
 }
 
 /// Host names: `*`, or DNS labels of letters, digits and `-` separated by dots.
@@ -182,15 +183,13 @@ pub fn check_host(value: &str) -> Result<(), LabError> {
             && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
             && !l.starts_with('-')
     };
-    if value == "*" || (value.len() <= 253 && value.split('.').all(label_ok)) {
-        Ok(())
-    } else {
-        Err(invalid(
-            "host",
-            value,
-            "a host name such as app.test (letters, digits, '-', dots) or *",
-        ))
-    }
+    let ok = value == "*" || (value.len() <= 253 && value.split('.').all(label_ok));
+    require(
+        ok,
+        "host",
+        value,
+        "a host name such as app.test (letters, digits, '-', dots) or *",
+    )
 }
 
 /// Paths: start with `/`, then unreserved URL characters and `/`.
@@ -200,15 +199,12 @@ pub fn check_path(field: &str, value: &str) -> Result<(), LabError> {
         && value
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"/-._~".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            value,
-            "a path such as /api/v1 (letters, digits, '/', '-', '.', '_', '~')",
-        ))
-    }
+    require(
+        ok,
+        field,
+        value,
+        "a path such as /api/v1 (letters, digits, '/', '-', '.', '_', '~')",
+    )
 }
 
 /// Header values: printable ASCII and spaces, none of the characters that end a value or a
@@ -218,15 +214,12 @@ pub fn check_header_value(field: &str, value: &str) -> Result<(), LabError> {
         && value
             .bytes()
             .all(|b| (b' '..=b'~').contains(&b) && !b"\"'`;{}\\$#%".contains(&b));
-    if ok && !value.trim().is_empty() {
-        Ok(())
-    } else {
-        Err(invalid(
-            field,
-            value,
-            "printable text without quotes, ';', '{', '}', '\\', '$', '#' or '%'",
-        ))
-    }
+    require(
+        ok && !value.trim().is_empty(),
+        field,
+        value,
+        "printable text without quotes, ';', '{', '}', '\\', '$', '#' or '%'",
+    )
 }
 
 #[cfg(test)]

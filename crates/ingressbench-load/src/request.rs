@@ -43,7 +43,8 @@ pub fn parse_header(raw: &str) -> Result<(String, String), LoadError> {
     Ok((name.to_owned(), value.to_owned()))
 }
 
-fn is_token(b: u8) -> bool {
+/// Whether `b` may appear in an HTTP token (a method or a header name).
+pub(crate) fn is_token(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 

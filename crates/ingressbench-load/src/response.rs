@@ -378,7 +378,7 @@ impl ResponseParser {
     }
 
     fn name_byte(&mut self, b: u8) -> Result<(), Malformed> {
-        if !is_token(b) {
+        if !crate::request::is_token(b) {
             return Err(Malformed("invalid character in a header name"));
         }
         if self.name_len < NAME_CAP {
@@ -515,10 +515,6 @@ impl ResponseParser {
         self.chunk_digits = 0;
         self.state = State::ChunkSize;
     }
-}
-
-fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 #[cfg(test)]
