@@ -113,6 +113,7 @@ pub struct Lab {
     reaper: Option<Reaper>,
     terminating: Vec<(Backend, Instant)>,
     pending: Vec<(Instant, usize)>,
+    stalled: Vec<(String, Instant)>,
     records: Vec<ChangeRecord>,
 }
 
@@ -134,6 +135,15 @@ pub enum Change {
     Overlay(Overlay),
     /// Push the current configuration again without a change (a reload).
     Reload,
+    /// Freeze a backend (SIGSTOP) for a while, then let it go on (SIGCONT): a stuck
+    /// process or a long GC pause. Its socket still accepts connections; nothing answers.
+    /// The control plane does not notice, so the proxies are not told.
+    Stall {
+        /// The backend; `None` picks one at random.
+        backend: Option<String>,
+        /// How long it stays frozen.
+        duration: Duration,
+    },
 }
 
 /// What became of one requested change.
@@ -177,6 +187,7 @@ impl Lab {
             startup: Duration::ZERO,
             terminating: Vec::new(),
             pending: Vec::new(),
+            stalled: Vec::new(),
             records: Vec::new(),
         };
         match lab.start_all() {
@@ -374,31 +385,37 @@ impl Lab {
                 }
                 (format!("scale {pool} {before}->{replicas}"), started, names)
             }
+            Change::Stall { backend, duration } => {
+                let name = self.pick_backend(backend.as_deref())?;
+                let child = self
+                    .backends
+                    .iter()
+                    .find(|b| b.name == name)
+                    .map(|b| &b.child)
+                    .ok_or_else(|| self.no_such_backend(&name))?;
+                child
+                    .signal(rustix::process::Signal::STOP)
+                    .map_err(|source| LabError::Io {
+                        action: "stopping",
+                        path: PathBuf::from(&name),
+                        source,
+                    })?;
+                self.stalled.push((name.clone(), requested_at + *duration));
+                self.records.push(ChangeRecord {
+                    what: format!("stall {name} for {duration:?}"),
+                    requested_at,
+                    applied_at: Some(requested_at),
+                    mechanisms: Vec::new(),
+                    started: Vec::new(),
+                    removed: Vec::new(),
+                });
+                return Ok(self.records.len() - 1);
+            }
             Change::Kill(name) | Change::Terminate(name) => {
-                let name = match name {
-                    Some(name) => name.clone(),
-                    None => self
-                        .random_backend()
-                        .ok_or_else(|| LabError::InvalidValue {
-                            field: "backend".into(),
-                            value: "random".into(),
-                            reason: "no backend is running".into(),
-                        })?,
-                };
+                let name = self.pick_backend(name.as_deref())?;
                 let backend = self
                     .take_backend(&name)
-                    .ok_or_else(|| LabError::InvalidValue {
-                        field: "backend".into(),
-                        value: name.clone(),
-                        reason: format!(
-                            "no running backend has that name (running: {})",
-                            self.backends
-                                .iter()
-                                .map(|b| b.name.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        ),
-                    })?;
+                    .ok_or_else(|| self.no_such_backend(&name))?;
                 if matches!(change, Change::Kill(_)) {
                     backend.kill();
                     (format!("kill {name}"), Vec::new(), vec![name])
@@ -440,6 +457,16 @@ impl Lab {
             }
             !exited
         });
+        let backends = &self.backends;
+        self.stalled.retain(|(name, until)| {
+            if *until > now {
+                return true;
+            }
+            if let Some(b) = backends.iter().find(|b| &b.name == name) {
+                let _ = b.child.signal(rustix::process::Signal::CONT);
+            }
+            false
+        });
         let (due, waiting): (Vec<_>, Vec<_>) = self.pending.iter().partition(|(at, _)| *at <= now);
         self.pending = waiting;
         if due.is_empty() {
@@ -456,9 +483,10 @@ impl Lab {
         Ok(())
     }
 
-    /// Whether changes are still waiting for their propagation delay.
+    /// Whether changes are still waiting for their propagation delay, or backends to
+    /// be let go on.
     pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty()
+        !self.pending.is_empty() || !self.stalled.is_empty()
     }
 
     /// Every change requested so far.
@@ -468,7 +496,37 @@ impl Lab {
 
     fn begin_termination(&mut self, backend: Backend) {
         let _ = backend.child.signal(rustix::process::Signal::TERM);
+        // A stalled backend drains too.
+        let _ = backend.child.signal(rustix::process::Signal::CONT);
+        self.stalled.retain(|(name, _)| name != &backend.name);
         self.terminating.push((backend, Instant::now()));
+    }
+
+    /// `name`, or a running backend at random.
+    fn pick_backend(&self, name: Option<&str>) -> Result<String, LabError> {
+        match name {
+            Some(name) => Ok(name.to_owned()),
+            None => self.random_backend().ok_or_else(|| LabError::InvalidValue {
+                field: "backend".into(),
+                value: "random".into(),
+                reason: "no backend is running".into(),
+            }),
+        }
+    }
+
+    fn no_such_backend(&self, name: &str) -> LabError {
+        LabError::InvalidValue {
+            field: "backend".into(),
+            value: name.to_owned(),
+            reason: format!(
+                "no running backend has that name (running: {})",
+                self.backends
+                    .iter()
+                    .map(|b| b.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        }
     }
 
     fn random_backend(&self) -> Option<String> {

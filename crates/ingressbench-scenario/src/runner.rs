@@ -436,11 +436,6 @@ fn run_cell(
                 times,
             } => lockstep.push((*first, *every, *times, i, delay)),
         }
-        if matches!(e.action, Action::StallBackend { .. }) {
-            return Err(format!(
-                "events[{i}]: stall_backend is not run yet (issue #4 in progress)"
-            ));
-        }
     }
     firings.sort_by_key(|f| f.0);
     let comment = format!(
@@ -608,14 +603,7 @@ fn fire(
     measure_from: Instant,
     events: &mut std::fs::File,
 ) {
-    let Some(change) = change_for(&cell.events[index].action, &cell.scenario) else {
-        let _ = writeln!(
-            events,
-            "{}",
-            json!({ "event": index, "error": "this action is not run yet" })
-        );
-        return;
-    };
+    let change = change_for(&cell.events[index].action, &cell.scenario);
     let mut line = match lab.request(change, delay) {
         Ok(r) => {
             let rec = &lab.records()[r];
@@ -665,25 +653,27 @@ fn write_impact(
     write_json(&dir.join("impact.json"), &Value::Array(out)).map_err(|e| e.to_string())
 }
 
-/// The lab change an action asks for; `None` for actions the runner does not run yet
-/// (`run_cell` refuses cells that have them before anything starts).
-fn change_for(action: &Action, s: &crate::Scenario) -> Option<Change> {
+/// The lab change an action asks for.
+fn change_for(action: &Action, s: &crate::Scenario) -> Change {
     let pool = s
         .backends
         .first()
         .map_or_else(|| "echo".to_owned(), |p| p.name.clone());
     match action {
-        Action::Scale(n) => Some(Change::Scale { pool, replicas: *n }),
-        Action::Kill(name) => Some(Change::Kill(name.clone())),
-        Action::Terminate(name) => Some(Change::Terminate(name.clone())),
-        Action::Config(ConfigChange::Set(o)) => Some(Change::Overlay(Overlay {
+        Action::Scale(n) => Change::Scale { pool, replicas: *n },
+        Action::Kill(name) => Change::Kill(name.clone()),
+        Action::Terminate(name) => Change::Terminate(name.clone()),
+        Action::Config(ConfigChange::Set(o)) => Change::Overlay(Overlay {
             response_header: o.response_header.clone(),
             cors_origin: o.cors_origin.clone(),
             rewrite: o.rewrite.clone(),
-        })),
-        Action::Config(ConfigChange::Revert) => Some(Change::Overlay(s.overlay.to_overlay())),
-        Action::Reload => Some(Change::Reload),
-        Action::StallBackend { .. } => None,
+        }),
+        Action::Config(ConfigChange::Revert) => Change::Overlay(s.overlay.to_overlay()),
+        Action::Reload => Change::Reload,
+        Action::StallBackend { backend, duration } => Change::Stall {
+            backend: backend.clone(),
+            duration: *duration,
+        },
     }
 }
 

@@ -706,3 +706,58 @@ fn haproxy_can_take_endpoint_changes_by_reload_instead() {
         Duration::from_secs(10),
     );
 }
+
+#[test]
+fn a_stalled_backend_answers_only_after_the_stall() {
+    let mut spec = LabSpec::simple(vec![ProxyKind::Haproxy], 1, BIN.into());
+    spec.tls = false;
+    let mut lab = Lab::up(spec).unwrap();
+    let pid = lab.backends()[0].pid();
+    let stall = Duration::from_millis(700);
+    let asked = Instant::now();
+    let record = lab
+        .request(
+            ingressbench_lab::Change::Stall {
+                backend: None,
+                duration: stall,
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    assert_eq!(lab.records()[record].what, "stall echo-1 for 700ms");
+    let stopped = || {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        stat.rsplit(')').next().unwrap().split_whitespace().next() == Some("T")
+    };
+    // The signal is delivered asynchronously.
+    poll(stopped, Duration::from_millis(500));
+    assert!(stopped(), "the backend is stopped");
+    // A request sent now waits in the backend's accept queue until the stall ends.
+    let asking = std::thread::spawn({
+        let lab_port = lab.proxies()[0].http_port();
+        move || {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", lab_port)).unwrap();
+            write!(
+                s,
+                "GET / HTTP/1.1\r\nHost: app.test\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).unwrap();
+            (out, Instant::now())
+        }
+    });
+    while !asking.is_finished() {
+        lab.tick().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (answer, at) = asking.join().unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(
+        at - asked >= stall,
+        "answered {:?} after a {stall:?} stall began",
+        at - asked
+    );
+    assert!(!lab.has_pending(), "the stall is over");
+}
