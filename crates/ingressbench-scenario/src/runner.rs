@@ -13,13 +13,13 @@ use ingressbench_lab::model::Overlay;
 use ingressbench_lab::proxy::Binaries;
 use ingressbench_lab::{Change, Lab};
 use ingressbench_load::{
-    parse_duration, parse_header, Length, Mode, Plan, RequestGate, RequestSpec, Resolve,
+    parse_duration, parse_header, Length, Mode, Plan, Progress, RequestGate, RequestSpec, Resolve,
     Target as Url, TlsOptions, Warmup,
 };
 use serde_json::{json, Value};
 
 use crate::model::{Action, ConfigChange, LoadModeFile, Target, Timing};
-use crate::store::Streams;
+use crate::store::{ProgressFn, Streams};
 use crate::{Cell, ScenarioError};
 
 /// How long the lab and load get before the first request is due.
@@ -47,6 +47,28 @@ pub struct RunOptions {
     pub sets: Vec<(String, String)>,
     /// Continue the run recorded in `dir`: cells already done are skipped.
     pub resume: bool,
+    /// Told the state of the cell in progress about once a second.
+    pub live: Option<LiveFn>,
+}
+
+/// What [`RunOptions::live`] is called with.
+pub type LiveFn = Arc<dyn Fn(&Live) + Send + Sync>;
+
+/// The state of a run while a cell is measured.
+#[derive(Clone, Debug)]
+pub struct Live {
+    /// The cell in progress (from 1) …
+    pub cell: usize,
+    /// … of this many.
+    pub cells: usize,
+    /// Its label.
+    pub label: String,
+    /// Since the run (or the resumed run) started.
+    pub run_elapsed: Duration,
+    /// Planned time left, this cell's rest included.
+    pub remaining: Duration,
+    /// The load engine's state for this cell.
+    pub load: Progress,
 }
 
 /// What `--resume` needs from a results directory.
@@ -173,6 +195,7 @@ pub fn run(
         status: "complete",
         error: None,
     };
+    let run_start = Instant::now();
     for cell in cells {
         if record["cells"][cell.index]["status"] == "done" {
             outcome.done += 1;
@@ -195,7 +218,27 @@ pub fn run(
             std::fs::remove_dir_all(&dir).map_err(io)?;
         }
         std::fs::create_dir_all(&dir).map_err(io)?;
-        let result = run_cell(cell, &dir, options, factor);
+        let live = options.live.clone().map(|f| {
+            let this = planned(cell).mul_f64(factor);
+            let after: Duration = cells[cell.index + 1..]
+                .iter()
+                .filter(|c| record["cells"][c.index]["status"] != "done")
+                .map(|c| planned(c).mul_f64(factor))
+                .sum();
+            let (label, index, total) = (cell.label(), cell.index + 1, cells.len());
+            let cell_start = Instant::now();
+            Box::new(move |p: &Progress| {
+                f(&Live {
+                    cell: index,
+                    cells: total,
+                    label: label.clone(),
+                    run_elapsed: run_start.elapsed(),
+                    remaining: after + this.saturating_sub(cell_start.elapsed()),
+                    load: p.clone(),
+                });
+            }) as ProgressFn
+        });
+        let result = run_cell(cell, &dir, options, factor, live);
         let entry = &mut record["cells"][cell.index];
         match result {
             Ok(done) => {
@@ -264,20 +307,25 @@ fn dur(field: &str, v: &Option<String>) -> Result<Option<Duration>, String> {
         .transpose()
 }
 
+/// How long a cell is planned to take, unscaled: warm-up, measurement and about 2 s of
+/// set-up and tear-down.
+fn planned(cell: &Cell) -> Duration {
+    let l = &cell.scenario.load;
+    let time = |v: &Option<String>| dur("", v).ok().flatten();
+    let measured = match (time(&l.duration), l.requests) {
+        (Some(d), _) => d + time(&l.warmup).unwrap_or_default(),
+        (None, Some(n)) => {
+            let each = time(&l.interval).unwrap_or_default() + Duration::from_millis(1);
+            each * (n + l.warmup_requests.unwrap_or(0)).min(u64::from(u32::MAX)) as u32
+        }
+        (None, None) => Duration::from_secs(10),
+    };
+    measured + Duration::from_secs(2)
+}
+
 /// The factor that brings the run's planned time to about [`QUICK_BUDGET`] (at most 1).
 fn quick_factor(cells: &[Cell]) -> f64 {
-    let planned: f64 = cells
-        .iter()
-        .map(|c| {
-            let l = &c.scenario.load;
-            let d = dur("", &l.duration)
-                .ok()
-                .flatten()
-                .unwrap_or(Duration::from_secs(10));
-            let w = dur("", &l.warmup).ok().flatten().unwrap_or_default();
-            (d + w).as_secs_f64() + 2.0
-        })
-        .sum();
+    let planned: f64 = cells.iter().map(|c| planned(c).as_secs_f64()).sum();
     (QUICK_BUDGET.as_secs_f64() / planned).min(1.0)
 }
 
@@ -286,6 +334,7 @@ fn run_cell(
     dir: &Path,
     options: &RunOptions,
     factor: f64,
+    live: Option<ProgressFn>,
 ) -> Result<CellDone, String> {
     let s = &cell.scenario;
     let l = &s.load;
@@ -449,6 +498,9 @@ fn run_cell(
         &comment,
     )
     .map_err(|e| e.to_string())?;
+    if let Some(live) = live {
+        streams = streams.on_progress(live);
+    }
     // Lock-step events: the load asks before each request and waits for the answer.
     let (gate_rx, ack_tx) = if lockstep.is_empty() {
         (None, None)

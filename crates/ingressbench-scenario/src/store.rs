@@ -53,7 +53,7 @@ impl Write for SamplesOut {
 }
 
 /// What is told the state of a run after every window.
-type ProgressFn = Box<dyn FnMut(&Progress) + Send>;
+pub(crate) type ProgressFn = Box<dyn FnMut(&Progress) + Send>;
 
 /// Streams a run's windows to an interval log and its samples to CSV, as the load engine
 /// hands them over; tells a progress callback after every window.

@@ -1,9 +1,14 @@
 //! `ingressbench scenario check`: validate a scenario file and show its cells.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
+
+use ingressbench_report::terminal;
+use ingressbench_scenario::runner::{Live, LiveFn};
 
 use crate::args::{RunArgs, ScenarioCommand};
 use crate::UsageError;
@@ -94,6 +99,7 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
     let dir = dir.unwrap_or_else(|| {
         std::path::PathBuf::from("results").join(format!("{}-{name}", utc_stamp()))
     });
+    let tty = std::io::stderr().is_terminal();
     let options = ingressbench_scenario::runner::RunOptions {
         dir,
         quick,
@@ -104,13 +110,32 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
         scenario_text: text,
         sets,
         resume: args.resume.is_some(),
+        live: tty.then(|| {
+            Arc::new(|l: &Live| {
+                eprint!(
+                    "\r\x1b[2K[cell {}/{} {}] {} elapsed, ~{} left | {:.0} req/s  p99 {}  errors {}",
+                    l.cell,
+                    l.cells,
+                    l.label,
+                    clock(l.run_elapsed),
+                    clock(l.remaining),
+                    l.load.rate_per_s,
+                    terminal::human_us(l.load.p99_us as f64),
+                    l.load.errors
+                );
+            }) as LiveFn
+        }),
     };
     eprintln!(
         "{name}: {} cells{}",
         cells.len(),
         if options.quick { " (quick)" } else { "" }
     );
-    let outcome = ingressbench_scenario::runner::run(&cells, &options, |line| eprintln!("{line}"))?;
+    let outcome = ingressbench_scenario::runner::run(&cells, &options, |line| {
+        // Over the live line, if there is one.
+        let clear = if tty { "\r\x1b[2K" } else { "" };
+        eprintln!("{clear}{line}");
+    })?;
     println!(
         "{}: {} of {} cells; results in {}",
         outcome.status,
@@ -126,6 +151,16 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
         "incomplete" => ExitCode::from(130),
         _ => ExitCode::FAILURE,
     })
+}
+
+/// `1m05s`, `42s`.
+fn clock(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 {
+        format!("{}m{:02}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
 }
 
 /// The current UTC time as `YYYYMMDDTHHMMSSZ`.

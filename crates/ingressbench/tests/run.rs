@@ -293,3 +293,48 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_stalled_backend_shows_in_the_impact_and_the_live_line_shows_on_a_terminal() {
+    let dir = scratch("stall");
+    let file = dir.join("stall.yaml");
+    std::fs::write(
+        &file,
+        "
+name: stall
+targets: [haproxy]
+tls: false
+backends: [{ name: echo, replicas: 1 }]
+load: { mode: open, rate: 50, connections: 20, duration: 3s, sample_rate: 1 }
+events:
+  - { at: 1s, stall_backend: { backend: random, for: 1s } }
+",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    // `script` gives the run a terminal, as a user has, and keeps what it printed.
+    let typescript = dir.join("typescript");
+    let command = format!("{BIN} run {} --out {}", file.display(), out.display());
+    let status = Command::new("script")
+        .args(["-qec", &command])
+        .arg(&typescript)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("script (bsdutils) runs");
+    let printed = std::fs::read_to_string(&typescript).unwrap();
+    assert!(status.success(), "{printed}");
+    assert!(
+        printed.contains("\x1b[2K[cell 1/1 haproxy] ") && printed.contains(" left | "),
+        "no live line: {printed}"
+    );
+    let cell = out.join("cells").join("000-haproxy");
+    let events = std::fs::read_to_string(cell.join("events.jsonl")).unwrap();
+    assert!(events.contains("\"stall echo-1 for 1s\""), "{events}");
+    let impact = json(&cell.join("impact.json"));
+    let stall = &impact[0];
+    assert_eq!(stall["what"], "stall echo-1 for 1s");
+    // The first request sent into the stall waits most of it out.
+    let max = stall["max_latency_ms"].as_f64().unwrap();
+    assert!(max >= 800.0, "max latency after the stall: {max} ms");
+    let _ = std::fs::remove_dir_all(dir);
+}
