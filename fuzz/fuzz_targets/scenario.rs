@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     if let Ok(text) = std::str::from_utf8(data) {
         if text.len() < 4096 {
-            let _ = ingressbench_scenario::expand(text, std::path::Path::new("fuzz.yaml"), &[]);
+            let _ = ingressbench_scenario::expand(text, std::path::Path::new("fuzz.yaml"), &[], false);
         }
     }
 });

@@ -11,7 +11,7 @@ use crate::ScenarioError;
 const MAX_CELLS: u128 = 10_000;
 
 /// Matrix paths that are not settings of a cell.
-const NOT_IN_MATRIX: [&str; 4] = ["targets", "matrix", "repeat", "name"];
+const NOT_IN_MATRIX: [&str; 5] = ["targets", "matrix", "repeat", "name", "quick"];
 
 /// One run: one target, one combination of the matrix, one repeat.
 #[derive(Clone, Debug)]
@@ -42,15 +42,31 @@ impl Cell {
 }
 
 /// Parses `text` (the file at `path`), applies `sets` (`path`, `value` pairs, as
-/// `--set`), checks everything, and returns the cells in running order: every repeat
-/// runs every combination, and within a combination every target, so that the targets
-/// compared are measured close together and repeats interleave (A B C A B C).
+/// `--set`) and, with `quick`, the file's `quick` section, checks everything, and returns
+/// the cells in running order: every repeat runs every combination, and within a
+/// combination every target, so that the targets compared are measured close together
+/// and repeats interleave (A B C A B C).
 pub fn expand(
     text: &str,
     path: &Path,
     sets: &[(String, String)],
+    quick: bool,
 ) -> Result<Vec<Cell>, ScenarioError> {
-    let base: Scenario = serde_yaml_ng::from_str(text).map_err(|e| located(path, &e))?;
+    let mut base: Scenario = serde_yaml_ng::from_str(text).map_err(|e| located(path, &e))?;
+    for (key, values) in &base.quick.matrix {
+        if !base.matrix.contains_key(key) {
+            return Err(ScenarioError::at(
+                path,
+                format!("quick.matrix: `{key}` is not in `matrix`; it can only thin what the matrix varies"),
+            ));
+        }
+        if quick {
+            base.matrix.insert(key.clone(), values.clone());
+        }
+    }
+    if quick {
+        base.repeat = base.quick.repeat.unwrap_or(base.repeat);
+    }
     let mut tree: Value = serde_yaml_ng::from_str(text).map_err(|e| located(path, &e))?;
     if let Value::Mapping(m) = &mut tree {
         m.remove("matrix");
@@ -310,7 +326,7 @@ mod tests {
         "name: t\ntargets: [nginx, haproxy]\nload: { mode: open, rate: 100, duration: 10s }\n";
 
     fn run(text: &str) -> Result<Vec<Cell>, String> {
-        expand(text, Path::new("s.yaml"), &[]).map_err(|e| e.to_string())
+        expand(text, Path::new("s.yaml"), &[], false).map_err(|e| e.to_string())
     }
 
     #[test]
@@ -338,12 +354,28 @@ mod tests {
     }
 
     #[test]
+    fn quick_thins_the_matrix_and_the_repeats_only_when_asked() {
+        let text = format!("{BASE}matrix: {{ load.rate: [100, 200, 300] }}\nrepeat: 5\nquick: {{ matrix: {{ load.rate: [100] }}, repeat: 2 }}\n");
+        let full = expand(&text, Path::new("s.yaml"), &[], false).unwrap();
+        assert_eq!(full.len(), 2 * 3 * 5);
+        let quick = expand(&text, Path::new("s.yaml"), &[], true).unwrap();
+        assert_eq!(quick.len(), 2 * 2);
+        assert!(quick.iter().all(|c| c.scenario.load.rate == Some(100.0)));
+        let stray = format!("{BASE}quick: {{ matrix: {{ load.connections: [1] }} }}\n");
+        let e = run(&stray).unwrap_err();
+        assert!(
+            e.contains("quick.matrix: `load.connections` is not in `matrix`"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn set_overrides_any_field() {
         let sets = [
             ("load.rate".to_owned(), "250".to_owned()),
             ("tuning.workers".to_owned(), "2".to_owned()),
         ];
-        let cells = expand(BASE, Path::new("s.yaml"), &sets).unwrap();
+        let cells = expand(BASE, Path::new("s.yaml"), &sets, false).unwrap();
         assert_eq!(cells[0].scenario.load.rate, Some(250.0));
         assert_eq!(cells[0].scenario.tuning.workers, Some(2));
     }

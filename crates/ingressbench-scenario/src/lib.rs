@@ -13,7 +13,7 @@
 //! matrix: { load.rate: [100, 500] }
 //! repeat: 2
 //! ";
-//! let cells = expand(text, std::path::Path::new("demo.yaml"), &[]).unwrap();
+//! let cells = expand(text, std::path::Path::new("demo.yaml"), &[], false).unwrap();
 //! assert_eq!(cells.len(), 2 * 2 * 2);
 //! assert_eq!(cells[0].target.name(), "nginx");
 //! assert_eq!(cells[1].target.name(), "haproxy");

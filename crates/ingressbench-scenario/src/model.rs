@@ -49,6 +49,20 @@ pub struct Scenario {
     /// How many times every combination runs (interleaved).
     #[serde(default = "one")]
     pub repeat: u32,
+    /// What `--quick` changes besides scaling durations down.
+    #[serde(default)]
+    pub quick: QuickFile,
+}
+
+/// What `--quick` changes besides scaling durations down: a thinner matrix, fewer repeats.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuickFile {
+    /// Replaces these entries of `matrix` (each must be there).
+    #[serde(default)]
+    pub matrix: BTreeMap<String, Vec<serde_yaml_ng::Value>>,
+    /// Replaces `repeat`.
+    pub repeat: Option<u32>,
 }
 
 fn yes() -> bool {

@@ -196,6 +196,7 @@ pub fn run(
         error: None,
     };
     let run_start = Instant::now();
+    let mut labs = LabCache::default();
     for cell in cells {
         if record["cells"][cell.index]["status"] == "done" {
             outcome.done += 1;
@@ -238,7 +239,7 @@ pub fn run(
                 });
             }) as ProgressFn
         });
-        let result = run_cell(cell, &dir, options, factor, live);
+        let result = run_cell(cell, &dir, options, factor, live, &mut labs);
         let entry = &mut record["cells"][cell.index];
         match result {
             Ok(done) => {
@@ -249,6 +250,7 @@ pub fn run(
                 });
                 entry["summary"] = done.summary;
                 entry["proxy_version"] = json!(done.proxy_version);
+                entry["lab_reused"] = json!(done.lab_reused);
                 progress(&format!("  {}", done.line));
                 if done.interrupted {
                     outcome.status = "incomplete";
@@ -277,6 +279,7 @@ pub fn run(
 
 struct CellDone {
     summary: Value,
+    lab_reused: bool,
     proxy_version: Option<String>,
     interrupted: bool,
     line: String,
@@ -335,6 +338,7 @@ fn run_cell(
     options: &RunOptions,
     factor: f64,
     live: Option<ProgressFn>,
+    labs: &mut LabCache,
 ) -> Result<CellDone, String> {
     let s = &cell.scenario;
     let l = &s.load;
@@ -342,44 +346,37 @@ fn run_cell(
         .host
         .clone()
         .unwrap_or_else(|| ingressbench_lab::certs::DEFAULT_TLS_NAME.to_owned());
-    // The system under test.
-    let (lab, url, tls, proxy_version) = match &cell.target {
-        Target::Proxy {
-            kind,
-            update,
-            workers,
-            keepalive_requests,
-            upstream_keepalive,
-            ..
-        } => {
-            let mut tuning = s.tuning.clone();
-            tuning.workers = workers.or(tuning.workers);
-            tuning.keepalive_requests = keepalive_requests.or(tuning.keepalive_requests);
-            tuning.upstream_keepalive = upstream_keepalive.or(tuning.upstream_keepalive);
-            let file = LabFile {
-                proxies: vec![*kind],
-                backends: if s.backends.is_empty() {
-                    ingressbench_lab::labfile::default_pools()
-                } else {
-                    s.backends.clone()
-                },
-                routes: s.routes.clone(),
-                tls: s.tls,
-                tuning,
-                overlay: s.overlay.clone(),
-                haproxy_update: update.unwrap_or_default(),
+    // The system under test: a lab kept from an earlier cell with the same lab, or a new
+    // one. Only cells without events share labs, so a reused lab is as it started.
+    let reusable = cell.events.is_empty();
+    let mut lab_reused = false;
+    let (lab, key) = match lab_file(cell) {
+        Some(file) => {
+            let key = format!("{:?}", (&cell.target, &file));
+            let kept = if reusable { labs.take(&key) } else { None };
+            lab_reused = kept.is_some();
+            let lab = match kept {
+                Some(lab) => lab,
+                None => {
+                    let spec = file
+                        .to_spec(
+                            Path::new("scenario"),
+                            options.backend_binary.clone(),
+                            options.binaries.clone(),
+                        )
+                        .map_err(|e| e.to_string())?;
+                    Lab::up(spec).map_err(|e| e.to_string())?
+                }
             };
-            let spec = file
-                .to_spec(
-                    Path::new("scenario"),
-                    options.backend_binary.clone(),
-                    options.binaries.clone(),
-                )
-                .map_err(|e| e.to_string())?;
-            let lab = Lab::up(spec).map_err(|e| e.to_string())?;
+            (Some(lab), key)
+        }
+        None => (None, String::new()),
+    };
+    let (url, tls, proxy_version) = match (&lab, &cell.target) {
+        (Some(lab), _) => {
             let proxy = &lab.proxies()[0];
             let version = proxy.version().to_owned();
-            let (url, tls) = match (s.tls, proxy.https_port()) {
+            match (s.tls, proxy.https_port()) {
                 (true, Some(port)) => {
                     let tls = TlsOptions {
                         cacert: lab.certs().map(|c| c.ca.clone()),
@@ -388,16 +385,18 @@ fn run_cell(
                     (
                         format!("https://{host}:{port}{}", l.path),
                         Some((tls, port)),
+                        Some(version),
                     )
                 }
                 _ => (
                     format!("http://127.0.0.1:{}{}", proxy.http_port(), l.path),
                     None,
+                    Some(version),
                 ),
-            };
-            (Some(lab), url, tls, Some(version))
+            }
         }
-        Target::Upstream { url, .. } => (None, url.clone(), None, None),
+        (None, Target::Upstream { url, .. }) => (url.clone(), None, None),
+        (None, Target::Proxy { .. }) => return Err("a proxy target without a lab".into()),
     };
     // The load.
     let mut plan = Plan::new(Url::parse(&url).map_err(|e| e.to_string())?);
@@ -631,13 +630,72 @@ fn run_cell(
             format!(" ({} warnings)", s.warnings.len())
         }
     );
+    if let (Some(lab), true) = (lab, reusable) {
+        labs.put(key, lab);
+    }
     let small = json!({ "requests": s.requests.total, "errors": s.requests.errors, "p50_us": s.latency_us.p50, "p99_us": s.latency_us.p99, "max_us": s.latency_us.max });
     Ok(CellDone {
         summary: small,
+        lab_reused,
         proxy_version,
         interrupted: s.interrupted,
         line,
     })
+}
+
+/// The lab a proxy target needs; `None` for an upstream URL.
+fn lab_file(cell: &Cell) -> Option<LabFile> {
+    let s = &cell.scenario;
+    let Target::Proxy {
+        kind,
+        update,
+        workers,
+        keepalive_requests,
+        upstream_keepalive,
+        ..
+    } = &cell.target
+    else {
+        return None;
+    };
+    let mut tuning = s.tuning.clone();
+    tuning.workers = workers.or(tuning.workers);
+    tuning.keepalive_requests = keepalive_requests.or(tuning.keepalive_requests);
+    tuning.upstream_keepalive = upstream_keepalive.or(tuning.upstream_keepalive);
+    Some(LabFile {
+        proxies: vec![*kind],
+        backends: if s.backends.is_empty() {
+            ingressbench_lab::labfile::default_pools()
+        } else {
+            s.backends.clone()
+        },
+        routes: s.routes.clone(),
+        tls: s.tls,
+        tuning,
+        overlay: s.overlay.clone(),
+        haproxy_update: update.unwrap_or_default(),
+    })
+}
+
+/// Labs kept up between cells that differ only in their load (a sweep over rates and
+/// connections), so that each cell does not pay for a lab's start; at most
+/// [`LabCache::MAX`], the oldest torn down first.
+#[derive(Default)]
+struct LabCache(Vec<(String, Lab)>);
+
+impl LabCache {
+    const MAX: usize = 6;
+
+    fn take(&mut self, key: &str) -> Option<Lab> {
+        let i = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.remove(i).1)
+    }
+
+    fn put(&mut self, key: String, lab: Lab) {
+        if self.0.len() == Self::MAX {
+            self.0.remove(0);
+        }
+        self.0.push((key, lab));
+    }
 }
 
 fn offset(t: Instant, measure_from: Instant) -> f64 {

@@ -61,6 +61,9 @@ pub(crate) enum ScenarioCommand {
         /// Override a field, e.g. --set load.rate=200 (repeatable).
         #[arg(long = "set", value_name = "PATH=VALUE")]
         sets: Vec<String>,
+        /// The cells `run --quick` would run (the file's `quick` section applied).
+        #[arg(long)]
+        quick: bool,
     },
 }
 

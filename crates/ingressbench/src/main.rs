@@ -32,8 +32,21 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// Raises the soft limit on open files to the hard limit, as a load generator holding
+/// thousands of connections needs (the soft limit is often 1024); proxies and backends
+/// inherit it. A failure leaves the limit as it was: runs that need more say so then.
+fn raise_open_file_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        let _ = setrlimit(Resource::Nofile, limit);
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    raise_open_file_limit();
     let result = match args.command {
         Command::Load(load) => load_cmd::run(*load),
         Command::Backend(backend) => backend_cmd::run(backend),

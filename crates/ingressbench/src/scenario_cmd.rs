@@ -15,12 +15,12 @@ use crate::UsageError;
 
 pub(crate) fn run(command: ScenarioCommand) -> Result<ExitCode> {
     match command {
-        ScenarioCommand::Check { file, sets } => {
+        ScenarioCommand::Check { file, sets, quick } => {
             let sets = parse_sets(&sets)?;
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))
                 .map_err(UsageError)?;
-            let cells = ingressbench_scenario::expand(&text, &file, &sets)
+            let cells = ingressbench_scenario::expand(&text, &file, &sets, quick)
                 .map_err(|e| UsageError(e.into()))?;
             let mut out = std::io::stdout().lock();
             let first = &cells[0].scenario;
@@ -93,8 +93,8 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
             return Err(UsageError(anyhow::anyhow!("give a scenario file or --resume DIR")).into())
         }
     };
-    let cells =
-        ingressbench_scenario::expand(&text, &file, &sets).map_err(|e| UsageError(e.into()))?;
+    let cells = ingressbench_scenario::expand(&text, &file, &sets, quick)
+        .map_err(|e| UsageError(e.into()))?;
     let name = cells[0].scenario.name.clone();
     let dir = dir.unwrap_or_else(|| {
         std::path::PathBuf::from("results").join(format!("{}-{name}", utc_stamp()))

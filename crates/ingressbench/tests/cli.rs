@@ -282,3 +282,59 @@ fn ctrl_c_keeps_what_was_measured() {
     let intervals = ingressbench_report::hlog::read(&std::fs::read(&hlog).unwrap()).unwrap();
     assert!(intervals.len() >= 2);
 }
+
+fn scenario_schema() -> jsonschema::Validator {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/schema/scenario.schema.json");
+    let schema: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    jsonschema::validator_for(&schema).unwrap()
+}
+
+fn yaml_as_json(text: &str) -> serde_json::Value {
+    let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).unwrap();
+    serde_json::to_value(value).unwrap()
+}
+
+#[test]
+fn the_scenario_schema_accepts_every_shipped_scenario_and_rejects_what_the_tool_rejects() {
+    let schema = scenario_schema();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
+    let mut shipped = 0;
+    for entry in std::fs::read_dir(root).unwrap() {
+        let path = entry.unwrap().path();
+        let json = yaml_as_json(&std::fs::read_to_string(&path).unwrap());
+        let errors: Vec<String> = schema.iter_errors(&json).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{}: {errors:?}", path.display());
+        shipped += 1;
+    }
+    assert!(shipped >= 4, "{shipped} scenarios");
+    let base = "name: s\ntargets: [nginx]\nload: { rate: 10, duration: 1s }\n";
+    assert!(schema.is_valid(&yaml_as_json(base)));
+    let bad = [
+        "name: s\ntargets: [nginx]\nload: { rate: 10, duration: 1s }\nextra: 1\n",
+        "name: s\ntargets: [squid]\nload: { rate: 10, duration: 1s }\n",
+        "name: s\ntargets: [nginx]\nload: { rate: 10, duration: 1 second }\n",
+        "name: s\ntargets: [nginx]\nload: { rate: 10, duration: 1s, mode: burst }\n",
+        "name: s\ntargets: [nginx]\nload: { rate: 10, duration: 1s }\nevents: [{ at: 1s, scale: 2, kill: random }]\n",
+        "name: s\ntargets: [nginx]\nload: { rate: 10, duration: 1s }\nevents: [{ scale: 2 }]\n",
+        "name: s\ntargets: [nginx]\nload: { rate: 10, duration: 1s }\nmatrix: { targets: [[nginx]] }\n",
+        "name: s\ntargets: [{ upstream: ftp://x, name: x }]\nload: { rate: 10, duration: 1s }\n",
+        "name: s\ntargets: [nginx]\nload: { rate: 10, duration: 1s }\nrepeat: 0\n",
+    ];
+    let dir = std::env::temp_dir().join(format!("ib-schema-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (i, text) in bad.iter().enumerate() {
+        assert!(
+            !schema.is_valid(&yaml_as_json(text)),
+            "schema accepts: {text}"
+        );
+        let file = dir.join(format!("bad{i}.yaml"));
+        std::fs::write(&file, text).unwrap();
+        let check = Command::new(BIN)
+            .args(["scenario", "check"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert_eq!(check.status.code(), Some(2), "the tool accepts: {text}");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
