@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::certs::{self, LabCerts};
+use crate::front::Front;
 use crate::model::{check_name, Overlay, Pool, Route, RouteTable, Tuning};
 use crate::process::OwnedChild;
 use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions};
@@ -52,6 +53,9 @@ pub struct LabSpec {
     pub keep: bool,
     /// How proxies are updated.
     pub proxy_options: ProxyOptions,
+    /// An L4 load balancer in front of this many replicas of each proxy (`None`: each
+    /// proxy once, reached directly).
+    pub front: Option<usize>,
 }
 
 impl LabSpec {
@@ -76,6 +80,7 @@ impl LabSpec {
             binaries: Binaries::discover(),
             keep: false,
             proxy_options: ProxyOptions::default(),
+            front: None,
         }
     }
 }
@@ -107,6 +112,7 @@ pub struct Lab {
     certs: Option<LabCerts>,
     backends: Vec<Backend>,
     proxies: Vec<Proxy>,
+    front: Option<Front>,
     overlay: Overlay,
     serial: usize,
     startup: Duration,
@@ -183,6 +189,7 @@ impl Lab {
             certs: None,
             backends: Vec::new(),
             proxies: Vec::new(),
+            front: None,
             serial: 0,
             startup: Duration::ZERO,
             terminating: Vec::new(),
@@ -218,26 +225,44 @@ impl Lab {
         }
         let table = lab.table();
         table.validate()?;
+        let replicas = lab.spec.front.unwrap_or(1);
         for kind in lab.spec.proxies.clone() {
-            let tls = lab
-                .certs
-                .as_ref()
-                .map(|c| (c.cert.as_path(), c.key.as_path(), c.combined.as_path()));
+            for replica in 1..=replicas {
+                let tls = lab
+                    .certs
+                    .as_ref()
+                    .map(|c| (c.cert.as_path(), c.key.as_path(), c.combined.as_path()));
+                // Replicas of a proxy live in directories of their own.
+                let dir = if replicas > 1 {
+                    lab.dir.join(format!("replica-{replica}"))
+                } else {
+                    lab.dir.clone()
+                };
+                let reaper = lab.reaper.as_mut();
+                let proxy = Proxy::start(
+                    kind,
+                    &lab.spec.binaries,
+                    &dir,
+                    &table,
+                    tls,
+                    &lab.spec.proxy_options,
+                    |pid| {
+                        if let Some(r) = reaper {
+                            r.watch(pid);
+                        }
+                    },
+                )?;
+                lab.proxies.push(proxy);
+            }
+        }
+        if lab.spec.front.is_some() {
             let reaper = lab.reaper.as_mut();
-            let proxy = Proxy::start(
-                kind,
-                &lab.spec.binaries,
-                &lab.dir,
-                &table,
-                tls,
-                &lab.spec.proxy_options,
-                |pid| {
-                    if let Some(r) = reaper {
-                        r.watch(pid);
-                    }
-                },
-            )?;
-            lab.proxies.push(proxy);
+            let front = Front::start(&lab.spec.binaries, &lab.dir, &lab.proxies, |pid| {
+                if let Some(r) = reaper {
+                    r.watch(pid);
+                }
+            })?;
+            lab.front = Some(front);
         }
         Ok(())
     }
@@ -550,6 +575,23 @@ impl Lab {
         &mut self.proxies
     }
 
+    /// The L4 front, if the lab has one.
+    pub fn front(&self) -> Option<&Front> {
+        self.front.as_ref()
+    }
+
+    /// Where clients connect: the front's ports if there is one, else the first proxy's
+    /// (plain port, TLS port).
+    pub fn entry(&self) -> Option<(u16, Option<u16>)> {
+        match &self.front {
+            Some(front) => Some((front.http_port(), front.https_port())),
+            None => self
+                .proxies
+                .first()
+                .map(|p| (p.http_port(), p.https_port())),
+        }
+    }
+
     /// The running backends.
     pub fn backends(&self) -> &[Backend] {
         &self.backends
@@ -593,6 +635,9 @@ impl Backend {
 
 impl Drop for Lab {
     fn drop(&mut self) {
+        if let Some(front) = self.front.take() {
+            front.stop(Duration::from_secs(2));
+        }
         for proxy in self.proxies.drain(..) {
             proxy.stop(Duration::from_secs(2));
         }

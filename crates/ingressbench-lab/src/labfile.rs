@@ -48,6 +48,17 @@ pub struct LabFile {
     /// How HAProxy receives endpoint changes.
     #[serde(default)]
     pub haproxy_update: HaproxyUpdate,
+    /// An L4 load balancer in front of replicas of each proxy.
+    #[serde(default)]
+    pub front: Option<FrontFile>,
+}
+
+/// An L4 front as written: `{ replicas: 2 }`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FrontFile {
+    /// How many replicas of each proxy it spreads connections over.
+    pub replicas: usize,
 }
 
 /// A pool as written.
@@ -222,6 +233,11 @@ impl LabFile {
                     .into(),
             ));
         }
+        if self.front.as_ref().is_some_and(|f| f.replicas == 0) {
+            return Err(err(
+                "front.replicas: 0; a front needs at least one proxy replica behind it".into(),
+            ));
+        }
         let mut pools = Vec::new();
         for pool in &self.backends {
             let mut args = Vec::new();
@@ -290,6 +306,7 @@ impl LabFile {
             proxy_options: ProxyOptions {
                 haproxy_update: self.haproxy_update,
             },
+            front: self.front.as_ref().map(|f| f.replicas),
         })
     }
 }

@@ -19,6 +19,7 @@
 pub mod backend;
 pub mod certs;
 mod error;
+pub mod front;
 mod lab;
 pub mod labfile;
 pub mod model;

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use ingressbench_lab::labfile::{OverlayFile, PoolFile, RouteFile, TuningFile};
+use ingressbench_lab::labfile::{FrontFile, OverlayFile, PoolFile, RouteFile, TuningFile};
 use ingressbench_lab::proxy::{HaproxyUpdate, ProxyKind};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -99,6 +99,8 @@ pub enum Target {
         keepalive_requests: Option<u64>,
         /// Upstream keep-alive pool for this target.
         upstream_keepalive: Option<u32>,
+        /// An L4 load balancer in front of replicas of the proxy.
+        front: Option<FrontFile>,
     },
     /// A URL the lab does not manage (a cloud load balancer, a cluster ingress).
     Upstream {
@@ -131,6 +133,7 @@ struct TargetMap {
     workers: Option<u32>,
     keepalive_requests: Option<u64>,
     upstream_keepalive: Option<u32>,
+    front: Option<FrontFile>,
 }
 
 impl<'de> Deserialize<'de> for Target {
@@ -157,6 +160,7 @@ impl<'de> Deserialize<'de> for Target {
                     workers: None,
                     keepalive_requests: None,
                     upstream_keepalive: None,
+                    front: None,
                 })
             }
 
@@ -170,6 +174,7 @@ impl<'de> Deserialize<'de> for Target {
                         workers: m.workers,
                         keepalive_requests: m.keepalive_requests,
                         upstream_keepalive: m.upstream_keepalive,
+                        front: m.front,
                     }),
                     (None, Some(url)) => {
                         if !(url.starts_with("http://") || url.starts_with("https://")) {

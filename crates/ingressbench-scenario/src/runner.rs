@@ -374,9 +374,9 @@ fn run_cell(
     };
     let (url, tls, proxy_version) = match (&lab, &cell.target) {
         (Some(lab), _) => {
-            let proxy = &lab.proxies()[0];
-            let version = proxy.version().to_owned();
-            match (s.tls, proxy.https_port()) {
+            let version = lab.proxies()[0].version().to_owned();
+            let (http_port, https_port) = lab.entry().ok_or("the lab has no proxy")?;
+            match (s.tls, https_port) {
                 (true, Some(port)) => {
                     let tls = TlsOptions {
                         cacert: lab.certs().map(|c| c.ca.clone()),
@@ -389,7 +389,7 @@ fn run_cell(
                     )
                 }
                 _ => (
-                    format!("http://127.0.0.1:{}{}", proxy.http_port(), l.path),
+                    format!("http://127.0.0.1:{http_port}{}", l.path),
                     None,
                     Some(version),
                 ),
@@ -652,6 +652,7 @@ fn lab_file(cell: &Cell) -> Option<LabFile> {
         workers,
         keepalive_requests,
         upstream_keepalive,
+        front,
         ..
     } = &cell.target
     else {
@@ -673,6 +674,7 @@ fn lab_file(cell: &Cell) -> Option<LabFile> {
         tuning,
         overlay: s.overlay.clone(),
         haproxy_update: update.unwrap_or_default(),
+        front: front.clone(),
     })
 }
 
@@ -683,7 +685,7 @@ fn lab_file(cell: &Cell) -> Option<LabFile> {
 struct LabCache(Vec<(String, Lab)>);
 
 impl LabCache {
-    const MAX: usize = 6;
+    const MAX: usize = 10;
 
     fn take(&mut self, key: &str) -> Option<Lab> {
         let i = self.0.iter().position(|(k, _)| k == key)?;
@@ -787,16 +789,31 @@ fn change_for(action: &Action, s: &crate::Scenario) -> Change {
     }
 }
 
-/// Copies the proxy's rendered configuration and log into the cell's directory.
+/// Copies the proxies' rendered configurations and logs (and the front's) into the
+/// cell's directory; replicas each into a directory of their own.
 fn copy_proxy_files(lab: &Lab, to: &Path) {
-    let Some(proxy) = lab.proxies().first() else {
-        return;
-    };
-    let from = &proxy.files().dir;
+    let replicas = lab.proxies().len();
+    for (i, proxy) in lab.proxies().iter().enumerate() {
+        let to = if replicas > 1 {
+            to.join(format!("replica-{}", i + 1))
+        } else {
+            to.to_owned()
+        };
+        copy_config_files(&proxy.files().dir, &to);
+    }
+    if let Some(front) = lab.front() {
+        if let Some(dir) = front.config().parent() {
+            copy_config_files(dir, &to.join("front"));
+        }
+    }
+}
+
+/// Copies the configuration and log files under `from` into `to`, flattening paths.
+fn copy_config_files(from: &Path, to: &Path) {
     if std::fs::create_dir_all(to).is_err() {
         return;
     }
-    let mut stack = vec![from.clone()];
+    let mut stack = vec![from.to_owned()];
     while let Some(d) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&d) else {
             continue;

@@ -95,6 +95,7 @@ fn up(args: &LabUpArgs) -> Result<ExitCode> {
                 ..Tuning::default()
             };
             spec.tls = !args.no_tls;
+            spec.front = args.front.map(usize::from);
             spec
         }
     };
@@ -130,6 +131,22 @@ fn up(args: &LabUpArgs) -> Result<ExitCode> {
                 out,
                 "  curl -si --resolve {DEFAULT_TLS_NAME}:{port}:127.0.0.1 --cacert {} https://{DEFAULT_TLS_NAME}:{port}/",
                 certs.ca.display()
+            )?;
+        }
+    }
+    if let Some(front) = lab.front() {
+        writeln!(
+            out,
+            "\nL4 front in TCP mode: {} (pid {}), over {} proxies",
+            front.version(),
+            front.pid(),
+            lab.proxies().len()
+        )?;
+        writeln!(out, "  curl -si http://127.0.0.1:{}/", front.http_port())?;
+        if let Some(port) = front.https_port() {
+            writeln!(
+                out,
+                "  https://{DEFAULT_TLS_NAME}:{port}/ (TLS passed through)"
             )?;
         }
     }

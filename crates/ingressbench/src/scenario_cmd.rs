@@ -30,7 +30,7 @@ pub(crate) fn run(command: ScenarioCommand) -> Result<ExitCode> {
                 first.name,
                 cells.len(),
                 first.targets.len(),
-                first.repeat
+                cells.iter().map(|c| c.repeat + 1).max().unwrap_or(0)
             )?;
             for cell in &cells {
                 writeln!(

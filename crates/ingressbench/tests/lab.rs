@@ -761,3 +761,62 @@ fn a_stalled_backend_answers_only_after_the_stall() {
     );
     assert!(!lab.has_pending(), "the stall is over");
 }
+
+/// Established TCP connections whose local port is `port` (IPv4, from /proc/net/tcp).
+fn established_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields[1].rsplit(':').next().unwrap();
+            u16::from_str_radix(local_port, 16).unwrap() == port && fields[3] == "01"
+        })
+        .count()
+}
+
+#[test]
+fn an_l4_front_spreads_connections_over_both_proxies_and_passes_tls_through() {
+    let mut spec = LabSpec::simple(vec![ProxyKind::Nginx], 2, BIN.into());
+    spec.front = Some(2);
+    let lab = Lab::up(spec).unwrap();
+    assert_eq!(lab.proxies().len(), 2);
+    let (http, https) = lab.entry().unwrap();
+    let front = lab.front().unwrap();
+    assert_eq!((http, https), (front.http_port(), front.https_port()));
+    // Six kept-alive client connections: round-robin gives each proxy three.
+    let conns: Vec<std::net::TcpStream> = (0..6)
+        .map(|_| {
+            use std::io::{Read, Write};
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", http)).unwrap();
+            write!(s, "GET / HTTP/1.1\r\nHost: app.test\r\n\r\n").unwrap();
+            let mut buf = [0u8; 4096];
+            let n = s.read(&mut buf).unwrap();
+            assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+            s
+        })
+        .collect();
+    let per_proxy: Vec<usize> = lab
+        .proxies()
+        .iter()
+        .map(|p| established_to(p.http_port()))
+        .collect();
+    assert_eq!(per_proxy, [3, 3], "connections per proxy");
+    drop(conns);
+    // TLS goes through the front to the proxies, which terminate it.
+    let port = https.unwrap();
+    let mut plan = Plan::new(Target::parse(&format!("https://app.test:{port}/")).unwrap());
+    plan.mode = Mode::Closed;
+    plan.connections = 4;
+    plan.length = Length::Requests(200);
+    plan.tls = TlsOptions {
+        cacert: Some(lab.certs().unwrap().ca.clone()),
+        ..TlsOptions::default()
+    };
+    plan.resolve = vec![Resolve::parse(&format!("app.test:{port}:127.0.0.1")).unwrap()];
+    let summary = run(&plan, Arc::new(AtomicBool::new(false)), &mut NoObserver)
+        .unwrap()
+        .summary;
+    assert_eq!(summary.requests.ok, 200, "{:?}", summary.requests);
+}

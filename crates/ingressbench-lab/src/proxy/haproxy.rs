@@ -268,7 +268,7 @@ impl Driver for Haproxy {
 
 /// As many connections as the file-descriptor limit allows (two descriptors each, as
 /// HAProxy counts them), at most 50,000.
-fn max_connections() -> u64 {
+pub(crate) fn max_connections() -> u64 {
     let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .maximum
         .unwrap_or(65_536);

@@ -7,6 +7,7 @@ mod haproxy;
 mod nginx;
 mod traefik;
 
+pub(crate) use haproxy::max_connections as haproxy_max_connections;
 pub use haproxy::HaproxyUpdate;
 
 use std::collections::BTreeMap;
