@@ -12,8 +12,8 @@ use std::io;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
@@ -107,6 +107,63 @@ pub struct BackendConfig {
     pub stall: Option<Stall>,
     /// How long a drain may take before the remaining connections are dropped.
     pub drain_timeout: Duration,
+    /// Serve over TLS instead of plain HTTP.
+    pub tls: Option<BackendTls>,
+}
+
+/// A backend's TLS: its certificate, and the CA its clients' certificates must come from
+/// (mutual TLS, as a mesh's inbound sidecar demands).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendTls {
+    /// Certificate chain (PEM).
+    pub cert: std::path::PathBuf,
+    /// Private key (PEM).
+    pub key: std::path::PathBuf,
+    /// Require a client certificate issued by this CA (PEM).
+    pub client_ca: Option<std::path::PathBuf>,
+}
+
+impl BackendTls {
+    /// The server configuration; errors name the file that is wrong.
+    pub fn acceptor(&self) -> io::Result<tokio_rustls::TlsAcceptor> {
+        use rustls_pki_types::pem::PemObject;
+        use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+        let named = |path: &std::path::Path| {
+            let path = path.display().to_string();
+            move |e: rustls_pki_types::pem::Error| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{path}: {e}"))
+            }
+        };
+        let certs = CertificateDer::pem_file_iter(&self.cert)
+            .map_err(named(&self.cert))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(named(&self.cert))?;
+        let key = PrivateKeyDer::from_pem_file(&self.key).map_err(named(&self.key))?;
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let tls_error = |e: rustls::Error| io::Error::new(io::ErrorKind::InvalidInput, e);
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(tls_error)?;
+        let builder = match &self.client_ca {
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for cert in CertificateDer::pem_file_iter(ca).map_err(named(ca))? {
+                    roots.add(cert.map_err(named(ca))?).map_err(tls_error)?;
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    std::sync::Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+                builder.with_client_cert_verifier(verifier)
+            }
+            None => builder.with_no_client_auth(),
+        };
+        let mut config = builder.with_single_cert(certs, key).map_err(tls_error)?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+    }
 }
 
 impl Default for BackendConfig {
@@ -119,6 +176,7 @@ impl Default for BackendConfig {
             error_rate: 0.0,
             stall: None,
             drain_timeout: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -185,6 +243,7 @@ pub async fn serve(
     config
         .validate()
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    let acceptor = config.tls.as_ref().map(BackendTls::acceptor).transpose()?;
     let responses = std::sync::Arc::new(Responses::new(&config));
     let started = Instant::now();
     let (drain_tx, drain_rx) = watch::channel(false);
@@ -209,7 +268,22 @@ pub async fn serve(
                     rng: seed | 1,
                     drain: drain_rx.clone(),
                 };
-                connections.spawn(conn.run(stream));
+                match &acceptor {
+                    None => {
+                        connections.spawn(conn.run(stream));
+                    }
+                    Some(acceptor) => {
+                        let handshake = acceptor.accept(stream);
+                        connections.spawn(async move {
+                            // A failed handshake (no client certificate, a wrong one) is
+                            // the client's error; the connection just ends.
+                            match handshake.await {
+                                Ok(tls) => conn.run(tls).await,
+                                Err(_) => 0,
+                            }
+                        });
+                    }
+                }
             }
             Some(done) = connections.join_next(), if !connections.is_empty() => {
                 report.requests += done.unwrap_or(0);
@@ -304,7 +378,7 @@ struct Request {
 
 impl Connection {
     /// Serves one connection; returns the number of requests answered.
-    async fn run(mut self, mut stream: TcpStream) -> u64 {
+    async fn run<S: AsyncRead + AsyncWrite + Unpin>(mut self, mut stream: S) -> u64 {
         let mut buf = Vec::with_capacity(4096);
         let mut out = Vec::with_capacity(1024);
         let mut answered = 0;

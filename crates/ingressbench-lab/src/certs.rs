@@ -19,6 +19,10 @@ pub struct LabCerts {
     pub key: PathBuf,
     /// Certificate and key in one file (HAProxy's form; mode 0600).
     pub combined: PathBuf,
+    /// A client certificate from the same CA, for mutual TLS between hops.
+    pub client_cert: PathBuf,
+    /// Its private key (mode 0600).
+    pub client_key: PathBuf,
 }
 
 /// The name a catch-all (`*`) route is served under over TLS.
@@ -64,11 +68,22 @@ pub fn generate(dir: &Path, hosts: &[String]) -> Result<LabCerts, LabError> {
     let cert = params
         .signed_by(&key, &issuer)
         .map_err(|e| fail(e.to_string()))?;
+    let client_key = KeyPair::generate().map_err(|e| fail(e.to_string()))?;
+    let mut client_params = CertificateParams::new(vec!["sidecar.lab.test".to_owned()])
+        .map_err(|e| fail(e.to_string()))?;
+    client_params
+        .distinguished_name
+        .push(DnType::CommonName, "ingressbench lab sidecar");
+    let client_cert = client_params
+        .signed_by(&client_key, &issuer)
+        .map_err(|e| fail(e.to_string()))?;
     let certs = LabCerts {
         ca: dir.join("ca.pem"),
         cert: dir.join("server.pem"),
         key: dir.join("server.key"),
         combined: dir.join("server-with-key.pem"),
+        client_cert: dir.join("client.pem"),
+        client_key: dir.join("client.key"),
     };
     let chain = format!("{}{}", cert.pem(), ca_cert.pem());
     write(&certs.ca, &ca_cert.pem(), 0o644)?;
@@ -79,6 +94,12 @@ pub fn generate(dir: &Path, hosts: &[String]) -> Result<LabCerts, LabError> {
         &format!("{chain}{}", key.serialize_pem()),
         0o600,
     )?;
+    write(
+        &certs.client_cert,
+        &format!("{}{}", client_cert.pem(), ca_cert.pem()),
+        0o644,
+    )?;
+    write(&certs.client_key, &client_key.serialize_pem(), 0o600)?;
     Ok(certs)
 }
 

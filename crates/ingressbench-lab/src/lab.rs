@@ -10,7 +10,7 @@ use crate::certs::{self, LabCerts};
 use crate::front::Front;
 use crate::model::{check_name, Overlay, Pool, Route, RouteTable, Tuning};
 use crate::process::OwnedChild;
-use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions};
+use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions, UpstreamMtls};
 use crate::reaper::Reaper;
 use crate::LabError;
 
@@ -56,6 +56,18 @@ pub struct LabSpec {
     /// An L4 load balancer in front of this many replicas of each proxy (`None`: each
     /// proxy once, reached directly).
     pub front: Option<usize>,
+    /// An extra hop: a sidecar between the proxies and the backends.
+    pub hop: Option<HopSpec>,
+}
+
+/// An extra proxy on the path: an Envoy sidecar beside the proxies, as a service mesh puts
+/// beside an ingress controller that joins it. The proxies send every request to it; it
+/// routes to the backends (and is the one told when they change).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HopSpec {
+    /// Mutual TLS from the sidecar to the backends, which then demand a client
+    /// certificate from the lab's CA.
+    pub mtls: bool,
 }
 
 impl LabSpec {
@@ -81,6 +93,7 @@ impl LabSpec {
             keep: false,
             proxy_options: ProxyOptions::default(),
             front: None,
+            hop: None,
         }
     }
 }
@@ -113,6 +126,9 @@ pub struct Lab {
     backends: Vec<Backend>,
     proxies: Vec<Proxy>,
     front: Option<Front>,
+    sidecar: Option<Proxy>,
+    told_proxies: Option<RouteTable>,
+    reload_due: bool,
     overlay: Overlay,
     serial: usize,
     startup: Duration,
@@ -190,6 +206,9 @@ impl Lab {
             backends: Vec::new(),
             proxies: Vec::new(),
             front: None,
+            sidecar: None,
+            told_proxies: None,
+            reload_due: false,
             serial: 0,
             startup: Duration::ZERO,
             terminating: Vec::new(),
@@ -214,7 +233,8 @@ impl Lab {
 
     fn start_all(&mut self) -> Result<(), LabError> {
         let lab = self;
-        if lab.spec.tls {
+        let mtls = lab.spec.hop.as_ref().is_some_and(|h| h.mtls);
+        if lab.spec.tls || mtls {
             let hosts: Vec<String> = lab.spec.routes.iter().map(|r| r.host.clone()).collect();
             lab.certs = Some(certs::generate(&lab.dir, &hosts)?);
         }
@@ -223,8 +243,36 @@ impl Lab {
                 lab.start_backend(&pool)?;
             }
         }
-        let table = lab.table();
-        table.validate()?;
+        lab.table().validate()?;
+        if lab.spec.hop.is_some() {
+            let mut options = lab.spec.proxy_options.clone();
+            options.upstream_mtls = match (&lab.certs, mtls) {
+                (Some(c), true) => Some(UpstreamMtls {
+                    ca: c.ca.clone(),
+                    cert: c.client_cert.clone(),
+                    key: c.client_key.clone(),
+                }),
+                _ => None,
+            };
+            let table = lab.sidecar_table();
+            let reaper = lab.reaper.as_mut();
+            let sidecar = Proxy::start(
+                ProxyKind::Envoy,
+                &lab.spec.binaries,
+                &lab.dir.join("sidecar"),
+                &table,
+                None,
+                &options,
+                |pid| {
+                    if let Some(r) = reaper {
+                        r.watch(pid);
+                    }
+                },
+            )?;
+            lab.sidecar = Some(sidecar);
+        }
+        let table = lab.proxies_table();
+        lab.told_proxies = Some(table.clone());
         let replicas = lab.spec.front.unwrap_or(1);
         for kind in lab.spec.proxies.clone() {
             for replica in 1..=replicas {
@@ -283,6 +331,15 @@ impl Lab {
             "127.0.0.1:0".into(),
         ];
         args.extend(pool.backend_args.iter().cloned());
+        if let (Some(certs), Some(HopSpec { mtls: true })) = (&self.certs, &self.spec.hop) {
+            for (flag, path) in [
+                ("--tls-cert", &certs.cert),
+                ("--tls-key", &certs.key),
+                ("--client-ca", &certs.ca),
+            ] {
+                args.extend([flag.to_owned(), path.display().to_string()]);
+            }
+        }
         let mut child = OwnedChild::spawn(
             &format!("backend {name}"),
             &self.spec.backend_binary,
@@ -305,6 +362,33 @@ impl Lab {
         if let Some(reaper) = self.reaper.as_mut() {
             reaper.watch(pid);
         }
+    }
+
+    /// What the sidecar routes: the backends now running, without the route changes
+    /// (the proxies in front make those).
+    fn sidecar_table(&self) -> RouteTable {
+        RouteTable {
+            overlay: Overlay::default(),
+            ..self.table()
+        }
+    }
+
+    /// What the proxies route: the backends now running, or with a sidecar, every pool
+    /// to the sidecar.
+    fn proxies_table(&self) -> RouteTable {
+        let mut table = self.table();
+        if let Some(sidecar) = &self.sidecar {
+            let at = SocketAddr::from(([127, 0, 0, 1], sidecar.http_port()));
+            for pool in &mut table.pools {
+                pool.endpoints = vec![at];
+            }
+        }
+        table
+    }
+
+    /// The sidecar, if the lab has an extra hop.
+    pub fn sidecar(&self) -> Option<&Proxy> {
+        self.sidecar.as_ref()
     }
 
     /// The route table for the backends now running.
@@ -383,11 +467,24 @@ impl Lab {
 
     /// Pushes the current table to every proxy, each its own way; returns how each took it.
     pub fn sync_proxies(&mut self) -> Result<Vec<(ProxyKind, &'static str)>, LabError> {
-        let table = self.table();
-        self.proxies
-            .iter_mut()
-            .map(|p| p.update(&table).map(|u| (p.kind(), u.mechanism)))
-            .collect()
+        let mut mechanisms = Vec::new();
+        let sidecar_table = self.sidecar_table();
+        if let Some(sidecar) = self.sidecar.as_mut() {
+            let update = sidecar.update(&sidecar_table)?;
+            mechanisms.push((sidecar.kind(), update.mechanism));
+        }
+        // With a sidecar, endpoint changes stop there: the proxies hear only of theirs
+        // (a reload is pushed to them all the same).
+        let table = self.proxies_table();
+        let reload = std::mem::take(&mut self.reload_due);
+        if self.sidecar.is_none() || reload || self.told_proxies.as_ref() != Some(&table) {
+            for p in &mut self.proxies {
+                let update = p.update(&table)?;
+                mechanisms.push((p.kind(), update.mechanism));
+            }
+            self.told_proxies = Some(table);
+        }
+        Ok(mechanisms)
     }
 
     /// Requests a change. The backend side happens now (a pod starts, dies or drains
@@ -453,7 +550,10 @@ impl Lab {
                 self.overlay = overlay.clone();
                 (describe_overlay(overlay), Vec::new(), Vec::new())
             }
-            Change::Reload => ("reload".to_owned(), Vec::new(), Vec::new()),
+            Change::Reload => {
+                self.reload_due = true;
+                ("reload".to_owned(), Vec::new(), Vec::new())
+            }
         };
         self.records.push(ChangeRecord {
             what,
@@ -638,7 +738,7 @@ impl Drop for Lab {
         if let Some(front) = self.front.take() {
             front.stop(Duration::from_secs(2));
         }
-        for proxy in self.proxies.drain(..) {
+        for proxy in self.proxies.drain(..).chain(self.sidecar.take()) {
             proxy.stop(Duration::from_secs(2));
         }
         self.backends.clear();

@@ -22,7 +22,7 @@ use serde::Deserialize;
 use crate::backend::Latency;
 use crate::model::{Overlay, Route, Tuning};
 use crate::proxy::{Binaries, HaproxyUpdate, ProxyKind, ProxyOptions};
-use crate::{LabError, LabSpec, PoolSpec};
+use crate::{HopSpec, LabError, LabSpec, PoolSpec};
 
 /// A lab file as written.
 #[derive(Clone, Debug, Deserialize)]
@@ -51,6 +51,20 @@ pub struct LabFile {
     /// An L4 load balancer in front of replicas of each proxy.
     #[serde(default)]
     pub front: Option<FrontFile>,
+    /// An extra hop: a sidecar between the proxies and the backends.
+    #[serde(default)]
+    pub hop: Option<HopFile>,
+}
+
+/// An extra hop as written: `{ proxy: envoy, mtls: true }`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct HopFile {
+    /// The sidecar (Envoy, as in the meshes it stands for).
+    pub proxy: ProxyKind,
+    /// Mutual TLS from the sidecar to the backends.
+    #[serde(default)]
+    pub mtls: bool,
 }
 
 /// An L4 front as written: `{ replicas: 2 }`.
@@ -238,6 +252,14 @@ impl LabFile {
                 "front.replicas: 0; a front needs at least one proxy replica behind it".into(),
             ));
         }
+        if let Some(hop) = &self.hop {
+            if hop.proxy != ProxyKind::Envoy {
+                return Err(err(format!(
+                    "hop.proxy: `{}`; the sidecar is envoy (as in Istio, OSM and Consul)",
+                    hop.proxy
+                )));
+            }
+        }
         let mut pools = Vec::new();
         for pool in &self.backends {
             let mut args = Vec::new();
@@ -305,8 +327,10 @@ impl LabFile {
             keep: false,
             proxy_options: ProxyOptions {
                 haproxy_update: self.haproxy_update,
+                upstream_mtls: None,
             },
             front: self.front.as_ref().map(|f| f.replicas),
+            hop: self.hop.as_ref().map(|h| HopSpec { mtls: h.mtls }),
         })
     }
 }

@@ -28,4 +28,4 @@ pub mod proxy;
 pub mod reaper;
 
 pub use error::LabError;
-pub use lab::{Backend, Change, ChangeRecord, Lab, LabSpec, PoolSpec};
+pub use lab::{Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, PoolSpec};

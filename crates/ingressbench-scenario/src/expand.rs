@@ -4,6 +4,8 @@ use std::path::Path;
 
 use serde_yaml_ng::Value;
 
+use ingressbench_lab::proxy::ProxyKind;
+
 use crate::model::{EventSpec, LoadModeFile, Scenario, Target};
 use crate::ScenarioError;
 
@@ -239,6 +241,23 @@ fn check(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, ScenarioError> {
             "targets: two targets are called `{}`; give one a `name`",
             w[0]
         )));
+    }
+    for target in &s.targets {
+        if let Target::Proxy { front, hop, .. } = target {
+            if front.as_ref().is_some_and(|f| f.replicas == 0) {
+                return Err(bad(format!(
+                    "targets: `{}`: front.replicas is 0; a front needs at least one proxy behind it",
+                    target.name()
+                )));
+            }
+            if let Some(hop) = hop.as_ref().filter(|h| h.proxy != ProxyKind::Envoy) {
+                return Err(bad(format!(
+                    "targets: `{}`: hop.proxy is `{}`; the sidecar is envoy (as in Istio, OSM and Consul)",
+                    target.name(),
+                    hop.proxy
+                )));
+            }
+        }
     }
     let l = &s.load;
     match (l.mode, l.rate) {

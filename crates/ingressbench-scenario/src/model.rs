@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use ingressbench_lab::labfile::{FrontFile, OverlayFile, PoolFile, RouteFile, TuningFile};
+use ingressbench_lab::labfile::{FrontFile, HopFile, OverlayFile, PoolFile, RouteFile, TuningFile};
 use ingressbench_lab::proxy::{HaproxyUpdate, ProxyKind};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -101,6 +101,8 @@ pub enum Target {
         upstream_keepalive: Option<u32>,
         /// An L4 load balancer in front of replicas of the proxy.
         front: Option<FrontFile>,
+        /// A sidecar between the proxy and the backends.
+        hop: Option<HopFile>,
     },
     /// A URL the lab does not manage (a cloud load balancer, a cluster ingress).
     Upstream {
@@ -134,6 +136,7 @@ struct TargetMap {
     keepalive_requests: Option<u64>,
     upstream_keepalive: Option<u32>,
     front: Option<FrontFile>,
+    hop: Option<HopFile>,
 }
 
 impl<'de> Deserialize<'de> for Target {
@@ -161,6 +164,7 @@ impl<'de> Deserialize<'de> for Target {
                     keepalive_requests: None,
                     upstream_keepalive: None,
                     front: None,
+                    hop: None,
                 })
             }
 
@@ -175,6 +179,7 @@ impl<'de> Deserialize<'de> for Target {
                         keepalive_requests: m.keepalive_requests,
                         upstream_keepalive: m.upstream_keepalive,
                         front: m.front,
+                        hop: m.hop,
                     }),
                     (None, Some(url)) => {
                         if !(url.starts_with("http://") || url.starts_with("https://")) {

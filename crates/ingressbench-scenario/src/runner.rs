@@ -653,6 +653,7 @@ fn lab_file(cell: &Cell) -> Option<LabFile> {
         keepalive_requests,
         upstream_keepalive,
         front,
+        hop,
         ..
     } = &cell.target
     else {
@@ -675,6 +676,7 @@ fn lab_file(cell: &Cell) -> Option<LabFile> {
         overlay: s.overlay.clone(),
         haproxy_update: update.unwrap_or_default(),
         front: front.clone(),
+        hop: hop.clone(),
     })
 }
 
@@ -800,6 +802,9 @@ fn copy_proxy_files(lab: &Lab, to: &Path) {
             to.to_owned()
         };
         copy_config_files(&proxy.files().dir, &to);
+    }
+    if let Some(sidecar) = lab.sidecar() {
+        copy_config_files(&sidecar.files().dir, &to.join("sidecar"));
     }
     if let Some(front) = lab.front() {
         if let Some(dir) = front.config().parent() {

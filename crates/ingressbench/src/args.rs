@@ -163,6 +163,18 @@ pub(crate) struct BackendArgs {
     /// On SIGTERM, how long in-flight requests may take before connections are dropped.
     #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_duration)]
     pub(crate) drain_timeout: std::time::Duration,
+
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    pub(crate) tls_cert: Option<std::path::PathBuf>,
+
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub(crate) tls_key: Option<std::path::PathBuf>,
+
+    /// Require client certificates issued by this CA (mutual TLS); needs --tls-cert
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub(crate) client_ca: Option<std::path::PathBuf>,
 }
 
 const LOAD_EXAMPLES: &str = "Examples:

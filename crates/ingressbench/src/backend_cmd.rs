@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use ingressbench_lab::backend::{serve, BackendConfig, Latency, Stall};
+use ingressbench_lab::backend::{serve, BackendConfig, BackendTls, Latency, Stall};
 
 use crate::args::BackendArgs;
 use crate::UsageError;
@@ -60,7 +60,19 @@ fn config_from(args: &BackendArgs) -> Result<BackendConfig> {
             _ => None,
         },
         drain_timeout: args.drain_timeout,
+        tls: match (&args.tls_cert, &args.tls_key) {
+            (Some(cert), Some(key)) => Some(BackendTls {
+                cert: cert.clone(),
+                key: key.clone(),
+                client_ca: args.client_ca.clone(),
+            }),
+            _ => None,
+        },
     };
+    if let Some(tls) = &config.tls {
+        // Bad certificate files are bad input: say so before listening.
+        tls.acceptor()?;
+    }
     config.validate()?;
     Ok(config)
 }

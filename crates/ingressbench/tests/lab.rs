@@ -820,3 +820,96 @@ fn an_l4_front_spreads_connections_over_both_proxies_and_passes_tls_through() {
         .summary;
     assert_eq!(summary.requests.ok, 200, "{:?}", summary.requests);
 }
+
+#[test]
+fn a_sidecar_hop_speaks_mutual_tls_to_the_backends_and_takes_their_changes() {
+    let mut spec = LabSpec::simple(vec![ProxyKind::Nginx], 2, BIN.into());
+    spec.tls = false;
+    spec.hop = Some(ingressbench_lab::HopSpec { mtls: true });
+    let mut lab = Lab::up(spec).unwrap();
+    let sidecar = lab.sidecar().expect("a sidecar").http_port();
+    // Through nginx and the sidecar, both backends answer.
+    let mut seen: Vec<String> = (0..8).map(|_| backend_for(&lab, "app.test", "/")).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, ["echo-1", "echo-2"]);
+    // The backends speak only TLS, and only to a client with a certificate from the lab CA.
+    let backend = lab.backends()[0].addr;
+    let mut plain = Plan::new(Target::parse(&format!("http://{backend}/")).unwrap());
+    plain.length = Length::Requests(1);
+    plain.timeout = Duration::from_secs(2);
+    let summary = run(&plain, Arc::new(AtomicBool::new(false)), &mut NoObserver)
+        .unwrap()
+        .summary;
+    assert_eq!(summary.requests.ok, 0, "plain HTTP reached a backend");
+    let mut anonymous =
+        Plan::new(Target::parse(&format!("https://localhost:{}/", backend.port())).unwrap());
+    anonymous.length = Length::Requests(1);
+    anonymous.timeout = Duration::from_secs(2);
+    anonymous.tls = TlsOptions {
+        cacert: Some(lab.certs().unwrap().ca.clone()),
+        ..TlsOptions::default()
+    };
+    let summary = run(
+        &anonymous,
+        Arc::new(AtomicBool::new(false)),
+        &mut NoObserver,
+    )
+    .unwrap()
+    .summary;
+    assert_eq!(
+        summary.requests.ok, 0,
+        "TLS without a client certificate was answered"
+    );
+    // The sidecar's config speaks mTLS; scaling tells the sidecar, not nginx.
+    let cds =
+        std::fs::read_to_string(lab.sidecar().unwrap().files().dir.join("xds/cds.json")).unwrap();
+    assert!(
+        cds.contains("UpstreamTlsContext") && cds.contains("client.pem"),
+        "{cds}"
+    );
+    let record = lab
+        .request(
+            ingressbench_lab::Change::Scale {
+                pool: "echo".into(),
+                replicas: 3,
+            },
+            Duration::ZERO,
+        )
+        .unwrap();
+    let kinds: Vec<ProxyKind> = lab.records()[record]
+        .mechanisms
+        .iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(
+        kinds,
+        [ProxyKind::Envoy],
+        "only the sidecar hears of endpoints"
+    );
+    poll(
+        || (0..6).any(|_| backend_for(&lab, "app.test", "/") == "echo-3"),
+        Duration::from_secs(5),
+    );
+    // A route change is the proxy's to make.
+    let record = lab
+        .request(
+            ingressbench_lab::Change::Overlay(Overlay {
+                response_header: Some(("X-Hop".into(), "on".into())),
+                ..Overlay::default()
+            }),
+            Duration::ZERO,
+        )
+        .unwrap();
+    let kinds: Vec<ProxyKind> = lab.records()[record]
+        .mechanisms
+        .iter()
+        .map(|m| m.0)
+        .collect();
+    assert_eq!(kinds, [ProxyKind::Envoy, ProxyKind::Nginx]);
+    poll(
+        || head(&lab, "/", &[]).contains("x-hop: on"),
+        Duration::from_secs(5),
+    );
+    assert_ne!(sidecar, lab.proxies()[0].http_port());
+}

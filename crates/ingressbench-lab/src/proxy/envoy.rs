@@ -6,7 +6,7 @@
 
 use serde_json::{json, Value};
 
-use super::{create_dir, write_json, Driver, Launch, ProxyFiles, Update};
+use super::{create_dir, write_json, Driver, Launch, ProxyFiles, Update, UpstreamMtls};
 use crate::model::RouteTable;
 use crate::process::OwnedChild;
 use crate::LabError;
@@ -15,13 +15,24 @@ use crate::LabError;
 #[derive(Debug, Default)]
 pub(crate) struct Envoy {
     rendered: Option<RouteTable>,
+    mtls: Option<UpstreamMtls>,
+}
+
+impl Envoy {
+    /// A driver whose clusters speak mutual TLS to the backends when `mtls` is given.
+    pub(crate) fn new(mtls: Option<UpstreamMtls>) -> Self {
+        Self {
+            rendered: None,
+            mtls,
+        }
+    }
 }
 
 impl Driver for Envoy {
     fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
         let xds = files.dir.join("xds");
         create_dir(&xds)?;
-        write_all(files, table)?;
+        write_all(files, table, self.mtls.as_ref())?;
         self.rendered = Some(table.clone());
         let bootstrap = json!({
             "node": { "id": "ingressbench-lab", "cluster": "ingressbench-lab" },
@@ -67,7 +78,7 @@ impl Driver for Envoy {
             }
             "file-based xDS (EDS file replaced by rename)"
         } else {
-            write_all(files, table)?;
+            write_all(files, table, self.mtls.as_ref())?;
             "file-based xDS (CDS/EDS/RDS files replaced by rename)"
         };
         self.rendered = Some(table.clone());
@@ -93,7 +104,11 @@ fn resources(items: Vec<Value>) -> Value {
 
 /// Writes every resource file: endpoints first, then clusters, routes and listeners, so
 /// that each file only refers to what already exists.
-fn write_all(files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
+fn write_all(
+    files: &ProxyFiles,
+    table: &RouteTable,
+    mtls: Option<&UpstreamMtls>,
+) -> Result<(), LabError> {
     for pool in &table.pools {
         write_json(
             &xds_path(files, &format!("eds_{}.json", pool.name)),
@@ -104,7 +119,7 @@ fn write_all(files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
         .pools
         .iter()
         .map(|pool| {
-            json!({
+            let mut cluster = json!({
                 "@type": "type.googleapis.com/envoy.config.cluster.v3.Cluster",
                 "name": format!("pool_{}", pool.name),
                 "type": "EDS",
@@ -116,7 +131,11 @@ fn write_all(files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
                     "max_connections": 1_000_000, "max_pending_requests": 1_000_000,
                     "max_requests": 1_000_000, "max_retries": 0,
                 }] },
-            })
+            });
+            if let Some(m) = mtls {
+                cluster["transport_socket"] = upstream_tls(m);
+            }
+            cluster
         })
         .collect();
     write_json(&xds_path(files, "cds.json"), &resources(clusters))?;
@@ -139,6 +158,22 @@ fn write_all(files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
         listeners.push(listener(files, table, "https", tls.port, Some(tls_socket)));
     }
     write_json(&xds_path(files, "lds.json"), &resources(listeners))
+}
+
+/// Mutual TLS to the backends: the lab CA verifies them, the client certificate is shown.
+fn upstream_tls(m: &UpstreamMtls) -> Value {
+    let file = |p: &std::path::Path| json!({ "filename": p.display().to_string() });
+    json!({
+        "name": "envoy.transport_sockets.tls",
+        "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+            "sni": "localhost",
+            "common_tls_context": {
+                "tls_certificates": [{ "certificate_chain": file(&m.cert), "private_key": file(&m.key) }],
+                "validation_context": { "trusted_ca": file(&m.ca) },
+            },
+        },
+    })
 }
 
 fn eds(pool: &crate::model::Pool) -> Value {

@@ -88,7 +88,7 @@ impl ProxyKind {
         match self {
             ProxyKind::Nginx => Box::new(nginx::Nginx),
             ProxyKind::Haproxy => Box::new(haproxy::Haproxy::new(options.haproxy_update)),
-            ProxyKind::Envoy => Box::new(envoy::Envoy::default()),
+            ProxyKind::Envoy => Box::new(envoy::Envoy::new(options.upstream_mtls.clone())),
             ProxyKind::Traefik => Box::new(traefik::Traefik),
             ProxyKind::Caddy => Box::new(caddy::Caddy),
         }
@@ -199,6 +199,19 @@ impl Binaries {
 pub struct ProxyOptions {
     /// How HAProxy receives endpoint changes.
     pub haproxy_update: HaproxyUpdate,
+    /// Envoy: speak mutual TLS to the backends (a mesh sidecar's outbound side).
+    pub upstream_mtls: Option<UpstreamMtls>,
+}
+
+/// The files of mutual TLS towards the backends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamMtls {
+    /// The CA the backends' certificates come from.
+    pub ca: PathBuf,
+    /// The client certificate presented (PEM chain).
+    pub cert: PathBuf,
+    /// Its key.
+    pub key: PathBuf,
 }
 
 /// The TLS files and port of a proxy that terminates TLS.
