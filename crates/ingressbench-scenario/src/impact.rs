@@ -6,8 +6,8 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 /// A sampled request: when it was due (seconds from the start of measurement), its
-/// latency (seconds) and whether it succeeded.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// latency (seconds), whether it succeeded and which backend answered.
+#[derive(Clone, Debug, PartialEq)]
 pub struct Point {
     /// Intended send time.
     pub at_s: f64,
@@ -15,6 +15,8 @@ pub struct Point {
     pub latency_s: f64,
     /// Status below 400.
     pub ok: bool,
+    /// The `x-backend` of the answer (empty if none).
+    pub backend: String,
 }
 
 /// Reads `samples.csv.gz` (times shifted so that 0 is the start of measurement).
@@ -24,11 +26,17 @@ pub fn read_samples(path: &Path, measure_from_s: f64) -> std::io::Result<Vec<Poi
     let mut points = Vec::new();
     for line in reader.lines().skip(1) {
         let line = line?;
-        // The first twelve columns are numbers and names that never hold a comma.
-        let f: Vec<&str> = line.splitn(13, ',').collect();
-        if f.len() < 12 {
+        // The first thirteen columns are numbers and names that never hold a comma; the
+        // backend (possibly quoted) and the last column follow.
+        let f: Vec<&str> = line.splitn(14, ',').collect();
+        if f.len() < 14 {
             continue;
         }
+        let backend = f[13]
+            .rsplit_once(',')
+            .map_or("", |(b, _)| b)
+            .trim_matches('"')
+            .replace("\"\"", "\"");
         let (Ok(at), Ok(latency)) = (f[0].parse::<f64>(), f[2].parse::<f64>()) else {
             continue;
         };
@@ -37,6 +45,7 @@ pub fn read_samples(path: &Path, measure_from_s: f64) -> std::io::Result<Vec<Poi
             at_s: at - measure_from_s,
             latency_s: latency,
             ok,
+            backend,
         });
     }
     points.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
@@ -95,6 +104,41 @@ pub fn impact(points: &[Point], t_s: f64, until_s: f64, sample_rate: f64) -> Val
     })
 }
 
+/// When an event took effect, read from traffic (seconds after it was requested) and
+/// how that was read: the first answer from a backend it started; else the last answer
+/// from a backend it removed, or the last failure, within `until_s`; else not observable.
+pub fn took_effect(
+    points: &[Point],
+    t_s: f64,
+    until_s: f64,
+    started: &[String],
+    removed: &[String],
+) -> (Option<f64>, &'static str) {
+    let after = points.iter().filter(|p| p.at_s >= t_s && p.at_s < until_s);
+    let answered = |p: &Point| p.at_s + p.latency_s - t_s;
+    if !started.is_empty() {
+        let first = after
+            .filter(|p| p.ok && started.contains(&p.backend))
+            .map(answered)
+            .reduce(f64::min);
+        return (first, "first answer from a backend it started");
+    }
+    if !removed.is_empty() {
+        let last = after
+            .filter(|p| !p.ok || removed.contains(&p.backend))
+            .map(answered)
+            .reduce(f64::max);
+        return (
+            last.or(Some(0.0)),
+            "last answer from a backend it removed, or last failure, after it",
+        );
+    }
+    (
+        None,
+        "not observable from samples (route changes show in response headers)",
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -115,6 +159,7 @@ mod tests {
                     at_s,
                     latency_s,
                     ok,
+                    backend: String::new(),
                 }
             })
             .collect();
@@ -128,5 +173,33 @@ mod tests {
         assert!((v["p99_ms_5s_before"].as_f64().unwrap() - 1.0).abs() < 1e-9);
         assert!((v["p99_ms_5s_after"].as_f64().unwrap() - 50.0).abs() < 1e-9);
         assert!((v["p99_ms_5_to_15s_after"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn took_effect_reads_the_first_new_and_the_last_old_backend() {
+        // Every 10 ms: b1 and b2 alternate; b3 answers from 1.05 s; b2 last answers at 2.0 s.
+        let points: Vec<Point> = (0..300)
+            .map(|i| {
+                let at_s = i as f64 * 0.01;
+                let backend = if at_s >= 1.05 && i % 3 == 0 {
+                    "b3"
+                } else if i % 2 == 0 || at_s > 2.0 {
+                    "b1"
+                } else {
+                    "b2"
+                };
+                Point {
+                    at_s,
+                    latency_s: 0.002,
+                    ok: true,
+                    backend: backend.into(),
+                }
+            })
+            .collect();
+        let (at, _) = took_effect(&points, 1.0, 3.0, &["b3".into()], &[]);
+        assert!((at.unwrap() - 0.052).abs() < 1e-9, "{at:?}");
+        let (at, _) = took_effect(&points, 1.0, 3.0, &[], &["b2".into()]);
+        assert!((at.unwrap() - 0.992).abs() < 1e-9, "{at:?}");
+        assert_eq!(took_effect(&points, 1.0, 3.0, &[], &[]).0, None);
     }
 }

@@ -760,8 +760,13 @@ fn write_impact(
             .min(t + 15.0)
             .min(measured_s.max(t));
         let mut figures = crate::impact::impact(&points, t, until, sample_rate);
+        let (effect, basis) =
+            crate::impact::took_effect(&points, t, until, &rec.started, &rec.removed);
         figures["what"] = json!(rec.what);
         figures["requested_s"] = json!(t);
+        figures["applied_s"] = json!(rec.applied_at.map(|a| offset(a, measure_from)));
+        figures["took_effect_s"] = json!(effect.map(|e| t + e));
+        figures["took_effect_basis"] = json!(basis);
         out.push(figures);
     }
     write_json(&dir.join("impact.json"), &Value::Array(out)).map_err(|e| e.to_string())

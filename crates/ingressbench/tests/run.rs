@@ -148,6 +148,35 @@ fn a_small_scenario_produces_every_file_in_interleaved_order_with_events_on_time
             "{sampled} sampled in {window} s at {rate}/s"
         );
         assert!(impact[0]["p99_ms_5s_before"].as_f64().is_some());
+        // The new backend's first answer: after the scale was requested and applied, and
+        // no later than the first sampled answer from echo-4.
+        let scale = &impact[0];
+        let took = scale["took_effect_s"].as_f64().expect("took effect");
+        let applied = scale["applied_s"].as_f64().unwrap();
+        assert!(
+            took >= applied,
+            "took effect at {took} s, applied at {applied} s"
+        );
+        let samples = cell_dir.join("samples.csv.gz");
+        let text = std::io::read_to_string(flate2::read::GzDecoder::new(
+            std::fs::File::open(samples).unwrap(),
+        ))
+        .unwrap();
+        let first_echo4 = text
+            .lines()
+            .filter(|l| l.contains(",echo-4,"))
+            .map(|l| {
+                let f: Vec<f64> = l.split(',').take(3).map(|x| x.parse().unwrap()).collect();
+                f[0] + f[2]
+            })
+            .reduce(f64::min)
+            .expect("echo-4 answered");
+        // No warm-up here, so sample times and impact times share their zero.
+        assert!(
+            (first_echo4 - took).abs() < 1e-3,
+            "{took} vs first echo-4 answer at {first_echo4}"
+        );
+        assert_eq!(impact[1]["took_effect_s"], serde_json::Value::Null);
     }
     let _ = std::fs::remove_dir_all(dir);
 }
@@ -234,7 +263,7 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
     let dir = scratch("shipped");
     for file in &files {
         let check = Command::new(BIN)
-            .args(["scenario", "check"])
+            .args(["scenario", "check", "--quick"])
             .arg(file)
             .output()
             .unwrap();
