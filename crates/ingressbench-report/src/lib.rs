@@ -14,7 +14,12 @@
 //! assert_eq!(rows.last().unwrap().total_count, 1000);
 //! ```
 
+pub mod analysis;
+pub mod compare;
 pub mod hgrm;
 pub mod hlog;
+pub mod html;
+pub mod results;
 pub mod samples;
+pub mod svg;
 pub mod terminal;

@@ -1,52 +1,18 @@
 //! What each event did to the requests around it, computed from a cell's samples.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 
 use serde_json::{json, Value};
 
-/// A sampled request: when it was due (seconds from the start of measurement), its
-/// latency (seconds), whether it succeeded and which backend answered.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Point {
-    /// Intended send time.
-    pub at_s: f64,
-    /// Latency from the intended send time.
-    pub latency_s: f64,
-    /// Status below 400.
-    pub ok: bool,
-    /// The `x-backend` of the answer (empty if none).
-    pub backend: String,
-}
+/// A sampled request (times in seconds from the start of measurement).
+pub use ingressbench_report::results::SampleRow as Point;
 
-/// Reads `samples.csv.gz` (times shifted so that 0 is the start of measurement).
+/// Reads `samples.csv.gz` (times shifted so that 0 is the start of measurement), in
+/// order of intended send time.
 pub fn read_samples(path: &Path, measure_from_s: f64) -> std::io::Result<Vec<Point>> {
-    let file = std::fs::File::open(path)?;
-    let reader = BufReader::new(flate2::read::GzDecoder::new(file));
-    let mut points = Vec::new();
-    for line in reader.lines().skip(1) {
-        let line = line?;
-        // The first thirteen columns are numbers and names that never hold a comma; the
-        // backend (possibly quoted) and the last column follow.
-        let f: Vec<&str> = line.splitn(14, ',').collect();
-        if f.len() < 14 {
-            continue;
-        }
-        let backend = f[13]
-            .rsplit_once(',')
-            .map_or("", |(b, _)| b)
-            .trim_matches('"')
-            .replace("\"\"", "\"");
-        let (Ok(at), Ok(latency)) = (f[0].parse::<f64>(), f[2].parse::<f64>()) else {
-            continue;
-        };
-        let ok = f[11].parse::<u16>().is_ok_and(|s| s < 400);
-        points.push(Point {
-            at_s: at - measure_from_s,
-            latency_s: latency,
-            ok,
-            backend,
-        });
+    let mut points = ingressbench_report::results::read_samples(path)?;
+    for p in &mut points {
+        p.at_s -= measure_from_s;
     }
     points.sort_by(|a, b| a.at_s.total_cmp(&b.at_s));
     Ok(points)
@@ -159,6 +125,7 @@ mod tests {
                     at_s,
                     latency_s,
                     ok,
+                    outcome: String::new(),
                     backend: String::new(),
                 }
             })
@@ -192,6 +159,7 @@ mod tests {
                     at_s,
                     latency_s: 0.002,
                     ok: true,
+                    outcome: "200".into(),
                     backend: backend.into(),
                 }
             })

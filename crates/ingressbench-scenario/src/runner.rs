@@ -251,6 +251,7 @@ pub fn run(
                 entry["summary"] = done.summary;
                 entry["proxy_version"] = json!(done.proxy_version);
                 entry["lab_reused"] = json!(done.lab_reused);
+                entry["measure_from_s"] = json!(done.measure_from_s);
                 progress(&format!("  {}", done.line));
                 if done.interrupted {
                     outcome.status = "incomplete";
@@ -280,6 +281,7 @@ pub fn run(
 struct CellDone {
     summary: Value,
     lab_reused: bool,
+    measure_from_s: f64,
     proxy_version: Option<String>,
     interrupted: bool,
     line: String,
@@ -637,6 +639,7 @@ fn run_cell(
     Ok(CellDone {
         summary: small,
         lab_reused,
+        measure_from_s: measure_from.saturating_duration_since(start).as_secs_f64(),
         proxy_version,
         interrupted: s.interrupted,
         line,

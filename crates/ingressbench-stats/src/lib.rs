@@ -19,6 +19,7 @@
 //! assert!((2_500..=2_503).contains(&recorder.latency().value_at_percentile(50.0)));
 //! ```
 
+pub mod compare;
 mod duration;
 mod histogram;
 mod outcome;

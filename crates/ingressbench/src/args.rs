@@ -29,6 +29,69 @@ pub(crate) enum Command {
     /// Run a scenario: every target, matrix cell and repeat, with its events, into a
     /// results directory.
     Run(RunArgs),
+    /// Write DIR/report.html (self-contained) from a results directory or a `load --json`
+    /// file, and print its headline.
+    Report(ReportArgs),
+    /// Compare two runs, or two targets of one run: each difference with its interval and
+    /// a verdict; --fail-if makes it a gate.
+    #[command(after_help = COMPARE_EXAMPLES)]
+    Compare(CompareArgs),
+}
+
+const COMPARE_EXAMPLES: &str = "Examples:
+  ingressbench compare results/before results/after --fail-if 'p99 > +10%' --fail-if 'errors > 0'
+  ingressbench compare results/run --targets nginx,envoy --metric p99 --json";
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ReportArgs {
+    /// A results directory (from `ingressbench run`) or a `load --json` file.
+    pub(crate) path: PathBuf,
+    /// Open the report in a browser (xdg-open).
+    #[arg(long)]
+    pub(crate) open: bool,
+    /// Also write each chart as a PNG (needs chromium).
+    #[arg(long)]
+    pub(crate) png: bool,
+    /// Relative differences smaller than this are no measurable difference (e.g. 1%).
+    #[arg(long, value_name = "PERCENT", default_value = "1%", value_parser = parse_percent)]
+    pub(crate) noise_floor: f64,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct CompareArgs {
+    /// The baseline: a results directory or a `load --json` file.
+    pub(crate) baseline: PathBuf,
+    /// The run compared with it (omit it to compare two --targets of the baseline run).
+    pub(crate) other: Option<PathBuf>,
+    /// Two targets of one run: BASELINE,OTHER.
+    #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 2)]
+    pub(crate) targets: Vec<String>,
+    /// Show only these metrics (mean, p50, p99, p99.9, max, errors; repeatable).
+    #[arg(long = "metric", value_name = "NAME")]
+    pub(crate) metrics: Vec<String>,
+    /// Exit 1 if this holds for any pair: 'p99 > +10%', 'errors > 0', 'p99 > 5ms'.
+    #[arg(long = "fail-if", value_name = "EXPR")]
+    pub(crate) fail_if: Vec<String>,
+    /// Relative differences smaller than this are no measurable difference.
+    #[arg(long, value_name = "PERCENT", default_value = "1%", value_parser = parse_percent)]
+    pub(crate) noise_floor: f64,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `2%` or `0.02` as a fraction.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    let v = match s.trim().strip_suffix('%') {
+        Some(p) => p.trim().parse::<f64>().map(|p| p / 100.0),
+        None => s.trim().parse::<f64>(),
+    }
+    .map_err(|_| format!("`{s}` is not a percentage (e.g. 1% or 0.01)"))?;
+    if (0.0..1.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("`{s}` is not between 0% and 100%"))
+    }
 }
 
 #[derive(Debug, clap::Args)]

@@ -6,6 +6,7 @@ mod args;
 mod backend_cmd;
 mod lab_cmd;
 mod load_cmd;
+mod report_cmd;
 mod scenario_cmd;
 mod signals;
 
@@ -53,6 +54,8 @@ fn main() -> ExitCode {
         Command::Lab(lab) => lab_cmd::run(lab),
         Command::Scenario(command) => scenario_cmd::run(command),
         Command::Run(args) => scenario_cmd::run_scenario(args),
+        Command::Report(args) => report_cmd::report(args),
+        Command::Compare(args) => report_cmd::compare(args),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,183 @@
+//! `compare`: two runs (or two targets of one run) side by side, each difference with its
+//! interval and verdict, and `--fail-if` conditions that gate a change in CI.
+
+use crate::analysis::{compare_pair, metric_index, Condition, Difference, METRICS};
+
+/// Pairs of conditions to compare: `(baseline, other)`.
+pub fn pairs<'a>(a: &'a [Condition], b: &'a [Condition]) -> Vec<(&'a Condition, &'a Condition)> {
+    let mut out = Vec::new();
+    for x in a {
+        // The same target at the same settings; else, when each side has one target at
+        // these settings, those two (an upgrade compared with itself under a new name).
+        let same = b
+            .iter()
+            .find(|y| y.target == x.target && y.settings == x.settings);
+        let only = || {
+            let here: Vec<&Condition> = a.iter().filter(|c| c.settings == x.settings).collect();
+            let there: Vec<&Condition> = b.iter().filter(|c| c.settings == x.settings).collect();
+            (here.len() == 1 && there.len() == 1).then(|| there[0])
+        };
+        if let Some(y) = same.or_else(only) {
+            out.push((x, y));
+        }
+    }
+    out
+}
+
+/// Every difference of every pair.
+pub fn compare(pairs: &[(&Condition, &Condition)], noise_floor: f64) -> Vec<Difference> {
+    pairs
+        .iter()
+        .flat_map(|(a, b)| compare_pair(a, b, noise_floor))
+        .collect()
+}
+
+/// A `--fail-if` condition: `p99 > +10%` (the relative difference), `errors > 0` or
+/// `p99 > 5` (B's own value, in the metric's unit).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FailIf {
+    /// The text as given.
+    pub text: String,
+    /// Which metric (index into [`METRICS`]).
+    pub metric: usize,
+    /// The comparison.
+    pub op: Op,
+    /// The threshold.
+    pub value: f64,
+    /// Whether the threshold is a relative change (a fraction) or B's value.
+    pub relative: bool,
+}
+
+/// A comparison operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+}
+
+impl Op {
+    fn holds(self, x: f64, y: f64) -> bool {
+        match self {
+            Op::Gt => x > y,
+            Op::Ge => x >= y,
+            Op::Lt => x < y,
+            Op::Le => x <= y,
+        }
+    }
+}
+
+impl std::str::FromStr for FailIf {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let bad = |why: &str| {
+            let metrics: Vec<&str> = METRICS.iter().map(|m| m.0).collect();
+            format!(
+                "--fail-if `{text}`: {why}; write METRIC OP VALUE, e.g. 'p99 > +10%' (relative to the baseline) or 'errors > 0' (the new value), with METRIC one of {} and OP one of > >= < <=",
+                metrics.join(", ")
+            )
+        };
+        let t = text.trim();
+        let at = t.find(['>', '<']).ok_or_else(|| bad("no comparison"))?;
+        let (metric, rest) = t.split_at(at);
+        let (op, value) = if let Some(v) = rest.strip_prefix(">=") {
+            (Op::Ge, v)
+        } else if let Some(v) = rest.strip_prefix("<=") {
+            (Op::Le, v)
+        } else if let Some(v) = rest.strip_prefix('>') {
+            (Op::Gt, v)
+        } else {
+            (Op::Lt, &rest[1..])
+        };
+        let metric = metric_index(metric.trim()).ok_or_else(|| bad("unknown metric"))?;
+        let value = value.trim();
+        let (number, relative) = match value.strip_suffix('%') {
+            Some(n) => (n.trim(), true),
+            None => (value.strip_suffix("ms").unwrap_or(value).trim(), false),
+        };
+        let number: f64 = number
+            .parse()
+            .map_err(|_| bad("the value is not a number"))?;
+        if !number.is_finite() {
+            return Err(bad("the value is not a number"));
+        }
+        Ok(FailIf {
+            text: t.to_owned(),
+            metric,
+            op,
+            value: if relative { number / 100.0 } else { number },
+            relative,
+        })
+    }
+}
+
+impl FailIf {
+    /// The differences for which the condition holds, each with why.
+    pub fn holds_for(
+        &self,
+        diffs: &[Difference],
+        pairs: &[(&Condition, &Condition)],
+    ) -> Vec<String> {
+        let name = METRICS[self.metric].0;
+        let mut out = Vec::new();
+        for (d, (_, b)) in diffs.iter().filter(|d| d.metric == name).zip(pairs.iter()) {
+            let (x, shown) = if self.relative {
+                (d.relative.value, crate::analysis::percent(&d.relative))
+            } else {
+                let v = b.metrics[self.metric].value;
+                (v, format!("{v}"))
+            };
+            // From zero errors to some is an infinite rise.
+            let x = if self.relative && !x.is_finite() && b.metrics[self.metric].value > 0.0 {
+                f64::INFINITY
+            } else {
+                x
+            };
+            if self.op.holds(x, self.value) {
+                out.push(format!(
+                    "{} {} vs {}{}: {name} {shown}",
+                    self.text,
+                    d.other,
+                    d.baseline,
+                    if d.settings.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" at {}", d.settings)
+                    }
+                ));
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conditions_parse_as_written() {
+        let f: FailIf = "p99 > +10%".parse().unwrap();
+        assert_eq!((f.metric, f.op, f.relative), (2, Op::Gt, true));
+        assert!((f.value - 0.1).abs() < 1e-12);
+        let f: FailIf = "errors>0".parse().unwrap();
+        assert_eq!(
+            (f.metric, f.op, f.value, f.relative),
+            (5, Op::Gt, 0.0, false)
+        );
+        let f: FailIf = "p99.9 <= -5%".parse().unwrap();
+        assert_eq!((f.metric, f.op), (3, Op::Le));
+        let f: FailIf = "mean >= 2ms".parse().unwrap();
+        assert_eq!((f.value, f.relative), (2.0, false));
+        for bad in ["p99", "p98 > 1", "p99 > lots", "> 5", "p99 = 5"] {
+            let e = bad.parse::<FailIf>().unwrap_err();
+            assert!(e.contains("write METRIC OP VALUE"), "{bad}: {e}");
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! Reading a results directory (docs/RESULTS.md) back, or a single `load --json` output:
+//! what a report and a comparison are made from. Missing or unreadable parts are noted,
+//! not fatal, so that an incomplete run still gets a report.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::hlog::Interval;
+
+/// A run as read from disk.
+#[derive(Debug)]
+pub struct RunResults {
+    /// The results directory (or the directory of a single summary file).
+    pub dir: PathBuf,
+    /// `run.json` (for a single load output, a record made up from it).
+    pub record: Value,
+    /// Every cell, in running order (pending and failed ones too).
+    pub cells: Vec<CellResults>,
+    /// What could not be read.
+    pub notes: Vec<String>,
+}
+
+/// One cell as read from disk.
+#[derive(Debug)]
+pub struct CellResults {
+    /// Position in running order.
+    pub index: usize,
+    /// Which repeat (from 0).
+    pub repeat: u32,
+    /// The target's name.
+    pub target: String,
+    /// Matrix settings, as `path=value`.
+    pub settings: Vec<(String, String)>,
+    /// `done`, `pending`, `interrupted`, `failed`.
+    pub status: String,
+    /// Its directory, if it has one.
+    pub dir: Option<PathBuf>,
+    /// Its `summary.json`.
+    pub summary: Option<Value>,
+    /// The proxy's version.
+    pub proxy_version: Option<String>,
+    /// Its one-second windows (`latency.hlog`).
+    pub windows: Vec<Interval>,
+    /// Its `impact.json` entries.
+    pub impact: Vec<Value>,
+    /// Seconds from the load's start to the start of measurement (the warm-up).
+    pub measure_from_s: f64,
+    /// Its error, if it failed.
+    pub error: Option<String>,
+}
+
+impl CellResults {
+    /// The settings as one label (`load.rate=500`), empty without a matrix.
+    pub fn settings_label(&self) -> String {
+        self.settings
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    /// A number from the summary by path (`["latency_us", "p99"]`).
+    pub fn number(&self, path: &[&str]) -> Option<f64> {
+        let mut v = self.summary.as_ref()?;
+        for key in path {
+            v = v.get(key)?;
+        }
+        v.as_f64()
+    }
+}
+
+/// Reads a results directory, or a `load --json` file (with an `.hlog` of the same stem
+/// beside it, if there is one).
+pub fn read(path: &Path) -> Result<RunResults, String> {
+    if path.is_file() {
+        return read_single(path);
+    }
+    let run_json = path.join("run.json");
+    let text = std::fs::read_to_string(&run_json).map_err(|e| {
+        format!(
+            "{}: cannot read it ({e}); give a results directory (from `ingressbench run`) or a `load --json` file",
+            run_json.display()
+        )
+    })?;
+    let record: Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{}: not a run record: {e}", run_json.display()))?;
+    let mut notes = Vec::new();
+    let mut cells = Vec::new();
+    for (i, c) in record["cells"].as_array().into_iter().flatten().enumerate() {
+        let dir = c["dir"].as_str().map(|d| path.join("cells").join(d));
+        let mut cell = CellResults {
+            index: c["index"].as_u64().map_or(i, |x| x as usize),
+            repeat: c["repeat"].as_u64().unwrap_or(0) as u32,
+            target: c["target"].as_str().unwrap_or("?").to_owned(),
+            settings: c["settings"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            status: c["status"].as_str().unwrap_or("pending").to_owned(),
+            dir: dir.clone(),
+            summary: None,
+            proxy_version: c["proxy_version"].as_str().map(str::to_owned),
+            windows: Vec::new(),
+            impact: Vec::new(),
+            measure_from_s: c["measure_from_s"].as_f64().unwrap_or(0.0),
+            error: c["error"].as_str().map(str::to_owned),
+        };
+        if let (Some(dir), true) = (&dir, cell.status == "done" || cell.status == "interrupted") {
+            load_cell_files(&mut cell, dir, &mut notes);
+        }
+        cells.push(cell);
+    }
+    Ok(RunResults {
+        dir: path.to_owned(),
+        record,
+        cells,
+        notes,
+    })
+}
+
+fn load_cell_files(cell: &mut CellResults, dir: &Path, notes: &mut Vec<String>) {
+    match read_json(&dir.join("summary.json")) {
+        Ok(v) => cell.summary = Some(v),
+        Err(e) => notes.push(e),
+    }
+    match std::fs::read(dir.join("latency.hlog")) {
+        Ok(bytes) => match crate::hlog::read(&bytes) {
+            Ok(w) => cell.windows = w,
+            Err(e) => notes.push(format!("{}: {e}", dir.join("latency.hlog").display())),
+        },
+        Err(e) => notes.push(format!("{}: {e}", dir.join("latency.hlog").display())),
+    }
+    if let Ok(Value::Array(entries)) = read_json(&dir.join("impact.json")) {
+        cell.impact = entries;
+    }
+}
+
+fn read_json(path: &Path) -> Result<Value, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// A single `load --json` output as a run of one cell.
+fn read_single(path: &Path) -> Result<RunResults, String> {
+    let summary = read_json(path)?;
+    if summary.get("latency_us").is_none() {
+        return Err(format!(
+            "{}: not a `load --json` summary (no latency_us); give a results directory or a summary file",
+            path.display()
+        ));
+    }
+    let mut notes = Vec::new();
+    let hlog = path.with_extension("hlog");
+    let windows = match std::fs::read(&hlog) {
+        Ok(bytes) => crate::hlog::read(&bytes).unwrap_or_else(|e| {
+            notes.push(format!("{}: {e}", hlog.display()));
+            Vec::new()
+        }),
+        Err(_) => Vec::new(),
+    };
+    let name = path
+        .file_stem()
+        .map_or("load".into(), |s| s.to_string_lossy().into_owned());
+    let record = serde_json::json!({
+        "scenario": name,
+        "status": if summary["interrupted"].as_bool() == Some(true) { "incomplete" } else { "complete" },
+        "command": Value::Null,
+        "tool_version": summary.get("tool_version").cloned().unwrap_or(Value::Null),
+    });
+    let dir = path
+        .parent()
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    Ok(RunResults {
+        dir,
+        record,
+        cells: vec![CellResults {
+            index: 0,
+            repeat: 0,
+            target: summary["target"].as_str().unwrap_or("target").to_owned(),
+            settings: Vec::new(),
+            status: "done".into(),
+            dir: None,
+            summary: Some(summary),
+            proxy_version: None,
+            windows,
+            impact: Vec::new(),
+            measure_from_s: 0.0,
+            error: None,
+        }],
+        notes,
+    })
+}
+
+/// A sampled request as the charts and impact figures need it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampleRow {
+    /// Intended send time, seconds from the load's start.
+    pub at_s: f64,
+    /// Latency from the intended send time, seconds.
+    pub latency_s: f64,
+    /// Answered with a status below 400.
+    pub ok: bool,
+    /// The outcome's name (`200`, `refused`, `timeout`, …).
+    pub outcome: String,
+    /// The `x-backend` of the answer (empty if none).
+    pub backend: String,
+}
+
+/// Reads a `samples.csv` or `samples.csv.gz` file (docs/RESULTS.md), in file order.
+pub fn read_samples(path: &Path) -> std::io::Result<Vec<SampleRow>> {
+    let file = std::fs::File::open(path)?;
+    let reader: Box<dyn BufRead> = if path.extension().is_some_and(|e| e == "gz") {
+        Box::new(BufReader::new(flate2::read::GzDecoder::new(file)))
+    } else {
+        Box::new(BufReader::new(file))
+    };
+    let mut rows = Vec::new();
+    for line in reader.lines().skip(1) {
+        let line = line?;
+        // The first thirteen columns never hold a comma; the backend (possibly quoted)
+        // and the last column follow.
+        let f: Vec<&str> = line.splitn(14, ',').collect();
+        if f.len() < 14 {
+            continue;
+        }
+        let (Ok(at_s), Ok(latency_s)) = (f[0].parse::<f64>(), f[2].parse::<f64>()) else {
+            continue;
+        };
+        let backend = f[13]
+            .rsplit_once(',')
+            .map_or("", |(b, _)| b)
+            .trim_matches('"')
+            .replace("\"\"", "\"");
+        rows.push(SampleRow {
+            at_s,
+            latency_s,
+            ok: f[12].parse::<u16>().is_ok_and(|s| s < 400),
+            outcome: f[11].to_owned(),
+            backend,
+        });
+    }
+    Ok(rows)
+}

@@ -1,0 +1,284 @@
+//! `ingressbench report` and `ingressbench compare`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use ingressbench_report::analysis::{self, differences_json, METRICS};
+use ingressbench_report::compare::{self, FailIf};
+use ingressbench_report::results::{self, RunResults};
+
+use crate::args::{CompareArgs, ReportArgs};
+use crate::UsageError;
+
+/// Seed of the bootstrap: the same results give the same report.
+const SEED: u64 = 0x1b_e5c4;
+
+fn read(path: &Path) -> Result<RunResults> {
+    results::read(path).map_err(|e| UsageError(anyhow::anyhow!(e)).into())
+}
+
+/// `ingressbench report PATH`.
+pub(crate) fn report(args: ReportArgs) -> Result<ExitCode> {
+    let started = Instant::now();
+    let run = read(&args.path)?;
+    let report = ingressbench_report::html::render(&run, args.noise_floor);
+    let out = if args.path.is_file() {
+        args.path.with_extension("html")
+    } else {
+        args.path.join("report.html")
+    };
+    std::fs::write(&out, &report.html)
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    let took = started.elapsed();
+    let mut stdout = std::io::stdout().lock();
+    for line in &report.headline {
+        writeln!(stdout, "{line}")?;
+    }
+    if !report.warnings.is_empty() {
+        writeln!(
+            stdout,
+            "{} warnings (see the report):",
+            report.warnings.len()
+        )?;
+        for w in report.warnings.iter().take(5) {
+            writeln!(stdout, "  {w}")?;
+        }
+    }
+    writeln!(
+        stdout,
+        "report: {} ({} KiB, {} charts, written in {:.2} s)",
+        out.display(),
+        report.html.len() / 1024,
+        report.charts.len(),
+        took.as_secs_f64()
+    )?;
+    drop(stdout);
+    if args.png {
+        let dir = out.with_file_name("charts");
+        let written = write_pngs(&dir, &report.charts)?;
+        println!("charts: {written} PNG files in {}", dir.display());
+    }
+    if args.open {
+        let opened = Command::new("xdg-open")
+            .arg(&out)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        if !opened.is_ok_and(|s| s.success()) {
+            eprintln!(
+                "could not open a browser (xdg-open); open {} yourself",
+                out.display()
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The headless browser that draws PNGs.
+fn chromium() -> Result<PathBuf> {
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        if let Some(p) = std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        }) {
+            return Ok(p);
+        }
+    }
+    Err(UsageError(anyhow::anyhow!(
+        "--png needs a headless browser and none was found (chromium); install it with: apt-get install chromium"
+    ))
+    .into())
+}
+
+/// Writes each chart as SVG and PNG into `dir`; returns how many PNGs were written.
+fn write_pngs(dir: &Path, charts: &[(String, String)]) -> Result<usize> {
+    let browser = chromium()?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let mut written = 0;
+    for (i, (name, svg)) in charts.iter().enumerate() {
+        let stem: String = name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let base = dir.join(format!("{:02}-{}", i + 1, stem.trim_matches('-')));
+        let svg_path = base.with_extension("svg");
+        std::fs::write(&svg_path, svg)?;
+        let (w, h) = svg_size(svg);
+        let png = base.with_extension("png");
+        let status = Command::new(&browser)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--hide-scrollbars",
+            ])
+            .arg(format!("--screenshot={}", png.display()))
+            .arg(format!("--window-size={w},{h}"))
+            .arg(format!("file://{}", svg_path.canonicalize()?.display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .with_context(|| format!("running {}", browser.display()))?;
+        if !status.success() || !png.is_file() {
+            anyhow::bail!(
+                "{} could not draw {} ({status})",
+                browser.display(),
+                svg_path.display()
+            );
+        }
+        written += 1;
+    }
+    Ok(written)
+}
+
+/// The `width` and `height` attributes of an `<svg>`.
+fn svg_size(svg: &str) -> (u32, u32) {
+    let attr = |name: &str| {
+        svg.split(&format!(" {name}=\""))
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(800, |v| v.ceil() as u32)
+    };
+    (attr("width"), attr("height"))
+}
+
+/// `ingressbench compare A [B]`.
+pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
+    let fail_ifs: Vec<FailIf> = args
+        .fail_if
+        .iter()
+        .map(|t| t.parse::<FailIf>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| UsageError(anyhow::anyhow!(e)))?;
+    for m in &args.metrics {
+        if analysis::metric_index(m).is_none() {
+            return Err(UsageError(anyhow::anyhow!(
+                "--metric {m}: expected one of mean, p50, p99, p99.9, max, errors"
+            ))
+            .into());
+        }
+    }
+    let a_run = read(&args.baseline)?;
+    let a = analysis::conditions(&a_run, SEED);
+    let (b_all, targets) = match (&args.other, args.targets.as_slice()) {
+        (Some(other), []) => (analysis::conditions(&read(other)?, SEED ^ 1), None),
+        (None, [x, y]) => (Vec::new(), Some((x.clone(), y.clone()))),
+        (Some(_), _) => {
+            return Err(UsageError(anyhow::anyhow!(
+                "give two runs, or one run and --targets A,B, not both"
+            ))
+            .into())
+        }
+        (None, _) => {
+            return Err(UsageError(anyhow::anyhow!(
+                "give a second run to compare with, or --targets A,B to compare two targets of {}",
+                args.baseline.display()
+            ))
+            .into())
+        }
+    };
+    let pairs = match &targets {
+        None => compare::pairs(&a, &b_all),
+        Some((x, y)) => {
+            let pairs: Vec<_> = a
+                .iter()
+                .filter(|c| &c.target == x)
+                .filter_map(|c| {
+                    a.iter()
+                        .find(|d| &d.target == y && d.settings == c.settings)
+                        .map(|d| (c, d))
+                })
+                .collect();
+            if pairs.is_empty() {
+                let names: Vec<&str> = a.iter().map(|c| c.target.as_str()).collect();
+                return Err(UsageError(anyhow::anyhow!(
+                    "--targets {x},{y}: no settings at which both were measured (targets: {})",
+                    names.join(", ")
+                ))
+                .into());
+            }
+            pairs
+        }
+    };
+    if pairs.is_empty() {
+        return Err(UsageError(anyhow::anyhow!(
+            "nothing to compare: no target and settings measured in both runs"
+        ))
+        .into());
+    }
+    let diffs = compare::compare(&pairs, args.noise_floor);
+    let shown: Vec<&analysis::Difference> = diffs
+        .iter()
+        .filter(|d| {
+            args.metrics.is_empty()
+                || args
+                    .metrics
+                    .iter()
+                    .any(|m| analysis::metric_index(m) == analysis::metric_index(d.metric))
+        })
+        .collect();
+    let failures: Vec<String> = fail_ifs
+        .iter()
+        .flat_map(|f| f.holds_for(&diffs, &pairs))
+        .collect();
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let owned: Vec<analysis::Difference> = shown.iter().map(|d| (*d).clone()).collect();
+        let doc = serde_json::json!({
+            "baseline": args.baseline, "other": args.other,
+            "noise_floor": args.noise_floor,
+            "differences": differences_json(&owned),
+            "failed": failures,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        for (a, b) in &pairs {
+            writeln!(
+                out,
+                "{} vs {}{} ({} vs {}):",
+                b.target,
+                a.target,
+                if a.settings.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at {}", a.settings)
+                },
+                a.basis,
+                b.basis
+            )?;
+            for d in shown.iter().filter(|d| {
+                d.baseline == a.target && d.other == b.target && d.settings == b.settings
+            }) {
+                let m = analysis::metric_index(d.metric).unwrap_or(0);
+                let unit = METRICS[m].1;
+                writeln!(
+                    out,
+                    "  {:<7} {:>28} -> {:<28} {:<26} {}{}",
+                    d.metric,
+                    analysis::with_interval(&a.metrics[m], unit),
+                    analysis::with_interval(&b.metrics[m], unit),
+                    analysis::percent(&d.relative),
+                    d.verdict.words(),
+                    if d.metric == "p99" {
+                        format!(" (Mann-Whitney p = {:.3})", d.p_value)
+                    } else {
+                        String::new()
+                    }
+                )?;
+            }
+        }
+        for f in &failures {
+            writeln!(out, "FAIL: {f}")?;
+        }
+    }
+    Ok(if failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
