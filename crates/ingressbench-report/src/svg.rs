@@ -57,10 +57,13 @@ impl Axis {
                 log: true,
             }
         } else {
-            let top = if max > min { max } else { min + 1.0 };
+            let low = min.min(0.0);
+            let top = if max > low { max } else { low + 1.0 };
+            // A round step, and the top at the first step past the largest value.
+            let step = nice_ceiling((top - low) / 5.0);
             Axis {
-                min: min.min(0.0),
-                max: nice_ceiling(top),
+                min: low,
+                max: (top / step).ceil() * step,
                 log: false,
             }
         }
@@ -333,6 +336,8 @@ mod tests {
         assert!((a.fraction(1.0) - 1.0 / 3.0).abs() < 1e-9);
         let l = Axis::covering([3.0, 17.0].into_iter(), false);
         assert_eq!((l.min, l.max), (0.0, 20.0));
+        let l = Axis::covering([0.2, 5.9].into_iter(), false);
+        assert_eq!((l.min, l.max), (0.0, 6.0));
         assert_eq!(short(1500.0), "1.5k");
         assert_eq!(short(0.25), "0.25");
     }
