@@ -368,3 +368,56 @@ matrix: { load.rate: [100, 200] }
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_single_load_output_gets_a_report_too() {
+    use std::io::BufRead;
+    let dir = scratch("single");
+    let mut backend = Command::new(BIN)
+        .args(["backend", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(backend.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap()
+        .to_owned();
+    let json = dir.join("run.json.out");
+    let (json_s, hlog_s) = (
+        dir.join("load.json").display().to_string(),
+        dir.join("load.hlog").display().to_string(),
+    );
+    let load = ib(&[
+        "load",
+        "-R",
+        "200",
+        "-c",
+        "4",
+        "-d",
+        "3s",
+        "--json",
+        &json_s,
+        "--hlog",
+        &hlog_s,
+        &format!("http://{addr}/"),
+    ]);
+    let _ = backend.kill();
+    let _ = backend.wait();
+    assert!(load.status.success(), "{}", text(&load));
+    let out = ib(&["report", &json_s]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains(" p99 "), "{}", text(&out));
+    let html = std::fs::read_to_string(dir.join("load.html")).unwrap();
+    // Its windows drawn: the p50 and p99 lines of latency over time, and a spectrum.
+    assert!(
+        html.contains("Latency over time") && html.contains("<polyline"),
+        "{html:.300}"
+    );
+    assert!(!json.exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
