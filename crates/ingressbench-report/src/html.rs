@@ -69,18 +69,10 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
     body.push_str("<section><h2>Latency over time</h2><p class=\"note\">Each sampled request as a point (errors in red), p50 and p99 per second as lines, every event as a labelled dashed line; time from the start of measurement. The first repeat of each target and setting.</p>");
     body.push_str("<div class=\"scale\"><input type=\"radio\" name=\"y\" id=\"ylog\" checked><label for=\"ylog\">log</label><input type=\"radio\" name=\"y\" id=\"ylin\"><label for=\"ylin\">linear</label>");
     for c in &conditions {
-        let Some(cell) = c
-            .cells
-            .first()
-            .and_then(|i| run.cells.iter().find(|x| x.index == *i))
-        else {
+        let Some(cell) = first_cell(run, c) else {
             continue;
         };
-        let samples = cell
-            .dir
-            .as_ref()
-            .and_then(|d| read_samples(&d.join("samples.csv.gz")).ok())
-            .unwrap_or_default();
+        let samples = samples_of(cell);
         let title = format!("{} {}", c.target, c.settings);
         let colour = colours.get(&c.target).map_or(PALETTE[0], |s| s);
         let log = timeline(cell, &samples, colour, true, &title);
@@ -180,6 +172,21 @@ fn settings_title(settings: &str) -> String {
     } else {
         settings.to_owned()
     }
+}
+
+/// The first finished cell (first repeat) of a condition: the one drawn over time.
+fn first_cell<'a>(run: &'a RunResults, c: &Condition) -> Option<&'a CellResults> {
+    c.cells
+        .first()
+        .and_then(|i| run.cells.iter().find(|x| x.index == *i))
+}
+
+/// A cell's sampled requests (none if it has no samples file).
+fn samples_of(cell: &CellResults) -> Vec<SampleRow> {
+    cell.dir
+        .as_ref()
+        .and_then(|d| read_samples(&d.join("samples.csv.gz")).ok())
+        .unwrap_or_default()
 }
 
 /// Conditions grouped by settings, in order.
@@ -503,21 +510,13 @@ fn differences_table(diffs: &[Difference], settings: &str, members: &[&Condition
 fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
     let mut out = String::new();
     for c in conditions {
-        let Some(cell) = c
-            .cells
-            .first()
-            .and_then(|i| run.cells.iter().find(|x| x.index == *i))
-        else {
+        let Some(cell) = first_cell(run, c) else {
             continue;
         };
         if cell.impact.is_empty() {
             continue;
         }
-        let samples = cell
-            .dir
-            .as_ref()
-            .and_then(|d| read_samples(&d.join("samples.csv.gz")).ok())
-            .unwrap_or_default();
+        let samples = samples_of(cell);
         let _ = write!(
             out,
             "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>errors (est.)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
@@ -588,10 +587,7 @@ fn phases(run: &RunResults, conditions: &[Condition]) -> Option<(String, String)
     let phase_colours = ["#999999", "#56B4E9", "#E69F00", "#009E73", "#CC79A7"];
     let mut rows = Vec::new();
     for c in conditions {
-        let cell = c
-            .cells
-            .first()
-            .and_then(|i| run.cells.iter().find(|x| x.index == *i))?;
+        let cell = first_cell(run, c)?;
         let m = |p: &str| cell.number(&["phases_us", p, "mean"]).unwrap_or(0.0) * 1e-3;
         let (dns, connect, tls, ttfb, total) =
             (m("dns"), m("connect"), m("tls"), m("ttfb"), m("total"));
@@ -602,9 +598,7 @@ fn phases(run: &RunResults, conditions: &[Condition]) -> Option<(String, String)
         ));
     }
     let any_connect = conditions.iter().any(|c| {
-        c.cells
-            .first()
-            .and_then(|i| run.cells.iter().find(|x| x.index == *i))
+        first_cell(run, c)
             .and_then(|cell| cell.number(&["phases_us", "connect", "count"]))
             .is_some_and(|n| n > 0.0)
     });
