@@ -69,11 +69,21 @@ pub fn expand(
     if quick {
         base.repeat = base.quick.repeat.unwrap_or(base.repeat);
     }
+    // A field fixed by --set no longer varies.
+    for (key, _) in sets {
+        base.matrix.remove(key);
+    }
     let mut tree: Value = serde_yaml_ng::from_str(text).map_err(|e| located(path, &e))?;
     if let Value::Mapping(m) = &mut tree {
         m.remove("matrix");
     }
     for (key, raw) in sets {
+        if key == "matrix" || key.starts_with("matrix.") || key == "quick" {
+            return Err(ScenarioError::at(
+                path,
+                format!("--set {key}: the matrix is not a field to set; set the field itself (--set load.rate=500) to run one value of it"),
+            ));
+        }
         let value: Value =
             serde_yaml_ng::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()));
         set_path(&mut tree, key, value)
@@ -386,6 +396,21 @@ mod tests {
             e.contains("quick.matrix: `load.connections` is not in `matrix`"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_matrix_cannot_be_set_but_a_field_it_varies_can_be_fixed() {
+        let sets = [("matrix".to_owned(), "{}".to_owned())];
+        let e = expand(BASE, Path::new("s.yaml"), &sets, false).unwrap_err();
+        assert!(
+            e.to_string().contains("the matrix is not a field to set"),
+            "{e}"
+        );
+        let text = format!("{BASE}matrix: {{ load.rate: [100, 200, 300] }}\n");
+        let sets = [("load.rate".to_owned(), "250".to_owned())];
+        let cells = expand(&text, Path::new("s.yaml"), &sets, false).unwrap();
+        assert_eq!(cells.len(), 2, "one value, two targets");
+        assert!(cells.iter().all(|c| c.scenario.load.rate == Some(250.0)));
     }
 
     #[test]
