@@ -35,10 +35,19 @@ mod worker;
 
 pub use error::LoadError;
 
-/// Entry points for fuzz targets (`fuzz/`); not part of the supported API.
+/// Entry points for fuzz targets (`fuzz/`) and benches (`benches/`); not part of the
+/// supported API.
 #[doc(hidden)]
 pub mod fuzzing {
     use crate::response::{Progress, ResponseParser};
+
+    /// Walks worker `worker` of `workers`'s schedule at `rate_per_s` up to request number
+    /// `limit`; returns the sum of intended times (so that nothing is optimized away).
+    pub fn schedule_sum(rate_per_s: f64, worker: u64, workers: u64, limit: u64) -> u64 {
+        crate::schedule::Schedule::new(rate_per_s, worker, workers, Some(limit), None)
+            .map(|(_, at)| at)
+            .fold(0u64, u64::wrapping_add)
+    }
 
     /// What parsing one response made of `data`.
     #[derive(Debug, PartialEq, Eq)]
