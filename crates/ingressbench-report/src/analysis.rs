@@ -248,15 +248,13 @@ pub fn compare_pair(a: &Condition, b: &Condition, noise_floor: f64) -> Vec<Diffe
                 &a.draws[m],
                 &b.draws[m],
             );
-            let verdict = if *name == "errors" && a.metrics[m].value == b.metrics[m].value {
+            let verdict = if relative.value.is_nan()
+                || (*name == "errors" && a.metrics[m].value == b.metrics[m].value)
+            {
                 Verdict::NoMeasurableDifference
-            } else if !relative.value.is_finite() {
-                // From zero errors to some: a change, with no ratio to give.
-                if b.metrics[m].value > a.metrics[m].value {
-                    Verdict::Worse
-                } else {
-                    Verdict::Better
-                }
+            } else if relative.value.is_infinite() {
+                // From zero (errors) to some: worse, with no ratio to give.
+                Verdict::Worse
             } else {
                 Verdict::of(&relative, noise_floor)
             };
@@ -312,7 +310,10 @@ pub fn ms(v: f64) -> String {
 
 /// `+12% (+8 to +16%)`.
 pub fn percent(e: &Estimate) -> String {
-    if !e.value.is_finite() {
+    if e.value.is_nan() {
+        return "no change (both zero)".into();
+    }
+    if e.value.is_infinite() {
         return "from zero".into();
     }
     format!(
@@ -412,6 +413,40 @@ mod tests {
         assert!((s[1] - 0.51).abs() < 1e-9, "p50 {}", s[1]);
         assert!((s[2] - 1.0).abs() < 1e-9, "p99 {}", s[2]);
         assert!((s[4] - 5.0).abs() < 1e-9, "max {}", s[4]);
+    }
+
+    fn errors_only(target: &str, errors: f64) -> Condition {
+        let e = |v: f64| Estimate {
+            value: v,
+            low: v,
+            high: v,
+        };
+        Condition {
+            target: target.into(),
+            settings: String::new(),
+            cells: vec![0],
+            metrics: vec![e(1.0), e(1.0), e(1.0), e(1.0), e(1.0), e(errors)],
+            draws: vec![vec![1.0; 10]; 5]
+                .into_iter()
+                .chain([vec![errors; 10]])
+                .collect(),
+            units_p99: vec![1.0],
+            basis: "test",
+            requests: 100.0,
+        }
+    }
+
+    #[test]
+    fn from_zero_errors_is_worse_and_zero_to_zero_is_no_change() {
+        let none = errors_only("a", 0.0);
+        let some = errors_only("b", 3.0);
+        let d = compare_pair(&none, &some, 0.01);
+        assert_eq!(d[5].verdict, Verdict::Worse);
+        assert_eq!(percent(&d[5].relative), "from zero");
+        let d = compare_pair(&none, &errors_only("c", 0.0), 0.01);
+        assert_eq!(d[5].verdict, Verdict::NoMeasurableDifference);
+        assert_eq!(percent(&d[5].relative), "no change (both zero)");
+        assert_eq!(d[2].verdict, Verdict::NoMeasurableDifference, "equal p99");
     }
 
     #[test]

@@ -119,7 +119,12 @@ pub fn mean_interval(values: &[f64], rng: &mut Rng) -> Estimate {
 /// The relative difference `b / a - 1` of two statistics with its 95% interval, from their
 /// bootstrap distributions (drawn independently, paired by draw).
 pub fn relative_difference(a: f64, b: f64, a_draws: &[f64], b_draws: &[f64]) -> Estimate {
-    let ratio = |x: f64, y: f64| if x == 0.0 { f64::NAN } else { y / x - 1.0 };
+    // From zero: no change if still zero, else an unbounded rise (NaN and infinity).
+    let ratio = |x: f64, y: f64| match (x == 0.0, y == 0.0) {
+        (true, true) => f64::NAN,
+        (true, false) => f64::INFINITY,
+        _ => y / x - 1.0,
+    };
     let d: Vec<f64> = a_draws
         .iter()
         .zip(b_draws)

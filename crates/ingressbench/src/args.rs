@@ -64,7 +64,7 @@ pub(crate) struct CompareArgs {
     /// The run compared with it (omit it to compare two --targets of the baseline run).
     pub(crate) other: Option<PathBuf>,
     /// Two targets of one run: BASELINE,OTHER.
-    #[arg(long, value_name = "A,B", value_delimiter = ',', num_args = 2)]
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
     pub(crate) targets: Vec<String>,
     /// Show only these metrics (mean, p50, p99, p99.9, max, errors; repeatable).
     #[arg(long = "metric", value_name = "NAME")]

@@ -174,6 +174,12 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
             ))
             .into())
         }
+        (None, [_, ..]) => {
+            return Err(UsageError(anyhow::anyhow!(
+                "--targets takes two names, the baseline and the other: --targets nginx,envoy"
+            ))
+            .into())
+        }
         (None, _) => {
             return Err(UsageError(anyhow::anyhow!(
                 "give a second run to compare with, or --targets A,B to compare two targets of {}",
