@@ -26,6 +26,7 @@ pub mod model;
 pub mod process;
 pub mod proxy;
 pub mod reaper;
+pub mod relay;
 
 pub use error::LabError;
 pub use lab::{Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, PoolSpec};

@@ -1,0 +1,344 @@
+//! An emulated link: a TCP relay that holds each chunk of bytes, in each direction, until
+//! its due time (arrival + one-way delay ± jitter), as toxiproxy does, because this kernel
+//! has no netem. The first part of issue #6 (nodes and links); placement and scenario
+//! keys come next.
+//!
+//! Each connection gets a reader and a writer thread per direction: the reader stamps each
+//! chunk's arrival and hands it over; the writer sleeps until shortly before the due time
+//! and spins the rest (a plain sleep overshoots by the kernel's timer slack, about 50 us),
+//! then writes. Order is kept: a chunk is never due before the one ahead of it. The relay
+//! measures its own added time (write done minus due), so results can show it.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ingressbench_stats::compare::Rng;
+use ingressbench_stats::HistogramUs;
+
+/// How much of a wait is spun instead of slept.
+const SPIN: Duration = Duration::from_micros(200);
+
+/// One direction's delay: `delay` ± up to `jitter` (uniform).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkSpec {
+    /// One-way delay.
+    pub delay: Duration,
+    /// Largest deviation from `delay`, either way.
+    pub jitter: Duration,
+}
+
+/// A running relay. Dropping it stops accepting and closes its connections.
+pub struct Relay {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    streams: Arc<Mutex<Vec<TcpStream>>>,
+    overhead: Arc<Mutex<HistogramUs>>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl Relay {
+    /// Listens on `listen` (port 0 for any) and relays each connection to `upstream`
+    /// through `link`, both ways.
+    pub fn start(listen: SocketAddr, upstream: SocketAddr, link: LinkSpec) -> io::Result<Self> {
+        let listener = TcpListener::bind(listen)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let streams = Arc::new(Mutex::new(Vec::new()));
+        let overhead = Arc::new(Mutex::new(HistogramUs::new()));
+        let accept = {
+            let (stop, streams, overhead) = (stop.clone(), streams.clone(), overhead.clone());
+            std::thread::Builder::new()
+                .name("ib-relay-accept".into())
+                .spawn(move || {
+                    let mut seed = 0x9e37_79b9_u64;
+                    for client in listener.incoming() {
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
+                        let Ok(client) = client else { continue };
+                        let Ok(server) = TcpStream::connect(upstream) else {
+                            let _ = client.shutdown(Shutdown::Both);
+                            continue;
+                        };
+                        seed = seed.wrapping_add(0x6a09_e667);
+                        let _ = connect_pair(client, server, link, &streams, &overhead, seed);
+                    }
+                })?
+        };
+        Ok(Self {
+            addr,
+            stop,
+            streams,
+            overhead,
+            accept: Some(accept),
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its own added time per chunk (write done minus due), in microseconds, so far.
+    pub fn overhead(&self) -> HistogramUs {
+        self.overhead.lock().map(|h| h.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Wake the accept loop so that it sees the flag.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(100));
+        if let Ok(streams) = self.streams.lock() {
+            for s in streams.iter() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+        }
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn connect_pair(
+    client: TcpStream,
+    server: TcpStream,
+    link: LinkSpec,
+    streams: &Arc<Mutex<Vec<TcpStream>>>,
+    overhead: &Arc<Mutex<HistogramUs>>,
+    seed: u64,
+) -> io::Result<()> {
+    client.set_nodelay(true)?;
+    server.set_nodelay(true)?;
+    if let Ok(mut s) = streams.lock() {
+        s.push(client.try_clone()?);
+        s.push(server.try_clone()?);
+    }
+    pipe(
+        client.try_clone()?,
+        server.try_clone()?,
+        link,
+        overhead.clone(),
+        seed,
+    )?;
+    pipe(server, client, link, overhead.clone(), seed ^ 0xffff)?;
+    Ok(())
+}
+
+/// Carries `from` to `to` through the link: a reader and a writer thread.
+fn pipe(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    link: LinkSpec,
+    overhead: Arc<Mutex<HistogramUs>>,
+    seed: u64,
+) -> io::Result<()> {
+    if link == LinkSpec::default() {
+        // Nothing to hold back: copy in one thread, without a hand-over to wait for.
+        std::thread::Builder::new()
+            .name("ib-relay-copy".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = from.read(&mut buf) {
+                    let arrived = Instant::now();
+                    if n == 0 || to.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    if let Ok(mut h) = overhead.lock() {
+                        h.record_ns(arrived.elapsed().as_nanos() as u64);
+                    }
+                }
+                let _ = to.shutdown(Shutdown::Write);
+            })?;
+        return Ok(());
+    }
+    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    std::thread::Builder::new()
+        .name("ib-relay-read".into())
+        .spawn(move || {
+            let mut rng = Rng::new(seed);
+            let mut last_due = Instant::now();
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                match from.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let arrived = Instant::now();
+                        let due = (arrived + jittered(link, &mut rng)).max(last_due);
+                        last_due = due;
+                        if tx.send((due, buf[..n].to_vec())).is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+        })?;
+    std::thread::Builder::new()
+        .name("ib-relay-write".into())
+        .spawn(move || {
+            for (due, chunk) in rx {
+                wait_until(due);
+                if to.write_all(&chunk).is_err() {
+                    break;
+                }
+                let late = Instant::now().saturating_duration_since(due);
+                if let Ok(mut h) = overhead.lock() {
+                    h.record_ns(late.as_nanos() as u64);
+                }
+            }
+            // The other side closed its sending half: pass that on, after the data.
+            let _ = to.shutdown(Shutdown::Write);
+        })?;
+    Ok(())
+}
+
+fn jittered(link: LinkSpec, rng: &mut Rng) -> Duration {
+    if link.jitter.is_zero() {
+        return link.delay;
+    }
+    let j = link.jitter.as_secs_f64() * (2.0 * rng.unit() - 1.0);
+    Duration::from_secs_f64((link.delay.as_secs_f64() + j).max(0.0))
+}
+
+/// Sleeps until shortly before `due`, then spins to it.
+fn wait_until(due: Instant) {
+    let now = Instant::now();
+    if due <= now {
+        return;
+    }
+    if due - now > SPIN {
+        std::thread::sleep(due - now - SPIN);
+    }
+    while Instant::now() < due {
+        std::hint::spin_loop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An echo server on loopback: answers every byte it reads.
+    fn echo() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        std::thread::spawn(move || {
+            for s in listener.incoming().flatten() {
+                std::thread::spawn(move || {
+                    let mut s = s;
+                    let _ = s.set_nodelay(true);
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = s.read(&mut buf) {
+                        if n == 0 || s.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        addr
+    }
+
+    /// Round trips of `n` 100-byte messages through `relay`; returns the median.
+    fn median_round_trip(addr: SocketAddr, n: usize) -> Duration {
+        let mut s = TcpStream::connect(addr).unwrap();
+        s.set_nodelay(true).unwrap();
+        let msg = [7u8; 100];
+        let mut back = [0u8; 100];
+        let mut times: Vec<Duration> = (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                s.write_all(&msg).unwrap();
+                s.read_exact(&mut back).unwrap();
+                assert_eq!(back, msg, "bytes pass unchanged");
+                t.elapsed()
+            })
+            .collect();
+        times.sort();
+        times[n / 2]
+    }
+
+    #[test]
+    fn a_link_delays_each_direction_and_passes_bytes_unchanged() {
+        let upstream = echo();
+        let direct = median_round_trip(upstream, 50);
+        let delay = Duration::from_millis(2);
+        let relay = Relay::start(
+            "127.0.0.1:0".parse().unwrap(),
+            upstream,
+            LinkSpec {
+                delay,
+                jitter: Duration::ZERO,
+            },
+        )
+        .unwrap();
+        let through = median_round_trip(relay.addr(), 50);
+        // Each message crosses the link twice: the relay can only add, never take away.
+        assert!(
+            through >= direct + 2 * delay,
+            "{through:?} through a 2 ms link vs {direct:?} direct"
+        );
+        let overhead = relay.overhead();
+        // Each chunk is measured after its write; the last may still be on its way.
+        assert!(
+            overhead.count() >= 99,
+            "every chunk measured: {}",
+            overhead.count()
+        );
+        eprintln!(
+            "round trip: direct {direct:?}, through 2 x 2 ms {through:?}; relay's own added time p50 {} us, p99 {} us",
+            overhead.value_at_percentile(50.0),
+            overhead.value_at_percentile(99.0)
+        );
+    }
+
+    #[test]
+    fn a_zero_delay_link_reports_its_own_cost() {
+        let upstream = echo();
+        let direct = median_round_trip(upstream, 200);
+        let relay = Relay::start(
+            "127.0.0.1:0".parse().unwrap(),
+            upstream,
+            LinkSpec::default(),
+        )
+        .unwrap();
+        let through = median_round_trip(relay.addr(), 200);
+        let added = through.saturating_sub(direct) / 2;
+        // Timings are printed, not asserted (docs/PERFORMANCE.md has them).
+        eprintln!(
+            "0 ms link: round trip direct {direct:?}, through {through:?}: {added:?} added per crossing; relay-measured p50 {} us",
+            relay.overhead().value_at_percentile(50.0)
+        );
+        assert!(through > direct, "a relay cannot make the path shorter");
+    }
+
+    #[test]
+    fn jitter_never_reorders_bytes_and_a_close_passes_through() {
+        let upstream = echo();
+        let relay = Relay::start(
+            "127.0.0.1:0".parse().unwrap(),
+            upstream,
+            LinkSpec {
+                delay: Duration::from_micros(300),
+                jitter: Duration::from_micros(250),
+            },
+        )
+        .unwrap();
+        let mut s = TcpStream::connect(relay.addr()).unwrap();
+        let sent: Vec<u8> = (0..20_000u32).map(|i| (i % 251) as u8).collect();
+        for chunk in sent.chunks(97) {
+            s.write_all(chunk).unwrap();
+        }
+        s.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        assert_eq!(got, sent, "in order, complete, then closed");
+        drop(relay);
+    }
+}
