@@ -6,12 +6,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use ingressbench_stats::HistogramUs;
+
 use crate::certs::{self, LabCerts};
 use crate::front::Front;
 use crate::model::{check_name, Overlay, Pool, Route, RouteTable, Tuning};
 use crate::process::OwnedChild;
 use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions, UpstreamMtls};
 use crate::reaper::Reaper;
+use crate::relay::{LinkSpec, Relay};
 use crate::LabError;
 
 /// How long a backend may take to say where it listens.
@@ -58,6 +61,17 @@ pub struct LabSpec {
     pub front: Option<usize>,
     /// An extra hop: a sidecar between the proxies and the backends.
     pub hop: Option<HopSpec>,
+    /// Emulated links on the paths that cross nodes.
+    pub links: Links,
+}
+
+/// The emulated links of a placement: which paths cross a link, and how slow it is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Links {
+    /// Between the client and the entry (the front or the proxy), both ways.
+    pub client: Option<LinkSpec>,
+    /// Between the proxies (or the sidecar) and each backend, both ways.
+    pub backends: Option<LinkSpec>,
 }
 
 /// An extra proxy on the path: an Envoy sidecar beside the proxies, as a service mesh puts
@@ -94,6 +108,7 @@ impl LabSpec {
             proxy_options: ProxyOptions::default(),
             front: None,
             hop: None,
+            links: Links::default(),
         }
     }
 }
@@ -107,10 +122,17 @@ pub struct Backend {
     pub pool: String,
     /// Where it listens.
     pub addr: SocketAddr,
+    /// The link in front of it, when it sits on another node than the proxies.
+    relay: Option<Relay>,
     child: OwnedChild,
 }
 
 impl Backend {
+    /// Where the proxies reach it: its link's relay, or itself.
+    pub fn routed_addr(&self) -> SocketAddr {
+        self.relay.as_ref().map_or(self.addr, Relay::addr)
+    }
+
     /// Its process id.
     pub fn pid(&self) -> u32 {
         self.child.pid()
@@ -126,6 +148,7 @@ pub struct Lab {
     backends: Vec<Backend>,
     proxies: Vec<Proxy>,
     front: Option<Front>,
+    entry_relays: Option<(Relay, Option<Relay>)>,
     sidecar: Option<Proxy>,
     told_proxies: Option<RouteTable>,
     reload_due: bool,
@@ -206,6 +229,7 @@ impl Lab {
             backends: Vec::new(),
             proxies: Vec::new(),
             front: None,
+            entry_relays: None,
             sidecar: None,
             told_proxies: None,
             reload_due: false,
@@ -312,6 +336,22 @@ impl Lab {
             })?;
             lab.front = Some(front);
         }
+        if let (Some(link), Some((http, https))) = (lab.spec.links.client, lab.direct_entry()) {
+            let relay = |port: u16| {
+                Relay::start(
+                    SocketAddr::from(([127, 0, 0, 1], 0)),
+                    SocketAddr::from(([127, 0, 0, 1], port)),
+                    link,
+                )
+                .map_err(|source| LabError::Io {
+                    action: "starting the client link relay in",
+                    path: lab.dir.clone(),
+                    source,
+                })
+            };
+            let https = https.map(relay).transpose()?;
+            lab.entry_relays = Some((relay(http)?, https));
+        }
         Ok(())
     }
 
@@ -349,10 +389,23 @@ impl Lab {
         )?;
         self.watch(child.pid());
         let addr = wait_for_address(&mut child, &log)?;
+        let relay = match self.spec.links.backends {
+            Some(link) => Some(
+                Relay::start(SocketAddr::from(([127, 0, 0, 1], 0)), addr, link).map_err(
+                    |source| LabError::Io {
+                        action: "starting the link relay of",
+                        path: PathBuf::from(&name),
+                        source,
+                    },
+                )?,
+            ),
+            None => None,
+        };
         self.backends.push(Backend {
             name,
             pool: pool.name.clone(),
             addr,
+            relay,
             child,
         });
         Ok(())
@@ -404,7 +457,7 @@ impl Lab {
                         .backends
                         .iter()
                         .filter(|b| b.pool == p.name)
-                        .map(|b| b.addr)
+                        .map(Backend::routed_addr)
                         .collect(),
                 })
                 .collect(),
@@ -680,9 +733,35 @@ impl Lab {
         self.front.as_ref()
     }
 
-    /// Where clients connect: the front's ports if there is one, else the first proxy's
-    /// (plain port, TLS port).
+    /// Where clients connect (plain port, TLS port): through the client's link if it has
+    /// one, else the front's ports if there is one, else the first proxy's.
     pub fn entry(&self) -> Option<(u16, Option<u16>)> {
+        if let Some((http, https)) = &self.entry_relays {
+            return Some((http.addr().port(), https.as_ref().map(|r| r.addr().port())));
+        }
+        self.direct_entry()
+    }
+
+    /// Every link relay's own added time per chunk (microseconds), merged.
+    pub fn link_overhead(&self) -> HistogramUs {
+        let mut h = HistogramUs::new();
+        let entry = self
+            .entry_relays
+            .iter()
+            .flat_map(|(a, b)| std::iter::once(a).chain(b.as_ref()));
+        let backends = self
+            .backends
+            .iter()
+            .chain(self.terminating.iter().map(|(b, _)| b))
+            .filter_map(|b| b.relay.as_ref());
+        for relay in entry.chain(backends) {
+            h.merge(&relay.overhead());
+        }
+        h
+    }
+
+    /// The entry without the client's link.
+    fn direct_entry(&self) -> Option<(u16, Option<u16>)> {
         match &self.front {
             Some(front) => Some((front.http_port(), front.https_port())),
             None => self

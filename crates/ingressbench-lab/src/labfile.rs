@@ -22,7 +22,8 @@ use serde::Deserialize;
 use crate::backend::Latency;
 use crate::model::{Overlay, Route, Tuning};
 use crate::proxy::{Binaries, HaproxyUpdate, ProxyKind, ProxyOptions};
-use crate::{HopSpec, LabError, LabSpec, PoolSpec};
+use crate::relay::LinkSpec;
+use crate::{HopSpec, LabError, LabSpec, Links, PoolSpec};
 
 /// A lab file as written.
 #[derive(Clone, Debug, Deserialize)]
@@ -54,6 +55,115 @@ pub struct LabFile {
     /// An extra hop: a sidecar between the proxies and the backends.
     #[serde(default)]
     pub hop: Option<HopFile>,
+    /// Where things run, and the links between.
+    #[serde(default)]
+    pub topology: TopologyFile,
+}
+
+/// Placement presets and link delays as written.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TopologyFile {
+    /// `affinity` (client, proxy and backends on one node: no links) or `anti_affinity`
+    /// (every backend on its own node, the proxies on another, the client on its own).
+    #[serde(default)]
+    pub placement: Placement,
+    /// `internal` (the client on a node of the cluster) or `external` (across `internet`).
+    #[serde(default)]
+    pub client: ClientPath,
+    /// Link delays; unset ones keep their defaults.
+    #[serde(default)]
+    pub links: LinksFile,
+}
+
+/// Where processes run.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Placement {
+    /// Everything on one node.
+    #[default]
+    Affinity,
+    /// Client, proxies and each backend on nodes of their own.
+    AntiAffinity,
+}
+
+/// Where the client is.
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientPath {
+    /// Inside the cluster.
+    #[default]
+    Internal,
+    /// Across the internet link.
+    External,
+}
+
+/// Link delays as written: `{ delay: 0.3ms, jitter: 0.05ms }`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LinksFile {
+    /// Between nodes of the cluster (default 0.3 ms ± 0.05 ms).
+    pub cross_node: Option<LinkFile>,
+    /// Between an external client and the cluster (default 20 ms ± 2 ms).
+    pub internet: Option<LinkFile>,
+}
+
+/// One link as written.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LinkFile {
+    /// One-way delay.
+    pub delay: String,
+    /// Largest deviation either way (default 0).
+    #[serde(default)]
+    pub jitter: Option<String>,
+}
+
+impl TopologyFile {
+    /// The links the placement puts on each path.
+    pub fn links(&self) -> Result<Links, String> {
+        let link =
+            |f: &Option<LinkFile>, field: &str, default: (u64, u64)| -> Result<LinkSpec, String> {
+                let parse = |v: &str| {
+                    ingressbench_stats::parse_duration(v)
+                        .map_err(|e| format!("topology.links.{field}: {e}"))
+                };
+                match f {
+                    Some(l) => Ok(LinkSpec {
+                        delay: parse(&l.delay)?,
+                        jitter: l
+                            .jitter
+                            .as_deref()
+                            .map(parse)
+                            .transpose()?
+                            .unwrap_or_default(),
+                    }),
+                    None => Ok(LinkSpec {
+                        delay: std::time::Duration::from_micros(default.0),
+                        jitter: std::time::Duration::from_micros(default.1),
+                    }),
+                }
+            };
+        let cross = link(&self.links.cross_node, "cross_node", (300, 50))?;
+        let internet = link(&self.links.internet, "internet", (20_000, 2_000))?;
+        for l in [cross, internet] {
+            if l.jitter > l.delay {
+                return Err(format!(
+                    "topology.links: jitter {:?} is larger than the delay {:?}",
+                    l.jitter, l.delay
+                ));
+            }
+        }
+        let anti = self.placement == Placement::AntiAffinity;
+        Ok(Links {
+            client: match (self.client, anti) {
+                (ClientPath::External, _) => Some(internet),
+                (ClientPath::Internal, true) => Some(cross),
+                (ClientPath::Internal, false) => None,
+            },
+            backends: anti.then_some(cross),
+        })
+    }
 }
 
 /// An extra hop as written: `{ proxy: envoy, mtls: true }`.
@@ -252,6 +362,7 @@ impl LabFile {
                 "front.replicas: 0; a front needs at least one proxy replica behind it".into(),
             ));
         }
+        let links = self.topology.links().map_err(err)?;
         if let Some(hop) = &self.hop {
             if hop.proxy != ProxyKind::Envoy {
                 return Err(err(format!(
@@ -331,6 +442,7 @@ impl LabFile {
             },
             front: self.front.as_ref().map(|f| f.replicas),
             hop: self.hop.as_ref().map(|h| HopSpec { mtls: h.mtls }),
+            links,
         })
     }
 }
@@ -338,6 +450,32 @@ impl LabFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placements_put_links_on_the_paths_that_cross_nodes() {
+        let links = |yaml: &str| {
+            serde_yaml_ng::from_str::<TopologyFile>(yaml)
+                .unwrap()
+                .links()
+        };
+        let near = links("{}").unwrap();
+        assert_eq!((near.client, near.backends), (None, None));
+        let anti =
+            links("{ placement: anti_affinity, links: { cross_node: { delay: 1ms } } }").unwrap();
+        let ms = std::time::Duration::from_millis(1);
+        assert_eq!(anti.client.map(|l| l.delay), Some(ms));
+        assert_eq!(anti.backends.map(|l| l.delay), Some(ms));
+        let external = links("{ client: external }").unwrap();
+        assert_eq!(
+            external
+                .client
+                .map(|l| (l.delay.as_millis(), l.jitter.as_millis())),
+            Some((20, 2))
+        );
+        assert_eq!(external.backends, None);
+        let e = links("{ links: { internet: { delay: 1ms, jitter: 2ms } } }").unwrap_err();
+        assert!(e.contains("larger than the delay"), "{e}");
+    }
 
     fn parse(text: &str) -> Result<LabFile, String> {
         LabFile::parse(text, Path::new("lab.yaml")).map_err(|e| e.to_string())

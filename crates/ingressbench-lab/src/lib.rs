@@ -29,4 +29,4 @@ pub mod reaper;
 pub mod relay;
 
 pub use error::LabError;
-pub use lab::{Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, PoolSpec};
+pub use lab::{Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, Links, PoolSpec};

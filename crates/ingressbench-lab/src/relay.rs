@@ -90,6 +90,12 @@ impl Relay {
     }
 }
 
+impl std::fmt::Debug for Relay {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Relay").field("addr", &self.addr).finish()
+    }
+}
+
 impl Drop for Relay {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);

@@ -4,7 +4,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use ingressbench_lab::labfile::{FrontFile, HopFile, OverlayFile, PoolFile, RouteFile, TuningFile};
+use ingressbench_lab::labfile::{
+    FrontFile, HopFile, OverlayFile, PoolFile, RouteFile, TopologyFile, TuningFile,
+};
 use ingressbench_lab::proxy::{HaproxyUpdate, ProxyKind};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -38,6 +40,9 @@ pub struct Scenario {
     /// How changes reach the proxies.
     #[serde(default)]
     pub controller: ControllerFile,
+    /// Where things run and the links between (placement presets, link delays).
+    #[serde(default)]
+    pub topology: TopologyFile,
     /// The load.
     pub load: LoadFile,
     /// The timeline, relative to the start of measurement.

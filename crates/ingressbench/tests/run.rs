@@ -297,6 +297,9 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
         );
         let record = json(&out.join("run.json"));
         assert_eq!(record["status"], "complete", "{}", file.display());
+        if file.ends_with("sequential-bursts.yaml") {
+            placements_add_their_links(&record);
+        }
         assert_eq!(record["cells"].as_array().unwrap().len(), cells);
         for cell in record["cells"].as_array().unwrap() {
             assert_eq!(cell["status"], "done", "{}: {cell}", file.display());
@@ -371,4 +374,41 @@ events:
     let max = stall["max_latency_ms"].as_f64().unwrap();
     assert!(max >= 800.0, "max latency after the stall: {max} ms");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// sequential-bursts: per target and host, anti-affinity adds the 0.3 ms cross-node link
+/// four times (client and backend links, each both ways) and an external client the
+/// 20 ms internet link twice, at p50.
+fn placements_add_their_links(record: &serde_json::Value) {
+    let p50 = |target: &str, host: &str, placement: &str, client: &str| -> f64 {
+        let cell = record["cells"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| {
+                let s = &c["settings"];
+                c["target"] == target
+                    && s["load.host"] == host
+                    && s["topology.placement"] == placement
+                    && s["topology.client"] == client
+            })
+            .unwrap_or_else(|| panic!("no cell {target} {host} {placement} {client}"));
+        cell["summary"]["p50_us"].as_f64().unwrap() / 1e3
+    };
+    for target in ["nginx", "haproxy"] {
+        for host in ["a.app.test", "b.app.test"] {
+            let near = p50(target, host, "affinity", "internal");
+            let anti = p50(target, host, "anti_affinity", "internal") - near;
+            let internet = p50(target, host, "affinity", "external") - near;
+            eprintln!("{target} {host}: affinity {near:.3} ms, anti-affinity +{anti:.3} ms (links: +1.2), internet +{internet:.3} ms (links: +40)");
+            assert!(
+                (1.0..2.0).contains(&anti),
+                "{target} {host}: anti-affinity +{anti} ms"
+            );
+            assert!(
+                (38.0..46.0).contains(&internet),
+                "{target} {host}: internet +{internet} ms"
+            );
+        }
+    }
 }
