@@ -11,7 +11,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -36,9 +36,16 @@ pub struct LinkSpec {
 pub struct Relay {
     addr: SocketAddr,
     stop: Arc<AtomicBool>,
-    streams: Arc<Mutex<Vec<TcpStream>>>,
+    streams: Arc<Mutex<Vec<Open>>>,
     overhead: Arc<Mutex<HistogramUs>>,
     accept: Option<JoinHandle<()>>,
+}
+
+/// A relayed connection's two sockets (kept to close them when the relay stops) and how
+/// many of its two directions have ended (at 2 it is forgotten, and its sockets closed).
+struct Open {
+    sockets: [TcpStream; 2],
+    ended: Arc<AtomicUsize>,
 }
 
 impl Relay {
@@ -101,8 +108,8 @@ impl Drop for Relay {
         self.stop.store(true, Ordering::Relaxed);
         // Wake the accept loop so that it sees the flag.
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(100));
-        if let Ok(streams) = self.streams.lock() {
-            for s in streams.iter() {
+        if let Ok(open) = self.streams.lock() {
+            for s in open.iter().flat_map(|o| &o.sockets) {
                 let _ = s.shutdown(Shutdown::Both);
             }
         }
@@ -116,24 +123,24 @@ fn connect_pair(
     client: TcpStream,
     server: TcpStream,
     link: LinkSpec,
-    streams: &Arc<Mutex<Vec<TcpStream>>>,
+    streams: &Arc<Mutex<Vec<Open>>>,
     overhead: &Arc<Mutex<HistogramUs>>,
     seed: u64,
 ) -> io::Result<()> {
     client.set_nodelay(true)?;
     server.set_nodelay(true)?;
-    if let Ok(mut s) = streams.lock() {
-        s.push(client.try_clone()?);
-        s.push(server.try_clone()?);
+    let ended = Arc::new(AtomicUsize::new(0));
+    if let Ok(mut open) = streams.lock() {
+        // Forget the connections that have ended, so that their descriptors close.
+        open.retain(|o| o.ended.load(Ordering::Relaxed) < 2);
+        open.push(Open {
+            sockets: [client.try_clone()?, server.try_clone()?],
+            ended: ended.clone(),
+        });
     }
-    pipe(
-        client.try_clone()?,
-        server.try_clone()?,
-        link,
-        overhead.clone(),
-        seed,
-    )?;
-    pipe(server, client, link, overhead.clone(), seed ^ 0xffff)?;
+    let (a, b) = (client.try_clone()?, server.try_clone()?);
+    pipe(a, b, link, overhead.clone(), seed, ended.clone())?;
+    pipe(server, client, link, overhead.clone(), seed ^ 0xffff, ended)?;
     Ok(())
 }
 
@@ -144,6 +151,7 @@ fn pipe(
     link: LinkSpec,
     overhead: Arc<Mutex<HistogramUs>>,
     seed: u64,
+    ended: Arc<AtomicUsize>,
 ) -> io::Result<()> {
     if link == LinkSpec::default() {
         // Nothing to hold back: copy in one thread, without a hand-over to wait for.
@@ -161,6 +169,7 @@ fn pipe(
                     }
                 }
                 let _ = to.shutdown(Shutdown::Write);
+                ended.fetch_add(1, Ordering::Relaxed);
             })?;
         return Ok(());
     }
@@ -200,6 +209,7 @@ fn pipe(
             }
             // The other side closed its sending half: pass that on, after the data.
             let _ = to.shutdown(Shutdown::Write);
+            ended.fetch_add(1, Ordering::Relaxed);
         })?;
     Ok(())
 }
@@ -322,6 +332,38 @@ mod tests {
             relay.overhead().value_at_percentile(50.0)
         );
         assert!(through > direct, "a relay cannot make the path shorter");
+    }
+
+    #[test]
+    fn ended_connections_are_forgotten() {
+        let relay = Relay::start(
+            "127.0.0.1:0".parse().unwrap(),
+            echo(),
+            LinkSpec {
+                delay: Duration::from_micros(100),
+                jitter: Duration::ZERO,
+            },
+        )
+        .unwrap();
+        for _ in 0..20 {
+            let mut s = TcpStream::connect(relay.addr()).unwrap();
+            s.write_all(b"x").unwrap();
+            s.shutdown(Shutdown::Write).unwrap();
+            let mut back = Vec::new();
+            s.read_to_end(&mut back).unwrap();
+            assert_eq!(back, b"x");
+        }
+        // Each new connection prunes the ended ones before it is added.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut keep = Vec::new();
+        loop {
+            keep.push(TcpStream::connect(relay.addr()).unwrap());
+            std::thread::sleep(Duration::from_millis(20));
+            if relay.streams.lock().unwrap().len() <= keep.len() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "ended connections still held");
+        }
     }
 
     #[test]
