@@ -324,24 +324,26 @@ pub fn percent(e: &Estimate) -> String {
     )
 }
 
+/// Conditions grouped by settings, in order of first appearance.
+pub fn groups(conditions: &[Condition]) -> Vec<(String, Vec<&Condition>)> {
+    let mut out: Vec<(String, Vec<&Condition>)> = Vec::new();
+    for c in conditions {
+        match out.iter_mut().find(|(s, _)| *s == c.settings) {
+            Some((_, m)) => m.push(c),
+            None => out.push((c.settings.clone(), vec![c])),
+        }
+    }
+    out
+}
+
 /// One sentence per group of settings: each target's p99 with its interval, its errors,
 /// and the p99 difference against the first target.
 pub fn headline(conditions: &[Condition], diffs: &[Difference]) -> Vec<String> {
     let p99 = metric_index("p99").unwrap_or(2);
     let errors = metric_index("errors").unwrap_or(5);
-    let mut groups: Vec<&str> = Vec::new();
-    for c in conditions {
-        if !groups.contains(&c.settings.as_str()) {
-            groups.push(&c.settings);
-        }
-    }
-    groups
+    groups(conditions)
         .into_iter()
-        .map(|settings| {
-            let members: Vec<&Condition> = conditions
-                .iter()
-                .filter(|c| c.settings == settings)
-                .collect();
+        .map(|(settings, members)| {
             let mut parts: Vec<String> = members
                 .iter()
                 .map(|c| format!("{} p99 {}", c.target, with_interval(&c.metrics[p99], "ms")))

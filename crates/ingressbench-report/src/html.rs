@@ -7,7 +7,7 @@ use std::path::Path;
 
 use ingressbench_stats::HistogramUs;
 
-use crate::analysis::{self, Condition, Difference, METRICS};
+use crate::analysis::{self, groups, Condition, Difference, METRICS};
 use crate::results::{read_samples, CellResults, RunResults, SampleRow};
 use crate::svg::{esc, short, Axis, Plot, ERROR_COLOUR, PALETTE};
 
@@ -187,18 +187,6 @@ fn samples_of(cell: &CellResults) -> Vec<SampleRow> {
         .as_ref()
         .and_then(|d| read_samples(&d.join("samples.csv.gz")).ok())
         .unwrap_or_default()
-}
-
-/// Conditions grouped by settings, in order.
-fn groups(conditions: &[Condition]) -> Vec<(String, Vec<&Condition>)> {
-    let mut out: Vec<(String, Vec<&Condition>)> = Vec::new();
-    for c in conditions {
-        match out.iter_mut().find(|(s, _)| *s == c.settings) {
-            Some((_, m)) => m.push(c),
-            None => out.push((c.settings.clone(), vec![c])),
-        }
-    }
-    out
 }
 
 fn target_colours(conditions: &[Condition]) -> BTreeMap<String, &'static str> {
