@@ -78,6 +78,14 @@ pub enum LabError {
         /// What is wrong and what would be valid.
         message: String,
     },
+    /// Nodes (addresses, namespaces, veths) could not be set up.
+    #[error("cannot set up the lab's nodes ({action}): {reason}")]
+    Network {
+        /// What was being done.
+        action: String,
+        /// Why it failed, and the fix when there is one.
+        reason: String,
+    },
     /// A proxy refused an update.
     #[error("{kind} refused the update ({mechanism}): {reason}")]
     Update {

@@ -3,11 +3,13 @@
 //! connections round-robin and passing TLS through to the proxies.
 
 use std::fmt::Write as _;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::process::{free_port, OwnedChild};
-use crate::proxy::{Binaries, Proxy, ProxyKind};
+use crate::proxy::{Binaries, ProxyKind};
+use crate::topology::Node;
 use crate::LabError;
 
 /// How long the front may take to start listening.
@@ -15,6 +17,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// A running L4 front.
 pub struct Front {
+    ip: IpAddr,
     http_port: u16,
     https_port: Option<u16>,
     version: String,
@@ -23,12 +26,14 @@ pub struct Front {
 }
 
 impl Front {
-    /// Starts HAProxy in TCP mode in `dir/front`, balancing over every proxy in `proxies`
-    /// (their HTTP ports, and their HTTPS ports when they all have one).
+    /// Starts HAProxy in TCP mode on `node`, in `dir/front`, balancing over the proxies'
+    /// `http` addresses, and their `https` addresses when they terminate TLS.
     pub fn start(
         binaries: &Binaries,
+        node: &Node,
         dir: &Path,
-        proxies: &[Proxy],
+        http: &[SocketAddr],
+        https: Option<&[SocketAddr]>,
         spawned: impl FnOnce(u32),
     ) -> Result<Self, LabError> {
         let binary = binaries.locate(ProxyKind::Haproxy)?;
@@ -43,16 +48,15 @@ impl Front {
             })
         };
         let http_port = port()?;
-        let https: Option<Vec<u16>> = proxies.iter().map(Proxy::https_port).collect();
         let https_port = match https {
-            Some(_) if !proxies.is_empty() => Some(port()?),
+            Some(_) if !http.is_empty() => Some(port()?),
             _ => None,
         };
         let config = dir.join("front.cfg");
         let text = render(
-            http_port,
-            proxies.iter().map(Proxy::http_port).collect(),
-            https_port.zip(https),
+            (node.ip, http_port).into(),
+            http,
+            https_port.map(|p| (node.ip, p).into()).zip(https),
         );
         std::fs::write(&config, text).map_err(|source| LabError::Io {
             action: "writing",
@@ -60,19 +64,22 @@ impl Front {
             source,
         })?;
         let args = vec!["-W".into(), "-f".into(), config.display().to_string()];
-        let mut child = OwnedChild::spawn(
+        let mut child = OwnedChild::spawn_with_env(
             "front (haproxy, TCP mode)",
             &binary,
             &args,
+            &[],
             &dir,
             &dir.join("front.log"),
+            node.netns.as_deref(),
         )?;
         spawned(child.pid());
-        child.wait_listening(([127, 0, 0, 1], http_port).into(), START_TIMEOUT)?;
+        child.wait_listening((node.ip, http_port).into(), START_TIMEOUT)?;
         if let Some(port) = https_port {
-            child.wait_listening(([127, 0, 0, 1], port).into(), START_TIMEOUT)?;
+            child.wait_listening((node.ip, port).into(), START_TIMEOUT)?;
         }
         Ok(Self {
+            ip: node.ip,
             http_port,
             https_port,
             version,
@@ -81,14 +88,14 @@ impl Front {
         })
     }
 
-    /// Its plain port.
-    pub fn http_port(&self) -> u16 {
-        self.http_port
+    /// Where it listens for plain connections.
+    pub fn http_addr(&self) -> SocketAddr {
+        (self.ip, self.http_port).into()
     }
 
-    /// Its TLS port (passed through to the proxies), if they terminate TLS.
-    pub fn https_port(&self) -> Option<u16> {
-        self.https_port
+    /// Where it listens for TLS (passed through to the proxies), if they terminate TLS.
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.https_port.map(|p| (self.ip, p).into())
     }
 
     /// HAProxy's version.
@@ -113,7 +120,11 @@ impl Front {
 }
 
 /// The configuration: one TCP frontend per port, round-robin over the proxies' ports.
-fn render(http_port: u16, http: Vec<u16>, https: Option<(u16, Vec<u16>)>) -> String {
+fn render(
+    http: SocketAddr,
+    targets: &[SocketAddr],
+    https: Option<(SocketAddr, &[SocketAddr])>,
+) -> String {
     let mut c = String::new();
     let _ = writeln!(
         c,
@@ -123,18 +134,18 @@ fn render(http_port: u16, http: Vec<u16>, https: Option<(u16, Vec<u16>)>) -> Str
          defaults\n  mode tcp\n  balance roundrobin\n  timeout connect 5s\n  timeout client 75s\n  timeout server 75s",
         crate::proxy::haproxy_max_connections()
     );
-    let mut section = |name: &str, port: u16, targets: &[u16]| {
+    let mut section = |name: &str, bind: SocketAddr, targets: &[SocketAddr]| {
         let _ = writeln!(
             c,
-            "frontend {name}\n  bind 127.0.0.1:{port}\n  default_backend {name}_proxies\nbackend {name}_proxies"
+            "frontend {name}\n  bind {bind}\n  default_backend {name}_proxies\nbackend {name}_proxies"
         );
         for (i, target) in targets.iter().enumerate() {
-            let _ = writeln!(c, "  server p{} 127.0.0.1:{target}", i + 1);
+            let _ = writeln!(c, "  server p{} {target}", i + 1);
         }
     };
-    section("http", http_port, &http);
-    if let Some((port, targets)) = https {
-        section("https", port, &targets);
+    section("http", http, targets);
+    if let Some((bind, targets)) = https {
+        section("https", bind, targets);
     }
     c
 }
@@ -145,18 +156,25 @@ mod tests {
 
     #[test]
     fn every_proxy_is_a_server_of_each_frontend() {
-        let c = render(8000, vec![8001, 8002], Some((8443, vec![8444, 8445])));
+        let at = |s: &str| -> SocketAddr { s.parse().unwrap() };
+        let http = [at("127.0.1.1:8001"), at("127.0.1.1:8002")];
+        let https = [at("127.0.1.1:8444"), at("127.0.1.1:8445")];
+        let c = render(
+            at("127.0.2.1:8000"),
+            &http,
+            Some((at("127.0.2.1:8443"), &https)),
+        );
         assert!(
             c.contains("mode tcp") && c.contains("balance roundrobin"),
             "{c}"
         );
-        assert!(c.contains("frontend http\n  bind 127.0.0.1:8000\n"), "{c}");
+        assert!(c.contains("frontend http\n  bind 127.0.2.1:8000\n"), "{c}");
         assert!(
-            c.contains("  server p1 127.0.0.1:8001\n  server p2 127.0.0.1:8002\n"),
+            c.contains("  server p1 127.0.1.1:8001\n  server p2 127.0.1.1:8002\n"),
             "{c}"
         );
-        assert!(c.contains("frontend https\n  bind 127.0.0.1:8443\n"), "{c}");
-        assert!(c.contains("  server p2 127.0.0.1:8445\n"), "{c}");
-        assert!(!render(8000, vec![8001], None).contains("https"));
+        assert!(c.contains("frontend https\n  bind 127.0.2.1:8443\n"), "{c}");
+        assert!(c.contains("  server p2 127.0.1.1:8445\n"), "{c}");
+        assert!(!render(at("127.0.0.1:8000"), &http[..1], None).contains("https"));
     }
 }

@@ -14,7 +14,8 @@ use crate::model::{check_name, Overlay, Pool, Route, RouteTable, Tuning};
 use crate::process::OwnedChild;
 use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions, UpstreamMtls};
 use crate::reaper::Reaper;
-use crate::relay::{LinkSpec, Relay};
+use crate::relay::Relay;
+use crate::topology::{Isolation, Node, Nodes, Topology};
 use crate::LabError;
 
 /// How long a backend may take to say where it listens.
@@ -61,17 +62,8 @@ pub struct LabSpec {
     pub front: Option<usize>,
     /// An extra hop: a sidecar between the proxies and the backends.
     pub hop: Option<HopSpec>,
-    /// Emulated links on the paths that cross nodes.
-    pub links: Links,
-}
-
-/// The emulated links of a placement: which paths cross a link, and how slow it is.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Links {
-    /// Between the client and the entry (the front or the proxy), both ways.
-    pub client: Option<LinkSpec>,
-    /// Between the proxies (or the sidecar) and each backend, both ways.
-    pub backends: Option<LinkSpec>,
+    /// Where each part runs, and the links on the paths that cross nodes.
+    pub topology: Topology,
 }
 
 /// An extra proxy on the path: an Envoy sidecar beside the proxies, as a service mesh puts
@@ -108,7 +100,7 @@ impl LabSpec {
             proxy_options: ProxyOptions::default(),
             front: None,
             hop: None,
-            links: Links::default(),
+            topology: Topology::default(),
         }
     }
 }
@@ -122,6 +114,8 @@ pub struct Backend {
     pub pool: String,
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Its node.
+    pub node: String,
     /// The link in front of it, when it sits on another node than the proxies.
     relay: Option<Relay>,
     child: OwnedChild,
@@ -148,8 +142,12 @@ pub struct Lab {
     backends: Vec<Backend>,
     proxies: Vec<Proxy>,
     front: Option<Front>,
+    nodes: Nodes,
     entry_relays: Option<(Relay, Option<Relay>)>,
+    /// The links between the front and the proxies' replicas (plain and TLS ports).
+    front_relays: Vec<Relay>,
     sidecar: Option<Proxy>,
+    sidecar_relay: Option<Relay>,
     told_proxies: Option<RouteTable>,
     reload_due: bool,
     overlay: Overlay,
@@ -215,6 +213,10 @@ impl Lab {
         for pool in &spec.pools {
             check_name("pool", &pool.name)?;
         }
+        if spec.topology.isolation == Isolation::Netns {
+            remove_stale_once();
+        }
+        let nodes = Nodes::new(spec.topology.isolation)?;
         let dir = private_dir()?;
         let mut reaper = Reaper::start(&spec.backend_binary)?;
         if !spec.keep {
@@ -229,8 +231,11 @@ impl Lab {
             backends: Vec::new(),
             proxies: Vec::new(),
             front: None,
+            nodes,
             entry_relays: None,
+            front_relays: Vec::new(),
             sidecar: None,
+            sidecar_relay: None,
             told_proxies: None,
             reload_due: false,
             serial: 0,
@@ -257,6 +262,9 @@ impl Lab {
 
     fn start_all(&mut self) -> Result<(), LabError> {
         let lab = self;
+        let topology = lab.spec.topology.clone();
+        // The client's node comes first, so that on loopback it is 127.0.0.1.
+        lab.node(&topology.client)?;
         let mtls = lab.spec.hop.as_ref().is_some_and(|h| h.mtls);
         if lab.spec.tls || mtls {
             let hosts: Vec<String> = lab.spec.routes.iter().map(|r| r.host.clone()).collect();
@@ -278,10 +286,12 @@ impl Lab {
                 }),
                 _ => None,
             };
+            let node = lab.node(&topology.sidecar)?;
             let table = lab.sidecar_table();
             let reaper = lab.reaper.as_mut();
             let sidecar = Proxy::start(
                 ProxyKind::Envoy,
+                &node,
                 &lab.spec.binaries,
                 &lab.dir.join("sidecar"),
                 &table,
@@ -293,11 +303,14 @@ impl Lab {
                     }
                 },
             )?;
+            let at = sidecar.http_addr();
             lab.sidecar = Some(sidecar);
+            lab.sidecar_relay = lab.link(&topology.proxies, &node, at, "the sidecar")?;
         }
         let table = lab.proxies_table();
         lab.told_proxies = Some(table.clone());
         let replicas = lab.spec.front.unwrap_or(1);
+        let node = lab.node(&topology.proxies)?;
         for kind in lab.spec.proxies.clone() {
             for replica in 1..=replicas {
                 let tls = lab
@@ -313,6 +326,7 @@ impl Lab {
                 let reaper = lab.reaper.as_mut();
                 let proxy = Proxy::start(
                     kind,
+                    &node,
                     &lab.spec.binaries,
                     &dir,
                     &table,
@@ -328,31 +342,100 @@ impl Lab {
             }
         }
         if lab.spec.front.is_some() {
+            let front_node = lab.node(&topology.front)?;
+            let (http, https): (Vec<_>, Vec<_>) = lab
+                .proxies
+                .iter()
+                .map(|p| (p.http_addr(), p.https_addr()))
+                .unzip();
+            // The front reaches each replica through the link between their nodes.
+            let mut reach = |addr: SocketAddr| -> Result<SocketAddr, LabError> {
+                Ok(
+                    match lab.link(&topology.front, &node, addr, "a proxy replica")? {
+                        Some(relay) => {
+                            let at = relay.addr();
+                            lab.front_relays.push(relay);
+                            at
+                        }
+                        None => addr,
+                    },
+                )
+            };
+            let http = http
+                .into_iter()
+                .map(&mut reach)
+                .collect::<Result<Vec<_>, _>>()?;
+            let https = match https.into_iter().collect::<Option<Vec<_>>>() {
+                Some(h) => Some(
+                    h.into_iter()
+                        .map(&mut reach)
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+                None => None,
+            };
             let reaper = lab.reaper.as_mut();
-            let front = Front::start(&lab.spec.binaries, &lab.dir, &lab.proxies, |pid| {
-                if let Some(r) = reaper {
-                    r.watch(pid);
-                }
-            })?;
+            let front = Front::start(
+                &lab.spec.binaries,
+                &front_node,
+                &lab.dir,
+                &http,
+                https.as_deref(),
+                |pid| {
+                    if let Some(r) = reaper {
+                        r.watch(pid);
+                    }
+                },
+            )?;
             lab.front = Some(front);
         }
-        if let (Some(link), Some((http, https))) = (lab.spec.links.client, lab.direct_entry()) {
-            let relay = |port: u16| {
-                Relay::start(
-                    SocketAddr::from(([127, 0, 0, 1], 0)),
-                    SocketAddr::from(([127, 0, 0, 1], port)),
-                    link,
-                )
-                .map_err(|source| LabError::Io {
-                    action: "starting the client link relay in",
-                    path: lab.dir.clone(),
-                    source,
-                })
+        if let Some((http, https)) = lab.direct_entry() {
+            let entry_node = if lab.front.is_some() {
+                &topology.front
+            } else {
+                &topology.proxies
             };
-            let https = https.map(relay).transpose()?;
-            lab.entry_relays = Some((relay(http)?, https));
+            let entry = lab.node(entry_node)?;
+            if let Some(relay) = lab.link(&topology.client, &entry, http, "the entry")? {
+                let https = match https {
+                    Some(at) => lab.link(&topology.client, &entry, at, "the entry")?,
+                    None => None,
+                };
+                lab.entry_relays = Some((relay, https));
+            }
         }
         Ok(())
+    }
+
+    /// The node called `name`, made if it is new (the reaper is told of its namespace).
+    fn node(&mut self, name: &str) -> Result<Node, LabError> {
+        check_name("node", name)?;
+        let reaper = &mut self.reaper;
+        self.nodes.get(name, &mut |ns| {
+            if let Some(r) = reaper.as_mut() {
+                r.remove_netns_on_death(ns);
+            }
+        })
+    }
+
+    /// A relay on the link from node `from` to `to` (where `target` listens), or `None`
+    /// when both are the same node. It listens on `to`'s address, in `to`'s namespace.
+    fn link(
+        &self,
+        from: &str,
+        to: &Node,
+        target: SocketAddr,
+        what: &str,
+    ) -> Result<Option<Relay>, LabError> {
+        let Some(link) = self.spec.topology.link(from, &to.name) else {
+            return Ok(None);
+        };
+        Relay::start((to.ip, 0).into(), target, link, to.netns.as_deref())
+            .map(Some)
+            .map_err(|source| LabError::Io {
+                action: "starting the link relay in front of",
+                path: PathBuf::from(format!("{what} on node {}", to.name)),
+                source,
+            })
     }
 
     fn start_backend(&mut self, pool: &PoolSpec) -> Result<(), LabError> {
@@ -362,13 +445,14 @@ impl Lab {
         while self.backends.iter().any(|b| b.name == name) {
             name = format!("{}-{}", pool.name, self.serial);
         }
+        let node = self.node(&self.spec.topology.backend_node(&name))?;
         let log = self.dir.join(format!("backend-{name}.log"));
         let mut args = vec![
             "backend".to_owned(),
             "--name".into(),
             name.clone(),
             "--listen".into(),
-            "127.0.0.1:0".into(),
+            SocketAddr::from((node.ip, 0)).to_string(),
         ];
         args.extend(pool.backend_args.iter().cloned());
         if let (Some(certs), Some(HopSpec { mtls: true })) = (&self.certs, &self.spec.hop) {
@@ -380,31 +464,29 @@ impl Lab {
                 args.extend([flag.to_owned(), path.display().to_string()]);
             }
         }
-        let mut child = OwnedChild::spawn(
+        let mut child = OwnedChild::spawn_with_env(
             &format!("backend {name}"),
             &self.spec.backend_binary,
             &args,
+            &[],
             &self.dir,
             &log,
+            node.netns.as_deref(),
         )?;
         self.watch(child.pid());
         let addr = wait_for_address(&mut child, &log)?;
-        let relay = match self.spec.links.backends {
-            Some(link) => Some(
-                Relay::start(SocketAddr::from(([127, 0, 0, 1], 0)), addr, link).map_err(
-                    |source| LabError::Io {
-                        action: "starting the link relay of",
-                        path: PathBuf::from(&name),
-                        source,
-                    },
-                )?,
-            ),
-            None => None,
+        // The proxies (or the sidecar, with a hop) call the backends.
+        let caller = if self.spec.hop.is_some() {
+            &self.spec.topology.sidecar
+        } else {
+            &self.spec.topology.proxies
         };
+        let relay = self.link(caller, &node, addr, &format!("backend {name}"))?;
         self.backends.push(Backend {
             name,
             pool: pool.name.clone(),
             addr,
+            node: node.name,
             relay,
             child,
         });
@@ -431,7 +513,10 @@ impl Lab {
     fn proxies_table(&self) -> RouteTable {
         let mut table = self.table();
         if let Some(sidecar) = &self.sidecar {
-            let at = SocketAddr::from(([127, 0, 0, 1], sidecar.http_port()));
+            let at = self
+                .sidecar_relay
+                .as_ref()
+                .map_or(sidecar.http_addr(), Relay::addr);
             for pool in &mut table.pools {
                 pool.endpoints = vec![at];
             }
@@ -733,13 +818,34 @@ impl Lab {
         self.front.as_ref()
     }
 
-    /// Where clients connect (plain port, TLS port): through the client's link if it has
-    /// one, else the front's ports if there is one, else the first proxy's.
-    pub fn entry(&self) -> Option<(u16, Option<u16>)> {
+    /// Where clients connect (plain, TLS): through the client's link if it has one, else
+    /// the front if there is one, else the first proxy.
+    pub fn entry(&self) -> Option<(SocketAddr, Option<SocketAddr>)> {
         if let Some((http, https)) = &self.entry_relays {
-            return Some((http.addr().port(), https.as_ref().map(|r| r.addr().port())));
+            return Some((http.addr(), https.as_ref().map(Relay::addr)));
         }
         self.direct_entry()
+    }
+
+    /// The client's network namespace, with namespace isolation: the load generator's
+    /// threads enter it (see [`crate::topology::enter_netns`]).
+    pub fn client_netns(&self) -> Option<PathBuf> {
+        let client = &self.spec.topology.client;
+        self.nodes
+            .all()
+            .iter()
+            .find(|n| &n.name == client)
+            .and_then(|n| n.netns.clone())
+    }
+
+    /// The nodes made so far (the client's first).
+    pub fn nodes(&self) -> &[Node] {
+        self.nodes.all()
+    }
+
+    /// The topology the lab was brought up with.
+    pub fn topology(&self) -> &Topology {
+        &self.spec.topology
     }
 
     /// Every link relay's own added time per chunk (microseconds), merged.
@@ -748,7 +854,9 @@ impl Lab {
         let entry = self
             .entry_relays
             .iter()
-            .flat_map(|(a, b)| std::iter::once(a).chain(b.as_ref()));
+            .flat_map(|(a, b)| std::iter::once(a).chain(b.as_ref()))
+            .chain(&self.front_relays)
+            .chain(&self.sidecar_relay);
         let backends = self
             .backends
             .iter()
@@ -761,13 +869,13 @@ impl Lab {
     }
 
     /// The entry without the client's link.
-    fn direct_entry(&self) -> Option<(u16, Option<u16>)> {
+    fn direct_entry(&self) -> Option<(SocketAddr, Option<SocketAddr>)> {
         match &self.front {
-            Some(front) => Some((front.http_port(), front.https_port())),
+            Some(front) => Some((front.http_addr(), front.https_addr())),
             None => self
                 .proxies
                 .first()
-                .map(|p| (p.http_port(), p.https_port())),
+                .map(|p| (p.http_addr(), p.https_addr())),
         }
     }
 
@@ -822,6 +930,10 @@ impl Drop for Lab {
         }
         self.backends.clear();
         self.terminating.clear();
+        self.entry_relays = None;
+        self.front_relays.clear();
+        self.sidecar_relay = None;
+        self.nodes.remove();
         if let Some(reaper) = self.reaper.take() {
             reaper.dismiss();
         }
@@ -829,6 +941,16 @@ impl Drop for Lab {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// Removes stale namespaces of dead owners, once per process.
+fn remove_stale_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for name in crate::topology::remove_stale() {
+            eprintln!("removed {name}, left behind by an ingressbench that is gone");
+        }
+    });
 }
 
 fn describe_overlay(overlay: &Overlay) -> String {

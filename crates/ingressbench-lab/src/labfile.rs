@@ -23,7 +23,8 @@ use crate::backend::Latency;
 use crate::model::{Overlay, Route, Tuning};
 use crate::proxy::{Binaries, HaproxyUpdate, ProxyKind, ProxyOptions};
 use crate::relay::LinkSpec;
-use crate::{HopSpec, LabError, LabSpec, Links, PoolSpec};
+use crate::topology::{Isolation, Topology};
+use crate::{HopSpec, LabError, LabSpec, PoolSpec};
 
 /// A lab file as written.
 #[derive(Clone, Debug, Deserialize)]
@@ -60,30 +61,72 @@ pub struct LabFile {
     pub topology: TopologyFile,
 }
 
-/// Placement presets and link delays as written.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+/// Where things run and the links between, as written.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct TopologyFile {
-    /// `affinity` (client, proxy and backends on one node: no links) or `anti_affinity`
-    /// (every backend on its own node, the proxies on another, the client on its own).
+    /// `loopback` (each node an address 127.0.N.1) or `netns` (each node a network
+    /// namespace, root only).
     #[serde(default)]
-    pub placement: Placement,
-    /// `internal` (the client on a node of the cluster) or `external` (across `internet`).
+    pub isolation: Isolation,
+    /// A preset, `affinity` (everything on one node: no links) or `anti_affinity` (the
+    /// client, the front and the proxies on nodes of their own, every backend on its own),
+    /// or the node of each part: `{ client, front, proxies, sidecar, backends }`.
+    #[serde(default)]
+    pub placement: PlacementFile,
+    /// `internal` (the client on a node of the cluster) or `external` (its node outside,
+    /// across `internet`).
     #[serde(default)]
     pub client: ClientPath,
-    /// Link delays; unset ones keep their defaults.
+    /// Links; unset ones keep their defaults.
     #[serde(default)]
     pub links: LinksFile,
 }
 
-/// Where processes run.
+/// A placement as written: a preset's name or a node per part.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum PlacementFile {
+    /// `affinity` or `anti_affinity`.
+    Preset(Placement),
+    /// `{ client: c, front: lb, proxies: n1, sidecar: n2, backends: n1 | each }`.
+    Nodes(NodesFile),
+}
+
+impl Default for PlacementFile {
+    fn default() -> Self {
+        Self::Preset(Placement::Affinity)
+    }
+}
+
+/// The node of each part, as written; `backends: each` puts every backend on its own.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct NodesFile {
+    /// The client's node (default `client`).
+    #[serde(default)]
+    pub client: Option<String>,
+    /// The L4 front's node (default `lb`).
+    #[serde(default)]
+    pub front: Option<String>,
+    /// The proxies' node.
+    pub proxies: String,
+    /// The sidecar's node (default: the proxies').
+    #[serde(default)]
+    pub sidecar: Option<String>,
+    /// The backends' node (default: the proxies'), or `each` for a node per backend.
+    #[serde(default)]
+    pub backends: Option<String>,
+}
+
+/// A placement preset.
 #[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Placement {
     /// Everything on one node.
     #[default]
     Affinity,
-    /// Client, proxies and each backend on nodes of their own.
+    /// The client, the front and the proxies on nodes of their own; each backend on its own.
     AntiAffinity,
 }
 
@@ -98,18 +141,21 @@ pub enum ClientPath {
     External,
 }
 
-/// Link delays as written: `{ delay: 0.3ms, jitter: 0.05ms }`.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+/// Links as written.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LinksFile {
     /// Between nodes of the cluster (default 0.3 ms ± 0.05 ms).
     pub cross_node: Option<LinkFile>,
-    /// Between an external client and the cluster (default 20 ms ± 2 ms).
+    /// Between the outside and the cluster (default 20 ms ± 2 ms).
     pub internet: Option<LinkFile>,
+    /// Links for particular pairs of nodes.
+    #[serde(default)]
+    pub between: Vec<BetweenFile>,
 }
 
-/// One link as written.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+/// One link as written: `{ delay: 0.3ms, jitter: 0.05ms, bandwidth: 100mbit, reset: 0.001 }`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LinkFile {
     /// One-way delay.
@@ -117,52 +163,147 @@ pub struct LinkFile {
     /// Largest deviation either way (default 0).
     #[serde(default)]
     pub jitter: Option<String>,
+    /// Each direction's capacity: `500kbit`, `100mbit`, `1gbit` (default: no cap).
+    #[serde(default)]
+    pub bandwidth: Option<String>,
+    /// Probability, per chunk of bytes carried, that the connection is reset (0 to 1).
+    #[serde(default)]
+    pub reset: Option<f64>,
+}
+
+/// A link between two particular nodes, as written.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct BetweenFile {
+    /// The two nodes.
+    pub nodes: [String; 2],
+    /// One-way delay.
+    pub delay: String,
+    /// Largest deviation either way (default 0).
+    #[serde(default)]
+    pub jitter: Option<String>,
+    /// Each direction's capacity (default: no cap).
+    #[serde(default)]
+    pub bandwidth: Option<String>,
+    /// Probability per chunk of a reset.
+    #[serde(default)]
+    pub reset: Option<f64>,
+}
+
+impl LinkFile {
+    fn to_link(&self, field: &str) -> Result<LinkSpec, String> {
+        let parse =
+            |v: &str| ingressbench_stats::parse_duration(v).map_err(|e| format!("{field}: {e}"));
+        let link = LinkSpec {
+            delay: parse(&self.delay)?,
+            jitter: self
+                .jitter
+                .as_deref()
+                .map(parse)
+                .transpose()?
+                .unwrap_or_default(),
+            bandwidth: self
+                .bandwidth
+                .as_deref()
+                .map(|b| parse_bandwidth(b).map_err(|e| format!("{field}.bandwidth: {e}")))
+                .transpose()?,
+            reset: self.reset.unwrap_or(0.0),
+        };
+        if link.jitter > link.delay {
+            return Err(format!(
+                "{field}: jitter {:?} is larger than the delay {:?}",
+                link.jitter, link.delay
+            ));
+        }
+        if !(0.0..=1.0).contains(&link.reset) {
+            return Err(format!(
+                "{field}.reset: {} is not a probability (0 to 1)",
+                link.reset
+            ));
+        }
+        Ok(link)
+    }
+}
+
+/// `500kbit`, `100mbit`, `1gbit` (bits per second, as tc writes them) in bytes per second.
+fn parse_bandwidth(text: &str) -> Result<u64, String> {
+    let t = text.trim().to_ascii_lowercase();
+    let (number, scale) = [("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)]
+        .iter()
+        .find_map(|(unit, scale)| t.strip_suffix(unit).map(|n| (n.trim().to_owned(), *scale)))
+        .ok_or_else(|| format!("`{text}`: give bits per second as 500kbit, 100mbit or 1gbit"))?;
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}`: `{number}` is not a number"))?;
+    let bytes = value * scale / 8.0;
+    if !bytes.is_finite() || bytes < 1.0 {
+        return Err(format!("`{text}`: too small to carry anything"));
+    }
+    Ok(bytes as u64)
 }
 
 impl TopologyFile {
-    /// The links the placement puts on each path.
-    pub fn links(&self) -> Result<Links, String> {
-        let link =
-            |f: &Option<LinkFile>, field: &str, default: (u64, u64)| -> Result<LinkSpec, String> {
-                let parse = |v: &str| {
-                    ingressbench_stats::parse_duration(v)
-                        .map_err(|e| format!("topology.links.{field}: {e}"))
-                };
-                match f {
-                    Some(l) => Ok(LinkSpec {
-                        delay: parse(&l.delay)?,
-                        jitter: l
-                            .jitter
-                            .as_deref()
-                            .map(parse)
-                            .transpose()?
-                            .unwrap_or_default(),
-                    }),
-                    None => Ok(LinkSpec {
-                        delay: std::time::Duration::from_micros(default.0),
-                        jitter: std::time::Duration::from_micros(default.1),
-                    }),
-                }
-            };
-        let cross = link(&self.links.cross_node, "cross_node", (300, 50))?;
-        let internet = link(&self.links.internet, "internet", (20_000, 2_000))?;
-        for l in [cross, internet] {
-            if l.jitter > l.delay {
+    /// The topology it describes: the node of each part, and the links between nodes.
+    pub fn to_topology(&self) -> Result<Topology, String> {
+        let defaults = Topology::default();
+        let mut t = match &self.placement {
+            PlacementFile::Preset(Placement::Affinity) => Topology::on_one_node("node-1"),
+            PlacementFile::Preset(Placement::AntiAffinity) => Topology {
+                client: "client".into(),
+                front: "lb".into(),
+                proxies: "ingress".into(),
+                sidecar: "ingress".into(),
+                backends: None,
+                ..defaults.clone()
+            },
+            PlacementFile::Nodes(n) => Topology {
+                client: n.client.clone().unwrap_or_else(|| "client".into()),
+                front: n.front.clone().unwrap_or_else(|| "lb".into()),
+                proxies: n.proxies.clone(),
+                sidecar: n.sidecar.clone().unwrap_or_else(|| n.proxies.clone()),
+                backends: match n.backends.as_deref() {
+                    Some("each") => None,
+                    Some(node) => Some(node.to_owned()),
+                    None => Some(n.proxies.clone()),
+                },
+                ..defaults.clone()
+            },
+        };
+        t.isolation = self.isolation;
+        if self.client == ClientPath::External {
+            if matches!(self.placement, PlacementFile::Preset(_)) {
+                t.client = "internet-client".into();
+            }
+            let shared = [&t.front, &t.proxies, &t.sidecar]
+                .into_iter()
+                .chain(t.backends.as_ref())
+                .any(|n| n == &t.client);
+            if shared {
                 return Err(format!(
-                    "topology.links: jitter {:?} is larger than the delay {:?}",
-                    l.jitter, l.delay
+                    "topology: the external client's node `{}` also runs part of the cluster; give it a node of its own",
+                    t.client
                 ));
             }
+            t.outside = vec![t.client.clone()];
         }
-        let anti = self.placement == Placement::AntiAffinity;
-        Ok(Links {
-            client: match (self.client, anti) {
-                (ClientPath::External, _) => Some(internet),
-                (ClientPath::Internal, true) => Some(cross),
-                (ClientPath::Internal, false) => None,
-            },
-            backends: anti.then_some(cross),
-        })
+        if let Some(l) = &self.links.cross_node {
+            t.cross_node = l.to_link("topology.links.cross_node")?;
+        }
+        if let Some(l) = &self.links.internet {
+            t.internet = l.to_link("topology.links.internet")?;
+        }
+        for (i, b) in self.links.between.iter().enumerate() {
+            let link = LinkFile {
+                delay: b.delay.clone(),
+                jitter: b.jitter.clone(),
+                bandwidth: b.bandwidth.clone(),
+                reset: b.reset,
+            }
+            .to_link(&format!("topology.links.between[{i}]"))?;
+            let [x, y] = b.nodes.clone();
+            t.between.push((x, y, link));
+        }
+        Ok(t)
     }
 }
 
@@ -362,7 +503,7 @@ impl LabFile {
                 "front.replicas: 0; a front needs at least one proxy replica behind it".into(),
             ));
         }
-        let links = self.topology.links().map_err(err)?;
+        let topology = self.topology.to_topology().map_err(err)?;
         if let Some(hop) = &self.hop {
             if hop.proxy != ProxyKind::Envoy {
                 return Err(err(format!(
@@ -442,7 +583,7 @@ impl LabFile {
             },
             front: self.front.as_ref().map(|f| f.replicas),
             hop: self.hop.as_ref().map(|h| HopSpec { mtls: h.mtls }),
-            links,
+            topology,
         })
     }
 }
@@ -452,29 +593,65 @@ mod tests {
     use super::*;
 
     #[test]
-    fn placements_put_links_on_the_paths_that_cross_nodes() {
-        let links = |yaml: &str| {
+    fn placements_put_parts_on_nodes_and_links_between_them() {
+        let topology = |yaml: &str| {
             serde_yaml_ng::from_str::<TopologyFile>(yaml)
-                .unwrap()
-                .links()
+                .map_err(|e| e.to_string())?
+                .to_topology()
         };
-        let near = links("{}").unwrap();
-        assert_eq!((near.client, near.backends), (None, None));
-        let anti =
-            links("{ placement: anti_affinity, links: { cross_node: { delay: 1ms } } }").unwrap();
         let ms = std::time::Duration::from_millis(1);
-        assert_eq!(anti.client.map(|l| l.delay), Some(ms));
-        assert_eq!(anti.backends.map(|l| l.delay), Some(ms));
-        let external = links("{ client: external }").unwrap();
+        let near = topology("{}").unwrap();
+        assert_eq!(near.link(&near.client, &near.proxies), None);
+        assert_eq!(near.link(&near.proxies, &near.backend_node("echo-1")), None);
+        let anti = topology("{ placement: anti_affinity, links: { cross_node: { delay: 1ms } } }")
+            .unwrap();
+        assert_eq!(
+            anti.link(&anti.client, &anti.proxies).map(|l| l.delay),
+            Some(ms)
+        );
+        assert_eq!(anti.backend_node("echo-2"), "echo-2", "a node per backend");
+        assert_eq!(anti.link("ingress", "echo-2").map(|l| l.delay), Some(ms));
+        let external = topology("{ client: external }").unwrap();
         assert_eq!(
             external
-                .client
+                .link(&external.client, &external.proxies)
                 .map(|l| (l.delay.as_millis(), l.jitter.as_millis())),
             Some((20, 2))
         );
-        assert_eq!(external.backends, None);
-        let e = links("{ links: { internet: { delay: 1ms, jitter: 2ms } } }").unwrap_err();
-        assert!(e.contains("larger than the delay"), "{e}");
+        assert_eq!(external.link(&external.proxies, "node-1"), None);
+        let custom = topology(
+            "{ isolation: netns, placement: { proxies: a, sidecar: b, backends: each }, links: { between: [{ nodes: [a, b], delay: 1ms, bandwidth: 8mbit, reset: 0.5 }] } }",
+        )
+        .unwrap();
+        assert_eq!(custom.isolation, Isolation::Netns);
+        let ab = custom.link("b", "a").unwrap();
+        assert_eq!(
+            (ab.delay, ab.bandwidth, ab.reset),
+            (ms, Some(1_000_000), 0.5)
+        );
+        assert_eq!(custom.front, "lb");
+        for (yaml, want) in [
+            (
+                "{ links: { internet: { delay: 1ms, jitter: 2ms } } }",
+                "larger than the delay",
+            ),
+            (
+                "{ links: { cross_node: { delay: 1ms, bandwidth: fast } } }",
+                "500kbit, 100mbit or 1gbit",
+            ),
+            (
+                "{ links: { cross_node: { delay: 1ms, reset: 2 } } }",
+                "not a probability",
+            ),
+            (
+                "{ client: external, placement: { client: a, proxies: a } }",
+                "node of its own",
+            ),
+            ("{ isolation: vm }", "unknown variant `vm`"),
+        ] {
+            let e = topology(yaml).unwrap_err();
+            assert!(e.contains(want), "{yaml}: {e}");
+        }
     }
 
     fn parse(text: &str) -> Result<LabFile, String> {

@@ -27,6 +27,7 @@ pub mod process;
 pub mod proxy;
 pub mod reaper;
 pub mod relay;
+pub mod topology;
 
 pub use error::LabError;
-pub use lab::{Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, Links, PoolSpec};
+pub use lab::{Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, PoolSpec};

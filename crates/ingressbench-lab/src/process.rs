@@ -39,10 +39,11 @@ impl OwnedChild {
         dir: &Path,
         log: &Path,
     ) -> Result<Self, LabError> {
-        Self::spawn_with_env(name, program, args, &[], dir, log)
+        Self::spawn_with_env(name, program, args, &[], dir, log, None)
     }
 
-    /// Like [`OwnedChild::spawn`], with extra environment variables.
+    /// Like [`OwnedChild::spawn`], with extra environment variables, in the network
+    /// namespace at `netns` if one is given (entered with util-linux `nsenter`).
     pub fn spawn_with_env(
         name: &str,
         program: &Path,
@@ -50,6 +51,7 @@ impl OwnedChild {
         env: &[(String, String)],
         dir: &Path,
         log: &Path,
+        netns: Option<&Path>,
     ) -> Result<Self, LabError> {
         let start_error = |source: io::Error| LabError::Spawn {
             name: name.to_owned(),
@@ -62,7 +64,17 @@ impl OwnedChild {
             .open(log)
             .map_err(start_error)?;
         let err = out.try_clone().map_err(start_error)?;
-        let child = Command::new("setpriv")
+        // nsenter and setpriv each exec the next, so the child's pid is the program's.
+        let mut command = match netns {
+            Some(ns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", ns.display()))
+                    .args(["--", "setpriv"]);
+                c
+            }
+            None => Command::new("setpriv"),
+        };
+        let child = command
             .args(["--pdeathsig", "KILL", "--"])
             .arg(program)
             .args(args)
@@ -77,7 +89,7 @@ impl OwnedChild {
                 if e.kind() == io::ErrorKind::NotFound {
                     start_error(io::Error::new(
                         e.kind(),
-                        "setpriv (util-linux) is missing: apt-get install util-linux",
+                        "setpriv or nsenter (util-linux) is missing: apt-get install util-linux",
                     ))
                 } else {
                     start_error(e)

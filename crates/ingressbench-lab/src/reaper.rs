@@ -59,6 +59,13 @@ impl Reaper {
         }
     }
 
+    /// Tells the reaper to remove the network namespace `name` if the owner dies.
+    pub fn remove_netns_on_death(&mut self, name: &str) {
+        if let Some(input) = self.input.as_mut() {
+            let _ = writeln!(input, "netns {name}").and_then(|()| input.flush());
+        }
+    }
+
     /// The owner stopped everything itself: the reaper forgets it all and exits.
     pub fn dismiss(mut self) {
         if let Some(mut input) = self.input.take() {
@@ -70,18 +77,23 @@ impl Reaper {
 
 use std::os::unix::process::CommandExt;
 
-/// The reaper's main loop: reads process-group ids, `dir PATH` or `clear` until
-/// end-of-file, then kills every group still on its list and removes the directory.
-/// Returns how many groups it signalled.
+/// The reaper's main loop: reads process-group ids, `dir PATH`, `netns NAME` or `clear`
+/// until end-of-file, then kills every group still on its list, removes the directory
+/// and the namespaces (their veths go with them). Returns how many groups it signalled.
 pub fn serve(input: impl BufRead) -> usize {
     let mut groups: Vec<u32> = Vec::new();
     let mut dir: Option<std::path::PathBuf> = None;
+    let mut namespaces: Vec<String> = Vec::new();
     for line in input.lines() {
         let Ok(line) = line else { break };
         match line.trim() {
             "clear" => {
                 groups.clear();
                 dir = None;
+                namespaces.clear();
+            }
+            other if other.starts_with("netns ") => {
+                namespaces.push(other["netns ".len()..].trim().to_owned());
             }
             other if other.starts_with("dir") => {
                 let path = other["dir".len()..].trim();
@@ -101,6 +113,12 @@ pub fn serve(input: impl BufRead) -> usize {
                 signalled += 1;
             }
         }
+    }
+    for ns in namespaces.iter().rev() {
+        let _ = Command::new("ip")
+            .args(["netns", "del", ns])
+            .stderr(Stdio::null())
+            .status();
     }
     if let Some(dir) = dir {
         // Give the killed processes a moment to let go of their files.

@@ -1,16 +1,18 @@
 //! An emulated link: a TCP relay that holds each chunk of bytes, in each direction, until
-//! its due time (arrival + one-way delay ± jitter), as toxiproxy does, because this kernel
-//! has no netem. The first part of issue #6 (nodes and links); placement and scenario
-//! keys come next.
+//! its due time (arrival + one-way delay ± jitter, after the bytes ahead of it have gone
+//! through the link's bandwidth), as toxiproxy does, because this kernel has no netem.
 //!
 //! Each connection gets a reader and a writer thread per direction: the reader stamps each
 //! chunk's arrival and hands it over; the writer sleeps until shortly before the due time
 //! and spins the rest (a plain sleep overshoots by the kernel's timer slack, about 50 us),
 //! then writes. Order is kept: a chunk is never due before the one ahead of it. The relay
-//! measures its own added time (write done minus due), so results can show it.
+//! measures its own added time (write done minus due), so results can show it. A link
+//! with a reset probability resets the connection (an RST both ways) instead of passing
+//! a chunk, with that probability per chunk.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -23,13 +25,34 @@ use ingressbench_stats::HistogramUs;
 /// How much of a wait is spun instead of slept.
 const SPIN: Duration = Duration::from_micros(200);
 
-/// One direction's delay: `delay` ± up to `jitter` (uniform).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// One direction of a link: `delay` ± up to `jitter` (uniform), an optional bandwidth, and
+/// a probability of resetting the connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LinkSpec {
     /// One-way delay.
     pub delay: Duration,
     /// Largest deviation from `delay`, either way.
     pub jitter: Duration,
+    /// Bytes per second each direction carries (`None`: no cap).
+    pub bandwidth: Option<u64>,
+    /// Probability, per chunk of bytes carried, that the connection is reset instead.
+    pub reset: f64,
+}
+
+impl LinkSpec {
+    /// A link that only delays: `delay` ± `jitter`.
+    pub fn delay(delay: Duration, jitter: Duration) -> Self {
+        Self {
+            delay,
+            jitter,
+            ..Self::default()
+        }
+    }
+
+    /// Whether the link holds nothing back and resets nothing (a plain copy).
+    fn is_plain(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// A running relay. Dropping it stops accepting and closes its connections.
@@ -48,20 +71,55 @@ struct Open {
     ended: Arc<AtomicUsize>,
 }
 
+/// What a relay's connections share: the measured overhead, and when each direction of the
+/// link is next free to carry bytes (its bandwidth is shared by every connection).
+#[derive(Clone)]
+struct Shared {
+    overhead: Arc<Mutex<HistogramUs>>,
+    free_at: Arc<[Mutex<Instant>; 2]>,
+}
+
 impl Relay {
     /// Listens on `listen` (port 0 for any) and relays each connection to `upstream`
-    /// through `link`, both ways.
-    pub fn start(listen: SocketAddr, upstream: SocketAddr, link: LinkSpec) -> io::Result<Self> {
-        let listener = TcpListener::bind(listen)?;
-        let addr = listener.local_addr()?;
+    /// through `link`, both ways. With `netns` (a network namespace's path), the relay's
+    /// sockets live in that namespace.
+    pub fn start(
+        listen: SocketAddr,
+        upstream: SocketAddr,
+        link: LinkSpec,
+        netns: Option<&Path>,
+    ) -> io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let streams = Arc::new(Mutex::new(Vec::new()));
-        let overhead = Arc::new(Mutex::new(HistogramUs::new()));
+        let shared = Shared {
+            overhead: Arc::new(Mutex::new(HistogramUs::new())),
+            free_at: Arc::new([Mutex::new(Instant::now()), Mutex::new(Instant::now())]),
+        };
+        let overhead = shared.overhead.clone();
+        let (bound_tx, bound_rx) = mpsc::channel();
+        let netns: Option<PathBuf> = netns.map(Path::to_owned);
         let accept = {
-            let (stop, streams, overhead) = (stop.clone(), streams.clone(), overhead.clone());
+            let (stop, streams) = (stop.clone(), streams.clone());
             std::thread::Builder::new()
                 .name("ib-relay-accept".into())
                 .spawn(move || {
+                    // Sockets are made in the namespace of the thread that makes them; the
+                    // connection threads it starts inherit it.
+                    let bound = netns
+                        .as_deref()
+                        .map_or(Ok(()), crate::topology::enter_netns)
+                        .and_then(|()| TcpListener::bind(listen))
+                        .and_then(|l| Ok((l.local_addr()?, l)));
+                    let listener = match bound {
+                        Ok((addr, listener)) => {
+                            let _ = bound_tx.send(Ok(addr));
+                            listener
+                        }
+                        Err(e) => {
+                            let _ = bound_tx.send(Err(e));
+                            return;
+                        }
+                    };
                     let mut seed = 0x9e37_79b9_u64;
                     for client in listener.incoming() {
                         if stop.load(Ordering::Relaxed) {
@@ -73,10 +131,13 @@ impl Relay {
                             continue;
                         };
                         seed = seed.wrapping_add(0x6a09_e667);
-                        let _ = connect_pair(client, server, link, &streams, &overhead, seed);
+                        let _ = connect_pair(client, server, link, &streams, &shared, seed);
                     }
                 })?
         };
+        let addr = bound_rx
+            .recv()
+            .map_err(|_| io::Error::other("the relay's thread ended before listening"))??;
         Ok(Self {
             addr,
             stop,
@@ -124,7 +185,7 @@ fn connect_pair(
     server: TcpStream,
     link: LinkSpec,
     streams: &Arc<Mutex<Vec<Open>>>,
-    overhead: &Arc<Mutex<HistogramUs>>,
+    shared: &Shared,
     seed: u64,
 ) -> io::Result<()> {
     client.set_nodelay(true)?;
@@ -139,21 +200,30 @@ fn connect_pair(
         });
     }
     let (a, b) = (client.try_clone()?, server.try_clone()?);
-    pipe(a, b, link, overhead.clone(), seed, ended.clone())?;
-    pipe(server, client, link, overhead.clone(), seed ^ 0xffff, ended)?;
+    pipe([a, b], 0, link, shared.clone(), seed, ended.clone())?;
+    pipe(
+        [server, client],
+        1,
+        link,
+        shared.clone(),
+        seed ^ 0xffff,
+        ended,
+    )?;
     Ok(())
 }
 
-/// Carries `from` to `to` through the link: a reader and a writer thread.
+/// Carries the first socket's bytes to the second through the link (`direction` 0 is
+/// client to server): a reader and a writer thread.
 fn pipe(
-    mut from: TcpStream,
-    mut to: TcpStream,
+    [mut from, mut to]: [TcpStream; 2],
+    direction: usize,
     link: LinkSpec,
-    overhead: Arc<Mutex<HistogramUs>>,
+    shared: Shared,
     seed: u64,
     ended: Arc<AtomicUsize>,
 ) -> io::Result<()> {
-    if link == LinkSpec::default() {
+    let overhead = shared.overhead.clone();
+    if link.is_plain() {
         // Nothing to hold back: copy in one thread, without a hand-over to wait for.
         std::thread::Builder::new()
             .name("ib-relay-copy".into())
@@ -173,7 +243,9 @@ fn pipe(
             })?;
         return Ok(());
     }
-    let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+    // `None` in place of a chunk: reset the connection when its turn comes.
+    let (tx, rx) = mpsc::channel::<(Instant, Option<Vec<u8>>)>();
+    let reader_end = from.try_clone()?;
     std::thread::Builder::new()
         .name("ib-relay-read".into())
         .spawn(move || {
@@ -185,9 +257,15 @@ fn pipe(
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
                         let arrived = Instant::now();
-                        let due = (arrived + jittered(link, &mut rng)).max(last_due);
+                        let sent = match link.bandwidth {
+                            Some(rate) => on_the_wire(&shared.free_at[direction], arrived, n, rate),
+                            None => arrived,
+                        };
+                        let due = (sent + jittered(link, &mut rng)).max(last_due);
                         last_due = due;
-                        if tx.send((due, buf[..n].to_vec())).is_err() {
+                        let reset = link.reset > 0.0 && rng.unit() < link.reset;
+                        let chunk = (!reset).then(|| buf[..n].to_vec());
+                        if tx.send((due, chunk)).is_err() || reset {
                             break;
                         }
                     }
@@ -199,6 +277,13 @@ fn pipe(
         .spawn(move || {
             for (due, chunk) in rx {
                 wait_until(due);
+                let Some(chunk) = chunk else {
+                    // Disconnecting an established TCP socket sends an RST.
+                    for s in [&to, &reader_end] {
+                        let _ = rustix::net::connect_unspec(s);
+                    }
+                    break;
+                };
                 if to.write_all(&chunk).is_err() {
                     break;
                 }
@@ -212,6 +297,18 @@ fn pipe(
             ended.fetch_add(1, Ordering::Relaxed);
         })?;
     Ok(())
+}
+
+/// When `n` bytes arriving at `arrived` have gone through a link of `rate` bytes per
+/// second that is busy until `free_at` (which moves on by their transmission time).
+fn on_the_wire(free_at: &Mutex<Instant>, arrived: Instant, n: usize, rate: u64) -> Instant {
+    let transmit = Duration::from_secs_f64(n as f64 / rate.max(1) as f64);
+    let Ok(mut free) = free_at.lock() else {
+        return arrived + transmit;
+    };
+    let done = (*free).max(arrived) + transmit;
+    *free = done;
+    done
 }
 
 fn jittered(link: LinkSpec, rng: &mut Rng) -> Duration {
@@ -288,10 +385,8 @@ mod tests {
         let relay = Relay::start(
             "127.0.0.1:0".parse().unwrap(),
             upstream,
-            LinkSpec {
-                delay,
-                jitter: Duration::ZERO,
-            },
+            LinkSpec::delay(delay, Duration::ZERO),
+            None,
         )
         .unwrap();
         let through = median_round_trip(relay.addr(), 50);
@@ -322,6 +417,7 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             upstream,
             LinkSpec::default(),
+            None,
         )
         .unwrap();
         let through = median_round_trip(relay.addr(), 200);
@@ -339,10 +435,8 @@ mod tests {
         let relay = Relay::start(
             "127.0.0.1:0".parse().unwrap(),
             echo(),
-            LinkSpec {
-                delay: Duration::from_micros(100),
-                jitter: Duration::ZERO,
-            },
+            LinkSpec::delay(Duration::from_micros(100), Duration::ZERO),
+            None,
         )
         .unwrap();
         for _ in 0..20 {
@@ -372,10 +466,8 @@ mod tests {
         let relay = Relay::start(
             "127.0.0.1:0".parse().unwrap(),
             upstream,
-            LinkSpec {
-                delay: Duration::from_micros(300),
-                jitter: Duration::from_micros(250),
-            },
+            LinkSpec::delay(Duration::from_micros(300), Duration::from_micros(250)),
+            None,
         )
         .unwrap();
         let mut s = TcpStream::connect(relay.addr()).unwrap();

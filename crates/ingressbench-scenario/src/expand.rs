@@ -269,7 +269,7 @@ fn check(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, ScenarioError> {
             }
         }
     }
-    s.topology.links().map_err(&bad)?;
+    s.topology.to_topology().map_err(&bad)?;
     let l = &s.load;
     match (l.mode, l.rate) {
         (LoadModeFile::Open, None) => {

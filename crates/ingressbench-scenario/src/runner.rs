@@ -381,24 +381,20 @@ fn run_cell(
     let (url, tls, proxy_version) = match (&lab, &cell.target) {
         (Some(lab), _) => {
             let version = lab.proxies()[0].version().to_owned();
-            let (http_port, https_port) = lab.entry().ok_or("the lab has no proxy")?;
-            match (s.tls, https_port) {
-                (true, Some(port)) => {
+            let (http, https) = lab.entry().ok_or("the lab has no proxy")?;
+            match (s.tls, https) {
+                (true, Some(at)) => {
                     let tls = TlsOptions {
                         cacert: lab.certs().map(|c| c.ca.clone()),
                         ..TlsOptions::default()
                     };
                     (
-                        format!("https://{host}:{port}{}", l.path),
-                        Some((tls, port)),
+                        format!("https://{host}:{}{}", at.port(), l.path),
+                        Some((tls, at)),
                         Some(version),
                     )
                 }
-                _ => (
-                    format!("http://127.0.0.1:{http_port}{}", l.path),
-                    None,
-                    Some(version),
-                ),
+                _ => (format!("http://{http}{}", l.path), None, Some(version)),
             }
         }
         (None, Target::Upstream { url, .. }) => (url.clone(), None, None),
@@ -406,10 +402,10 @@ fn run_cell(
     };
     // The load.
     let mut plan = Plan::new(Url::parse(&url).map_err(|e| e.to_string())?);
-    if let Some((options, port)) = &tls {
+    if let Some((options, at)) = &tls {
         plan.tls = options.clone();
-        plan.resolve =
-            vec![Resolve::parse(&format!("{host}:{port}:127.0.0.1")).map_err(|e| e.to_string())?];
+        plan.resolve = vec![Resolve::parse(&format!("{host}:{}:{}", at.port(), at.ip()))
+            .map_err(|e| e.to_string())?];
     }
     let mut headers = Vec::new();
     if tls.is_none() && lab.is_some() {
@@ -524,10 +520,24 @@ fn run_cell(
     };
     let warmup_requests = l.warmup_requests.unwrap_or(0);
     let stop = options.stop.clone();
+    // With namespace isolation the load generator runs on the client's node: its thread
+    // (and the workers it starts) enter the client's namespace.
+    let client_netns = lab.as_ref().and_then(Lab::client_netns);
     let load = std::thread::Builder::new()
         .name("ib-cell-load".into())
         .spawn(move || {
-            let report = ingressbench_load::run(&plan, stop, &mut streams);
+            let entered = client_netns.as_deref().map_or(Ok(()), |ns| {
+                ingressbench_lab::topology::enter_netns(ns).map_err(|e| {
+                    ingressbench_load::LoadError::InvalidPlan {
+                        field: "topology".into(),
+                        reason: format!(
+                            "cannot enter the client's network namespace {}: {e}",
+                            ns.display()
+                        ),
+                    }
+                })
+            });
+            let report = entered.and_then(|()| ingressbench_load::run(&plan, stop, &mut streams));
             (report, streams)
         })
         .map_err(|e| e.to_string())?;

@@ -112,7 +112,14 @@ fn up(args: &LabUpArgs) -> Result<ExitCode> {
         lab.dir().display()
     )?;
     for b in lab.backends() {
-        writeln!(out, "  backend {:<10} {} (pid {})", b.name, b.addr, b.pid())?;
+        writeln!(
+            out,
+            "  backend {:<10} {} (pid {}, node {})",
+            b.name,
+            b.addr,
+            b.pid(),
+            b.node
+        )?;
     }
     for p in lab.proxies() {
         writeln!(
@@ -125,11 +132,12 @@ fn up(args: &LabUpArgs) -> Result<ExitCode> {
         )?;
         writeln!(out, "  {}", p.http_url())?;
         writeln!(out, "  curl -si {}", p.http_url())?;
-        if let (Some(port), Some(certs)) = (p.https_port(), lab.certs()) {
+        if let (Some(at), Some(certs)) = (p.https_addr(), lab.certs()) {
+            let (ip, port) = (at.ip(), at.port());
             writeln!(out, "  https://{DEFAULT_TLS_NAME}:{port}/")?;
             writeln!(
                 out,
-                "  curl -si --resolve {DEFAULT_TLS_NAME}:{port}:127.0.0.1 --cacert {} https://{DEFAULT_TLS_NAME}:{port}/",
+                "  curl -si --resolve {DEFAULT_TLS_NAME}:{port}:{ip} --cacert {} https://{DEFAULT_TLS_NAME}:{port}/",
                 certs.ca.display()
             )?;
         }
@@ -142,12 +150,30 @@ fn up(args: &LabUpArgs) -> Result<ExitCode> {
             front.pid(),
             lab.proxies().len()
         )?;
-        writeln!(out, "  curl -si http://127.0.0.1:{}/", front.http_port())?;
-        if let Some(port) = front.https_port() {
+        writeln!(out, "  curl -si http://{}/", front.http_addr())?;
+        if let Some(at) = front.https_addr() {
             writeln!(
                 out,
-                "  https://{DEFAULT_TLS_NAME}:{port}/ (TLS passed through)"
+                "  https://{DEFAULT_TLS_NAME}:{}/ at {at} (TLS passed through)",
+                at.port()
             )?;
+        }
+    }
+    if lab.nodes().len() > 1 {
+        writeln!(
+            out,
+            "
+nodes:"
+        )?;
+        for n in lab.nodes() {
+            let ns = n
+                .netns
+                .as_ref()
+                .map(|p| format!(" (namespace {})", p.display()));
+            writeln!(out, "  {:<16} {}{}", n.name, n.ip, ns.unwrap_or_default())?;
+        }
+        if let Some((http, _)) = lab.entry() {
+            writeln!(out, "the client's way in, across its link: http://{http}/")?;
         }
     }
     writeln!(out, "\nCtrl-C to tear everything down.")?;

@@ -5,8 +5,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::path::Path;
+
+use ingressbench_lab::labfile::TopologyFile;
 use ingressbench_lab::model::Overlay;
 use ingressbench_lab::proxy::ProxyKind;
+use ingressbench_lab::relay::LinkSpec;
+use ingressbench_lab::topology::Topology;
 use ingressbench_lab::{Lab, LabSpec};
 use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Resolve, Target, TlsOptions};
 use ingressbench_stats::Summary;
@@ -618,7 +623,7 @@ fn two_host_spec(kind: ProxyKind) -> LabSpec {
 
 fn backend_for(lab: &Lab, host: &str, path: &str) -> String {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", lab.proxies()[0].http_port())).unwrap();
+    let mut s = std::net::TcpStream::connect(lab.proxies()[0].http_addr()).unwrap();
     write!(
         s,
         "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
@@ -784,12 +789,12 @@ fn an_l4_front_spreads_connections_over_both_proxies_and_passes_tls_through() {
     assert_eq!(lab.proxies().len(), 2);
     let (http, https) = lab.entry().unwrap();
     let front = lab.front().unwrap();
-    assert_eq!((http, https), (front.http_port(), front.https_port()));
+    assert_eq!((http, https), (front.http_addr(), front.https_addr()));
     // Six kept-alive client connections: round-robin gives each proxy three.
     let conns: Vec<std::net::TcpStream> = (0..6)
         .map(|_| {
             use std::io::{Read, Write};
-            let mut s = std::net::TcpStream::connect(("127.0.0.1", http)).unwrap();
+            let mut s = std::net::TcpStream::connect(http).unwrap();
             write!(s, "GET / HTTP/1.1\r\nHost: app.test\r\n\r\n").unwrap();
             let mut buf = [0u8; 4096];
             let n = s.read(&mut buf).unwrap();
@@ -805,7 +810,7 @@ fn an_l4_front_spreads_connections_over_both_proxies_and_passes_tls_through() {
     assert_eq!(per_proxy, [3, 3], "connections per proxy");
     drop(conns);
     // TLS goes through the front to the proxies, which terminate it.
-    let port = https.unwrap();
+    let port = https.unwrap().port();
     let mut plan = Plan::new(Target::parse(&format!("https://app.test:{port}/")).unwrap());
     plan.mode = Mode::Closed;
     plan.connections = 4;
@@ -916,8 +921,12 @@ fn a_sidecar_hop_speaks_mutual_tls_to_the_backends_and_takes_their_changes() {
 
 /// p50 (us) of 60 sequential kept-alive requests to the lab's entry.
 fn sequential_p50(lab: &Lab) -> u64 {
-    let (http, _) = lab.entry().unwrap();
-    let mut plan = Plan::new(Target::parse(&format!("http://127.0.0.1:{http}/")).unwrap());
+    sequential_p50_at(lab.entry().unwrap().0)
+}
+
+/// p50 (us) of 60 sequential kept-alive requests to `http`.
+fn sequential_p50_at(http: std::net::SocketAddr) -> u64 {
+    let mut plan = Plan::new(Target::parse(&format!("http://{http}/")).unwrap());
     plan.mode = Mode::Sequential {
         interval: Duration::ZERO,
     };
@@ -932,29 +941,30 @@ fn sequential_p50(lab: &Lab) -> u64 {
     summary.latency_us.p50
 }
 
+/// A topology with every cross-node link 1 ms (no jitter).
+fn topology(yaml: &str) -> Topology {
+    let mut t = serde_yaml_ng::from_str::<TopologyFile>(yaml)
+        .unwrap()
+        .to_topology()
+        .unwrap();
+    t.cross_node = LinkSpec::delay(Duration::from_millis(1), Duration::ZERO);
+    t
+}
+
 #[test]
 fn anti_affinity_adds_each_crossed_link_both_ways_and_affinity_adds_none() {
-    use ingressbench_lab::relay::LinkSpec;
-    let ms = Duration::from_millis(1);
-    let lab_with = |links: ingressbench_lab::Links| {
+    let lab_with = |t: Topology| {
         let mut spec = LabSpec::simple(vec![ProxyKind::Nginx], 2, BIN.into());
         spec.tls = false;
-        spec.links = links;
+        spec.topology = t;
         Lab::up(spec).unwrap()
     };
-    let near = lab_with(ingressbench_lab::Links::default());
+    let near = lab_with(topology("{ placement: affinity }"));
     let affinity = sequential_p50(&near);
     drop(near);
-    let link = LinkSpec {
-        delay: ms,
-        jitter: Duration::ZERO,
-    };
     // Client -> proxy crosses one 1 ms link, proxy -> backend another: a request and its
     // answer cross each once each way, +4 ms in all.
-    let far = lab_with(ingressbench_lab::Links {
-        client: Some(link),
-        backends: Some(link),
-    });
+    let far = lab_with(topology("{ placement: anti_affinity }"));
     let anti = sequential_p50(&far);
     let overhead = far.link_overhead();
     let added = anti.saturating_sub(affinity);
@@ -972,4 +982,192 @@ fn anti_affinity_adds_each_crossed_link_both_ways_and_affinity_adds_none() {
     // The proxy's upstreams are the relays, not the backends.
     let routed: Vec<_> = far.backends().iter().map(|b| b.routed_addr()).collect();
     assert!(far.backends().iter().all(|b| !routed.contains(&b.addr)));
+}
+
+/// The addresses the processes of `pid`'s group listen on (TCP, IPv4), read from /proc:
+/// each member's socket inodes, looked up in its namespace's table.
+fn listening_ips(pid: u32) -> Vec<std::net::Ipv4Addr> {
+    let mut ips = Vec::new();
+    for member in group_members(&[pid]) {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{member}/fd")) else {
+            continue;
+        };
+        let inodes: Vec<String> = fds
+            .flatten()
+            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+            .filter_map(|l| {
+                l.to_string_lossy()
+                    .strip_prefix("socket:[")
+                    .map(|r| r.trim_end_matches(']').to_owned())
+            })
+            .collect();
+        let table = std::fs::read_to_string(format!("/proc/{member}/net/tcp")).unwrap_or_default();
+        for line in table.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.get(3) == Some(&"0A") && f.get(9).is_some_and(|i| inodes.iter().any(|x| x == i)) {
+                let hex = f[1].split(':').next().unwrap();
+                let raw = u32::from_str_radix(hex, 16).unwrap();
+                ips.push(std::net::Ipv4Addr::from(raw.swap_bytes()));
+            }
+        }
+    }
+    ips.sort();
+    ips.dedup();
+    ips
+}
+
+/// The node called `name`'s address in `lab`.
+fn ip_of(lab: &Lab, name: &str) -> std::net::Ipv4Addr {
+    match lab.nodes().iter().find(|n| n.name == name).unwrap().ip {
+        std::net::IpAddr::V4(ip) => ip,
+        other => panic!("{other}"),
+    }
+}
+
+/// Brings up nginx x2 behind a front, with a sidecar on a node of its own and each of
+/// two backends on its own, and checks that every process listens only on its node's
+/// address; returns the lab.
+fn placed_lab(isolation: &str) -> Lab {
+    let mut spec = LabSpec::simple(vec![ProxyKind::Nginx], 2, BIN.into());
+    spec.tls = false;
+    spec.front = Some(2);
+    spec.hop = Some(ingressbench_lab::HopSpec { mtls: false });
+    spec.topology = topology(&format!(
+        "{{ isolation: {isolation}, placement: {{ client: client, front: lb, proxies: ingress, sidecar: mesh, backends: each }} }}"
+    ));
+    let lab = Lab::up(spec).unwrap();
+    let names: Vec<&str> = lab.nodes().iter().map(|n| n.name.as_str()).collect();
+    assert_eq!(
+        names[0], "client",
+        "the client's node comes first: {names:?}"
+    );
+    let mut addresses: Vec<_> = names.iter().map(|n| ip_of(&lab, n)).collect();
+    addresses.sort();
+    addresses.dedup();
+    assert_eq!(
+        addresses.len(),
+        names.len(),
+        "one address per node: {names:?}"
+    );
+    let front = lab.front().unwrap();
+    assert_eq!(listening_ips(front.pid()), [ip_of(&lab, "lb")], "the front");
+    for p in lab.proxies() {
+        assert_eq!(listening_ips(p.pid()), [ip_of(&lab, "ingress")], "a proxy");
+    }
+    let sidecar = lab.sidecar().unwrap();
+    assert_eq!(
+        listening_ips(sidecar.pid()),
+        [ip_of(&lab, "mesh")],
+        "the sidecar"
+    );
+    for b in lab.backends() {
+        assert_eq!(b.node, b.name, "a node per backend");
+        assert_eq!(listening_ips(b.pid()), [ip_of(&lab, &b.name)], "{}", b.name);
+    }
+    lab
+}
+
+#[test]
+fn each_part_listens_on_its_own_nodes_address() {
+    let lab = placed_lab("loopback");
+    assert_eq!(ip_of(&lab, "client").to_string(), "127.0.0.1");
+    for node in lab.nodes() {
+        let o = ip_of(&lab, &node.name).octets();
+        assert_eq!((o[0], o[1], o[3]), (127, 0, 1), "127.0.N.1: {}", node.name);
+    }
+    // Through every link, both backends answer.
+    let mut seen: Vec<String> = (0..8).map(|_| backend_for(&lab, "app.test", "/")).collect();
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen, ["echo-1", "echo-2"]);
+    // client -> lb -> ingress -> mesh -> backend: four 1 ms links, +8 ms a round trip.
+    let p50 = sequential_p50(&lab);
+    eprintln!("p50 over four 1 ms links: {p50} us (expected 8000 + the path itself)");
+    assert!(
+        (8000..9500).contains(&p50),
+        "p50 {p50} us over four 1 ms links"
+    );
+}
+
+/// The network namespace inode a path (`/run/netns/…` or `/proc/PID/ns/net`) stands for.
+fn netns_inode(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().ino()
+}
+
+/// This process's namespaces and host links for labs (`ingressbench-PIDx…`, `ibPIDx…`).
+fn owned_network_names(pid: u32) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("ingressbench-{pid}x")))
+                .collect()
+        })
+        .unwrap_or_default();
+    let links = std::process::Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .unwrap();
+    let marker = format!(": ib{pid}x");
+    names.extend(
+        String::from_utf8_lossy(&links.stdout)
+            .lines()
+            .filter(|l| l.contains(&marker))
+            .map(str::to_owned),
+    );
+    names
+}
+
+#[test]
+fn netns_isolation_puts_each_node_in_a_namespace_of_its_own() {
+    // Runs as root (CI does); without root the lab says so and this fails.
+    let lab = placed_lab("netns");
+    let front = lab.front().unwrap();
+    let lb = lab.nodes().iter().find(|n| n.name == "lb").unwrap();
+    assert!(
+        ip_of(&lab, "lb").octets()[..2] == [198, 18]
+            || ip_of(&lab, "lb").octets()[..2] == [198, 19]
+    );
+    assert_eq!(
+        netns_inode(Path::new(&format!("/proc/{}/ns/net", front.pid()))),
+        netns_inode(lb.netns.as_deref().unwrap()),
+        "the front runs in lb's namespace"
+    );
+    for b in lab.backends() {
+        let node = lab.nodes().iter().find(|n| n.name == b.node).unwrap();
+        assert_eq!(
+            netns_inode(Path::new(&format!("/proc/{}/ns/net", b.pid()))),
+            netns_inode(node.netns.as_deref().unwrap()),
+            "{} runs in its node's namespace",
+            b.name
+        );
+    }
+    // The load generator runs in the client's namespace, across four 1 ms links.
+    let client = lab.client_netns().expect("the client has a namespace");
+    let entry = lab.entry().unwrap().0;
+    let p50 = std::thread::spawn(move || {
+        ingressbench_lab::topology::enter_netns(&client).unwrap();
+        sequential_p50_at(entry)
+    })
+    .join()
+    .unwrap();
+    eprintln!("p50 over four 1 ms links: {p50} us (expected 8000 + the path itself)");
+    assert!(
+        (8000..9500).contains(&p50),
+        "p50 {p50} us over four 1 ms links"
+    );
+    let pid = std::process::id();
+    let made = owned_network_names(pid);
+    assert!(
+        made.len() >= 7,
+        "hub, 6 nodes and the host's veth: {made:?}"
+    );
+    drop(lab);
+    // Other tests of this process may have labs of their own: this lab's names are gone.
+    let left: Vec<String> = owned_network_names(pid)
+        .into_iter()
+        .filter(|n| made.contains(n))
+        .collect();
+    assert_eq!(left, Vec::<String>::new(), "left behind after tear-down");
 }

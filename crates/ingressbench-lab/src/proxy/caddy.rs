@@ -1,5 +1,5 @@
 //! Caddy: the whole configuration is loaded through the admin API (`POST /load` on
-//! 127.0.0.1), which swaps it in without a restart.
+//! the node's address), which swaps it in without a restart.
 
 use serde_json::{json, Value};
 
@@ -40,14 +40,12 @@ impl Driver for Caddy {
     ) -> Result<Update, LabError> {
         let config = render(files, table);
         write_json(&files.config_path("caddy.json"), &config)?;
-        let (status, body) =
-            admin_request(files.admin_port, "POST", "/load", Some(&config.to_string())).map_err(
-                |e| LabError::Update {
-                    kind: "caddy".into(),
-                    mechanism: "admin API POST /load",
-                    reason: e.to_string(),
-                },
-            )?;
+        let (status, body) = admin_request(files, "POST", "/load", Some(&config.to_string()))
+            .map_err(|e| LabError::Update {
+                kind: "caddy".into(),
+                mechanism: "admin API POST /load",
+                reason: e.to_string(),
+            })?;
         if status != 200 {
             return Err(LabError::Update {
                 kind: "caddy".into(),
@@ -110,12 +108,12 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
     }
     routes.push(json!({ "handle": [{ "handler": "static_response", "status_code": 404 }] }));
     let mut servers = json!({
-        "plain": { "listen": [format!("127.0.0.1:{}", files.http_port)], "routes": routes, "automatic_https": { "disable": true } },
+        "plain": { "listen": [format!("{}:{}", files.ip, files.http_port)], "routes": routes, "automatic_https": { "disable": true } },
     });
     let mut apps = json!({});
     if let Some(tls) = &files.tls {
         servers["tls"] = json!({
-            "listen": [format!("127.0.0.1:{}", tls.port)],
+            "listen": [format!("{}:{}", files.ip, tls.port)],
             "routes": routes,
             "automatic_https": { "disable": true },
             "tls_connection_policies": [{ "certificate_selection": { "any_tag": ["lab"] } }],
@@ -128,7 +126,7 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
     }
     apps["http"] = json!({ "servers": servers });
     json!({
-        "admin": { "listen": format!("127.0.0.1:{}", files.admin_port) },
+        "admin": { "listen": format!("{}:{}", files.ip, files.admin_port) },
         "logging": { "logs": { "default": { "level": "WARN" } } },
         "apps": apps,
     })

@@ -2,7 +2,7 @@
 //! (LDS), clusters (CDS), endpoints (EDS, one file per pool) and routes (RDS) each live in
 //! a file Envoy watches; a change replaces the file by a rename, and Envoy applies it
 //! without a restart. An endpoint change touches only the pool's EDS file. The admin
-//! interface listens on 127.0.0.1 only.
+//! interface listens on the node's address only.
 
 use serde_json::{json, Value};
 
@@ -36,7 +36,7 @@ impl Driver for Envoy {
         self.rendered = Some(table.clone());
         let bootstrap = json!({
             "node": { "id": "ingressbench-lab", "cluster": "ingressbench-lab" },
-            "admin": { "address": socket(files.admin_port) },
+            "admin": { "address": socket(files.ip, files.admin_port) },
             "dynamic_resources": {
                 "cds_config": source(files, "cds.json"),
                 "lds_config": source(files, "lds.json"),
@@ -94,8 +94,8 @@ fn source(files: &ProxyFiles, name: &str) -> Value {
     json!({ "resource_api_version": "V3", "path_config_source": { "path": xds_path(files, name).display().to_string() } })
 }
 
-fn socket(port: u16) -> Value {
-    json!({ "socket_address": { "address": "127.0.0.1", "port_value": port } })
+fn socket(ip: std::net::IpAddr, port: u16) -> Value {
+    json!({ "socket_address": { "address": ip.to_string(), "port_value": port } })
 }
 
 fn resources(items: Vec<Value>) -> Value {
@@ -266,7 +266,7 @@ fn listener(
     json!({
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
         "name": name,
-        "address": socket(port),
+        "address": socket(files.ip, port),
         "filter_chains": [chain],
     })
 }

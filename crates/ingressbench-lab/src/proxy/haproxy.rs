@@ -173,11 +173,12 @@ impl Haproxy {
             c,
             "  # Retries off: a failed upstream request is an error the client sees.\n  retries 0"
         );
-        let _ = writeln!(c, "frontend fe\n  bind 127.0.0.1:{}", files.http_port);
+        let _ = writeln!(c, "frontend fe\n  bind {}:{}", files.ip, files.http_port);
         if let Some(tls) = &files.tls {
             let _ = writeln!(
                 c,
-                "  bind 127.0.0.1:{} ssl crt {}",
+                "  bind {}:{} ssl crt {}",
+                files.ip,
                 tls.port,
                 tls.combined.display()
             );

@@ -12,6 +12,7 @@ pub use haproxy::HaproxyUpdate;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::model::RouteTable;
 use crate::process::{free_port, OwnedChild};
+use crate::topology::Node;
 use crate::LabError;
 
 /// How long a proxy may take to start listening.
@@ -217,7 +219,7 @@ pub struct UpstreamMtls {
 /// The TLS files and port of a proxy that terminates TLS.
 #[derive(Clone, Debug)]
 pub struct TlsFiles {
-    /// HTTPS port on 127.0.0.1.
+    /// HTTPS port on the node's address.
     pub port: u16,
     /// Certificate chain (PEM).
     pub cert: PathBuf,
@@ -232,9 +234,11 @@ pub struct TlsFiles {
 pub struct ProxyFiles {
     /// The proxy's private directory.
     pub dir: PathBuf,
-    /// HTTP port on 127.0.0.1.
+    /// The node's address, where it listens.
+    pub ip: IpAddr,
+    /// HTTP port.
     pub http_port: u16,
-    /// Admin port on 127.0.0.1, for proxies with an HTTP admin interface.
+    /// Admin port, for proxies with an HTTP admin interface.
     pub admin_port: u16,
     /// TLS, if the proxy terminates it.
     pub tls: Option<TlsFiles>,
@@ -289,10 +293,12 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// Renders, starts and waits for the proxy to listen. `spawned` is told the process id
-    /// as soon as the process exists (the lab's reaper watches its group).
+    /// Renders, starts on `node` and waits for the proxy to listen. `spawned` is told the
+    /// process id as soon as the process exists (the lab's reaper watches its group).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         kind: ProxyKind,
+        node: &Node,
         binaries: &Binaries,
         dir: &Path,
         table: &RouteTable,
@@ -313,6 +319,7 @@ impl Proxy {
             })
         };
         let files = ProxyFiles {
+            ip: node.ip,
             http_port: port()?,
             admin_port: port()?,
             tls: match tls {
@@ -336,15 +343,16 @@ impl Proxy {
             &launch.env,
             &dir,
             &dir.join("proxy.log"),
+            node.netns.as_deref(),
         )?;
         spawned(child.pid());
-        child.wait_listening(([127, 0, 0, 1], files.http_port).into(), START_TIMEOUT)?;
+        child.wait_listening((files.ip, files.http_port).into(), START_TIMEOUT)?;
         if let Some(tls) = &files.tls {
-            child.wait_listening(([127, 0, 0, 1], tls.port).into(), START_TIMEOUT)?;
+            child.wait_listening((files.ip, tls.port).into(), START_TIMEOUT)?;
         }
         wait_routed(
             &mut child,
-            files.http_port,
+            (files.ip, files.http_port).into(),
             table,
             START_TIMEOUT.saturating_sub(started.elapsed()),
         )?;
@@ -385,7 +393,7 @@ impl Proxy {
 
     /// The plain-HTTP URL.
     pub fn http_url(&self) -> String {
-        format!("http://127.0.0.1:{}/", self.files.http_port)
+        format!("http://{}/", self.http_addr())
     }
 
     /// The HTTPS port, if it terminates TLS.
@@ -396,6 +404,16 @@ impl Proxy {
     /// The HTTP port.
     pub fn http_port(&self) -> u16 {
         self.files.http_port
+    }
+
+    /// Where it listens for HTTP.
+    pub fn http_addr(&self) -> SocketAddr {
+        (self.files.ip, self.files.http_port).into()
+    }
+
+    /// Where it listens for HTTPS, if it terminates TLS.
+    pub fn https_addr(&self) -> Option<SocketAddr> {
+        self.https_port().map(|p| (self.files.ip, p).into())
     }
 
     /// Its files.
@@ -433,7 +451,7 @@ impl Proxy {
 /// 404 (some proxies listen before their routes are loaded).
 fn wait_routed(
     child: &mut OwnedChild,
-    port: u16,
+    addr: SocketAddr,
     table: &RouteTable,
     timeout: Duration,
 ) -> Result<(), LabError> {
@@ -447,7 +465,7 @@ fn wait_routed(
     };
     let started = Instant::now();
     loop {
-        if let Ok((status, _)) = http_request(port, host, "GET", &route.path_prefix, None) {
+        if let Ok((status, _)) = http_request(addr, host, "GET", &route.path_prefix, None) {
             if status != 404 && status != 0 {
                 return Ok(());
             }
@@ -465,29 +483,27 @@ fn wait_routed(
     }
 }
 
-/// One HTTP/1.1 request to an admin interface on 127.0.0.1: returns the status and body.
+/// One HTTP/1.1 request to a proxy's admin interface: returns the status and body.
 pub(crate) fn admin_request(
-    port: u16,
+    files: &ProxyFiles,
     method: &str,
     path: &str,
     body: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
-    http_request(port, &format!("127.0.0.1:{port}"), method, path, body)
+    let addr = SocketAddr::from((files.ip, files.admin_port));
+    http_request(addr, &addr.to_string(), method, path, body)
 }
 
-/// One HTTP/1.1 request to 127.0.0.1:`port` with a Host header: the status and body.
+/// One HTTP/1.1 request to `addr` with a Host header: the status and body.
 fn http_request(
-    port: u16,
+    addr: SocketAddr,
     host: &str,
     method: &str,
     path: &str,
     body: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect_timeout(
-        &([127, 0, 0, 1], port).into(),
-        Duration::from_secs(2),
-    )?;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     let body = body.unwrap_or("");
     write!(

@@ -99,9 +99,9 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
     }
     let listen = |c: &mut String, default: bool| {
         let d = if default { " default_server" } else { "" };
-        let _ = writeln!(c, "    listen 127.0.0.1:{}{d};", files.http_port);
+        let _ = writeln!(c, "    listen {}:{}{d};", files.ip, files.http_port);
         if let Some(tls) = &files.tls {
-            let _ = writeln!(c, "    listen 127.0.0.1:{} ssl{d};", tls.port);
+            let _ = writeln!(c, "    listen {}:{} ssl{d};", files.ip, tls.port);
             let _ = writeln!(
                 c,
                 "    ssl_certificate {};\n    ssl_certificate_key {};",

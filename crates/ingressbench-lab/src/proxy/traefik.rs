@@ -21,7 +21,7 @@ impl Driver for Traefik {
         write_dynamic(files, table)?;
         let t = &table.tuning;
         let mut args = vec![
-            format!("--entryPoints.web.address=127.0.0.1:{}", files.http_port),
+            format!("--entryPoints.web.address={}:{}", files.ip, files.http_port),
             format!("--providers.file.directory={}", dynamic.display()),
             "--providers.file.watch=true".into(),
             "--log.level=ERROR".into(),
@@ -42,8 +42,8 @@ impl Driver for Traefik {
         ];
         if let Some(tls) = &files.tls {
             args.push(format!(
-                "--entryPoints.websecure.address=127.0.0.1:{}",
-                tls.port
+                "--entryPoints.websecure.address={}:{}",
+                files.ip, tls.port
             ));
         }
         if let Some(n) = t.keepalive_requests {

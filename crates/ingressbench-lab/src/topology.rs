@@ -1,0 +1,447 @@
+//! Nodes: where each part of a lab runs, as an address of its own (127.0.N.1 on loopback)
+//! or a Linux network namespace of its own (addresses from 198.18.0.0/15, the range
+//! reserved for benchmarking), and the emulated links between them.
+//!
+//! With network namespaces, each lab has a hub namespace holding a bridge; every node is a
+//! namespace joined to the bridge by a veth pair, and the host joins it too (one veth
+//! whose address is the only thing the lab adds to the host's own namespace), so that the
+//! tool's control plane (readiness checks, admin APIs) reaches every node. Every name
+//! carries the owner's process id and the lab's number (`ingressbench-PID-N-…` for
+//! namespaces, `ibPIDxN` for the host's veth); the lab's reaper removes them if the tool
+//! dies, and [`remove_stale`] removes those whose owner is gone.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::relay::LinkSpec;
+use crate::LabError;
+
+/// Where network namespaces are bound (`ip netns`).
+const NETNS_DIR: &str = "/run/netns";
+/// The prefix of every namespace a lab makes.
+const NETNS_PREFIX: &str = "ingressbench-";
+/// The prefix of the host-side veth a lab makes.
+const LINK_PREFIX: &str = "ib";
+
+/// How nodes are kept apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Isolation {
+    /// Each node an address on loopback (127.0.N.1): no root needed.
+    #[default]
+    Loopback,
+    /// Each node a network namespace joined by veth pairs (root).
+    Netns,
+}
+
+/// Where each part of a lab runs, and the links between nodes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Topology {
+    /// How nodes are kept apart.
+    pub isolation: Isolation,
+    /// The load generator's node.
+    pub client: String,
+    /// The L4 front's node.
+    pub front: String,
+    /// The proxies' node (every replica).
+    pub proxies: String,
+    /// The sidecar's node.
+    pub sidecar: String,
+    /// The backends' node; `None`: each backend on a node of its own, named after it.
+    pub backends: Option<String>,
+    /// Nodes outside the cluster: every link to one of them is `internet`.
+    pub outside: Vec<String>,
+    /// The link between two nodes of the cluster.
+    pub cross_node: LinkSpec,
+    /// The link between a node outside and one inside.
+    pub internet: LinkSpec,
+    /// Links for particular pairs of nodes, either way round.
+    pub between: Vec<(String, String, LinkSpec)>,
+}
+
+impl Default for Topology {
+    /// Everything on one node: no links.
+    fn default() -> Self {
+        Self::on_one_node("node-1")
+    }
+}
+
+impl Topology {
+    /// Every part on `node`.
+    pub fn on_one_node(node: &str) -> Self {
+        Self {
+            isolation: Isolation::Loopback,
+            client: node.into(),
+            front: node.into(),
+            proxies: node.into(),
+            sidecar: node.into(),
+            backends: Some(node.into()),
+            outside: Vec::new(),
+            cross_node: LinkSpec::delay(
+                std::time::Duration::from_micros(300),
+                std::time::Duration::from_micros(50),
+            ),
+            internet: LinkSpec::delay(
+                std::time::Duration::from_millis(20),
+                std::time::Duration::from_millis(2),
+            ),
+            between: Vec::new(),
+        }
+    }
+
+    /// The link on the path from node `a` to node `b` (`None`: the same node).
+    pub fn link(&self, a: &str, b: &str) -> Option<LinkSpec> {
+        if a == b {
+            return None;
+        }
+        let pair = self
+            .between
+            .iter()
+            .find(|(x, y, _)| (x == a && y == b) || (x == b && y == a));
+        if let Some((_, _, link)) = pair {
+            return Some(*link);
+        }
+        if self.outside.iter().any(|n| n == a || n == b) {
+            Some(self.internet)
+        } else {
+            Some(self.cross_node)
+        }
+    }
+
+    /// The node of the backend called `name`.
+    pub fn backend_node(&self, name: &str) -> String {
+        self.backends.clone().unwrap_or_else(|| name.to_owned())
+    }
+}
+
+/// One node as the lab made it: its address, and its namespace if it has one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// Its name.
+    pub name: String,
+    /// The address its processes listen on.
+    pub ip: IpAddr,
+    /// Its network namespace (`/run/netns/…`), with namespace isolation.
+    pub netns: Option<PathBuf>,
+}
+
+/// A lab's nodes, made as they are first used.
+#[derive(Debug)]
+pub(crate) struct Nodes {
+    isolation: Isolation,
+    /// `PID-N`: who made them.
+    id: String,
+    /// The third and fourth octets' base: nodes are 198.18.0.0 + subnet * 256 + index.
+    subnet: Option<u32>,
+    nodes: Vec<Node>,
+    /// The namespaces made, hub first.
+    made: Vec<String>,
+    host_link: Option<String>,
+}
+
+/// Numbers the labs of this process.
+static LABS: AtomicUsize = AtomicUsize::new(0);
+/// Subnets are picked one lab at a time.
+static PICKING: Mutex<()> = Mutex::new(());
+
+impl Nodes {
+    pub(crate) fn new(isolation: Isolation) -> Result<Self, LabError> {
+        let lab = LABS.fetch_add(1, Ordering::Relaxed) % 10_000;
+        if isolation == Isolation::Netns {
+            check_netns_possible()?;
+        }
+        Ok(Self {
+            isolation,
+            id: format!("{}x{lab}", std::process::id()),
+            subnet: None,
+            nodes: Vec::new(),
+            made: Vec::new(),
+            host_link: None,
+        })
+    }
+
+    /// Every node made so far.
+    pub(crate) fn all(&self) -> &[Node] {
+        &self.nodes
+    }
+
+    /// The node called `name`, made if it is new (`told` hears of each namespace made,
+    /// so that the reaper can remove it).
+    pub(crate) fn get(&mut self, name: &str, told: &mut dyn FnMut(&str)) -> Result<Node, LabError> {
+        if let Some(n) = self.nodes.iter().find(|n| n.name == name) {
+            return Ok(n.clone());
+        }
+        let index = self.nodes.len() as u32;
+        let node = match self.isolation {
+            Isolation::Loopback => {
+                if index > 255 {
+                    return Err(network("placing nodes", "more than 256 nodes on loopback"));
+                }
+                Node {
+                    name: name.to_owned(),
+                    ip: IpAddr::V4(Ipv4Addr::new(127, 0, index as u8, 1)),
+                    netns: None,
+                }
+            }
+            Isolation::Netns => {
+                if index > 252 {
+                    return Err(network("placing nodes", "more than 253 nodes in one lab"));
+                }
+                let subnet = match self.subnet {
+                    Some(s) => s,
+                    None => self.make_hub(told)?,
+                };
+                let ns = format!("{NETNS_PREFIX}{}-{}", self.id, index + 1);
+                let hub = self.made[0].clone();
+                let ip = subnet_ip(subnet, index + 1);
+                self.made.push(ns.clone());
+                told(&ns);
+                let port = format!("n{}", index + 1);
+                ip_cmd(&["netns", "add", &ns])?;
+                ip_cmd(&["-n", &ns, "link", "set", "lo", "up"])?;
+                ip_cmd(&[
+                    "-n", &hub, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
+                    "netns", &ns,
+                ])?;
+                ip_cmd(&["-n", &hub, "link", "set", &port, "master", "br0", "up"])?;
+                ip_cmd(&["-n", &ns, "addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
+                ip_cmd(&["-n", &ns, "link", "set", "eth0", "up"])?;
+                Node {
+                    name: name.to_owned(),
+                    ip: IpAddr::V4(ip),
+                    netns: Some(Path::new(NETNS_DIR).join(&ns)),
+                }
+            }
+        };
+        self.nodes.push(node.clone());
+        Ok(node)
+    }
+
+    /// Makes the hub (a namespace with a bridge) and joins the host to it; returns the
+    /// lab's subnet.
+    fn make_hub(&mut self, told: &mut dyn FnMut(&str)) -> Result<u32, LabError> {
+        let _one_at_a_time = PICKING.lock();
+        let hub = format!("{NETNS_PREFIX}{}-hub", self.id);
+        let link = format!("{LINK_PREFIX}{}", self.id);
+        self.made.push(hub.clone());
+        told(&hub);
+        ip_cmd(&["netns", "add", &hub])?;
+        ip_cmd(&["-n", &hub, "link", "add", "br0", "type", "bridge"])?;
+        ip_cmd(&["-n", &hub, "link", "set", "br0", "up"])?;
+        self.host_link = Some(link.clone());
+        ip_cmd(&[
+            "link", "add", &link, "type", "veth", "peer", "name", "host", "netns", &hub,
+        ])?;
+        ip_cmd(&["-n", &hub, "link", "set", "host", "master", "br0", "up"])?;
+        let subnet = free_subnet(&self.id)?;
+        ip_cmd(&[
+            "addr",
+            "add",
+            &format!("{}/24", subnet_ip(subnet, 254)),
+            "dev",
+            &link,
+        ])?;
+        ip_cmd(&["link", "set", &link, "up"])?;
+        self.subnet = Some(subnet);
+        Ok(subnet)
+    }
+
+    /// Removes every namespace and link made (the host's veth goes with the hub).
+    pub(crate) fn remove(&mut self) {
+        for ns in self.made.drain(..).rev() {
+            let _ = ip_cmd(&["netns", "del", &ns]);
+        }
+        if let Some(link) = self.host_link.take() {
+            // Gone with its peer in the hub already, unless the hub was never made.
+            let _ = Command::new("ip")
+                .args(["link", "del", &link])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+fn subnet_ip(subnet: u32, host: u32) -> Ipv4Addr {
+    Ipv4Addr::from(u32::from(Ipv4Addr::new(198, 18, 0, 0)) + subnet * 256 + host)
+}
+
+/// One of the 512 /24s of 198.18.0.0/15 that no interface of the host uses, starting from
+/// one picked from `id` (so that concurrent labs rarely even try the same one).
+fn free_subnet(id: &str) -> Result<u32, LabError> {
+    let out = Command::new("ip")
+        .args(["-o", "-4", "addr", "show"])
+        .output()
+        .map_err(|e| network("listing the host's addresses", &e.to_string()))?;
+    let used = String::from_utf8_lossy(&out.stdout).into_owned();
+    let start = id
+        .bytes()
+        .fold(17u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
+        % 512;
+    (0..512)
+        .map(|i| (start + i) % 512)
+        .find(|s| {
+            let [a, b, c, _] = subnet_ip(*s, 0).octets();
+            !used.contains(&format!(" {a}.{b}.{c}."))
+        })
+        .ok_or_else(|| network("picking a subnet", "every /24 of 198.18.0.0/15 is in use"))
+}
+
+/// Whether this machine lets us make namespaces: root, and `ip` installed.
+fn check_netns_possible() -> Result<(), LabError> {
+    if !rustix::process::geteuid().is_root() {
+        return Err(network(
+            "isolation: netns",
+            "network namespaces need root (CAP_NET_ADMIN): run as root, or use `isolation: loopback` (each node an address on 127.0.0.0/8)",
+        ));
+    }
+    match Command::new("ip").arg("-V").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err(network(
+            "isolation: netns",
+            "`ip` (iproute2) is missing: apt-get install iproute2",
+        )),
+    }
+}
+
+/// Runs `ip ARGS`; an error quotes what it said.
+fn ip_cmd(args: &[&str]) -> Result<(), LabError> {
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| network(&format!("ip {}", args.join(" ")), &e.to_string()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(network(
+            &format!("ip {}", args.join(" ")),
+            String::from_utf8_lossy(&out.stderr).trim(),
+        ))
+    }
+}
+
+fn network(action: &str, reason: &str) -> LabError {
+    LabError::Network {
+        action: action.to_owned(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Moves the calling thread into the network namespace at `path`: sockets it makes from
+/// then on (and threads it starts) live there.
+pub fn enter_netns(path: &Path) -> std::io::Result<()> {
+    let file = std::fs::File::open(path)?;
+    rustix::thread::move_into_link_name_space(
+        std::os::fd::AsFd::as_fd(&file),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )
+    .map_err(std::io::Error::from)
+}
+
+/// Removes namespaces and host links a lab of this tool made and whose owning process is
+/// gone (a tool and its reaper both SIGKILLed). Touches nothing else: only names with the
+/// tool's prefix, a process id, and the lab-number marker. Returns what it removed.
+pub fn remove_stale() -> Vec<String> {
+    let mut removed = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(NETNS_DIR) {
+        for name in entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+        {
+            let Some(rest) = name.strip_prefix(NETNS_PREFIX) else {
+                continue;
+            };
+            if owner_gone(rest) && ip_cmd(&["netns", "del", &name]).is_ok() {
+                removed.push(name);
+            }
+        }
+    }
+    let links = Command::new("ip")
+        .args(["-o", "link", "show"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    for line in links.lines() {
+        // `7: ib1234x0@if2: <…`
+        let Some(name) = line
+            .split(": ")
+            .nth(1)
+            .map(|n| n.split('@').next().unwrap_or(n))
+        else {
+            continue;
+        };
+        let Some(rest) = name.strip_prefix(LINK_PREFIX) else {
+            continue;
+        };
+        if owner_gone(rest) && ip_cmd(&["link", "del", name]).is_ok() {
+            removed.push(name.to_owned());
+        }
+    }
+    removed
+}
+
+/// For `PIDxN…`: whether process PID no longer exists. Anything else is not ours.
+fn owner_gone(rest: &str) -> bool {
+    let Some((pid, after)) = rest.split_once('x') else {
+        return false;
+    };
+    let lab_number = after.split('-').next().unwrap_or("");
+    if pid.is_empty()
+        || !pid.bytes().all(|b| b.is_ascii_digit())
+        || lab_number.is_empty()
+        || !lab_number.bytes().all(|b| b.is_ascii_digit())
+    {
+        return false;
+    }
+    !Path::new("/proc").join(pid).exists()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn links_follow_nodes_pairs_and_the_outside() {
+        let mut t = Topology::on_one_node("a");
+        t.outside = vec!["out".into()];
+        let slow = LinkSpec::delay(Duration::from_millis(5), Duration::ZERO);
+        t.between = vec![("b".into(), "c".into(), slow)];
+        assert_eq!(t.link("a", "a"), None);
+        assert_eq!(t.link("a", "b"), Some(t.cross_node));
+        assert_eq!(t.link("c", "b"), Some(slow), "either way round");
+        assert_eq!(t.link("out", "a"), Some(t.internet));
+        t.backends = None;
+        assert_eq!(t.backend_node("echo-2"), "echo-2");
+    }
+
+    #[test]
+    fn loopback_nodes_get_their_own_addresses_in_order() {
+        let mut nodes = Nodes::new(Isolation::Loopback).unwrap();
+        let mut told = |_: &str| panic!("loopback makes no namespace");
+        let a = nodes.get("client", &mut told).unwrap();
+        let b = nodes.get("ingress", &mut told).unwrap();
+        assert_eq!(a.ip.to_string(), "127.0.0.1");
+        assert_eq!(b.ip.to_string(), "127.0.1.1");
+        assert_eq!(nodes.get("client", &mut told).unwrap(), a, "made once");
+    }
+
+    #[test]
+    fn only_names_of_gone_owners_are_stale() {
+        assert!(owner_gone("4194399x3-hub"), "no such pid");
+        assert!(!owner_gone(&format!("{}x0-1", std::process::id())), "alive");
+        assert!(!owner_gone("lab-7"), "not a name this tool makes");
+        assert!(!owner_gone("4194399-hub"), "no lab-number marker");
+        assert!(!owner_gone("x1"));
+        assert_eq!(subnet_ip(0, 254).to_string(), "198.18.0.254");
+        assert_eq!(subnet_ip(511, 1).to_string(), "198.19.255.1");
+    }
+}
