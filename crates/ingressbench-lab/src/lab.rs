@@ -15,11 +15,15 @@ use crate::process::OwnedChild;
 use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions, UpstreamMtls};
 use crate::reaper::Reaper;
 use crate::relay::Relay;
-use crate::topology::{Isolation, Node, Nodes, Topology};
+use crate::topology::{Node, Nodes, Topology};
 use crate::LabError;
 
 /// How long a backend may take to say where it listens.
 const BACKEND_START_TIMEOUT: Duration = Duration::from_secs(10);
+/// The start of a lab directory's name (then the owner's pid and a time stamp).
+const DIR_PREFIX: &str = "ingressbench-lab-";
+/// The file that marks a lab directory as kept on purpose.
+const KEPT: &str = "KEPT";
 /// How long a drained backend may take to exit.
 const DRAIN_GRACE: Duration = Duration::from_secs(10);
 
@@ -213,13 +217,13 @@ impl Lab {
         for pool in &spec.pools {
             check_name("pool", &pool.name)?;
         }
-        if spec.topology.isolation == Isolation::Netns {
-            remove_stale_once();
-        }
+        remove_stale_once();
         let nodes = Nodes::new(spec.topology.isolation)?;
         let dir = private_dir()?;
         let mut reaper = Reaper::start(&spec.backend_binary)?;
-        if !spec.keep {
+        if spec.keep {
+            mark_kept(&dir);
+        } else {
             reaper.remove_on_death(&dir);
         }
         let mut lab = Lab {
@@ -254,6 +258,7 @@ impl Lab {
                 // A process that would not start left a log the error points to: keep it.
                 if matches!(e, LabError::NotReady { .. }) {
                     lab.spec.keep = true;
+                    mark_kept(&lab.dir);
                 }
                 Err(e)
             }
@@ -848,9 +853,116 @@ impl Lab {
         &self.spec.topology
     }
 
-    /// Every link relay's own added time per chunk (microseconds), merged.
+    /// Where everything runs and the links on the request's path, for the results: each
+    /// node with its address, what runs on it and its column along the path (client 0,
+    /// front 1, proxies 2, sidecar 3, backends 4), and each link crossed with its settings.
+    pub fn map(&self) -> serde_json::Value {
+        let t = &self.spec.topology;
+        let mut runs: Vec<(String, usize, String)> = vec![(t.client.clone(), 0, "client".into())];
+        if self.front.is_some() {
+            runs.push((t.front.clone(), 1, "L4 front (haproxy)".into()));
+        }
+        for kind in &self.spec.proxies {
+            let n = self.proxies.iter().filter(|p| p.kind() == *kind).count();
+            let times = if n > 1 {
+                format!(" x{n}")
+            } else {
+                String::new()
+            };
+            runs.push((t.proxies.clone(), 2, format!("{kind}{times}")));
+        }
+        if self.sidecar.is_some() {
+            runs.push((t.sidecar.clone(), 3, "sidecar (envoy)".into()));
+        }
+        for b in &self.backends {
+            runs.push((b.node.clone(), 4, b.name.clone()));
+        }
+        let caller = if self.sidecar.is_some() {
+            &t.sidecar
+        } else {
+            &t.proxies
+        };
+        let entry = if self.front.is_some() {
+            &t.front
+        } else {
+            &t.proxies
+        };
+        let mut hops: Vec<(&str, &str)> = vec![(&t.client, entry)];
+        if self.front.is_some() {
+            hops.push((&t.front, &t.proxies));
+        }
+        if self.sidecar.is_some() {
+            hops.push((&t.proxies, &t.sidecar));
+        }
+        hops.extend(
+            self.backends
+                .iter()
+                .map(|b| (caller.as_str(), b.node.as_str())),
+        );
+        hops.sort();
+        hops.dedup();
+        let links: Vec<serde_json::Value> = hops
+            .into_iter()
+            .filter_map(|(from, to)| {
+                let l = t.link(from, to)?;
+                Some(serde_json::json!({
+                    "from": from,
+                    "to": to,
+                    "delay_us": l.delay.as_micros() as u64,
+                    "jitter_us": l.jitter.as_micros() as u64,
+                    "bandwidth_bytes_per_s": l.bandwidth,
+                    "reset": l.reset,
+                }))
+            })
+            .collect();
+        let nodes: Vec<serde_json::Value> = self
+            .nodes
+            .all()
+            .iter()
+            .filter_map(|n| {
+                let here: Vec<&(String, usize, String)> =
+                    runs.iter().filter(|r| r.0 == n.name).collect();
+                let column = here.iter().map(|r| r.1).min()?;
+                let parts: Vec<&str> = here.iter().map(|r| r.2.as_str()).collect();
+                Some(serde_json::json!({
+                    "name": n.name,
+                    "address": n.ip.to_string(),
+                    "namespace": n.netns.as_ref().map(|p| p.display().to_string()),
+                    "column": column,
+                    "outside": t.outside.contains(&n.name),
+                    "runs": parts,
+                }))
+            })
+            .collect();
+        serde_json::json!({
+            "isolation": match t.isolation {
+                crate::topology::Isolation::Loopback => "loopback",
+                crate::topology::Isolation::Netns => "netns",
+            },
+            "nodes": nodes,
+            "links": links,
+        })
+    }
+
+    /// Every link relay's own added time per chunk (microseconds), merged, since the lab
+    /// started or [`Lab::reset_link_overhead`].
     pub fn link_overhead(&self) -> HistogramUs {
         let mut h = HistogramUs::new();
+        for relay in self.relays() {
+            h.merge(&relay.overhead());
+        }
+        h
+    }
+
+    /// Starts the links' overhead measurement afresh (a reused lab, a new cell).
+    pub fn reset_link_overhead(&self) {
+        for relay in self.relays() {
+            relay.reset_overhead();
+        }
+    }
+
+    /// Every link relay.
+    fn relays(&self) -> impl Iterator<Item = &Relay> {
         let entry = self
             .entry_relays
             .iter()
@@ -862,10 +974,7 @@ impl Lab {
             .iter()
             .chain(self.terminating.iter().map(|(b, _)| b))
             .filter_map(|b| b.relay.as_ref());
-        for relay in entry.chain(backends) {
-            h.merge(&relay.overhead());
-        }
-        h
+        entry.chain(backends)
     }
 
     /// The entry without the client's link.
@@ -902,6 +1011,7 @@ impl Lab {
     /// Keeps the directory after tear-down (to look at configs and logs after a failure).
     pub fn keep(&mut self) {
         self.spec.keep = true;
+        mark_kept(&self.dir);
         if let Some(reaper) = self.reaper.as_mut() {
             reaper.remove_on_death(Path::new(""));
         }
@@ -943,11 +1053,41 @@ impl Drop for Lab {
     }
 }
 
-/// Removes stale namespaces of dead owners, once per process.
+/// Marks a lab directory as kept on purpose, so that no later start removes it as stale.
+fn mark_kept(dir: &Path) {
+    let _ = std::fs::write(
+        dir.join(KEPT),
+        "kept on purpose (--keep, or a process that did not start)\n",
+    );
+}
+
+/// Once per process: removes what labs of an ingressbench that is gone (its reaper gone
+/// too) left behind: network namespaces, the host's veth, lab directories.
 fn remove_stale_once() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        for name in crate::topology::remove_stale() {
+        let mut removed = crate::topology::remove_stale();
+        let dirs = std::fs::read_dir(std::env::temp_dir())
+            .into_iter()
+            .flatten();
+        for entry in dirs.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // `ingressbench-lab-PID-STAMP`, as `private_dir` names them.
+            let Some(pid) = name
+                .strip_prefix(DIR_PREFIX)
+                .and_then(|r| r.split('-').next())
+                .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            else {
+                continue;
+            };
+            if !Path::new("/proc").join(pid).exists()
+                && !entry.path().join(KEPT).exists()
+                && std::fs::remove_dir_all(entry.path()).is_ok()
+            {
+                removed.push(entry.path().display().to_string());
+            }
+        }
+        for name in removed {
             eprintln!("removed {name}, left behind by an ingressbench that is gone");
         }
     });
@@ -976,7 +1116,7 @@ fn private_dir() -> Result<PathBuf, LabError> {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
         .as_nanos();
-    let dir = std::env::temp_dir().join(format!("ingressbench-lab-{}-{stamp}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{}-{stamp}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|source| LabError::Io {
         action: "creating",
         path: dir.clone(),

@@ -5,7 +5,11 @@
 //! Each connection gets a reader and a writer thread per direction: the reader stamps each
 //! chunk's arrival and hands it over; the writer sleeps until shortly before the due time
 //! and spins the rest (a plain sleep overshoots by the kernel's timer slack, about 50 us),
-//! then writes. Order is kept: a chunk is never due before the one ahead of it. The relay
+//! then writes. Order is kept: a chunk is never due before the one ahead of it. A relay
+//! cannot hold back a TCP handshake (the kernel completes it before `accept`), so the
+//! first bytes of each connection wait two more one-way delays, the round trip the
+//! handshake would have cost: totals match a real link, though the client sees that time
+//! after connecting rather than while connecting. The relay
 //! measures its own added time (write done minus due), so results can show it. A link
 //! with a reset probability resets the connection (an RST both ways) instead of passing
 //! a chunk, with that probability per chunk.
@@ -156,6 +160,13 @@ impl Relay {
     pub fn overhead(&self) -> HistogramUs {
         self.overhead.lock().map(|h| h.clone()).unwrap_or_default()
     }
+
+    /// Forgets the added time measured so far.
+    pub fn reset_overhead(&self) {
+        if let Ok(mut h) = self.overhead.lock() {
+            *h = HistogramUs::new();
+        }
+    }
 }
 
 impl std::fmt::Debug for Relay {
@@ -252,6 +263,13 @@ fn pipe(
             let mut rng = Rng::new(seed);
             let mut last_due = Instant::now();
             let mut buf = vec![0u8; 64 * 1024];
+            // The kernel completed the client's handshake at once, on this side of the
+            // link; its first bytes wait for the round trip the handshake would have taken.
+            let mut handshake = if direction == 0 {
+                2 * link.delay
+            } else {
+                Duration::ZERO
+            };
             loop {
                 match from.read(&mut buf) {
                     Ok(0) | Err(_) => break,
@@ -261,7 +279,9 @@ fn pipe(
                             Some(rate) => on_the_wire(&shared.free_at[direction], arrived, n, rate),
                             None => arrived,
                         };
-                        let due = (sent + jittered(link, &mut rng)).max(last_due);
+                        let due =
+                            (sent + std::mem::take(&mut handshake) + jittered(link, &mut rng))
+                                .max(last_due);
                         last_due = due;
                         let reset = link.reset > 0.0 && rng.unit() < link.reset;
                         let chunk = (!reset).then(|| buf[..n].to_vec());
@@ -410,6 +430,32 @@ mod tests {
     }
 
     #[test]
+    fn a_new_connection_pays_the_handshake_round_trip_on_its_first_bytes() {
+        let delay = Duration::from_millis(5);
+        let relay = Relay::start(
+            "127.0.0.1:0".parse().unwrap(),
+            echo(),
+            LinkSpec::delay(delay, Duration::ZERO),
+            None,
+        )
+        .unwrap();
+        let started = Instant::now();
+        let mut s = TcpStream::connect(relay.addr()).unwrap();
+        s.write_all(b"x").unwrap();
+        let mut back = [0u8; 1];
+        s.read_exact(&mut back).unwrap();
+        let first = started.elapsed();
+        let again = Instant::now();
+        s.write_all(b"y").unwrap();
+        s.read_exact(&mut back).unwrap();
+        let second = again.elapsed();
+        // Handshake (2 delays), then the request and its answer (2 more); after that, 2.
+        assert!(first >= 4 * delay, "first exchange {first:?}");
+        assert!(second >= 2 * delay, "second exchange {second:?}");
+        assert!(second < first, "{second:?} then {first:?}");
+    }
+
+    #[test]
     fn a_zero_delay_link_reports_its_own_cost() {
         let upstream = echo();
         let direct = median_round_trip(upstream, 200);
@@ -427,7 +473,12 @@ mod tests {
             "0 ms link: round trip direct {direct:?}, through {through:?}: {added:?} added per crossing; relay-measured p50 {} us",
             relay.overhead().value_at_percentile(50.0)
         );
-        assert!(through > direct, "a relay cannot make the path shorter");
+        // 200 round trips: 400 chunks, each measured (the last may still be on its way).
+        assert!(
+            relay.overhead().count() >= 399,
+            "{}",
+            relay.overhead().count()
+        );
     }
 
     #[test]
@@ -458,6 +509,50 @@ mod tests {
             }
             assert!(Instant::now() < deadline, "ended connections still held");
         }
+    }
+
+    #[test]
+    fn a_bandwidth_cap_paces_the_bytes() {
+        // 1 MB/s each way: 200 KB take at least 0.2 s to cross, however fast the sockets.
+        let link = LinkSpec {
+            bandwidth: Some(1_000_000),
+            ..LinkSpec::default()
+        };
+        let relay = Relay::start("127.0.0.1:0".parse().unwrap(), echo(), link, None).unwrap();
+        let mut s = TcpStream::connect(relay.addr()).unwrap();
+        let sent = vec![5u8; 200_000];
+        let started = Instant::now();
+        let writer = {
+            let mut w = s.try_clone().unwrap();
+            let sent = sent.clone();
+            std::thread::spawn(move || w.write_all(&sent).unwrap())
+        };
+        let mut got = vec![0u8; sent.len()];
+        s.read_exact(&mut got).unwrap();
+        let took = started.elapsed();
+        writer.join().unwrap();
+        assert_eq!(got, sent);
+        eprintln!("200 KB through a 1 MB/s link and back: {took:?}");
+        assert!(
+            took >= Duration::from_millis(195),
+            "{took:?}: the cap held nothing back"
+        );
+    }
+
+    #[test]
+    fn a_reset_link_resets_the_connection() {
+        let link = LinkSpec {
+            reset: 1.0,
+            ..LinkSpec::default()
+        };
+        let relay = Relay::start("127.0.0.1:0".parse().unwrap(), echo(), link, None).unwrap();
+        let mut s = TcpStream::connect(relay.addr()).unwrap();
+        s.write_all(b"hello").unwrap();
+        let mut buf = [0u8; 16];
+        let e = s
+            .read(&mut buf)
+            .expect_err("a reset, not an answer or a clean close");
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}");
     }
 
     #[test]

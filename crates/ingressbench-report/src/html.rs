@@ -65,6 +65,11 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
         body.push_str("</ul></div>");
     }
     body.push_str("</section>");
+    // Where it ran.
+    if let Some((html, diagrams)) = crate::topology::section(run) {
+        body.push_str(&html);
+        charts.extend(diagrams);
+    }
     // Latency over time.
     body.push_str("<section><h2>Latency over time</h2><p class=\"note\">Each sampled request as a point (errors in red), p50 and p99 per second as lines, every event as a labelled dashed line; time from the start of measurement. The first repeat of each target and setting.</p>");
     body.push_str("<div class=\"scale\"><input type=\"radio\" name=\"y\" id=\"ylog\" checked><label for=\"ylog\">log</label><input type=\"radio\" name=\"y\" id=\"ylin\"><label for=\"ylin\">linear</label>");

@@ -23,3 +23,4 @@ pub mod results;
 pub mod samples;
 pub mod svg;
 pub mod terminal;
+mod topology;

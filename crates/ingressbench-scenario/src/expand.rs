@@ -69,25 +69,35 @@ pub fn expand(
     if quick {
         base.repeat = base.quick.repeat.unwrap_or(base.repeat);
     }
-    // A field fixed by --set no longer varies.
-    for (key, _) in sets {
+    // The file's quick settings first, then the command line's, each as `--set`.
+    let mut all_sets: Vec<(String, Value, &str)> = Vec::new();
+    if quick {
+        for (key, value) in &base.quick.set {
+            all_sets.push((key.clone(), value.clone(), "quick.set"));
+        }
+    }
+    for (key, raw) in sets {
+        let value: Value =
+            serde_yaml_ng::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()));
+        all_sets.push((key.clone(), value, "--set"));
+    }
+    // A field fixed by a set no longer varies.
+    for (key, _, _) in &all_sets {
         base.matrix.remove(key);
     }
     let mut tree: Value = serde_yaml_ng::from_str(text).map_err(|e| located(path, &e))?;
     if let Value::Mapping(m) = &mut tree {
         m.remove("matrix");
     }
-    for (key, raw) in sets {
+    for (key, value, source) in all_sets {
         if key == "matrix" || key.starts_with("matrix.") || key == "quick" {
             return Err(ScenarioError::at(
                 path,
-                format!("--set {key}: the matrix is not a field to set; set the field itself (--set load.rate=500) to run one value of it"),
+                format!("{source} {key}: the matrix is not a field to set; set the field itself (--set load.rate=500) to run one value of it"),
             ));
         }
-        let value: Value =
-            serde_yaml_ng::from_str(raw).unwrap_or_else(|_| Value::String(raw.clone()));
-        set_path(&mut tree, key, value)
-            .map_err(|m| ScenarioError::at(path, format!("--set {key}: {m}")))?;
+        set_path(&mut tree, &key, value)
+            .map_err(|m| ScenarioError::at(path, format!("{source} {key}: {m}")))?;
     }
     for key in base.matrix.keys() {
         if NOT_IN_MATRIX.contains(&key.as_str()) {
@@ -391,6 +401,18 @@ mod tests {
         let quick = expand(&text, Path::new("s.yaml"), &[], true).unwrap();
         assert_eq!(quick.len(), 2 * 2);
         assert!(quick.iter().all(|c| c.scenario.load.rate == Some(100.0)));
+        let fewer = format!("{BASE}quick: {{ set: {{ load.rate: 7 }} }}\n");
+        let full = expand(&fewer, Path::new("s.yaml"), &[], false).unwrap();
+        let thin = expand(&fewer, Path::new("s.yaml"), &[], true).unwrap();
+        assert_eq!(full[0].scenario.load.rate, Some(100.0));
+        assert_eq!(thin[0].scenario.load.rate, Some(7.0));
+        let sets = [("load.rate".to_owned(), "9".to_owned())];
+        let cli = expand(&fewer, Path::new("s.yaml"), &sets, true).unwrap();
+        assert_eq!(
+            cli[0].scenario.load.rate,
+            Some(9.0),
+            "the command line wins"
+        );
         let stray = format!("{BASE}quick: {{ matrix: {{ load.connections: [1] }} }}\n");
         let e = run(&stray).unwrap_err();
         assert!(

@@ -59,7 +59,8 @@ pub struct Scenario {
     pub quick: QuickFile,
 }
 
-/// What `--quick` changes besides scaling durations down: a thinner matrix, fewer repeats.
+/// What `--quick` changes besides scaling durations down: a thinner matrix, fewer repeats,
+/// fields set (fewer requests).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QuickFile {
@@ -68,6 +69,9 @@ pub struct QuickFile {
     pub matrix: BTreeMap<String, Vec<serde_yaml_ng::Value>>,
     /// Replaces `repeat`.
     pub repeat: Option<u32>,
+    /// Fields set as `--set` would (`load.requests: 240`), before the command line's own.
+    #[serde(default)]
+    pub set: BTreeMap<String, serde_yaml_ng::Value>,
 }
 
 fn yes() -> bool {

@@ -255,6 +255,9 @@ pub fn run(
                 if let Some(o) = done.link_overhead_us {
                     entry["link_overhead_us"] = o;
                 }
+                if let Some(t) = done.topology {
+                    entry["topology"] = t;
+                }
                 progress(&format!("  {}", done.line));
                 if done.interrupted {
                     outcome.status = "incomplete";
@@ -284,6 +287,7 @@ pub fn run(
 struct CellDone {
     summary: Value,
     link_overhead_us: Option<Value>,
+    topology: Option<Value>,
     lab_reused: bool,
     measure_from_s: f64,
     proxy_version: Option<String>,
@@ -523,6 +527,10 @@ fn run_cell(
     // With namespace isolation the load generator runs on the client's node: its thread
     // (and the workers it starts) enter the client's namespace.
     let client_netns = lab.as_ref().and_then(Lab::client_netns);
+    // A reused lab's links measured earlier cells: this cell's overhead starts from zero.
+    if let Some(lab) = &lab {
+        lab.reset_link_overhead();
+    }
     let load = std::thread::Builder::new()
         .name("ib-cell-load".into())
         .spawn(move || {
@@ -625,6 +633,11 @@ fn run_cell(
     let link_overhead_us = lab.as_ref().map(Lab::link_overhead).filter(|h| !h.is_empty()).map(|h| {
         json!({ "chunks": h.count(), "p50": h.value_at_percentile(50.0), "p99": h.value_at_percentile(99.0), "max": h.max() })
     });
+    // One node means no topology to show.
+    let lab_map = lab
+        .as_ref()
+        .filter(|lab| lab.nodes().len() > 1)
+        .map(Lab::map);
     if let Some(lab) = &lab {
         copy_proxy_files(lab, &dir.join("proxy"));
         write_impact(
@@ -656,6 +669,7 @@ fn run_cell(
     Ok(CellDone {
         summary: small,
         link_overhead_us,
+        topology: lab_map,
         lab_reused,
         measure_from_s: measure_from.saturating_duration_since(start).as_secs_f64(),
         proxy_version,

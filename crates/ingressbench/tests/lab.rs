@@ -1171,3 +1171,84 @@ fn netns_isolation_puts_each_node_in_a_namespace_of_its_own() {
         .collect();
     assert_eq!(left, Vec::<String>::new(), "left behind after tear-down");
 }
+
+/// The children of `parent` whose command line contains `word`.
+fn children_running(parent: u32, word: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if ppid == Some(parent) && String::from_utf8_lossy(&cmdline).contains(word) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+#[test]
+fn namespaces_go_when_the_tool_is_killed_and_stale_ones_at_the_next_start() {
+    let dir = std::env::temp_dir().join(format!("ib-netns-kill-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("lab.yaml");
+    // Envoy and the backends die with the tool (parent-death signal) even without the
+    // reaper, so that only namespaces can be left behind below.
+    std::fs::write(
+        &file,
+        "proxies: [envoy]\nbackends: [{ name: echo, replicas: 2 }]\ntls: false\ntopology: { isolation: netns, placement: anti_affinity }\n",
+    )
+    .unwrap();
+    let args = [file.as_os_str()];
+    // SIGKILL of the tool: its reaper removes the namespaces.
+    let first = LabUp::start(&args);
+    let pid = first.child.id();
+    let made = owned_network_names(pid);
+    assert!(
+        made.len() >= 6,
+        "hub, 4 nodes and the host's veth: {made:?}"
+    );
+    first.end_with("-KILL");
+    poll(
+        || owned_network_names(pid).is_empty(),
+        Duration::from_secs(10),
+    );
+    // The tool and its reaper both SIGKILLed: the namespaces stay behind…
+    let mut second = LabUp::start(&args);
+    let pid = second.child.id();
+    let reapers = children_running(pid, "reaper");
+    assert_eq!(reapers.len(), 1, "one reaper: {reapers:?}");
+    for p in [reapers[0], pid] {
+        assert!(std::process::Command::new("kill")
+            .args(["-KILL", &p.to_string()])
+            .status()
+            .unwrap()
+            .success());
+    }
+    let _ = second.child.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    let stale = owned_network_names(pid);
+    assert!(!stale.is_empty(), "nothing was left to clean up");
+    // …and the next start removes them, and nothing else.
+    let third = LabUp::start(&args);
+    assert_eq!(
+        owned_network_names(pid),
+        Vec::<String>::new(),
+        "stale ones left"
+    );
+    assert!(
+        !owned_network_names(third.child.id()).is_empty(),
+        "the new lab's own are kept"
+    );
+    assert!(
+        !second.dir.exists(),
+        "the stale lab's directory is removed too"
+    );
+    third.end_with("-INT");
+    let _ = std::fs::remove_dir_all(dir);
+}
