@@ -151,13 +151,17 @@ pub struct LinksFile {
     pub internet: Option<LinkFile>,
     /// Links for particular pairs of nodes.
     #[serde(default)]
-    pub between: Vec<BetweenFile>,
+    pub between: Vec<LinkFile>,
 }
 
-/// One link as written: `{ delay: 0.3ms, jitter: 0.05ms, bandwidth: 100mbit, reset: 0.001 }`.
+/// One link as written: `{ delay: 0.3ms, jitter: 0.05ms, bandwidth: 100mbit, reset: 0.001 }`,
+/// with `nodes: [a, b]` in `between`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LinkFile {
+    /// The two nodes it joins (only in `between`).
+    #[serde(default)]
+    pub nodes: Option<[String; 2]>,
     /// One-way delay.
     pub delay: String,
     /// Largest deviation either way (default 0).
@@ -167,25 +171,6 @@ pub struct LinkFile {
     #[serde(default)]
     pub bandwidth: Option<String>,
     /// Probability, per chunk of bytes carried, that the connection is reset (0 to 1).
-    #[serde(default)]
-    pub reset: Option<f64>,
-}
-
-/// A link between two particular nodes, as written.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct BetweenFile {
-    /// The two nodes.
-    pub nodes: [String; 2],
-    /// One-way delay.
-    pub delay: String,
-    /// Largest deviation either way (default 0).
-    #[serde(default)]
-    pub jitter: Option<String>,
-    /// Each direction's capacity (default: no cap).
-    #[serde(default)]
-    pub bandwidth: Option<String>,
-    /// Probability per chunk of a reset.
     #[serde(default)]
     pub reset: Option<f64>,
 }
@@ -286,22 +271,33 @@ impl TopologyFile {
             }
             t.outside = vec![t.client.clone()];
         }
-        if let Some(l) = &self.links.cross_node {
-            t.cross_node = l.to_link("topology.links.cross_node")?;
-        }
-        if let Some(l) = &self.links.internet {
-            t.internet = l.to_link("topology.links.internet")?;
+        for (slot, file, field) in [
+            (&mut t.cross_node, &self.links.cross_node, "cross_node"),
+            (&mut t.internet, &self.links.internet, "internet"),
+        ] {
+            if let Some(l) = file {
+                if l.nodes.is_some() {
+                    return Err(format!(
+                        "topology.links.{field}.nodes: a link between two particular nodes goes in `links.between`"
+                    ));
+                }
+                *slot = l.to_link(&format!("topology.links.{field}"))?;
+            }
         }
         for (i, b) in self.links.between.iter().enumerate() {
-            let link = LinkFile {
-                delay: b.delay.clone(),
-                jitter: b.jitter.clone(),
-                bandwidth: b.bandwidth.clone(),
-                reset: b.reset,
-            }
-            .to_link(&format!("topology.links.between[{i}]"))?;
-            let [x, y] = b.nodes.clone();
-            t.between.push((x, y, link));
+            let field = format!("topology.links.between[{i}]");
+            let [x, y] = b
+                .nodes
+                .clone()
+                .ok_or_else(|| format!("{field}: give the two nodes it joins, `nodes: [a, b]`"))?;
+            t.between.push((x, y, b.to_link(&field)?));
+        }
+        let named = [&t.client, &t.front, &t.proxies, &t.sidecar]
+            .into_iter()
+            .chain(t.backends.as_ref())
+            .chain(t.between.iter().flat_map(|(x, y, _)| [x, y]));
+        for name in named {
+            crate::model::check_name("topology node", name).map_err(|e| e.to_string())?;
         }
         Ok(t)
     }
@@ -648,6 +644,18 @@ mod tests {
                 "node of its own",
             ),
             ("{ isolation: vm }", "unknown variant `vm`"),
+            (
+                "{ links: { between: [{ delay: 1ms }] } }",
+                "the two nodes it joins",
+            ),
+            (
+                "{ placement: { proxies: \"a b\" } }",
+                "invalid topology node `a b`",
+            ),
+            (
+                "{ links: { internet: { nodes: [a, b], delay: 1ms } } }",
+                "goes in `links.between`",
+            ),
         ] {
             let e = topology(yaml).unwrap_err();
             assert!(e.contains(want), "{yaml}: {e}");
