@@ -300,6 +300,9 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
         if file.ends_with("sequential-bursts.yaml") {
             placements_add_their_links(&record);
         }
+        if file.ends_with("closed-loop.yaml") || file.ends_with("phases.yaml") {
+            topology_recorded(&record);
+        }
         assert_eq!(record["cells"].as_array().unwrap().len(), cells);
         for cell in record["cells"].as_array().unwrap() {
             assert_eq!(cell["status"], "done", "{}: {cell}", file.display());
@@ -379,6 +382,57 @@ events:
 /// sequential-bursts: per target and host, anti-affinity adds the 0.3 ms cross-node link
 /// four times (client and backend links, each both ways) and an external client the
 /// 20 ms internet link twice, at p50.
+/// closed-loop: the client outside, across the internet to the entry; behind the front,
+/// the front on `lb` and a 0.3 ms link on to the proxies. phases: the sidecar on `mesh`.
+fn topology_recorded(record: &serde_json::Value) {
+    for cell in record["cells"].as_array().unwrap() {
+        let t = &cell["topology"];
+        let node = |name: &str| -> &serde_json::Value {
+            t["nodes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|n| n["name"] == name)
+                .unwrap_or_else(|| panic!("no node {name}: {t}"))
+        };
+        let links: Vec<(String, String, u64)> = t["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                (
+                    l["from"].as_str().unwrap().to_owned(),
+                    l["to"].as_str().unwrap().to_owned(),
+                    l["delay_us"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let has = |from: &str, to: &str, delay: u64| {
+            links.contains(&(from.to_owned(), to.to_owned(), delay))
+        };
+        let target = cell["target"].as_str().unwrap();
+        match target {
+            "nginx-behind-l4" | "haproxy-behind-l4" => {
+                assert_eq!(node("lb")["runs"][0], "L4 front (haproxy)", "{t}");
+                assert!(has("office", "lb", 20_000) && has("lb", "cluster", 300), "{t}");
+                assert_eq!(node("office")["outside"], true, "{t}");
+            }
+            "nginx-in-mesh" => {
+                assert_eq!(node("mesh")["runs"][0], "sidecar (envoy)", "{t}");
+                assert!(has("ingress", "mesh", 300) && has("mesh", "app", 300), "{t}");
+            }
+            "nginx" if t["links"].as_array().unwrap().len() == 2 && links[0].0 == "client" => {
+                assert!(has("client", "ingress", 300) && has("ingress", "app", 300), "{t}");
+            }
+            _ => assert!(has("office", "cluster", 20_000), "{target}: {t}"),
+        }
+        assert!(
+            cell["link_overhead_us"]["chunks"].as_u64().unwrap() > 0,
+            "{cell}"
+        );
+    }
+}
+
 fn placements_add_their_links(record: &serde_json::Value) {
     let p50 = |target: &str, host: &str, placement: &str, client: &str| -> f64 {
         let cell = record["cells"]
@@ -411,4 +465,72 @@ fn placements_add_their_links(record: &serde_json::Value) {
             );
         }
     }
+}
+
+#[test]
+fn a_scenario_with_namespaces_runs_its_client_in_one_and_leaves_none() {
+    // Runs as root (CI does); without root the lab says so and this fails.
+    let dir = scratch("netns");
+    let file = dir.join("netns.yaml");
+    std::fs::write(
+        &file,
+        "name: netns\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 2 }]\ntls: false\nload: { mode: sequential, requests: 200, warmup_requests: 5, interval: 0ms }\ntopology: { isolation: netns, placement: anti_affinity, links: { cross_node: { delay: 1ms } } }\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let mut child = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // While it runs, one of its threads (the load generator's) is in the client's
+    // namespace, the lab's first node: `ingressbench-PIDx0-1`.
+    let client_ns = PathBuf::from(format!("/run/netns/ingressbench-{pid}x0-1"));
+    let mut seen_in_client_ns = false;
+    while child.try_wait().unwrap().is_none() && !seen_in_client_ns {
+        use std::os::unix::fs::MetadataExt;
+        if let Ok(want) = std::fs::metadata(&client_ns).map(|m| m.ino()) {
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten();
+            seen_in_client_ns = tasks.flatten().any(|t| {
+                std::fs::metadata(t.path().join("ns/net")).is_ok_and(|m| m.ino() == want)
+            });
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{stderr}");
+    let record = json(&out.join("run.json"));
+    let cell = &record["cells"][0];
+    assert_eq!(cell["summary"]["requests"], 200, "{cell}");
+    assert_eq!(cell["summary"]["errors"], 0, "{cell}");
+    let nodes = cell["topology"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 4, "client, ingress, echo-1, echo-2: {nodes:?}");
+    for n in nodes {
+        let ns = n["namespace"].as_str().unwrap();
+        assert!(ns.starts_with(&format!("/run/netns/ingressbench-{pid}x")), "{n}");
+        assert!(n["address"].as_str().unwrap().starts_with("198.1"), "{n}");
+    }
+    assert!(seen_in_client_ns, "no thread of the tool entered the client's namespace");
+    // Client -> proxy and proxy -> backend cross a 1 ms link each, both ways (a lower
+    // bound only).
+    let p50 = cell["summary"]["p50_us"].as_u64().unwrap();
+    eprintln!("p50 with two 1 ms links between namespaces: {p50} us");
+    assert!(p50 >= 4000, "p50 {p50} us: the client did not cross its link");
+    let left: Vec<String> = std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&format!("ingressbench-{pid}x")))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(left, Vec::<String>::new(), "namespaces left after the run");
+    let _ = std::fs::remove_dir_all(dir);
 }
