@@ -12,6 +12,11 @@
 //! tls: true
 //! tuning: { workers: 1, keepalive_requests: 1000, upstream_keepalive: 32 }
 //! haproxy_update: runtime_api
+//! front: { replicas: 2 }               # an L4 front over two replicas of each proxy
+//! topology:                            # nodes and the links between them
+//!   isolation: loopback                # or netns (root)
+//!   placement: anti_affinity           # or affinity, or { client, front, proxies, sidecar, backends }
+//!   links: { cross_node: { delay: 0.3ms, jitter: 0.05ms } }
 //! ```
 //! Unknown keys are errors, reported with the file, line and column.
 

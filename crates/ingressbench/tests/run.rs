@@ -414,15 +414,24 @@ fn topology_recorded(record: &serde_json::Value) {
         match target {
             "nginx-behind-l4" | "haproxy-behind-l4" => {
                 assert_eq!(node("lb")["runs"][0], "L4 front (haproxy)", "{t}");
-                assert!(has("office", "lb", 20_000) && has("lb", "cluster", 300), "{t}");
+                assert!(
+                    has("office", "lb", 20_000) && has("lb", "cluster", 300),
+                    "{t}"
+                );
                 assert_eq!(node("office")["outside"], true, "{t}");
             }
             "nginx-in-mesh" => {
                 assert_eq!(node("mesh")["runs"][0], "sidecar (envoy)", "{t}");
-                assert!(has("ingress", "mesh", 300) && has("mesh", "app", 300), "{t}");
+                assert!(
+                    has("ingress", "mesh", 300) && has("mesh", "app", 300),
+                    "{t}"
+                );
             }
             "nginx" if t["links"].as_array().unwrap().len() == 2 && links[0].0 == "client" => {
-                assert!(has("client", "ingress", 300) && has("ingress", "app", 300), "{t}");
+                assert!(
+                    has("client", "ingress", 300) && has("ingress", "app", 300),
+                    "{t}"
+                );
             }
             _ => assert!(has("office", "cluster", 20_000), "{target}: {t}"),
         }
@@ -495,10 +504,12 @@ fn a_scenario_with_namespaces_runs_its_client_in_one_and_leaves_none() {
     while child.try_wait().unwrap().is_none() && !seen_in_client_ns {
         use std::os::unix::fs::MetadataExt;
         if let Ok(want) = std::fs::metadata(&client_ns).map(|m| m.ino()) {
-            let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).into_iter().flatten();
-            seen_in_client_ns = tasks.flatten().any(|t| {
-                std::fs::metadata(t.path().join("ns/net")).is_ok_and(|m| m.ino() == want)
-            });
+            let tasks = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .into_iter()
+                .flatten();
+            seen_in_client_ns = tasks
+                .flatten()
+                .any(|t| std::fs::metadata(t.path().join("ns/net")).is_ok_and(|m| m.ino() == want));
         }
         std::thread::sleep(Duration::from_millis(2));
     }
@@ -514,15 +525,24 @@ fn a_scenario_with_namespaces_runs_its_client_in_one_and_leaves_none() {
     assert_eq!(nodes.len(), 4, "client, ingress, echo-1, echo-2: {nodes:?}");
     for n in nodes {
         let ns = n["namespace"].as_str().unwrap();
-        assert!(ns.starts_with(&format!("/run/netns/ingressbench-{pid}x")), "{n}");
+        assert!(
+            ns.starts_with(&format!("/run/netns/ingressbench-{pid}x")),
+            "{n}"
+        );
         assert!(n["address"].as_str().unwrap().starts_with("198.1"), "{n}");
     }
-    assert!(seen_in_client_ns, "no thread of the tool entered the client's namespace");
+    assert!(
+        seen_in_client_ns,
+        "no thread of the tool entered the client's namespace"
+    );
     // Client -> proxy and proxy -> backend cross a 1 ms link each, both ways (a lower
     // bound only).
     let p50 = cell["summary"]["p50_us"].as_u64().unwrap();
     eprintln!("p50 with two 1 ms links between namespaces: {p50} us");
-    assert!(p50 >= 4000, "p50 {p50} us: the client did not cross its link");
+    assert!(
+        p50 >= 4000,
+        "p50 {p50} us: the client did not cross its link"
+    );
     let left: Vec<String> = std::fs::read_dir("/run/netns")
         .map(|d| {
             d.flatten()
