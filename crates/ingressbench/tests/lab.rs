@@ -1089,6 +1089,53 @@ fn each_part_listens_on_its_own_nodes_address() {
     );
 }
 
+#[test]
+fn the_presets_place_processes_where_they_say() {
+    let lab_with = |placement: &str| {
+        let mut spec = LabSpec::simple(vec![ProxyKind::Haproxy], 2, BIN.into());
+        spec.tls = false;
+        spec.front = Some(1);
+        spec.topology = topology(&format!("{{ placement: {placement} }}"));
+        Lab::up(spec).unwrap()
+    };
+    // Affinity: one node, 127.0.0.1, for everything.
+    let near = lab_with("affinity");
+    let local = [std::net::Ipv4Addr::LOCALHOST];
+    assert_eq!(listening_ips(near.front().unwrap().pid()), local);
+    assert_eq!(listening_ips(near.proxies()[0].pid()), local);
+    for b in near.backends() {
+        assert_eq!(listening_ips(b.pid()), local, "{}", b.name);
+    }
+    drop(near);
+    // Anti-affinity: the client, the front (`lb`), the proxies (`ingress`) and each
+    // backend on a node of its own.
+    let far = lab_with("anti_affinity");
+    assert_eq!(ip_of(&far, "client"), std::net::Ipv4Addr::LOCALHOST);
+    assert_eq!(
+        listening_ips(far.front().unwrap().pid()),
+        [ip_of(&far, "lb")]
+    );
+    assert_eq!(
+        listening_ips(far.proxies()[0].pid()),
+        [ip_of(&far, "ingress")]
+    );
+    let mut backend_ips: Vec<_> = far
+        .backends()
+        .iter()
+        .map(|b| {
+            assert_eq!(listening_ips(b.pid()), [ip_of(&far, &b.name)], "{}", b.name);
+            ip_of(&far, &b.name)
+        })
+        .collect();
+    backend_ips.dedup();
+    assert_eq!(backend_ips.len(), 2, "each backend on its own node");
+    let answered = backend_for(&far, "app.test", "/");
+    assert!(
+        answered.starts_with("echo-"),
+        "through the links: {answered}"
+    );
+}
+
 /// The network namespace inode a path (`/run/netns/…` or `/proc/PID/ns/net`) stands for.
 fn netns_inode(path: &std::path::Path) -> u64 {
     use std::os::unix::fs::MetadataExt;
