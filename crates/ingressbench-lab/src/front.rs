@@ -41,7 +41,7 @@ impl Front {
         let dir = dir.join("front");
         crate::proxy::create_dir(&dir)?;
         let port = || {
-            free_port().map_err(|source| LabError::Io {
+            free_port(node).map_err(|source| LabError::Io {
                 action: "finding a free port for",
                 path: dir.clone(),
                 source,

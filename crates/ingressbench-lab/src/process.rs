@@ -216,9 +216,22 @@ pub fn log_tail(path: &Path) -> String {
     read().unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()))
 }
 
-/// A free TCP port on 127.0.0.1 for a proxy whose config must name its port up front.
-pub fn free_port() -> io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+/// A TCP port free on `node`'s address (in its namespace, if it has one), for a proxy
+/// whose config must name its port up front. Checking on the address the proxy will bind,
+/// not on 127.0.0.1, matters: a port free on one loopback address may be taken on another.
+pub fn free_port(node: &crate::topology::Node) -> io::Result<u16> {
+    let (ip, netns) = (node.ip, node.netns.clone());
+    let pick = move || -> io::Result<u16> {
+        if let Some(ns) = &netns {
+            crate::topology::enter_netns(ns)?;
+        }
+        Ok(std::net::TcpListener::bind((ip, 0))?.local_addr()?.port())
+    };
+    if node.netns.is_none() {
+        return pick();
+    }
+    // Entering a namespace changes the calling thread's: do it on a thread of its own.
+    std::thread::spawn(pick)
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the port-picking thread panicked")))
 }

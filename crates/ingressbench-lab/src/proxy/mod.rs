@@ -312,7 +312,7 @@ impl Proxy {
         let dir = dir.join(kind.name());
         create_dir(&dir)?;
         let port = || {
-            free_port().map_err(|source| LabError::Io {
+            free_port(node).map_err(|source| LabError::Io {
                 action: "finding a free port for",
                 path: dir.clone(),
                 source,
