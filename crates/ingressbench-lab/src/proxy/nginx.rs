@@ -102,9 +102,11 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
         let _ = writeln!(c, "    listen {}:{}{d};", files.ip, files.http_port);
         if let Some(tls) = &files.tls {
             let _ = writeln!(c, "    listen {}:{} ssl{d};", files.ip, tls.port);
+            // TLS 1.3 as the other four proxies and ingress-nginx negotiate; nginx before
+            // 1.23.4 (Debian 12 ships 1.22) leaves it out by default.
             let _ = writeln!(
                 c,
-                "    ssl_certificate {};\n    ssl_certificate_key {};",
+                "    ssl_certificate {};\n    ssl_certificate_key {};\n    ssl_protocols TLSv1.2 TLSv1.3;",
                 tls.cert.display(),
                 tls.key.display()
             );
