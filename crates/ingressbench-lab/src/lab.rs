@@ -145,6 +145,8 @@ pub struct Lab {
     certs: Option<LabCerts>,
     backends: Vec<Backend>,
     proxies: Vec<Proxy>,
+    /// The node of each proxy, in the same order.
+    proxy_nodes: Vec<String>,
     front: Option<Front>,
     nodes: Nodes,
     entry_relays: Option<(Relay, Option<Relay>)>,
@@ -234,6 +236,7 @@ impl Lab {
             certs: None,
             backends: Vec::new(),
             proxies: Vec::new(),
+            proxy_nodes: Vec::new(),
             front: None,
             nodes,
             entry_relays: None,
@@ -310,14 +313,14 @@ impl Lab {
             )?;
             let at = sidecar.http_addr();
             lab.sidecar = Some(sidecar);
-            lab.sidecar_relay = lab.link(&topology.proxies, &node, at, "the sidecar")?;
+            lab.sidecar_relay = lab.link(&topology.proxy_node(1), &node, at, "the sidecar")?;
         }
         let table = lab.proxies_table();
         lab.told_proxies = Some(table.clone());
         let replicas = lab.spec.front.unwrap_or(1);
-        let node = lab.node(&topology.proxies)?;
         for kind in lab.spec.proxies.clone() {
             for replica in 1..=replicas {
+                let node = lab.node(&topology.proxy_node(replica))?;
                 let tls = lab
                     .certs
                     .as_ref()
@@ -344,17 +347,20 @@ impl Lab {
                     },
                 )?;
                 lab.proxies.push(proxy);
+                lab.proxy_nodes.push(node.name);
             }
         }
         if lab.spec.front.is_some() {
             let front_node = lab.node(&topology.front)?;
-            let (http, https): (Vec<_>, Vec<_>) = lab
+            // The front reaches each replica through the link between their nodes.
+            let targets: Vec<(String, SocketAddr, Option<SocketAddr>)> = lab
                 .proxies
                 .iter()
-                .map(|p| (p.http_addr(), p.https_addr()))
-                .unzip();
-            // The front reaches each replica through the link between their nodes.
-            let mut reach = |addr: SocketAddr| -> Result<SocketAddr, LabError> {
+                .zip(&lab.proxy_nodes)
+                .map(|(p, n)| (n.clone(), p.http_addr(), p.https_addr()))
+                .collect();
+            let mut reach = |node: &str, addr: SocketAddr| -> Result<SocketAddr, LabError> {
+                let node = lab.node(node)?;
                 Ok(
                     match lab.link(&topology.front, &node, addr, "a proxy replica")? {
                         Some(relay) => {
@@ -366,18 +372,18 @@ impl Lab {
                     },
                 )
             };
-            let http = http
-                .into_iter()
-                .map(&mut reach)
-                .collect::<Result<Vec<_>, _>>()?;
-            let https = match https.into_iter().collect::<Option<Vec<_>>>() {
-                Some(h) => Some(
-                    h.into_iter()
-                        .map(&mut reach)
-                        .collect::<Result<Vec<_>, _>>()?,
-                ),
-                None => None,
-            };
+            let mut http = Vec::new();
+            let mut https = Some(Vec::new());
+            for (node, plain, tls) in &targets {
+                http.push(reach(node, *plain)?);
+                https = match (https, tls) {
+                    (Some(mut all), Some(at)) => {
+                        all.push(reach(node, *at)?);
+                        Some(all)
+                    }
+                    _ => None,
+                };
+            }
             let reaper = lab.reaper.as_mut();
             let front = Front::start(
                 &lab.spec.binaries,
@@ -395,11 +401,11 @@ impl Lab {
         }
         if let Some((http, https)) = lab.direct_entry() {
             let entry_node = if lab.front.is_some() {
-                &topology.front
+                topology.front.clone()
             } else {
-                &topology.proxies
+                topology.proxy_node(1)
             };
-            let entry = lab.node(entry_node)?;
+            let entry = lab.node(&entry_node)?;
             if let Some(relay) = lab.link(&topology.client, &entry, http, "the entry")? {
                 let https = match https {
                     Some(at) => lab.link(&topology.client, &entry, at, "the entry")?,
@@ -480,13 +486,14 @@ impl Lab {
         )?;
         self.watch(child.pid());
         let addr = wait_for_address(&mut child, &log)?;
-        // The proxies (or the sidecar, with a hop) call the backends.
+        // The proxies (or the sidecar, with a hop) call the backends; with a node per
+        // replica, the link is the first replica's (the same unless `between` says).
         let caller = if self.spec.hop.is_some() {
-            &self.spec.topology.sidecar
+            self.spec.topology.sidecar.clone()
         } else {
-            &self.spec.topology.proxies
+            self.spec.topology.proxy_node(1)
         };
-        let relay = self.link(caller, &node, addr, &format!("backend {name}"))?;
+        let relay = self.link(&caller, &node, addr, &format!("backend {name}"))?;
         self.backends.push(Backend {
             name,
             pool: pool.name.clone(),
@@ -862,14 +869,24 @@ impl Lab {
         if self.front.is_some() {
             runs.push((t.front.clone(), 1, "L4 front (haproxy)".into()));
         }
-        for kind in &self.spec.proxies {
-            let n = self.proxies.iter().filter(|p| p.kind() == *kind).count();
-            let times = if n > 1 {
+        // Each proxy kind on each node, counted.
+        let mut placed: Vec<(&str, ProxyKind, usize)> = Vec::new();
+        for (p, node) in self.proxies.iter().zip(&self.proxy_nodes) {
+            match placed
+                .iter_mut()
+                .find(|(n, k, _)| n == node && *k == p.kind())
+            {
+                Some(entry) => entry.2 += 1,
+                None => placed.push((node, p.kind(), 1)),
+            }
+        }
+        for (node, kind, n) in &placed {
+            let times = if *n > 1 {
                 format!(" x{n}")
             } else {
                 String::new()
             };
-            runs.push((t.proxies.clone(), 2, format!("{kind}{times}")));
+            runs.push(((*node).to_owned(), 2, format!("{kind}{times}")));
         }
         if self.sidecar.is_some() {
             runs.push((t.sidecar.clone(), 3, "sidecar (envoy)".into()));
@@ -877,28 +894,26 @@ impl Lab {
         for b in &self.backends {
             runs.push((b.node.clone(), 4, b.name.clone()));
         }
-        let caller = if self.sidecar.is_some() {
-            &t.sidecar
+        let proxy_nodes: Vec<&str> = placed.iter().map(|(n, _, _)| *n).collect();
+        let callers: Vec<&str> = if self.sidecar.is_some() {
+            vec![t.sidecar.as_str()]
         } else {
-            &t.proxies
+            proxy_nodes.clone()
         };
-        let entry = if self.front.is_some() {
-            &t.front
-        } else {
-            &t.proxies
-        };
-        let mut hops: Vec<(&str, &str)> = vec![(&t.client, entry)];
-        if self.front.is_some() {
-            hops.push((&t.front, &t.proxies));
+        let mut hops: Vec<(&str, &str)> = Vec::new();
+        match &self.front {
+            Some(_) => {
+                hops.push((&t.client, &t.front));
+                hops.extend(proxy_nodes.iter().map(|n| (t.front.as_str(), *n)));
+            }
+            None => hops.extend(proxy_nodes.first().map(|n| (t.client.as_str(), *n))),
         }
         if self.sidecar.is_some() {
-            hops.push((&t.proxies, &t.sidecar));
+            hops.extend(proxy_nodes.iter().map(|n| (*n, t.sidecar.as_str())));
         }
-        hops.extend(
-            self.backends
-                .iter()
-                .map(|b| (caller.as_str(), b.node.as_str())),
-        );
+        for b in &self.backends {
+            hops.extend(callers.iter().map(|c| (*c, b.node.as_str())));
+        }
         hops.sort();
         hops.dedup();
         let links: Vec<serde_json::Value> = hops

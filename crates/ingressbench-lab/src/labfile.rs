@@ -114,7 +114,7 @@ pub struct NodesFile {
     /// The L4 front's node (default `lb`).
     #[serde(default)]
     pub front: Option<String>,
-    /// The proxies' node.
+    /// The proxies' node, or `each` for a node per replica (`ingress-1`, `ingress-2`, …).
     pub proxies: String,
     /// The sidecar's node (default: the proxies').
     #[serde(default)]
@@ -246,19 +246,54 @@ impl TopologyFile {
                 backends: None,
                 ..defaults.clone()
             },
-            PlacementFile::Nodes(n) => Topology {
-                client: n.client.clone().unwrap_or_else(|| "client".into()),
-                front: n.front.clone().unwrap_or_else(|| "lb".into()),
-                proxies: n.proxies.clone(),
-                sidecar: n.sidecar.clone().unwrap_or_else(|| n.proxies.clone()),
-                backends: match n.backends.as_deref() {
-                    Some("each") => None,
-                    Some(node) => Some(node.to_owned()),
-                    None => Some(n.proxies.clone()),
-                },
-                ..defaults.clone()
-            },
+            PlacementFile::Nodes(n) => {
+                // `proxies: each`: one node per replica, ingress-1, ingress-2, …
+                let each = n.proxies == "each";
+                let stem = if each { "ingress" } else { n.proxies.as_str() };
+                let first = if each {
+                    format!("{stem}-1")
+                } else {
+                    stem.to_owned()
+                };
+                Topology {
+                    client: n.client.clone().unwrap_or_else(|| "client".into()),
+                    front: n.front.clone().unwrap_or_else(|| "lb".into()),
+                    proxies: stem.to_owned(),
+                    proxies_each: each,
+                    // With a node per replica, the sidecar gets one of its own.
+                    sidecar: n.sidecar.clone().unwrap_or_else(|| {
+                        if each {
+                            "mesh".to_owned()
+                        } else {
+                            first.clone()
+                        }
+                    }),
+                    backends: match n.backends.as_deref() {
+                        Some("each") => None,
+                        Some(node) => Some(node.to_owned()),
+                        // Replicas on nodes of their own all reach the backends across a
+                        // link: on nodes of their own too.
+                        None if each => None,
+                        None => Some(first),
+                    },
+                    ..defaults.clone()
+                }
+            }
         };
+        if t.proxies_each {
+            let on_a_replica = [Some(&t.sidecar), t.backends.as_ref()]
+                .into_iter()
+                .flatten()
+                .find(|n| {
+                    n.strip_prefix("ingress-")
+                        .is_some_and(|r| r.parse::<u32>().is_ok())
+                });
+            if let Some(node) = on_a_replica {
+                return Err(format!(
+                    "topology.placement: `{node}` is a proxy replica's node; with `proxies: each` the sidecar and the backends go on nodes of their own, so that every replica reaches them across the same kind of link"
+                ));
+            }
+        }
         t.isolation = self.isolation;
         if self.client == ClientPath::External {
             if matches!(self.placement, PlacementFile::Preset(_)) {
@@ -505,6 +540,8 @@ impl LabFile {
             ));
         }
         let topology = self.topology.to_topology().map_err(err)?;
+        let pools: Vec<&str> = self.backends.iter().map(|p| p.name.as_str()).collect();
+        topology.check_between(&pools).map_err(err)?;
         if let Some(hop) = &self.hop {
             if hop.proxy != ProxyKind::Envoy {
                 return Err(err(format!(
@@ -631,6 +668,20 @@ mod tests {
             (ms, Some(1_000_000), 0.5)
         );
         assert_eq!(custom.front, "lb");
+        let spread = topology("{ placement: { proxies: each } }").unwrap();
+        assert_eq!(
+            (
+                spread.proxy_node(1),
+                spread.proxy_node(2),
+                spread.backend_node("x-1")
+            ),
+            (
+                "ingress-1".to_owned(),
+                "ingress-2".to_owned(),
+                "x-1".to_owned()
+            )
+        );
+        assert_eq!(spread.sidecar, "mesh");
         for (yaml, want) in [
             (
                 "{ links: { internet: { delay: 1ms, jitter: 2ms } } }",
@@ -656,6 +707,10 @@ mod tests {
             (
                 "{ placement: { proxies: \"a b\" } }",
                 "invalid topology node `a b`",
+            ),
+            (
+                "{ placement: { proxies: each, backends: ingress-2 } }",
+                "a proxy replica's node",
             ),
             (
                 "{ links: { internet: { nodes: [a, b], delay: 1ms } } }",

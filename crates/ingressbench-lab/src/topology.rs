@@ -46,8 +46,11 @@ pub struct Topology {
     pub client: String,
     /// The L4 front's node.
     pub front: String,
-    /// The proxies' node (every replica).
+    /// The proxies' node (every replica), or with `proxies_each` the stem of one node per
+    /// replica (`ingress-1`, `ingress-2`, …).
     pub proxies: String,
+    /// Each replica of a proxy on a node of its own.
+    pub proxies_each: bool,
     /// The sidecar's node.
     pub sidecar: String,
     /// The backends' node; `None`: each backend on a node of its own, named after it.
@@ -77,6 +80,7 @@ impl Topology {
             client: node.into(),
             front: node.into(),
             proxies: node.into(),
+            proxies_each: false,
             sidecar: node.into(),
             backends: Some(node.into()),
             outside: Vec::new(),
@@ -114,6 +118,49 @@ impl Topology {
     /// The node of the backend called `name`.
     pub fn backend_node(&self, name: &str) -> String {
         self.backends.clone().unwrap_or_else(|| name.to_owned())
+    }
+
+    /// The node of a proxy's `replica` (from 1).
+    pub fn proxy_node(&self, replica: usize) -> String {
+        if self.proxies_each {
+            format!("{}-{replica}", self.proxies)
+        } else {
+            self.proxies.clone()
+        }
+    }
+
+    /// Checks that each node a `between` link names is a node of a lab with these pools:
+    /// one the placement names, or a backend's (`POOL-N`) when each has its own, or a
+    /// replica's (`STEM-N`) when each has its own. A misspelt node would never match.
+    pub fn check_between(&self, pools: &[&str]) -> Result<(), String> {
+        let numbered = |name: &str, stem: &str| {
+            name.strip_prefix(stem)
+                .and_then(|r| r.strip_prefix('-'))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        };
+        let mut named: Vec<&str> = vec![&self.client, &self.front, &self.sidecar];
+        if !self.proxies_each {
+            named.push(&self.proxies);
+        }
+        named.extend(self.backends.as_deref());
+        for (a, b, _) in &self.between {
+            for node in [a, b] {
+                let known = named.contains(&node.as_str())
+                    || (self.proxies_each && numbered(node, &self.proxies))
+                    || (self.backends.is_none() && pools.iter().any(|p| numbered(node, p)));
+                if !known {
+                    named.sort_unstable();
+                    named.dedup();
+                    return Err(format!(
+                        "topology.links.between: `{node}` is not a node of this lab (its nodes: {}{}{})",
+                        named.join(", "),
+                        if self.proxies_each { format!(", {}-N", self.proxies) } else { String::new() },
+                        if self.backends.is_none() { ", POOL-N for each backend" } else { "" },
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -421,6 +468,26 @@ mod tests {
         assert_eq!(t.link("out", "a"), Some(t.internet));
         t.backends = None;
         assert_eq!(t.backend_node("echo-2"), "echo-2");
+        assert_eq!(t.proxy_node(2), "a");
+        t.proxies_each = true;
+        assert_eq!(t.proxy_node(2), "a-2");
+    }
+
+    #[test]
+    fn between_links_must_name_nodes_of_the_lab() {
+        let mut t = Topology::on_one_node("a");
+        let link = LinkSpec::delay(Duration::from_millis(1), Duration::ZERO);
+        t.between = vec![("a".into(), "echo-3".into(), link)];
+        let e = t.check_between(&["echo"]).unwrap_err();
+        assert!(e.contains("`echo-3` is not a node"), "{e}");
+        t.backends = None;
+        t.check_between(&["echo"]).unwrap();
+        t.between = vec![("ingres".into(), "a".into(), link)];
+        assert!(t.check_between(&["echo"]).is_err(), "a typo");
+        t.proxies = "ingress".into();
+        t.proxies_each = true;
+        t.between = vec![("ingress-2".into(), "a".into(), link)];
+        t.check_between(&["echo"]).unwrap();
     }
 
     #[test]

@@ -279,7 +279,11 @@ fn check(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, ScenarioError> {
             }
         }
     }
-    s.topology.to_topology().map_err(&bad)?;
+    let pools: Vec<&str> = s.backends.iter().map(|p| p.name.as_str()).collect();
+    s.topology
+        .to_topology()
+        .and_then(|t| t.check_between(&pools))
+        .map_err(&bad)?;
     let l = &s.load;
     match (l.mode, l.rate) {
         (LoadModeFile::Open, None) => {
