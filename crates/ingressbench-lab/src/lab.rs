@@ -855,11 +855,6 @@ impl Lab {
         self.nodes.all()
     }
 
-    /// The topology the lab was brought up with.
-    pub fn topology(&self) -> &Topology {
-        &self.spec.topology
-    }
-
     /// Where everything runs and the links on the request's path, for the results: each
     /// node with its address, what runs on it and its column along the path (client 0,
     /// front 1, proxies 2, sidecar 3, backends 4), and each link crossed with its settings.

@@ -796,17 +796,11 @@ fn established_to(port: u16) -> usize {
         .count()
 }
 
-#[test]
-fn an_l4_front_spreads_connections_over_both_proxies_and_passes_tls_through() {
-    let mut spec = LabSpec::simple(vec![ProxyKind::Nginx], 2, BIN.into());
-    spec.front = Some(2);
-    let lab = Lab::up(spec).unwrap();
-    assert_eq!(lab.proxies().len(), 2);
-    let (http, https) = lab.entry().unwrap();
-    let front = lab.front().unwrap();
-    assert_eq!((http, https), (front.http_addr(), front.https_addr()));
-    // Six kept-alive client connections: round-robin gives each proxy three.
-    let conns: Vec<std::net::TcpStream> = (0..6)
+/// Opens `n` kept-alive connections to the lab's entry, one request each, and counts the
+/// connections each proxy then holds (while they are still open).
+fn connections_per_proxy(lab: &Lab, n: usize) -> Vec<usize> {
+    let (http, _) = lab.entry().unwrap();
+    let conns: Vec<std::net::TcpStream> = (0..n)
         .map(|_| {
             use std::io::{Read, Write};
             let mut s = std::net::TcpStream::connect(http).unwrap();
@@ -817,13 +811,30 @@ fn an_l4_front_spreads_connections_over_both_proxies_and_passes_tls_through() {
             s
         })
         .collect();
-    let per_proxy: Vec<usize> = lab
+    let per_proxy = lab
         .proxies()
         .iter()
         .map(|p| established_to(p.http_port()))
         .collect();
-    assert_eq!(per_proxy, [3, 3], "connections per proxy");
     drop(conns);
+    per_proxy
+}
+
+#[test]
+fn an_l4_front_spreads_connections_over_both_proxies_and_passes_tls_through() {
+    let mut spec = LabSpec::simple(vec![ProxyKind::Nginx], 2, BIN.into());
+    spec.front = Some(2);
+    let lab = Lab::up(spec).unwrap();
+    assert_eq!(lab.proxies().len(), 2);
+    let (http, https) = lab.entry().unwrap();
+    let front = lab.front().unwrap();
+    assert_eq!((http, https), (front.http_addr(), front.https_addr()));
+    // Six kept-alive client connections: round-robin gives each proxy three.
+    assert_eq!(
+        connections_per_proxy(&lab, 6),
+        [3, 3],
+        "connections per proxy"
+    );
     // TLS goes through the front to the proxies, which terminate it.
     let port = https.unwrap().port();
     let mut plan = Plan::new(Target::parse(&format!("https://app.test:{port}/")).unwrap());
@@ -1188,25 +1199,11 @@ fn each_proxy_replica_can_have_a_node_of_its_own_behind_the_front() {
         );
     }
     // Six kept-alive connections through the front: three to each replica's node.
-    let (http, _) = lab.entry().unwrap();
-    let conns: Vec<std::net::TcpStream> = (0..6)
-        .map(|_| {
-            use std::io::{Read, Write};
-            let mut s = std::net::TcpStream::connect(http).unwrap();
-            write!(s, "GET / HTTP/1.1\r\nHost: app.test\r\n\r\n").unwrap();
-            let mut buf = [0u8; 4096];
-            let n = s.read(&mut buf).unwrap();
-            assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
-            s
-        })
-        .collect();
-    let per_proxy: Vec<usize> = lab
-        .proxies()
-        .iter()
-        .map(|p| established_to(p.http_port()))
-        .collect();
-    assert_eq!(per_proxy, [3, 3], "connections per replica");
-    drop(conns);
+    assert_eq!(
+        connections_per_proxy(&lab, 6),
+        [3, 3],
+        "connections per replica"
+    );
 }
 
 /// The network namespace inode a path (`/run/netns/…` or `/proc/PID/ns/net`) stands for.
