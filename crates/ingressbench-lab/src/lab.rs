@@ -442,10 +442,12 @@ impl Lab {
         };
         Relay::start((to.ip, 0).into(), target, link, to.netns.as_deref())
             .map(Some)
-            .map_err(|source| LabError::Io {
-                action: "starting the link relay in front of",
-                path: PathBuf::from(format!("{what} on node {}", to.name)),
-                source,
+            .map_err(|e| LabError::Network {
+                action: format!(
+                    "starting the link relay in front of {what} on node {}",
+                    to.name
+                ),
+                reason: e.to_string(),
             })
     }
 

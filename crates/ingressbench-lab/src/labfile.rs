@@ -284,10 +284,7 @@ impl TopologyFile {
             let on_a_replica = [Some(&t.sidecar), t.backends.as_ref()]
                 .into_iter()
                 .flatten()
-                .find(|n| {
-                    n.strip_prefix("ingress-")
-                        .is_some_and(|r| r.parse::<u32>().is_ok())
-                });
+                .find(|n| t.is_proxy_node(n));
             if let Some(node) = on_a_replica {
                 return Err(format!(
                     "topology.placement: `{node}` is a proxy replica's node; with `proxies: each` the sidecar and the backends go on nodes of their own, so that every replica reaches them across the same kind of link"

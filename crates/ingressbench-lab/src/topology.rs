@@ -129,15 +129,19 @@ impl Topology {
         }
     }
 
+    /// Whether `name` is the node of a proxy replica.
+    pub fn is_proxy_node(&self, name: &str) -> bool {
+        if self.proxies_each {
+            numbered(name, &self.proxies)
+        } else {
+            name == self.proxies
+        }
+    }
+
     /// Checks that each node a `between` link names is a node of a lab with these pools:
     /// one the placement names, or a backend's (`POOL-N`) when each has its own, or a
     /// replica's (`STEM-N`) when each has its own. A misspelt node would never match.
     pub fn check_between(&self, pools: &[&str]) -> Result<(), String> {
-        let numbered = |name: &str, stem: &str| {
-            name.strip_prefix(stem)
-                .and_then(|r| r.strip_prefix('-'))
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        };
         let mut named: Vec<&str> = vec![&self.client, &self.front, &self.sidecar];
         if !self.proxies_each {
             named.push(&self.proxies);
@@ -146,7 +150,7 @@ impl Topology {
         for (a, b, _) in &self.between {
             for node in [a, b] {
                 let known = named.contains(&node.as_str())
-                    || (self.proxies_each && numbered(node, &self.proxies))
+                    || self.is_proxy_node(node)
                     || (self.backends.is_none() && pools.iter().any(|p| numbered(node, p)));
                 if !known {
                     named.sort_unstable();
@@ -315,6 +319,13 @@ impl Drop for Nodes {
     fn drop(&mut self) {
         self.remove();
     }
+}
+
+/// Whether `name` is `STEM-N`.
+fn numbered(name: &str, stem: &str) -> bool {
+    name.strip_prefix(stem)
+        .and_then(|r| r.strip_prefix('-'))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn subnet_ip(subnet: u32, host: u32) -> Ipv4Addr {

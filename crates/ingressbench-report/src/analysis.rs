@@ -151,16 +151,15 @@ fn condition(target: String, settings: String, cells: &[&CellResults], rng: &mut
                 .collect()
         })
         .collect();
-    let stats = |ws: &[&Vec<(u64, u64)>]| latency_stats(ws);
     let all: Vec<&Vec<(u64, u64)>> = sparse.iter().collect();
-    let measured = stats(&all);
+    let measured = latency_stats(&all);
     let mut draws: Vec<Vec<f64>> = vec![Vec::with_capacity(ITERATIONS); METRICS.len()];
     let draw_count = ITERATIONS / 2;
     let mut draw: Vec<&Vec<(u64, u64)>> = Vec::with_capacity(sparse.len());
     for _ in 0..draw_count {
         draw.clear();
         draw.extend((0..sparse.len()).map(|_| &sparse[rng.below(sparse.len())]));
-        let s = stats(&draw);
+        let s = latency_stats(&draw);
         for (i, v) in s.iter().enumerate() {
             draws[i].push(*v);
         }

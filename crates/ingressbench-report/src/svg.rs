@@ -307,14 +307,17 @@ impl Plot {
 
     /// The finished `<svg>` element, with `title` for screen readers.
     pub fn finish(self, title: &str) -> String {
-        format!(
-            r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" role="img" font-family="sans-serif" font-size="11"><title>{t}</title><style>.tick{{fill:#555;font-size:10px}}.axis{{fill:#222;font-size:11px}}.event{{fill:#222;font-size:10px}}.legend{{fill:#222;font-size:11px}}</style><rect width="100%" height="100%" fill="#fff"/>{body}</svg>"##,
-            w = self.width,
-            h = self.height,
-            t = esc(title),
-            body = self.body
-        )
+        document(self.width, self.height, title, &self.body)
     }
+}
+
+/// A standalone `<svg>` element of `width` x `height` around `body` (already escaped
+/// markup), with `title` for screen readers and the classes every chart uses.
+pub fn document(width: f64, height: f64, title: &str, body: &str) -> String {
+    format!(
+        r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:.0} {height:.0}" width="{width:.0}" height="{height:.0}" role="img" font-family="sans-serif" font-size="11"><title>{t}</title><style>.tick{{fill:#555;font-size:10px}}.axis{{fill:#222;font-size:11px}}.event{{fill:#222;font-size:10px}}.legend{{fill:#222;font-size:11px}}.link{{fill:#0072b2;font-size:10px}}</style><rect width="100%" height="100%" fill="#fff"/>{body}</svg>"##,
+        t = esc(title),
+    )
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 use serde_json::Value;
 
 use crate::results::RunResults;
-use crate::svg::esc;
+use crate::svg::{document, esc};
 
 const BOX_WIDTH: f64 = 170.0;
 const COLUMN_GAP: f64 = 110.0;
@@ -150,7 +150,7 @@ fn diagram(topology: &Value) -> String {
         for (i, part) in parts.iter().rev().enumerate() {
             let _ = write!(
                 body,
-                r##"<text class="legend" x="{:.1}" y="{:.1}">{}</text>"##,
+                r##"<text class="link" x="{:.1}" y="{:.1}">{}</text>"##,
                 x1 + 6.0,
                 y1 - 5.0 - 12.0 * i as f64,
                 esc(part)
@@ -184,9 +184,7 @@ fn diagram(topology: &Value) -> String {
             );
         }
     }
-    format!(
-        r##"<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width:.0} {height:.0}" width="{width:.0}" height="{height:.0}" role="img" font-family="sans-serif" font-size="11"><title>topology</title><style>.tick{{fill:#555;font-size:10px}}.axis{{fill:#222;font-size:11px}}.legend{{fill:#0072b2;font-size:10px}}</style><rect width="100%" height="100%" fill="#fff"/>{body}</svg>"##
-    )
+    document(width, height, "topology", &body)
 }
 
 /// `["0.3 ms ± 0.05 ms", "100 Mbit/s", "reset 0.1%"]`.
