@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use ingressbench_stats::{Outcome, Phases};
+use ingressbench_stats::{IdleEnd, Outcome, Phases};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
@@ -76,6 +76,8 @@ pub(crate) enum Address {
 pub(crate) struct Connector {
     pub(crate) address: Address,
     pub(crate) tls: Option<(TlsConnector, ServerName<'static>)>,
+    /// Why the last TLS handshake failed, until the worker takes it.
+    tls_failure: RefCell<Option<String>>,
 }
 
 /// How far a request got, so that a timeout can be named for the phase it cut.
@@ -93,7 +95,13 @@ impl Connector {
         Self {
             address,
             tls: tls.map(|(config, name)| (TlsConnector::from(config), name)),
+            tls_failure: RefCell::new(None),
         }
+    }
+
+    /// Why the last TLS handshake failed, if one did since the last call.
+    pub(crate) fn take_tls_failure(&self) -> Option<String> {
+        self.tls_failure.borrow_mut().take()
     }
 
     /// Opens a connection, timing each phase into `phases`.
@@ -122,14 +130,55 @@ impl Connector {
         match &self.tls {
             None => Ok(Stream::Plain(tcp)),
             Some((connector, name)) => {
-                let tls = connector
-                    .connect(name.clone(), tcp)
-                    .await
-                    .map_err(|_| Outcome::TlsError)?;
+                let tls = connector.connect(name.clone(), tcp).await.map_err(|e| {
+                    *self.tls_failure.borrow_mut() = Some(describe_tls_failure(&e));
+                    Outcome::TlsError
+                })?;
                 phases.tls_ns = nanos(connected.elapsed());
                 Ok(Stream::Tls(Box::new(tls)))
             }
         }
+    }
+}
+
+/// A TLS handshake failure in words, with the fix where a common one has a known fix.
+pub(crate) fn describe_tls_failure(e: &io::Error) -> String {
+    use rustls::{CertificateError, Error};
+    let Some(tls) = e.get_ref().and_then(|inner| inner.downcast_ref::<Error>()) else {
+        return format!("TLS handshake: {e}");
+    };
+    let hint = match tls {
+        Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
+            "the server's certificate is not signed by a trusted CA: pass the CA that signed \
+             it with --cacert, or -k to accept any certificate"
+        }
+        Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => {
+            "the certificate does not name the host: use --sni NAME, or a URL with that name \
+              and --resolve"
+        }
+        Error::InvalidCertificate(
+            CertificateError::Expired | CertificateError::ExpiredContext { .. },
+        ) => "the server's certificate has expired",
+        Error::InvalidCertificate(CertificateError::Other(other))
+            if format!("{other:?}").contains("CaUsedAsEndEntity") =>
+        {
+            "the server presents a certificate marked as a CA (basicConstraints CA:TRUE) as its \
+             own. curl and OpenSSL accept that; rustls, like browsers, refuses a CA certificate \
+             as a server certificate. Make a CA, sign a server certificate (CA:FALSE, with the \
+             host in subjectAltName) with it, serve that one and pass the CA with --cacert; or \
+             use -k"
+        }
+        Error::InvalidMessage(_) | Error::InappropriateMessage { .. } => {
+            "the server did not answer in TLS: is the port plain HTTP (use http://)?"
+        }
+        _ => "",
+    };
+    if hint.is_empty() {
+        format!("TLS handshake: {tls}")
+    } else {
+        format!("TLS handshake: {tls}: {hint}")
     }
 }
 
@@ -201,6 +250,25 @@ pub(crate) async fn exchange(
             Err(e) => return read_failure(&e, is_tls),
         }
     }
+}
+
+/// Waits while a pooled connection sits idle, and returns when the server closes it (EOF,
+/// a TLS close, a reset) or sends bytes no request asked for. It waits on the readiness
+/// the reactor already tracks for the socket, so it makes no syscall while nothing
+/// arrives; a TLS record that carries no data (a session ticket) is taken in and the
+/// wait goes on.
+pub(crate) async fn idle_end(stream: &mut Stream, buffer: &RefCell<Box<[u8]>>) -> IdleEnd {
+    poll_fn(|cx| {
+        let mut buf = buffer.borrow_mut();
+        let mut read_buf = ReadBuf::new(&mut buf[..]);
+        match Pin::new(&mut *stream).poll_read(cx, &mut read_buf) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(())) if read_buf.filled().is_empty() => Poll::Ready(IdleEnd::Closed),
+            Poll::Ready(Ok(())) => Poll::Ready(IdleEnd::UnexpectedBytes),
+            Poll::Ready(Err(_)) => Poll::Ready(IdleEnd::Closed),
+        }
+    })
+    .await
 }
 
 fn write_failure(e: &io::Error, is_tls: bool) -> Outcome {

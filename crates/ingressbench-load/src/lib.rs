@@ -89,7 +89,7 @@ pub mod fuzzing {
     }
 }
 pub use ingressbench_stats::parse_duration;
-pub use plan::{Length, Mode, Plan, RequestGate, Warmup, DEFAULT_BATCH_WINDOW};
+pub use plan::{BatchWindow, Length, Mode, Plan, RequestGate, RetryPolicy, Warmup};
 pub use request::{parse_header, RequestSpec};
 pub use run::{run, LoadReport, NoObserver, Observer, Progress};
 pub use target::{Resolve, Scheme, Target};

@@ -23,6 +23,87 @@ pub enum Mode {
     },
 }
 
+/// What the client does when a request fails on a reused connection before any byte of
+/// the answer: the server closed the connection just as the request went out (an idle
+/// timeout or a reload racing the write). Closes seen while a connection is idle never
+/// reach a request; this is only for the race that remains.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RetryPolicy {
+    /// Count the failure (wrk's behaviour).
+    None,
+    /// Send idempotent requests (GET, HEAD, PUT, DELETE, OPTIONS, TRACE) once more on a
+    /// new connection, as RFC 9112 §9.3.1.1 allows and browsers and Go's net/http do.
+    #[default]
+    Idempotent,
+    /// Send any request once more on a new connection.
+    Always,
+}
+
+impl RetryPolicy {
+    /// The policy called `name` (`none`, `idempotent`, `always`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "none" => Some(Self::None),
+            "idempotent" => Some(Self::Idempotent),
+            "always" => Some(Self::Always),
+            _ => None,
+        }
+    }
+
+    /// Its name, as [`RetryPolicy::parse`] takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Idempotent => "idempotent",
+            Self::Always => "always",
+        }
+    }
+
+    /// Whether a request with `method` may be sent again under this policy.
+    pub fn allows(self, method: &str) -> bool {
+        const IDEMPOTENT: [&str; 6] = ["GET", "HEAD", "PUT", "DELETE", "OPTIONS", "TRACE"];
+        match self {
+            Self::None => false,
+            Self::Idempotent => IDEMPOTENT.iter().any(|m| m.eq_ignore_ascii_case(method)),
+            Self::Always => true,
+        }
+    }
+}
+
+/// How the open-loop pacer batches its wake-ups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BatchWindow {
+    /// No batching while the worker thread has CPU to spare (it spends under about a
+    /// third of a core): every request is sent at its time. When it does not, the window
+    /// widens only as far as needed, up to 1 ms, and narrows again when it can. The
+    /// windows used are reported, and the lateness is in every latency figure.
+    #[default]
+    Auto,
+    /// Wake at most once per this window and send every request due by then.
+    Fixed(Duration),
+}
+
+impl BatchWindow {
+    /// `auto` or a duration (`500us`, `0us`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        if text == "auto" {
+            return Ok(Self::Auto);
+        }
+        ingressbench_stats::parse_duration(text)
+            .map(Self::Fixed)
+            .map_err(|e| format!("{e}; or `auto`"))
+    }
+}
+
+impl std::fmt::Display for BatchWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Fixed(d) => write!(f, "{}us", d.as_micros()),
+        }
+    }
+}
+
 /// How long a run lasts (after its warm-up).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Length {
@@ -65,6 +146,8 @@ pub struct Plan {
     pub keepalive: bool,
     /// Close a connection after this many requests.
     pub max_requests_per_connection: Option<u64>,
+    /// What to do when a reused connection fails before any byte of the answer.
+    pub retry: RetryPolicy,
     /// Limit for a whole request: connect, TLS, write and read.
     pub timeout: Duration,
     /// TLS options for `https://` targets.
@@ -77,11 +160,11 @@ pub struct Plan {
     pub sample_rate: f64,
     /// Width of the interval windows.
     pub window: Duration,
-    /// Open loop: the pacer wakes at most once per this window and then releases every
+    /// Open loop: the pacer wakes at most once per window and then releases every
     /// request due by then. Isolated requests are sent at their time; at rates above one
     /// per window, a shorter window sends closer to the schedule and costs more CPU per
-    /// request (see docs/PERFORMANCE.md).
-    pub batch_window: Duration,
+    /// request (see docs/PERFORMANCE.md). The default adapts to the CPU the thread has.
+    pub batch_window: BatchWindow,
     /// When the run starts (the first request is due, warm-up included); `None` starts it
     /// right away. A caller that times other things against the run (events) sets it.
     pub start: Option<std::time::Instant>,
@@ -101,10 +184,6 @@ impl std::fmt::Debug for RequestGate {
     }
 }
 
-/// The default batch window: at high rates the scheduler lag stays under half a
-/// millisecond (the warning threshold is 1 ms) while one wake-up releases several requests.
-pub const DEFAULT_BATCH_WINDOW: Duration = Duration::from_micros(500);
-
 impl Plan {
     /// A plan with the defaults: 10 s of closed-loop load over 10 connections, one thread.
     pub fn new(target: Target) -> Self {
@@ -118,13 +197,14 @@ impl Plan {
             warmup: Warmup::None,
             keepalive: true,
             max_requests_per_connection: None,
+            retry: RetryPolicy::default(),
             timeout: Duration::from_secs(10),
             tls: TlsOptions::default(),
             resolve: Vec::new(),
             backend_header: "x-backend".to_owned(),
             sample_rate: 0.0,
             window: Duration::from_secs(1),
-            batch_window: DEFAULT_BATCH_WINDOW,
+            batch_window: BatchWindow::Auto,
             start: None,
             gate: None,
         }
@@ -204,11 +284,10 @@ impl Plan {
                 format!("{} is not between 0 and 1", self.sample_rate),
             );
         }
-        if self.batch_window > Duration::from_millis(100) {
-            return bad(
-                "--batch-window",
-                format!("{:?} is longer than 100ms", self.batch_window),
-            );
+        if let BatchWindow::Fixed(window) = self.batch_window {
+            if window > Duration::from_millis(100) {
+                return bad("--batch-window", format!("{window:?} is longer than 100ms"));
+            }
         }
         if self.gate.is_some() && !matches!(self.mode, Mode::Sequential { .. }) {
             return bad("gate", "runs only with sequential load".to_owned());

@@ -109,6 +109,7 @@ pub fn run(
         timeout: plan.timeout,
         keepalive: plan.keepalive,
         max_requests_per_connection: plan.max_requests_per_connection.unwrap_or(u64::MAX),
+        retry: plan.retry.allows(&plan.request.method),
         backend_header: plan.backend_header.clone(),
         sample_rate: plan.sample_rate,
         window_ns: nanos(plan.window),
@@ -242,6 +243,8 @@ pub fn run(
         target_rate_per_s: plan.rate_per_s(),
         measured_ns,
         interrupted,
+        retry_policy: plan.retry.name(),
+        batch_window: plan.rate_per_s().map(|_| plan.batch_window.to_string()),
     };
     let summary = Summary::new(&recorder, &ctx);
     Ok(LoadReport { recorder, summary })

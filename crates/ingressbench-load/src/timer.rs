@@ -4,8 +4,13 @@ use std::io;
 use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
-use rustix::time::{Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec};
+use ingressbench_stats::HistogramUs;
+use rustix::time::{
+    ClockId, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags, Timespec,
+};
 use tokio::io::unix::AsyncFd;
+
+use crate::BatchWindow;
 
 /// What the pacer needs of time.
 pub(crate) trait Clock {
@@ -13,6 +18,70 @@ pub(crate) trait Clock {
     fn now(&self) -> Instant;
     /// Returns at or after `deadline`.
     async fn sleep_until(&mut self, deadline: Instant);
+    /// The batch windows in force, one value per adjustment period (so a time-weighted
+    /// distribution), in microseconds; `None` for clocks that do not batch.
+    fn windows_us(&self) -> Option<&HistogramUs> {
+        None
+    }
+}
+
+/// How often the automatic window looks at the thread's CPU time.
+const ADJUST_EVERY: Duration = Duration::from_millis(100);
+/// The share of one core the automatic window lets a worker thread spend before it
+/// batches wake-ups: below it every request is sent at its time.
+pub(crate) const AUTO_CPU_TARGET: f64 = 0.35;
+/// The narrowest window that is not zero, and the widest.
+const MIN_WINDOW: Duration = Duration::from_micros(20);
+const MAX_WINDOW: Duration = Duration::from_millis(1);
+
+/// The automatic window's controller: every [`ADJUST_EVERY`] it reads the thread's CPU
+/// time and widens the window (by half) when the thread spent more than
+/// [`AUTO_CPU_TARGET`] of a core, or narrows it when it spent well under.
+struct AutoWindow {
+    since: Instant,
+    cpu_since: Duration,
+}
+
+impl AutoWindow {
+    fn new(now: Instant) -> Self {
+        Self {
+            since: now,
+            cpu_since: thread_cpu(),
+        }
+    }
+
+    /// The window for the next period, or `None` if the period has not ended.
+    fn adjust(&mut self, now: Instant, window: Duration) -> Option<Duration> {
+        let wall = now.saturating_duration_since(self.since);
+        if wall < ADJUST_EVERY {
+            return None;
+        }
+        let cpu = thread_cpu();
+        let used = cpu.saturating_sub(self.cpu_since).as_secs_f64() / wall.as_secs_f64();
+        self.since = now;
+        self.cpu_since = cpu;
+        Some(if used > AUTO_CPU_TARGET * 1.1 {
+            (window * 3 / 2).clamp(MIN_WINDOW, MAX_WINDOW)
+        } else if used < AUTO_CPU_TARGET * 0.8 {
+            let narrower = window * 2 / 3;
+            if narrower < MIN_WINDOW {
+                Duration::ZERO
+            } else {
+                narrower
+            }
+        } else {
+            window
+        })
+    }
+}
+
+/// CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(ClockId::ThreadCPUTime);
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
 }
 
 /// A timerfd registered with the runtime's reactor: sub-millisecond wake-ups without
@@ -21,15 +90,23 @@ pub(crate) trait Clock {
 /// It wakes at each deadline, but at most once per batch window (see
 /// [`crate::Plan::batch_window`]): every wake-up costs a sleep and a wake of this thread
 /// and, on loopback, of the server, so at high rates one wake-up releases every request
-/// due since the last one. An isolated request is still sent at its time.
+/// due since the last one. An isolated request is still sent at its time. The automatic
+/// window starts at zero and widens only while the thread is short of CPU.
 pub(crate) struct PreciseClock {
     fd: AsyncFd<OwnedFd>,
     window: Duration,
     last_wake: Instant,
+    auto: Option<AutoWindow>,
+    windows_us: HistogramUs,
+    sampled_at: Instant,
 }
 
 impl PreciseClock {
-    pub(crate) fn new(origin: Instant, window: Duration) -> io::Result<Self> {
+    pub(crate) fn new(origin: Instant, batch: BatchWindow) -> io::Result<Self> {
+        let (window, auto) = match batch {
+            BatchWindow::Fixed(window) => (window, None),
+            BatchWindow::Auto => (Duration::ZERO, Some(AutoWindow::new(origin))),
+        };
         let fd = rustix::time::timerfd_create(
             TimerfdClockId::Monotonic,
             TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
@@ -43,7 +120,25 @@ impl PreciseClock {
             fd,
             window,
             last_wake: origin.checked_sub(window).unwrap_or(origin),
+            auto,
+            windows_us: HistogramUs::new(),
+            sampled_at: origin,
         })
+    }
+
+    /// Adjusts the automatic window, and samples the window in force, once a period.
+    fn tend(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.sampled_at) < ADJUST_EVERY {
+            return;
+        }
+        self.sampled_at = now;
+        self.windows_us
+            .record_us(u64::try_from(self.window.as_micros()).unwrap_or(u64::MAX));
+        if let Some(auto) = &mut self.auto {
+            if let Some(window) = auto.adjust(now, self.window) {
+                self.window = window;
+            }
+        }
     }
 
     fn arm(&self, wait: Duration) -> io::Result<()> {
@@ -68,8 +163,13 @@ impl Clock for PreciseClock {
         Instant::now()
     }
 
+    fn windows_us(&self) -> Option<&HistogramUs> {
+        Some(&self.windows_us)
+    }
+
     async fn sleep_until(&mut self, deadline: Instant) {
         let now = Instant::now();
+        self.tend(now);
         if deadline <= now {
             return;
         }
@@ -133,7 +233,8 @@ mod tests {
     #[tokio::test]
     async fn precise_clock_wakes_after_the_deadline_and_not_much_later() {
         let origin = Instant::now();
-        let mut clock = PreciseClock::new(origin, Duration::from_micros(100)).unwrap();
+        let mut clock =
+            PreciseClock::new(origin, BatchWindow::Fixed(Duration::from_micros(100))).unwrap();
         let mut worst = Duration::ZERO;
         for i in 1..=20u32 {
             let deadline = origin + Duration::from_micros(250) * i;

@@ -9,10 +9,10 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ingressbench_stats::{Outcome, Phases, Recorder, Sample, Window};
+use ingressbench_stats::{IdleEnd, Outcome, Phases, Recorder, Sample, Window};
 use tokio::task::LocalSet;
 
-use crate::connection::{exchange, nanos, Connector, Exchange, Stage, Stream};
+use crate::connection::{exchange, idle_end, nanos, Connector, Exchange, Stage, Stream};
 use crate::dispatch::{Dispatch, Ticket};
 use crate::response::ResponseParser;
 use crate::schedule::Schedule;
@@ -43,6 +43,9 @@ pub(crate) struct Shared {
     pub(crate) timeout: Duration,
     pub(crate) keepalive: bool,
     pub(crate) max_requests_per_connection: u64,
+    /// Whether a request that fails on a reused connection before any byte of the answer
+    /// is sent once more (the plan's retry policy, for this request's method).
+    pub(crate) retry: bool,
     pub(crate) backend_header: String,
     pub(crate) sample_rate: f64,
     pub(crate) window_ns: u64,
@@ -50,7 +53,7 @@ pub(crate) struct Shared {
     pub(crate) end: Option<Instant>,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) gate: Option<crate::RequestGate>,
-    pub(crate) batch_window: Duration,
+    pub(crate) batch_window: crate::BatchWindow,
 }
 
 /// How one worker gets its requests.
@@ -267,7 +270,69 @@ impl Worker {
         x.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    /// Sends one request (opening a connection first if needed) and says what became of it.
+    /// The next ticket. Meanwhile a pooled connection that the server closes, or sends
+    /// unasked bytes on, is retired and counted, so that no request is handed a
+    /// connection already known to be dead.
+    async fn next_ticket_watching(
+        &self,
+        conn: &mut Option<Stream>,
+        opened: &mut Option<Phases>,
+    ) -> Option<Ticket> {
+        enum Wake {
+            Ticket(Option<Ticket>),
+            Idle(IdleEnd),
+        }
+        let next = self.next_ticket();
+        tokio::pin!(next);
+        loop {
+            let Some(stream) = conn.as_mut() else {
+                return next.await;
+            };
+            let wake = tokio::select! {
+                biased;
+                ticket = &mut next => Wake::Ticket(ticket),
+                end = idle_end(stream, &self.buffer) => Wake::Idle(end),
+            };
+            match wake {
+                Wake::Ticket(ticket) => {
+                    if ticket.is_some() && self.shared.gate.is_some() {
+                        // The gate held this thread without its reactor: let the reactor
+                        // look once before the connection is used.
+                        self.check_idle(conn, opened).await;
+                    }
+                    return ticket;
+                }
+                Wake::Idle(end) => self.retire(end, conn, opened),
+            }
+        }
+    }
+
+    /// Retires a pooled connection now if the reactor has seen it closed.
+    async fn check_idle(&self, conn: &mut Option<Stream>, opened: &mut Option<Phases>) {
+        tokio::task::yield_now().await;
+        let Some(stream) = conn.as_mut() else {
+            return;
+        };
+        let end = tokio::select! {
+            biased;
+            end = idle_end(stream, &self.buffer) => Some(end),
+            () = std::future::ready(()) => None,
+        };
+        if let Some(end) = end {
+            self.retire(end, conn, opened);
+        }
+    }
+
+    fn retire(&self, end: IdleEnd, conn: &mut Option<Stream>, opened: &mut Option<Phases>) {
+        self.recorder.borrow_mut().record_idle_end(end);
+        *conn = None;
+        *opened = None;
+    }
+
+    /// Sends one request (opening a connection first if needed) and says what became of
+    /// it. A request that fails on a pooled connection before any byte of the answer is
+    /// sent once more on a new connection when the retry policy allows; its latency
+    /// still runs from the intended time, so the retry's cost is in it.
     async fn execute(
         &self,
         ticket: Ticket,
@@ -291,31 +356,49 @@ impl Worker {
             first_byte: None,
             reusable: false,
         };
+        let mut retried_after = None;
         let phases = &mut sample.phases;
         let attempt = async {
-            if conn.is_none() {
-                *conn = Some(self.connector.connect(phases).await?);
-                *served = 0;
-            }
-            stage = Stage::Exchanging;
-            write_at = Instant::now();
-            parser.reset(self.shared.head_request);
-            match conn.as_mut() {
-                Some(stream) => Ok(exchange(
+            loop {
+                let pooled = conn.is_some();
+                if conn.is_none() {
+                    *conn = Some(self.connector.connect(phases).await?);
+                    *served = 0;
+                }
+                stage = Stage::Exchanging;
+                write_at = Instant::now();
+                parser.reset(self.shared.head_request);
+                let Some(stream) = conn.as_mut() else {
+                    return Err(Outcome::ConnectError);
+                };
+                let outcome = exchange(
                     stream,
                     &self.shared.request,
                     parser,
                     &self.buffer,
                     &mut progress,
                 )
-                .await),
-                None => Err(Outcome::ConnectError),
+                .await;
+                let raced = pooled
+                    && progress.first_byte.is_none()
+                    && matches!(
+                        outcome,
+                        Outcome::Eof | Outcome::ResetBeforeWrite | Outcome::ResetAfterWrite
+                    );
+                if raced && self.shared.retry && retried_after.is_none() {
+                    retried_after = Some(outcome);
+                    *conn = None;
+                    stage = Stage::Connecting;
+                    continue;
+                }
+                return Ok(outcome);
             }
         };
         let result = tokio::time::timeout_at((sent + self.shared.timeout).into(), attempt).await;
         let done = Instant::now();
-        sample.connection_reused = reused;
-        if let Some(p) = preopened {
+        sample.retried_after = retried_after;
+        sample.connection_reused = reused && retried_after.is_none();
+        if let Some(p) = preopened.filter(|_| retried_after.is_none()) {
             sample.phases.dns_ns = p.dns_ns;
             sample.phases.connect_ns = p.connect_ns;
             sample.phases.tls_ns = p.tls_ns;
@@ -327,6 +410,13 @@ impl Worker {
                 Stage::Exchanging => Outcome::ReadTimeout,
             },
         };
+        if sample.outcome == Outcome::TlsError {
+            if let Some(reason) = self.connector.take_tls_failure() {
+                self.recorder
+                    .borrow_mut()
+                    .note_failure_detail(Outcome::TlsError, || reason);
+            }
+        }
         sample.done_at_ns = nanos(done.saturating_duration_since(self.shared.start));
         sample.bytes = progress.bytes;
         if let Some(first) = progress.first_byte {
@@ -370,7 +460,7 @@ async fn connection_loop(worker: Rc<Worker>) {
         }
     }
     tokio::time::sleep_until(worker.shared.start.into()).await;
-    while let Some(ticket) = worker.next_ticket().await {
+    while let Some(ticket) = worker.next_ticket_watching(&mut conn, &mut opened).await {
         let sample = worker
             .execute(ticket, &mut conn, &mut served, &mut parser, &mut opened)
             .await;
@@ -419,6 +509,18 @@ async fn pace(worker: Rc<Worker>, schedule: Schedule) {
 }
 
 async fn release(worker: &Worker, dispatch: &Dispatch, schedule: Schedule, clock: &mut impl Clock) {
+    release_schedule(worker, dispatch, schedule, clock).await;
+    if let Some(windows) = clock.windows_us() {
+        worker.recorder.borrow_mut().record_batch_windows(windows);
+    }
+}
+
+async fn release_schedule(
+    worker: &Worker,
+    dispatch: &Dispatch,
+    schedule: Schedule,
+    clock: &mut impl Clock,
+) {
     for (seq, intended_ns) in schedule {
         let due = worker.shared.start + Duration::from_nanos(intended_ns);
         if clock.now() < due {
@@ -470,13 +572,14 @@ pub(crate) mod tests {
             timeout: Duration::from_secs(1),
             keepalive: true,
             max_requests_per_connection: u64::MAX,
+            retry: true,
             backend_header: "x-backend".into(),
             sample_rate: 0.0,
             window_ns: 1_000_000_000,
             warmup_ns: 0,
             end: None,
             stop: Arc::new(AtomicBool::new(false)),
-            batch_window: Duration::from_micros(100),
+            batch_window: crate::BatchWindow::Fixed(Duration::from_micros(100)),
             gate: None,
         })
     }

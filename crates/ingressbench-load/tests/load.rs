@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ingressbench_load::{
-    parse_header, run, Length, LoadReport, Mode, NoObserver, Observer, Plan, Resolve, Target,
-    TlsOptions, Warmup,
+    parse_header, run, Length, LoadReport, Mode, NoObserver, Observer, Plan, Resolve, RetryPolicy,
+    Target, TlsOptions, Warmup,
 };
 use ingressbench_stats::{Outcome, Sample, Window};
 use support::{closed_port, serve, test_tls, Behavior};
@@ -170,12 +170,14 @@ fn silence_past_the_timeout_is_a_read_timeout_recorded_at_its_time() {
         "{:?}",
         r.summary.outcomes
     );
-    // Recorded when the timeout fired, not dropped: latency is the timeout.
+    // Recorded when the timeout fired, not dropped: its time to failure is the timeout,
+    // and it is not in the latency of answered requests.
     assert!(
-        r.summary.latency_us.p50 >= 200_000,
-        "{}",
-        r.summary.latency_us.p50
+        r.summary.time_to_failure_us.p50 >= 200_000,
+        "{:?}",
+        r.summary.time_to_failure_us
     );
+    assert_eq!(r.summary.latency_us.count, 0);
 }
 
 #[test]
@@ -211,8 +213,11 @@ fn garbage_is_malformed() {
     );
 }
 
+/// The server resets each connection 20 ms after answering; the next request is due
+/// 150 ms later. The client sees the reset while the connection is idle and retires it, so
+/// the request goes out on a new connection: nothing fails and nothing needs a retry.
 #[test]
-fn writing_to_a_reset_connection_is_reset_before_write() {
+fn a_connection_reset_while_idle_is_retired_not_written_to() {
     let server = serve(
         Behavior::AnswerThenReset {
             after: Duration::from_millis(20),
@@ -225,14 +230,145 @@ fn writing_to_a_reset_connection_is_reset_before_write() {
     };
     p.connections = 1;
     p.length = Length::Requests(2);
+    p.retry = RetryPolicy::None;
     let s = go(&p).summary;
-    assert_eq!(s.outcomes.get("200"), Some(&1), "{:?}", s.outcomes);
-    assert_eq!(
-        s.outcomes.get("reset_before_write"),
-        Some(&1),
-        "{:?}",
-        s.outcomes
+    assert_eq!(s.outcomes.get("200"), Some(&2), "{:?}", s.outcomes);
+    // Both connections: the second is reset during the pause after the last request.
+    assert_eq!(s.connection_events.closed_by_server_while_idle, 2);
+    assert_eq!(s.connections_opened, 2);
+    assert_eq!(s.retries.retried, 0);
+}
+
+/// A server that closes idle keep-alive connections after about 1 s (nginx's
+/// `keepalive_timeout 1s`), at 25 req/s over 50 connections: every connection waits about
+/// 2 s between requests, so most closes happen while idle. The client must see them
+/// there, not as failed requests, with or without retries.
+///
+/// The timeout is 1.02 s, not 1 s: a close comes that long after a response, and 1 s is
+/// exactly 25 intervals of the schedule, so a 1 s close would land on a later request's
+/// due time and a loaded machine would turn a few into true races (a request written as
+/// the FIN is sent, which no client can see coming; the retry test covers those). 1.02 s
+/// puts every close half-way between two requests.
+#[test]
+fn idle_closes_are_connection_events_not_errors() {
+    let server = serve(
+        Behavior::IdleClose {
+            after: Duration::from_millis(1020),
+        },
+        None,
     );
+    for policy in [RetryPolicy::Idempotent, RetryPolicy::None] {
+        let mut p = plan(&server.url("http"));
+        p.mode = Mode::Open { rate_per_s: 25.0 };
+        p.connections = 50;
+        p.length = Length::Duration(Duration::from_secs(4));
+        p.retry = policy;
+        let s = go(&p).summary;
+        assert_eq!(s.requests.total, 100, "{policy:?}: {:?}", s.outcomes);
+        assert_eq!(s.requests.errors, 0, "{policy:?}: {:?}", s.outcomes);
+        assert_eq!(s.retries.retried, 0, "{policy:?}: {:?}", s.retries);
+        assert!(
+            s.connection_events.closed_by_server_while_idle >= 20,
+            "{policy:?}: {:?}",
+            s.connection_events
+        );
+        assert_eq!(s.retries.policy, policy.name());
+    }
+}
+
+fn close_on_reuse(method: &str, policy: RetryPolicy) -> ingressbench_stats::Summary {
+    let server = serve(Behavior::CloseOnReuse, None);
+    let mut p = plan(&server.url("http"));
+    p.mode = Mode::Sequential {
+        interval: Duration::ZERO,
+    };
+    p.connections = 1;
+    p.length = Length::Requests(10);
+    p.request.method = method.to_owned();
+    if method == "POST" {
+        p.request.body = b"x".to_vec();
+    }
+    p.retry = policy;
+    go(&p).summary
+}
+
+/// The server closes a kept-alive connection exactly as the next request arrives, every
+/// time: the race no idle check can see. Without retries every second request fails as
+/// `eof`; with the default policy each is sent again on a new connection, succeeds, and is
+/// counted as retried; a POST is not retried unless the policy is `always`.
+#[test]
+fn a_close_racing_the_request_is_retried_by_policy() {
+    let none = close_on_reuse("GET", RetryPolicy::None);
+    assert_eq!(none.outcomes.get("200"), Some(&5), "{:?}", none.outcomes);
+    assert_eq!(none.outcomes.get("eof"), Some(&5), "{:?}", none.outcomes);
+    assert_eq!(none.retries.retried, 0);
+
+    let idempotent = close_on_reuse("GET", RetryPolicy::Idempotent);
+    assert_eq!(
+        idempotent.outcomes.get("200"),
+        Some(&10),
+        "{:?}",
+        idempotent.outcomes
+    );
+    assert_eq!(idempotent.retries.retried, 9, "{:?}", idempotent.retries);
+    assert_eq!(idempotent.retries.after.get("eof"), Some(&9));
+    assert_eq!(idempotent.connections_opened, 10);
+    assert!(idempotent
+        .warnings
+        .iter()
+        .any(|w| w.starts_with("9 requests were retried")));
+
+    let post = close_on_reuse("POST", RetryPolicy::Idempotent);
+    assert_eq!(post.outcomes.get("eof"), Some(&5), "{:?}", post.outcomes);
+    assert_eq!(post.retries.retried, 0);
+
+    let always = close_on_reuse("POST", RetryPolicy::Always);
+    assert_eq!(
+        always.outcomes.get("200"),
+        Some(&10),
+        "{:?}",
+        always.outcomes
+    );
+    assert_eq!(always.retries.retried, 9);
+}
+
+/// Fast failures (here: connections closed without an answer) are timed apart from
+/// answers, so that they cannot pull the latency percentiles down.
+#[test]
+fn failures_are_timed_apart_from_answers() {
+    let r = outcomes_of(Behavior::CloseAfterRequest, 5, Duration::from_secs(2));
+    assert_eq!(r.summary.latency_us.count, 0);
+    assert_eq!(r.summary.time_to_failure_us.count, 5);
+    let ok = outcomes_of(answer("a"), 5, Duration::from_secs(2));
+    assert_eq!(ok.summary.latency_us.count, 5);
+    assert_eq!(ok.summary.time_to_failure_us.count, 0);
+}
+
+/// A self-signed certificate marked as a CA, served as the server's own: curl accepts it
+/// with --cacert, rustls refuses it. The failure says so, and how to make one that works.
+#[test]
+fn a_ca_certificate_served_as_the_servers_own_is_explained() {
+    let tls = support::ca_as_server_tls("ca-as-leaf");
+    let server = serve(answer("a"), Some(tls.server_config.clone()));
+    let mut p = plan(&format!("https://127.0.0.1:{}/", server.addr.port()));
+    p.tls.cacert = Some(tls.ca_path.clone());
+    p.mode = Mode::Sequential {
+        interval: Duration::ZERO,
+    };
+    p.connections = 1;
+    p.length = Length::Requests(2);
+    let s = go(&p).summary;
+    assert_eq!(s.outcomes.get("tls_error"), Some(&2), "{:?}", s.outcomes);
+    let detail = &s.failure_details["tls_error"];
+    assert!(detail.contains("marked as a CA"), "{detail}");
+    assert!(detail.contains("--cacert"), "{detail}");
+    let warning = s
+        .warnings
+        .iter()
+        .find(|w| w.starts_with("NO REQUEST SUCCEEDED"))
+        .unwrap();
+    assert!(warning.contains("marked as a CA"), "{warning}");
+    let _ = std::fs::remove_dir_all(&tls.dir);
 }
 
 #[test]

@@ -1,6 +1,7 @@
-//! The percentile spectrum as HdrHistogram's `outputPercentileDistribution` and
-//! `wrk2 --latency` print it, with values in milliseconds, so that existing plotters
-//! (HdrHistogram's plotFiles.html, hdr-plot) read it.
+//! The percentile spectrum in HdrHistogram's classic percentile-distribution layout: what
+//! the Java implementation's `outputPercentileDistribution` writes and what HdrHistogram_c's
+//! `hdr_percentiles_print` (the one `wrk2 --latency` calls) prints, with values in
+//! milliseconds, so that existing plotters (HdrHistogram's plotFiles.html, hdr-plot) read it.
 
 use std::io::{self, Write};
 
@@ -63,7 +64,7 @@ pub fn write(out: &mut impl Write, h: &HistogramUs) -> io::Result<()> {
         out,
         "#[Buckets = {:12}, SubBuckets     = {:12}]",
         hdr.buckets(),
-        hdr.distinct_values()
+        h.sub_bucket_count()
     )?;
     Ok(())
 }
@@ -135,6 +136,8 @@ mod tests {
             .all(|w| w[0].percentile <= w[1].percentile && w[0].total_count <= w[1].total_count));
         assert!(text.contains("#[Max     ="));
         assert!(text.contains("Total count    =       100000]"));
+        // HdrHistogram's own footer for these bounds (its Java implementation's output).
+        assert!(text.contains("#[Buckets =           22, SubBuckets     =         2048]"));
     }
 
     #[test]

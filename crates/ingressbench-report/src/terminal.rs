@@ -35,6 +35,15 @@ pub fn render(summary: &Summary, title: &str) -> String {
         group(s.reused_requests),
         bytes(s.bytes_received)
     );
+    let idle = &s.connection_events;
+    if idle.closed_by_server_while_idle + idle.unexpected_bytes_while_idle > 0 {
+        let _ = writeln!(
+            out,
+            "  {} idle connections closed by the server and {} with unasked bytes, retired before use",
+            group(idle.closed_by_server_while_idle),
+            group(idle.unexpected_bytes_while_idle)
+        );
+    }
     let _ = writeln!(out);
     let what = if s.latency_corrected {
         "from each request's intended send time (corrected for coordinated omission)"
@@ -43,7 +52,7 @@ pub fn render(summary: &Summary, title: &str) -> String {
     };
     let _ = writeln!(
         out,
-        "  Latency of {} requests, {what}:",
+        "  Latency of {} answered requests, {what}:",
         group(s.latency_us.count)
     );
     let _ = writeln!(
@@ -55,6 +64,19 @@ pub fn render(summary: &Summary, title: &str) -> String {
     if s.latency_corrected {
         row(&mut out, "service time", &s.service_time_us);
         row(&mut out, "sched. lag", &s.scheduler_lag_us);
+    }
+    if let Some(b) = s.batch_window.as_ref().filter(|b| b.used_us.count > 0) {
+        let _ = writeln!(
+            out,
+            "  {:<14}batch window {}: p50 {}, p99 {} (the lag above is in the latency)",
+            "",
+            b.setting,
+            human_us(b.used_us.p50 as f64),
+            human_us(b.used_us.p99 as f64)
+        );
+    }
+    if s.time_to_failure_us.count > 0 {
+        row(&mut out, "to failure", &s.time_to_failure_us);
     }
     let _ = writeln!(out);
     let _ = write!(out, "  Phases p50/p99:");
@@ -81,6 +103,23 @@ pub fn render(summary: &Summary, title: &str) -> String {
             "none".to_owned()
         } else {
             outcomes.join(", ")
+        }
+    );
+    let causes: Vec<String> = s
+        .retries
+        .after
+        .iter()
+        .map(|(k, v)| format!("{k}: {}", group(*v)))
+        .collect();
+    let _ = writeln!(
+        out,
+        "  Retried (policy {}): {}{}",
+        s.retries.policy,
+        group(s.retries.retried),
+        if causes.is_empty() {
+            String::new()
+        } else {
+            format!(" after {}", causes.join(", "))
         }
     );
     if !s.backends.is_empty() {
@@ -187,6 +226,8 @@ mod tests {
             target_rate_per_s: Some(100.0),
             measured_ns: 1_000_000_000,
             interrupted: false,
+            retry_policy: "idempotent",
+            batch_window: Some("auto".to_owned()),
         };
         let text = render(&Summary::new(&r, &ctx), "GET http://x/");
         assert!(

@@ -341,6 +341,13 @@ fn check(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, ScenarioError> {
             ingressbench_stats::parse_duration(v).map_err(|e| bad(format!("{field}: {e}")))?;
         }
     }
+    if let Some(policy) = &l.retry {
+        if ingressbench_load::RetryPolicy::parse(policy).is_none() {
+            return Err(bad(format!(
+                "load.retry: `{policy}` is not a retry policy; use none, idempotent or always"
+            )));
+        }
+    }
     if !(0.0..=1.0).contains(&l.sample_rate) {
         return Err(bad(format!(
             "load.sample_rate: {} is not between 0 and 1",

@@ -263,6 +263,9 @@ pub struct LoadFile {
     pub sample_rate: f64,
     /// Limit per request (default 10s).
     pub timeout: Option<String>,
+    /// What the client does when a reused connection fails before any byte of the
+    /// answer: `none`, `idempotent` (default) or `always` (see `load --retry-policy`).
+    pub retry: Option<String>,
 }
 
 fn root() -> String {

@@ -14,7 +14,7 @@ use ingressbench_lab::proxy::Binaries;
 use ingressbench_lab::{Change, Lab};
 use ingressbench_load::{
     parse_duration, parse_header, Length, Mode, Plan, Progress, RequestGate, RequestSpec, Resolve,
-    Target as Url, TlsOptions, Warmup,
+    RetryPolicy, Target as Url, TlsOptions, Warmup,
 };
 use serde_json::{json, Value};
 
@@ -452,6 +452,12 @@ fn run_cell(
         (true, None) => Warmup::None,
     };
     plan.keepalive = l.keepalive;
+    // Checked when the scenario was read.
+    plan.retry = l
+        .retry
+        .as_deref()
+        .and_then(RetryPolicy::parse)
+        .unwrap_or_default();
     plan.timeout = dur("load.timeout", &l.timeout)?.unwrap_or(Duration::from_secs(10));
     plan.sample_rate = l.sample_rate;
     let start = Instant::now() + START_DELAY;

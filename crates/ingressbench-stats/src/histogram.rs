@@ -59,11 +59,31 @@ impl HistogramUs {
     }
 
     /// The value at a percentile (0 to 100), in microseconds; 0 when empty.
+    ///
+    /// Ranked as HdrHistogram's Java implementation ranks it: one ulp is taken off the
+    /// percentile before the count at it is rounded up, so that p99.9 of 1,000 values is
+    /// the 999th, not the 1,000th (the `hdrhistogram` crate's own method multiplies
+    /// `0.999000…01` by the count and lands one rank high whenever the count is a
+    /// multiple of 1,000).
     pub fn value_at_percentile(&self, percentile: f64) -> u64 {
         if self.is_empty() {
             return 0;
         }
-        self.inner.value_at_percentile(percentile)
+        let requested = next_down(percentile).clamp(0.0, 100.0);
+        let count_at = ((requested * self.count() as f64) / 100.0).ceil().max(1.0) as u64;
+        let mut seen = 0u64;
+        for v in self.inner.iter_recorded() {
+            seen += v.count_at_value();
+            if seen >= count_at {
+                let value = v.value_iterated_to();
+                return if percentile == 0.0 {
+                    self.inner.lowest_equivalent(value)
+                } else {
+                    self.inner.highest_equivalent(value)
+                };
+            }
+        }
+        self.max()
     }
 
     /// The mean in microseconds; 0 when empty.
@@ -94,6 +114,13 @@ impl HistogramUs {
         }
     }
 
+    /// Sub-buckets per bucket, as HdrHistogram's Java and C implementations count them (the
+    /// smallest power of two that holds 2 x 10^digits): what `.hgrm` footers print.
+    pub fn sub_bucket_count(&self) -> u64 {
+        let single_unit = 2.0 * 10f64.powi(i32::from(self.inner.sigfig()));
+        1u64 << single_unit.log2().ceil() as u32
+    }
+
     /// Adds every value of `other` to this histogram. Lossless: merging histograms of parts
     /// gives the histogram of the whole.
     pub fn merge(&mut self, other: &HistogramUs) {
@@ -118,6 +145,16 @@ impl HistogramUs {
     }
 }
 
+/// The largest f64 below `x` (Java's `Math.nextAfter(x, -inf)`) for the finite,
+/// non-negative percentiles this is given.
+fn next_down(x: f64) -> f64 {
+    if x > 0.0 && x.is_finite() {
+        f64::from_bits(x.to_bits() - 1)
+    } else {
+        x
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -135,6 +172,19 @@ mod tests {
         assert!((p50 - 5_000.0).abs() / 5_000.0 < 0.002, "p50 {p50}");
         assert!((p99 - 9_900.0).abs() / 9_900.0 < 0.002, "p99 {p99}");
         assert!((h.mean() - 5_000.5).abs() < 10.0);
+    }
+
+    #[test]
+    fn p999_of_a_thousand_values_is_the_999th() {
+        let mut h = HistogramUs::new();
+        for us in 1..=1_000 {
+            h.record_us(us);
+        }
+        assert_eq!(h.value_at_percentile(99.9), 999);
+        assert_eq!(h.value_at_percentile(100.0), 1_000);
+        assert_eq!(h.value_at_percentile(0.0), 1);
+        // The crate's own rank lands one high here: the reason for ranking ourselves.
+        assert_eq!(h.as_hdr().value_at_percentile(99.9), 1_000);
     }
 
     #[test]

@@ -30,9 +30,11 @@ mod summary;
 pub use duration::parse_duration;
 pub use histogram::{HistogramUs, MAX_TRACKABLE_US};
 pub use outcome::{Outcome, OutcomeCounts, FAILURE_KINDS};
-pub use recorder::{BackendId, BackendStats, PhaseHistograms, Recorder, Window};
+pub use recorder::{
+    BackendId, BackendStats, ConnectionEvents, IdleEnd, PhaseHistograms, Recorder, Window,
+};
 pub use sample::{Phases, Sample};
 pub use summary::{
-    LoadMode, Percentiles, PhaseSummary, RateSummary, RequestSummary, Summary, SummaryContext,
-    LAG_WARNING_US,
+    BatchWindowSummary, LoadMode, Percentiles, PhaseSummary, RateSummary, RequestSummary,
+    RetrySummary, Summary, SummaryContext, LAG_FLOOR_US, LAG_SHARE_WARNING, LAG_WARNING_US,
 };

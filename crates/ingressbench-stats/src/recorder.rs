@@ -1,6 +1,8 @@
 //! The recorder: every request goes in, fixed-size histograms and counts come out.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
 
 use crate::{HistogramUs, Outcome, OutcomeCounts, Sample};
 
@@ -22,6 +24,35 @@ pub struct BackendStats {
     pub count: u64,
     /// Latency (as recorded in [`Recorder::latency`]) of those requests.
     pub latency: HistogramUs,
+}
+
+/// What happened to connections outside any request: the server closed one while it sat
+/// idle in the pool, or sent bytes nobody asked for. Such a connection is retired before
+/// it is handed a request, as a browser, curl or Go's net/http would, so these are not
+/// request outcomes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectionEvents {
+    /// Idle connections the server closed (FIN, or RST) before they carried another
+    /// request.
+    pub closed_by_server_while_idle: u64,
+    /// Idle connections on which bytes arrived that no request asked for.
+    pub unexpected_bytes_while_idle: u64,
+}
+
+impl ConnectionEvents {
+    fn merge(&mut self, other: &ConnectionEvents) {
+        self.closed_by_server_while_idle += other.closed_by_server_while_idle;
+        self.unexpected_bytes_while_idle += other.unexpected_bytes_while_idle;
+    }
+}
+
+/// Why a connection left the pool while idle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleEnd {
+    /// The server closed it (EOF, a TLS close, or a reset).
+    Closed,
+    /// Bytes arrived that no request asked for.
+    UnexpectedBytes,
 }
 
 /// One histogram per request phase.
@@ -50,7 +81,7 @@ impl PhaseHistograms {
 }
 
 /// What finished within one interval of the run (one second by default): the latency of
-/// the requests that ended in it and their outcomes. Interval histograms are what the time
+/// the requests answered in it and the outcomes of all that ended in it. Interval histograms are what the time
 /// series, the interval log and the event impact figures are built from.
 #[derive(Clone, Debug)]
 pub struct Window {
@@ -58,7 +89,7 @@ pub struct Window {
     pub index: u64,
     /// Width of the interval in nanoseconds.
     pub width_ns: u64,
-    /// Latency of the requests that ended in the interval.
+    /// Latency of the requests answered (any status) in the interval.
     pub latency: HistogramUs,
     /// Their outcomes.
     pub outcomes: OutcomeCounts,
@@ -94,13 +125,19 @@ impl Window {
 }
 
 /// Summarises requests as they finish, in memory that does not grow with their number:
-/// latency (corrected for coordinated omission when the load was open-loop), service
-/// time, scheduler lag, phases, outcomes, backends, and interval windows.
+/// latency of answered requests (corrected for coordinated omission when the load was
+/// open-loop), service time, time to failure of failed ones, scheduler lag, phases,
+/// outcomes, retries, connection events, backends, and interval windows.
 #[derive(Clone, Debug)]
 pub struct Recorder {
     latency: HistogramUs,
     service_time: HistogramUs,
+    time_to_failure: HistogramUs,
     scheduler_lag: HistogramUs,
+    retried: OutcomeCounts,
+    connection_events: ConnectionEvents,
+    failure_details: BTreeMap<String, String>,
+    batch_windows_us: HistogramUs,
     phases: PhaseHistograms,
     outcomes: OutcomeCounts,
     backends: Vec<BackendStats>,
@@ -122,7 +159,12 @@ impl Recorder {
         Self {
             latency: HistogramUs::new(),
             service_time: HistogramUs::new(),
+            time_to_failure: HistogramUs::new(),
             scheduler_lag: HistogramUs::new(),
+            retried: OutcomeCounts::default(),
+            connection_events: ConnectionEvents::default(),
+            failure_details: BTreeMap::new(),
+            batch_windows_us: HistogramUs::new(),
             phases: PhaseHistograms::default(),
             outcomes: OutcomeCounts::default(),
             backends: Vec::new(),
@@ -138,7 +180,9 @@ impl Recorder {
         }
     }
 
-    /// Records one finished request. Warm-up requests are only counted.
+    /// Records one finished request. Warm-up requests are only counted. Latency, service
+    /// time and the backend's figures take answered requests only (any status), so that
+    /// fast failures cannot pull them down; failures go to the time-to-failure histogram.
     #[inline]
     pub fn record(&mut self, sample: &Sample) {
         if sample.warmup {
@@ -147,13 +191,13 @@ impl Recorder {
         }
         self.roll_windows(sample.done_at_ns);
         let latency_ns = sample.latency_ns();
-        self.latency.record_ns(latency_ns);
-        self.service_time.record_ns(sample.service_time_ns());
         self.scheduler_lag.record_ns(sample.scheduler_lag_ns());
         self.outcomes.add(sample.outcome);
-        self.window.latency.record_ns(latency_ns);
         self.window.outcomes.add(sample.outcome);
         self.bytes += sample.bytes;
+        if let Some(cause) = sample.retried_after {
+            self.retried.add(cause);
+        }
         if sample.connection_reused {
             self.reused_requests += 1;
         } else if !matches!(
@@ -167,21 +211,62 @@ impl Recorder {
                 self.phases.tls.record_ns(sample.phases.tls_ns);
             }
         }
-        if let Outcome::Status(_) = sample.outcome {
-            self.phases.ttfb.record_ns(sample.phases.ttfb_ns);
-            self.phases.total.record_ns(sample.service_time_ns());
-        }
-        if let Some(BackendId(id)) = sample.backend {
-            if let Some(b) = self.backends.get_mut(usize::from(id)) {
-                b.count += 1;
-                b.latency.record_ns(latency_ns);
+        match sample.outcome {
+            Outcome::Status(_) => {
+                self.latency.record_ns(latency_ns);
+                self.window.latency.record_ns(latency_ns);
+                self.service_time.record_ns(sample.service_time_ns());
+                self.phases.ttfb.record_ns(sample.phases.ttfb_ns);
+                self.phases.total.record_ns(sample.service_time_ns());
+                if let Some(BackendId(id)) = sample.backend {
+                    if let Some(b) = self.backends.get_mut(usize::from(id)) {
+                        b.count += 1;
+                        b.latency.record_ns(latency_ns);
+                    }
+                }
             }
+            // Never sent: it has no time to failure.
+            Outcome::NotSent => {}
+            _ => self.time_to_failure.record_ns(latency_ns),
         }
         self.first_intended_ns = Some(match self.first_intended_ns {
             Some(t) => t.min(sample.intended_at_ns),
             None => sample.intended_at_ns,
         });
         self.last_done_ns = self.last_done_ns.max(sample.done_at_ns);
+    }
+
+    /// Keeps `detail` as the reason for failures of kind `outcome`, unless one is kept
+    /// already (the first reason is the one a person needs; later ones repeat it). Called
+    /// on the failure path only.
+    pub fn note_failure_detail(&mut self, outcome: Outcome, detail: impl FnOnce() -> String) {
+        let name = outcome.name();
+        if !self.failure_details.contains_key(name.as_ref()) {
+            self.failure_details.insert(name.into_owned(), detail());
+        }
+    }
+
+    /// The first reason kept for each kind of failure, by outcome name.
+    pub fn failure_details(&self) -> &BTreeMap<String, String> {
+        &self.failure_details
+    }
+
+    /// Adds the open-loop pacer's batch windows (one value per adjustment period).
+    pub fn record_batch_windows(&mut self, windows_us: &HistogramUs) {
+        self.batch_windows_us.merge(windows_us);
+    }
+
+    /// The batch windows the pacer used, one value per adjustment period and worker.
+    pub fn batch_windows_us(&self) -> &HistogramUs {
+        &self.batch_windows_us
+    }
+
+    /// Counts a connection that left the pool while idle.
+    pub fn record_idle_end(&mut self, end: IdleEnd) {
+        match end {
+            IdleEnd::Closed => self.connection_events.closed_by_server_while_idle += 1,
+            IdleEnd::UnexpectedBytes => self.connection_events.unexpected_bytes_while_idle += 1,
+        }
     }
 
     /// The id of the backend called `name`, adding it on first sight. Past the table's
@@ -247,7 +332,16 @@ impl Recorder {
     pub fn merge(&mut self, other: &Recorder) {
         self.latency.merge(&other.latency);
         self.service_time.merge(&other.service_time);
+        self.time_to_failure.merge(&other.time_to_failure);
         self.scheduler_lag.merge(&other.scheduler_lag);
+        self.retried.merge(&other.retried);
+        self.connection_events.merge(&other.connection_events);
+        self.batch_windows_us.merge(&other.batch_windows_us);
+        for (kind, detail) in &other.failure_details {
+            self.failure_details
+                .entry(kind.clone())
+                .or_insert_with(|| detail.clone());
+        }
         self.phases.merge(&other.phases);
         self.outcomes.merge(&other.outcomes);
         for b in &other.backends {
@@ -267,15 +361,31 @@ impl Recorder {
         self.last_done_ns = self.last_done_ns.max(other.last_done_ns);
     }
 
-    /// Latency from the intended send time: corrected for coordinated omission under
-    /// open-loop load, equal to the service time otherwise.
+    /// Latency of answered requests from the intended send time: corrected for
+    /// coordinated omission under open-loop load, equal to the service time otherwise.
     pub fn latency(&self) -> &HistogramUs {
         &self.latency
     }
 
-    /// Service time: from the actual start of each request, uncorrected.
+    /// Service time of answered requests: from the actual start, uncorrected.
     pub fn service_time(&self) -> &HistogramUs {
         &self.service_time
+    }
+
+    /// Time to failure of failed requests (not answered, but sent), from the intended
+    /// send time.
+    pub fn time_to_failure(&self) -> &HistogramUs {
+        &self.time_to_failure
+    }
+
+    /// Requests sent a second time, counted by what the first attempt ran into.
+    pub fn retried(&self) -> &OutcomeCounts {
+        &self.retried
+    }
+
+    /// Connections retired while idle.
+    pub fn connection_events(&self) -> &ConnectionEvents {
+        &self.connection_events
     }
 
     /// How late the generator released each request against its schedule.

@@ -47,8 +47,12 @@ pub struct Sample {
     pub outcome: Outcome,
     /// The backend that answered, from the backend header, if it was present.
     pub backend: Option<BackendId>,
-    /// Whether it went over a connection that had already carried a request.
+    /// Whether it went over a connection that had already carried a request (for a
+    /// retried request: whether the connection that answered had).
     pub connection_reused: bool,
+    /// Whether it was sent a second time on a new connection, and why: the first
+    /// attempt failed this way on a reused connection before any byte of the answer.
+    pub retried_after: Option<Outcome>,
     /// Whether it belongs to the warm-up and is excluded from results.
     pub warmup: bool,
 }
@@ -68,12 +72,14 @@ impl Sample {
             outcome: Outcome::NotSent,
             backend: None,
             connection_reused: false,
+            retried_after: None,
             warmup: false,
         }
     }
 
-    /// Latency as the user experienced it: from the intended send time to the end. With
-    /// closed-loop load this equals the service time.
+    /// Latency as the user experienced it: from the intended send time to the end (the
+    /// answer, or for a failure the time to failure). With closed-loop load this equals
+    /// the service time.
     #[inline]
     pub fn latency_ns(&self) -> u64 {
         self.done_at_ns.saturating_sub(self.intended_at_ns)

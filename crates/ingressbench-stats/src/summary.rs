@@ -4,10 +4,15 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{HistogramUs, Recorder};
+use crate::{ConnectionEvents, HistogramUs, Recorder};
 
 /// Scheduler lag p99 above this (1 ms) means the generator could not keep its schedule.
 pub const LAG_WARNING_US: u64 = 1_000;
+/// Scheduler lag p50 above this share of the latency p50 is disclosed as a warning: that
+/// much of the reported latency is the generator's own lateness.
+pub const LAG_SHARE_WARNING: f64 = 0.10;
+/// … unless it is below this, which is within the noise of one loopback wake-up here.
+pub const LAG_FLOOR_US: u64 = 25;
 /// An achieved rate below this share of the target means the generator fell short.
 const RATE_SHORTFALL: f64 = 0.99;
 /// Fewer requests than this make p99.9 a guess; the summary says so.
@@ -36,6 +41,11 @@ pub struct SummaryContext {
     pub measured_ns: u64,
     /// Whether the run was stopped before its end (Ctrl-C).
     pub interrupted: bool,
+    /// The retry policy the client ran with (`none`, `idempotent`, `always`).
+    pub retry_policy: &'static str,
+    /// The open-loop pacer's batch window setting (`auto`, `500us`); `None` without a
+    /// schedule.
+    pub batch_window: Option<String>,
 }
 
 /// Percentiles of one histogram, in microseconds.
@@ -66,6 +76,11 @@ pub struct Percentiles {
 }
 
 impl Percentiles {
+    /// The percentiles of no values.
+    pub fn empty() -> Self {
+        Self::of(&HistogramUs::new())
+    }
+
     /// The percentiles of `h`.
     pub fn of(h: &HistogramUs) -> Self {
         Self {
@@ -121,6 +136,28 @@ pub struct RequestSummary {
     pub warmup: u64,
 }
 
+/// Requests the client sent a second time, on a new connection, because the first
+/// attempt failed on a reused connection before any byte of the answer (the server
+/// closed it just as the request went out). Without the retry they would have failed.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RetrySummary {
+    /// The policy: `none`, `idempotent` (the default) or `always`.
+    pub policy: String,
+    /// Requests retried (each at most once).
+    pub retried: u64,
+    /// What the first attempt ran into, by failure name.
+    pub after: BTreeMap<String, u64>,
+}
+
+/// How the open-loop pacer batched its wake-ups.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BatchWindowSummary {
+    /// The setting: `auto`, or a fixed window such as `500us`.
+    pub setting: String,
+    /// The windows in force, sampled every 100 ms of each worker's run, in microseconds.
+    pub used_us: PhaseSummary,
+}
+
 /// Target and achieved rate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RateSummary {
@@ -146,12 +183,21 @@ pub struct Summary {
     pub rate: RateSummary,
     /// Whether `latency_us` is measured from intended send times (open loop).
     pub latency_corrected: bool,
-    /// Latency in microseconds: from the intended send time under open-loop load.
+    /// Latency of answered requests (any status) in microseconds: from the intended send
+    /// time under open-loop load.
     pub latency_us: Percentiles,
-    /// Service time in microseconds: from the actual send, uncorrected.
+    /// Service time of answered requests in microseconds: from the actual send,
+    /// uncorrected.
     pub service_time_us: Percentiles,
+    /// Time to failure of failed requests in microseconds, from the intended send time
+    /// (requests never sent are not in it).
+    #[serde(default = "Percentiles::empty")]
+    pub time_to_failure_us: Percentiles,
     /// How late the generator released requests against its schedule, in microseconds.
     pub scheduler_lag_us: Percentiles,
+    /// How the pacer batched wake-ups (open loop only).
+    #[serde(default)]
+    pub batch_window: Option<BatchWindowSummary>,
     /// Phase durations in microseconds: dns, connect, tls, ttfb, total.
     pub phases_us: BTreeMap<String, PhaseSummary>,
     /// Count per outcome: status code or failure name.
@@ -164,6 +210,16 @@ pub struct Summary {
     pub connections_opened: u64,
     /// Requests sent over an already used connection.
     pub reused_requests: u64,
+    /// Retries and their causes.
+    #[serde(default)]
+    pub retries: RetrySummary,
+    /// Connections retired while idle (closed by the server, or unexpected bytes).
+    #[serde(default)]
+    pub connection_events: ConnectionEvents,
+    /// The first reason given for a kind of failure (a TLS failure's message), by
+    /// outcome name.
+    #[serde(default)]
+    pub failure_details: BTreeMap<String, String>,
     /// Response bytes received.
     pub bytes_received: u64,
     /// Whatever makes these numbers less trustworthy, in words.
@@ -208,7 +264,12 @@ impl Summary {
             latency_corrected: ctx.mode == LoadMode::Open,
             latency_us: Percentiles::of(recorder.latency()),
             service_time_us: Percentiles::of(recorder.service_time()),
+            time_to_failure_us: Percentiles::of(recorder.time_to_failure()),
             scheduler_lag_us: Percentiles::of(recorder.scheduler_lag()),
+            batch_window: ctx.batch_window.as_ref().map(|setting| BatchWindowSummary {
+                setting: setting.clone(),
+                used_us: PhaseSummary::of(recorder.batch_windows_us()),
+            }),
             phases_us,
             outcomes: outcomes.to_map(),
             backends: recorder
@@ -223,6 +284,13 @@ impl Summary {
                 .collect(),
             connections_opened: recorder.connections_opened(),
             reused_requests: recorder.reused_requests(),
+            retries: RetrySummary {
+                policy: ctx.retry_policy.to_owned(),
+                retried: recorder.retried().total(),
+                after: recorder.retried().to_map(),
+            },
+            connection_events: *recorder.connection_events(),
+            failure_details: recorder.failure_details().clone(),
             bytes_received: recorder.bytes(),
             warnings: Vec::new(),
         };
@@ -238,6 +306,17 @@ impl Summary {
 
     fn lag_too_high(&self) -> bool {
         self.mode == LoadMode::Open && self.scheduler_lag_us.p99 > LAG_WARNING_US
+    }
+
+    /// Whether the generator's lateness is a visible part of the latency it reports: its
+    /// scheduler lag p50 is over [`LAG_SHARE_WARNING`] of the latency p50 (and over
+    /// [`LAG_FLOOR_US`]).
+    pub fn lateness_visible(&self) -> bool {
+        let lag = self.scheduler_lag_us.p50;
+        self.mode == LoadMode::Open
+            && self.latency_us.count > 0
+            && lag > LAG_FLOOR_US
+            && lag as f64 > LAG_SHARE_WARNING * self.latency_us.p50 as f64
     }
 
     fn rate_short(&self) -> bool {
@@ -259,6 +338,30 @@ impl Summary {
                 self.scheduler_lag_us.p99, LAG_WARNING_US
             ));
         }
+        if !self.lag_too_high() && self.lateness_visible() {
+            warnings.push(format!(
+                "GENERATOR LATENESS: requests went out {} us late at p50 ({:.0}% of the latency p50 of \
+                 {} us), and latency includes that lateness. A narrower --batch-window, more --threads \
+                 or a lower rate sends closer to the schedule.",
+                self.scheduler_lag_us.p50,
+                100.0 * self.scheduler_lag_us.p50 as f64 / self.latency_us.p50.max(1) as f64,
+                self.latency_us.p50
+            ));
+        }
+        if self.retries.retried > 0 {
+            warnings.push(format!(
+                "{} requests were retried after the server closed a reused connection as they \
+                 were sent ({}); without retries they would have failed (--retry-policy none \
+                 counts them as errors).",
+                self.retries.retried,
+                self.retries
+                    .after
+                    .iter()
+                    .map(|(k, n)| format!("{n} after `{k}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
         if self.rate_short() {
             let target = self.rate.target_per_s.unwrap_or_default();
             warnings.push(format!(
@@ -271,8 +374,13 @@ impl Summary {
         }
         if self.requests.total > 0 && self.requests.ok == 0 {
             if let Some((outcome, n)) = recorder.outcomes().dominant_failure() {
+                let detail = self
+                    .failure_details
+                    .get(outcome.name().as_ref())
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default();
                 warnings.push(format!(
-                    "NO REQUEST SUCCEEDED: {n} of {} ended as `{}`{}",
+                    "NO REQUEST SUCCEEDED: {n} of {} ended as `{}`{detail}{}",
                     self.requests.total,
                     outcome.name(),
                     hint_for(&outcome.name())
@@ -337,6 +445,8 @@ mod tests {
             target_rate_per_s: rate,
             measured_ns: (measured_s * 1e9) as u64,
             interrupted: false,
+            retry_policy: "idempotent",
+            batch_window: None,
         }
     }
 

@@ -287,9 +287,11 @@ pub(crate) struct LoadArgs {
 
     /// Open loop: wake at most once per D and send every request due by then. Requests
     /// further apart are sent on time; above 1/D req/s a shorter window sends closer to
-    /// the schedule and costs more CPU per request.
-    #[arg(long, value_name = "D", default_value = "500us", value_parser = parse_duration)]
-    pub(crate) batch_window: std::time::Duration,
+    /// the schedule and costs more CPU per request. `auto` sends every request at its time
+    /// while the generator's thread has CPU to spare, and widens the window (up to 1ms)
+    /// only as far as it must.
+    #[arg(long, value_name = "D|auto", default_value = "auto", value_parser = BatchWindow::parse)]
+    pub(crate) batch_window: BatchWindow,
 
     /// Worker threads, each with its own connections.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -302,6 +304,13 @@ pub(crate) struct LoadArgs {
     /// Close each connection after this many requests.
     #[arg(long, value_name = "N")]
     pub(crate) max_requests_per_connection: Option<u64>,
+
+    /// When a reused connection fails before any byte of the answer (the server closed it
+    /// as the request went out): `none` counts the failure (as wrk), `idempotent` sends
+    /// GET/HEAD/PUT/DELETE/OPTIONS/TRACE once more on a new connection (as browsers and
+    /// Go clients), `always` sends any method again. Retries are counted apart.
+    #[arg(long, value_name = "POLICY", default_value = "idempotent", value_parser = ["none", "idempotent", "always"])]
+    pub(crate) retry_policy: String,
 
     /// Request method.
     #[arg(
@@ -376,6 +385,8 @@ pub(crate) struct LoadArgs {
     #[arg(short = 'q', long)]
     pub(crate) quiet: bool,
 }
+
+use ingressbench_load::BatchWindow;
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     ingressbench_load::parse_duration(s)

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use ingressbench_load::{
-    parse_header, Length, LoadError, Mode, Plan, Progress, RequestSpec, Resolve, Target,
-    TlsOptions, Warmup,
+    parse_header, Length, LoadError, Mode, Plan, Progress, RequestSpec, Resolve, RetryPolicy,
+    Target, TlsOptions, Warmup,
 };
 use ingressbench_report::{hgrm, terminal};
 use ingressbench_scenario::store::{self, Streams};
@@ -119,6 +119,7 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
     };
     plan.keepalive = !args.no_keepalive;
     plan.max_requests_per_connection = args.max_requests_per_connection;
+    plan.retry = RetryPolicy::parse(&args.retry_policy).unwrap_or_default();
     plan.timeout = args.timeout;
     plan.tls = TlsOptions {
         cacert: args.cacert.clone(),

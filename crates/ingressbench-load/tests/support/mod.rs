@@ -35,6 +35,13 @@ pub enum Behavior {
     AnswerThenReset { after: Duration },
     /// Reads the request and answers with bytes that are not HTTP.
     Garbage,
+    /// Answers like `Answer`, and closes (FIN) a connection that stays idle for `after`
+    /// (nginx's `keepalive_timeout`).
+    IdleClose { after: Duration },
+    /// Answers the first request of each connection; on the second it reads the request
+    /// and closes without a byte of answer: the server closing a kept-alive connection
+    /// just as a request arrives, every time.
+    CloseOnReuse,
 }
 
 /// A running test server.
@@ -76,6 +83,35 @@ pub fn test_tls(tag: &str) -> TestTls {
     std::fs::create_dir_all(&dir).unwrap();
     let ca_path = dir.join("ca.pem");
     std::fs::write(&ca_path, ca_cert.pem()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server_config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(
+            vec![CertificateDer::from(cert.der().to_vec())],
+            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
+        )
+        .unwrap();
+    TestTls {
+        ca_path,
+        dir,
+        server_config: Arc::new(server_config),
+    }
+}
+
+/// TLS material whose server certificate is a self-signed CA certificate (CA:TRUE) for
+/// 127.0.0.1; `ca_path` holds that same certificate.
+pub fn ca_as_server_tls(tag: &str) -> TestTls {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let cert = params.self_signed(&key).unwrap();
+    let dir = std::env::temp_dir().join(format!("ib-load-test-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_path = dir.join("ca.pem");
+    std::fs::write(&ca_path, cert.pem()).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let server_config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -185,12 +221,48 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     started: Instant,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
+    let mut served = 0u64;
     loop {
-        let Some((host, path)) = read_head(&mut stream, &mut buf).await else {
+        let head = match &behavior {
+            Behavior::IdleClose { after } => {
+                match tokio::time::timeout(*after, read_head(&mut stream, &mut buf)).await {
+                    Ok(head) => head,
+                    Err(_idle) => {
+                        let _ = stream.shutdown().await;
+                        return;
+                    }
+                }
+            }
+            _ => read_head(&mut stream, &mut buf).await,
+        };
+        let Some((host, path)) = head else {
             return;
         };
         requests.fetch_add(1, Ordering::Relaxed);
+        served += 1;
         match &behavior {
+            Behavior::IdleClose { .. } => {
+                if stream
+                    .write_all(&response("idle-close", &path, &host))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            Behavior::CloseOnReuse => {
+                if served > 1 {
+                    let _ = stream.shutdown().await;
+                    return;
+                }
+                if stream
+                    .write_all(&response("close-on-reuse", &path, &host))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
             Behavior::Answer { name } => {
                 // "$host" names the backend after the Host header, to check routing.
                 let name = if name == "$host" { &host } else { name };
