@@ -8,11 +8,15 @@ ratio of each tool to ingressbench; nothing here asserts a timing.
 
     python3 bench/compare.py closed      # 1 thread, 50 connections, closed loop, 10 s
     python3 bench/compare.py open        # open loop at 20,000 req/s, 10 s
+    python3 bench/compare.py accuracy    # a server that answers after exactly 2 ms, at 2,000
+                                         # and 20,000 req/s: each tool's error and CPU
     python3 bench/compare.py memory      # RSS at 1 min vs 10 min; RSS with 10,000 connections
     python3 bench/compare.py backend     # the echo backend on one core vs nginx on one core
     python3 bench/compare.py all --duration 5
 
-Needs nginx (scripts/install-deps.sh) and the peers (../shared/tools/install-peers.sh).
+Needs nginx (scripts/install-deps.sh) and the peers (../shared/tools/install-peers.sh);
+wrk2 is used where $WRK2 (or wrk2 on PATH, or in $PEERS) names one, built from its public
+repository by whoever runs this (nothing here builds it).
 """
 import argparse
 import json
@@ -33,7 +37,7 @@ SUT_CPU, GEN_CPU = "0", "1"
 
 
 def find(tool):
-    for path in (os.path.join(PEERS, tool), shutil.which(tool)):
+    for path in (os.environ.get(tool.upper()), os.path.join(PEERS, tool), shutil.which(tool)):
         if path and os.access(path, os.X_OK):
             return path
     return None
@@ -111,7 +115,24 @@ def run_ingressbench(args, url, tmp):
         print(f"  ingressbench {' '.join(args)}: scheduler lag p50 {s['scheduler_lag_us']['p50']} us, "
               f"p99 {s['scheduler_lag_us']['p99']} us; achieved {s['rate']['achieved_per_s']:.1f}/s", file=sys.stderr)
     return {"requests": s["requests"]["total"], "ok": s["requests"]["ok"], "rate": s["rate"]["achieved_per_s"],
-            "p50_us": s["latency_us"]["p50"], "p99_us": s["latency_us"]["p99"], "cpu": cpu}
+            "p50_us": s["latency_us"]["p50"], "p90_us": s["latency_us"]["p90"], "p99_us": s["latency_us"]["p99"],
+            "cpu": cpu, "lag_p50_us": s["scheduler_lag_us"]["p50"],
+            "window_us": (s.get("batch_window") or {}).get("used_us", {}).get("p50")}
+
+
+def run_wrk2(rate, seconds, url):
+    text, cpu, _ = measure([find("wrk2"), "-t1", "-c50", f"-d{seconds}s", f"-R{rate}", "--latency", url])
+    reqs = int(next(l for l in text.splitlines() if "requests in" in l).split()[0])
+    rate_line = next(l for l in text.splitlines() if l.startswith("Requests/sec"))
+    # wrk2 --latency: " 50.000%    2.10ms" rows of its HdrHistogram spectrum.
+    def pct(label):
+        for line in text.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == label:
+                return wrk_latency(f"x {parts[1]}", "x")
+        return None
+    return {"requests": reqs, "ok": reqs, "rate": float(rate_line.split()[1]), "p50_us": pct("50.000%"),
+            "p90_us": pct("90.000%"), "p99_us": pct("99.000%"), "cpu": cpu}
 
 
 def run_wrk(conns, seconds, url):
@@ -141,7 +162,8 @@ def run_oha(conns, seconds, url, rate=None):
     total = sum(s["statusCodeDistribution"].values())
     pct = s.get("latencyPercentiles", {})
     return {"requests": total, "ok": s["statusCodeDistribution"].get("200", 0), "rate": s["summary"]["requestsPerSec"],
-            "p50_us": pct.get("p50", 0) * 1e6, "p99_us": pct.get("p99", 0) * 1e6, "cpu": cpu}
+            "p50_us": pct.get("p50", 0) * 1e6, "p90_us": pct.get("p90", 0) * 1e6, "p99_us": pct.get("p99", 0) * 1e6,
+            "cpu": cpu}
 
 
 def run_hey(conns, seconds, url):
@@ -165,7 +187,8 @@ def run_vegeta(rate, seconds, url, tmp):
     report = subprocess.run([find("vegeta"), "report", "-type=json", results], capture_output=True, text=True)
     s = json.loads(report.stdout)
     return {"requests": s["requests"], "ok": s["status_codes"].get("200", 0), "rate": s["rate"],
-            "p50_us": s["latencies"]["50th"] / 1000, "p99_us": s["latencies"]["99th"] / 1000, "cpu": cpu}
+            "p50_us": s["latencies"]["50th"] / 1000, "p90_us": s["latencies"]["90th"] / 1000,
+            "p99_us": s["latencies"]["99th"] / 1000, "cpu": cpu}
 
 
 def table(title, rows, key, better):
@@ -200,7 +223,7 @@ def closed(nginx, seconds, tmp):
     return rows
 
 
-def open_loop(nginx, seconds, tmp, rate=20000, grids=("0us", "250us", "750us", "1ms")):
+def open_loop(nginx, seconds, tmp, rate=20000, grids=("0us", "250us", "500us", "1ms")):
     # The default pacing grid first (it is the baseline of the ratios), then other grids.
     rows = {"ingressbench": run_ingressbench(["-R", str(rate), "-c", "50", "-d", f"{seconds}s"], nginx.url, tmp)}
     for grid in grids:
@@ -211,6 +234,66 @@ def open_loop(nginx, seconds, tmp, rate=20000, grids=("0us", "250us", "750us", "
     table(f"Open loop at {rate:,} req/s, 50 connections, {seconds} s", rows, "CPU/request",
           "lower CPU per request is better; achieved rate should be within 0.5% of the target")
     return rows
+
+
+class DelayServer:
+    """bench/delay_server.c on SUT_CPU: answers every request after exactly delay_us and
+    says, when stopped, which delays it applied (read of the request to write of the answer)."""
+
+    def __init__(self, tmp, delay_us):
+        binary = os.path.join(tmp, "delay_server")
+        if not os.path.exists(binary):
+            subprocess.run(["cc", "-O2", "-o", binary, os.path.join(ROOT, "bench", "delay_server.c")], check=True)
+        self.proc = subprocess.Popen(["taskset", "-c", SUT_CPU, binary, str(delay_us)], stdout=subprocess.PIPE,
+                                     text=True, start_new_session=True)
+        self.url = f"http://127.0.0.1:{self.proc.stdout.readline().split()[1]}/"
+
+    def stop(self):
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        out, _ = self.proc.communicate(timeout=10)
+        return json.loads(out.strip().splitlines()[-1])
+
+
+def accuracy(seconds, tmp, rates=(2000, 20000), delay_us=2000):
+    """Each tool against a server whose delay is known and logged: how far each tool's p50
+    and p90 are from what the server applied, and what it cost the generator."""
+    tools = [("ingressbench (default: --batch-window auto)", lambda r, u: run_ingressbench(["-R", str(r), "-c", "50", "-d", f"{seconds}s"], u, tmp))]
+    for grid in ("0us", "100us", "250us", "500us", "1ms"):
+        tools.append((f"ingressbench --batch-window {grid}", lambda r, u, g=grid: run_ingressbench(
+            ["-R", str(r), "-c", "50", "-d", f"{seconds}s", "--batch-window", g], u, tmp)))
+    if find("wrk2"):
+        tools.append(("wrk2 -R", lambda r, u: run_wrk2(r, seconds, u)))
+    if find("oha"):
+        tools.append(("oha -q --latency-correction", lambda r, u: run_oha(50, seconds, u, rate=r)))
+    if find("vegeta"):
+        tools.append(("vegeta -rate", lambda r, u: run_vegeta(r, seconds, u, tmp)))
+    for rate in rates:
+        print(f"\n### Accuracy at {rate:,} req/s: a server that answers after exactly {delay_us / 1000:g} ms, "
+              f"50 connections, {seconds} s\n")
+        print("| tool | achieved req/s | server applied p50 | reported p50 | p50 error | reported p90 | p90 error "
+              "| CPU us/req | CPU/req vs wrk2 |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        rows = []
+        for name, go in tools:
+            server = DelayServer(tmp, delay_us)
+            try:
+                r = go(rate, server.url)
+            finally:
+                applied = server.stop()
+            r["applied_p50_us"] = applied["applied_us"]["p50"]
+            r["applied_p90_us"] = applied["applied_us"]["p90"]
+            r["cpu_per_req_us"] = r["cpu"] / max(r["requests"], 1) * 1e6
+            rows.append((name, r))
+        wrk2 = next((r for n, r in rows if n.startswith("wrk2")), None)
+        for name, r in rows:
+            err50 = r["p50_us"] - r["applied_p50_us"]
+            err90 = (r.get("p90_us") or 0) - r["applied_p90_us"]
+            vs = f"{r['cpu_per_req_us'] / wrk2['cpu_per_req_us']:.2f}x" if wrk2 else "-"
+            extra = f" (window p50 {r['window_us']} us, lag p50 {r['lag_p50_us']} us)" if r.get("window_us") is not None else ""
+            print(f"| {name}{extra} | {r['rate']:,.0f} | {r['applied_p50_us']} us | {r['p50_us']:.0f} us | +{err50:.0f} us "
+                  f"| {r.get('p90_us') or 0:.0f} us | +{err90:.0f} us | {r['cpu_per_req_us']:.2f} | {vs} |")
+    print("\n(error: reported minus what the server applied; what remains is the wire, the kernel and the "
+          "generator's own lateness)")
 
 
 def rss_kib(pid):
@@ -268,7 +351,7 @@ def backend(nginx, seconds, tmp):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["closed", "open", "memory", "backend", "all"])
+    ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "all"])
     ap.add_argument("--duration", type=int, default=10, help="seconds per tool (default 10)")
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--long-minutes", type=int, default=10)
@@ -287,6 +370,8 @@ def main():
             closed(nginx, args.duration, tmp)
         if args.what in ("open", "all"):
             open_loop(nginx, args.duration, tmp, args.rate)
+        if args.what in ("accuracy", "all"):
+            accuracy(args.duration, tmp)
         if args.what in ("backend", "all"):
             backend(nginx, args.duration, tmp)
         if args.what in ("memory", "all"):
