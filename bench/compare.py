@@ -354,6 +354,7 @@ def main():
     ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "all"])
     ap.add_argument("--duration", type=int, default=10, help="seconds per tool (default 10)")
     ap.add_argument("--rate", type=int, default=20000)
+    ap.add_argument("--accuracy-rates", default="2000,20000", help="rates of the accuracy tables")
     ap.add_argument("--long-minutes", type=int, default=10)
     args = ap.parse_args()
     if not os.access(IB, os.X_OK):
@@ -371,7 +372,7 @@ def main():
         if args.what in ("open", "all"):
             open_loop(nginx, args.duration, tmp, args.rate)
         if args.what in ("accuracy", "all"):
-            accuracy(args.duration, tmp)
+            accuracy(args.duration, tmp, rates=[int(r) for r in args.accuracy_rates.split(",")])
         if args.what in ("backend", "all"):
             backend(nginx, args.duration, tmp)
         if args.what in ("memory", "all"):
