@@ -79,25 +79,7 @@ pub fn test_tls(tag: &str) -> TestTls {
     let params =
         CertificateParams::new(vec!["app.test".to_owned(), "127.0.0.1".to_owned()]).unwrap();
     let cert = params.signed_by(&key, &issuer).unwrap();
-    let dir = std::env::temp_dir().join(format!("ib-load-test-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let ca_path = dir.join("ca.pem");
-    std::fs::write(&ca_path, ca_cert.pem()).unwrap();
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let server_config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![CertificateDer::from(cert.der().to_vec())],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-        )
-        .unwrap();
-    TestTls {
-        ca_path,
-        dir,
-        server_config: Arc::new(server_config),
-    }
+    test_tls_files(tag, &ca_cert.pem(), cert.der(), &key)
 }
 
 /// TLS material whose server certificate is a self-signed CA certificate (CA:TRUE) for
@@ -108,17 +90,22 @@ pub fn ca_as_server_tls(tag: &str) -> TestTls {
     let mut params = CertificateParams::new(vec!["127.0.0.1".to_owned()]).unwrap();
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let cert = params.self_signed(&key).unwrap();
+    test_tls_files(tag, &cert.pem(), cert.der(), &key)
+}
+
+/// Writes `ca_pem` into a fresh directory and builds a server config for `cert`.
+fn test_tls_files(tag: &str, ca_pem: &str, cert: &[u8], key: &rcgen::KeyPair) -> TestTls {
     let dir = std::env::temp_dir().join(format!("ib-load-test-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let ca_path = dir.join("ca.pem");
-    std::fs::write(&ca_path, cert.pem()).unwrap();
+    std::fs::write(&ca_path, ca_pem).unwrap();
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let server_config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
         .with_single_cert(
-            vec![CertificateDer::from(cert.der().to_vec())],
+            vec![CertificateDer::from(cert.to_vec())],
             PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
         )
         .unwrap();
