@@ -50,7 +50,9 @@ def free_port():
 
 
 class Nginx:
-    """nginx with one worker on SUT_CPU, returning a small 200 from memory."""
+    """nginx with one worker on SUT_CPU, returning a small 200 from memory with the two
+    headers the lab's answers carry (the backend's name and the configuration generation),
+    so that ingressbench's per-answer path is measured as it runs in the lab."""
 
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="ib-bench-nginx-")
@@ -69,7 +71,7 @@ http {{
   keepalive_timeout 300s;
   server {{
     listen 127.0.0.1:{self.port} backlog=16384 reuseport;
-    location / {{ add_header x-backend nginx; return 200 "hello from nginx\\n"; }}
+    location / {{ add_header x-backend nginx; add_header x-ingressbench-generation 1; return 200 "hello from nginx\\n"; }}
   }}
 }}
 """)

@@ -20,16 +20,20 @@ import json, sys, os
 out = sys.argv[1]
 run = json.load(open(os.path.join(out, "run.json")))
 print(f"\n{run['scenario']} (quick: durations x{run['quick_factor']:.3f}), status {run['status']}")
-print(f"{'target':<9}{'rate':>6}{'requests':>10}{'errors':>8}{'p50':>9}{'p99':>9}{'max':>10}  outcomes")
+print(f"{'target':<9}{'rate':>6}{'requests':>10}{'errors':>8}{'retried':>8}{'p50':>9}{'p99':>9}{'max':>10}{'CPU/1k':>9}  outcomes")
 for c in run["cells"]:
     if c["status"] not in ("done", "interrupted"):
         print(f"{c['target']:<9} {c['status']}"); continue
     s = json.load(open(os.path.join(out, "cells", c["dir"], "summary.json")))
     l = s["latency_us"]
+    cpu = ((c.get("usage") or {}).get("by_role", {}).get("proxy", {}).get("cpu_ms_per_1000_requests"))
+    cpu = f"{cpu:>7.0f}ms" if cpu is not None else f"{'-':>9}"
     outcomes = ", ".join(f"{k}: {v}" for k, v in s["outcomes"].items())
-    print(f"{c['target']:<9}{c['settings'].get('load.rate', ''):>6}{s['requests']['total']:>10}{s['requests']['errors']:>8}"
-          f"{l['p50']/1000:>8.2f}ms{l['p99']/1000:>7.2f}ms{l['max']/1000:>8.2f}ms  {outcomes}")
-print("\nLatency from each request's intended send time (open loop). One quick run each:")
+    print(f"{c['target']:<9}{c['settings'].get('load.rate', ''):>6}{s['requests']['total']:>10}{s['requests']['errors']:>8}{s['retries']['retried']:>8}"
+          f"{l['p50']/1000:>8.2f}ms{l['p99']/1000:>7.2f}ms{l['max']/1000:>8.2f}ms{cpu}  {outcomes}")
+print("\nLatency from each request's intended send time (open loop); retried: requests sent again after")
+print("the proxy closed a reused connection under them; CPU/1k: the proxy's CPU per 1,000 requests.")
+print("One quick run each:")
 print("differences of a few percent are noise; the errors around each event are the point.")
 PY
 echo

@@ -10,12 +10,16 @@ use ingressbench_stats::HistogramUs;
 
 use crate::certs::{self, LabCerts};
 use crate::front::Front;
-use crate::model::{check_name, Overlay, Pool, Route, RouteTable, Tuning};
+use crate::model::{
+    check_name, Generation, Overlay, Pool, Route, RouteTable, Tuning, GENERATION_HEADER,
+    SIDECAR_GENERATION_HEADER,
+};
 use crate::process::OwnedChild;
 use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions, UpstreamMtls};
 use crate::reaper::Reaper;
 use crate::relay::Relay;
 use crate::topology::{Node, Nodes, Topology};
+use crate::usage::Part;
 use crate::LabError;
 
 /// How long a backend may take to say where it listens.
@@ -157,6 +161,10 @@ pub struct Lab {
     told_proxies: Option<RouteTable>,
     reload_due: bool,
     overlay: Overlay,
+    /// The proxies' configuration generation, bumped by every route change and reload.
+    generation: u32,
+    /// The sidecar's, bumped by every reload (route changes stop at the proxies).
+    sidecar_generation: u32,
     serial: usize,
     startup: Duration,
     reaper: Option<Reaper>,
@@ -210,6 +218,9 @@ pub struct ChangeRecord {
     pub started: Vec<String>,
     /// Backends stopped or killed by it.
     pub removed: Vec<String>,
+    /// The configuration generations that carry it, by response header: answers with
+    /// this generation or a later one in that header were served after the change.
+    pub generations: Vec<(&'static str, u32)>,
 }
 
 impl Lab {
@@ -245,6 +256,8 @@ impl Lab {
             sidecar_relay: None,
             told_proxies: None,
             reload_due: false,
+            generation: 1,
+            sidecar_generation: 1,
             serial: 0,
             startup: Duration::ZERO,
             terminating: Vec::new(),
@@ -518,6 +531,10 @@ impl Lab {
     fn sidecar_table(&self) -> RouteTable {
         RouteTable {
             overlay: Overlay::default(),
+            generation: Generation {
+                header: SIDECAR_GENERATION_HEADER,
+                value: self.sidecar_generation,
+            },
             ..self.table()
         }
     }
@@ -563,6 +580,10 @@ impl Lab {
             routes: self.spec.routes.clone(),
             overlay: self.overlay.clone(),
             tuning: self.spec.tuning.clone(),
+            generation: Generation {
+                header: GENERATION_HEADER,
+                value: self.generation,
+            },
         }
     }
 
@@ -612,9 +633,11 @@ impl Lab {
         Some(self.backends.remove(i))
     }
 
-    /// Sets the overlay (header, CORS, rewrite) the next sync applies.
+    /// Sets the overlay (header, CORS, rewrite) the next sync applies, as a new
+    /// configuration generation.
     pub fn set_overlay(&mut self, overlay: Overlay) {
         self.overlay = overlay;
+        self.generation += 1;
     }
 
     /// Pushes the current table to every proxy, each its own way; returns how each took it.
@@ -649,6 +672,7 @@ impl Lab {
         propagation_delay: Duration,
     ) -> Result<usize, LabError> {
         let requested_at = Instant::now();
+        let mut generations = Vec::new();
         let (what, started, removed) = match &change {
             Change::Scale { pool, replicas } => {
                 let before = self.backends.iter().filter(|b| &b.pool == pool).count();
@@ -682,6 +706,7 @@ impl Lab {
                     mechanisms: Vec::new(),
                     started: Vec::new(),
                     removed: Vec::new(),
+                    generations: Vec::new(),
                 });
                 return Ok(self.records.len() - 1);
             }
@@ -699,11 +724,18 @@ impl Lab {
                 }
             }
             Change::Overlay(overlay) => {
-                self.overlay = overlay.clone();
+                self.set_overlay(overlay.clone());
+                generations.push((GENERATION_HEADER, self.generation));
                 (describe_overlay(overlay), Vec::new(), Vec::new())
             }
             Change::Reload => {
                 self.reload_due = true;
+                self.generation += 1;
+                generations.push((GENERATION_HEADER, self.generation));
+                if self.sidecar.is_some() {
+                    self.sidecar_generation += 1;
+                    generations.push((SIDECAR_GENERATION_HEADER, self.sidecar_generation));
+                }
                 ("reload".to_owned(), Vec::new(), Vec::new())
             }
         };
@@ -714,6 +746,7 @@ impl Lab {
             mechanisms: Vec::new(),
             started,
             removed,
+            generations,
         });
         let index = self.records.len() - 1;
         self.pending.push((requested_at + propagation_delay, index));
@@ -820,6 +853,32 @@ impl Lab {
     /// The running proxies.
     pub fn proxies(&self) -> &[Proxy] {
         &self.proxies
+    }
+
+    /// The lab's processes to measure, each part a process group: every proxy (each
+    /// replica, named `kind` or `kind-N`), the front and the sidecar.
+    pub fn usage_parts(&self) -> Vec<Part> {
+        let mut parts: Vec<Part> = self
+            .proxies
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let kind = p.kind().to_string();
+                let name = if self.proxies.len() > 1 && self.front.is_some() {
+                    format!("{kind}-{}", i + 1)
+                } else {
+                    kind
+                };
+                Part::group(&name, "proxy", p.pid())
+            })
+            .collect();
+        if let Some(front) = &self.front {
+            parts.push(Part::group("front", "front", front.pid()));
+        }
+        if let Some(sidecar) = &self.sidecar {
+            parts.push(Part::group("sidecar", "sidecar", sidecar.pid()));
+        }
+        parts
     }
 
     /// The running proxies, to update one at a time.

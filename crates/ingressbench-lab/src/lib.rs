@@ -28,6 +28,7 @@ pub mod proxy;
 pub mod reaper;
 pub mod relay;
 pub mod topology;
+pub mod usage;
 
 pub use error::LabError;
 pub use lab::{Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, PoolSpec};

@@ -64,6 +64,32 @@ impl Default for Tuning {
     }
 }
 
+/// The response header in which the proxies in front of the backends name the generation
+/// of the configuration that answered.
+pub const GENERATION_HEADER: &str = "x-ingressbench-generation";
+/// The response header in which the sidecar (the extra hop) names its generation.
+pub const SIDECAR_GENERATION_HEADER: &str = "x-ingressbench-sidecar-generation";
+
+/// The configuration generation a proxy stamps on every answer: which header, and its
+/// value. The lab bumps it with every route change and reload, so the answers themselves
+/// say when each proxy (each worker, each replica) started serving a change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Generation {
+    /// The header's name ([`GENERATION_HEADER`] or [`SIDECAR_GENERATION_HEADER`]).
+    pub header: &'static str,
+    /// The generation, from 1.
+    pub value: u32,
+}
+
+impl Default for Generation {
+    fn default() -> Self {
+        Self {
+            header: GENERATION_HEADER,
+            value: 1,
+        }
+    }
+}
+
 /// Everything a proxy serves: pools, routes, the overlay, TLS files and tuning.
 /// Retries are off in every driver: a failed upstream request is an error the client
 /// sees, so that what a proxy does on a backend's death is measured, not hidden.
@@ -77,6 +103,8 @@ pub struct RouteTable {
     pub overlay: Overlay,
     /// Tuning knobs.
     pub tuning: Tuning,
+    /// The generation stamped on every answer.
+    pub generation: Generation,
 }
 
 impl RouteTable {
@@ -95,6 +123,16 @@ impl RouteTable {
         if let Some((name, value)) = &self.overlay.response_header {
             check_name("response header name", name)?;
             check_header_value("response header value", value)?;
+            if [GENERATION_HEADER, SIDECAR_GENERATION_HEADER]
+                .iter()
+                .any(|h| h.eq_ignore_ascii_case(name))
+            {
+                return Err(invalid(
+                    "response header name",
+                    name,
+                    "that header carries the lab's configuration generation; use another name",
+                ));
+            }
         }
         if let Some(origin) = &self.overlay.cors_origin {
             check_header_value("CORS origin", origin)?;
@@ -129,12 +167,26 @@ impl RouteTable {
         routes
     }
 
+    /// The headers added to every answer: the overlay's, then the generation's.
+    pub fn response_headers(&self) -> Vec<(&str, String)> {
+        let overlay = self
+            .overlay
+            .response_header
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.clone()));
+        overlay
+            .chain([(self.generation.header, self.generation.value.to_string())])
+            .collect()
+    }
+
     /// Whether `other` differs from this table in its endpoints only (same pools, routes,
-    /// overlay and tuning): the change a proxy can take without touching its routes.
+    /// overlay, tuning and generation): the change a proxy can take without touching its
+    /// routes.
     pub fn differs_only_in_endpoints(&self, other: &RouteTable) -> bool {
         self.routes == other.routes
             && self.overlay == other.overlay
             && self.tuning == other.tuning
+            && self.generation == other.generation
             && self
                 .pools
                 .iter()
@@ -239,12 +291,28 @@ mod tests {
             }],
             overlay: Overlay::default(),
             tuning: Tuning::default(),
+            generation: Generation::default(),
         }
     }
 
     #[test]
     fn a_plain_table_is_valid() {
         table().validate().unwrap();
+    }
+
+    #[test]
+    fn every_answer_carries_the_generation_after_the_overlay_header() {
+        let mut t = table();
+        t.generation.value = 3;
+        assert_eq!(t.response_headers(), vec![(GENERATION_HEADER, "3".into())]);
+        t.overlay.response_header = Some(("X-Lab".into(), "on".into()));
+        assert_eq!(
+            t.response_headers(),
+            vec![("X-Lab", "on".into()), (GENERATION_HEADER, "3".into())]
+        );
+        let mut next = t.clone();
+        next.generation.value = 4;
+        assert!(!t.differs_only_in_endpoints(&next));
     }
 
     #[test]
@@ -283,6 +351,13 @@ mod tests {
                 "rewrite target",
             ),
             (Box::new(|t| t.pools[0].name = "echo pool".into()), "pool"),
+            (
+                Box::new(|t| {
+                    t.overlay.response_header =
+                        Some(("X-Ingressbench-Generation".into(), "7".into()))
+                }),
+                "response header name",
+            ),
         ];
         for (mutate, field) in cases {
             let mut t = table();

@@ -71,7 +71,8 @@ pub mod fuzzing {
         points.extend([0, data.len()]);
         points.sort_unstable();
         points.dedup();
-        let mut parser = ResponseParser::new("x-backend");
+        let generation = ["x-ingressbench-generation".to_owned()];
+        let mut parser = ResponseParser::new("x-backend", &generation);
         parser.reset(head_request);
         for w in points.windows(2) {
             match parser.feed(&data[w[0]..w[1]]) {

@@ -156,6 +156,12 @@ pub struct Plan {
     pub resolve: Vec<Resolve>,
     /// The response header naming the backend that answered.
     pub backend_header: String,
+    /// Response headers carrying a configuration generation (a number each hop stamps on
+    /// its answers; at most two): answers are counted per generation, with the first and
+    /// last of each, so that route changes can be read from the traffic. Defaults to the
+    /// lab's: `x-ingressbench-generation` (the proxies) and
+    /// `x-ingressbench-sidecar-generation` (the sidecar).
+    pub generation_headers: Vec<String>,
     /// Share of requests kept as individual samples (0 to 1).
     pub sample_rate: f64,
     /// Width of the interval windows.
@@ -202,6 +208,10 @@ impl Plan {
             tls: TlsOptions::default(),
             resolve: Vec::new(),
             backend_header: "x-backend".to_owned(),
+            generation_headers: vec![
+                "x-ingressbench-generation".to_owned(),
+                "x-ingressbench-sidecar-generation".to_owned(),
+            ],
             sample_rate: 0.0,
             window: Duration::from_secs(1),
             batch_window: BatchWindow::Auto,
@@ -295,15 +305,32 @@ impl Plan {
         if self.window < Duration::from_millis(10) {
             return bad("window", "must be at least 10ms".to_owned());
         }
-        if self.backend_header.is_empty()
-            || !self
-                .backend_header
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
+        let header_name = |name: &str| {
+            !name.is_empty()
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if !header_name(&self.backend_header) {
             return bad(
                 "--backend-header",
                 format!("`{}` is not a header name", self.backend_header),
+            );
+        }
+        if let Some(name) = self.generation_headers.iter().find(|h| !header_name(h)) {
+            return bad(
+                "generation_headers",
+                format!("`{name}` is not a header name"),
+            );
+        }
+        if self.generation_headers.len() > ingressbench_stats::GENERATION_SLOTS {
+            return bad(
+                "generation_headers",
+                format!(
+                    "{} headers; at most {} are read",
+                    self.generation_headers.len(),
+                    ingressbench_stats::GENERATION_SLOTS
+                ),
             );
         }
         Ok(())

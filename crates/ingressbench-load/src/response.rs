@@ -1,9 +1,12 @@
 //! A streaming HTTP/1.x response parser that keeps no copy of what it reads.
 //!
 //! Bytes are fed as they arrive, in pieces of any size, and the parser keeps only a few
-//! fields of state: the status, the framing of the body and the value of one chosen
-//! header (the backend header). That lets every connection of a worker share one read
-//! buffer, so ten thousand idle connections cost a few hundred bytes each.
+//! fields of state: the status, the framing of the body, the value of one chosen header
+//! (the backend header) and the numbers in the generation headers. That lets every
+//! connection of a worker share one read buffer, so ten thousand idle connections cost a
+//! few hundred bytes each.
+
+use ingressbench_stats::GENERATION_SLOTS;
 
 /// The longest header name the parser tells apart; longer names are skipped.
 const NAME_CAP: usize = 64;
@@ -54,6 +57,7 @@ enum Header {
     TransferEncoding,
     Connection,
     Backend,
+    Generation(usize),
     Other,
 }
 
@@ -61,6 +65,7 @@ enum Header {
 #[derive(Clone, Debug)]
 pub(crate) struct ResponseParser {
     backend_header: Box<[u8]>,
+    generation_headers: Box<[Box<[u8]>]>,
     state: State,
     head_request: bool,
     status_line: [u8; 13],
@@ -80,19 +85,25 @@ pub(crate) struct ResponseParser {
     value_overflow: bool,
     backend: [u8; VALUE_CAP],
     backend_len: usize,
+    generations: [u32; GENERATION_SLOTS],
     chunk_size: u64,
     chunk_digits: u32,
     head_bytes: usize,
 }
 
 impl ResponseParser {
-    /// A parser that also captures the header `backend_header` (any case).
-    pub(crate) fn new(backend_header: &str) -> Self {
+    /// A parser that also captures the header `backend_header` (any case), and the
+    /// number in each of `generation_headers` (at most [`GENERATION_SLOTS`]; more are
+    /// ignored).
+    pub(crate) fn new(backend_header: &str, generation_headers: &[String]) -> Self {
+        let lower = |name: &str| name.to_ascii_lowercase().into_bytes().into_boxed_slice();
         Self {
-            backend_header: backend_header
-                .to_ascii_lowercase()
-                .into_bytes()
-                .into_boxed_slice(),
+            backend_header: lower(backend_header),
+            generation_headers: generation_headers
+                .iter()
+                .take(GENERATION_SLOTS)
+                .map(|name| lower(name))
+                .collect(),
             state: State::StatusLine,
             head_request: false,
             status_line: [0; 13],
@@ -112,6 +123,7 @@ impl ResponseParser {
             value_overflow: false,
             backend: [0; VALUE_CAP],
             backend_len: 0,
+            generations: [0; GENERATION_SLOTS],
             chunk_size: 0,
             chunk_digits: 0,
             head_bytes: 0,
@@ -131,6 +143,7 @@ impl ResponseParser {
         self.close = false;
         self.keep_alive = false;
         self.backend_len = 0;
+        self.generations = [0; GENERATION_SLOTS];
         self.head_bytes = 0;
     }
 
@@ -142,6 +155,12 @@ impl ResponseParser {
     /// The value of the backend header, if the response had one.
     pub(crate) fn backend(&self) -> Option<&[u8]> {
         (self.backend_len > 0).then(|| &self.backend[..self.backend_len])
+    }
+
+    /// The number in each generation header, in the order they were given; 0 where the
+    /// response had none (or not a number).
+    pub(crate) fn generations(&self) -> [u32; GENERATION_SLOTS] {
+        self.generations
     }
 
     /// Whether the connection can carry another request after this response.
@@ -399,7 +418,11 @@ impl ResponseParser {
             b"transfer-encoding" => Header::TransferEncoding,
             b"connection" => Header::Connection,
             name if name == &*self.backend_header => Header::Backend,
-            _ => Header::Other,
+            name => self
+                .generation_headers
+                .iter()
+                .position(|h| name == &**h)
+                .map_or(Header::Other, Header::Generation),
         }
     }
 
@@ -470,6 +493,19 @@ impl ResponseParser {
                 self.backend[..value.len()].copy_from_slice(value);
                 self.backend_len = value.len();
             }
+            Header::Generation(slot) => {
+                // A number of at most nine digits; anything else reads as none.
+                let number = !self.value_overflow
+                    && (1..=9).contains(&value.len())
+                    && value.iter().all(u8::is_ascii_digit);
+                self.generations[slot] = if number {
+                    value
+                        .iter()
+                        .fold(0u32, |acc, d| acc * 10 + u32::from(d - b'0'))
+                } else {
+                    0
+                };
+            }
             Header::Other => {}
         }
         Ok(())
@@ -523,7 +559,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn parse_all(input: &[u8]) -> (Result<Progress, Malformed>, ResponseParser) {
-        let mut p = ResponseParser::new("x-backend");
+        let mut p = ResponseParser::new("x-backend", &[]);
         p.reset(false);
         (p.feed(input), p)
     }
@@ -541,6 +577,36 @@ mod tests {
         assert_eq!(p.status(), 200);
         assert_eq!(p.backend(), Some(&b"b1"[..]));
         assert!(p.keep_alive());
+    }
+
+    #[test]
+    fn generation_headers_are_read_as_numbers_in_their_slots() {
+        let headers = ["x-gen".to_owned(), "x-side-gen".to_owned()];
+        let mut p = ResponseParser::new("x-backend", &headers);
+        let mut parse = |raw: &[u8]| {
+            p.reset(false);
+            assert!(matches!(p.feed(raw), Ok(Progress::Done { .. })));
+            p.generations()
+        };
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\r\nX-Side-Gen: 3\r\nX-Gen:  17 \r\nContent-Length: 0\r\n\r\n"),
+            [17, 3]
+        );
+        // The next answer starts from none; what is not a number of at most nine digits
+        // reads as none.
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+            [0, 0]
+        );
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\r\nx-gen: 7a\r\nx-side-gen: 1234567890\r\nContent-Length: 0\r\n\r\n"),
+            [0, 0]
+        );
+        // A header that merely starts like one is another header.
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\r\nx-gen-old: 5\r\nContent-Length: 0\r\n\r\n"),
+            [0, 0]
+        );
     }
 
     #[test]
@@ -570,7 +636,7 @@ mod tests {
                 })
             );
         }
-        let mut p = ResponseParser::new("x-backend");
+        let mut p = ResponseParser::new("x-backend", &[]);
         p.reset(true);
         let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n";
         assert_eq!(
@@ -665,7 +731,7 @@ mod tests {
 
     #[test]
     fn reuse_for_a_second_response() {
-        let mut p = ResponseParser::new("x-backend");
+        let mut p = ResponseParser::new("x-backend", &[]);
         p.reset(false);
         let one = b"HTTP/1.1 200 OK\r\nX-Backend: a\r\nContent-Length: 0\r\n\r\n";
         assert_eq!(
@@ -725,7 +791,7 @@ mod tests {
             points.push(raw.len());
             points.sort_unstable();
             points.dedup();
-            let mut p = ResponseParser::new("x-backend");
+            let mut p = ResponseParser::new("x-backend", &[]);
             p.reset(false);
             let mut done_at = None;
             for w in points.windows(2) {
@@ -741,7 +807,7 @@ mod tests {
 
         #[test]
         fn garbage_never_panics(raw in proptest::collection::vec(any::<u8>(), 0..2000)) {
-            let mut p = ResponseParser::new("x-backend");
+            let mut p = ResponseParser::new("x-backend", &[]);
             p.reset(false);
             let _ = p.feed(&raw);
             let _ = p.complete_at_eof();

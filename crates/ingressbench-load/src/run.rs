@@ -111,6 +111,7 @@ pub fn run(
         max_requests_per_connection: plan.max_requests_per_connection.unwrap_or(u64::MAX),
         retry: plan.retry.allows(&plan.request.method),
         backend_header: plan.backend_header.clone(),
+        generation_headers: plan.generation_headers.clone(),
         sample_rate: plan.sample_rate,
         window_ns: nanos(plan.window),
         warmup_ns,
@@ -245,6 +246,7 @@ pub fn run(
         interrupted,
         retry_policy: plan.retry.name(),
         batch_window: plan.rate_per_s().map(|_| plan.batch_window.to_string()),
+        generation_headers: plan.generation_headers.clone(),
     };
     let summary = Summary::new(&recorder, &ctx);
     Ok(LoadReport { recorder, summary })

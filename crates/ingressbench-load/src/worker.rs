@@ -47,6 +47,7 @@ pub(crate) struct Shared {
     /// is sent once more (the plan's retry policy, for this request's method).
     pub(crate) retry: bool,
     pub(crate) backend_header: String,
+    pub(crate) generation_headers: Vec<String>,
     pub(crate) sample_rate: f64,
     pub(crate) window_ns: u64,
     pub(crate) warmup_ns: u64,
@@ -427,6 +428,7 @@ impl Worker {
             if let Some(name) = parser.backend() {
                 sample.backend = Some(self.recorder.borrow_mut().backend_id(name));
             }
+            sample.generations = parser.generations();
         }
         if conn.is_some() {
             *served += 1;
@@ -445,7 +447,10 @@ impl Worker {
 async fn connection_loop(worker: Rc<Worker>) {
     let mut conn = None;
     let mut served = 0;
-    let mut parser = ResponseParser::new(&worker.shared.backend_header);
+    let mut parser = ResponseParser::new(
+        &worker.shared.backend_header,
+        &worker.shared.generation_headers,
+    );
     // With keep-alive, open the connection before the first request is due, as wrk does,
     // so that handshakes do not land inside the measured run (a connection that would only
     // be opened by a later burst would pay its TLS handshake there). Its phases go on its
@@ -574,6 +579,7 @@ pub(crate) mod tests {
             max_requests_per_connection: u64::MAX,
             retry: true,
             backend_header: "x-backend".into(),
+            generation_headers: Vec::new(),
             sample_rate: 0.0,
             window_ns: 1_000_000_000,
             warmup_ns: 0,

@@ -80,14 +80,20 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
         let samples = samples_of(cell);
         let title = format!("{} {}", c.target, c.settings);
         let colour = colours.get(&c.target).map_or(PALETTE[0], |s| s);
-        let log = timeline(cell, &samples, colour, true, &title);
-        let lin = timeline(cell, &samples, colour, false, &title);
+        let x = time_axis(cell, &samples);
+        let log = timeline(cell, &samples, colour, true, &title, x);
+        let lin = timeline(cell, &samples, colour, false, &title, x);
+        let cpu = proxy_cpu_chart(cell, colour, &title, x);
         let _ = write!(
             body,
-            "<figure class=\"panel\"><figcaption>{}</figcaption><div class=\"log\">{log}</div><div class=\"lin\">{lin}</div></figure>",
-            esc(&title)
+            "<figure class=\"panel\"><figcaption>{}</figcaption><div class=\"log\">{log}</div><div class=\"lin\">{lin}</div>{}</figure>",
+            esc(&title),
+            cpu.as_deref().unwrap_or_default()
         );
         charts.push((format!("timeline {title}"), log));
+        if let Some(cpu) = cpu {
+            charts.push((format!("proxy cpu {title}"), cpu));
+        }
     }
     body.push_str("</div></section>");
     // Percentile spectrum, per settings.
@@ -103,7 +109,7 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
     }
     body.push_str("</section>");
     // Comparison.
-    body.push_str("<section><h2>Comparison</h2><p class=\"note\">Each metric's value with its 95% interval; the table gives each target's difference from the first one at the same settings.</p>");
+    body.push_str("<section><h2>Comparison</h2><p class=\"note\">Each metric's value with its 95% interval; the table gives each target's difference from the first one at the same settings, then what the client and the proxies did besides (over all repeats): requests retried after a reused connection was closed under them, idle connections the server closed, the proxies' CPU per 1,000 requests (every replica, read from /proc) and their peak resident memory.</p>");
     for (settings, members) in groups(&conditions) {
         let _ = write!(
             body,
@@ -126,7 +132,7 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
             charts.push((format!("bars {metric} {settings}"), svg));
         }
         body.push_str("</div>");
-        body.push_str(&differences_table(&diffs, &settings, &members));
+        body.push_str(&differences_table(run, &diffs, &settings, &members));
     }
     body.push_str("</section>");
     // Events.
@@ -234,12 +240,53 @@ fn warnings(run: &RunResults) -> Vec<String> {
 }
 
 /// Latency over time for one cell.
+/// The time axis a cell's charts share: its samples, windows and CPU readings, from the
+/// start of measurement to its end.
+fn time_axis(cell: &CellResults, samples: &[SampleRow]) -> Axis {
+    let shift = cell.measure_from_s;
+    let end = cell.number(&["duration_s"]).unwrap_or(1.0);
+    let xs = samples
+        .iter()
+        .map(|s| s.at_s - shift)
+        .chain(
+            cell.windows
+                .iter()
+                .map(|w| w.start.as_secs_f64() + w.length.as_secs_f64() / 2.0 - shift),
+        )
+        .chain(cell.proxy_cpu.iter().map(|p| p.0))
+        .chain([0.0, end]);
+    Axis::covering(xs, false)
+}
+
+/// The proxies' CPU (cores, per second) under a cell's latency chart, on the same time
+/// axis, with the events marked.
+fn proxy_cpu_chart(cell: &CellResults, colour: &str, title: &str, x: Axis) -> Option<String> {
+    if cell.proxy_cpu.is_empty() {
+        return None;
+    }
+    let y = Axis::covering(cell.proxy_cpu.iter().map(|p| p.1).chain([0.0]), false);
+    let mut plot = Plot::new(900.0, 130.0, x, y);
+    plot.axes(
+        "seconds from the start of measurement",
+        "proxy CPU (cores)",
+        &|v| short(v),
+    );
+    plot.line(&cell.proxy_cpu, colour, 1.6, false);
+    for (i, e) in cell.impact.iter().enumerate() {
+        if let Some(at) = e["requested_s"].as_f64() {
+            plot.marker(at, &format!("{}", i + 1), 0);
+        }
+    }
+    Some(plot.finish(&format!("Proxy CPU over time: {title}")))
+}
+
 fn timeline(
     cell: &CellResults,
     samples: &[SampleRow],
     colour: &str,
     log: bool,
     title: &str,
+    x: Axis,
 ) -> String {
     let shift = cell.measure_from_s;
     let mut errors: Vec<(f64, f64)> = Vec::new();
@@ -272,14 +319,6 @@ fn timeline(
             (mid, p(50.0), p(99.0))
         })
         .collect();
-    let end = cell.number(&["duration_s"]).unwrap_or(1.0);
-    let xs = ok
-        .iter()
-        .chain(&errors)
-        .map(|p| p.0)
-        .chain([0.0, end])
-        .chain(windows.iter().map(|w| w.0));
-    let x = Axis::covering(xs, false);
     let ys = ok
         .iter()
         .chain(&errors)
@@ -458,7 +497,44 @@ fn bars(
     plot.finish(&format!("{metric} per target"))
 }
 
-fn differences_table(diffs: &[Difference], settings: &str, members: &[&Condition]) -> String {
+/// What a condition's cells add up to besides latency: requests retried after the server
+/// closed a reused connection, idle connections it closed (retired before use), the
+/// proxies' CPU per 1,000 requests (mean over cells) and their peak memory.
+fn client_and_cost(run: &RunResults, c: &Condition) -> [String; 4] {
+    let cells: Vec<&CellResults> = c.cells.iter().filter_map(|&i| run.cells.get(i)).collect();
+    let total = |path: &[&str]| -> f64 { cells.iter().filter_map(|cell| cell.number(path)).sum() };
+    let proxy = |key: &str| -> Vec<f64> {
+        cells
+            .iter()
+            .filter_map(|cell| cell.usage.as_ref()?["by_role"]["proxy"][key].as_f64())
+            .collect()
+    };
+    let cpu = proxy("cpu_ms_per_1000_requests");
+    let rss = proxy("rss_peak_bytes");
+    [
+        format!("{:.0}", total(&["retries", "retried"])),
+        format!(
+            "{:.0}",
+            total(&["connection_events", "closed_by_server_while_idle"])
+        ),
+        if cpu.is_empty() {
+            "-".to_owned()
+        } else {
+            format!("{:.1}", cpu.iter().sum::<f64>() / cpu.len() as f64)
+        },
+        rss.iter()
+            .copied()
+            .reduce(f64::max)
+            .map_or("-".to_owned(), |b| format!("{:.0}", b / 1e6)),
+    ]
+}
+
+fn differences_table(
+    run: &RunResults,
+    diffs: &[Difference],
+    settings: &str,
+    members: &[&Condition],
+) -> String {
     let mut t = String::from("<table><tr><th class=\"l\">target</th>");
     for (metric, unit, _) in METRICS {
         let _ = write!(
@@ -471,7 +547,7 @@ fn differences_table(diffs: &[Difference], settings: &str, members: &[&Condition
             })
         );
     }
-    t.push_str("<th class=\"l\">basis</th></tr>");
+    t.push_str("<th title=\"requests sent again on a new connection because the server closed a reused one just as they went out (without the retry they would have failed)\">retried</th><th title=\"idle keep-alive connections the server closed, retired before they carried a request\">idle closes</th><th>proxy CPU (ms per 1,000 requests)</th><th>proxy memory peak (MB)</th><th class=\"l\">basis</th></tr>");
     for c in members {
         let _ = write!(t, "<tr><td class=\"l\">{}</td>", esc(&c.target));
         for (m, (metric, unit, _)) in METRICS.iter().enumerate() {
@@ -488,6 +564,9 @@ fn differences_table(diffs: &[Difference], settings: &str, members: &[&Condition
                 );
             }
             let _ = write!(t, "<td>{}</td>", esc(&cell).replace('\n', "<br>"));
+        }
+        for extra in client_and_cost(run, c) {
+            let _ = write!(t, "<td>{}</td>", esc(&extra));
         }
         let _ = write!(
             t,
@@ -512,22 +591,44 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
         let samples = samples_of(cell);
         let _ = write!(
             out,
-            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>errors (est.)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
+            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>old and new answers mixed (ms)</th><th>errors (est.)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
             esc(&c.target),
             esc(&c.settings)
         );
         for (i, e) in cell.impact.iter().enumerate() {
             let num = |k: &str| e[k].as_f64().map_or("-".to_owned(), |v| format!("{v:.3}"));
             let at = e["requested_s"].as_f64().unwrap_or(0.0);
+            let mixed_ms = e["mixed_window_s"]
+                .as_f64()
+                .map_or("-".to_owned(), |v| format!("{:.1}", v * 1e3));
+            let cpu = &e["cpu"]["proxy"];
+            let cores = |k: &str| {
+                cpu[k]
+                    .as_f64()
+                    .map_or("-".to_owned(), |v| format!("{v:.2}"))
+            };
+            let cpu_cell = if cpu.is_null() {
+                "-".to_owned()
+            } else {
+                format!(
+                    "{} / {}; {}",
+                    cores("cores_before"),
+                    cores("peak_cores_after"),
+                    cpu["extra_cpu_ms"]
+                        .as_f64()
+                        .map_or("-".to_owned(), |v| format!("{v:+.0}"))
+                )
+            };
             let _ = write!(
                 out,
-                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td class=\"l\">{}</td></tr>",
+                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td><td class=\"l\">{}</td></tr>",
                 i + 1,
                 esc(e["what"].as_str().unwrap_or("?")),
                 num("requested_s"),
                 num("applied_s"),
                 esc(e["took_effect_basis"].as_str().unwrap_or_default()),
                 num("took_effect_s"),
+                mixed_ms,
                 num("estimated_errors"),
                 num("first_error_after_s"),
                 num("last_error_after_s"),
@@ -536,6 +637,7 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
                 num("p99_ms_5s_before"),
                 num("p99_ms_5s_after"),
                 num("p99_ms_5_to_15s_after"),
+                esc(&cpu_cell),
                 error_strip(&samples, at + cell.measure_from_s),
             );
         }
@@ -544,7 +646,7 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
     if out.is_empty() {
         return String::new();
     }
-    format!("<section><h2>Events</h2><p class=\"note\">Each event with its times (seconds from the start of measurement) and what it did to the sampled requests after it (docs/RESULTS.md); the strip shows failed requests per 100 ms around it.</p>{out}</section>")
+    format!("<section><h2>Events</h2><p class=\"note\">Each event with its times (seconds from the start of measurement) and what it did to the sampled requests after it (docs/RESULTS.md); the strip shows failed requests per 100 ms around it. A route change or reload took effect with the first answer that carried its configuration generation; old and new answers mixed until the last answer of an earlier one. Proxy CPU is read once a second from /proc (10 ms ticks): the mean before the event, the highest second in the 5 s after it, and what those 5 s cost beyond the rate before.</p>{out}</section>")
 }
 
 /// A 100-bar strip of sampled failures per 100 ms, from 2 s before `at_s` to 8 s after

@@ -47,6 +47,11 @@ pub struct CellResults {
     pub impact: Vec<Value>,
     /// Seconds from the load's start to the start of measurement (the warm-up).
     pub measure_from_s: f64,
+    /// What the lab's processes spent (`run.json`'s `usage`), if it was measured.
+    pub usage: Option<Value>,
+    /// The proxies' CPU over time from `usage.jsonl`: (middle of each interval in seconds
+    /// from the start of measurement, cores used in it).
+    pub proxy_cpu: Vec<(f64, f64)>,
     /// Its error, if it failed.
     pub error: Option<String>,
 }
@@ -109,6 +114,8 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             windows: Vec::new(),
             impact: Vec::new(),
             measure_from_s: c["measure_from_s"].as_f64().unwrap_or(0.0),
+            usage: c.get("usage").filter(|u| !u.is_null()).cloned(),
+            proxy_cpu: Vec::new(),
             error: c["error"].as_str().map(str::to_owned),
         };
         if let (Some(dir), true) = (&dir, cell.status == "done" || cell.status == "interrupted") {
@@ -139,6 +146,47 @@ fn load_cell_files(cell: &mut CellResults, dir: &Path, notes: &mut Vec<String>) 
     if let Ok(Value::Array(entries)) = read_json(&dir.join("impact.json")) {
         cell.impact = entries;
     }
+    if let Ok(text) = std::fs::read_to_string(dir.join("usage.jsonl")) {
+        cell.proxy_cpu = cpu_rates(&text, "proxy");
+    }
+}
+
+/// A CSV field as written: quoted (with doubled quotes inside) or plain.
+fn unquote(field: &str) -> String {
+    match field.strip_prefix('"').and_then(|f| f.strip_suffix('"')) {
+        Some(inner) => inner.replace("\"\"", "\""),
+        None => field.to_owned(),
+    }
+}
+
+/// The CPU rate (cores) of the parts with `role` in each interval between consecutive
+/// readings of a `usage.jsonl`, at the interval's middle. Lines that do not parse (a
+/// reading cut short by a crash) are skipped.
+pub fn cpu_rates(usage_jsonl: &str, role: &str) -> Vec<(f64, f64)> {
+    let readings: Vec<(f64, f64)> = usage_jsonl
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|r| {
+            let cpu = r["parts"]
+                .as_array()?
+                .iter()
+                .filter(|p| p["role"] == role)
+                .filter_map(|p| p["cpu_s"].as_f64())
+                .sum();
+            Some((r["t_s"].as_f64()?, cpu))
+        })
+        .collect();
+    readings
+        .windows(2)
+        // An interval of under 0.1 s (the last, cut at the end) says little at 10 ms ticks.
+        .filter(|w| w[1].0 - w[0].0 >= 0.1)
+        .map(|w| {
+            (
+                (w[0].0 + w[1].0) / 2.0,
+                (w[1].1 - w[0].1) / (w[1].0 - w[0].0),
+            )
+        })
+        .collect()
 }
 
 fn read_json(path: &Path) -> Result<Value, String> {
@@ -191,6 +239,8 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
             windows,
             impact: Vec::new(),
             measure_from_s: 0.0,
+            usage: None,
+            proxy_cpu: Vec::new(),
             error: None,
         }],
         notes,
@@ -210,6 +260,9 @@ pub struct SampleRow {
     pub outcome: String,
     /// The `x-backend` of the answer (empty if none).
     pub backend: String,
+    /// The generations the answer carried (`generation`, `sidecar_generation`; 0: none,
+    /// or a file written before these columns existed).
+    pub generations: [u32; 2],
 }
 
 /// Reads a `samples.csv` or `samples.csv.gz` file (docs/RESULTS.md), in file order.
@@ -221,10 +274,18 @@ pub fn read_samples(path: &Path) -> std::io::Result<Vec<SampleRow>> {
         Box::new(BufReader::new(file))
     };
     let mut rows = Vec::new();
-    for line in reader.lines().skip(1) {
+    let mut lines = reader.lines();
+    // Files written before the generation columns existed end at connection_reused.
+    let header = lines.next().transpose()?.unwrap_or_default();
+    let after_backend = if header.ends_with("sidecar_generation") {
+        3
+    } else {
+        1
+    };
+    for line in lines {
         let line = line?;
         // The first thirteen columns never hold a comma; the backend (possibly quoted)
-        // and the last column follow.
+        // and the columns after it follow.
         let f: Vec<&str> = line.splitn(14, ',').collect();
         if f.len() < 14 {
             continue;
@@ -232,18 +293,65 @@ pub fn read_samples(path: &Path) -> std::io::Result<Vec<SampleRow>> {
         let (Ok(at_s), Ok(latency_s)) = (f[0].parse::<f64>(), f[2].parse::<f64>()) else {
             continue;
         };
-        let backend = f[13]
-            .rsplit_once(',')
-            .map_or("", |(b, _)| b)
-            .trim_matches('"')
-            .replace("\"\"", "\"");
+        let mut tail: Vec<&str> = f[13].rsplitn(after_backend + 1, ',').collect();
+        tail.reverse();
+        if tail.len() != after_backend + 1 {
+            continue;
+        }
+        let backend = unquote(tail[0]);
+        let generation = |i: usize| tail.get(i).and_then(|g| g.parse().ok()).unwrap_or(0);
         rows.push(SampleRow {
             at_s,
             latency_s,
             ok: f[12].parse::<u16>().is_ok_and(|s| s < 400),
             outcome: f[11].to_owned(),
             backend,
+            generations: [generation(2), generation(3)],
         });
     }
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_with_and_without_generation_columns_read_alike() {
+        let dir = std::env::temp_dir().join(format!("ib-samples-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let row = "1.000000,1.000200,0.005200,0.000100,0,0.0001,0,0.0001,0.0036,0.005,850,200,200,\"b,\"\"x\"\"\",0";
+        let old = dir.join("old.csv");
+        let header = crate::samples::HEADER.replace(",generation,sidecar_generation", "");
+        std::fs::write(&old, format!("{header}\n{row}\n")).unwrap();
+        let new = dir.join("new.csv");
+        std::fs::write(&new, format!("{}\n{row},4,\n", crate::samples::HEADER)).unwrap();
+        let (old, new) = (read_samples(&old).unwrap(), read_samples(&new).unwrap());
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(old[0].backend, "b,\"x\"");
+        assert_eq!(old[0].generations, [0, 0]);
+        assert_eq!(new[0].backend, "b,\"x\"");
+        assert_eq!(new[0].generations, [4, 0]);
+        assert!(old[0].ok && (new[0].latency_s - 0.0052).abs() < 1e-9);
+    }
+
+    #[test]
+    fn cpu_rates_are_per_interval_of_the_role_asked() {
+        let line = |t: f64, proxy: f64| {
+            format!(
+                r#"{{"t_s":{t},"parts":[{{"name":"a","role":"proxy","cpu_s":{proxy}}},{{"name":"b","role":"proxy","cpu_s":{proxy}}},{{"name":"client","role":"client","cpu_s":9}}]}}"#
+            )
+        };
+        let text = [
+            line(0.0, 1.0),
+            line(1.0, 1.25),
+            "{cut".into(),
+            line(3.0, 1.5),
+            line(3.05, 1.5),
+        ]
+        .join("\n");
+        // Two parts of the role: 0.5 core, then 0.25 over two seconds; the last 50 ms is
+        // too short to say anything.
+        assert_eq!(cpu_rates(&text, "proxy"), vec![(0.5, 0.5), (2.0, 0.25)]);
+    }
 }

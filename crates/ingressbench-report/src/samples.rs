@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use ingressbench_stats::{Outcome, Sample};
 
 /// The header row.
-pub const HEADER: &str = "intended_at_s,sent_at_s,latency_s,scheduler_lag_s,time_namelookup,time_connect,time_appconnect,time_pretransfer,time_starttransfer,time_total,size_download,outcome,status,backend,connection_reused";
+pub const HEADER: &str = "intended_at_s,sent_at_s,latency_s,scheduler_lag_s,time_namelookup,time_connect,time_appconnect,time_pretransfer,time_starttransfer,time_total,size_download,outcome,status,backend,connection_reused,generation,sidecar_generation";
 
 /// Writes sampled requests as CSV rows.
 pub struct SampleWriter<W: Write> {
@@ -42,9 +42,13 @@ impl<W: Write> SampleWriter<W> {
                 .and_then(|b| backends.get(usize::from(b.0)))
                 .map(|name| csv_field(name))
                 .unwrap_or_default();
+            let generation = |slot: usize| match s.generations.get(slot) {
+                Some(&g) if g > 0 => g.to_string(),
+                _ => String::new(),
+            };
             writeln!(
                 self.out,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 secs(s.intended_at_ns),
                 secs(s.sent_at_ns),
                 secs(s.latency_ns()),
@@ -60,6 +64,8 @@ impl<W: Write> SampleWriter<W> {
                 status,
                 backend,
                 u8::from(s.connection_reused),
+                generation(0),
+                generation(1),
             )?;
         }
         Ok(())
@@ -115,6 +121,7 @@ mod tests {
         };
         s.outcome = Outcome::Status(200);
         s.backend = Some(BackendId(1));
+        s.generations = [4, 0];
         s.bytes = 850;
         let mut w = SampleWriter::new(Vec::new()).unwrap();
         w.write(&[s], &["a".into(), "b,\"x\"".into()]).unwrap();
@@ -123,7 +130,7 @@ mod tests {
         assert_eq!(lines.next(), Some(HEADER));
         assert_eq!(
             lines.next(),
-            Some("1.000000,1.000200,0.005200,0.000100,0.000000,0.000100,0.002100,0.002100,0.003600,0.005000,850,200,200,\"b,\"\"x\"\"\",0")
+            Some("1.000000,1.000200,0.005200,0.000100,0.000000,0.000100,0.002100,0.002100,0.003600,0.005000,850,200,200,\"b,\"\"x\"\"\",0,4,")
         );
     }
 

@@ -140,6 +140,23 @@ pub fn render(summary: &Summary, title: &str) -> String {
             .collect();
         let _ = writeln!(out, "  Backends: {}", parts.join(", "));
     }
+    if !s.generations.is_empty() {
+        let parts: Vec<String> = s
+            .generations
+            .iter()
+            .map(|g| {
+                format!(
+                    "{} {} {} ({:.3}-{:.3} s)",
+                    g.header,
+                    g.generation,
+                    group(g.answers),
+                    g.first_answer_s,
+                    g.last_answer_s
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "  Generations: {}", parts.join(", "));
+    }
     for w in &s.warnings {
         let _ = writeln!(out, "  WARNING: {w}");
     }
@@ -219,6 +236,8 @@ mod tests {
                 Outcome::Status(200)
             };
             s.backend = Some(id);
+            // A route change half way: generation 2 from the 50th request on.
+            s.generations = [1 + u32::from(i >= 50), 0];
             r.record(&s);
         }
         let ctx = SummaryContext {
@@ -228,8 +247,13 @@ mod tests {
             interrupted: false,
             retry_policy: "idempotent",
             batch_window: Some("auto".to_owned()),
+            generation_headers: vec!["x-gen".to_owned()],
         };
         let text = render(&Summary::new(&r, &ctx), "GET http://x/");
+        assert!(
+            text.contains("Generations: x-gen 1 50 (0.002-0.491 s), x-gen 2 50 (0.501-0.992 s)"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "100 requests in 1.00s: 99 ok, 1 errors; 100.0 req/s achieved of 100 req/s target"

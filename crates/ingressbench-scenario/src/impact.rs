@@ -2,6 +2,7 @@
 
 use std::path::Path;
 
+use ingressbench_stats::GenerationSummary;
 use serde_json::{json, Value};
 
 /// A sampled request (times in seconds from the start of measurement).
@@ -99,10 +100,51 @@ pub fn took_effect(
             "last answer from a backend it removed, or last failure, after it",
         );
     }
-    (
-        None,
-        "not observable from samples (route changes show in response headers)",
-    )
+    (None, "not observable from traffic")
+}
+
+/// When a route change or reload reached the answers of one hop, read from every answer
+/// (the summary's generation table, not the sample): the first answer carrying
+/// `generation` or a later one in `header` (`took_effect_s`), the last answer carrying an
+/// earlier one (`last_old_answer_s`), and how long both kinds of answer interleaved
+/// (`mixed_window_s`: workers or replicas that took the change at different times). Times
+/// are seconds from the start of measurement; `shift_s` is where that is in the summary's
+/// times (the warm-up).
+pub fn generation_effect(
+    seen: &[GenerationSummary],
+    header: &str,
+    generation: u32,
+    shift_s: f64,
+) -> Value {
+    let of_header = || seen.iter().filter(|g| g.header == header);
+    let first_new = of_header()
+        .filter(|g| g.generation >= generation)
+        .map(|g| g.first_answer_s - shift_s)
+        .reduce(f64::min);
+    let last_old = of_header()
+        .filter(|g| g.generation < generation)
+        .map(|g| g.last_answer_s - shift_s)
+        .reduce(f64::max);
+    let mixed = first_new.map(|new| last_old.map_or(0.0, |old| (old - new).max(0.0)));
+    let answers = |new: bool| {
+        of_header()
+            .filter(|g| (g.generation >= generation) == new)
+            .map(|g| g.answers)
+            .sum::<u64>()
+    };
+    json!({
+        "header": header,
+        "generation": generation,
+        "took_effect_s": first_new.map(round6),
+        "last_old_answer_s": last_old.map(round6),
+        "mixed_window_s": mixed.map(round6),
+        "answers_before": answers(false),
+        "answers_after": answers(true),
+    })
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
 }
 
 #[cfg(test)]
@@ -127,6 +169,7 @@ mod tests {
                     ok,
                     outcome: String::new(),
                     backend: String::new(),
+                    generations: [0, 0],
                 }
             })
             .collect();
@@ -161,6 +204,7 @@ mod tests {
                     ok: true,
                     outcome: "200".into(),
                     backend: backend.into(),
+                    generations: [0, 0],
                 }
             })
             .collect();
@@ -169,5 +213,37 @@ mod tests {
         let (at, _) = took_effect(&points, 1.0, 3.0, &[], &["b2".into()]);
         assert!((at.unwrap() - 0.992).abs() < 1e-9, "{at:?}");
         assert_eq!(took_effect(&points, 1.0, 3.0, &[], &[]).0, None);
+    }
+
+    #[test]
+    fn a_generation_takes_effect_at_its_first_answer_and_mixes_until_the_last_old_one() {
+        let seen = |header: &str, generation, first, last| GenerationSummary {
+            header: header.into(),
+            generation,
+            answers: 10,
+            first_answer_s: first,
+            last_answer_s: last,
+        };
+        // Measurement starts 1 s into the run. Generation 2 first answers at 5.2 s while
+        // an old worker still answers with 1 until 5.5 s; 3 (a revert) comes later.
+        let table = vec![
+            seen("x-gen", 1, 1.0, 5.5),
+            seen("x-gen", 2, 5.2, 8.0),
+            seen("x-gen", 3, 8.1, 12.0),
+            seen("x-side", 1, 1.0, 12.0),
+        ];
+        let v = generation_effect(&table, "x-gen", 2, 1.0);
+        assert_eq!(v["took_effect_s"], 4.2);
+        assert_eq!(v["last_old_answer_s"], 4.5);
+        assert_eq!(v["mixed_window_s"], 0.3);
+        assert_eq!(v["answers_before"], 10);
+        assert_eq!(v["answers_after"], 20);
+        let v = generation_effect(&table, "x-gen", 3, 1.0);
+        assert_eq!(v["took_effect_s"], 7.1);
+        assert_eq!(v["mixed_window_s"], 0.0);
+        // A generation no answer carried has not taken effect.
+        let v = generation_effect(&table, "x-side", 2, 1.0);
+        assert_eq!(v["took_effect_s"], Value::Null);
+        assert_eq!(v["mixed_window_s"], Value::Null);
     }
 }

@@ -26,6 +26,7 @@ pub mod impact;
 mod model;
 pub mod runner;
 pub mod store;
+mod usage;
 
 pub use error::ScenarioError;
 pub use expand::{expand, Cell};

@@ -16,10 +16,12 @@ use ingressbench_load::{
     parse_duration, parse_header, Length, Mode, Plan, Progress, RequestGate, RequestSpec, Resolve,
     RetryPolicy, Target as Url, TlsOptions, Warmup,
 };
+use ingressbench_stats::Summary;
 use serde_json::{json, Value};
 
 use crate::model::{Action, ConfigChange, LoadModeFile, Target, Timing};
 use crate::store::{ProgressFn, Streams};
+use crate::usage::UsageLog;
 use crate::{Cell, ScenarioError};
 
 /// How long the lab and load get before the first request is due.
@@ -258,6 +260,9 @@ pub fn run(
                 if let Some(t) = done.topology {
                     entry["topology"] = t;
                 }
+                if let Some(u) = done.usage {
+                    entry["usage"] = u;
+                }
                 progress(&format!("  {}", done.line));
                 if done.interrupted {
                     outcome.status = "incomplete";
@@ -288,6 +293,8 @@ struct CellDone {
     summary: Value,
     link_overhead_us: Option<Value>,
     topology: Option<Value>,
+    /// What the lab's processes spent (see `usage.rs`).
+    usage: Option<Value>,
     lab_reused: bool,
     measure_from_s: f64,
     proxy_version: Option<String>,
@@ -561,10 +568,25 @@ fn run_cell(
         .open(dir.join("events.jsonl"))
         .map_err(|e| e.to_string())?;
     let mut lab = lab;
+    let mut usage = match &lab {
+        Some(lab) => Some(
+            UsageLog::new(
+                &dir.join("usage.jsonl"),
+                lab.usage_parts(),
+                start,
+                measure_from,
+            )
+            .map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    };
     let mut next = 0;
     let mut reported = 0;
     while !load.is_finished() {
         let now = Instant::now();
+        if let Some(usage) = usage.as_mut() {
+            usage.poll(now).map_err(|e| e.to_string())?;
+        }
         while next < firings.len() && measure_from + firings[next].0 <= now {
             let (due, index, delay) = firings[next];
             next += 1;
@@ -627,6 +649,9 @@ fn run_cell(
     let (report, mut streams) = load
         .join()
         .map_err(|_| "the load thread panicked".to_owned())?;
+    if let Some(usage) = usage.as_mut() {
+        usage.read_now(Instant::now()).map_err(|e| e.to_string())?;
+    }
     let report = report.map_err(|e| e.to_string())?;
     streams
         .finish(&report.summary.warnings)
@@ -649,10 +674,10 @@ fn run_cell(
         write_impact(
             lab,
             dir,
-            report.summary.duration_s,
+            &report.summary,
+            usage.as_ref(),
             l.sample_rate,
-            measure_from,
-            start,
+            (measure_from, start),
         )?;
     }
     let s = &report.summary;
@@ -676,6 +701,7 @@ fn run_cell(
         summary: small,
         link_overhead_us,
         topology: lab_map,
+        usage: usage.map(|u| u.summary(s.requests.total)),
         lab_reused,
         measure_from_s: measure_from.saturating_duration_since(start).as_secs_f64(),
         proxy_version,
@@ -763,8 +789,14 @@ fn fire(
     let mut line = match lab.request(change, delay) {
         Ok(r) => {
             let rec = &lab.records()[r];
+            let generations: Vec<Value> = rec
+                .generations
+                .iter()
+                .map(|(header, g)| json!({ "header": header, "generation": g }))
+                .collect();
             json!({ "event": index, "what": rec.what, "requested_s": offset(rec.requested_at, measure_from),
-                    "propagation_delay_s": delay.as_secs_f64(), "started": rec.started, "removed": rec.removed })
+                    "propagation_delay_s": delay.as_secs_f64(), "started": rec.started, "removed": rec.removed,
+                    "generations": generations })
         }
         Err(e) => json!({ "event": index, "error": e.to_string() }),
     };
@@ -774,13 +806,14 @@ fn fire(
 
 /// Writes `impact.json`: for every event fired, what it did to the sampled requests in the
 /// window after it (until the next event, at most 15 s).
+/// `times` are the start of measurement and the load's start.
 fn write_impact(
     lab: &Lab,
     dir: &Path,
-    measured_s: f64,
+    summary: &Summary,
+    usage: Option<&UsageLog>,
     sample_rate: f64,
-    measure_from: Instant,
-    start: Instant,
+    (measure_from, start): (Instant, Instant),
 ) -> Result<(), String> {
     let shift = measure_from.saturating_duration_since(start).as_secs_f64();
     let points = crate::impact::read_samples(&dir.join("samples.csv.gz"), shift)
@@ -800,7 +833,7 @@ fn write_impact(
         let until = next
             .unwrap_or(f64::MAX)
             .min(t + 15.0)
-            .min(measured_s.max(t));
+            .min(summary.duration_s.max(t));
         let mut figures = crate::impact::impact(&points, t, until, sample_rate);
         let (effect, basis) =
             crate::impact::took_effect(&points, t, until, &rec.started, &rec.removed);
@@ -809,6 +842,28 @@ fn write_impact(
         figures["applied_s"] = json!(rec.applied_at.map(|a| offset(a, measure_from)));
         figures["took_effect_s"] = json!(effect.map(|e| t + e));
         figures["took_effect_basis"] = json!(basis);
+        // Route changes and reloads: read from the generation every answer carries.
+        let by_hop: Vec<Value> = rec
+            .generations
+            .iter()
+            .map(|(header, g)| {
+                crate::impact::generation_effect(&summary.generations, header, *g, shift)
+            })
+            .collect();
+        if let Some(proxies) = by_hop.first() {
+            figures["took_effect_s"] = proxies["took_effect_s"].clone();
+            figures["took_effect_basis"] = json!(format!(
+                "first answer carrying generation {} ({})",
+                proxies["generation"],
+                proxies["header"].as_str().unwrap_or_default()
+            ));
+            figures["last_old_answer_s"] = proxies["last_old_answer_s"].clone();
+            figures["mixed_window_s"] = proxies["mixed_window_s"].clone();
+            figures["generations"] = Value::Array(by_hop);
+        }
+        if let Some(usage) = usage {
+            figures["cpu"] = usage.around(t);
+        }
         out.push(figures);
     }
     write_json(&dir.join("impact.json"), &Value::Array(out)).map_err(|e| e.to_string())

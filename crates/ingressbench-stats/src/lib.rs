@@ -31,10 +31,12 @@ pub use duration::parse_duration;
 pub use histogram::{HistogramUs, MAX_TRACKABLE_US};
 pub use outcome::{Outcome, OutcomeCounts, FAILURE_KINDS};
 pub use recorder::{
-    BackendId, BackendStats, ConnectionEvents, IdleEnd, PhaseHistograms, Recorder, Window,
+    BackendId, BackendStats, ConnectionEvents, GenerationSeen, IdleEnd, PhaseHistograms, Recorder,
+    Window,
 };
-pub use sample::{Phases, Sample};
+pub use sample::{Phases, Sample, GENERATION_SLOTS};
 pub use summary::{
-    BatchWindowSummary, LoadMode, Percentiles, PhaseSummary, RateSummary, RequestSummary,
-    RetrySummary, Summary, SummaryContext, LAG_FLOOR_US, LAG_SHARE_WARNING, LAG_WARNING_US,
+    BatchWindowSummary, GenerationSummary, LoadMode, Percentiles, PhaseSummary, RateSummary,
+    RequestSummary, RetrySummary, Summary, SummaryContext, LAG_FLOOR_US, LAG_SHARE_WARNING,
+    LAG_WARNING_US,
 };

@@ -26,6 +26,35 @@ pub struct BackendStats {
     pub latency: HistogramUs,
 }
 
+/// At most this many (header, generation) pairs are told apart; answers with others are
+/// only counted (a run would need thousands of route changes to get there).
+const MAX_GENERATIONS: usize = 4096;
+
+/// The answers that carried one configuration generation in one generation header: how
+/// many, and the first and last of them. Route changes are read from this table, so it
+/// sees every answer, not only the sampled ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GenerationSeen {
+    /// Which generation header (its slot in the load plan's list).
+    pub slot: usize,
+    /// The generation.
+    pub generation: u32,
+    /// Answers that carried it.
+    pub answers: u64,
+    /// When the first of them ended, in nanoseconds from the start of the run.
+    pub first_answer_ns: u64,
+    /// When the last of them ended.
+    pub last_answer_ns: u64,
+}
+
+impl GenerationSeen {
+    fn add(&mut self, other: &GenerationSeen) {
+        self.answers += other.answers;
+        self.first_answer_ns = self.first_answer_ns.min(other.first_answer_ns);
+        self.last_answer_ns = self.last_answer_ns.max(other.last_answer_ns);
+    }
+}
+
 /// What happened to connections outside any request: the server closed one while it sat
 /// idle in the pool, or sent bytes nobody asked for. Such a connection is retired before
 /// it is handed a request, as a browser, curl or Go's net/http would, so these are not
@@ -142,6 +171,8 @@ pub struct Recorder {
     outcomes: OutcomeCounts,
     backends: Vec<BackendStats>,
     backend_ids: HashMap<Box<[u8]>, BackendId>,
+    generations: Vec<GenerationSeen>,
+    generations_untracked: u64,
     bytes: u64,
     connections_opened: u64,
     reused_requests: u64,
@@ -169,6 +200,8 @@ impl Recorder {
             outcomes: OutcomeCounts::default(),
             backends: Vec::new(),
             backend_ids: HashMap::new(),
+            generations: Vec::new(),
+            generations_untracked: 0,
             bytes: 0,
             connections_opened: 0,
             reused_requests: 0,
@@ -222,6 +255,17 @@ impl Recorder {
                     if let Some(b) = self.backends.get_mut(usize::from(id)) {
                         b.count += 1;
                         b.latency.record_ns(latency_ns);
+                    }
+                }
+                for (slot, &generation) in sample.generations.iter().enumerate() {
+                    if generation != 0 {
+                        self.add_generation(GenerationSeen {
+                            slot,
+                            generation,
+                            answers: 1,
+                            first_answer_ns: sample.done_at_ns,
+                            last_answer_ns: sample.done_at_ns,
+                        });
                     }
                 }
             }
@@ -294,6 +338,20 @@ impl Recorder {
         id
     }
 
+    /// Adds answers of one generation to the table. The newest generations are at the
+    /// end, and nearly every answer carries one of them, so the search runs backwards.
+    fn add_generation(&mut self, seen: GenerationSeen) {
+        let found = self
+            .generations
+            .iter()
+            .rposition(|g| g.slot == seen.slot && g.generation == seen.generation);
+        match found {
+            Some(i) => self.generations[i].add(&seen),
+            None if self.generations.len() < MAX_GENERATIONS => self.generations.push(seen),
+            None => self.generations_untracked += seen.answers,
+        }
+    }
+
     fn add_backend(&mut self, name: String) -> BackendId {
         self.backends.push(BackendStats {
             name,
@@ -350,6 +408,10 @@ impl Recorder {
             mine.count += b.count;
             mine.latency.merge(&b.latency);
         }
+        for g in &other.generations {
+            self.add_generation(*g);
+        }
+        self.generations_untracked += other.generations_untracked;
         self.bytes += other.bytes;
         self.connections_opened += other.connections_opened;
         self.reused_requests += other.reused_requests;
@@ -408,6 +470,17 @@ impl Recorder {
         &self.backends
     }
 
+    /// The configuration generations answers carried, by header slot and generation, in
+    /// order of first sight.
+    pub fn generations(&self) -> &[GenerationSeen] {
+        &self.generations
+    }
+
+    /// Answers whose generation the table had no room for.
+    pub fn generations_untracked(&self) -> u64 {
+        self.generations_untracked
+    }
+
     /// Response bytes received.
     pub fn bytes(&self) -> u64 {
         self.bytes
@@ -438,6 +511,7 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::GENERATION_SLOTS;
 
     fn sample(intended_ms: u64, sent_ms: u64, done_ms: u64, outcome: Outcome) -> Sample {
         let mut s = Sample::new(intended_ms * 1_000_000);
@@ -513,6 +587,55 @@ mod tests {
             .map(|b| (b.name.as_str(), b.count))
             .collect();
         assert_eq!(counts, vec![("one", 3), ("two", 1)]);
+    }
+
+    #[test]
+    fn generations_keep_the_first_and_last_answer_across_workers() {
+        let answered = |done_ms: u64, generations: [u32; GENERATION_SLOTS]| {
+            let mut s = sample(0, 0, done_ms, Outcome::Status(200));
+            s.generations = generations;
+            s
+        };
+        let mut a = Recorder::new(1_000_000_000);
+        let mut b = Recorder::new(1_000_000_000);
+        a.record(&answered(10, [1, 0]));
+        a.record(&answered(30, [2, 0]));
+        a.record(&answered(40, [1, 0]));
+        b.record(&answered(20, [2, 5]));
+        b.record(&answered(50, [0, 0]));
+        let mut failed = answered(60, [3, 0]);
+        failed.outcome = Outcome::Eof;
+        b.record(&failed);
+        a.merge(&b);
+        let table: Vec<_> = a
+            .generations()
+            .iter()
+            .map(|g| {
+                (
+                    g.slot,
+                    g.generation,
+                    g.answers,
+                    g.first_answer_ns / 1_000_000,
+                    g.last_answer_ns / 1_000_000,
+                )
+            })
+            .collect();
+        assert_eq!(
+            table,
+            vec![(0, 1, 2, 10, 40), (0, 2, 2, 20, 30), (1, 5, 1, 20, 20)]
+        );
+    }
+
+    #[test]
+    fn generation_table_is_bounded() {
+        let mut r = Recorder::new(1_000_000_000);
+        for g in 1..=(MAX_GENERATIONS as u32 + 5) {
+            let mut s = sample(0, 0, 1, Outcome::Status(200));
+            s.generations = [g, 0];
+            r.record(&s);
+        }
+        assert_eq!(r.generations().len(), MAX_GENERATIONS);
+        assert_eq!(r.generations_untracked(), 5);
     }
 
     #[test]

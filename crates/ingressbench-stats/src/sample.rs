@@ -3,6 +3,10 @@
 use crate::recorder::BackendId;
 use crate::Outcome;
 
+/// How many generation headers an answer's generations are read from (the proxies' and
+/// the sidecar's, in the lab).
+pub const GENERATION_SLOTS: usize = 2;
+
 /// Durations of each phase of one request, in nanoseconds, as curl's `-w` splits them
 /// (but as durations, not cumulative times). A request on a reused connection has zero
 /// DNS, connect and TLS time.
@@ -47,6 +51,9 @@ pub struct Sample {
     pub outcome: Outcome,
     /// The backend that answered, from the backend header, if it was present.
     pub backend: Option<BackendId>,
+    /// The configuration generation each hop stamped on the answer, one slot per
+    /// generation header (0: the answer carried none).
+    pub generations: [u32; GENERATION_SLOTS],
     /// Whether it went over a connection that had already carried a request (for a
     /// retried request: whether the connection that answered had).
     pub connection_reused: bool,
@@ -71,6 +78,7 @@ impl Sample {
             bytes: 0,
             outcome: Outcome::NotSent,
             backend: None,
+            generations: [0; GENERATION_SLOTS],
             connection_reused: false,
             retried_after: None,
             warmup: false,

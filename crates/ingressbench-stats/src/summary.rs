@@ -46,6 +46,8 @@ pub struct SummaryContext {
     /// The open-loop pacer's batch window setting (`auto`, `500us`); `None` without a
     /// schedule.
     pub batch_window: Option<String>,
+    /// The generation headers the answers were read for, by slot.
+    pub generation_headers: Vec<String>,
 }
 
 /// Percentiles of one histogram, in microseconds.
@@ -158,6 +160,24 @@ pub struct BatchWindowSummary {
     pub used_us: PhaseSummary,
 }
 
+/// The answers that carried one configuration generation (see
+/// [`crate::GenerationSeen`]): which header, which generation, how many, and when the
+/// first and last of them ended.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GenerationSummary {
+    /// The generation header.
+    pub header: String,
+    /// The generation it carried.
+    pub generation: u32,
+    /// Answers that carried it.
+    pub answers: u64,
+    /// When the first of them ended, in seconds from the start of the run (warm-up
+    /// included).
+    pub first_answer_s: f64,
+    /// When the last of them ended.
+    pub last_answer_s: f64,
+}
+
 /// Target and achieved rate.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RateSummary {
@@ -220,6 +240,10 @@ pub struct Summary {
     /// outcome name.
     #[serde(default)]
     pub failure_details: BTreeMap<String, String>,
+    /// The configuration generations the answers carried (route changes and reloads as
+    /// the traffic saw them), in order of first sight; empty when no answer carried one.
+    #[serde(default)]
+    pub generations: Vec<GenerationSummary>,
     /// Response bytes received.
     pub bytes_received: u64,
     /// Whatever makes these numbers less trustworthy, in words.
@@ -291,6 +315,21 @@ impl Summary {
             },
             connection_events: *recorder.connection_events(),
             failure_details: recorder.failure_details().clone(),
+            generations: recorder
+                .generations()
+                .iter()
+                .map(|g| GenerationSummary {
+                    header: ctx
+                        .generation_headers
+                        .get(g.slot)
+                        .cloned()
+                        .unwrap_or_default(),
+                    generation: g.generation,
+                    answers: g.answers,
+                    first_answer_s: round_ns(g.first_answer_ns),
+                    last_answer_s: round_ns(g.last_answer_ns),
+                })
+                .collect(),
             bytes_received: recorder.bytes(),
             warnings: Vec::new(),
         };
@@ -421,6 +460,11 @@ fn round3(x: f64) -> f64 {
     (x * 1000.0).round() / 1000.0
 }
 
+/// Nanoseconds as seconds, to the microsecond.
+fn round_ns(ns: u64) -> f64 {
+    (ns / 1_000) as f64 / 1e6
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,6 +491,7 @@ mod tests {
             interrupted: false,
             retry_policy: "idempotent",
             batch_window: None,
+            generation_headers: vec!["x-gen".to_owned()],
         }
     }
 

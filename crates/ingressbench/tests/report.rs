@@ -345,7 +345,8 @@ matrix: { load.rate: [100, 200] }
         .filter(|p| p.extension().is_some_and(|e| e == "png"))
         .collect();
     charts.sort();
-    // 4 timelines, 2 spectra, 2 x 6 bars, a sweep (and phases: connections were opened).
+    // 4 timelines with their proxy CPU, 2 spectra, 2 x 6 bars, a sweep (and phases:
+    // connections were opened).
     let named = |kind: &str| {
         charts
             .iter()
@@ -355,13 +356,26 @@ matrix: { load.rate: [100, 200] }
     assert_eq!(
         (
             named("timeline"),
+            named("cpu"),
             named("spectrum"),
             named("bars"),
             named("sweep")
         ),
-        (4, 2, 12, 1),
+        (4, 4, 2, 12, 1),
         "{charts:?}"
     );
+    // The comparison says what the proxies spent, with a number for each.
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains("proxy CPU (ms per 1,000 requests)"),
+        "{page:.300}"
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    let cpu = record["cells"][0]["usage"]["by_role"]["proxy"]["cpu_ms_per_1000_requests"]
+        .as_f64()
+        .unwrap();
+    assert!(cpu > 0.0, "{}", record["cells"][0]["usage"]);
     for chart in &charts {
         let share = ink(chart);
         assert!(share > 0.01, "{}: {share} of pixels inked", chart.display());

@@ -68,9 +68,12 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
             matcher["host"] = json!([route.host]);
         }
         let mut handle = Vec::new();
-        if let Some((name, value)) = &table.overlay.response_header {
-            handle.push(json!({ "handler": "headers", "response": { "set": { name: [value] }, "deferred": true } }));
-        }
+        let set: serde_json::Map<String, Value> = table
+            .response_headers()
+            .into_iter()
+            .map(|(name, value)| (name.to_owned(), json!([value])))
+            .collect();
+        handle.push(json!({ "handler": "headers", "response": { "set": set, "deferred": true } }));
         if let Some(origin) = &table.overlay.cors_origin {
             handle.push(
                 json!({ "handler": "headers", "response": { "deferred": true, "set": {

@@ -214,13 +214,10 @@ fn rds(table: &RouteTable) -> Value {
                 })
                 .collect();
             let mut vh = json!({ "name": format!("vh{i}"), "domains": [host], "routes": routes });
-            let mut headers = Vec::new();
-            if let Some((name, value)) = &table.overlay.response_header {
-                headers.push(json!({ "header": { "key": name, "value": value }, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD" }));
-            }
-            if !headers.is_empty() {
-                vh["response_headers_to_add"] = Value::Array(headers);
-            }
+            let headers: Vec<Value> = table.response_headers().into_iter().map(|(name, value)| {
+                json!({ "header": { "key": name, "value": value }, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD" })
+            }).collect();
+            vh["response_headers_to_add"] = Value::Array(headers);
             if let Some(origin) = &table.overlay.cors_origin {
                 vh["typed_per_filter_config"] = json!({ "envoy.filters.http.cors": {
                     "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy",

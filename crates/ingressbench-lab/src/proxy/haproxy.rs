@@ -183,7 +183,7 @@ impl Haproxy {
                 tls.combined.display()
             );
         }
-        if let Some((name, value)) = &table.overlay.response_header {
+        for (name, value) in table.response_headers() {
             let _ = writeln!(c, "  http-after-response set-header {name} \"{value}\"");
         }
         if let Some(origin) = &table.overlay.cors_origin {

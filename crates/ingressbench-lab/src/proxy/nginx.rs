@@ -145,7 +145,7 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
                 c,
                 "      proxy_set_header Host $host;\n      proxy_set_header Connection \"\";"
             );
-            if let Some((name, value)) = &table.overlay.response_header {
+            for (name, value) in table.response_headers() {
                 let _ = writeln!(c, "      add_header {name} \"{value}\" always;");
             }
             if let Some(origin) = &table.overlay.cors_origin {

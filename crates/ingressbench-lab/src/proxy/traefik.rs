@@ -85,12 +85,15 @@ fn write_dynamic(files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError>
 
 fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
     let mut middlewares = Map::new();
-    if let Some((name, value)) = &table.overlay.response_header {
-        middlewares.insert(
-            "lab-header".into(),
-            json!({ "headers": { "customResponseHeaders": { name: value } } }),
-        );
-    }
+    let headers: Map<String, Value> = table
+        .response_headers()
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), json!(value)))
+        .collect();
+    middlewares.insert(
+        "lab-header".into(),
+        json!({ "headers": { "customResponseHeaders": headers } }),
+    );
     if let Some(origin) = &table.overlay.cors_origin {
         middlewares.insert(
             "lab-cors".into(),

@@ -1,0 +1,243 @@
+//! What the lab's processes spend: CPU time and resident memory, read from `/proc`.
+//!
+//! A part of the lab (a proxy with its workers, a replica, the front, the sidecar) is a
+//! process group: every child the lab starts leads a group of its own, and what it forks
+//! (nginx's and HAProxy's workers) stays in it. A part's CPU time is that of its live
+//! members plus what the leader has reaped (`cutime`, `cstime`: old workers that exited
+//! after a reload), so a reload's cost is not lost when its workers go.
+//!
+//! ```no_run
+//! use ingressbench_lab::usage::{Part, UsageReader};
+//!
+//! let reader = UsageReader::new();
+//! let parts = [
+//!     Part::group("nginx", "proxy", 4242),
+//!     Part::process("client", "client", std::process::id()),
+//! ];
+//! for u in reader.read(&parts) {
+//!     println!("{}: {:.2} s CPU, {} bytes resident", u.name, u.cpu_s, u.rss_bytes);
+//! }
+//! ```
+
+use std::fs;
+
+/// A set of processes measured together.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Part {
+    /// Which one (`nginx`, `nginx-2` for a second replica, `front`, `sidecar`, `client`).
+    pub name: String,
+    /// What it does: `proxy` (the proxies under test, every replica), `front`, `sidecar`
+    /// or `client`.
+    pub role: &'static str,
+    /// The process (the group leader, for a group).
+    pub pid: u32,
+    /// Whether the whole process group counts, with what its leader reaped.
+    pub group: bool,
+}
+
+impl Part {
+    /// The process group led by `pid`.
+    pub fn group(name: &str, role: &'static str, pid: u32) -> Self {
+        Self {
+            name: name.to_owned(),
+            role,
+            pid,
+            group: true,
+        }
+    }
+
+    /// The process `pid` alone.
+    pub fn process(name: &str, role: &'static str, pid: u32) -> Self {
+        Self {
+            name: name.to_owned(),
+            role,
+            pid,
+            group: false,
+        }
+    }
+}
+
+/// One part's CPU time and memory at one moment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PartUsage {
+    /// The part's name.
+    pub name: String,
+    /// Its role.
+    pub role: &'static str,
+    /// CPU time (user and system) since its processes started, in seconds.
+    pub cpu_s: f64,
+    /// Resident memory of its live processes, in bytes.
+    pub rss_bytes: u64,
+    /// How many live processes it has.
+    pub processes: u32,
+}
+
+/// The fields of `/proc/PID/stat` that matter here.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stat {
+    pgrp: u32,
+    /// utime + stime, in clock ticks.
+    own_ticks: u64,
+    /// cutime + cstime: reaped children's, in clock ticks.
+    reaped_ticks: u64,
+    rss_pages: u64,
+}
+
+/// Reads parts' usage from `/proc`; cheap enough to call once a second during a run (one
+/// scan of `/proc` per call).
+#[derive(Clone, Copy, Debug)]
+pub struct UsageReader {
+    ticks_per_s: f64,
+    page_bytes: u64,
+}
+
+impl Default for UsageReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl UsageReader {
+    /// A reader for this machine's clock tick and page size.
+    pub fn new() -> Self {
+        Self {
+            ticks_per_s: rustix::param::clock_ticks_per_second() as f64,
+            page_bytes: rustix::param::page_size() as u64,
+        }
+    }
+
+    /// The usage of each part now; a part whose processes are gone reads as zero.
+    pub fn read(&self, parts: &[Part]) -> Vec<PartUsage> {
+        let mut totals: Vec<(u64, u64, u32)> = vec![(0, 0, 0); parts.len()];
+        let mut add = |i: usize, stat: &Stat, leader: bool| {
+            let t = &mut totals[i];
+            t.0 += stat.own_ticks + if leader { stat.reaped_ticks } else { 0 };
+            t.1 += stat.rss_pages;
+            t.2 += 1;
+        };
+        let groups: Vec<u32> = parts.iter().filter(|p| p.group).map(|p| p.pid).collect();
+        if !groups.is_empty() {
+            for (pid, stat) in proc_stats() {
+                for (i, part) in parts.iter().enumerate() {
+                    if part.group && stat.pgrp == part.pid {
+                        add(i, &stat, pid == part.pid);
+                    }
+                }
+            }
+        }
+        for (i, part) in parts.iter().enumerate().filter(|(_, p)| !p.group) {
+            if let Some(stat) = read_stat(part.pid) {
+                add(i, &stat, false);
+            }
+        }
+        parts
+            .iter()
+            .zip(totals)
+            .map(|(part, (ticks, pages, processes))| PartUsage {
+                name: part.name.clone(),
+                role: part.role,
+                cpu_s: ticks as f64 / self.ticks_per_s,
+                rss_bytes: pages * self.page_bytes,
+                processes,
+            })
+            .collect()
+    }
+}
+
+/// Every process's stat, by pid.
+fn proc_stats() -> impl Iterator<Item = (u32, Stat)> {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| Some((pid, read_stat(pid)?)))
+}
+
+fn read_stat(pid: u32) -> Option<Stat> {
+    parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Parses `/proc/PID/stat` (proc(5)). The command name may hold spaces and parentheses,
+/// so fields are counted from its closing parenthesis.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let (_, rest) = text.rsplit_once(')')?;
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    // After the name: state (field 3) is f[0], so field n is f[n - 3].
+    let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    Some(Stat {
+        pgrp: u32::try_from(field(5)?).ok()?,
+        own_ticks: field(14)? + field(15)?,
+        reaped_ticks: field(16)? + field(17)?,
+        rss_pages: field(24)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_fields_are_counted_from_the_last_parenthesis() {
+        let line = "4242 (nginx: (worker) x) S 1 4200 4200 0 -1 4194560 100 0 0 0 \
+                    12 7 30 5 20 0 1 0 123 100000 345 18446744073709551615";
+        let stat = parse_stat(line).unwrap();
+        assert_eq!(
+            stat,
+            Stat {
+                pgrp: 4200,
+                own_ticks: 19,
+                reaped_ticks: 35,
+                rss_pages: 345
+            }
+        );
+        assert_eq!(parse_stat("12 (cut short) S 1"), None);
+    }
+
+    #[test]
+    fn a_group_counts_its_live_members_and_what_its_leader_reaped() {
+        use std::io::BufRead;
+        use std::os::unix::process::CommandExt;
+        // A shell in a group of its own: it spins in a subshell it then reaps, and
+        // forks a sleeper it keeps.
+        let mut child = std::process::Command::new("sh")
+            .args([
+                "-c",
+                "(i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done); sleep 30 & echo forked; wait",
+            ])
+            .process_group(0)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "forked");
+        let parts = [
+            Part::group("shell", "proxy", pid),
+            Part::process("me", "client", std::process::id()),
+        ];
+        let seen = UsageReader::new().read(&parts);
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .status();
+        let _ = child.wait();
+        assert_eq!(seen[0].processes, 2, "the shell and its sleeper: {seen:?}");
+        assert!(seen[0].cpu_s > 0.0, "the reaped subshell's time: {seen:?}");
+        assert!(seen[0].rss_bytes > 0 && seen[1].rss_bytes > 0, "{seen:?}");
+        assert_eq!(seen[1].processes, 1, "{seen:?}");
+        // Gone (once the killed sleeper is reaped by whoever inherited it), it reads as
+        // nothing.
+        let mut gone = UsageReader::new().read(&parts[..1]);
+        for _ in 0..200 {
+            if gone[0].processes == 0 {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            gone = UsageReader::new().read(&parts[..1]);
+        }
+        assert_eq!((gone[0].processes, gone[0].cpu_s), (0, 0.0), "{gone:?}");
+    }
+}

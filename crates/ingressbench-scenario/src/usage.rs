@@ -1,0 +1,308 @@
+//! What the system under test spent while a cell ran: each part's CPU time and resident
+//! memory, sampled once a second from `/proc` and written to `usage.jsonl` as the cell
+//! goes, then summarised per cell (CPU per 1,000 requests, peak and mean memory) and per
+//! event (the CPU spike around it).
+
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ingressbench_lab::usage::{Part, PartUsage, UsageReader};
+use serde_json::{json, Value};
+
+/// How often the parts are sampled.
+pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
+/// How far before and after an event its CPU figures look.
+const EVENT_SPAN_S: f64 = 5.0;
+
+/// One reading of every part, at `t_s` seconds from the start of measurement.
+#[derive(Clone, Debug)]
+pub(crate) struct Reading {
+    t_s: f64,
+    parts: Vec<PartUsage>,
+}
+
+impl Reading {
+    /// CPU seconds of the parts with `role`, together.
+    fn cpu_s(&self, role: &str) -> f64 {
+        self.parts
+            .iter()
+            .filter(|p| p.role == role)
+            .map(|p| p.cpu_s)
+            .sum()
+    }
+}
+
+/// Samples the parts on a one-second grid aligned to the start of measurement (so one
+/// reading falls exactly there), appending each reading to `usage.jsonl`.
+pub(crate) struct UsageLog {
+    reader: UsageReader,
+    parts: Vec<Part>,
+    file: File,
+    measure_from: Instant,
+    next_at: Instant,
+    readings: Vec<Reading>,
+}
+
+impl UsageLog {
+    /// Starts the log at `path` with a first reading now; `start` is when the load starts
+    /// (the grid's first point at or after it is the next reading).
+    pub(crate) fn new(
+        path: &Path,
+        mut parts: Vec<Part>,
+        start: Instant,
+        measure_from: Instant,
+    ) -> std::io::Result<Self> {
+        parts.push(Part::process("client", "client", std::process::id()));
+        let behind = measure_from.saturating_duration_since(start);
+        let whole = Duration::from_secs(behind.as_secs());
+        let mut log = Self {
+            reader: UsageReader::new(),
+            parts,
+            file: File::create(path)?,
+            measure_from,
+            next_at: measure_from - whole,
+            readings: Vec::new(),
+        };
+        log.read_now(Instant::now())?;
+        Ok(log)
+    }
+
+    /// Takes a reading if one is due by `now`.
+    pub(crate) fn poll(&mut self, now: Instant) -> std::io::Result<()> {
+        if now < self.next_at {
+            return Ok(());
+        }
+        while self.next_at <= now {
+            self.next_at += INTERVAL;
+        }
+        self.read_now(now)
+    }
+
+    /// Takes a reading now (the last, when the load has ended).
+    pub(crate) fn read_now(&mut self, now: Instant) -> std::io::Result<()> {
+        let t_s = signed_offset(now, self.measure_from);
+        let parts = self.reader.read(&self.parts);
+        let line = json!({
+            "t_s": round6(t_s),
+            "parts": parts.iter().map(|p| json!({
+                "name": p.name, "role": p.role, "cpu_s": round6(p.cpu_s),
+                "rss_bytes": p.rss_bytes, "processes": p.processes,
+            })).collect::<Vec<_>>(),
+        });
+        writeln!(self.file, "{line}")?;
+        self.file.flush()?;
+        self.readings.push(Reading { t_s, parts });
+        Ok(())
+    }
+
+    /// The cell's figures, per part and per role: CPU seconds during measurement, CPU
+    /// milliseconds per 1,000 of `requests`, and resident memory (peak and mean of the
+    /// readings), for `run.json`.
+    pub(crate) fn summary(&self, requests: u64) -> Value {
+        summarise(&self.readings, requests)
+    }
+
+    /// The CPU each role spent around an event at `t_s`, for `impact.json`.
+    pub(crate) fn around(&self, t_s: f64) -> Value {
+        let roles = self.roles();
+        let figures: serde_json::Map<String, Value> = roles
+            .into_iter()
+            .filter_map(|role| Some((role.to_owned(), spike(&self.readings, role, t_s)?)))
+            .collect();
+        Value::Object(figures)
+    }
+
+    fn roles(&self) -> Vec<&'static str> {
+        let mut roles: Vec<&'static str> = Vec::new();
+        for p in &self.parts {
+            if !roles.contains(&p.role) {
+                roles.push(p.role);
+            }
+        }
+        roles
+    }
+}
+
+/// Seconds from `zero` to `t`, negative before it.
+fn signed_offset(t: Instant, zero: Instant) -> f64 {
+    match t.checked_duration_since(zero) {
+        Some(d) => d.as_secs_f64(),
+        None => -zero.duration_since(t).as_secs_f64(),
+    }
+}
+
+fn summarise(readings: &[Reading], requests: u64) -> Value {
+    // Measurement starts at the first reading at or after 0 (the grid puts one there).
+    let measured: Vec<&Reading> = readings.iter().filter(|r| r.t_s >= -1e-3).collect();
+    let (Some(first), Some(last)) = (measured.first(), measured.last()) else {
+        return Value::Null;
+    };
+    let per_1000 =
+        |cpu_s: f64| (requests > 0).then(|| round3(cpu_s * 1e3 / (requests as f64 / 1e3)));
+    let memory = |rss: Vec<u64>| {
+        let peak = rss.iter().copied().max().unwrap_or(0);
+        let mean = rss.iter().sum::<u64>() / rss.len().max(1) as u64;
+        (peak, mean)
+    };
+    let parts: Vec<Value> = first
+        .parts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let cpu_s = last.parts[i].cpu_s - p.cpu_s;
+            let (peak, mean) = memory(measured.iter().map(|r| r.parts[i].rss_bytes).collect());
+            json!({ "name": p.name, "role": p.role, "cpu_s": round3(cpu_s),
+                    "cpu_ms_per_1000_requests": per_1000(cpu_s),
+                    "rss_peak_bytes": peak, "rss_mean_bytes": mean })
+        })
+        .collect();
+    let mut roles = serde_json::Map::new();
+    for p in &first.parts {
+        if roles.contains_key(p.role) {
+            continue;
+        }
+        let cpu_s = last.cpu_s(p.role) - first.cpu_s(p.role);
+        let rss = |r: &Reading| -> u64 {
+            r.parts
+                .iter()
+                .filter(|q| q.role == p.role)
+                .map(|q| q.rss_bytes)
+                .sum()
+        };
+        let (peak, mean) = memory(measured.iter().map(|r| rss(r)).collect());
+        roles.insert(
+            p.role.to_owned(),
+            json!({ "cpu_s": round3(cpu_s), "cpu_ms_per_1000_requests": per_1000(cpu_s),
+                    "cpu_cores_mean": round3(cpu_s / (last.t_s - first.t_s).max(1e-9)),
+                    "rss_peak_bytes": peak, "rss_mean_bytes": mean }),
+        );
+    }
+    json!({
+        "interval_s": INTERVAL.as_secs_f64(),
+        "measured_s": round3(last.t_s - first.t_s),
+        "requests": requests,
+        "by_role": roles,
+        "parts": parts,
+    })
+}
+
+/// The CPU of `role` around an event at `t_s`, from the readings on each side of it (the
+/// one at or before the event starts the "after" span): the mean rate over the 5 s before
+/// and its highest one-second rate (in cores), the highest one-second rate in the 5 s
+/// after and when its second began (seconds from the event), and the CPU spent in those
+/// 5 s beyond the rate before (`extra_cpu_ms`). `None` without a reading after it.
+fn spike(readings: &[Reading], role: &str, t_s: f64) -> Option<Value> {
+    // Readings are taken a few milliseconds after their grid point: a little slack.
+    const SLACK_S: f64 = 0.1;
+    let at = readings.iter().rposition(|r| r.t_s <= t_s)?;
+    let at_s = readings[at].t_s;
+    let from = readings
+        .iter()
+        .position(|r| r.t_s >= at_s - EVENT_SPAN_S - SLACK_S)
+        .filter(|&i| i < at);
+    let until = readings
+        .iter()
+        .position(|r| r.t_s >= at_s + EVENT_SPAN_S - SLACK_S)
+        .unwrap_or(readings.len() - 1);
+    if until <= at {
+        return None;
+    }
+    let rate = |a: &Reading, b: &Reading| (b.cpu_s(role) - a.cpu_s(role)) / (b.t_s - a.t_s);
+    let peak = |span: &[Reading]| {
+        span.windows(2)
+            .map(|w| (rate(&w[0], &w[1]), w[0].t_s))
+            .fold(None, |best: Option<(f64, f64)>, x| match best {
+                Some(b) if b.0 >= x.0 => Some(b),
+                _ => Some(x),
+            })
+    };
+    let before = from.map(|i| rate(&readings[i], &readings[at]));
+    let peak_before = from.and_then(|i| peak(&readings[i..=at]));
+    let peak_after = peak(&readings[at..=until]);
+    let spent = readings[until].cpu_s(role) - readings[at].cpu_s(role);
+    let span = readings[until].t_s - at_s;
+    Some(json!({
+        "cores_before": before.map(round3),
+        "peak_cores_before": peak_before.map(|p| round3(p.0)),
+        "peak_cores_after": peak_after.map(|p| round3(p.0)),
+        "peak_after_at_s": peak_after.map(|p| round3(p.1 - t_s)),
+        "cpu_ms_after": round3(spent * 1e3),
+        "extra_cpu_ms": before.map(|b| round3((spent - b * span) * 1e3)),
+        "after_s": round3(span),
+    }))
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1e3).round() / 1e3
+}
+
+fn round6(x: f64) -> f64 {
+    (x * 1e6).round() / 1e6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(t_s: f64, proxy_cpu_s: f64, rss: u64) -> Reading {
+        let part = |name: &str, role, cpu_s| PartUsage {
+            name: name.into(),
+            role,
+            cpu_s,
+            rss_bytes: rss,
+            processes: 1,
+        };
+        Reading {
+            t_s,
+            parts: vec![
+                part("nginx-1", "proxy", proxy_cpu_s / 2.0),
+                part("nginx-2", "proxy", proxy_cpu_s / 2.0),
+                part("client", "client", t_s.max(0.0) * 0.2),
+            ],
+        }
+    }
+
+    /// The proxies spend 0.1 core, except 0.3 s extra in the second after 10 s.
+    fn readings() -> Vec<Reading> {
+        (-2..=20)
+            .map(|t| {
+                let t = f64::from(t);
+                let cpu = 5.0 + 0.1 * t + if t >= 11.0 { 0.3 } else { 0.0 };
+                reading(t, cpu, 1_000_000 + if t == 11.0 { 500_000 } else { 0 })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_cell_spends_what_its_readings_say_from_the_start_of_measurement() {
+        let v = summarise(&readings(), 4_000);
+        let proxy = &v["by_role"]["proxy"];
+        // 20 s at 0.1 core, plus 0.3 s: 2.3 s for 4,000 requests.
+        assert_eq!(proxy["cpu_s"], 2.3);
+        assert_eq!(proxy["cpu_ms_per_1000_requests"], 575.0);
+        assert_eq!(proxy["cpu_cores_mean"], 0.115);
+        // Two replicas, each 1 MB, one reading at 1.5 MB each.
+        assert_eq!(proxy["rss_peak_bytes"], 3_000_000);
+        assert_eq!(v["parts"][0]["cpu_s"], 1.15);
+        assert_eq!(v["by_role"]["client"]["cpu_s"], 4.0);
+        assert_eq!(v["measured_s"], 20.0);
+    }
+
+    #[test]
+    fn an_event_shows_its_spike_beyond_the_rate_before_it() {
+        let v = spike(&readings(), "proxy", 10.2).unwrap();
+        assert_eq!(v["cores_before"], 0.1);
+        assert_eq!(v["peak_cores_before"], 0.1);
+        assert_eq!(v["peak_cores_after"], 0.4);
+        assert_eq!(v["peak_after_at_s"], -0.2);
+        assert_eq!(v["extra_cpu_ms"], 300.0);
+        assert_eq!(v["after_s"], 5.0);
+        // Nothing after the last reading to compare with.
+        assert!(spike(&readings(), "proxy", 20.5).is_none());
+        // Nothing before the first: no rate before, but the spike is still measured.
+        let early = spike(&readings(), "proxy", -2.0).unwrap();
+        assert_eq!(early["cores_before"], Value::Null);
+    }
+}
