@@ -16,6 +16,30 @@ pub enum ScenarioError {
         /// The field and what is wrong with it.
         message: String,
     },
+    /// The results directory already holds a run, and replacing it was not asked for.
+    #[error("{} already holds a run (status {status}); give a new --out, finish it with `ingressbench run --resume {}`, or replace it with --force", dir.display(), dir.display())]
+    ResultsExist {
+        /// The results directory.
+        dir: PathBuf,
+        /// The status its run.json records.
+        status: String,
+    },
+    /// Another process is writing the results directory.
+    #[error("{} is being written by {holder}; wait for it to end, or give another --out", dir.display())]
+    ResultsLocked {
+        /// The results directory.
+        dir: PathBuf,
+        /// Who holds it, as its lock file says (process id and command).
+        holder: String,
+    },
+    /// The results directory cannot be written.
+    #[error("{}: cannot write results: {source}", path.display())]
+    Write {
+        /// The file or directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
 }
 
 impl ScenarioError {

@@ -251,6 +251,18 @@ fn set_path(tree: &mut Value, path: &str, value: Value) -> Result<(), String> {
 /// together. Returns the validated events.
 fn check(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, ScenarioError> {
     let bad = |m: String| ScenarioError::at(path, m);
+    // The name becomes part of the results directory's path: it must stay a name.
+    let name_ok = s.name.len() <= 64
+        && s.name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !name_ok {
+        return Err(bad(format!(
+            "name: {:?} cannot name a results directory; use 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit",
+            s.name
+        )));
+    }
     if s.targets.is_empty() {
         return Err(bad("targets: name at least one system to compare".into()));
     }

@@ -20,7 +20,7 @@ use ingressbench_stats::Summary;
 use serde_json::{json, Value};
 
 use crate::model::{Action, ConfigChange, LoadModeFile, Target, Timing};
-use crate::store::{ProgressFn, Streams};
+use crate::store::{ProgressFn, ResultsLock, Streams};
 use crate::usage::UsageLog;
 use crate::{Cell, ScenarioError};
 
@@ -49,6 +49,8 @@ pub struct RunOptions {
     pub sets: Vec<(String, String)>,
     /// Continue the run recorded in `dir`: cells already done are skipped.
     pub resume: bool,
+    /// Replace a run already in `dir` (its run.json and cells) instead of refusing.
+    pub force: bool,
     /// Told the state of the cell in progress about once a second.
     pub live: Option<LiveFn>,
 }
@@ -139,6 +141,11 @@ pub fn run(
 ) -> Result<RunOutcome, ScenarioError> {
     let path = options.dir.join("run.json");
     let io = |e: std::io::Error| ScenarioError::at(&path, format!("cannot write results: {e}"));
+    // Held until the run returns: one writer per results directory.
+    let _lock = ResultsLock::acquire(&options.dir)?;
+    if !options.resume {
+        clear_previous_run(&options.dir, options.force)?;
+    }
     std::fs::create_dir_all(options.dir.join("cells")).map_err(io)?;
     let factor = if options.quick {
         quick_factor(cells)
@@ -287,6 +294,35 @@ pub fn run(
     record["finished_at_unix_s"] = json!(now_unix());
     write_json(&path, &record).map_err(io)?;
     Ok(outcome)
+}
+
+/// Refuses a results directory that holds a run (its run.json), or with `force` removes
+/// that run: its run.json and its cells, nothing else.
+fn clear_previous_run(dir: &Path, force: bool) -> Result<(), ScenarioError> {
+    let path = dir.join("run.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return Ok(());
+    };
+    if !force {
+        let status = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v["status"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| "unreadable".to_owned());
+        return Err(ScenarioError::ResultsExist {
+            dir: dir.to_owned(),
+            status,
+        });
+    }
+    let remove = |p: &Path, result: std::io::Result<()>| match result {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ScenarioError::Write {
+            path: p.to_owned(),
+            source: e,
+        }),
+        _ => Ok(()),
+    };
+    remove(&path, std::fs::remove_file(&path))?;
+    let cells = dir.join("cells");
+    remove(&cells, std::fs::remove_dir_all(&cells))
 }
 
 struct CellDone {

@@ -13,6 +13,64 @@ use ingressbench_report::hlog::HlogWriter;
 use ingressbench_report::samples::SampleWriter;
 use ingressbench_stats::{Sample, Window};
 
+/// The lock a writer holds on a results directory (`.lock` in it, `flock`ed) while it
+/// writes: a second writer is refused with the first one's process id and command,
+/// instead of both writing the same files. The kernel releases it when the holder exits,
+/// however it exits, so a killed run leaves nothing to clean up.
+#[derive(Debug)]
+pub struct ResultsLock {
+    _file: File,
+}
+
+impl ResultsLock {
+    /// Takes the lock of `dir` (created if missing), or says who holds it.
+    pub fn acquire(dir: &Path) -> Result<Self, crate::ScenarioError> {
+        use rustix::fs::{flock, FlockOperation};
+        let path = dir.join(".lock");
+        let write_error = |source| crate::ScenarioError::Write {
+            path: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(write_error)?;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(write_error)?;
+        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                let holder = holder.trim();
+                return Err(crate::ScenarioError::ResultsLocked {
+                    dir: dir.to_owned(),
+                    holder: if holder.is_empty() {
+                        "another process".to_owned()
+                    } else {
+                        holder.to_owned()
+                    },
+                });
+            }
+            Err(e) => return Err(write_error(e.into())),
+        }
+        let command: Vec<String> = std::env::args().collect();
+        file.set_len(0)
+            .and_then(|()| {
+                write!(
+                    file,
+                    "process {} ({})",
+                    std::process::id(),
+                    command.join(" ")
+                )
+            })
+            .and_then(|()| file.flush())
+            .map_err(write_error)?;
+        Ok(Self { _file: file })
+    }
+}
+
 /// Creates a file, with an error that names it.
 pub fn create(path: &Path) -> io::Result<File> {
     File::create(path).map_err(|e| {

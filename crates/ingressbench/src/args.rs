@@ -102,9 +102,13 @@ pub(crate) struct RunArgs {
     /// Finish the cells of an interrupted or failed run in its results directory.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["file", "out", "sets", "quick"])]
     pub(crate) resume: Option<std::path::PathBuf>,
-    /// The results directory [default: results/<UTC time>-<scenario name>].
+    /// The results directory [default: results/<UTC time>-<scenario name>]. One that
+    /// already holds a run is refused unless --force.
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<std::path::PathBuf>,
+    /// Replace the run already in --out (its run.json and cells).
+    #[arg(long, requires = "out")]
+    pub(crate) force: bool,
     /// Scale durations and intervals down so that the run takes about 90 seconds.
     #[arg(long)]
     pub(crate) quick: bool,

@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 
 use ingressbench_report::terminal;
 use ingressbench_scenario::runner::{Live, LiveFn};
+use ingressbench_scenario::ScenarioError;
 
 use crate::args::{RunArgs, ScenarioCommand};
 use crate::UsageError;
@@ -110,6 +111,7 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
         scenario_text: text,
         sets,
         resume: args.resume.is_some(),
+        force: args.force,
         live: tty.then(|| {
             Arc::new(|l: &Live| {
                 eprint!(
@@ -135,6 +137,13 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
         // Over the live line, if there is one.
         let clear = if tty { "\r\x1b[2K" } else { "" };
         eprintln!("{clear}{line}");
+    })
+    .map_err(|e| match e {
+        // Where the results would go is the user's to change: a usage error.
+        e @ (ScenarioError::ResultsExist { .. } | ScenarioError::ResultsLocked { .. }) => {
+            anyhow::Error::from(UsageError(e.into()))
+        }
+        e => e.into(),
     })?;
     println!(
         "{}: {} of {} cells; results in {}",

@@ -1,49 +1,15 @@
 //! End-to-end tests of the `ingressbench` binary: exit codes, messages and output files.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+mod common;
+use common::server;
+
 const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
-
-/// A threaded HTTP/1.1 server on 127.0.0.1:0 answering 200 with `x-backend: cli`.
-fn server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || answer(stream));
-        }
-    });
-    addr
-}
-
-fn answer(stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut writer = stream;
-    loop {
-        let mut line = String::new();
-        loop {
-            line.clear();
-            match reader.read_line(&mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) if line == "\r\n" => break,
-                Ok(_) => {}
-            }
-        }
-        let body = "hello from the cli test server\n";
-        let response = format!(
-            "HTTP/1.1 200 OK\r\nx-backend: cli\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        if writer.write_all(response.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
 
 fn temp_dir(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ib-cli-{tag}-{}", std::process::id()));
