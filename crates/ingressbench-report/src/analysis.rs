@@ -112,10 +112,10 @@ fn condition(target: String, settings: String, cells: &[&CellResults], rng: &mut
         let mut draws = Vec::new();
         let mut units_p99 = Vec::new();
         for (i, (_, _, path)) in METRICS.iter().enumerate() {
+            // A cell without the figure makes it unknown (NaN), never the mean of the rest.
             let values: Vec<f64> = cells
                 .iter()
-                .filter_map(|c| c.number(path))
-                .map(|v| v * scale(i))
+                .map(|c| c.number(path).map_or(f64::NAN, |v| v * scale(i)))
                 .collect();
             let all: Vec<&f64> = values.iter().collect();
             let d = bootstrap(&values, ITERATIONS, rng, mean);
@@ -164,9 +164,10 @@ fn condition(target: String, settings: String, cells: &[&CellResults], rng: &mut
             draws[i].push(*v);
         }
     }
+    // A cell without an error count makes the count unknown (NaN), not zero.
     let errors = cells
         .iter()
-        .filter_map(|c| c.number(&["requests", "errors"]))
+        .map(|c| c.number(&["requests", "errors"]).unwrap_or(f64::NAN))
         .sum::<f64>()
         / cells.len() as f64;
     let mut metrics: Vec<Estimate> = (0..5)

@@ -2,6 +2,7 @@
 //! interval and verdict, and `--fail-if` conditions that gate a change in CI.
 
 use crate::analysis::{compare_pair, metric_index, Condition, Difference, METRICS};
+use crate::results::RunResults;
 
 /// Pairs of conditions to compare: `(baseline, other)`.
 pub fn pairs<'a>(a: &'a [Condition], b: &'a [Condition]) -> Vec<(&'a Condition, &'a Condition)> {
@@ -22,6 +23,56 @@ pub fn pairs<'a>(a: &'a [Condition], b: &'a [Condition]) -> Vec<(&'a Condition, 
         }
     }
     out
+}
+
+/// Why a comparison of `a` (from the runs `a_runs`) with `b` (from `b_runs`) cannot be
+/// trusted to judge: a run that did not complete, a condition measured on one side only,
+/// a metric that `metrics` need and that is not a number on either side of a pair. A gate
+/// must fail on any of these rather than pass on what is missing.
+pub fn cannot_judge(
+    runs: &[&RunResults],
+    (a, b): (&[&Condition], &[&Condition]),
+    pairs: &[(&Condition, &Condition)],
+    metrics: &[usize],
+) -> Vec<String> {
+    let mut why = Vec::new();
+    for run in runs {
+        let status = run.record["status"].as_str().unwrap_or("unknown");
+        if status != "complete" {
+            why.push(format!("{} is {status}, not complete", run.dir.display()));
+        }
+    }
+    let at = |c: &Condition| {
+        if c.settings.is_empty() {
+            c.target.clone()
+        } else {
+            format!("{} at {}", c.target, c.settings)
+        }
+    };
+    for c in a {
+        if !pairs.iter().any(|(x, _)| std::ptr::eq(*x, *c)) {
+            why.push(format!("{} was measured in the baseline only", at(c)));
+        }
+    }
+    for c in b {
+        if !pairs.iter().any(|(_, y)| std::ptr::eq(*y, *c)) {
+            why.push(format!("{} was measured in the other run only", at(c)));
+        }
+    }
+    for (x, y) in pairs {
+        for &m in metrics {
+            for (side, c) in [("baseline", x), ("other run", y)] {
+                if !c.metrics[m].value.is_finite() {
+                    why.push(format!(
+                        "{} of {} in the {side} cannot be computed (its summary lacks it or is not a number)",
+                        METRICS[m].0,
+                        at(c)
+                    ));
+                }
+            }
+        }
+    }
+    why
 }
 
 /// Every difference of every pair.

@@ -8,7 +8,7 @@ use std::path::Path;
 use ingressbench_stats::HistogramUs;
 
 use crate::analysis::{self, groups, Condition, Difference, METRICS};
-use crate::results::{read_samples, CellResults, RunResults, SampleRow};
+use crate::results::{read_samples, resolves_inside, CellResults, RunResults, SampleRow};
 use crate::svg::{esc, short, Axis, Plot, ERROR_COLOUR, PALETTE};
 
 /// At most this many points per latency-over-time panel (errors first); statistics always
@@ -77,7 +77,7 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
         let Some(cell) = first_cell(run, c) else {
             continue;
         };
-        let samples = samples_of(cell);
+        let samples = samples_of(run, cell);
         let title = format!("{} {}", c.target, c.settings);
         let colour = colours.get(&c.target).map_or(PALETTE[0], |s| s);
         let x = time_axis(cell, &samples);
@@ -192,11 +192,14 @@ fn first_cell<'a>(run: &'a RunResults, c: &Condition) -> Option<&'a CellResults>
         .and_then(|i| run.cells.iter().find(|x| x.index == *i))
 }
 
-/// A cell's sampled requests (none if it has no samples file).
-fn samples_of(cell: &CellResults) -> Vec<SampleRow> {
+/// A cell's sampled requests (none if it has no samples file, or one that leads out of
+/// the results directory).
+fn samples_of(run: &RunResults, cell: &CellResults) -> Vec<SampleRow> {
     cell.dir
         .as_ref()
-        .and_then(|d| read_samples(&d.join("samples.csv.gz")).ok())
+        .map(|d| d.join("samples.csv.gz"))
+        .filter(|p| resolves_inside(&run.root, p).is_ok())
+        .and_then(|p| read_samples(&p).ok())
         .unwrap_or_default()
 }
 
@@ -588,7 +591,7 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
         if cell.impact.is_empty() {
             continue;
         }
-        let samples = samples_of(cell);
+        let samples = samples_of(run, cell);
         let _ = write!(
             out,
             "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>old and new answers mixed (ms)</th><th>errors (est.)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
@@ -886,7 +889,7 @@ fn measured_section(run: &RunResults) -> String {
         let Some(dir) = c.dir.as_ref().map(|d| d.join("proxy")) else {
             continue;
         };
-        let files = config_files(&dir);
+        let files = config_files(&run.root, &dir);
         if files.is_empty() {
             continue;
         }
@@ -907,7 +910,7 @@ fn measured_section(run: &RunResults) -> String {
 }
 
 /// Configuration files (not logs) under `dir`, each cut to [`MAX_CONFIG_BYTES`].
-fn config_files(dir: &Path) -> Vec<(String, String)> {
+fn config_files(root: &Path, dir: &Path) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
@@ -917,6 +920,13 @@ fn config_files(dir: &Path) -> Vec<(String, String)> {
         let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
         entries.sort();
         for p in entries {
+            // No link is followed: a results directory cannot bring other files in.
+            let is_link = p
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink());
+            if is_link || resolves_inside(root, &p).is_err() {
+                continue;
+            }
             if p.is_dir() {
                 stack.push(p);
             } else if p

@@ -14,6 +14,8 @@ use crate::hlog::Interval;
 pub struct RunResults {
     /// The results directory (or the directory of a single summary file).
     pub dir: PathBuf,
+    /// The same, canonical: what is read must resolve inside it.
+    pub root: PathBuf,
     /// `run.json` (for a single load output, a record made up from it).
     pub record: Value,
     /// Every cell, in running order (pending and failed ones too).
@@ -91,10 +93,38 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
     })?;
     let record: Value = serde_json::from_str(&text)
         .map_err(|e| format!("{}: not a run record: {e}", run_json.display()))?;
+    let listed = record
+        .get("cells")
+        .and_then(Value::as_array)
+        .ok_or_else(|| {
+            format!(
+                "{}: not a run record (no `cells` list); give a results directory written by `ingressbench run`",
+                run_json.display()
+            )
+        })?;
+    if listed.is_empty() {
+        return Err(format!(
+            "{}: the run has no cells, so there is nothing to report",
+            run_json.display()
+        ));
+    }
+    // Every file read must be inside the results directory, whatever run.json says and
+    // whatever links it holds.
+    let root = path
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", path.display()))?;
     let mut notes = Vec::new();
     let mut cells = Vec::new();
-    for (i, c) in record["cells"].as_array().into_iter().flatten().enumerate() {
-        let dir = c["dir"].as_str().map(|d| path.join("cells").join(d));
+    for (i, c) in listed.iter().enumerate() {
+        let dir = match c["dir"].as_str() {
+            Some(d) if !is_plain_name(d) => {
+                return Err(format!(
+                    "{}: cell {i}: dir {d:?} is not a directory name under cells/ (it would leave the results directory)",
+                    run_json.display()
+                ))
+            }
+            d => d.map(|d| path.join("cells").join(d)),
+        };
         let mut cell = CellResults {
             index: c["index"].as_u64().map_or(i, |x| x as usize),
             repeat: c["repeat"].as_u64().unwrap_or(0) as u32,
@@ -119,22 +149,63 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             error: c["error"].as_str().map(str::to_owned),
         };
         if let (Some(dir), true) = (&dir, cell.status == "done" || cell.status == "interrupted") {
-            load_cell_files(&mut cell, dir, &mut notes);
+            load_cell_files(&mut cell, &Inside(&root), dir, &mut notes);
         }
         cells.push(cell);
     }
     Ok(RunResults {
         dir: path.to_owned(),
+        root,
         record,
         cells,
         notes,
     })
 }
 
-fn load_cell_files(cell: &mut CellResults, dir: &Path, notes: &mut Vec<String>) {
-    match read_json(&dir.join("summary.json")) {
+/// One path component, not `.` or `..`.
+fn is_plain_name(d: &str) -> bool {
+    !d.is_empty() && d != "." && d != ".." && !d.contains(['/', '\\', '\0'])
+}
+
+/// The results directory (canonical): files are read only if they resolve inside it.
+struct Inside<'a>(&'a Path);
+
+impl Inside<'_> {
+    /// `path`, if it resolves (links followed) inside the results directory; else why not.
+    fn check<'p>(&self, path: &'p Path) -> Result<&'p Path, String> {
+        resolves_inside(self.0, path).map(|()| path)
+    }
+}
+
+/// Whether `path` resolves (links followed) inside `root` (a canonical path); if not, why.
+/// Whatever a results directory holds, nothing outside it is read into a report.
+pub fn resolves_inside(root: &Path, path: &Path) -> Result<(), String> {
+    match path.canonicalize() {
+        Ok(real) if real.starts_with(root) => Ok(()),
+        Ok(real) => Err(format!(
+            "{}: not read, it leads out of the results directory (to {})",
+            path.display(),
+            real.display()
+        )),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn load_cell_files(
+    cell: &mut CellResults,
+    inside: &Inside<'_>,
+    dir: &Path,
+    notes: &mut Vec<String>,
+) {
+    let summary = dir.join("summary.json");
+    match inside.check(&summary).and_then(read_json) {
         Ok(v) => cell.summary = Some(v),
         Err(e) => notes.push(e),
+    }
+    let hlog = dir.join("latency.hlog");
+    if let Err(e) = inside.check(&hlog) {
+        notes.push(e);
+        return;
     }
     match std::fs::read(dir.join("latency.hlog")) {
         Ok(bytes) => match crate::hlog::read(&bytes) {
@@ -143,10 +214,15 @@ fn load_cell_files(cell: &mut CellResults, dir: &Path, notes: &mut Vec<String>) 
         },
         Err(e) => notes.push(format!("{}: {e}", dir.join("latency.hlog").display())),
     }
-    if let Ok(Value::Array(entries)) = read_json(&dir.join("impact.json")) {
+    let impact = dir.join("impact.json");
+    if let Ok(Value::Array(entries)) = inside.check(&impact).and_then(read_json) {
         cell.impact = entries;
     }
-    if let Ok(text) = std::fs::read_to_string(dir.join("usage.jsonl")) {
+    let usage = dir.join("usage.jsonl");
+    if let Ok(text) = inside
+        .check(&usage)
+        .and_then(|p| std::fs::read_to_string(p).map_err(|e| e.to_string()))
+    {
         cell.proxy_cpu = cpu_rates(&text, "proxy");
     }
 }
@@ -223,9 +299,14 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
     });
     let dir = path
         .parent()
+        .filter(|p| !p.as_os_str().is_empty())
         .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let root = dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(RunResults {
         dir,
+        root,
         record,
         cells: vec![CellResults {
             index: 0,

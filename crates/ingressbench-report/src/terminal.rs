@@ -218,10 +218,34 @@ fn bytes(n: u64) -> String {
     }
 }
 
+/// `text` with every control character (an escape sequence, a carriage return, a
+/// bell) written as `\u{..}`, so that a string from a results directory printed on a
+/// terminal stays text: it cannot move the cursor, retitle the window or hide a line.
+pub fn printable(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use ingressbench_stats::{LoadMode, Outcome, Recorder, Sample, SummaryContext};
+
+    #[test]
+    fn control_characters_are_shown_not_obeyed() {
+        assert_eq!(printable("nginx p99 1 ms"), "nginx p99 1 ms");
+        assert_eq!(printable("a\x1b[2Jb\rc\u{7}"), "a\\u{1b}[2Jb\\u{d}c\\u{7}");
+    }
 
     #[test]
     fn summary_names_what_each_figure_is() {

@@ -1,5 +1,6 @@
 //! `ingressbench report` and `ingressbench compare`.
 
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -9,12 +10,16 @@ use anyhow::{Context, Result};
 use ingressbench_report::analysis::{self, differences_json, METRICS};
 use ingressbench_report::compare::{self, FailIf};
 use ingressbench_report::results::{self, RunResults};
+use ingressbench_report::terminal;
 
 use crate::args::{CompareArgs, ReportArgs};
 use crate::UsageError;
 
 /// Seed of the bootstrap: the same results give the same report.
 const SEED: u64 = 0x1b_e5c4;
+/// `compare --fail-if` could not judge: a run incomplete, a condition on one side only,
+/// a metric that is not a number. (1: a condition held; 2: usage.)
+const EXIT_CANNOT_JUDGE: u8 = 3;
 
 fn read(path: &Path) -> Result<RunResults> {
     results::read(path).map_err(|e| UsageError(anyhow::anyhow!(e)).into())
@@ -35,7 +40,7 @@ pub(crate) fn report(args: ReportArgs) -> Result<ExitCode> {
     let took = started.elapsed();
     let mut stdout = std::io::stdout().lock();
     for line in &report.headline {
-        writeln!(stdout, "{line}")?;
+        writeln!(stdout, "{}", terminal::printable(line))?;
     }
     if !report.warnings.is_empty() {
         writeln!(
@@ -44,7 +49,7 @@ pub(crate) fn report(args: ReportArgs) -> Result<ExitCode> {
             report.warnings.len()
         )?;
         for w in report.warnings.iter().take(5) {
-            writeln!(stdout, "  {w}")?;
+            writeln!(stdout, "  {}", terminal::printable(w))?;
         }
     }
     writeln!(
@@ -165,8 +170,12 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
     }
     let a_run = read(&args.baseline)?;
     let a = analysis::conditions(&a_run, SEED);
-    let (b_all, targets) = match (&args.other, args.targets.as_slice()) {
-        (Some(other), []) => (analysis::conditions(&read(other)?, SEED ^ 1), None),
+    let b_run = match &args.other {
+        Some(other) => Some(read(other)?),
+        None => None,
+    };
+    let (b_all, targets) = match (&b_run, args.targets.as_slice()) {
+        (Some(b_run), []) => (analysis::conditions(b_run, SEED ^ 1), None),
         (None, [x, y]) => (Vec::new(), Some((x.clone(), y.clone()))),
         (Some(_), _) => {
             return Err(UsageError(anyhow::anyhow!(
@@ -217,6 +226,17 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
         ))
         .into());
     }
+    // What the gate could not see: each side's conditions that should have a partner.
+    let (a_side, b_side): (Vec<&analysis::Condition>, Vec<&analysis::Condition>) = match &targets {
+        None => (a.iter().collect(), b_all.iter().collect()),
+        Some((x, y)) => (
+            a.iter().filter(|c| &c.target == x).collect(),
+            a.iter().filter(|c| &c.target == y).collect(),
+        ),
+    };
+    let runs: Vec<&RunResults> = std::iter::once(&a_run).chain(b_run.as_ref()).collect();
+    let gate_metrics: Vec<usize> = fail_ifs.iter().map(|f| f.metric).collect();
+    let unjudged = compare::cannot_judge(&runs, (&a_side, &b_side), &pairs, &gate_metrics);
     let diffs = compare::compare(&pairs, args.noise_floor);
     let shown: Vec<&analysis::Difference> = diffs
         .iter()
@@ -240,12 +260,15 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
             "noise_floor": args.noise_floor,
             "differences": differences_json(&owned),
             "failed": failures,
+            "cannot_judge": unjudged,
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
+        // Written whole, then printed a line at a time with control characters shown.
+        let mut text = String::new();
         for (a, b) in &pairs {
             writeln!(
-                out,
+                text,
                 "{} vs {}{} ({} vs {}):",
                 b.target,
                 a.target,
@@ -263,7 +286,7 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
                 let m = analysis::metric_index(d.metric).unwrap_or(0);
                 let unit = METRICS[m].1;
                 writeln!(
-                    out,
+                    text,
                     "  {:<7} {:>28} -> {:<28} {:<26} {}{}",
                     d.metric,
                     analysis::with_interval(&a.metrics[m], unit),
@@ -279,12 +302,25 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
             }
         }
         for f in &failures {
-            writeln!(out, "FAIL: {f}")?;
+            writeln!(text, "FAIL: {f}")?;
+        }
+        let label = if fail_ifs.is_empty() {
+            "note"
+        } else {
+            "CANNOT JUDGE"
+        };
+        for why in &unjudged {
+            writeln!(text, "{label}: {why}")?;
+        }
+        for line in text.lines() {
+            writeln!(out, "{}", terminal::printable(line))?;
         }
     }
-    Ok(if failures.is_empty() {
-        ExitCode::SUCCESS
-    } else {
+    Ok(if !failures.is_empty() {
         ExitCode::from(1)
+    } else if !fail_ifs.is_empty() && !unjudged.is_empty() {
+        ExitCode::from(EXIT_CANNOT_JUDGE)
+    } else {
+        ExitCode::SUCCESS
     })
 }

@@ -193,6 +193,127 @@ fn compare_fail_if_exits_non_zero_exactly_when_the_condition_holds() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Rewrites a key of a results directory's run.json.
+fn set_record(dir: &Path, key: &str, value: serde_json::Value) {
+    let path = dir.join("run.json");
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    record[key] = value;
+    std::fs::write(path, record.to_string()).unwrap();
+}
+
+#[test]
+fn a_gate_fails_closed_on_what_it_cannot_see() {
+    let dir = scratch("closed");
+    let run = |name: &str, cells: &[FakeCell<'_>]| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        fake_run(&d, "", cells);
+        d
+    };
+    let both = || [cell("nginx", 0, 1000, 0), cell("haproxy", 0, 1000, 0)];
+    let base = run("base", &both());
+    let same = run("same", &both());
+    let incomplete = run("incomplete", &both());
+    set_record(&incomplete, "status", serde_json::json!("incomplete"));
+    let missing = run("missing", &[cell("nginx", 0, 1000, 0)]);
+    let mut garbage = both();
+    garbage[0].summary = Some(serde_json::json!({ "requests": "lots", "latency_us": {} }));
+    let garbage = run("garbage", &garbage);
+    let gate = |other: &Path, extra: &[&str]| {
+        let mut args = vec!["compare", base.to_str().unwrap(), other.to_str().unwrap()];
+        args.extend(extra);
+        ib(&args)
+    };
+    // The same results pass.
+    let ok = gate(&same, &["--fail-if", "errors > 0"]);
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok));
+    // Each thing the gate cannot see fails it with its own code, and says what.
+    for (other, says) in [
+        (&incomplete, "is incomplete, not complete"),
+        (&missing, "haproxy was measured in the baseline only"),
+        (
+            &garbage,
+            "errors of nginx in the other run cannot be computed",
+        ),
+    ] {
+        let out = gate(other, &["--fail-if", "errors > 0"]);
+        assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+        assert!(text(&out).contains("CANNOT JUDGE: "), "{}", text(&out));
+        assert!(text(&out).contains(says), "{says}: {}", text(&out));
+        let json = gate(other, &["--fail-if", "errors > 0", "--json"]);
+        let doc: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+        assert!(!doc["cannot_judge"].as_array().unwrap().is_empty(), "{doc}");
+    }
+    // Without a gate it is a note, and no failure.
+    let noted = gate(&missing, &[]);
+    assert_eq!(noted.status.code(), Some(0), "{}", text(&noted));
+    assert!(text(&noted).contains("note: haproxy was measured in the baseline only"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn malformed_results_directories_are_refused_and_nothing_outside_is_read() {
+    let dir = scratch("malformed");
+    let secret = dir.join("secret.conf");
+    std::fs::write(&secret, "server { # the secret outside }").unwrap();
+    let good = dir.join("good");
+    std::fs::create_dir_all(&good).unwrap();
+    fake_run(&good, "", &[cell("nginx", 0, 1000, 0)]);
+    // A link in the results directory to a file outside it is not followed.
+    let conf = good
+        .join("cells")
+        .join("000-cell")
+        .join("proxy")
+        .join("nginx.conf");
+    std::fs::remove_file(&conf).unwrap();
+    std::os::unix::fs::symlink(&secret, &conf).unwrap();
+    let out = ib(&["report", good.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let html = std::fs::read_to_string(good.join("report.html")).unwrap();
+    assert!(
+        !html.contains("the secret outside"),
+        "the link was followed"
+    );
+    // Run records that are not runs, or whose cells point out of the directory.
+    for (record, says) in [
+        (
+            serde_json::json!({ "status": "complete" }),
+            "no `cells` list",
+        ),
+        (
+            serde_json::json!({ "status": "complete", "cells": [] }),
+            "has no cells",
+        ),
+        (serde_json::json!([1, 2]), "no `cells` list"),
+        (
+            serde_json::json!({ "status": "complete", "cells": [{ "status": "done", "dir": "../../.." }] }),
+            "would leave the results directory",
+        ),
+        (
+            serde_json::json!({ "status": "complete", "cells": [{ "status": "done", "dir": "/etc" }] }),
+            "would leave the results directory",
+        ),
+    ] {
+        let bad = dir.join("bad");
+        std::fs::create_dir_all(&bad).unwrap();
+        std::fs::write(bad.join("run.json"), record.to_string()).unwrap();
+        for command in [vec!["report"], vec!["compare", good.to_str().unwrap()]] {
+            let mut args = command.clone();
+            args.push(bad.to_str().unwrap());
+            let out = ib(&args);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{record} {command:?}: {}",
+                text(&out)
+            );
+            assert!(text(&out).contains(says), "{record}: {}", text(&out));
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn hostile_strings_in_results_produce_no_markup() {
     let dir = scratch("hostile");
