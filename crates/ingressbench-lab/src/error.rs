@@ -96,4 +96,15 @@ pub enum LabError {
         /// What the proxy said.
         reason: String,
     },
+    /// A part of the lab that nothing asked to stop (a proxy, the front, the sidecar, a
+    /// backend no event killed) exited while it was being measured.
+    #[error("{part} exited during the cell ({status}), so what was measured after is not the system under test; its log ends:\n{log_tail}")]
+    PartExited {
+        /// Which part (`haproxy`, `front`, `sidecar`, `backend echo-2`).
+        part: String,
+        /// How it ended.
+        status: String,
+        /// The end of its log.
+        log_tail: String,
+    },
 }

@@ -113,6 +113,11 @@ impl Front {
         self.child.pid()
     }
 
+    /// Its process.
+    pub fn child(&mut self) -> &mut OwnedChild {
+        &mut self.child
+    }
+
     /// Stops it (SIGTERM, then SIGKILL after `grace`).
     pub fn stop(mut self, grace: Duration) {
         self.child.terminate(grace);

@@ -881,6 +881,38 @@ impl Lab {
         parts
     }
 
+    /// Checks that every part nothing asked to stop is still running: each proxy (and
+    /// replica), the front, the sidecar and every backend no event killed or drained. The
+    /// first one that exited is the error, with how it ended and its log's end.
+    pub fn check_alive(&mut self) -> Result<(), LabError> {
+        let proxies = self
+            .proxies
+            .iter_mut()
+            .map(|p| (p.kind().to_string(), p.child()));
+        let front = self
+            .front
+            .iter_mut()
+            .map(|f| ("front".to_owned(), f.child()));
+        let sidecar = self
+            .sidecar
+            .iter_mut()
+            .map(|s| ("sidecar".to_owned(), s.child()));
+        let backends = self
+            .backends
+            .iter_mut()
+            .map(|b| (format!("backend {}", b.name), &mut b.child));
+        for (part, child) in proxies.chain(front).chain(sidecar).chain(backends) {
+            if let Some(status) = child.try_wait() {
+                return Err(LabError::PartExited {
+                    part,
+                    status: status.to_string(),
+                    log_tail: child.log_tail(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// The running proxies, to update one at a time.
     pub fn proxies_mut(&mut self) -> &mut [Proxy] {
         &mut self.proxies

@@ -97,8 +97,14 @@ struct Worker {
     samples: RefCell<Vec<Sample>>,
     sample_threshold: u64,
     rng: Cell<u64>,
+    /// Requests started and not yet recorded.
+    in_flight: Cell<u64>,
     tx: Sender<Message>,
 }
+
+/// After a stop (Ctrl-C), how long requests already in flight may take to end before
+/// they are abandoned: a stop acts within about this long even when a server stalls.
+const STOP_GRACE: Duration = Duration::from_millis(500);
 
 /// Runs one worker to the end and returns what it recorded.
 pub(crate) fn run(
@@ -144,6 +150,7 @@ pub(crate) fn run(
         samples: RefCell::new(Vec::new()),
         sample_threshold,
         rng: Cell::new(seed | 1),
+        in_flight: Cell::new(0),
         tx,
     });
     let local = LocalSet::new();
@@ -154,6 +161,8 @@ pub(crate) fn run(
         let tasks: Vec<_> = (0..connections)
             .map(|_| tokio::task::spawn_local(connection_loop(worker.clone())))
             .collect();
+        let handles: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
+        let stopper = tokio::task::spawn_local(abandon_after_stop(worker.clone(), handles));
         let mut panicked = None;
         for task in tasks.into_iter().chain(pacer) {
             if let Err(e) = task.await {
@@ -163,6 +172,7 @@ pub(crate) fn run(
             }
         }
         flusher.abort();
+        stopper.abort();
         let _ = flusher.await;
         if let Some(panic) = panicked {
             // A bug, not an outcome: let the coordinator report it.
@@ -171,6 +181,7 @@ pub(crate) fn run(
     });
     let windows = {
         let mut recorder = worker.recorder.borrow_mut();
+        recorder.record_abandoned(worker.in_flight.get());
         recorder.roll_windows(worker.now_ns());
         recorder.finish_windows()
     };
@@ -444,6 +455,18 @@ impl Worker {
     }
 }
 
+/// Once the run is stopped, gives the requests in flight [`STOP_GRACE`] to end, then
+/// cancels the connections' tasks (what they had in flight is counted as abandoned).
+async fn abandon_after_stop(worker: Rc<Worker>, tasks: Vec<tokio::task::AbortHandle>) {
+    while !worker.stopped() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(STOP_GRACE).await;
+    for task in tasks {
+        task.abort();
+    }
+}
+
 async fn connection_loop(worker: Rc<Worker>) {
     let mut conn = None;
     let mut served = 0;
@@ -466,10 +489,12 @@ async fn connection_loop(worker: Rc<Worker>) {
     }
     tokio::time::sleep_until(worker.shared.start.into()).await;
     while let Some(ticket) = worker.next_ticket_watching(&mut conn, &mut opened).await {
+        worker.in_flight.set(worker.in_flight.get() + 1);
         let sample = worker
             .execute(ticket, &mut conn, &mut served, &mut parser, &mut opened)
             .await;
         worker.record(&sample);
+        worker.in_flight.set(worker.in_flight.get() - 1);
     }
 }
 
@@ -610,6 +635,7 @@ pub(crate) mod tests {
             samples: RefCell::new(Vec::new()),
             sample_threshold: 0,
             rng: Cell::new(1),
+            in_flight: Cell::new(0),
             tx,
         };
         let Source::Open(dispatch) = &worker.source else {

@@ -26,6 +26,8 @@ use crate::{Cell, ScenarioError};
 
 /// How long the lab and load get before the first request is due.
 const START_DELAY: Duration = Duration::from_millis(300);
+/// How often the runner checks that the lab's parts are still running.
+const ALIVE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// With `--quick`, the whole run aims to take about this long.
 const QUICK_BUDGET: Duration = Duration::from_secs(90);
 
@@ -572,7 +574,9 @@ fn run_cell(
         (Some(request_rx), Some(ack_tx))
     };
     let warmup_requests = l.warmup_requests.unwrap_or(0);
-    let stop = options.stop.clone();
+    // The load stops when the run is stopped (Ctrl-C), or when a part of the lab dies.
+    let cell_stop = Arc::new(AtomicBool::new(false));
+    let stop = cell_stop.clone();
     // With namespace isolation the load generator runs on the client's node: its thread
     // (and the workers it starts) enter the client's namespace.
     let client_netns = lab.as_ref().and_then(Lab::client_netns);
@@ -618,8 +622,27 @@ fn run_cell(
     };
     let mut next = 0;
     let mut reported = 0;
+    let mut part_exited: Option<String> = None;
+    let mut checked_at = Instant::now();
     while !load.is_finished() {
         let now = Instant::now();
+        if options.stop.load(Ordering::Relaxed) {
+            cell_stop.store(true, Ordering::Relaxed);
+        }
+        // A proxy (or front, sidecar, backend) that dies is not the system under test
+        // any more: stop, keep what was measured, and fail the cell.
+        if let (Some(lab), None) = (lab.as_mut(), &part_exited) {
+            if now.duration_since(checked_at) >= ALIVE_CHECK_INTERVAL {
+                checked_at = now;
+                if let Err(e) = lab.check_alive() {
+                    part_exited = Some(format!(
+                        "{:.3} s into the cell: {e}",
+                        crate::usage::signed_offset(now, measure_from)
+                    ));
+                    cell_stop.store(true, Ordering::Relaxed);
+                }
+            }
+        }
         if let Some(usage) = usage.as_mut() {
             usage.poll(now).map_err(|e| e.to_string())?;
         }
@@ -715,6 +738,9 @@ fn run_cell(
             l.sample_rate,
             (measure_from, start),
         )?;
+    }
+    if let Some(why) = part_exited {
+        return Err(why);
     }
     let s = &report.summary;
     let line = format!(

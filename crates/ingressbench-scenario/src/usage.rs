@@ -126,7 +126,7 @@ impl UsageLog {
 }
 
 /// Seconds from `zero` to `t`, negative before it.
-fn signed_offset(t: Instant, zero: Instant) -> f64 {
+pub(crate) fn signed_offset(t: Instant, zero: Instant) -> f64 {
     match t.checked_duration_since(zero) {
         Some(d) => d.as_secs_f64(),
         None => -zero.duration_since(t).as_secs_f64(),

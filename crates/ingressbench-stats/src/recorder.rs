@@ -173,6 +173,7 @@ pub struct Recorder {
     backend_ids: HashMap<Box<[u8]>, BackendId>,
     generations: Vec<GenerationSeen>,
     generations_untracked: u64,
+    abandoned_at_stop: u64,
     bytes: u64,
     connections_opened: u64,
     reused_requests: u64,
@@ -202,6 +203,7 @@ impl Recorder {
             backend_ids: HashMap::new(),
             generations: Vec::new(),
             generations_untracked: 0,
+            abandoned_at_stop: 0,
             bytes: 0,
             connections_opened: 0,
             reused_requests: 0,
@@ -412,6 +414,7 @@ impl Recorder {
             self.add_generation(*g);
         }
         self.generations_untracked += other.generations_untracked;
+        self.abandoned_at_stop += other.abandoned_at_stop;
         self.bytes += other.bytes;
         self.connections_opened += other.connections_opened;
         self.reused_requests += other.reused_requests;
@@ -474,6 +477,17 @@ impl Recorder {
     /// order of first sight.
     pub fn generations(&self) -> &[GenerationSeen] {
         &self.generations
+    }
+
+    /// Counts requests that were in flight when the run was stopped and were given up
+    /// after a short grace: they have no outcome, and are in no other figure.
+    pub fn record_abandoned(&mut self, requests: u64) {
+        self.abandoned_at_stop += requests;
+    }
+
+    /// Requests in flight when the run was stopped, given up without an outcome.
+    pub fn abandoned_at_stop(&self) -> u64 {
+        self.abandoned_at_stop
     }
 
     /// Answers whose generation the table had no room for.

@@ -244,6 +244,10 @@ pub struct Summary {
     /// the traffic saw them), in order of first sight; empty when no answer carried one.
     #[serde(default)]
     pub generations: Vec<GenerationSummary>,
+    /// Requests in flight when the run was stopped (Ctrl-C) and given up after a short
+    /// grace; they have no outcome and are in no other figure.
+    #[serde(default)]
+    pub abandoned_at_stop: u64,
     /// Response bytes received.
     pub bytes_received: u64,
     /// Whatever makes these numbers less trustworthy, in words.
@@ -330,6 +334,7 @@ impl Summary {
                     last_answer_s: round_ns(g.last_answer_ns),
                 })
                 .collect(),
+            abandoned_at_stop: recorder.abandoned_at_stop(),
             bytes_received: recorder.bytes(),
             warnings: Vec::new(),
         };
@@ -399,6 +404,13 @@ impl Summary {
                     .map(|(k, n)| format!("{n} after `{k}`"))
                     .collect::<Vec<_>>()
                     .join(", ")
+            ));
+        }
+        if self.abandoned_at_stop > 0 {
+            warnings.push(format!(
+                "STOPPED WITH REQUESTS IN FLIGHT: {} requests had not ended 0.5 s after the stop \
+                 and were given up; they are in no figure (not errors, not latency).",
+                self.abandoned_at_stop
             ));
         }
         if self.rate_short() {

@@ -159,3 +159,151 @@ fn a_second_writer_is_refused_while_the_first_runs_and_the_first_completes() {
     assert!(record.get("resumed_by").is_none(), "{record}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The pids of `parent`'s children whose command is `comm`.
+fn children_named(parent: u32, comm: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+                return false;
+            };
+            let Some((head, rest)) = stat.rsplit_once(')') else {
+                return false;
+            };
+            let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+            head.ends_with(&format!("({comm}")) && ppid == Some(parent)
+        })
+        .collect()
+}
+
+#[test]
+fn a_proxy_that_dies_mid_cell_fails_the_cell_and_keeps_what_was_measured() {
+    let dir = scratch("crash");
+    let file = dir.join("crash.yaml");
+    std::fs::write(
+        &file,
+        "name: crash\ntargets: [haproxy]\nbackends: [{ name: echo, replicas: 2 }]\nload: { mode: open, rate: 100, connections: 5, duration: 20s, sample_rate: 1 }\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let run = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .args(["--out", out.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once a second of the cell has been measured, kill HAProxy as a crash would.
+    let hlog = out.join("cells").join("000-haproxy").join("latency.hlog");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&hlog)
+        .map_or(0, |t| t.lines().filter(|l| !l.starts_with('#')).count())
+        < 3
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the cell never started measuring"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let haproxy = children_named(run.id(), "haproxy");
+    assert_eq!(haproxy.len(), 1, "{haproxy:?}");
+    Command::new("kill")
+        .args(["-KILL", &haproxy[0].to_string()])
+        .status()
+        .unwrap();
+    let started = Instant::now();
+    let done = run.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(1), "{}", text(&done));
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the run went on for {:?} after the proxy died",
+        started.elapsed()
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(record["status"], "failed", "{record}");
+    let cell = &record["cells"][0];
+    assert_eq!(cell["status"], "failed", "{cell}");
+    let error = cell["error"].as_str().unwrap();
+    assert!(
+        error.contains("haproxy exited during the cell") && error.contains("signal: 9"),
+        "{error}"
+    );
+    // What was measured before is kept: intervals and every sampled request.
+    let samples = ingressbench_report::results::read_samples(
+        &out.join("cells").join("000-haproxy").join("samples.csv.gz"),
+    )
+    .unwrap();
+    assert!(samples.len() >= 100, "{} samples kept", samples.len());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_first_ctrl_c_acts_at_once_even_while_every_request_is_stalled() {
+    use std::net::TcpListener;
+    // A server that accepts, reads and never answers.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let dir = scratch("stalled");
+    let json = dir.join("out.json");
+    let load = Command::new(BIN)
+        .args([
+            "load",
+            "-R",
+            "20",
+            "-c",
+            "4",
+            "-d",
+            "60s",
+            "--timeout",
+            "60s",
+            "--json",
+        ])
+        .arg(&json)
+        .arg(format!("http://{addr}/"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    Command::new("kill")
+        .args(["-INT", &load.id().to_string()])
+        .status()
+        .unwrap();
+    let stopped = Instant::now();
+    let done = load.wait_with_output().unwrap();
+    // Far sooner than the 60 s timeout the stalled requests would otherwise wait out.
+    assert!(
+        stopped.elapsed() < Duration::from_secs(15),
+        "took {:?} to stop",
+        stopped.elapsed()
+    );
+    assert_eq!(done.status.code(), Some(130), "{}", text(&done));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(summary["interrupted"], true, "{summary}");
+    // The 4 connections' requests were in flight: given up, and said so.
+    assert!(
+        summary["abandoned_at_stop"].as_u64().unwrap() >= 1,
+        "{summary}"
+    );
+    assert!(
+        summary["warnings"].as_array().unwrap().iter().any(|w| w
+            .as_str()
+            .unwrap()
+            .starts_with("STOPPED WITH REQUESTS IN FLIGHT")),
+        "{summary}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
