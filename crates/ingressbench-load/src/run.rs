@@ -63,6 +63,41 @@ pub struct LoadReport {
     pub summary: Summary,
 }
 
+/// Descriptors the process needs besides its connections: files it writes, the reactor,
+/// timers, the standard streams.
+const SPARE_DESCRIPTORS: u64 = 64;
+
+/// Raises the open-file limit to its hard limit if `connections` need it, or says before
+/// the run that they cannot all be opened (a run that cannot open its sockets would
+/// otherwise send nothing and look like a target that refuses them).
+fn ensure_descriptors(connections: usize) -> Result<(), LoadError> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let needed = connections as u64 + SPARE_DESCRIPTORS;
+    let limit = getrlimit(Resource::Nofile);
+    let soft = limit.current.unwrap_or(u64::MAX);
+    if needed <= soft {
+        return Ok(());
+    }
+    let hard = limit.maximum.unwrap_or(u64::MAX);
+    if needed <= hard {
+        let raised = rustix::process::Rlimit {
+            current: Some(needed),
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(LoadError::InvalidPlan {
+        field: "-c/--connections".into(),
+        reason: format!(
+            "{connections} connections need {needed} open files, and this process may open {} (hard limit {}); raise it (`ulimit -n {needed}`, or LimitNOFILE= for a service) or use fewer connections",
+            soft,
+            limit.maximum.map_or("unlimited".to_owned(), |h| h.to_string())
+        ),
+    })
+}
+
 /// Runs `plan` to its end or until `stop` is set (Ctrl-C), and returns what was measured.
 /// Windows and samples reach `observer` while the run goes.
 pub fn run(
@@ -71,6 +106,7 @@ pub fn run(
     observer: &mut dyn Observer,
 ) -> Result<LoadReport, LoadError> {
     plan.validate()?;
+    ensure_descriptors(plan.connections)?;
     let request = plan.request.render(&plan.target, !plan.keepalive)?;
     let tls = match plan.target.scheme {
         Scheme::Https => Some((

@@ -89,6 +89,11 @@ pub fn expand(
     if let Value::Mapping(m) = &mut tree {
         m.remove("matrix");
     }
+    // Named in messages about a cell that cannot be read with them.
+    let set_labels: Vec<String> = all_sets
+        .iter()
+        .map(|(key, value, source)| format!("{source} {key}={}", scalar_text(value)))
+        .collect();
     for (key, value, source) in all_sets {
         if key == "matrix" || key.starts_with("matrix.") || key == "quick" {
             return Err(ScenarioError::at(
@@ -146,9 +151,14 @@ pub fn expand(
                 let what = settings
                     .iter()
                     .map(|(k, v)| format!("{k}={v}"))
+                    .chain(set_labels.iter().cloned())
                     .collect::<Vec<_>>()
                     .join(", ");
-                ScenarioError::at(path, format!("with {what}: {e}"))
+                if what.is_empty() {
+                    ScenarioError::at(path, e.to_string())
+                } else {
+                    ScenarioError::at(path, format!("with {what}: {e}"))
+                }
             })?;
             let events = check(&scenario, path)?;
             for target in &scenario.targets {
@@ -297,6 +307,15 @@ fn check(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, ScenarioError> {
         .and_then(|t| t.check_between(&pools))
         .map_err(&bad)?;
     let l = &s.load;
+    let path_ok = l.path.starts_with('/')
+        && l.path.len() <= 2048
+        && l.path.bytes().all(|b| b.is_ascii_graphic());
+    if !path_ok {
+        return Err(bad(format!(
+            "load.path: {:?} is not a request path; write one that starts with `/` and has no spaces or control characters, e.g. /api/v1?x=1",
+            l.path
+        )));
+    }
     match (l.mode, l.rate) {
         (LoadModeFile::Open, None) => {
             return Err(bad(
@@ -390,6 +409,23 @@ mod tests {
 
     fn run(text: &str) -> Result<Vec<Cell>, String> {
         expand(text, Path::new("s.yaml"), &[], false).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_set_value_of_the_wrong_type_is_named_with_its_field() {
+        let sets = [("load.rate".to_owned(), "abc".to_owned())];
+        let err = expand(
+            "name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\n",
+            Path::new("s.yaml"),
+            &sets,
+            false,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("with --set load.rate=abc: invalid type: string \"abc\""),
+            "{err}"
+        );
     }
 
     #[test]
@@ -522,6 +558,9 @@ mod tests {
             ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nmatrix: { load.rate: [] }\n", "matrix: `load.rate` lists no values"),
             ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nmatrix: { load.rate: [fast] }\n", "with load.rate=fast: invalid type: string \"fast\", expected f64"),
             ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nrepeat: 0\n", "repeat: must be at least 1"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s, path: abc }\n", "load.path: \"abc\" is not a request path"),
+            ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s, path: \"/a b\" }\n", "load.path: \"/a b\" is not a request path"),
+            ("name: ../../victim\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\n", "name: \"../../victim\" cannot name a results directory"),
             ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\ncontroller: { propagation_delay: later }\n", "controller.propagation_delay: `later` is not a duration"),
             ("targets: [nginx]\nload: { rate: 5, duration: 1s }\n", "missing field `name`"),
             ("name: t\ntargets: [nginx]\nload: [1, 2]\n", "load: invalid type: sequence"),

@@ -608,18 +608,17 @@ fn run_cell(
         .open(dir.join("events.jsonl"))
         .map_err(|e| e.to_string())?;
     let mut lab = lab;
-    let mut usage = match &lab {
-        Some(lab) => Some(
-            UsageLog::new(
-                &dir.join("usage.jsonl"),
-                lab.usage_parts(),
-                start,
-                measure_from,
-            )
-            .map_err(|e| e.to_string())?,
-        ),
-        None => None,
-    };
+    // What the parts spend is a side figure: if its file cannot be written, the cell
+    // goes on without it (the load is already running; latency is what it measures).
+    let mut usage = lab.as_ref().and_then(|lab| {
+        UsageLog::new(
+            &dir.join("usage.jsonl"),
+            lab.usage_parts(),
+            start,
+            measure_from,
+        )
+        .ok()
+    });
     let mut next = 0;
     let mut reported = 0;
     let mut part_exited: Option<String> = None;
@@ -643,8 +642,8 @@ fn run_cell(
                 }
             }
         }
-        if let Some(usage) = usage.as_mut() {
-            usage.poll(now).map_err(|e| e.to_string())?;
+        if usage.as_mut().is_some_and(|u| u.poll(now).is_err()) {
+            usage = None;
         }
         while next < firings.len() && measure_from + firings[next].0 <= now {
             let (due, index, delay) = firings[next];
@@ -708,8 +707,11 @@ fn run_cell(
     let (report, mut streams) = load
         .join()
         .map_err(|_| "the load thread panicked".to_owned())?;
-    if let Some(usage) = usage.as_mut() {
-        usage.read_now(Instant::now()).map_err(|e| e.to_string())?;
+    if usage
+        .as_mut()
+        .is_some_and(|u| u.read_now(Instant::now()).is_err())
+    {
+        usage = None;
     }
     let report = report.map_err(|e| e.to_string())?;
     streams

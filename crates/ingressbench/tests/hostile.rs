@@ -39,6 +39,19 @@ fn scenario(dir: &Path, name: &str, duration: &str) -> PathBuf {
     file
 }
 
+/// `ingressbench run FILE --out OUT` in the background, its output captured.
+fn spawn_run(file: &Path, out: &Path) -> std::process::Child {
+    Command::new(BIN)
+        .arg("run")
+        .arg(file)
+        .arg("--out")
+        .arg(out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 fn run(file: &Path, extra: &[&str], cwd: &Path) -> Output {
     Command::new(BIN)
         .arg("run")
@@ -116,14 +129,7 @@ fn a_second_writer_is_refused_while_the_first_runs_and_the_first_completes() {
     let dir = scratch("lock");
     let file = scenario(&dir, "lock", "3s");
     let out = dir.join("out");
-    let first = Command::new(BIN)
-        .arg("run")
-        .arg(&file)
-        .args(["--out", out.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let first = spawn_run(&file, &out);
     // Wait until the first holds the lock.
     let deadline = Instant::now() + Duration::from_secs(20);
     while !std::fs::read_to_string(out.join(".lock")).is_ok_and(|l| l.starts_with("process ")) {
@@ -189,14 +195,7 @@ fn a_proxy_that_dies_mid_cell_fails_the_cell_and_keeps_what_was_measured() {
     )
     .unwrap();
     let out = dir.join("out");
-    let run = Command::new(BIN)
-        .arg("run")
-        .arg(&file)
-        .args(["--out", out.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let run = spawn_run(&file, &out);
     // Once a second of the cell has been measured, kill HAProxy as a crash would.
     let hlog = out.join("cells").join("000-haproxy").join("latency.hlog");
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -306,4 +305,35 @@ fn the_first_ctrl_c_acts_at_once_even_while_every_request_is_stalled() {
         "{summary}"
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn more_connections_than_open_files_allowed_is_an_error_before_the_run() {
+    let addr = common::server();
+    // A hard limit of 256 open files: 1000 connections cannot be opened.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -Sn 256 && ulimit -Hn 256 && exec {BIN} load -c 1000 -R 100 -d 1s http://{addr}/"
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains("1000 connections need 1064 open files")
+            && said.contains("hard limit 256")
+            && said.contains("ulimit -n 1064"),
+        "{said}"
+    );
+    // Within the hard limit, the soft one is raised and the run goes ahead.
+    let ok = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -Sn 128 && exec {BIN} load -c 200 -R 100 -d 1s http://{addr}/"
+        ))
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", text(&ok));
+    assert!(text(&ok).contains("100 requests"), "{}", text(&ok));
 }
