@@ -102,6 +102,10 @@ struct Worker {
     tx: Sender<Message>,
 }
 
+/// Released requests waiting for a connection, per worker, beyond which further ones are
+/// counted as not sent instead of queued (about 3 MiB of tickets).
+const MAX_BACKLOG: usize = 100_000;
+
 /// After a stop (Ctrl-C), how long requests already in flight may take to end before
 /// they are abandoned: a stop acts within about this long even when a server stalls.
 const STOP_GRACE: Duration = Duration::from_millis(500);
@@ -528,14 +532,19 @@ async fn pace(worker: Rc<Worker>, schedule: Schedule) {
     }
     let now = worker.now_ns();
     for ticket in dispatch.take_backlog() {
-        let mut sample = Sample::new(ticket.intended_ns);
-        sample.seq = ticket.seq;
-        sample.released_at_ns = ticket.released_ns;
-        sample.sent_at_ns = now;
-        sample.done_at_ns = now;
-        sample.warmup = ticket.warmup;
-        worker.record(&sample);
+        worker.record(&not_sent(ticket, now));
     }
+}
+
+/// A released request that no connection took, as a sample ended at `now_ns`.
+fn not_sent(ticket: Ticket, now_ns: u64) -> Sample {
+    let mut sample = Sample::new(ticket.intended_ns);
+    sample.seq = ticket.seq;
+    sample.released_at_ns = ticket.released_ns;
+    sample.sent_at_ns = now_ns;
+    sample.done_at_ns = now_ns;
+    sample.warmup = ticket.warmup;
+    sample
 }
 
 async fn release(worker: &Worker, dispatch: &Dispatch, schedule: Schedule, clock: &mut impl Clock) {
@@ -560,12 +569,19 @@ async fn release_schedule(
             return;
         }
         let released_ns = nanos(clock.now().saturating_duration_since(worker.shared.start));
-        dispatch.push(Ticket {
+        let ticket = Ticket {
             seq,
             intended_ns,
             released_ns,
             warmup: worker.is_warmup(seq, intended_ns),
-        });
+        };
+        if dispatch.backlog() < MAX_BACKLOG {
+            dispatch.push(ticket);
+        } else {
+            // Every connection is busy and this many wait already: the request is not
+            // sent (memory stays flat whatever the rate asks).
+            worker.record(&not_sent(ticket, released_ns));
+        }
     }
 }
 

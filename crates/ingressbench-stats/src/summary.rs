@@ -183,7 +183,8 @@ pub struct GenerationSummary {
 pub struct RateSummary {
     /// The target of open-loop load; `null` for closed-loop and sequential load.
     pub target_per_s: Option<f64>,
-    /// Measured requests divided by the measured duration.
+    /// Measured requests that were sent (`not_sent` ones are not offered load) divided
+    /// by the measured duration.
     pub achieved_per_s: f64,
 }
 
@@ -259,8 +260,9 @@ impl Summary {
     pub fn new(recorder: &Recorder, ctx: &SummaryContext) -> Self {
         let outcomes = recorder.outcomes();
         let duration_s = ctx.measured_ns as f64 / 1e9;
+        let sent = outcomes.total() - outcomes.get(crate::Outcome::NotSent);
         let achieved_per_s = if duration_s > 0.0 {
-            outcomes.total() as f64 / duration_s
+            sent as f64 / duration_s
         } else {
             0.0
         };

@@ -337,3 +337,79 @@ fn more_connections_than_open_files_allowed_is_an_error_before_the_run() {
     assert!(ok.status.success(), "{}", text(&ok));
     assert!(text(&ok).contains("100 requests"), "{}", text(&ok));
 }
+
+/// The largest resident size of `pid` seen while it runs, in KiB.
+fn peak_rss_kib(child: &mut std::process::Child) -> u64 {
+    let mut peak = 0;
+    while child.try_wait().unwrap().is_none() {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()));
+        let rss = status.ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        });
+        peak = peak.max(rss.unwrap_or(0));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    peak
+}
+
+#[test]
+fn a_rate_the_target_cannot_take_keeps_memory_flat_and_says_what_was_offered() {
+    use std::net::TcpListener;
+    // A server that accepts and never answers: every request beyond the two in flight
+    // waits, and the schedule asks for three million a second.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let dir = scratch("rate");
+    let json = dir.join("out.json");
+    let mut load = Command::new(BIN)
+        .args([
+            "load",
+            "-R",
+            "3000000",
+            "-c",
+            "2",
+            "-d",
+            "4s",
+            "--timeout",
+            "1s",
+            "--json",
+        ])
+        .arg(&json)
+        .arg(format!("http://{addr}/"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let peak = peak_rss_kib(&mut load);
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "it ended by itself"
+    );
+    // Queued tickets would take hundreds of MiB here; the backlog is bounded.
+    assert!(peak < 150 * 1024, "peak RSS {peak} KiB");
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let not_sent = summary["outcomes"]["not_sent"].as_u64().unwrap_or(0);
+    assert!(not_sent > 100_000, "{}", summary["outcomes"]);
+    // What was offered is what went out: a few timed-out requests a second, not millions.
+    let achieved = summary["rate"]["achieved_per_s"].as_f64().unwrap();
+    assert!(achieved < 100.0, "{}", summary["rate"]);
+    assert!(
+        summary["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w.as_str().unwrap().starts_with("RATE SHORT OF TARGET")),
+        "{summary}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
