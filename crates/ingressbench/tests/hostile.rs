@@ -39,6 +39,19 @@ fn scenario(dir: &Path, name: &str, duration: &str) -> PathBuf {
     file
 }
 
+/// A server on 127.0.0.1:0 that accepts connections and never answers (it holds them).
+fn silent_server() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    addr
+}
+
 /// `ingressbench run FILE --out OUT` in the background, its output captured.
 fn spawn_run(file: &Path, out: &Path) -> std::process::Child {
     Command::new(BIN)
@@ -244,16 +257,7 @@ fn a_proxy_that_dies_mid_cell_fails_the_cell_and_keeps_what_was_measured() {
 
 #[test]
 fn the_first_ctrl_c_acts_at_once_even_while_every_request_is_stalled() {
-    use std::net::TcpListener;
-    // A server that accepts, reads and never answers.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming().flatten() {
-            held.push(stream);
-        }
-    });
+    let addr = silent_server();
     let dir = scratch("stalled");
     let json = dir.join("out.json");
     let load = Command::new(BIN)
@@ -356,17 +360,9 @@ fn peak_rss_kib(child: &mut std::process::Child) -> u64 {
 
 #[test]
 fn a_rate_the_target_cannot_take_keeps_memory_flat_and_says_what_was_offered() {
-    use std::net::TcpListener;
-    // A server that accepts and never answers: every request beyond the two in flight
-    // waits, and the schedule asks for three million a second.
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for stream in listener.incoming().flatten() {
-            held.push(stream);
-        }
-    });
+    // Every request beyond the two in flight waits, and the schedule asks for three
+    // million a second.
+    let addr = silent_server();
     let dir = scratch("rate");
     let json = dir.join("out.json");
     let mut load = Command::new(BIN)
