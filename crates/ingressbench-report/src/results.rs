@@ -149,7 +149,7 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             error: c["error"].as_str().map(str::to_owned),
         };
         if let (Some(dir), true) = (&dir, cell.status == "done" || cell.status == "interrupted") {
-            load_cell_files(&mut cell, &Inside(&root), dir, &mut notes);
+            load_cell_files(&mut cell, &root, dir, &mut notes);
         }
         cells.push(cell);
     }
@@ -167,16 +167,6 @@ fn is_plain_name(d: &str) -> bool {
     !d.is_empty() && d != "." && d != ".." && !d.contains(['/', '\\', '\0'])
 }
 
-/// The results directory (canonical): files are read only if they resolve inside it.
-struct Inside<'a>(&'a Path);
-
-impl Inside<'_> {
-    /// `path`, if it resolves (links followed) inside the results directory; else why not.
-    fn check<'p>(&self, path: &'p Path) -> Result<&'p Path, String> {
-        resolves_inside(self.0, path).map(|()| path)
-    }
-}
-
 /// Whether `path` resolves (links followed) inside `root` (a canonical path); if not, why.
 /// Whatever a results directory holds, nothing outside it is read into a report.
 pub fn resolves_inside(root: &Path, path: &Path) -> Result<(), String> {
@@ -191,37 +181,34 @@ pub fn resolves_inside(root: &Path, path: &Path) -> Result<(), String> {
     }
 }
 
-fn load_cell_files(
-    cell: &mut CellResults,
-    inside: &Inside<'_>,
-    dir: &Path,
-    notes: &mut Vec<String>,
-) {
+/// Reads a cell's files, each only if it resolves inside `root` (the results directory,
+/// canonical).
+fn load_cell_files(cell: &mut CellResults, root: &Path, dir: &Path, notes: &mut Vec<String>) {
+    let inside = |p: &Path| resolves_inside(root, p);
     let summary = dir.join("summary.json");
-    match inside.check(&summary).and_then(read_json) {
+    match inside(&summary).and_then(|()| read_json(&summary)) {
         Ok(v) => cell.summary = Some(v),
         Err(e) => notes.push(e),
     }
     let hlog = dir.join("latency.hlog");
-    if let Err(e) = inside.check(&hlog) {
+    if let Err(e) = inside(&hlog) {
         notes.push(e);
         return;
     }
-    match std::fs::read(dir.join("latency.hlog")) {
+    match std::fs::read(&hlog) {
         Ok(bytes) => match crate::hlog::read(&bytes) {
             Ok(w) => cell.windows = w,
-            Err(e) => notes.push(format!("{}: {e}", dir.join("latency.hlog").display())),
+            Err(e) => notes.push(format!("{}: {e}", hlog.display())),
         },
-        Err(e) => notes.push(format!("{}: {e}", dir.join("latency.hlog").display())),
+        Err(e) => notes.push(format!("{}: {e}", hlog.display())),
     }
     let impact = dir.join("impact.json");
-    if let Ok(Value::Array(entries)) = inside.check(&impact).and_then(read_json) {
+    if let Ok(Value::Array(entries)) = inside(&impact).and_then(|()| read_json(&impact)) {
         cell.impact = entries;
     }
     let usage = dir.join("usage.jsonl");
-    if let Ok(text) = inside
-        .check(&usage)
-        .and_then(|p| std::fs::read_to_string(p).map_err(|e| e.to_string()))
+    if let Ok(text) =
+        inside(&usage).and_then(|()| std::fs::read_to_string(&usage).map_err(|e| e.to_string()))
     {
         cell.proxy_cpu = cpu_rates(&text, "proxy");
     }
