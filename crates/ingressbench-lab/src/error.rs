@@ -48,6 +48,19 @@ pub enum LabError {
         /// The end of its log.
         log_tail: String,
     },
+    /// A proxy binary did not answer the question every build of its kind answers (its
+    /// version) in time.
+    #[error("{} does not behave like {kind}: {reason}; if it is not {kind}, point --proxy-bin {kind}=PATH at the right binary, else reinstall it ({install})", program.display())]
+    Unresponsive {
+        /// The proxy kind.
+        kind: String,
+        /// The binary.
+        program: PathBuf,
+        /// What happened.
+        reason: String,
+        /// The command that installs it.
+        install: String,
+    },
     /// A proxy binary was not found.
     #[error("{kind} is not installed (looked for `{binary}` on PATH and in .venv/bin); install it with: {install}")]
     MissingBinary {

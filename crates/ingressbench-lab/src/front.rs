@@ -37,7 +37,7 @@ impl Front {
         spawned: impl FnOnce(u32),
     ) -> Result<Self, LabError> {
         let binary = binaries.locate(ProxyKind::Haproxy)?;
-        let version = binaries.version(ProxyKind::Haproxy, &binary);
+        let version = binaries.version(ProxyKind::Haproxy, &binary)?;
         let dir = dir.join("front");
         crate::proxy::create_dir(&dir)?;
         let port = || {

@@ -230,7 +230,7 @@ impl Lab {
         for pool in &spec.pools {
             check_name("pool", &pool.name)?;
         }
-        remove_stale_once();
+        remove_leftovers();
         let nodes = Nodes::new(spec.topology.isolation)?;
         let dir = private_dir()?;
         let mut reaper = Reaper::start(&spec.backend_binary)?;
@@ -1165,25 +1165,20 @@ fn mark_kept(dir: &Path) {
 }
 
 /// Once per process: removes what labs of an ingressbench that is gone (its reaper gone
-/// too) left behind: network namespaces, the host's veth, lab directories.
-fn remove_stale_once() {
+/// too) left behind: processes still working in their lab directory (nginx workers keep
+/// their listening ports), network namespaces, the host's veth, lab directories (with
+/// their private keys). A lab whose owner is alive is never touched.
+pub fn remove_leftovers() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        let mut removed = crate::topology::remove_stale();
+        let mut removed = kill_stray_processes();
+        removed.extend(crate::topology::remove_stale());
         let dirs = std::fs::read_dir(std::env::temp_dir())
             .into_iter()
             .flatten();
         for entry in dirs.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            // `ingressbench-lab-PID-STAMP`, as `private_dir` names them.
-            let Some(pid) = name
-                .strip_prefix(DIR_PREFIX)
-                .and_then(|r| r.split('-').next())
-                .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            else {
-                continue;
-            };
-            if !Path::new("/proc").join(pid).exists()
+            if dead_owner(&name).is_some()
                 && !entry.path().join(KEPT).exists()
                 && std::fs::remove_dir_all(entry.path()).is_ok()
             {
@@ -1194,6 +1189,64 @@ fn remove_stale_once() {
             eprintln!("removed {name}, left behind by an ingressbench that is gone");
         }
     });
+}
+
+/// For a name that starts `ingressbench-lab-PID-` (as [`private_dir`] names them): PID,
+/// if that process is gone.
+fn dead_owner(name: &str) -> Option<&str> {
+    name.strip_prefix(DIR_PREFIX)
+        .and_then(|r| r.split('-').next())
+        .filter(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|p| !Path::new("/proc").join(p).exists())
+}
+
+/// SIGKILLs every process of a lab whose owner is gone: those marked with
+/// [`LAB_DIR_ENV`](crate::process::LAB_DIR_ENV) (every lab child gets it, and what it
+/// forks inherits it), and, since some rewrite their environment (nginx workers, for
+/// their process title), those whose working directory lies in such a lab's directory
+/// unless the lab was kept on purpose (someone may be looking at it). Returns them,
+/// described.
+fn kill_stray_processes() -> Vec<String> {
+    let tmp = std::env::temp_dir();
+    let marker = format!("{}=", crate::process::LAB_DIR_ENV);
+    // The lab's directory name, for a path inside one.
+    let lab_of = |path: &Path| -> Option<String> {
+        let name = path.strip_prefix(&tmp).ok()?.iter().next()?.to_str()?;
+        dead_owner(name).map(|_| name.to_owned())
+    };
+    let mut killed = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let marked = std::fs::read(entry.path().join("environ"))
+            .unwrap_or_default()
+            .split(|b| *b == 0)
+            .filter_map(|var| std::str::from_utf8(var).ok()?.strip_prefix(&marker))
+            .find_map(|dir| lab_of(Path::new(dir)));
+        let working_in = || {
+            let cwd = std::fs::read_link(entry.path().join("cwd")).ok()?;
+            lab_of(&cwd).filter(|lab| !tmp.join(lab).join(KEPT).exists())
+        };
+        let Some(lab) = marked.or_else(working_in) else {
+            continue;
+        };
+        let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if let Some(target) = rustix::process::Pid::from_raw(pid) {
+            if rustix::process::kill_process(target, rustix::process::Signal::KILL).is_ok() {
+                killed.push(format!("process {pid} ({}) of {lab}", name.trim()));
+            }
+        }
+    }
+    if !killed.is_empty() {
+        // Let the kernel take their files and ports back before the directories go.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    killed
 }
 
 fn describe_overlay(overlay: &Overlay) -> String {

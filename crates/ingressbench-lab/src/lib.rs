@@ -31,4 +31,4 @@ pub mod topology;
 pub mod usage;
 
 pub use error::LabError;
-pub use lab::{Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, PoolSpec};
+pub use lab::{remove_leftovers, Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, PoolSpec};

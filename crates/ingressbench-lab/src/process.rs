@@ -11,12 +11,17 @@ use std::io::{self, Read, Seek, SeekFrom};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 
 use crate::LabError;
+
+/// The environment variable every lab child gets: its working directory, inside the lab's
+/// directory. What it forks inherits it, so that leftovers of a lab whose owner is gone
+/// can be told apart from anything else (see [`crate::remove_leftovers`]).
+pub const LAB_DIR_ENV: &str = "INGRESSBENCH_LAB_DIR";
 
 /// How much of a log a failure message quotes.
 const LOG_TAIL_BYTES: u64 = 4096;
@@ -79,6 +84,7 @@ impl OwnedChild {
             .arg(program)
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))
+            .env(LAB_DIR_ENV, dir)
             .current_dir(dir)
             .stdin(Stdio::null())
             .stdout(out)
@@ -201,6 +207,72 @@ impl Drop for OwnedChild {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Runs `program args` to its end with its output captured, in a process group of its own
+/// that dies with the tool (the parent-death signal, as for the lab's children). If it has
+/// not ended after `timeout`, the whole group is killed and the error says so (kind
+/// `TimedOut`): a binary that hangs (a wrong `--proxy-bin`, say) cannot freeze the tool.
+pub fn run_bounded(program: &Path, args: &[&str], timeout: Duration) -> io::Result<Output> {
+    let mut child = Command::new("setpriv")
+        .args(["--pdeathsig", "KILL", "--"])
+        .arg(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()?;
+    // Read on threads, so that a full pipe cannot stall it; received with a deadline, so
+    // that a grandchild that escaped the group and keeps a pipe open cannot stall us.
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            let _ = tx.send(bytes);
+        });
+        rx
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let group = Pid::from_raw(child.id() as i32);
+    let kill_group = || {
+        if let Some(group) = group {
+            let _ = kill_process_group(group, Signal::KILL);
+        }
+    };
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait()? {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            kill_group();
+            let _ = child.wait();
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "`{} {}` did not finish within {timeout:?} (killed)",
+                    program.display(),
+                    args.join(" ")
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // What it forked and left behind goes too, so that the pipes close.
+    kill_group();
+    let collect = |rx: std::sync::mpsc::Receiver<Vec<u8>>| {
+        rx.recv_timeout(Duration::from_secs(1)).unwrap_or_default()
+    };
+    Ok(Output {
+        status,
+        stdout: collect(stdout),
+        stderr: collect(stderr),
+    })
 }
 
 /// The last few KiB of a file (lossy UTF-8), or a note that it cannot be read.

@@ -115,10 +115,7 @@ pub fn serve(input: impl BufRead) -> usize {
         }
     }
     for ns in namespaces.iter().rev() {
-        let _ = Command::new("ip")
-            .args(["netns", "del", ns])
-            .stderr(Stdio::null())
-            .status();
+        let _ = crate::topology::ip(&["netns", "del", ns]);
     }
     if let Some(dir) = dir {
         // Give the killed processes a moment to let go of their files.

@@ -12,7 +12,6 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -307,10 +306,7 @@ impl Nodes {
         }
         if let Some(link) = self.host_link.take() {
             // Gone with its peer in the hub already, unless the hub was never made.
-            let _ = Command::new("ip")
-                .args(["link", "del", &link])
-                .stderr(std::process::Stdio::null())
-                .status();
+            let _ = ip(&["link", "del", &link]);
         }
     }
 }
@@ -335,9 +331,7 @@ fn subnet_ip(subnet: u32, host: u32) -> Ipv4Addr {
 /// One of the 512 /24s of 198.18.0.0/15 that no interface of the host uses, starting from
 /// one picked from `id` (so that concurrent labs rarely even try the same one).
 fn free_subnet(id: &str) -> Result<u32, LabError> {
-    let out = Command::new("ip")
-        .args(["-o", "-4", "addr", "show"])
-        .output()
+    let out = ip(&["-o", "-4", "addr", "show"])
         .map_err(|e| network("listing the host's addresses", &e.to_string()))?;
     let used = String::from_utf8_lossy(&out.stdout).into_owned();
     let start = id
@@ -361,7 +355,7 @@ fn check_netns_possible() -> Result<(), LabError> {
             "network namespaces need root (CAP_NET_ADMIN): run as root, or use `isolation: loopback` (each node an address on 127.0.0.0/8)",
         ));
     }
-    match Command::new("ip").arg("-V").output() {
+    match ip(&["-V"]) {
         Ok(o) if o.status.success() => Ok(()),
         _ => Err(network(
             "isolation: netns",
@@ -370,12 +364,17 @@ fn check_netns_possible() -> Result<(), LabError> {
     }
 }
 
+/// How long one `ip` command may take.
+const IP_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Runs `ip ARGS` to its end, bounded like every child of the tool.
+pub(crate) fn ip(args: &[&str]) -> std::io::Result<std::process::Output> {
+    crate::process::run_bounded(Path::new("ip"), args, IP_TIMEOUT)
+}
+
 /// Runs `ip ARGS`; an error quotes what it said.
 fn ip_cmd(args: &[&str]) -> Result<(), LabError> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| network(&format!("ip {}", args.join(" ")), &e.to_string()))?;
+    let out = ip(args).map_err(|e| network(&format!("ip {}", args.join(" ")), &e.to_string()))?;
     if out.status.success() {
         Ok(())
     } else {
@@ -422,9 +421,7 @@ pub fn remove_stale() -> Vec<String> {
             }
         }
     }
-    let links = Command::new("ip")
-        .args(["-o", "link", "show"])
-        .output()
+    let links = ip(&["-o", "link", "show"])
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     for line in links.lines() {

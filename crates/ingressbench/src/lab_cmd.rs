@@ -10,7 +10,7 @@ use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use ingressbench_lab::labfile::LabFile;
 use ingressbench_lab::model::Tuning;
 use ingressbench_lab::proxy::{Binaries, ProxyKind};
-use ingressbench_lab::{Lab, LabSpec};
+use ingressbench_lab::{Lab, LabError, LabSpec};
 
 use crate::args::{LabCommand, LabUpArgs, ProxyBinArgs};
 use crate::UsageError;
@@ -47,15 +47,15 @@ fn check(args: &ProxyBinArgs) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let mut missing = 0;
     for kind in ProxyKind::ALL {
-        match binaries.locate(kind) {
-            Ok(path) => writeln!(
-                out,
-                "{:<8} {}  ({})",
-                kind.name(),
-                binaries.version(kind, &path),
-                path.display()
-            )?,
-            Err(_) => {
+        let found = binaries.locate(kind).and_then(|path| {
+            let version = binaries.version(kind, &path)?;
+            Ok((path, version))
+        });
+        match found {
+            Ok((path, version)) => {
+                writeln!(out, "{:<8} {version}  ({})", kind.name(), path.display())?
+            }
+            Err(LabError::MissingBinary { .. }) => {
                 missing += 1;
                 writeln!(
                     out,
@@ -63,6 +63,10 @@ fn check(args: &ProxyBinArgs) -> Result<ExitCode> {
                     kind.name(),
                     kind.install_hint()
                 )?;
+            }
+            Err(e) => {
+                missing += 1;
+                writeln!(out, "{:<8} UNUSABLE: {e}", kind.name())?;
             }
         }
     }

@@ -67,6 +67,8 @@ pub(crate) fn report(args: ReportArgs) -> Result<ExitCode> {
         println!("charts: {written} PNG files in {}", dir.display());
     }
     if args.open {
+        // The desktop's opener starts a browser meant to outlive us: neither bounded nor
+        // in a group we kill.
         let opened = Command::new("xdg-open")
             .arg(&out)
             .stdout(Stdio::null())
@@ -81,6 +83,9 @@ pub(crate) fn report(args: ReportArgs) -> Result<ExitCode> {
     }
     Ok(ExitCode::SUCCESS)
 }
+
+/// How long the headless browser may take to draw one chart.
+const BROWSER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// The headless browser that draws PNGs.
 fn chromium() -> Result<PathBuf> {
@@ -114,20 +119,20 @@ fn write_pngs(dir: &Path, charts: &[(String, String)]) -> Result<usize> {
         std::fs::write(&svg_path, svg)?;
         let (w, h) = svg_size(svg);
         let png = base.with_extension("png");
-        let status = Command::new(&browser)
-            .args([
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--hide-scrollbars",
-            ])
-            .arg(format!("--screenshot={}", png.display()))
-            .arg(format!("--window-size={w},{h}"))
-            .arg(format!("file://{}", svg_path.canonicalize()?.display()))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .with_context(|| format!("running {}", browser.display()))?;
+        let args = [
+            "--headless".to_owned(),
+            "--no-sandbox".to_owned(),
+            "--disable-gpu".to_owned(),
+            "--hide-scrollbars".to_owned(),
+            format!("--screenshot={}", png.display()),
+            format!("--window-size={w},{h}"),
+            format!("file://{}", svg_path.canonicalize()?.display()),
+        ];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        // In a group of its own, killed with what it forked if it hangs.
+        let status = ingressbench_lab::process::run_bounded(&browser, &args, BROWSER_TIMEOUT)
+            .with_context(|| format!("running {}", browser.display()))?
+            .status;
         if !status.success() || !png.is_file() {
             anyhow::bail!(
                 "{} could not draw {} ({status})",

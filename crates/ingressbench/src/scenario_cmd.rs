@@ -66,6 +66,9 @@ pub(crate) fn parse_sets(raw: &[String]) -> Result<Vec<(String, String)>> {
 
 /// `ingressbench run FILE`.
 pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
+    // What an earlier run killed with its reaper left (processes, namespaces, private
+    // keys) goes before anything else starts, whether or not this run starts a lab.
+    ingressbench_lab::remove_leftovers();
     let (text, file, sets, quick, dir) = match (&args.resume, &args.file) {
         (Some(dir), _) => {
             let r =

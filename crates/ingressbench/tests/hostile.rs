@@ -409,3 +409,164 @@ fn a_rate_the_target_cannot_take_keeps_memory_flat_and_says_what_was_offered() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Whether process `pid` still exists (and is not a zombie).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+    })
+}
+
+#[test]
+fn a_proxy_binary_that_hangs_fails_its_cell_in_seconds_and_leaves_nothing() {
+    let dir = scratch("hang");
+    // Answers nothing, ever, not even its version; and forks a helper that would outlive it.
+    let fake = dir.join("nginx");
+    std::fs::write(&fake, "#!/bin/sh\nsleep 3600 &\nexec sleep 3600\n").unwrap();
+    Command::new("chmod")
+        .arg("755")
+        .arg(&fake)
+        .status()
+        .unwrap();
+    let file = dir.join("hang.yaml");
+    std::fs::write(
+        &file,
+        "name: hang\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 1 }]\nload: { mode: open, rate: 20, connections: 2, duration: 2s }\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let mut run = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .arg("--proxy-bin")
+        .arg(format!("nginx={}", fake.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while run.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = run.kill();
+            panic!("the run was still waiting for the hanging binary after 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let done = run.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(1), "{}", text(&done));
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    let error = record["cells"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("does not behave like nginx")
+            && error.contains("did not finish within 10s")
+            && error.contains("--proxy-bin nginx=PATH"),
+        "{error}"
+    );
+    // Neither the fake nor what it forked is left.
+    let fake_path = fake.display().to_string();
+    let left: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            alive(*pid)
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&fake_path))
+        })
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn what_a_lab_leaves_when_the_tool_and_its_reaper_are_killed_goes_at_the_next_start() {
+    let dir = scratch("reaped");
+    let file = dir.join("left.yaml");
+    std::fs::write(
+        &file,
+        "name: left\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 1 }]\nload: { mode: open, rate: 50, connections: 2, duration: 60s }\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let mut run = spawn_run(&file, &out);
+    let hlog = out.join("cells").join("000-nginx").join("latency.hlog");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&hlog).is_ok_and(|t| t.lines().any(|l| !l.starts_with('#'))) {
+        assert!(
+            Instant::now() < deadline,
+            "the cell never started measuring"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let master = children_named(run.id(), "nginx");
+    assert_eq!(master.len(), 1, "{master:?}");
+    let workers = children_named(master[0], "nginx");
+    assert!(!workers.is_empty(), "nginx has workers");
+    let lab = std::fs::read_link(format!("/proc/{}/cwd", master[0]))
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_owned();
+    assert!(
+        lab.file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("ingressbench-lab-"),
+        "{}",
+        lab.display()
+    );
+    // The reaper and the backend.
+    let helpers = children_named(run.id(), "ingressbench");
+    assert_eq!(helpers.len(), 2, "{helpers:?}");
+    // `kill -9` of every ingressbench process, the reaper before the tool (the tool's
+    // death is what would wake the reaper up).
+    Command::new("kill")
+        .arg("-KILL")
+        .args(helpers.iter().map(u32::to_string))
+        .arg(run.id().to_string())
+        .status()
+        .unwrap();
+    let _ = run.wait();
+    std::thread::sleep(Duration::from_millis(300));
+    // What nobody was left to clean: the workers (with nginx's listening port), the lab.
+    assert!(
+        workers.iter().any(|w| alive(*w)),
+        "nothing was left to clean up"
+    );
+    assert!(lab.exists(), "{}", lab.display());
+    // The next start of the tool, even for a run with no lab of its own, removes them.
+    let quick = scenario(&dir, "next", "1s");
+    let next = run_quietly(&quick, &dir.join("next"));
+    assert!(next.status.success(), "{}", text(&next));
+    assert!(
+        text(&next).contains("left behind by an ingressbench that is gone"),
+        "{}",
+        text(&next)
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while workers.iter().any(|w| alive(*w)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let still: Vec<_> = workers.iter().filter(|w| alive(**w)).collect();
+    assert!(still.is_empty(), "workers still alive: {still:?}");
+    assert!(
+        !lab.exists(),
+        "{} (and its private key) is still there",
+        lab.display()
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn run_quietly(file: &Path, out: &Path) -> Output {
+    Command::new(BIN)
+        .arg("run")
+        .arg(file)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .unwrap()
+}

@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
@@ -25,6 +24,10 @@ use crate::LabError;
 
 /// How long a proxy may take to start listening.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long a proxy binary may take to print its version (real ones take well under a
+/// second; Envoy's and Traefik's are the slowest, at about 0.1 s here).
+pub const VERSION_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The proxies the lab can run.
 #[derive(
@@ -172,27 +175,31 @@ impl Binaries {
             })
     }
 
-    /// The version line the binary prints, trimmed.
-    pub fn version(&self, kind: ProxyKind, binary: &Path) -> String {
-        match Command::new(binary).args(kind.version_args()).output() {
-            Ok(out) => {
-                let text = format!(
-                    "{}{}",
-                    String::from_utf8_lossy(&out.stdout),
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                let line = text
-                    .lines()
-                    .map(str::trim)
-                    .find(|l| !l.is_empty())
-                    .unwrap_or("unknown");
-                // Envoy prints `<path>  version: <sha>/<version>/...`: keep what follows the path.
-                line.split_once(" version: ")
-                    .map_or(line, |(_, v)| v)
-                    .to_owned()
-            }
-            Err(e) => format!("unknown ({e})"),
-        }
+    /// The version line the binary prints, trimmed. A binary that does not finish
+    /// within [`VERSION_TIMEOUT`] is killed (with whatever it forked) and is an error.
+    pub fn version(&self, kind: ProxyKind, binary: &Path) -> Result<String, LabError> {
+        let out = crate::process::run_bounded(binary, kind.version_args(), VERSION_TIMEOUT)
+            .map_err(|e| LabError::Unresponsive {
+                kind: kind.name().into(),
+                program: binary.to_owned(),
+                reason: e.to_string(),
+                install: kind.install_hint().into(),
+            })?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let line = text
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("unknown");
+        // Envoy prints `<path>  version: <sha>/<version>/...`: keep what follows the path.
+        Ok(line
+            .split_once(" version: ")
+            .map_or(line, |(_, v)| v)
+            .to_owned())
     }
 }
 
@@ -308,7 +315,7 @@ impl Proxy {
     ) -> Result<Self, LabError> {
         table.validate()?;
         let binary = binaries.locate(kind)?;
-        let version = binaries.version(kind, &binary);
+        let version = binaries.version(kind, &binary)?;
         let dir = dir.join(kind.name());
         create_dir(&dir)?;
         let port = || {
