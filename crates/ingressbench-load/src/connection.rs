@@ -66,8 +66,9 @@ impl AsyncWrite for Stream {
 
 /// Where and how to connect.
 pub(crate) enum Address {
-    /// A fixed address (an IP in the URL, or a `--resolve` entry): no DNS.
-    Fixed(SocketAddr),
+    /// A fixed address (an IP in the URL, or a `--resolve` entry): no DNS. The text says
+    /// where it came from, for failure messages.
+    Fixed(SocketAddr, &'static str),
     /// A name resolved for every new connection, as a curl loop would.
     Lookup { host: String, port: u16 },
 }
@@ -76,8 +77,8 @@ pub(crate) enum Address {
 pub(crate) struct Connector {
     pub(crate) address: Address,
     pub(crate) tls: Option<(TlsConnector, ServerName<'static>)>,
-    /// Why the last TLS handshake failed, until the worker takes it.
-    tls_failure: RefCell<Option<String>>,
+    /// Why the last connection failed, until the worker takes it.
+    failure: RefCell<Option<String>>,
 }
 
 /// How far a request got, so that a timeout can be named for the phase it cut.
@@ -95,34 +96,71 @@ impl Connector {
         Self {
             address,
             tls: tls.map(|(config, name)| (TlsConnector::from(config), name)),
-            tls_failure: RefCell::new(None),
+            failure: RefCell::new(None),
         }
     }
 
-    /// Why the last TLS handshake failed, if one did since the last call.
-    pub(crate) fn take_tls_failure(&self) -> Option<String> {
-        self.tls_failure.borrow_mut().take()
+    /// Why the last connection failed (name lookup, connect or TLS handshake), if one
+    /// did since the last call.
+    pub(crate) fn take_failure(&self) -> Option<String> {
+        self.failure.borrow_mut().take()
+    }
+
+    fn fail(&self, outcome: Outcome, reason: String) -> Outcome {
+        *self.failure.borrow_mut() = Some(reason);
+        outcome
+    }
+
+    /// Where connections go, in words: `127.0.0.1:8080 (from --resolve)`.
+    pub(crate) fn describe(&self) -> String {
+        match &self.address {
+            Address::Fixed(addr, from) => format!("{addr} ({from})"),
+            Address::Lookup { host, port } => format!("{host}:{port} (looked up in DNS)"),
+        }
     }
 
     /// Opens a connection, timing each phase into `phases`.
     pub(crate) async fn connect(&self, phases: &mut Phases) -> Result<Stream, Outcome> {
         let start = Instant::now();
-        let addr = match &self.address {
-            Address::Fixed(addr) => *addr,
+        let (addr, from) = match &self.address {
+            Address::Fixed(addr, from) => (*addr, *from),
             Address::Lookup { host, port } => {
-                let found = tokio::net::lookup_host((host.as_str(), *port)).await;
-                found
-                    .ok()
-                    .and_then(|mut addrs| addrs.next())
-                    .ok_or(Outcome::ConnectError)?
+                let found = tokio::net::lookup_host((host.as_str(), *port))
+                    .await
+                    .map_err(|e| e.to_string())
+                    .and_then(|mut addrs| {
+                        addrs.next().ok_or_else(|| "no address for it".to_owned())
+                    });
+                let addr = found.map_err(|e| {
+                    self.fail(
+                        Outcome::DnsError,
+                        format!(
+                            "cannot resolve `{host}` ({e}): check the name, or give its address \
+                             with --resolve {host}:{port}:ADDRESS"
+                        ),
+                    )
+                })?;
+                (addr, "resolved by DNS")
             }
         };
         let resolved = Instant::now();
         phases.dns_ns = nanos(resolved - start);
         let tcp = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
-            io::ErrorKind::ConnectionRefused => Outcome::Refused,
-            io::ErrorKind::TimedOut => Outcome::ConnectTimeout,
-            _ => Outcome::ConnectError,
+            io::ErrorKind::ConnectionRefused => self.fail(
+                Outcome::Refused,
+                format!(
+                    "{addr} ({from}) refused the connection: nothing listens there (is the \
+                     server running, is the port right?)"
+                ),
+            ),
+            io::ErrorKind::TimedOut => self.fail(
+                Outcome::ConnectTimeout,
+                format!("connecting to {addr} ({from}) timed out in the kernel"),
+            ),
+            _ => self.fail(
+                Outcome::ConnectError,
+                format!("connecting to {addr} ({from}): {e}"),
+            ),
         })?;
         let _ = tcp.set_nodelay(true);
         let connected = Instant::now();
@@ -130,10 +168,10 @@ impl Connector {
         match &self.tls {
             None => Ok(Stream::Plain(tcp)),
             Some((connector, name)) => {
-                let tls = connector.connect(name.clone(), tcp).await.map_err(|e| {
-                    *self.tls_failure.borrow_mut() = Some(describe_tls_failure(&e));
-                    Outcome::TlsError
-                })?;
+                let tls = connector
+                    .connect(name.clone(), tcp)
+                    .await
+                    .map_err(|e| self.fail(Outcome::TlsError, describe_tls_failure(&e)))?;
                 phases.tls_ns = nanos(connected.elapsed());
                 Ok(Stream::Tls(Box::new(tls)))
             }
@@ -161,6 +199,11 @@ pub(crate) fn describe_tls_failure(e: &io::Error) -> String {
         Error::InvalidCertificate(
             CertificateError::Expired | CertificateError::ExpiredContext { .. },
         ) => "the server's certificate has expired",
+        Error::InvalidCertificate(CertificateError::BadSignature) => {
+            "the certificate's signature does not verify with the CA given: it was signed by \
+             another CA (one with the same name, perhaps); pass the CA that signed it with \
+             --cacert, or -k to accept any certificate"
+        }
         Error::InvalidCertificate(CertificateError::Other(other))
             if format!("{other:?}").contains("CaUsedAsEndEntity") =>
         {
@@ -173,13 +216,12 @@ pub(crate) fn describe_tls_failure(e: &io::Error) -> String {
         Error::InvalidMessage(_) | Error::InappropriateMessage { .. } => {
             "the server did not answer in TLS: is the port plain HTTP (use http://)?"
         }
-        _ => "",
+        _ => {
+            "check https:// vs http://, --cacert, --sni, or use -k for a self-signed \
+              certificate"
+        }
     };
-    if hint.is_empty() {
-        format!("TLS handshake: {tls}")
-    } else {
-        format!("TLS handshake: {tls}: {hint}")
-    }
+    format!("TLS handshake: {tls}: {hint}")
 }
 
 /// What one exchange left behind, beyond the outcome.

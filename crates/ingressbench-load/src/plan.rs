@@ -236,6 +236,29 @@ impl Plan {
                 reason,
             })
         };
+        let covered = self
+            .resolve
+            .iter()
+            .any(|r| r.applies_to(&self.target).is_some());
+        if let (false, Some(unused)) = (covered, self.resolve.first()) {
+            let t = &self.target;
+            return bad(
+                "--resolve",
+                format!(
+                    "{}:{}:{} does not cover the URL's {}:{} (host and port must both match); \
+                     without it every connection would look {} up in DNS. Use --resolve {}:{}:{}",
+                    unused.host,
+                    unused.port,
+                    unused.addr,
+                    t.host,
+                    t.port,
+                    t.host,
+                    t.host,
+                    t.port,
+                    unused.addr
+                ),
+            );
+        }
         if let Mode::Open { rate_per_s } = self.mode {
             if !(rate_per_s.is_finite() && rate_per_s > 0.0) {
                 return bad(

@@ -116,14 +116,14 @@ pub fn run(
         Scheme::Http => None,
     };
     let fixed = plan.resolve.iter().find_map(|r| r.applies_to(&plan.target));
-    let address =
-        || match fixed.or_else(|| plan.target.ip().map(|ip| (ip, plan.target.port).into())) {
-            Some(addr) => Address::Fixed(addr),
-            None => Address::Lookup {
-                host: plan.target.host.clone(),
-                port: plan.target.port,
-            },
-        };
+    let address = || match (fixed, plan.target.ip()) {
+        (Some(addr), _) => Address::Fixed(addr, "from --resolve"),
+        (None, Some(ip)) => Address::Fixed((ip, plan.target.port).into(), "the URL's address"),
+        (None, None) => Address::Lookup {
+            host: plan.target.host.clone(),
+            port: plan.target.port,
+        },
+    };
 
     let start = plan.start.unwrap_or_else(|| Instant::now() + START_DELAY);
     let warmup_ns = match plan.warmup {

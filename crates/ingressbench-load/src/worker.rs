@@ -426,12 +426,24 @@ impl Worker {
                 Stage::Exchanging => Outcome::ReadTimeout,
             },
         };
-        if sample.outcome == Outcome::TlsError {
-            if let Some(reason) = self.connector.take_tls_failure() {
+        match sample.outcome {
+            Outcome::ConnectTimeout if stage == Stage::Connecting => {
+                let to = self.connector.describe();
+                let timeout = self.shared.timeout;
                 self.recorder
                     .borrow_mut()
-                    .note_failure_detail(Outcome::TlsError, || reason);
+                    .note_failure_detail(sample.outcome, || {
+                        format!("connecting to {to} took longer than --timeout {timeout:?}")
+                    });
             }
+            Outcome::Refused | Outcome::DnsError | Outcome::ConnectError | Outcome::TlsError => {
+                if let Some(reason) = self.connector.take_failure() {
+                    self.recorder
+                        .borrow_mut()
+                        .note_failure_detail(sample.outcome, || reason);
+                }
+            }
+            _ => {}
         }
         sample.done_at_ns = nanos(done.saturating_duration_since(self.shared.start));
         sample.bytes = progress.bytes;
@@ -641,7 +653,7 @@ pub(crate) mod tests {
             shared: shared(start),
             index: 0,
             connector: Connector::new(
-                crate::connection::Address::Fixed("127.0.0.1:9".parse().unwrap()),
+                crate::connection::Address::Fixed("127.0.0.1:9".parse().unwrap(), "a test"),
                 None,
             ),
             source: Source::Open(Dispatch::default()),

@@ -455,7 +455,11 @@ fn tls_insecure_accepts_an_unknown_ca_and_strict_refuses_it() {
     };
     let s = go(&p).summary;
     assert_eq!(s.outcomes.get("tls_error"), Some(&5), "{:?}", s.outcomes);
-    assert!(s.warnings.iter().any(|w| w.contains("--cacert")));
+    assert!(
+        s.warnings.iter().any(|w| w.contains("--cacert")),
+        "{:?}",
+        s.warnings
+    );
 }
 
 #[test]

@@ -14,6 +14,8 @@ pub enum Outcome {
     Refused,
     /// The TCP connect or TLS handshake did not finish within the timeout.
     ConnectTimeout,
+    /// The host name could not be resolved (DNS), so no connection was tried.
+    DnsError,
     /// The TCP connect failed for another reason (unreachable, address in use, …).
     ConnectError,
     /// The TLS handshake failed (bad certificate, protocol error, …).
@@ -33,9 +35,10 @@ pub enum Outcome {
 }
 
 /// Every failure kind, in the order used for counting and printing.
-pub const FAILURE_KINDS: [Outcome; 10] = [
+pub const FAILURE_KINDS: [Outcome; 11] = [
     Outcome::Refused,
     Outcome::ConnectTimeout,
+    Outcome::DnsError,
     Outcome::ConnectError,
     Outcome::TlsError,
     Outcome::ResetBeforeWrite,
@@ -79,6 +82,7 @@ impl Outcome {
             Outcome::Status(_) => "status",
             Outcome::Refused => "refused",
             Outcome::ConnectTimeout => "connect_timeout",
+            Outcome::DnsError => "dns_error",
             Outcome::ConnectError => "connect_error",
             Outcome::TlsError => "tls_error",
             Outcome::ResetBeforeWrite => "reset_before_write",

@@ -237,7 +237,11 @@ impl Recorder {
             self.reused_requests += 1;
         } else if !matches!(
             sample.outcome,
-            Outcome::NotSent | Outcome::Refused | Outcome::ConnectTimeout | Outcome::ConnectError
+            Outcome::NotSent
+                | Outcome::Refused
+                | Outcome::ConnectTimeout
+                | Outcome::DnsError
+                | Outcome::ConnectError
         ) {
             self.connections_opened += 1;
             self.phases.dns.record_ns(sample.phases.dns_ns);

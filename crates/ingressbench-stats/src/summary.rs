@@ -427,16 +427,15 @@ impl Summary {
         }
         if self.requests.total > 0 && self.requests.ok == 0 {
             if let Some((outcome, n)) = recorder.outcomes().dominant_failure() {
-                let detail = self
-                    .failure_details
-                    .get(outcome.name().as_ref())
-                    .map(|d| format!(": {d}"))
-                    .unwrap_or_default();
+                // The reason seen, else the usual reasons for that outcome.
+                let detail = match self.failure_details.get(outcome.name().as_ref()) {
+                    Some(seen) => format!(": {seen}"),
+                    None => hint_for(&outcome.name()).to_owned(),
+                };
                 warnings.push(format!(
-                    "NO REQUEST SUCCEEDED: {n} of {} ended as `{}`{detail}{}",
+                    "NO REQUEST SUCCEEDED: {n} of {} ended as `{}`{detail}",
                     self.requests.total,
                     outcome.name(),
-                    hint_for(&outcome.name())
                 ));
             }
         }
@@ -459,6 +458,7 @@ fn hint_for(outcome: &str) -> &'static str {
             " (nothing is listening at that address: is the server running, is the port right?)"
         }
         "connect_timeout" => " (the address does not answer: check the host, port and --resolve)",
+        "dns_error" => " (the host name does not resolve: check it, or pin it with --resolve)",
         "tls_error" => {
             " (check https:// vs http://, --cacert, --sni, or use -k for a self-signed certificate)"
         }

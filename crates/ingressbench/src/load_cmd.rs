@@ -22,6 +22,8 @@ const EXIT_INTERRUPTED: u8 = 130;
 
 pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
     let plan = plan_from(&args).map_err(|e| anyhow::Error::new(UsageError(e)))?;
+    plan.validate()
+        .map_err(|e| anyhow::Error::new(UsageError(e.into())))?;
     // Open every output first: a bad path should fail now, not after a long run.
     let json = args.json.as_deref().map(create).transpose()?;
     let hgrm_file = args.hgrm.as_deref().map(create).transpose()?;

@@ -570,3 +570,78 @@ fn run_quietly(file: &Path, out: &Path) -> Output {
         .output()
         .unwrap()
 }
+
+/// `ingressbench load` for 1 s at 10 req/s with a JSON summary; returns the summary and
+/// what was printed.
+fn load_json(dir: &Path, url: &str, extra: &[&str]) -> (Output, Option<serde_json::Value>) {
+    let json = dir.join("load.json");
+    let _ = std::fs::remove_file(&json);
+    let out = Command::new(BIN)
+        .args(["load", "-R", "10", "-c", "1", "-d", "1s", "--json"])
+        .arg(&json)
+        .args(extra)
+        .arg(url)
+        .output()
+        .unwrap();
+    let summary = std::fs::read(&json)
+        .ok()
+        .map(|b| serde_json::from_slice(&b).unwrap());
+    (out, summary)
+}
+
+#[test]
+fn connection_failures_say_why_dns_refused_or_a_resolve_that_does_not_match() {
+    let dir = scratch("why");
+    // A label longer than DNS allows: the resolver refuses it without sending a query.
+    let host = format!("{}.test", "a".repeat(64));
+    let (out, summary) = load_json(&dir, &format!("http://{host}/"), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let summary = summary.unwrap();
+    assert_eq!(summary["outcomes"]["dns_error"], 10, "{summary}");
+    let why = summary["failure_details"]["dns_error"].as_str().unwrap();
+    assert!(
+        why.contains(&format!("cannot resolve `{host}`"))
+            && why.contains(&format!("--resolve {host}:80:ADDRESS")),
+        "{why}"
+    );
+    assert!(text(&out).contains(why), "{}", text(&out));
+
+    // Nothing listens: the address and where it came from.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (out, summary) = load_json(
+        &dir,
+        &format!("http://app.test:{port}/"),
+        &["--resolve", &format!("app.test:{port}:127.0.0.1")],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let summary = summary.unwrap();
+    assert_eq!(summary["outcomes"]["refused"], 10, "{summary}");
+    let why = summary["failure_details"]["refused"].as_str().unwrap();
+    assert!(
+        why.starts_with(&format!(
+            "127.0.0.1:{port} (from --resolve) refused the connection"
+        )),
+        "{why}"
+    );
+
+    // A --resolve for another port would silently send every request to DNS: refused
+    // before the run, with the entry that would work.
+    let (out, summary) = load_json(
+        &dir,
+        "http://app.test/",
+        &["--resolve", "app.test:8443:127.0.0.1"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(summary.is_none(), "nothing ran");
+    assert!(
+        text(&out).contains("does not cover the URL's app.test:80")
+            && text(&out).contains("Use --resolve app.test:80:127.0.0.1"),
+        "{}",
+        text(&out)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
