@@ -8,9 +8,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use hdrhistogram::serialization::{Serializer, V2DeflateSerializer};
-use ingressbench_stats::HistogramUs;
+use ingressbench_stats::{HistogramUs, Outcome, OutcomeCounts};
 
 const MAX_VALUE_DIVISOR: f64 = 1000.0;
+
+/// The comment that follows each interval with the outcomes counted in it
+/// (`#outcomes 3.000 200=498 refused=2`): log readers skip it, and a cell cut short can be
+/// rebuilt, errors included, from its log alone.
+const OUTCOMES: &str = "outcomes ";
 
 /// Writes an interval log as intervals arrive.
 pub struct HlogWriter<W: Write> {
@@ -61,6 +66,15 @@ impl<W: Write> HlogWriter<W> {
         )
     }
 
+    /// Appends the outcomes counted in the interval that starts at `start`.
+    pub fn outcomes(&mut self, start: Duration, counts: &OutcomeCounts) -> io::Result<()> {
+        write!(self.out, "#{OUTCOMES}{:.3}", start.as_secs_f64())?;
+        for (outcome, n) in counts.iter() {
+            write!(self.out, " {}={n}", outcome.name())?;
+        }
+        writeln!(self.out)
+    }
+
     /// Appends a comment line (`#...`), which log readers skip.
     pub fn comment(&mut self, text: &str) -> io::Result<()> {
         for line in text.lines() {
@@ -84,6 +98,47 @@ pub struct Interval {
     pub length: Duration,
     /// Its histogram (microseconds).
     pub histogram: HistogramUs,
+}
+
+/// What a log written as a run went holds, read leniently: a log cut off mid-line (its
+/// writer killed) loses only that line.
+#[derive(Debug, Default)]
+pub struct Partial {
+    /// The intervals.
+    pub intervals: Vec<Interval>,
+    /// The outcomes of the intervals that have an outcomes comment, summed.
+    pub outcomes: OutcomeCounts,
+    /// How many intervals had one (logs of versions before 0.1.0's cut-short recovery
+    /// have none).
+    pub intervals_with_outcomes: usize,
+}
+
+/// Reads a log that may have been cut off: up to its last complete line.
+pub fn read_partial(bytes: &[u8]) -> Result<Partial, String> {
+    let whole = bytes
+        .iter()
+        .rposition(|b| *b == b'\n')
+        .map_or(&bytes[..0], |end| &bytes[..=end]);
+    let mut partial = Partial {
+        intervals: read(whole)?,
+        ..Partial::default()
+    };
+    let text = String::from_utf8_lossy(whole);
+    for line in text.lines() {
+        let Some(rest) = line
+            .strip_prefix('#')
+            .and_then(|l| l.strip_prefix(OUTCOMES))
+        else {
+            continue;
+        };
+        partial.intervals_with_outcomes += 1;
+        for (name, n) in rest.split(' ').skip(1).filter_map(|f| f.split_once('=')) {
+            if let (Some(outcome), Ok(n)) = (Outcome::from_name(name), n.parse::<u64>()) {
+                partial.outcomes.add_n(outcome, n);
+            }
+        }
+    }
+    Ok(partial)
 }
 
 /// Reads every interval of a log.
@@ -159,5 +214,39 @@ mod tests {
             );
             assert_eq!(got.histogram.max(), want.max());
         }
+    }
+
+    #[test]
+    fn a_log_cut_off_mid_line_keeps_its_whole_intervals_and_their_outcomes() {
+        let mut out = Vec::new();
+        let mut writer = HlogWriter::new(&mut out, SystemTime::now(), "cut").unwrap();
+        for i in 0..3u64 {
+            let mut h = HistogramUs::new();
+            let mut counts = OutcomeCounts::default();
+            for v in 0..10 {
+                h.record_us(100 + v);
+                counts.add(Outcome::Status(200));
+            }
+            counts.add_n(Outcome::Refused, i + 1);
+            let start = Duration::from_secs(i);
+            writer.interval(start, Duration::from_secs(1), &h).unwrap();
+            writer.outcomes(start, &counts).unwrap();
+        }
+        writer.flush().unwrap();
+        let text = String::from_utf8(out.clone()).unwrap();
+        assert!(
+            text.contains("\n#outcomes 1.000 200=10 refused=2\n"),
+            "{text}"
+        );
+        // Killed while writing the third interval's line: half of it is on disk.
+        let third = text.find("2.000,1.000,").unwrap();
+        let cut = &out[..third + 30];
+        assert!(read(cut).is_err(), "a strict read refuses the torn line");
+        let partial = read_partial(cut).unwrap();
+        assert_eq!(partial.intervals.len(), 2);
+        assert_eq!(partial.intervals_with_outcomes, 2);
+        assert_eq!(partial.outcomes.get(Outcome::Status(200)), 20);
+        assert_eq!(partial.outcomes.get(Outcome::Refused), 3);
+        assert_eq!(partial.outcomes.total(), 23);
     }
 }

@@ -46,7 +46,7 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
         "<header><h1>{}</h1><p class=\"what\">{}</p><p class=\"status status-{}\">Run {}; {} of {} cells measured.</p></header>",
         esc(name),
         esc(&description(run)),
-        esc(status),
+        esc(&status.replace(' ', "-")),
         esc(status),
         run.cells.iter().filter(|c| c.summary.is_some()).count(),
         run.cells.len()
@@ -167,7 +167,7 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
     }
 }
 
-const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:1000px;margin:1em auto;padding:0 1em;color:#222;line-height:1.4}h1{margin-bottom:.2em}h2{border-bottom:1px solid #ccc;margin-top:1.6em}figure{margin:.6em 0}figcaption{font-weight:600;font-size:.9em}svg{max-width:100%;height:auto}.note{color:#555;font-size:.85em}.warnings{background:#fff4e5;border-left:4px solid #e69f00;padding:.2em 1em}.status-incomplete,.status-failed{color:#b00}.bars{display:flex;flex-wrap:wrap;gap:4px}table{border-collapse:collapse;font-size:.85em;margin:.6em 0}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#f5f5f5}td.l,th.l{text-align:left}pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.8em;max-height:30em}.scale input{margin-left:1em}.swatch{display:inline-block;width:.8em;height:.8em;margin:0 .3em 0 .8em}.scale .lin{display:none}#ylin:checked~figure .lin{display:block}#ylin:checked~figure .log{display:none}@media print{.scale input,.scale label{display:none}details{display:block}details>*{display:block}}";
+const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:1000px;margin:1em auto;padding:0 1em;color:#222;line-height:1.4}h1{margin-bottom:.2em}h2{border-bottom:1px solid #ccc;margin-top:1.6em}figure{margin:.6em 0}figcaption{font-weight:600;font-size:.9em}svg{max-width:100%;height:auto}.note{color:#555;font-size:.85em}.warnings{background:#fff4e5;border-left:4px solid #e69f00;padding:.2em 1em}.status-incomplete,.status-failed,.status-cut-short{color:#b00}.bars{display:flex;flex-wrap:wrap;gap:4px}table{border-collapse:collapse;font-size:.85em;margin:.6em 0}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#f5f5f5}td.l,th.l{text-align:left}pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.8em;max-height:30em}.scale input{margin-left:1em}.swatch{display:inline-block;width:.8em;height:.8em;margin:0 .3em 0 .8em}.scale .lin{display:none}#ylin:checked~figure .lin{display:block}#ylin:checked~figure .log{display:none}@media print{.scale input,.scale label{display:none}details{display:block}details>*{display:block}}";
 
 fn description(run: &RunResults) -> String {
     let text = run.record["scenario_text"].as_str().unwrap_or_default();
@@ -215,6 +215,12 @@ fn target_colours(conditions: &[Condition]) -> BTreeMap<String, &'static str> {
 
 fn warnings(run: &RunResults) -> Vec<String> {
     let mut out = Vec::new();
+    if let Some(why) = run.record["cut_short"].as_str() {
+        out.push(format!(
+            "RUN CUT SHORT: {why}; the cell it was running is rebuilt from its interval log, the cells after it were never run (`ingressbench run --resume {}` runs them)",
+            run.dir.display()
+        ));
+    }
     for c in &run.cells {
         let label = format!(
             "{} {} (repeat {})",
@@ -231,6 +237,15 @@ fn warnings(run: &RunResults) -> Vec<String> {
             other => out.push(format!(
                 "{label} is {other}: not measured, or not to the end"
             )),
+        }
+        let attempts = run.record["cells"][c.index]["earlier_attempts"].as_array();
+        for a in attempts.into_iter().flatten() {
+            out.push(format!(
+                "{label}: an earlier attempt was cut short after {:.0} s ({} requests answered); not in these figures, its files are in cells/{}",
+                a["summary"]["duration_s"].as_f64().unwrap_or_default(),
+                a["summary"]["latency_us"]["count"],
+                a["dir"].as_str().unwrap_or("?")
+            ));
         }
         if let Some(ws) = c.summary.as_ref().and_then(|s| s["warnings"].as_array()) {
             for w in ws {

@@ -115,6 +115,13 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let mut notes = Vec::new();
     let mut cells = Vec::new();
+    let mut record = record.clone();
+    if record["status"] == "running" {
+        if let Some(gone) = writer_gone(path) {
+            record["status"] = Value::from(RUN_CUT_SHORT);
+            record["cut_short"] = Value::from(gone);
+        }
+    }
     for (i, c) in listed.iter().enumerate() {
         let dir = match c["dir"].as_str() {
             Some(d) if !is_plain_name(d) => {
@@ -148,8 +155,13 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             proxy_cpu: Vec::new(),
             error: c["error"].as_str().map(str::to_owned),
         };
-        if let (Some(dir), true) = (&dir, cell.status == "done" || cell.status == "interrupted") {
-            load_cell_files(&mut cell, &root, dir, &mut notes);
+        match (&dir, cell.status.as_str()) {
+            (Some(dir), "done" | "interrupted") => {
+                load_cell_files(&mut cell, &root, dir, &mut notes)
+            }
+            // Started but never finished: its run was killed, crashed or stopped twice.
+            (Some(dir), "pending") => recover_cell(&mut cell, &root, dir, &mut notes),
+            _ => {}
         }
         cells.push(cell);
     }
@@ -212,6 +224,116 @@ fn load_cell_files(cell: &mut CellResults, root: &Path, dir: &Path, notes: &mut 
     {
         cell.proxy_cpu = cpu_rates(&text, "proxy");
     }
+}
+
+/// The status shown for a run whose run.json says `running` while the process that
+/// wrote it is gone.
+pub const RUN_CUT_SHORT: &str = "cut short";
+
+/// For a run.json that says `running`: if the process named in the results directory's
+/// lock is gone, says so (it was killed or crashed). `None` while it lives, or when the
+/// lock does not name one.
+fn writer_gone(dir: &Path) -> Option<String> {
+    let holder = std::fs::read_to_string(dir.join(".lock")).ok()?;
+    let pid = holder
+        .strip_prefix("process ")?
+        .split(' ')
+        .next()?
+        .parse::<u32>()
+        .ok()?;
+    (!Path::new("/proc").join(pid.to_string()).exists()).then(|| {
+        format!(
+            "run.json says running, but process {pid}, which wrote it, is gone (killed or crashed)"
+        )
+    })
+}
+
+/// The status a cell rebuilt from its interval log gets.
+pub const CUT_SHORT: &str = "interrupted";
+
+/// A cell that started and never finished, because its run was killed, crashed or stopped
+/// by a second Ctrl-C: what it wrote as it went (the interval log) is read back, its summary
+/// rebuilt and the cell marked interrupted. A cell that never started has no log and stays
+/// pending.
+fn recover_cell(cell: &mut CellResults, root: &Path, dir: &Path, notes: &mut Vec<String>) {
+    let hlog = dir.join("latency.hlog");
+    if !hlog.exists() {
+        return;
+    }
+    let partial = resolves_inside(root, &hlog)
+        .and_then(|()| std::fs::read(&hlog).map_err(|e| format!("{}: {e}", hlog.display())))
+        .and_then(|bytes| {
+            crate::hlog::read_partial(&bytes).map_err(|e| format!("{}: {e}", hlog.display()))
+        });
+    let partial = match partial {
+        Ok(p) => p,
+        Err(e) => {
+            notes.push(e);
+            return;
+        }
+    };
+    let Some(summary) = rebuild_summary(&partial) else {
+        return;
+    };
+    cell.status = CUT_SHORT.to_owned();
+    cell.summary = Some(summary);
+    cell.windows = partial.intervals;
+    let usage = dir.join("usage.jsonl");
+    if let Ok(text) = resolves_inside(root, &usage)
+        .and_then(|()| std::fs::read_to_string(&usage).map_err(|e| e.to_string()))
+    {
+        cell.proxy_cpu = cpu_rates(&text, "proxy");
+    }
+}
+
+/// The summary of a cell cut short, from its interval log: requests answered and their
+/// latency from the histograms; every outcome, errors included, from the per-interval
+/// counts (a log without them, from an older version, leaves errors unknown). Marked
+/// `rebuilt_from` and `interrupted`, with a warning that says so. `None` without an
+/// interval.
+pub fn rebuild_summary(partial: &crate::hlog::Partial) -> Option<Value> {
+    let last = partial.intervals.last()?;
+    let mut latency = ingressbench_stats::HistogramUs::new();
+    for i in &partial.intervals {
+        latency.merge(&i.histogram);
+    }
+    let seconds = (last.start + last.length).as_secs_f64();
+    let with_outcomes = partial.intervals_with_outcomes == partial.intervals.len();
+    let o = &partial.outcomes;
+    let (total, ok, errors, outcomes) = if with_outcomes {
+        (
+            Value::from(o.total()),
+            Value::from(o.ok()),
+            Value::from(o.errors()),
+            serde_json::to_value(o.to_map()).unwrap_or(Value::Null),
+        )
+    } else {
+        (
+            Value::from(latency.count()),
+            Value::Null,
+            Value::Null,
+            Value::Null,
+        )
+    };
+    let pct = |p: f64| Value::from(latency.value_at_percentile(p));
+    Some(serde_json::json!({
+        "rebuilt_from": "latency.hlog",
+        "interrupted": true,
+        "duration_s": seconds,
+        "requests": { "total": total, "ok": ok, "errors": errors },
+        "outcomes": outcomes,
+        "latency_us": {
+            "count": latency.count(),
+            "mean": latency.mean(),
+            "p50": pct(50.0), "p90": pct(90.0), "p99": pct(99.0), "p999": pct(99.9),
+            "max": latency.max(),
+        },
+        "warnings": [format!(
+            "CUT SHORT, REBUILT FROM DISK: this cell's run ended before the cell did (killed, crashed, or stopped by a second Ctrl-C); its figures are rebuilt from the {} one-second windows of latency.hlog (the first {seconds:.0} s){}",
+            partial.intervals.len(),
+            if with_outcomes { "" } else { "; the log has no outcome counts (an older version wrote it), so errors are unknown" }
+        )],
+    }))
 }
 
 /// A CSV field as written: quoted (with doubled quotes inside) or plain.

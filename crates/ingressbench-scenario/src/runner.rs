@@ -225,9 +225,22 @@ pub fn run(
             cell.repeat + 1
         ));
         let dir = options.dir.join("cells").join(cell_dir_name(cell));
-        // A cell that did not finish (an earlier attempt, resumed) starts over.
+        // A cell that did not finish (an earlier attempt, resumed) starts over; what the
+        // earlier attempt measured is kept beside it and listed.
         if dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(io)?;
+            let previous_entry = previous.as_ref().map(|p| &p["cells"][cell.index]);
+            match keep_attempt(&dir, previous_entry).map_err(io)? {
+                Some((attempt, said)) => {
+                    progress(&format!("  {said}"));
+                    let entry = &mut record["cells"][cell.index];
+                    let mut attempts = previous_entry
+                        .and_then(|e| e["earlier_attempts"].as_array().cloned())
+                        .unwrap_or_default();
+                    attempts.push(attempt);
+                    entry["earlier_attempts"] = Value::Array(attempts);
+                }
+                None => std::fs::remove_dir_all(&dir).map_err(io)?,
+            }
         }
         std::fs::create_dir_all(&dir).map_err(io)?;
         let live = options.live.clone().map(|f| {
@@ -832,6 +845,48 @@ impl LabCache {
         }
         self.0.push((key, lab));
     }
+}
+
+/// Moves the directory of a cell an earlier attempt left unfinished to
+/// `NAME.attempt-K` (the first K free) if it measured anything, and describes it: its
+/// summary (the one run.json kept for a cell stopped by Ctrl-C, else one rebuilt from its
+/// interval log) and where it went, and a line to print. `None` if there was nothing to keep.
+fn keep_attempt(dir: &Path, previous: Option<&Value>) -> std::io::Result<Option<(Value, String)>> {
+    use ingressbench_report::{hlog, results};
+    let Ok(bytes) = std::fs::read(dir.join("latency.hlog")) else {
+        return Ok(None);
+    };
+    let recorded = previous
+        .filter(|p| p["status"] == "interrupted")
+        .map(|p| p["summary"].clone())
+        .filter(|s| !s.is_null());
+    let rebuilt = || {
+        hlog::read_partial(&bytes)
+            .ok()
+            .and_then(|p| results::rebuild_summary(&p))
+    };
+    let Some(summary) = recorded.or_else(rebuilt) else {
+        return Ok(None);
+    };
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let kept = (1..)
+        .map(|k| format!("{name}.attempt-{k}"))
+        .find(|n| !dir.with_file_name(n).exists())
+        .unwrap_or_default();
+    std::fs::rename(dir, dir.with_file_name(&kept))?;
+    let said = format!(
+        "an earlier attempt was cut short after {:.0} s ({} requests answered, p99 {} us); kept in cells/{kept}, running the cell again",
+        summary["duration_s"].as_f64().unwrap_or_default(),
+        summary["latency_us"]["count"],
+        summary["latency_us"]["p99"]
+    );
+    Ok(Some((
+        json!({ "dir": kept, "status": "interrupted", "summary": summary }),
+        said,
+    )))
 }
 
 fn offset(t: Instant, measure_from: Instant) -> f64 {

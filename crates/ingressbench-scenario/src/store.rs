@@ -198,6 +198,7 @@ impl Observer for Streams {
             let length = Duration::from_nanos(window.width_ns);
             let result = w
                 .interval(start, length, &window.latency)
+                .and_then(|()| w.outcomes(start, &window.outcomes))
                 .and_then(|()| w.flush())
                 .map_err(named(path));
             self.keep(result);

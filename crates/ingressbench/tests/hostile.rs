@@ -645,3 +645,93 @@ fn connection_failures_say_why_dns_refused_or_a_resolve_that_does_not_match() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_run_killed_mid_cell_is_rebuilt_from_its_interval_log_and_resumed_without_loss() {
+    let dir = scratch("killed");
+    let file = scenario(&dir, "killed", "6s");
+    let out = dir.join("out");
+    let mut run = spawn_run(&file, &out);
+    let cell = out.join("cells").join("000-up");
+    let hlog = cell.join("latency.hlog");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(&hlog).map_or(0, |t| {
+        t.lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with('"'))
+            .count()
+    }) < 3
+    {
+        assert!(Instant::now() < deadline, "the cell never measured 3 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Command::new("kill")
+        .args(["-KILL", &run.id().to_string()])
+        .status()
+        .unwrap();
+    let _ = run.wait();
+
+    // What was on disk is the cell's summary, marked as such.
+    let read = ingressbench_report::results::read(&out).unwrap();
+    assert_eq!(read.record["status"], "cut short", "{}", read.record);
+    let c = &read.cells[0];
+    assert_eq!(c.status, "interrupted");
+    let answered = c.number(&["requests", "total"]).unwrap();
+    assert!(answered >= 100.0, "3 s at 50 req/s: {answered}");
+    assert_eq!(c.number(&["requests", "errors"]), Some(0.0));
+    assert!(c.number(&["latency_us", "p99"]).unwrap() > 0.0);
+    let report = Command::new(BIN).arg("report").arg(&out).output().unwrap();
+    assert!(report.status.success(), "{}", text(&report));
+    assert!(
+        text(&report).contains("RUN CUT SHORT") && text(&report).contains("REBUILT FROM DISK"),
+        "{}",
+        text(&report)
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("Run cut short; 1 of 1 cells measured."),
+        "the header"
+    );
+    // A gate cannot pass on it.
+    let gate = Command::new(BIN)
+        .arg("compare")
+        .arg(&out)
+        .arg(&out)
+        .args(["--fail-if", "p99 > +50%"])
+        .output()
+        .unwrap();
+    assert_eq!(gate.status.code(), Some(3), "{}", text(&gate));
+
+    // --resume keeps what the attempt measured, beside the cell it runs again.
+    let resumed = Command::new(BIN)
+        .arg("run")
+        .arg("--resume")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    assert!(
+        text(&resumed).contains("an earlier attempt was cut short after")
+            && text(&resumed).contains("kept in cells/000-up.attempt-1"),
+        "{}",
+        text(&resumed)
+    );
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(record["status"], "complete", "{record}");
+    let entry = &record["cells"][0];
+    assert_eq!(entry["status"], "done");
+    let attempt = &entry["earlier_attempts"][0];
+    assert_eq!(attempt["dir"], "000-up.attempt-1", "{entry}");
+    assert_eq!(
+        attempt["summary"]["latency_us"]["count"].as_f64(),
+        Some(answered)
+    );
+    assert!(out.join("cells/000-up.attempt-1/latency.hlog").exists());
+    let report = Command::new(BIN).arg("report").arg(&out).output().unwrap();
+    assert!(
+        text(&report).contains("an earlier attempt was cut short"),
+        "{}",
+        text(&report)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -58,6 +58,19 @@ fn fake_run(dir: &Path, scenario_text: &str, cells: &[FakeCell<'_>]) {
     let mut entries = Vec::new();
     for (i, c) in cells.iter().enumerate() {
         let name = format!("{i:03}-cell");
+        let settings: serde_json::Map<String, serde_json::Value> = c
+            .settings
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), serde_json::json!(v)))
+            .collect();
+        entries.push(serde_json::json!({
+            "index": i, "repeat": c.repeat, "target": c.target, "settings": settings,
+            "status": c.status, "dir": name, "proxy_version": format!("{} 1.0", c.target),
+        }));
+        if c.status == "pending" {
+            // Never started: no directory (one with an interval log was cut short).
+            continue;
+        }
         let cell_dir = dir.join("cells").join(&name);
         std::fs::create_dir_all(cell_dir.join("proxy")).unwrap();
         if let Some(s) = &c.summary {
@@ -99,15 +112,6 @@ fn fake_run(dir: &Path, scenario_text: &str, cells: &[FakeCell<'_>]) {
             format!("server {{ # {} }}\n", c.backend),
         )
         .unwrap();
-        let settings: serde_json::Map<String, serde_json::Value> = c
-            .settings
-            .iter()
-            .map(|(k, v)| ((*k).to_owned(), serde_json::json!(v)))
-            .collect();
-        entries.push(serde_json::json!({
-            "index": i, "repeat": c.repeat, "target": c.target, "settings": settings,
-            "status": c.status, "dir": name, "proxy_version": format!("{} 1.0", c.target),
-        }));
     }
     let record = serde_json::json!({
         "scenario": "fake", "status": "complete", "tool_version": "test",
