@@ -111,6 +111,46 @@ impl LabSpec {
             topology: Topology::default(),
         }
     }
+
+    /// Every check [`Lab::up`] makes of the spec before it starts anything (pool names,
+    /// routes, every value that reaches a proxy's configuration), with the spec's overlay
+    /// and with each of `overlays` (the route changes its events will ask for): what a
+    /// proxy would be refused is known before the first cell starts.
+    pub fn check(&self, overlays: &[Overlay]) -> Result<(), LabError> {
+        for pool in &self.pools {
+            check_name("pool", &pool.name)?;
+        }
+        for overlay in std::iter::once(&self.overlay).chain(overlays) {
+            self.route_table(overlay, |_| Vec::new(), 1).validate()?;
+        }
+        Ok(())
+    }
+
+    /// The route table of this spec with `overlay`, its pools' endpoints from `endpoints`.
+    fn route_table(
+        &self,
+        overlay: &Overlay,
+        endpoints: impl Fn(&str) -> Vec<SocketAddr>,
+        generation: u32,
+    ) -> RouteTable {
+        RouteTable {
+            pools: self
+                .pools
+                .iter()
+                .map(|p| Pool {
+                    name: p.name.clone(),
+                    endpoints: endpoints(&p.name),
+                })
+                .collect(),
+            routes: self.routes.clone(),
+            overlay: overlay.clone(),
+            tuning: self.tuning.clone(),
+            generation: Generation {
+                header: GENERATION_HEADER,
+                value: generation,
+            },
+        }
+    }
 }
 
 /// One running backend.
@@ -562,29 +602,15 @@ impl Lab {
 
     /// The route table for the backends now running.
     pub fn table(&self) -> RouteTable {
-        RouteTable {
-            pools: self
-                .spec
-                .pools
+        let endpoints = |pool: &str| {
+            self.backends
                 .iter()
-                .map(|p| Pool {
-                    name: p.name.clone(),
-                    endpoints: self
-                        .backends
-                        .iter()
-                        .filter(|b| b.pool == p.name)
-                        .map(Backend::routed_addr)
-                        .collect(),
-                })
-                .collect(),
-            routes: self.spec.routes.clone(),
-            overlay: self.overlay.clone(),
-            tuning: self.spec.tuning.clone(),
-            generation: Generation {
-                header: GENERATION_HEADER,
-                value: self.generation,
-            },
-        }
+                .filter(|b| b.pool == pool)
+                .map(Backend::routed_addr)
+                .collect()
+        };
+        self.spec
+            .route_table(&self.overlay, endpoints, self.generation)
     }
 
     /// Starts or drains backends of `pool` until it has `replicas`, without telling the
@@ -724,6 +750,9 @@ impl Lab {
                 }
             }
             Change::Overlay(overlay) => {
+                // Refused here, before anything changes, if a proxy would be given a
+                // value it must not get.
+                self.spec.check(std::slice::from_ref(overlay))?;
                 self.set_overlay(overlay.clone());
                 generations.push((GENERATION_HEADER, self.generation));
                 (describe_overlay(overlay), Vec::new(), Vec::new())

@@ -92,6 +92,6 @@ pub mod fuzzing {
 pub use ingressbench_stats::parse_duration;
 pub use plan::{BatchWindow, Length, Mode, Plan, RequestGate, RetryPolicy, Warmup};
 pub use request::{parse_header, RequestSpec};
-pub use run::{run, LoadReport, NoObserver, Observer, Progress};
+pub use run::{ensure_descriptors, run, LoadReport, NoObserver, Observer, Progress};
 pub use target::{Resolve, Scheme, Target};
 pub use tls::TlsOptions;

@@ -70,7 +70,7 @@ const SPARE_DESCRIPTORS: u64 = 64;
 /// Raises the open-file limit to its hard limit if `connections` need it, or says before
 /// the run that they cannot all be opened (a run that cannot open its sockets would
 /// otherwise send nothing and look like a target that refuses them).
-fn ensure_descriptors(connections: usize) -> Result<(), LoadError> {
+pub fn ensure_descriptors(connections: usize) -> Result<(), LoadError> {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let needed = connections as u64 + SPARE_DESCRIPTORS;
     let limit = getrlimit(Resource::Nofile);

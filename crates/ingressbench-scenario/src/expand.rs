@@ -162,14 +162,19 @@ pub fn expand(
             })?;
             let events = check(&scenario, path)?;
             for target in &scenario.targets {
-                cells.push(Cell {
+                let cell = Cell {
                     index: cells.len(),
                     repeat,
                     target: target.clone(),
                     settings: settings.clone(),
                     scenario: scenario.clone(),
                     events: events.clone(),
-                });
+                };
+                // What the cell would find wrong when it starts, found now.
+                crate::runner::check_cell(&cell).map_err(|e| {
+                    ScenarioError::at(path, format!("cell {} ({}): {e}", cell.index, cell.label()))
+                })?;
+                cells.push(cell);
             }
         }
     }

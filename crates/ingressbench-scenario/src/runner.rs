@@ -463,61 +463,17 @@ fn run_cell(
         (None, Target::Proxy { .. }) => return Err("a proxy target without a lab".into()),
     };
     // The load.
-    let mut plan = Plan::new(Url::parse(&url).map_err(|e| e.to_string())?);
+    let host_header = (tls.is_none() && lab.is_some()).then_some(host.as_str());
+    let mut plan = plan_for(cell, &url, host_header, factor)?;
     if let Some((options, at)) = &tls {
         plan.tls = options.clone();
         plan.resolve = vec![Resolve::parse(&format!("{host}:{}:{}", at.port(), at.ip()))
             .map_err(|e| e.to_string())?];
     }
-    let mut headers = Vec::new();
-    if tls.is_none() && lab.is_some() {
-        headers.push(("Host".to_owned(), host.clone()));
-    }
-    for (name, value) in &l.headers {
-        headers.push(parse_header(&format!("{name}: {value}")).map_err(|e| e.to_string())?);
-    }
-    plan.request = RequestSpec {
-        headers,
-        ..RequestSpec::default()
+    let warmup = match plan.warmup {
+        Warmup::Duration(d) => d,
+        _ => Duration::ZERO,
     };
-    plan.mode = match l.mode {
-        LoadModeFile::Open => Mode::Open {
-            rate_per_s: l.rate.unwrap_or(1.0),
-        },
-        LoadModeFile::Closed => Mode::Closed,
-        LoadModeFile::Sequential => Mode::Sequential {
-            interval: scaled(
-                dur("load.interval", &l.interval)?.unwrap_or_default(),
-                factor,
-            ),
-        },
-    };
-    plan.connections = if l.mode == LoadModeFile::Sequential {
-        1
-    } else {
-        l.connections.unwrap_or(10)
-    };
-    plan.threads = l.threads.unwrap_or(1);
-    plan.length = match (dur("load.duration", &l.duration)?, l.requests) {
-        (Some(d), _) => Length::Duration(scaled(d, factor).max(Duration::from_millis(200))),
-        (None, Some(n)) => Length::Requests(n),
-        (None, None) => return Err("load: no duration or requests".into()),
-    };
-    let warmup = scaled(dur("load.warmup", &l.warmup)?.unwrap_or_default(), factor);
-    plan.warmup = match (warmup.is_zero(), l.warmup_requests) {
-        (false, _) => Warmup::Duration(warmup),
-        (true, Some(n)) => Warmup::Requests(n),
-        (true, None) => Warmup::None,
-    };
-    plan.keepalive = l.keepalive;
-    // Checked when the scenario was read.
-    plan.retry = l
-        .retry
-        .as_deref()
-        .and_then(RetryPolicy::parse)
-        .unwrap_or_default();
-    plan.timeout = dur("load.timeout", &l.timeout)?.unwrap_or(Duration::from_secs(10));
-    plan.sample_rate = l.sample_rate;
     let start = Instant::now() + START_DELAY;
     plan.start = Some(start);
     plan.validate().map_err(|e| e.to_string())?;
@@ -634,7 +590,10 @@ fn run_cell(
     });
     let mut next = 0;
     let mut reported = 0;
-    let mut part_exited: Option<String> = None;
+    // Why the cell must fail (a part of the lab exited, an event could not be applied):
+    // the load stops, what was measured is kept, and the cell is not done.
+    let mut went_wrong: Option<String> = None;
+    let mut fired = vec![0u32; cell.events.len()];
     let mut checked_at = Instant::now();
     while !load.is_finished() {
         let now = Instant::now();
@@ -643,11 +602,11 @@ fn run_cell(
         }
         // A proxy (or front, sidecar, backend) that dies is not the system under test
         // any more: stop, keep what was measured, and fail the cell.
-        if let (Some(lab), None) = (lab.as_mut(), &part_exited) {
+        if let (Some(lab), None) = (lab.as_mut(), &went_wrong) {
             if now.duration_since(checked_at) >= ALIVE_CHECK_INTERVAL {
                 checked_at = now;
                 if let Err(e) = lab.check_alive() {
-                    part_exited = Some(format!(
+                    went_wrong = Some(format!(
                         "{:.3} s into the cell: {e}",
                         crate::usage::signed_offset(now, measure_from)
                     ));
@@ -662,7 +621,7 @@ fn run_cell(
             let (due, index, delay) = firings[next];
             next += 1;
             if let Some(lab) = lab.as_mut() {
-                fire(
+                let result = fire(
                     lab,
                     cell,
                     index,
@@ -671,6 +630,11 @@ fn run_cell(
                     measure_from,
                     &mut events,
                 );
+                fired[index] += 1;
+                if let Err(e) = result {
+                    went_wrong.get_or_insert(e);
+                    cell_stop.store(true, Ordering::Relaxed);
+                }
             }
         }
         if let (Some(requests), Some(ack)) = (&gate_rx, &ack_tx) {
@@ -686,7 +650,7 @@ fn run_cell(
                             .filter(|d| d % every == 0)
                             .map(|d| d / every);
                         if k.is_some_and(|k| k < u64::from(times)) {
-                            fire(
+                            let result = fire(
                                 lab,
                                 cell,
                                 index,
@@ -695,6 +659,11 @@ fn run_cell(
                                 measure_from,
                                 &mut events,
                             );
+                            fired[index] += 1;
+                            if let Err(e) = result {
+                                went_wrong.get_or_insert(e);
+                                cell_stop.store(true, Ordering::Relaxed);
+                            }
                         }
                     }
                 }
@@ -702,7 +671,14 @@ fn run_cell(
             }
         }
         if let Some(lab) = lab.as_mut() {
-            let _ = lab.tick();
+            if let Err(e) = lab.tick() {
+                // A change the proxies were told and did not take.
+                went_wrong.get_or_insert(format!(
+                    "{:.3} s into the cell, a change could not be applied: {e}",
+                    crate::usage::signed_offset(Instant::now(), measure_from)
+                ));
+                cell_stop.store(true, Ordering::Relaxed);
+            }
             for rec in &lab.records()[reported..] {
                 let Some(applied) = rec.applied_at else { break };
                 let mechanisms: Vec<String> = rec
@@ -754,8 +730,14 @@ fn run_cell(
             (measure_from, start),
         )?;
     }
-    if let Some(why) = part_exited {
+    if let Some(why) = went_wrong {
         return Err(why);
+    }
+    // An event that never fired would leave a report of a scenario that did not happen.
+    if !report.summary.interrupted {
+        if let Some(why) = unfired(cell, &fired, report.summary.requests.total) {
+            return Err(why);
+        }
     }
     let s = &report.summary;
     let line = format!(
@@ -785,6 +767,201 @@ fn run_cell(
         interrupted: s.interrupted,
         line,
     })
+}
+
+/// Every check a cell makes before it starts anything, made without starting anything:
+/// its lab (pool names, routes, every value that reaches a proxy, with each route change
+/// its events ask for), its load plan and the open files its connections need, and its
+/// events against its pools and its length. [`crate::expand`] makes them for every cell,
+/// so `scenario check` and `run` find a bad matrix value before the first cell starts.
+/// The message names the scenario field and the fix.
+pub fn check_cell(cell: &Cell) -> Result<(), String> {
+    let s = &cell.scenario;
+    let (url, pools) = match (lab_file(cell), &cell.target) {
+        (Some(file), _) => {
+            let spec = file
+                .to_spec(Path::new("scenario"), PathBuf::new(), Binaries::default())
+                .map_err(|e| e.to_string())?;
+            let overlays: Vec<Overlay> = cell
+                .events
+                .iter()
+                .filter_map(|e| match change_for(&e.action, s) {
+                    Change::Overlay(o) => Some(o),
+                    _ => None,
+                })
+                .collect();
+            spec.check(&overlays).map_err(|e| e.to_string())?;
+            let pools = spec.pools.iter().map(|p| p.name.clone()).collect();
+            (format!("http://127.0.0.1{}", s.load.path), pools)
+        }
+        (None, Target::Upstream { url, name }) => {
+            if !cell.events.is_empty() {
+                return Err(format!(
+                    "events: target `{name}` is an upstream URL the tool did not start, so it cannot scale, kill, stall or reconfigure it; give the events to proxy targets (a lab), or run this target in a scenario without events"
+                ));
+            }
+            (url.clone(), Vec::new())
+        }
+        (None, Target::Proxy { .. }) => return Err("a proxy target without a lab".into()),
+    };
+    let plan = plan_for(cell, &url, None, 1.0)?;
+    plan.validate().map_err(|e| match e {
+        ingressbench_load::LoadError::InvalidPlan { field, reason } => {
+            format!("{}: {reason}", scenario_field(&field))
+        }
+        e => e.to_string(),
+    })?;
+    ingressbench_load::ensure_descriptors(plan.connections)
+        .map_err(|e| format!("load.connections: {e}"))?;
+    for (i, e) in cell.events.iter().enumerate() {
+        check_event(i, e, &pools, &plan.length)?;
+    }
+    Ok(())
+}
+
+/// The scenario field behind a load-plan option, for messages.
+fn scenario_field(option: &str) -> &str {
+    match option {
+        "-R/--rate" => "load.rate",
+        "-c/--connections" => "load.connections",
+        "--threads" => "load.threads",
+        "-n/--requests" => "load.requests",
+        "-d/--duration" => "load.duration",
+        "--timeout" => "load.timeout",
+        "--sample-rate" => "load.sample_rate",
+        other => other,
+    }
+}
+
+/// An event that would name a backend no pool has, or fire after the load ends.
+fn check_event(
+    i: usize,
+    e: &crate::model::EventSpec,
+    pools: &[String],
+    length: &Length,
+) -> Result<(), String> {
+    let named = match &e.action {
+        Action::Kill(name) | Action::Terminate(name) => name.as_deref(),
+        Action::StallBackend { backend, .. } => backend.as_deref(),
+        _ => None,
+    };
+    if let Some(name) = named {
+        let of_a_pool = pools.iter().any(|p| {
+            name.strip_prefix(p.as_str())
+                .and_then(|n| n.strip_prefix('-'))
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n >= 1)
+        });
+        if !of_a_pool {
+            let examples: Vec<String> = pools.iter().map(|p| format!("{p}-1")).collect();
+            return Err(format!(
+                "events[{i}]: `{name}` is not a backend of this scenario: backends are named POOL-N ({}), or leave the name out for one at random",
+                examples.join(", ")
+            ));
+        }
+    }
+    let never = |what: String, limit: String| {
+        Err(format!(
+            "events[{i}]: {what} is past the end of the load ({limit}), so it would never fire; make the event earlier or the load longer"
+        ))
+    };
+    match (&e.timing, length) {
+        (Timing::At(at), Length::Duration(d)) if at >= d => {
+            never(format!("at {at:?}"), format!("load.duration {d:?}"))
+        }
+        (
+            Timing::Every {
+                first,
+                every,
+                times,
+            },
+            Length::Duration(d),
+        ) if *first + *every * times.saturating_sub(1) >= *d => never(
+            format!(
+                "the last of {times} firings ({:?})",
+                *first + *every * times.saturating_sub(1)
+            ),
+            format!("load.duration {d:?}"),
+        ),
+        (
+            Timing::BeforeRequest {
+                first,
+                every,
+                times,
+            },
+            Length::Requests(n),
+        ) if first + every * u64::from(times.saturating_sub(1)) > *n => never(
+            format!(
+                "the last of {times} firings (before request {})",
+                first + every * u64::from(times.saturating_sub(1))
+            ),
+            format!("load.requests {n}"),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The load plan of a cell against `url` (a `Host` header added if given), its times
+/// scaled by `factor`; what depends on the running lab (TLS, `--resolve`, the start) is
+/// added by the caller.
+fn plan_for(
+    cell: &Cell,
+    url: &str,
+    host_header: Option<&str>,
+    factor: f64,
+) -> Result<Plan, String> {
+    let l = &cell.scenario.load;
+    let mut plan = Plan::new(Url::parse(url).map_err(|e| e.to_string())?);
+    let mut headers = Vec::new();
+    if let Some(host) = host_header {
+        headers.push(("Host".to_owned(), host.to_owned()));
+    }
+    for (name, value) in &l.headers {
+        headers.push(parse_header(&format!("{name}: {value}")).map_err(|e| e.to_string())?);
+    }
+    plan.request = RequestSpec {
+        headers,
+        ..RequestSpec::default()
+    };
+    plan.mode = match l.mode {
+        LoadModeFile::Open => Mode::Open {
+            rate_per_s: l.rate.unwrap_or(1.0),
+        },
+        LoadModeFile::Closed => Mode::Closed,
+        LoadModeFile::Sequential => Mode::Sequential {
+            interval: scaled(
+                dur("load.interval", &l.interval)?.unwrap_or_default(),
+                factor,
+            ),
+        },
+    };
+    plan.connections = if l.mode == LoadModeFile::Sequential {
+        1
+    } else {
+        l.connections.unwrap_or(10)
+    };
+    plan.threads = l.threads.unwrap_or(1);
+    plan.length = match (dur("load.duration", &l.duration)?, l.requests) {
+        (Some(d), _) => Length::Duration(scaled(d, factor).max(Duration::from_millis(200))),
+        (None, Some(n)) => Length::Requests(n),
+        (None, None) => return Err("load: no duration or requests".into()),
+    };
+    let warmup = scaled(dur("load.warmup", &l.warmup)?.unwrap_or_default(), factor);
+    plan.warmup = match (warmup.is_zero(), l.warmup_requests) {
+        (false, _) => Warmup::Duration(warmup),
+        (true, Some(n)) => Warmup::Requests(n),
+        (true, None) => Warmup::None,
+    };
+    plan.keepalive = l.keepalive;
+    // Checked when the scenario was read.
+    plan.retry = l
+        .retry
+        .as_deref()
+        .and_then(RetryPolicy::parse)
+        .unwrap_or_default();
+    plan.timeout = dur("load.timeout", &l.timeout)?.unwrap_or(Duration::from_secs(10));
+    plan.sample_rate = l.sample_rate;
+    Ok(plan)
 }
 
 /// The lab a proxy target needs; `None` for an upstream URL.
@@ -895,6 +1072,23 @@ fn offset(t: Instant, measure_from: Instant) -> f64 {
 
 /// Fires event `index` of `cell` now and writes its `events.jsonl` line.
 /// `due` is `("due_s", seconds)` for a timed event or `("due_request", n)` for a lock-step one.
+/// Says which event fired fewer times than planned (the run ended first), if one did.
+fn unfired(cell: &Cell, fired: &[u32], requests: u64) -> Option<String> {
+    cell.events.iter().zip(fired).enumerate().find_map(|(i, (e, n))| {
+        let planned = match e.timing {
+            Timing::At(_) => 1,
+            Timing::Every { times, .. } | Timing::BeforeRequest { times, .. } => times,
+        };
+        (*n < planned).then(|| {
+            format!(
+                "events[{i}] fired {n} of {planned} times: the load ended first ({requests} requests); make load.duration (or load.requests) longer, or the event earlier"
+            )
+        })
+    })
+}
+
+/// Asks the lab for event `index`'s change and logs it in `events.jsonl`. A change the
+/// lab cannot make is logged as such and is the cell's failure.
 fn fire(
     lab: &mut Lab,
     cell: &Cell,
@@ -903,8 +1097,9 @@ fn fire(
     due: (&str, Value),
     measure_from: Instant,
     events: &mut std::fs::File,
-) {
+) -> Result<(), String> {
     let change = change_for(&cell.events[index].action, &cell.scenario);
+    let mut failed = None;
     let mut line = match lab.request(change, delay) {
         Ok(r) => {
             let rec = &lab.records()[r];
@@ -917,10 +1112,17 @@ fn fire(
                     "propagation_delay_s": delay.as_secs_f64(), "started": rec.started, "removed": rec.removed,
                     "generations": generations })
         }
-        Err(e) => json!({ "event": index, "error": e.to_string() }),
+        Err(e) => {
+            failed = Some(format!(
+                "events[{index}] could not be applied {:.3} s into the cell: {e}",
+                crate::usage::signed_offset(Instant::now(), measure_from)
+            ));
+            json!({ "event": index, "error": e.to_string() })
+        }
     };
     line[due.0] = due.1;
     let _ = writeln!(events, "{line}").and_then(|()| events.flush());
+    failed.map_or(Ok(()), Err)
 }
 
 /// Writes `impact.json`: for every event fired, what it did to the sampled requests in the

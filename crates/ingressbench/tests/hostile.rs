@@ -735,3 +735,107 @@ fn a_run_killed_mid_cell_is_rebuilt_from_its_interval_log_and_resumed_without_lo
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `ingressbench scenario check` of `text`.
+fn check_text(dir: &Path, text: &str) -> Output {
+    let file = dir.join("check.yaml");
+    std::fs::write(&file, text).unwrap();
+    Command::new(BIN)
+        .args(["scenario", "check"])
+        .arg(&file)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn scenario_check_finds_what_any_cell_or_event_would_find_wrong() {
+    let dir = scratch("check");
+    let base = "name: c\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 2 }]\n";
+    let load = "load: { mode: open, rate: 50, connections: 2, duration: 10s }\n";
+    let cases: [(String, &[&str]); 6] = [
+        // A matrix value only the third cell has.
+        (
+            format!("{base}load: {{ mode: open, rate: 50, duration: 10s }}\nmatrix: {{ load.connections: [2, 4, 0] }}\n"),
+            &["cell 2 (nginx load.connections=0)", "load.connections: 0 is not between 1 and 1000000"],
+        ),
+        (
+            format!("{base}{load}events: [{{ at: 2s, kill: ech-2 }}]\n"),
+            &["events[0]: `ech-2` is not a backend of this scenario", "echo-1"],
+        ),
+        (
+            format!("{base}{load}events: [{{ at: 30s, reload: true }}]\n"),
+            &["events[0]: at 30s is past the end of the load (load.duration 10s)"],
+        ),
+        (
+            format!("{base}load: {{ mode: sequential, requests: 20 }}\nevents: [{{ before_request: 10, times: 3, reload: true }}]\n"),
+            &["the last of 3 firings (before request 30) is past the end of the load (load.requests 20)"],
+        ),
+        // A route change whose value no proxy may be given.
+        (
+            format!("{base}{load}events: [{{ at: 2s, config: {{ response_header: {{ name: x-ingressbench-generation, value: \"1\" }} }} }}]\n"),
+            &["x-ingressbench-generation", "use another name"],
+        ),
+        (
+            format!("name: c\ntargets: [{{ upstream: \"http://127.0.0.1:9/\", name: up }}]\n{load}events: [{{ at: 2s, reload: true }}]\n"),
+            &["target `up` is an upstream URL the tool did not start"],
+        ),
+    ];
+    for (yaml, says) in &cases {
+        let out = check_text(&dir, yaml);
+        assert_eq!(out.status.code(), Some(2), "{yaml}: {}", text(&out));
+        for s in *says {
+            assert!(
+                text(&out).contains(s),
+                "{yaml}: wanted `{s}` in: {}",
+                text(&out)
+            );
+        }
+    }
+    // `run` says the same before any cell starts: nothing is written.
+    let file = dir.join("check.yaml");
+    std::fs::write(&file, &cases[0].0).unwrap();
+    let out = run(&file, &["--out", "never"], &dir);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("load.connections"), "{}", text(&out));
+    assert!(!dir.join("never").exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn an_event_that_cannot_be_applied_fails_its_cell_and_is_not_shown_as_applied() {
+    let dir = scratch("unapplied");
+    // echo-5 is a name of the pool, but only echo-1 and echo-2 run.
+    let file = dir.join("kill.yaml");
+    std::fs::write(
+        &file,
+        "name: unapplied\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 2 }]\nload: { mode: open, rate: 50, connections: 2, duration: 4s }\nevents: [{ at: 1s, kill: echo-5 }]\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let done = run(&file, &["--out", out.to_str().unwrap()], &dir);
+    assert_eq!(done.status.code(), Some(1), "{}", text(&done));
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    let cell = &record["cells"][0];
+    assert_eq!(cell["status"], "failed", "{cell}");
+    let error = cell["error"].as_str().unwrap();
+    assert!(
+        error.contains("events[0] could not be applied") && error.contains("echo-5"),
+        "{error}"
+    );
+    let events = std::fs::read_to_string(out.join("cells/000-nginx/events.jsonl")).unwrap();
+    let line: serde_json::Value = serde_json::from_str(events.lines().next().unwrap()).unwrap();
+    assert!(
+        line["error"].is_string() && line.get("requested_s").is_none(),
+        "{line}"
+    );
+    // What was measured until then is kept, and the report says the cell failed.
+    assert!(out.join("cells/000-nginx/latency.hlog").exists());
+    let report = Command::new(BIN).arg("report").arg(&out).output().unwrap();
+    assert!(
+        text(&report).contains("failed: events[0]"),
+        "{}",
+        text(&report)
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
