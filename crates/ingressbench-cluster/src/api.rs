@@ -1,0 +1,32 @@
+//! Calls to a cluster's API, through `kube`.
+
+use std::path::Path;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use crate::ClusterError;
+
+/// A client for the cluster `kubeconfig` describes (its current context, or `context`).
+pub async fn client(kubeconfig: &Path, context: Option<&str>) -> Result<Client, ClusterError> {
+    let file = Kubeconfig::read_from(kubeconfig)
+        .map_err(|e| ClusterError::Api(format!("{}: {e}", kubeconfig.display())))?;
+    let options = KubeConfigOptions {
+        context: context.map(str::to_owned),
+        ..KubeConfigOptions::default()
+    };
+    let config = Config::from_custom_kubeconfig(file, &options)
+        .await
+        .map_err(|e| ClusterError::Api(format!("{}: {e}", kubeconfig.display())))?;
+    Client::try_from(config).map_err(|e| ClusterError::Api(e.to_string()))
+}
+
+/// The API server's version (`v1.33.13`).
+pub async fn version(kubeconfig: &Path, context: Option<&str>) -> Result<String, ClusterError> {
+    let info = client(kubeconfig, context)
+        .await?
+        .apiserver_version()
+        .await
+        .map_err(|e| ClusterError::Api(e.to_string()))?;
+    Ok(info.git_version)
+}

@@ -1,0 +1,33 @@
+//! The cluster's error type.
+
+use std::path::PathBuf;
+
+/// Why a cluster could not be brought up or used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// A binary or file it needs is not there.
+    #[error("{what} is missing (looked at {}); {fix}", looked.display())]
+    Missing {
+        /// What.
+        what: String,
+        /// Where it was looked for.
+        looked: PathBuf,
+        /// How to get it.
+        fix: String,
+    },
+    /// A file could not be written or read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The Kubernetes API refused or did not answer.
+    #[error("Kubernetes API: {0}")]
+    Api(String),
+    /// A process of the control plane did not start, or exited.
+    #[error(transparent)]
+    Process(#[from] ingressbench_lab::LabError),
+}

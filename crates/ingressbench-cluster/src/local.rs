@@ -1,0 +1,397 @@
+//! A real Kubernetes control plane on this machine: etcd (Debian's `etcd-server`) and
+//! kube-apiserver, kube-controller-manager and kube-scheduler built by
+//! `scripts/kube-binaries.sh`. It is how the tests get a cluster, and how anyone can try
+//! cluster mode without a cloud.
+//!
+//! Every process is a lab child ([`OwnedChild`]): its own process group, killed with the
+//! thread that started it and when dropped. The cluster lives in one directory (certificates,
+//! tokens, kubeconfig, etcd's data, logs), removed when the cluster is dropped.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ingressbench_lab::process::OwnedChild;
+use rcgen::KeyPair;
+
+use crate::ClusterError;
+
+/// The Kubernetes release the local cluster runs (and `scripts/kube-binaries.sh` builds).
+pub const KUBE_VERSION: &str = "1.33.13";
+
+/// How long the API server may take to answer (3-4 s here; etcd's first start is slower).
+const API_READY_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The range Services' cluster IPs come from.
+const SERVICE_RANGE: &str = "10.96.0.0/16";
+
+/// What a local cluster needs.
+#[derive(Clone, Debug)]
+pub struct LocalOptions {
+    /// The directory it lives in (created; removed when the cluster is dropped).
+    pub dir: PathBuf,
+    /// Where kube-apiserver, kube-controller-manager and kube-scheduler are.
+    pub kube_bin: PathBuf,
+    /// The etcd binary.
+    pub etcd: PathBuf,
+}
+
+impl LocalOptions {
+    /// The usual places: binaries in the cache `scripts/kube-binaries.sh` fills (or
+    /// `INGRESSBENCH_KUBE_BIN`), etcd on PATH.
+    pub fn discover(dir: PathBuf) -> Self {
+        let kube_bin = std::env::var_os("INGRESSBENCH_KUBE_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| kube_cache().join(format!("v{KUBE_VERSION}")));
+        Self {
+            dir,
+            kube_bin,
+            etcd: PathBuf::from("etcd"),
+        }
+    }
+}
+
+/// The cache folder of `scripts/kube-binaries.sh`.
+fn kube_cache() -> PathBuf {
+    let root = std::env::var_os("INGRESSBENCH_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("ingressbench"))
+        })
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/ingressbench")))
+        .unwrap_or_else(|| PathBuf::from(".cache/ingressbench"));
+    root.join("kube")
+}
+
+/// A running local control plane.
+pub struct LocalCluster {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    server: String,
+    /// In start order; stopped in reverse.
+    parts: Vec<OwnedChild>,
+}
+
+impl std::fmt::Debug for LocalCluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalCluster")
+            .field("dir", &self.dir)
+            .field("server", &self.server)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LocalCluster {
+    /// Starts etcd, the API server, the controller manager and the scheduler, and waits
+    /// until the API server answers. Anything that does not start is an error naming it,
+    /// its log and the log's end; what was started is stopped again.
+    pub fn up(options: &LocalOptions) -> Result<Self, ClusterError> {
+        let bins = [
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+        ];
+        for b in bins {
+            if !options.kube_bin.join(b).is_file() {
+                return Err(ClusterError::Missing {
+                    what: format!("{b} v{KUBE_VERSION}"),
+                    looked: options.kube_bin.join(b),
+                    fix: "bash scripts/kube-binaries.sh (builds the control plane from the Go module proxy into the cache; about 11 minutes the first time), or set INGRESSBENCH_KUBE_BIN".into(),
+                });
+            }
+        }
+        let etcd = locate(&options.etcd).ok_or_else(|| ClusterError::Missing {
+            what: "etcd".into(),
+            looked: options.etcd.clone(),
+            fix: "apt-get install etcd-server (or: bash scripts/install-deps.sh)".into(),
+        })?;
+        let dir = &options.dir;
+        std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+        let mut cluster = LocalCluster {
+            dir: dir.clone(),
+            kubeconfig: dir.join("kubeconfig"),
+            server: String::new(),
+            parts: Vec::new(),
+        };
+        let files = Files::write(dir)?;
+        // etcd.
+        let (client, peer) = (free_port()?, free_port()?);
+        let etcd_url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let args = [
+            "--name=ingressbench".to_owned(),
+            format!("--data-dir={}", dir.join("etcd").display()),
+            format!("--listen-client-urls={etcd_url}"),
+            format!("--advertise-client-urls={etcd_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=ingressbench={peer_url}"),
+        ];
+        let mut etcd = cluster.start("etcd", &etcd, &args)?;
+        etcd.wait_listening(
+            SocketAddr::from(([127, 0, 0, 1], client)),
+            API_READY_TIMEOUT,
+        )
+        .map_err(ClusterError::from)?;
+        cluster.parts.push(etcd);
+        // The API server.
+        let port = free_port()?;
+        cluster.server = format!("https://127.0.0.1:{port}");
+        let sa = files.service_account_key.display().to_string();
+        let sa_public = files.service_account_public.display().to_string();
+        let args = [
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".to_owned(),
+            "--advertise-address=127.0.0.1".to_owned(),
+            format!("--secure-port={port}"),
+            format!("--tls-cert-file={}", files.serving_cert.display()),
+            format!("--tls-private-key-file={}", files.serving_key.display()),
+            format!("--token-auth-file={}", files.tokens.display()),
+            "--authorization-mode=Node,RBAC".to_owned(),
+            "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
+            format!("--service-account-key-file={sa_public}"),
+            format!("--service-account-signing-key-file={sa}"),
+            format!("--service-cluster-ip-range={SERVICE_RANGE}"),
+            "--endpoint-reconciler-type=none".to_owned(),
+            "--enable-priority-and-fairness=false".to_owned(),
+        ];
+        let apiserver = cluster.start(
+            "kube-apiserver",
+            &options.kube_bin.join("kube-apiserver"),
+            &args,
+        )?;
+        cluster.parts.push(apiserver);
+        files.kubeconfig(&cluster.kubeconfig, &cluster.server, &files.admin_token)?;
+        cluster.wait_api()?;
+        // The controllers and the scheduler, each with its own identity.
+        let kcm_config = dir.join("kube-controller-manager.kubeconfig");
+        files.kubeconfig(&kcm_config, &cluster.server, &files.controller_token)?;
+        let args = [
+            format!("--kubeconfig={}", kcm_config.display()),
+            format!("--service-account-private-key-file={sa}"),
+            format!("--root-ca-file={}", files.ca.display()),
+            "--leader-elect=false".to_owned(),
+            // Each controller acts as its own service account, which the bootstrap RBAC
+            // policy grants what it needs.
+            "--use-service-account-credentials=true".to_owned(),
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={}", free_port()?),
+            // No cloud, no node IP allocation, no certificate signing: the node agent
+            // gives pods their addresses and uses tokens.
+            "--controllers=*,-nodeipam,-csrsigning,-csrapproving,-csrcleaner,-service-lb-controller,-cloud-node-lifecycle,-route".to_owned(),
+        ];
+        let kcm = cluster.start(
+            "kube-controller-manager",
+            &options.kube_bin.join("kube-controller-manager"),
+            &args,
+        )?;
+        cluster.parts.push(kcm);
+        let sched_config = dir.join("kube-scheduler.kubeconfig");
+        files.kubeconfig(&sched_config, &cluster.server, &files.scheduler_token)?;
+        let args = [
+            format!("--kubeconfig={}", sched_config.display()),
+            "--leader-elect=false".to_owned(),
+            "--bind-address=127.0.0.1".to_owned(),
+            format!("--secure-port={}", free_port()?),
+        ];
+        let scheduler = cluster.start(
+            "kube-scheduler",
+            &options.kube_bin.join("kube-scheduler"),
+            &args,
+        )?;
+        cluster.parts.push(scheduler);
+        // Give both a moment to fail on their flags, so that a bad start is an error here.
+        std::thread::sleep(Duration::from_millis(500));
+        cluster.check_alive()?;
+        Ok(cluster)
+    }
+
+    /// The kubeconfig of the cluster's administrator (a token in `system:masters`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The API server's URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// The directory the cluster lives in.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The process ids of the control plane's parts, by name.
+    pub fn processes(&self) -> Vec<(&str, u32)> {
+        self.parts.iter().map(|p| (p.name(), p.pid())).collect()
+    }
+
+    /// An error naming the first part that exited, with how and its log's end.
+    pub fn check_alive(&mut self) -> Result<(), ClusterError> {
+        for part in &mut self.parts {
+            if let Some(status) = part.try_wait() {
+                return Err(part.not_ready(format!("exited with {status}")).into());
+            }
+        }
+        Ok(())
+    }
+
+    fn start(
+        &self,
+        name: &str,
+        program: &Path,
+        args: &[String],
+    ) -> Result<OwnedChild, ClusterError> {
+        let log = self.dir.join(format!("{name}.log"));
+        OwnedChild::spawn(name, program, args, &self.dir, &log).map_err(ClusterError::from)
+    }
+
+    /// Polls the API server's version with the admin kubeconfig until it answers.
+    fn wait_api(&mut self) -> Result<(), ClusterError> {
+        let started = Instant::now();
+        let runtime = runtime()?;
+        let mut last = String::new();
+        while started.elapsed() < API_READY_TIMEOUT {
+            self.check_alive()?;
+            match runtime.block_on(crate::api::version(&self.kubeconfig, None)) {
+                Ok(_) => return Ok(()),
+                Err(e) => last = e.to_string(),
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let apiserver = self
+            .parts
+            .iter()
+            .find(|p| p.name() == "kube-apiserver")
+            .map(|p| p.not_ready(format!("no answer after {API_READY_TIMEOUT:?}: {last}")));
+        Err(apiserver.map_or_else(|| ClusterError::Api(last), ClusterError::from))
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        // The scheduler and controllers first, then the API server, then etcd.
+        while let Some(mut part) = self.parts.pop() {
+            part.terminate(Duration::from_secs(5));
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A tokio runtime for the blocking callers of the API.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ClusterError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Api(format!("cannot start an async runtime: {e}")))
+}
+
+/// The files the control plane reads: a CA and the API server's certificate, the
+/// service-account signing key, the token file and kubeconfigs.
+struct Files {
+    ca: PathBuf,
+    serving_cert: PathBuf,
+    serving_key: PathBuf,
+    service_account_key: PathBuf,
+    service_account_public: PathBuf,
+    tokens: PathBuf,
+    admin_token: String,
+    controller_token: String,
+    scheduler_token: String,
+}
+
+impl Files {
+    fn write(dir: &Path) -> Result<Self, ClusterError> {
+        // The API server is reached as 127.0.0.1 from here and as the `kubernetes`
+        // Service from pods.
+        let names = [
+            "kubernetes",
+            "kubernetes.default",
+            "kubernetes.default.svc",
+            "kubernetes.default.svc.cluster.local",
+            "10.96.0.1",
+        ]
+        .map(str::to_owned);
+        let certs = ingressbench_lab::certs::generate(dir, &names)?;
+        let service_account_key = dir.join("service-account.key");
+        let key = KeyPair::generate().map_err(|e| ClusterError::Api(e.to_string()))?;
+        write_private(&service_account_key, &key.serialize_pem())?;
+        let service_account_public = dir.join("service-account.pub");
+        write_private(&service_account_public, &key.public_key_pem())?;
+        let token = || {
+            use std::io::Read;
+            let mut bytes = [0u8; 24];
+            std::fs::File::open("/dev/urandom")
+                .and_then(|mut r| r.read_exact(&mut bytes))
+                .map_err(|e| io(Path::new("/dev/urandom"), e))?;
+            Ok::<_, ClusterError>(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
+        };
+        let (admin_token, controller_token, scheduler_token) = (token()?, token()?, token()?);
+        let tokens = dir.join("tokens.csv");
+        write_private(
+            &tokens,
+            &format!(
+                "{admin_token},admin,admin,\"system:masters\"\n{controller_token},system:kube-controller-manager,kube-controller-manager\n{scheduler_token},system:kube-scheduler,kube-scheduler\n"
+            ),
+        )?;
+        Ok(Self {
+            ca: certs.ca,
+            serving_cert: certs.cert,
+            serving_key: certs.key,
+            service_account_key,
+            service_account_public,
+            tokens,
+            admin_token,
+            controller_token,
+            scheduler_token,
+        })
+    }
+
+    /// Writes a kubeconfig for `server` that trusts the cluster's CA and sends `token`.
+    fn kubeconfig(&self, path: &Path, server: &str, token: &str) -> Result<(), ClusterError> {
+        let config = serde_json::json!({
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{ "name": "ingressbench-local", "cluster": {
+                "server": server, "certificate-authority": self.ca } }],
+            "users": [{ "name": "ingressbench-local", "user": { "token": token } }],
+            "contexts": [{ "name": "ingressbench-local", "context": {
+                "cluster": "ingressbench-local", "user": "ingressbench-local" } }],
+            "current-context": "ingressbench-local",
+        });
+        // JSON is YAML: every kubeconfig reader takes it.
+        write_private(path, &format!("{config:#}\n"))
+    }
+}
+
+fn write_private(path: &Path, text: &str) -> Result<(), ClusterError> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).map_err(|e| io(path, e))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(|e| io(path, e))
+}
+
+fn io(path: &Path, source: std::io::Error) -> ClusterError {
+    ClusterError::Io {
+        path: path.to_owned(),
+        source,
+    }
+}
+
+fn free_port() -> Result<u16, ClusterError> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| io(Path::new("127.0.0.1"), e))
+}
+
+/// `program` as given if it is a path, else found on PATH.
+fn locate(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 {
+        return program.is_file().then(|| program.to_owned());
+    }
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|d| d.join(program))
+            .find(|p| p.is_file())
+    })
+}

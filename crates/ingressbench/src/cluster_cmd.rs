@@ -1,0 +1,180 @@
+//! `ingressbench cluster local up | down | kubeconfig`: the local test cluster.
+//!
+//! `up` starts `cluster local serve` in a process group of its own (so that the terminal's
+//! Ctrl-C does not reach it) and returns once the API answers; `serve` owns every process
+//! of the control plane, so they all die with it, and stops them on SIGTERM; `down` sends
+//! that SIGTERM and waits until everything is gone.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use ingressbench_cluster::local::{LocalCluster, LocalOptions, KUBE_VERSION};
+
+use crate::args::{ClusterCommand, LocalArgs, LocalCommand};
+use crate::UsageError;
+
+/// How long `up` waits for `serve` to report the API answering.
+const UP_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long `down` waits for `serve` to stop everything before killing it.
+const DOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// Where the local cluster lives unless `--dir` says.
+pub(crate) fn default_dir() -> PathBuf {
+    std::env::temp_dir().join("ingressbench-cluster-local")
+}
+
+pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
+    match command {
+        ClusterCommand::Local(LocalCommand::Up(args)) => up(&args.dir),
+        ClusterCommand::Local(LocalCommand::Down(args)) => down(&args.dir),
+        ClusterCommand::Local(LocalCommand::Kubeconfig(args)) => {
+            let path = kubeconfig(&args.dir);
+            if !path.is_file() {
+                return Err(not_up(&args.dir));
+            }
+            println!("{}", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        ClusterCommand::Local(LocalCommand::Serve(LocalArgs { dir })) => serve(&dir),
+    }
+}
+
+fn kubeconfig(dir: &Path) -> PathBuf {
+    dir.join("cluster").join("kubeconfig")
+}
+
+fn not_up(dir: &Path) -> anyhow::Error {
+    UsageError(anyhow::anyhow!(
+        "no local cluster is up in {}; start one with: ingressbench cluster local up",
+        dir.display()
+    ))
+    .into()
+}
+
+/// The process serving the cluster in `dir`, if it is alive.
+fn serving(dir: &Path) -> Option<u32> {
+    let pid = std::fs::read_to_string(dir.join("serve.pid"))
+        .ok()?
+        .trim()
+        .parse::<u32>()
+        .ok()?;
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let zombie = stat
+        .rsplit_once(')')
+        .is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
+    (!zombie).then_some(pid)
+}
+
+fn up(dir: &Path) -> Result<ExitCode> {
+    if let Some(pid) = serving(dir) {
+        return Err(UsageError(anyhow::anyhow!(
+            "a local cluster is already up in {} (process {pid}); its kubeconfig is {}; stop it with: ingressbench cluster local down",
+            dir.display(),
+            kubeconfig(dir).display()
+        ))
+        .into());
+    }
+    // Whatever a serve that was SIGKILLed left.
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let log_path = dir.join("serve.log");
+    let log = std::fs::File::create(&log_path)?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(["cluster", "local", "serve", "--dir"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("starting the cluster's serving process")?;
+    let started = Instant::now();
+    let ready = dir.join("ready");
+    loop {
+        if let Ok(server) = std::fs::read_to_string(&ready) {
+            println!(
+                "local cluster up: Kubernetes v{KUBE_VERSION}, API {} ({:.1} s)",
+                server.trim(),
+                started.elapsed().as_secs_f64()
+            );
+            println!("export KUBECONFIG={}", kubeconfig(dir).display());
+            println!("stop it with: ingressbench cluster local down");
+            return Ok(ExitCode::SUCCESS);
+        }
+        if let Some(status) = child.try_wait()? {
+            let mut said = String::new();
+            let _ = std::fs::File::open(&log_path).and_then(|mut f| f.read_to_string(&mut said));
+            let _ = std::fs::remove_dir_all(dir);
+            anyhow::bail!(
+                "the local cluster did not start ({status}):\n{}",
+                said.trim()
+            );
+        }
+        if started.elapsed() > UP_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!(
+                "the local cluster was not up after {UP_TIMEOUT:?}; its logs are in {}",
+                dir.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn serve(dir: &Path) -> Result<ExitCode> {
+    let stop = crate::signals::stop_flag()?;
+    std::fs::write(dir.join("serve.pid"), std::process::id().to_string())?;
+    let options = LocalOptions::discover(dir.join("cluster"));
+    let mut cluster = LocalCluster::up(&options)?;
+    std::fs::write(dir.join("ready"), cluster.server())?;
+    for (name, pid) in cluster.processes() {
+        eprintln!("{name}: process {pid}");
+    }
+    while !stop.load(Ordering::Relaxed) {
+        if let Err(e) = cluster.check_alive() {
+            eprintln!("error: {e}");
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(cluster);
+    let _ = std::fs::remove_dir_all(dir);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn down(dir: &Path) -> Result<ExitCode> {
+    let Some(pid) = serving(dir) else {
+        if dir.exists() {
+            // A serve that was SIGKILLed took its processes with it; only files remain.
+            std::fs::remove_dir_all(dir)?;
+            println!(
+                "removed {} (its processes were gone already)",
+                dir.display()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        return Err(not_up(dir));
+    };
+    let target = rustix::process::Pid::from_raw(pid as i32).context("bad pid")?;
+    let _ = rustix::process::kill_process(target, rustix::process::Signal::TERM);
+    let started = Instant::now();
+    while serving(dir).is_some() && started.elapsed() < DOWN_GRACE {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    if serving(dir).is_some() {
+        // Its children die with it (parent-death signal).
+        let _ = rustix::process::kill_process(target, rustix::process::Signal::KILL);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+    println!(
+        "local cluster down ({:.1} s)",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(ExitCode::SUCCESS)
+}
