@@ -2,6 +2,7 @@
 //! processes, for the tests and for trying cluster mode without a cloud, and [`api`], the
 //! calls made through the ecosystem's client (`kube` with `k8s-openapi`).
 
+pub mod agent;
 pub mod api;
 mod error;
 pub mod local;

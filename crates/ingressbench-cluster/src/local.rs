@@ -11,9 +11,12 @@ use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeMap;
+
 use ingressbench_lab::process::OwnedChild;
 use rcgen::KeyPair;
 
+use crate::agent::{Agent, AgentOptions};
 use crate::ClusterError;
 
 /// The Kubernetes release the local cluster runs (and `scripts/kube-binaries.sh` builds).
@@ -34,6 +37,10 @@ pub struct LocalOptions {
     pub kube_bin: PathBuf,
     /// The etcd binary.
     pub etcd: PathBuf,
+    /// How many nodes the node agent registers (none: no pod runs).
+    pub nodes: usize,
+    /// Images the node agent can run, and the binary for each.
+    pub images: BTreeMap<String, PathBuf>,
 }
 
 impl LocalOptions {
@@ -43,10 +50,16 @@ impl LocalOptions {
         let kube_bin = std::env::var_os("INGRESSBENCH_KUBE_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| kube_cache().join(format!("v{KUBE_VERSION}")));
+        let mut images = BTreeMap::new();
+        if let Ok(exe) = std::env::current_exe() {
+            images.insert(crate::agent::IMAGE.to_owned(), exe);
+        }
         Self {
             dir,
             kube_bin,
             etcd: PathBuf::from("etcd"),
+            nodes: 2,
+            images,
         }
     }
 }
@@ -70,6 +83,8 @@ pub struct LocalCluster {
     server: String,
     /// In start order; stopped in reverse.
     parts: Vec<OwnedChild>,
+    /// Stopped first, so that the pods go before the control plane.
+    agent: Option<Agent>,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -112,6 +127,7 @@ impl LocalCluster {
             kubeconfig: dir.join("kubeconfig"),
             server: String::new(),
             parts: Vec::new(),
+            agent: None,
         };
         let files = Files::write(dir)?;
         // etcd.
@@ -203,6 +219,16 @@ impl LocalCluster {
         // Give both a moment to fail on their flags, so that a bad start is an error here.
         std::thread::sleep(Duration::from_millis(500));
         cluster.check_alive()?;
+        if options.nodes > 0 {
+            let pods = dir.join("pods");
+            std::fs::create_dir_all(&pods).map_err(|e| io(&pods, e))?;
+            cluster.agent = Some(Agent::start(AgentOptions {
+                kubeconfig: cluster.kubeconfig.clone(),
+                nodes: options.nodes,
+                dir: pods,
+                images: options.images.clone(),
+            })?);
+        }
         Ok(cluster)
     }
 
@@ -228,6 +254,12 @@ impl LocalCluster {
 
     /// An error naming the first part that exited, with how and its log's end.
     pub fn check_alive(&mut self) -> Result<(), ClusterError> {
+        if self.agent.as_ref().is_some_and(Agent::failed) {
+            return match self.agent.take().map(Agent::stop) {
+                Some(Err(e)) => Err(e),
+                _ => Err(ClusterError::Api("the node agent stopped".into())),
+            };
+        }
         for part in &mut self.parts {
             if let Some(status) = part.try_wait() {
                 return Err(part.not_ready(format!("exited with {status}")).into());
@@ -270,6 +302,9 @@ impl LocalCluster {
 
 impl Drop for LocalCluster {
     fn drop(&mut self) {
+        if let Some(agent) = self.agent.take() {
+            let _ = agent.stop();
+        }
         // The scheduler and controllers first, then the API server, then etcd.
         while let Some(mut part) = self.parts.pop() {
             part.terminate(Duration::from_secs(5));

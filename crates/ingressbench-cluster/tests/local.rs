@@ -20,7 +20,13 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn a_local_control_plane_schedules_a_deployment_and_leaves_nothing() {
     let dir = std::env::temp_dir().join(format!("ib-cluster-test-{}", std::process::id()));
-    let cluster = LocalCluster::up(&LocalOptions::discover(dir.clone())).unwrap();
+    // No node: the scheduler has nowhere to put pods (the node agent is tested through
+    // the binary, whose image it runs).
+    let options = LocalOptions {
+        nodes: 0,
+        ..LocalOptions::discover(dir.clone())
+    };
+    let cluster = LocalCluster::up(&options).unwrap();
     let pids: Vec<(String, u32)> = cluster
         .processes()
         .into_iter()

@@ -178,15 +178,18 @@ pub struct Node {
     pub netns: Option<PathBuf>,
 }
 
-/// A lab's nodes, made as they are first used.
+/// A lab's nodes, made as they are first used. (The local cluster's node agent uses them
+/// too: a pod is a node of its own.)
 #[derive(Debug)]
-pub(crate) struct Nodes {
+pub struct Nodes {
     isolation: Isolation,
     /// `PID-N`: who made them.
     id: String,
     /// The third and fourth octets' base: nodes are 198.18.0.0 + subnet * 256 + index.
     subnet: Option<u32>,
     nodes: Vec<Node>,
+    /// How many nodes were ever made: addresses are not reused.
+    made_count: u32,
     /// The namespaces made, hub first.
     made: Vec<String>,
     host_link: Option<String>,
@@ -198,7 +201,8 @@ static LABS: AtomicUsize = AtomicUsize::new(0);
 static PICKING: Mutex<()> = Mutex::new(());
 
 impl Nodes {
-    pub(crate) fn new(isolation: Isolation) -> Result<Self, LabError> {
+    /// No node yet; namespaces need root.
+    pub fn new(isolation: Isolation) -> Result<Self, LabError> {
         let lab = LABS.fetch_add(1, Ordering::Relaxed) % 10_000;
         if isolation == Isolation::Netns {
             check_netns_possible()?;
@@ -208,23 +212,24 @@ impl Nodes {
             id: format!("{}x{lab}", std::process::id()),
             subnet: None,
             nodes: Vec::new(),
+            made_count: 0,
             made: Vec::new(),
             host_link: None,
         })
     }
 
     /// Every node made so far.
-    pub(crate) fn all(&self) -> &[Node] {
+    pub fn all(&self) -> &[Node] {
         &self.nodes
     }
 
     /// The node called `name`, made if it is new (`told` hears of each namespace made,
     /// so that the reaper can remove it).
-    pub(crate) fn get(&mut self, name: &str, told: &mut dyn FnMut(&str)) -> Result<Node, LabError> {
+    pub fn get(&mut self, name: &str, told: &mut dyn FnMut(&str)) -> Result<Node, LabError> {
         if let Some(n) = self.nodes.iter().find(|n| n.name == name) {
             return Ok(n.clone());
         }
-        let index = self.nodes.len() as u32;
+        let index = self.made_count;
         let node = match self.isolation {
             Isolation::Loopback => {
                 if index > 255 {
@@ -266,8 +271,23 @@ impl Nodes {
                 }
             }
         };
+        self.made_count += 1;
         self.nodes.push(node.clone());
         Ok(node)
+    }
+
+    /// Removes the node called `name` and its namespace (its address is not given out
+    /// again).
+    pub fn release(&mut self, name: &str) {
+        let Some(at) = self.nodes.iter().position(|n| n.name == name) else {
+            return;
+        };
+        let node = self.nodes.remove(at);
+        if let Some(ns) = node.netns.as_ref().and_then(|p| p.file_name()) {
+            let ns = ns.to_string_lossy().into_owned();
+            let _ = ip_cmd(&["netns", "del", &ns]);
+            self.made.retain(|m| *m != ns);
+        }
     }
 
     /// Makes the hub (a namespace with a bridge) and joins the host to it; returns the
@@ -300,7 +320,7 @@ impl Nodes {
     }
 
     /// Removes every namespace and link made (the host's veth goes with the hub).
-    pub(crate) fn remove(&mut self) {
+    pub fn remove(&mut self) {
         for ns in self.made.drain(..).rev() {
             let _ = ip_cmd(&["netns", "del", &ns]);
         }

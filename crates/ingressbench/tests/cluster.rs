@@ -22,6 +22,17 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// Runs `down` when dropped, so that a failing test leaves no cluster behind.
+struct Down<'a>(&'a std::path::Path);
+
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        if self.0.exists() {
+            let _ = local("down", self.0);
+        }
+    }
+}
+
 /// Processes whose command line mentions `needle`.
 fn processes_with(needle: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
@@ -40,6 +51,7 @@ fn a_local_cluster_comes_up_in_the_background_and_goes_down_without_a_trace() {
     let dir = std::env::temp_dir().join(format!("ib-cluster-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let up = local("up", &dir);
+    let _down = Down(&dir);
     assert!(up.status.success(), "{}", text(&up));
     let config = dir.join("cluster/kubeconfig");
     assert!(
@@ -73,4 +85,161 @@ fn a_local_cluster_comes_up_in_the_background_and_goes_down_without_a_trace() {
         "{}",
         text(&none)
     );
+}
+
+/// Pods of `app=echo` in `default`: (name, ip, ready).
+async fn echo_pods(
+    pods: &kube::Api<k8s_openapi::api::core::v1::Pod>,
+) -> Vec<(String, String, bool)> {
+    let list = pods
+        .list(&kube::api::ListParams::default().labels("app=echo"))
+        .await
+        .unwrap();
+    list.items
+        .iter()
+        .map(|p| {
+            let status = p.status.clone().unwrap_or_default();
+            let ready = status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True");
+            (
+                p.metadata.name.clone().unwrap_or_default(),
+                status.pod_ip.unwrap_or_default(),
+                ready,
+            )
+        })
+        .collect()
+}
+
+/// `GET /` on `ip:8080`; the `x-backend` header of the answer.
+fn backend_at(ip: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect((ip, 8080)).ok()?;
+    s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
+        .ok()?;
+    s.write_all(b"GET / HTTP/1.1\r\nHost: echo\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    text.lines()
+        .find_map(|l| l.strip_prefix("x-backend: "))
+        .map(|v| v.trim().to_owned())
+}
+
+async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "after 60 s: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[test]
+fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletion() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{DeleteParams, PostParams};
+    let dir = std::env::temp_dir().join(format!("ib-cluster-agent-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let up = local("up", &dir);
+    let _down = Down(&dir);
+    assert!(up.status.success(), "{}", text(&up));
+    let config = dir.join("cluster/kubeconfig");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(&config, None).await.unwrap();
+        let deployments: kube::Api<Deployment> = kube::Api::namespaced(client.clone(), "default");
+        let deployment = |name: &str, image: &str| -> Deployment {
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name },
+                "spec": {
+                    "replicas": 2,
+                    "selector": { "matchLabels": { "app": name } },
+                    "template": {
+                        "metadata": { "labels": { "app": name } },
+                        "spec": {
+                            "terminationGracePeriodSeconds": 5,
+                            "containers": [{
+                                "name": "echo", "image": image,
+                                "args": ["backend", "--listen", "0.0.0.0:8080", "--name", "$(POD_NAME)"],
+                                "env": [{ "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } }],
+                                "readinessProbe": { "httpGet": { "path": "/healthz", "port": 8080 } }
+                            }]
+                        }
+                    }
+                }
+            }))
+            .unwrap()
+        };
+        deployments
+            .create(&PostParams::default(), &deployment("echo", "example.test/ingressbench:dev"))
+            .await
+            .unwrap();
+        let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), "default");
+        let ready = wait_for("two ready echo pods", async || {
+            let p = echo_pods(&pods).await;
+            (p.len() == 2 && p.iter().all(|(_, ip, r)| *r && !ip.is_empty())).then_some(p)
+        })
+        .await;
+        // Each pod answers on its own address, as itself ($(POD_NAME) expanded).
+        for (name, ip, _) in &ready {
+            assert!(ip.starts_with("198.1"), "{ip}");
+            assert_eq!(backend_at(ip).as_deref(), Some(name.as_str()), "{ip}");
+        }
+        // A deleted pod is stopped and removed; the Deployment replaces it.
+        let (victim, victim_ip, _) = ready[0].clone();
+        pods.delete(&victim, &DeleteParams::default()).await.unwrap();
+        wait_for("the deleted pod gone and a new one ready", async || {
+            let p = echo_pods(&pods).await;
+            (p.len() == 2 && p.iter().all(|(n, _, r)| *r && *n != victim)).then_some(())
+        })
+        .await;
+        assert_eq!(backend_at(&victim_ip), None, "{victim} still answers");
+        // An image the agent cannot run says so in the pod's status.
+        deployments
+            .create(&PostParams::default(), &deployment("nginx", "nginx:1.27"))
+            .await
+            .unwrap();
+        let unknown: kube::Api<Pod> = kube::Api::namespaced(client, "default");
+        let message = wait_for("the unknown image reported", async || {
+            let list = unknown
+                .list(&kube::api::ListParams::default().labels("app=nginx"))
+                .await
+                .ok()?;
+            list.items.iter().find_map(|p| {
+                let waiting = p
+                    .status
+                    .as_ref()?
+                    .container_statuses
+                    .as_ref()?
+                    .first()?
+                    .state
+                    .as_ref()?
+                    .waiting
+                    .clone()?;
+                (waiting.reason.as_deref() == Some("ErrImageNotKnown")).then_some(waiting.message)
+            })
+        })
+        .await
+        .unwrap_or_default();
+        assert!(message.contains("nginx:1.27") && message.contains("ingressbench"), "{message}");
+    });
+    let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
+    let down = local("down", &dir);
+    assert!(down.status.success(), "{}", text(&down));
+    // No process, no namespace of the agent's, no file.
+    assert!(processes_with(&dir.display().to_string()).is_empty());
+    let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let owned = format!("ingressbench-{}x", serve.trim());
+    assert!(
+        !String::from_utf8_lossy(&namespaces.stdout).contains(&owned),
+        "{}",
+        String::from_utf8_lossy(&namespaces.stdout)
+    );
+    assert!(!dir.exists());
 }

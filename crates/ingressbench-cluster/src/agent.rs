@@ -1,0 +1,571 @@
+//! The node agent: what stands in for the kubelet on the local cluster, where there is no
+//! container runtime. It registers its nodes and renews their leases, and runs every pod
+//! the scheduler binds to one of them as a local process in a network namespace of its
+//! own (an address from 198.18.0.0/15: the API refuses loopback addresses in
+//! EndpointSlices). It reports the pod Running, then Ready once its readiness probe
+//! passes; on deletion it sends SIGTERM, waits the grace period, sends SIGKILL, and removes
+//! the pod. Images map to local binaries (`ingressbench` is this tool).
+//!
+//! It polls the API every [`POLL`] rather than watching: one list of a few dozen pods is
+//! cheap on a local API server, and the code stays a loop a reader can follow. Its
+//! reaction time (up to one poll) is part of what the local cluster measures as the
+//! control plane's time, and is said so in docs/CLUSTER.md.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ingressbench_lab::process::OwnedChild;
+use ingressbench_lab::topology::{Isolation, Nodes};
+use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+
+use crate::ClusterError;
+
+/// How often the agent looks at the pods.
+pub const POLL: Duration = Duration::from_millis(100);
+/// How often a node's lease is renewed (the kubelet's default).
+const LEASE_RENEW: Duration = Duration::from_secs(10);
+/// The prefix of the nodes' names.
+pub const NODE_PREFIX: &str = "ib-node-";
+/// The image that runs this tool.
+pub const IMAGE: &str = "ingressbench";
+
+/// What the agent needs.
+#[derive(Clone, Debug)]
+pub struct AgentOptions {
+    /// The administrator's kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// How many nodes it registers (`ib-node-1` …).
+    pub nodes: usize,
+    /// Where pods' logs go.
+    pub dir: PathBuf,
+    /// Images it can run, by name (without tag or registry), and the binary for each.
+    pub images: BTreeMap<String, PathBuf>,
+}
+
+/// The running agent; stopping it (or dropping it) kills its pods.
+#[derive(Debug)]
+pub struct Agent {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<(), ClusterError>>>,
+}
+
+impl Agent {
+    /// Registers the nodes, then serves pods on a thread of its own (the parent-death
+    /// signal of each pod's process is tied to that thread) until stopped.
+    pub fn start(options: AgentOptions) -> Result<Agent, ClusterError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("ib-node-agent".into())
+            .spawn(move || {
+                let runtime = crate::local::runtime()?;
+                runtime.block_on(async move {
+                    let mut state = match State::new(options).await {
+                        Ok(s) => {
+                            let _ = ready_tx.send(Ok(()));
+                            s
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e.to_string()));
+                            return Err(e);
+                        }
+                    };
+                    let result = state.serve(&flag).await;
+                    state.stop_all().await;
+                    result
+                })
+            })
+            .map_err(|e| ClusterError::Api(format!("cannot start the node agent: {e}")))?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Agent {
+                stop,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(ClusterError::Api(format!("node agent: {e}")))
+            }
+            Err(_) => Err(ClusterError::Api("the node agent stopped at once".into())),
+        }
+    }
+
+    /// Whether it stopped by itself (an error it could not go on after).
+    pub fn failed(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| t.is_finished())
+    }
+
+    /// Kills its pods and waits for it; its error, if it stopped on one.
+    pub fn stop(mut self) -> Result<(), ClusterError> {
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> Result<(), ClusterError> {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(result)) => result,
+            Some(Err(_)) => Err(ClusterError::Api("the node agent panicked".into())),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.stop_and_join();
+    }
+}
+
+/// One pod the agent runs.
+struct Running {
+    namespace: String,
+    name: String,
+    uid: String,
+    /// The container's name and image, as reported in its status.
+    container: String,
+    image: String,
+    ip: IpAddr,
+    /// `None`: it could not be started (an image the agent does not know).
+    child: Option<OwnedChild>,
+    probe: Option<SocketAddr>,
+    probe_path: String,
+    ready: bool,
+    /// Set once its deletion began: when to stop waiting for it to exit.
+    deadline: Option<Instant>,
+}
+
+struct State {
+    options: AgentOptions,
+    client: Client,
+    nodes: Nodes,
+    pods: Vec<Running>,
+    renewed: Instant,
+}
+
+impl State {
+    async fn new(options: AgentOptions) -> Result<Self, ClusterError> {
+        let client = crate::api::client(&options.kubeconfig, None).await?;
+        let nodes = Nodes::new(Isolation::Netns)?;
+        let mut state = State {
+            options,
+            client,
+            nodes,
+            pods: Vec::new(),
+            renewed: Instant::now(),
+        };
+        state.register().await?;
+        Ok(state)
+    }
+
+    fn node_names(&self) -> Vec<String> {
+        (1..=self.options.nodes)
+            .map(|i| format!("{NODE_PREFIX}{i}"))
+            .collect()
+    }
+
+    /// Creates the nodes (Ready, with room for 110 pods each) and their leases.
+    async fn register(&mut self) -> Result<(), ClusterError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        for name in self.node_names() {
+            let node: Node = serde_json::from_value(json!({
+                "metadata": { "name": name, "labels": {
+                    "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                    "app.kubernetes.io/managed-by": "ingressbench" } },
+            }))
+            .map_err(api)?;
+            match nodes.create(&PostParams::default(), &node).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 409 => {}
+                Err(e) => return Err(api(e)),
+            }
+            self.report_node(&name).await?;
+        }
+        self.renew_leases().await
+    }
+
+    async fn report_node(&self, name: &str) -> Result<(), ClusterError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let now = now();
+        let room = json!({ "cpu": "2", "memory": "8Gi", "pods": "110" });
+        let status = json!({ "status": {
+            "capacity": room, "allocatable": room,
+            "addresses": [{ "type": "InternalIP", "address": "127.0.0.1" },
+                          { "type": "Hostname", "address": name }],
+            "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "ingressbench node agent", "lastHeartbeatTime": now,
+                "lastTransitionTime": now }],
+            "nodeInfo": { "kubeletVersion": format!("v{}", crate::local::KUBE_VERSION),
+                "containerRuntimeVersion": "ingressbench://local-processes",
+                "architecture": "amd64", "operatingSystem": "linux", "osImage": "local",
+                "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "systemUUID": "",
+                "bootID": "" },
+        }});
+        nodes
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map_err(api)?;
+        Ok(())
+    }
+
+    async fn renew_leases(&mut self) -> Result<(), ClusterError> {
+        use k8s_openapi::api::coordination::v1::Lease;
+        let leases: Api<Lease> = Api::namespaced(self.client.clone(), "kube-node-lease");
+        for name in self.node_names() {
+            let lease = json!({
+                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": { "name": name },
+                "spec": { "holderIdentity": name, "leaseDurationSeconds": 40,
+                          "renewTime": now_micro() },
+            });
+            let patch = PatchParams::apply("ingressbench-node-agent").force();
+            leases
+                .patch(&name, &patch, &Patch::Apply(&lease))
+                .await
+                .map_err(api)?;
+        }
+        self.renewed = Instant::now();
+        Ok(())
+    }
+
+    async fn serve(&mut self, stop: &AtomicBool) -> Result<(), ClusterError> {
+        while !stop.load(Ordering::Relaxed) {
+            if self.renewed.elapsed() >= LEASE_RENEW {
+                self.renew_leases().await?;
+                for name in self.node_names() {
+                    self.report_node(&name).await?;
+                }
+            }
+            self.step().await?;
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(())
+    }
+
+    /// One look at the pods: start the new ones bound here, report the ready ones, stop
+    /// the deleted ones.
+    async fn step(&mut self) -> Result<(), ClusterError> {
+        let all: Api<Pod> = Api::all(self.client.clone());
+        let listed = all.list(&ListParams::default()).await.map_err(api)?;
+        let ours: Vec<&Pod> = listed
+            .items
+            .iter()
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_deref())
+                    .is_some_and(|n| n.starts_with(NODE_PREFIX))
+            })
+            .collect();
+        for pod in &ours {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let known = self.pods.iter().position(|r| r.uid == uid);
+            match (known, pod.metadata.deletion_timestamp.is_some()) {
+                (None, false) => self.start(pod).await?,
+                (None, true) => self.remove(pod_ns(pod), pod_name(pod)).await,
+                (Some(i), true) if self.pods[i].deadline.is_none() => {
+                    let grace = pod
+                        .metadata
+                        .deletion_grace_period_seconds
+                        .unwrap_or(30)
+                        .max(0) as u64;
+                    let running = &mut self.pods[i];
+                    running.deadline = Some(Instant::now() + Duration::from_secs(grace));
+                    if let Some(child) = &running.child {
+                        let _ = child.signal(rustix::process::Signal::TERM);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Pods gone from the API (deleted with no grace by someone else) stop here too.
+        let listed_uids: Vec<String> = ours.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        let mut i = 0;
+        while i < self.pods.len() {
+            let r = &mut self.pods[i];
+            let gone = !listed_uids.contains(&r.uid);
+            let exited = r.child.as_mut().is_none_or(|c| c.try_wait().is_some());
+            let overdue = r.deadline.is_some_and(|d| Instant::now() >= d);
+            if gone || (r.deadline.is_some() && (exited || overdue)) {
+                let mut r = self.pods.remove(i);
+                if let Some(mut child) = r.child.take() {
+                    child.terminate(Duration::ZERO);
+                }
+                self.nodes.release(&r.uid);
+                if !gone {
+                    self.remove(&r.namespace, &r.name).await;
+                }
+                continue;
+            }
+            i += 1;
+        }
+        // Readiness.
+        for i in 0..self.pods.len() {
+            let r = &self.pods[i];
+            if r.ready || r.deadline.is_some() || r.child.is_none() {
+                continue;
+            }
+            let passes = match self.pods[i].probe {
+                None => true,
+                Some(addr) => http_ok(addr, &self.pods[i].probe_path),
+            };
+            if passes {
+                self.pods[i].ready = true;
+                self.report_pod(i, true).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts a pod's first container in a namespace of its own and reports it Running.
+    async fn start(&mut self, pod: &Pod) -> Result<(), ClusterError> {
+        let (namespace, name) = (pod_ns(pod).to_owned(), pod_name(pod).to_owned());
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let spec = pod.spec.as_ref();
+        let node = spec.and_then(|s| s.node_name.clone()).unwrap_or_default();
+        let Some(container) = spec.and_then(|s| s.containers.first()) else {
+            return Ok(());
+        };
+        let image = container.image.clone().unwrap_or_default();
+        let Some(binary) = self.binary_for(&image) else {
+            let known: Vec<&String> = self.options.images.keys().collect();
+            self.report_waiting(
+                &namespace,
+                &name,
+                &container.name,
+                &image,
+                "ErrImageNotKnown",
+                &format!(
+                    "the ingressbench node agent runs local binaries, not images; it knows {known:?}, not `{image}`"
+                ),
+            )
+            .await?;
+            // Known, so that it is not tried again every poll.
+            self.pods.push(Running {
+                namespace,
+                name,
+                uid,
+                container: container.name.clone(),
+                image,
+                ip: IpAddr::from([0, 0, 0, 0]),
+                child: None,
+                probe: None,
+                probe_path: String::new(),
+                ready: false,
+                deadline: None,
+            });
+            return Ok(());
+        };
+        let place = self.nodes.get(&uid, &mut |_| {})?;
+        let env = environment(container, pod, place.ip, &node);
+        let log = self.options.dir.join(format!("{namespace}_{name}.log"));
+        // `$(VAR)` in args is the container's variable, as the kubelet expands it.
+        let args: Vec<String> = container
+            .args
+            .iter()
+            .flatten()
+            .map(|a| {
+                env.iter()
+                    .fold(a.clone(), |a, (k, v)| a.replace(&format!("$({k})"), v))
+            })
+            .collect();
+        let child = OwnedChild::spawn_with_env(
+            &format!("pod {namespace}/{name}"),
+            &binary,
+            &args,
+            &env,
+            &self.options.dir,
+            &log,
+            place.netns.as_deref(),
+        )?;
+        let (probe, probe_path) = container
+            .readiness_probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .map(|h| {
+                let port = match &h.port {
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => *p as u16,
+                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(_) => 0,
+                };
+                (
+                    Some(SocketAddr::new(place.ip, port)),
+                    h.path.clone().unwrap_or_else(|| "/".into()),
+                )
+            })
+            .unwrap_or((None, String::new()));
+        self.pods.push(Running {
+            namespace,
+            name,
+            uid,
+            container: container.name.clone(),
+            image,
+            ip: place.ip,
+            child: Some(child),
+            probe,
+            probe_path,
+            ready: false,
+            deadline: None,
+        });
+        let last = self.pods.len() - 1;
+        self.report_pod(last, false).await
+    }
+
+    fn binary_for(&self, image: &str) -> Option<PathBuf> {
+        // `registry/path/name:tag` → `name`.
+        let name = image.rsplit('/').next().unwrap_or(image);
+        let name = name.split([':', '@']).next().unwrap_or(name);
+        self.options.images.get(name).cloned()
+    }
+
+    /// Reports pod `i` Running, ready or not.
+    async fn report_pod(&self, i: usize, ready: bool) -> Result<(), ClusterError> {
+        let r = &self.pods[i];
+        let now = now();
+        let flag = if ready { "True" } else { "False" };
+        let status = json!({ "status": {
+            "phase": "Running",
+            "hostIP": "127.0.0.1",
+            "podIP": r.ip.to_string(),
+            "podIPs": [{ "ip": r.ip.to_string() }],
+            "startTime": now,
+            "conditions": [
+                { "type": "PodScheduled", "status": "True", "lastTransitionTime": now },
+                { "type": "Initialized", "status": "True", "lastTransitionTime": now },
+                { "type": "ContainersReady", "status": flag, "lastTransitionTime": now },
+                { "type": "Ready", "status": flag, "lastTransitionTime": now },
+            ],
+            "containerStatuses": [{
+                "name": r.container, "ready": ready, "started": true, "restartCount": 0,
+                "image": r.image, "imageID": r.image,
+                "state": { "running": { "startedAt": now } },
+            }],
+        }});
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &r.namespace);
+        match pods
+            .patch_status(&r.name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+        {
+            // Deleted meanwhile: the next step stops it.
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            other => other.map(|_| ()).map_err(api),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn report_waiting(
+        &self,
+        namespace: &str,
+        name: &str,
+        container: &str,
+        image: &str,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), ClusterError> {
+        let status = json!({ "status": { "phase": "Pending", "containerStatuses": [{
+            "name": container, "ready": false, "restartCount": 0, "image": image, "imageID": "",
+            "state": { "waiting": { "reason": reason, "message": message } } }] } });
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map(|_| ())
+            .map_err(api)
+    }
+
+    /// Removes the pod object (the last step of a deletion, as the kubelet's).
+    async fn remove(&self, namespace: &str, name: &str) {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let _ = pods
+            .delete(
+                name,
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..DeleteParams::default()
+                },
+            )
+            .await;
+    }
+
+    /// Kills every pod (the agent is stopping) and removes their namespaces.
+    async fn stop_all(&mut self) {
+        for mut r in self.pods.drain(..) {
+            if let Some(mut child) = r.child.take() {
+                child.terminate(Duration::ZERO);
+            }
+        }
+        self.nodes.remove();
+    }
+}
+
+/// The container's environment: plain values and the pod fields `fieldRef` can name.
+fn environment(container: &Container, pod: &Pod, ip: IpAddr, node: &str) -> Vec<(String, String)> {
+    let mut env = Vec::new();
+    for var in container.env.iter().flatten() {
+        let value = match (&var.value, &var.value_from) {
+            (Some(v), _) => v.clone(),
+            (None, Some(from)) => match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
+                Some("metadata.name") => pod_name(pod).to_owned(),
+                Some("metadata.namespace") => pod_ns(pod).to_owned(),
+                Some("metadata.uid") => pod.metadata.uid.clone().unwrap_or_default(),
+                Some("status.podIP") => ip.to_string(),
+                Some("spec.nodeName") => node.to_owned(),
+                _ => String::new(),
+            },
+            _ => String::new(),
+        };
+        env.push((var.name.clone(), value));
+    }
+    env
+}
+
+fn pod_ns(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+fn pod_name(pod: &Pod) -> &str {
+    pod.metadata.name.as_deref().unwrap_or("")
+}
+
+/// Whether `GET path` on `addr` answers 2xx or 3xx (the kubelet's HTTP probe).
+fn http_ok(addr: SocketAddr, path: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if s.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    s.read_exact(&mut head).is_ok() && matches!(head[9], b'2' | b'3')
+}
+
+fn now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    k8s_openapi::jiff::Timestamp::from_second(secs as i64)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
+}
+
+fn now_micro() -> String {
+    let micros = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_micros();
+    k8s_openapi::jiff::Timestamp::from_microsecond(micros as i64)
+        .map(|t| t.strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string())
+        .unwrap_or_default()
+}
+
+fn api(e: impl std::fmt::Display) -> ClusterError {
+    ClusterError::Api(e.to_string())
+}
