@@ -30,3 +30,21 @@ pub async fn version(kubeconfig: &Path, context: Option<&str>) -> Result<String,
         .map_err(|e| ClusterError::Api(e.to_string()))?;
     Ok(info.git_version)
 }
+
+/// Whether the API server says it is ready (`/readyz`: etcd reachable, the bootstrap RBAC
+/// policy and priority levels in place), not merely answering.
+pub async fn ready(kubeconfig: &Path) -> Result<(), ClusterError> {
+    let request = http::Request::get("/readyz")
+        .body(Vec::new())
+        .map_err(|e| ClusterError::Api(e.to_string()))?;
+    let text = client(kubeconfig, None)
+        .await?
+        .request_text(request)
+        .await
+        .map_err(|e| ClusterError::Api(e.to_string()))?;
+    if text.trim() == "ok" {
+        Ok(())
+    } else {
+        Err(ClusterError::Api(format!("/readyz: {text}")))
+    }
+}

@@ -24,6 +24,14 @@ pub enum ClusterError {
         /// Why.
         source: std::io::Error,
     },
+    /// A cluster file is malformed.
+    #[error("{}: {message}", path.display())]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and what would be valid.
+        message: String,
+    },
     /// The Kubernetes API refused or did not answer.
     #[error("Kubernetes API: {0}")]
     Api(String),

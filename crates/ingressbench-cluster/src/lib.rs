@@ -4,7 +4,9 @@
 
 pub mod agent;
 pub mod api;
+pub mod check;
 mod error;
+pub mod file;
 pub mod local;
 
 pub use error::ClusterError;

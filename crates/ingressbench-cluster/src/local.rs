@@ -278,14 +278,16 @@ impl LocalCluster {
         OwnedChild::spawn(name, program, args, &self.dir, &log).map_err(ClusterError::from)
     }
 
-    /// Polls the API server's version with the admin kubeconfig until it answers.
+    /// Polls the API server's `/readyz` with the admin kubeconfig until it says ok (the
+    /// controllers start only then: before the bootstrap RBAC policy is in, they are
+    /// refused and back off for seconds).
     fn wait_api(&mut self) -> Result<(), ClusterError> {
         let started = Instant::now();
         let runtime = runtime()?;
         let mut last = String::new();
         while started.elapsed() < API_READY_TIMEOUT {
             self.check_alive()?;
-            match runtime.block_on(crate::api::version(&self.kubeconfig, None)) {
+            match runtime.block_on(crate::api::ready(&self.kubeconfig)) {
                 Ok(_) => return Ok(()),
                 Err(e) => last = e.to_string(),
             }

@@ -43,10 +43,26 @@ pub(crate) enum Command {
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum ClusterCommand {
+    /// Check a cluster before a run: the API answers, every verb a run uses is allowed,
+    /// each target's ingress class exists and its address answers.
+    #[command(after_help = "Example:\n  ingressbench cluster check examples/cluster-local.yaml")]
+    Check(ClusterCheckArgs),
     /// A real Kubernetes control plane on this machine (etcd, kube-apiserver,
     /// kube-controller-manager, kube-scheduler as local processes).
     #[command(subcommand)]
     Local(LocalCommand),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClusterCheckArgs {
+    /// The cluster file (which controller each target is, and where it is reached).
+    pub(crate) file: PathBuf,
+    /// The kubeconfig (default: $KUBECONFIG, else ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context (default: the cluster file's, else the current one).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) context: Option<String>,
 }
 
 #[derive(Debug, clap::Subcommand)]

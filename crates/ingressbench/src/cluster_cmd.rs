@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use ingressbench_cluster::local::{LocalCluster, LocalOptions, KUBE_VERSION};
 
-use crate::args::{ClusterCommand, LocalArgs, LocalCommand};
+use crate::args::{ClusterCheckArgs, ClusterCommand, LocalArgs, LocalCommand};
 use crate::UsageError;
 
 /// How long `up` waits for `serve` to report the API answering.
@@ -30,6 +30,7 @@ pub(crate) fn default_dir() -> PathBuf {
 
 pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
     match command {
+        ClusterCommand::Check(args) => check(&args),
         ClusterCommand::Local(LocalCommand::Up(args)) => up(&args.dir),
         ClusterCommand::Local(LocalCommand::Down(args)) => down(&args.dir),
         ClusterCommand::Local(LocalCommand::Kubeconfig(args)) => {
@@ -42,6 +43,60 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
         }
         ClusterCommand::Local(LocalCommand::Serve(LocalArgs { dir })) => serve(&dir),
     }
+}
+
+/// The kubeconfig to use: the flag, else `KUBECONFIG`, else `~/.kube/config`.
+fn chosen_kubeconfig(flag: Option<&Path>) -> Result<PathBuf> {
+    let path = flag
+        .map(Path::to_owned)
+        .or_else(|| std::env::var_os("KUBECONFIG").map(PathBuf::from))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube/config")))
+        .ok_or_else(|| {
+            UsageError(anyhow::anyhow!(
+                "no kubeconfig: give --kubeconfig or set KUBECONFIG"
+            ))
+        })?;
+    if !path.is_file() {
+        return Err(UsageError(anyhow::anyhow!(
+            "kubeconfig {} does not exist; give --kubeconfig or set KUBECONFIG (for the local test cluster: ingressbench cluster local kubeconfig)",
+            path.display()
+        ))
+        .into());
+    }
+    Ok(path)
+}
+
+fn check(args: &ClusterCheckArgs) -> Result<ExitCode> {
+    let mut file = ingressbench_cluster::file::ClusterFile::read(&args.file)
+        .map_err(|e| UsageError(e.into()))?;
+    if args.context.is_some() {
+        file.context = args.context.clone();
+    }
+    let kubeconfig = chosen_kubeconfig(args.kubeconfig.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let findings = runtime.block_on(ingressbench_cluster::check::check(&file, &kubeconfig));
+    let mut failed = 0;
+    for f in &findings {
+        if !f.ok {
+            failed += 1;
+        }
+        println!(
+            "{} {}: {}",
+            if f.ok { "ok  " } else { "FAIL" },
+            f.what,
+            ingressbench_report::terminal::printable(&f.detail)
+        );
+    }
+    if failed > 0 {
+        return Err(UsageError(anyhow::anyhow!(
+            "{failed} of {} checks failed (each FAIL line names its fix)",
+            findings.len()
+        ))
+        .into());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn kubeconfig(dir: &Path) -> PathBuf {

@@ -70,6 +70,7 @@ fn a_local_cluster_comes_up_in_the_background_and_goes_down_without_a_trace() {
         running.len() >= 5,
         "serve, etcd and the three kube binaries: {running:?}"
     );
+    cluster_check_says_what_is_missing(&dir);
     let again = local("up", &dir);
     assert_eq!(again.status.code(), Some(2), "{}", text(&again));
     assert!(text(&again).contains("already up"), "{}", text(&again));
@@ -242,4 +243,106 @@ fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletio
         String::from_utf8_lossy(&namespaces.stdout)
     );
     assert!(!dir.exists());
+}
+
+fn check(file: &std::path::Path, kubeconfig: &std::path::Path) -> Output {
+    Command::new(BIN)
+        .args(["cluster", "check"])
+        .arg(file)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .output()
+        .unwrap()
+}
+
+/// `cluster check` against the local cluster: a missing class, then present; a token
+/// without the verbs; a bad token; an API that is not there. Each a clear FAIL with its
+/// fix, exit 2, within seconds.
+fn cluster_check_says_what_is_missing(dir: &std::path::Path) {
+    use k8s_openapi::api::networking::v1::IngressClass;
+    let admin = dir.join("cluster/kubeconfig");
+    // A controller's address: something listening.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let file = dir.join("check.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "targets: {{ traefik: {{ ingress_class: traefik, address: \"http://{}\" }} }}\n",
+            listener.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let out = check(&file, &admin);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let said = text(&out);
+    assert!(
+        said.contains("ok   API: answers, Kubernetes v1.33.13"),
+        "{said}"
+    );
+    assert!(said.contains("ok   permissions: all 15 verbs"), "{said}");
+    assert!(
+        said.contains("FAIL traefik: ingress class: no IngressClass `traefik`")
+            && said.contains("correct targets.traefik.ingress_class"),
+        "{said}"
+    );
+    assert!(said.contains("ok   traefik: address"), "{said}");
+    // Once the class exists, everything passes.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(&admin, None)
+            .await
+            .unwrap();
+        let classes: kube::Api<IngressClass> = kube::Api::all(client);
+        let class: IngressClass = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "traefik" },
+            "spec": { "controller": "traefik.io/ingress-controller" }
+        }))
+        .unwrap();
+        classes.create(&Default::default(), &class).await.unwrap();
+    });
+    let out = check(&file, &admin);
+    assert!(out.status.success(), "{}", text(&out));
+    // The scheduler's identity cannot make namespaces.
+    let out = check(&file, &dir.join("cluster/kube-scheduler.kubeconfig"));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("FAIL permissions: not allowed to create namespaces")
+            && text(&out).contains("kubectl apply -f deploy/rbac.yaml"),
+        "{}",
+        text(&out)
+    );
+    // A token the cluster does not know, and an API server that is not there.
+    let config = std::fs::read_to_string(&admin).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&config).unwrap();
+    doc["users"][0]["user"]["token"] = serde_json::json!("not-a-token");
+    let bad_token = dir.join("bad-token.kubeconfig");
+    std::fs::write(&bad_token, doc.to_string()).unwrap();
+    let started = std::time::Instant::now();
+    let out = check(&file, &bad_token);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("401 Unauthorized") && text(&out).contains("deploy/rbac.yaml"),
+        "{}",
+        text(&out)
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    doc["clusters"][0]["cluster"]["server"] =
+        serde_json::json!(format!("https://127.0.0.1:{port}"));
+    let nowhere = dir.join("nowhere.kubeconfig");
+    std::fs::write(&nowhere, doc.to_string()).unwrap();
+    let out = check(&file, &nowhere);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("FAIL API:") && text(&out).contains("is the API server running"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "bad credentials and a missing server are told within seconds"
+    );
 }

@@ -1,0 +1,297 @@
+//! `cluster check`: everything a run needs from a cluster, asked before anything is made.
+//! The API answers (and its version); every verb the run uses is allowed
+//! (SelfSubjectAccessReview); each target's IngressClass exists; each address answers.
+//! Each failure names its fix.
+
+use std::path::Path;
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::SelfSubjectAccessReview;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::networking::v1::IngressClass;
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+use crate::file::{ClusterFile, ClusterTarget};
+
+/// How long one question to the API may take.
+const ASK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an address may take to accept a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The verbs a run uses: (API group, resource, verb). deploy/rbac.yaml grants exactly these.
+pub const NEEDED: &[(&str, &str, &str)] = &[
+    ("", "namespaces", "create"),
+    ("", "namespaces", "delete"),
+    ("", "namespaces", "list"),
+    ("", "namespaces", "patch"),
+    ("", "pods", "list"),
+    ("", "pods", "watch"),
+    ("", "pods", "delete"),
+    ("", "services", "create"),
+    ("", "secrets", "create"),
+    ("apps", "deployments", "create"),
+    ("apps", "deployments", "patch"),
+    ("discovery.k8s.io", "endpointslices", "watch"),
+    ("networking.k8s.io", "ingresses", "create"),
+    ("networking.k8s.io", "ingresses", "patch"),
+    ("networking.k8s.io", "ingressclasses", "get"),
+];
+
+/// One thing checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Finding {
+    /// What was checked.
+    pub what: String,
+    /// Whether it holds.
+    pub ok: bool,
+    /// What was seen, and for a failure the fix.
+    pub detail: String,
+}
+
+fn finding(what: impl Into<String>, ok: bool, detail: impl Into<String>) -> Finding {
+    Finding {
+        what: what.into(),
+        ok,
+        detail: detail.into(),
+    }
+}
+
+/// Checks `file`'s cluster (through `kubeconfig`): every finding, failures included. When
+/// the API does not answer, that is the only finding.
+pub async fn check(file: &ClusterFile, kubeconfig: &Path) -> Vec<Finding> {
+    let mut out = Vec::new();
+    let context = file.context.as_deref();
+    let client = match crate::api::client(kubeconfig, context).await {
+        Ok(c) => c,
+        Err(e) => {
+            out.push(finding(
+                "kubeconfig",
+                false,
+                format!("{e}; point KUBECONFIG (or --kubeconfig) at the cluster's, and --context at the right context"),
+            ));
+            return out;
+        }
+    };
+    match ask(client.apiserver_version()).await {
+        Ok(v) => out.push(finding(
+            "API",
+            true,
+            format!("answers, Kubernetes {}", v.git_version),
+        )),
+        Err(e) => {
+            out.push(finding("API", false, api_fix(&e)));
+            return out;
+        }
+    }
+    out.push(verbs(&client).await);
+    for (name, target) in &file.targets {
+        out.push(ingress_class(&client, name, &target.ingress_class).await);
+        out.push(address(&client, name, target).await);
+    }
+    out
+}
+
+/// Runs one API call with [`ASK_TIMEOUT`].
+async fn ask<T>(
+    call: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, String> {
+    match tokio::time::timeout(ASK_TIMEOUT, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(describe(&e)),
+        Err(_) => Err(format!("no answer within {ASK_TIMEOUT:?}")),
+    }
+}
+
+fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 401 => {
+            "the API refused the credentials (401 Unauthorized)".into()
+        }
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
+    }
+}
+
+fn api_fix(e: &str) -> String {
+    if e.contains("403") {
+        format!("{e}: the API answers but this identity may not even read its version; grant what a run needs with: kubectl apply -f deploy/rbac.yaml")
+    } else if e.contains("401") {
+        format!("{e}: the token or certificate in the kubeconfig is not valid for this cluster; get a fresh one (kubectl create token ingressbench -n ingressbench-system, after kubectl apply -f deploy/rbac.yaml)")
+    } else {
+        format!("{e}: is the API server running, and is the kubeconfig's `server` its address?")
+    }
+}
+
+async fn verbs(client: &Client) -> Finding {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+    let mut denied = Vec::new();
+    for (group, resource, verb) in NEEDED {
+        let review: SelfSubjectAccessReview = match serde_json::from_value(serde_json::json!({
+            "spec": { "resourceAttributes": { "group": group, "resource": resource, "verb": verb } }
+        })) {
+            Ok(r) => r,
+            Err(e) => return finding("permissions", false, e.to_string()),
+        };
+        match ask(reviews.create(&PostParams::default(), &review)).await {
+            Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
+            Ok(_) => denied.push(format!("{verb} {}", qualified(group, resource))),
+            Err(e) => return finding("permissions", false, format!("cannot ask the API: {e}")),
+        }
+    }
+    if denied.is_empty() {
+        finding(
+            "permissions",
+            true,
+            format!("all {} verbs a run uses are allowed", NEEDED.len()),
+        )
+    } else {
+        finding(
+            "permissions",
+            false,
+            format!(
+                "not allowed to {}; grant them with: kubectl apply -f deploy/rbac.yaml (and use the ingressbench service account's token)",
+                denied.join(", ")
+            ),
+        )
+    }
+}
+
+fn qualified(group: &str, resource: &str) -> String {
+    if group.is_empty() {
+        resource.to_owned()
+    } else {
+        format!("{resource}.{group}")
+    }
+}
+
+async fn ingress_class(client: &Client, target: &str, class: &str) -> Finding {
+    let what = format!("{target}: ingress class");
+    let classes: Api<IngressClass> = Api::all(client.clone());
+    match ask(classes.get_opt(class)).await {
+        Ok(Some(c)) => finding(
+            what,
+            true,
+            format!(
+                "`{class}` exists (controller {})",
+                c.spec.and_then(|s| s.controller).unwrap_or_default()
+            ),
+        ),
+        Ok(None) => {
+            let known = ask(classes.list(&Default::default()))
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .filter_map(|c| c.metadata.name.clone())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default();
+            finding(
+                what,
+                false,
+                format!(
+                    "no IngressClass `{class}` (there are: {}); install the controller that serves it, or correct targets.{target}.ingress_class",
+                    if known.is_empty() { "none" } else { &known }
+                ),
+            )
+        }
+        Err(e) => finding(what, false, e),
+    }
+}
+
+async fn address(client: &Client, target: &str, t: &ClusterTarget) -> Finding {
+    let what = format!("{target}: address");
+    let url = match (&t.address, &t.service) {
+        (Some(a), _) => a.clone(),
+        (None, Some(s)) => {
+            let services: Api<Service> = Api::namespaced(client.clone(), &s.namespace);
+            match ask(services.get_opt(&s.name)).await {
+                Ok(Some(svc)) => {
+                    let ingress = svc
+                        .status
+                        .and_then(|st| st.load_balancer)
+                        .and_then(|lb| lb.ingress)
+                        .and_then(|i| i.into_iter().next());
+                    match ingress.and_then(|i| i.ip.or(i.hostname)) {
+                        Some(host) => format!("http://{host}"),
+                        None => {
+                            return finding(
+                                what,
+                                false,
+                                format!(
+                                    "Service {}/{} has no LoadBalancer address yet; wait for the cloud to give it one, or give `address`",
+                                    s.namespace, s.name
+                                ),
+                            )
+                        }
+                    }
+                }
+                Ok(None) => {
+                    return finding(
+                        what,
+                        false,
+                        format!(
+                            "no Service {}/{}; correct targets.{target}.service",
+                            s.namespace, s.name
+                        ),
+                    )
+                }
+                Err(e) => return finding(what, false, e),
+            }
+        }
+        (None, None) => return finding(what, false, "neither address nor service"),
+    };
+    match host_port(&url) {
+        Some((host, port)) => {
+            let dial = tokio::net::TcpStream::connect((host.as_str(), port));
+            match tokio::time::timeout(CONNECT_TIMEOUT, dial).await {
+                Ok(Ok(_)) => finding(what, true, format!("{url} accepts connections")),
+                Ok(Err(e)) => finding(
+                    what,
+                    false,
+                    format!("{url}: {e}; is the controller running and exposed there?"),
+                ),
+                Err(_) => finding(
+                    what,
+                    false,
+                    format!("{url}: no answer within {CONNECT_TIMEOUT:?}; a firewall, or the wrong address?"),
+                ),
+            }
+        }
+        None => finding(what, false, format!("{url} is not http://host[:port]")),
+    }
+}
+
+/// `http://host[:port]/…` → (host, port).
+fn host_port(url: &str) -> Option<(String, u16)> {
+    let (rest, default) = if let Some(r) = url.strip_prefix("http://") {
+        (r, 80)
+    } else {
+        (url.strip_prefix("https://")?, 443)
+    };
+    let authority = rest.split('/').next()?;
+    match authority.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
+            Some((h.trim_matches(['[', ']']).to_owned(), p.parse().ok()?))
+        }
+        _ => Some((authority.trim_matches(['[', ']']).to_owned(), default)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_give_host_and_port() {
+        assert_eq!(host_port("http://a.test"), Some(("a.test".into(), 80)));
+        assert_eq!(host_port("https://a.test/x"), Some(("a.test".into(), 443)));
+        assert_eq!(
+            host_port("http://127.0.0.1:8080/"),
+            Some(("127.0.0.1".into(), 8080))
+        );
+        assert_eq!(host_port("ftp://x"), None);
+    }
+}

@@ -1,0 +1,165 @@
+//! The cluster file: *where* a scenario's targets run when it is run with `--cluster`
+//! (the scenario says *what* is measured). Unknown keys are errors.
+//!
+//! ```yaml
+//! context: my-aks              # optional; else the kubeconfig's current context
+//! namespace_prefix: ingressbench
+//! image: registry.example/ingressbench:0.1.0   # what the backend pods run
+//! targets:
+//!   traefik:
+//!     ingress_class: traefik
+//!     address: http://ingress.example.com      # or: service: { name, namespace }
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::ClusterError;
+
+/// A cluster file as written.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// The kubeconfig context (default: the current one).
+    #[serde(default)]
+    pub context: Option<String>,
+    /// The prefix of every namespace a run makes.
+    #[serde(default = "default_prefix")]
+    pub namespace_prefix: String,
+    /// The image the backend pods run.
+    #[serde(default = "default_image")]
+    pub image: String,
+    /// Each target of the scenario: how its controller is selected and reached.
+    pub targets: BTreeMap<String, ClusterTarget>,
+}
+
+/// One controller under test.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterTarget {
+    /// The IngressClass its Ingress objects name.
+    pub ingress_class: String,
+    /// Where its traffic enters (`http://host[:port]` or `https://…`).
+    #[serde(default)]
+    pub address: Option<String>,
+    /// Or the LoadBalancer Service whose status gives the address.
+    #[serde(default)]
+    pub service: Option<ServiceRef>,
+}
+
+/// A Service by name.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServiceRef {
+    /// Its name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+}
+
+fn default_prefix() -> String {
+    "ingressbench".into()
+}
+
+fn default_image() -> String {
+    crate::agent::IMAGE.into()
+}
+
+impl ClusterFile {
+    /// Reads and checks a cluster file.
+    pub fn read(path: &Path) -> Result<Self, ClusterError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ClusterError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|e| ClusterError::File {
+            path: path.to_owned(),
+            message: e,
+        })
+    }
+
+    /// Parses and checks cluster file text.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let file: ClusterFile = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        let prefix_ok = !file.namespace_prefix.is_empty()
+            && file.namespace_prefix.len() <= 30
+            && file
+                .namespace_prefix
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !file.namespace_prefix.starts_with('-');
+        if !prefix_ok {
+            return Err(format!(
+                "namespace_prefix: {:?} cannot start a namespace name; use 1-30 lowercase letters, digits or '-'",
+                file.namespace_prefix
+            ));
+        }
+        if file.targets.is_empty() {
+            return Err("targets: name at least one controller".into());
+        }
+        for (name, t) in &file.targets {
+            match (&t.address, &t.service) {
+                (Some(_), Some(_)) => {
+                    return Err(format!(
+                        "targets.{name}: give `address` or `service`, not both"
+                    ))
+                }
+                (None, None) => {
+                    return Err(format!(
+                        "targets.{name}: give the controller's `address` (http://host:port) or the LoadBalancer `service: {{ name, namespace }}` to read it from"
+                    ))
+                }
+                (Some(a), None)
+                    if !(a.starts_with("http://") || a.starts_with("https://")) =>
+                {
+                    return Err(format!(
+                        "targets.{name}.address: {a:?} must start with http:// or https://"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        Ok(file)
+    }
+
+    /// The targets of a scenario that this file does not place: an error naming them,
+    /// not a silent skip.
+    pub fn unplaced<'a>(&self, scenario_targets: &[&'a str]) -> Vec<&'a str> {
+        scenario_targets
+            .iter()
+            .copied()
+            .filter(|t| !self.targets.contains_key(*t))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_file_says_what_is_wrong_and_what_would_be_valid() {
+        let ok = ClusterFile::parse(
+            "targets: { traefik: { ingress_class: traefik, address: http://127.0.0.1:8080 } }",
+        )
+        .unwrap();
+        assert_eq!(ok.namespace_prefix, "ingressbench");
+        assert_eq!(ok.unplaced(&["traefik", "nginx"]), vec!["nginx"]);
+        for (text, says) in [
+            ("targets: {}", "name at least one controller"),
+            ("targets: { t: { ingress_class: c } }", "give the controller's `address`"),
+            (
+                "targets: { t: { ingress_class: c, address: x, service: { name: a, namespace: b } } }",
+                "not both",
+            ),
+            ("targets: { t: { ingress_class: c, address: ftp://x } }", "http://"),
+            ("namespace_prefix: Bad_Name\ntargets: { t: { ingress_class: c, address: http://x } }", "namespace_prefix"),
+            ("targets: { t: { ingres_class: c } }", "unknown field `ingres_class`"),
+        ] {
+            let e = ClusterFile::parse(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+}
