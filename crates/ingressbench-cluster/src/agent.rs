@@ -333,6 +333,19 @@ impl State {
             return Ok(());
         };
         let image = container.image.clone().unwrap_or_default();
+        let mut running = Running {
+            namespace: namespace.clone(),
+            name: name.clone(),
+            uid: uid.clone(),
+            container: container.name.clone(),
+            image: image.clone(),
+            ip: IpAddr::from([0, 0, 0, 0]),
+            child: None,
+            probe: None,
+            probe_path: String::new(),
+            ready: false,
+            deadline: None,
+        };
         let Some(binary) = self.binary_for(&image) else {
             let known: Vec<&String> = self.options.images.keys().collect();
             self.report_waiting(
@@ -347,19 +360,7 @@ impl State {
             )
             .await?;
             // Known, so that it is not tried again every poll.
-            self.pods.push(Running {
-                namespace,
-                name,
-                uid,
-                container: container.name.clone(),
-                image,
-                ip: IpAddr::from([0, 0, 0, 0]),
-                child: None,
-                probe: None,
-                probe_path: String::new(),
-                ready: false,
-                deadline: None,
-            });
+            self.pods.push(running);
             return Ok(());
         };
         let place = self.nodes.get(&uid, &mut |_| {})?;
@@ -375,7 +376,7 @@ impl State {
                     .fold(a.clone(), |a, (k, v)| a.replace(&format!("$({k})"), v))
             })
             .collect();
-        let child = OwnedChild::spawn_with_env(
+        running.child = Some(OwnedChild::spawn_with_env(
             &format!("pod {namespace}/{name}"),
             &binary,
             &args,
@@ -383,35 +384,28 @@ impl State {
             &self.options.dir,
             &log,
             place.netns.as_deref(),
-        )?;
-        let (probe, probe_path) = container
+        )?);
+        running.ip = place.ip;
+        if let Some(http) = container
             .readiness_probe
             .as_ref()
             .and_then(|p| p.http_get.as_ref())
-            .map(|h| {
-                let port = match &h.port {
-                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(p) => *p as u16,
-                    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(_) => 0,
-                };
-                (
-                    Some(SocketAddr::new(place.ip, port)),
-                    h.path.clone().unwrap_or_else(|| "/".into()),
-                )
-            })
-            .unwrap_or((None, String::new()));
-        self.pods.push(Running {
-            namespace,
-            name,
-            uid,
-            container: container.name.clone(),
-            image,
-            ip: place.ip,
-            child: Some(child),
-            probe,
-            probe_path,
-            ready: false,
-            deadline: None,
-        });
+        {
+            use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+            // A named port is the container's port of that name.
+            let port = match &http.port {
+                IntOrString::Int(p) => *p as u16,
+                IntOrString::String(named) => container
+                    .ports
+                    .iter()
+                    .flatten()
+                    .find(|p| p.name.as_deref() == Some(named.as_str()))
+                    .map_or(0, |p| p.container_port as u16),
+            };
+            running.probe = Some(SocketAddr::new(place.ip, port));
+            running.probe_path = http.path.clone().unwrap_or_else(|| "/".into());
+        }
+        self.pods.push(running);
         let last = self.pods.len() - 1;
         self.report_pod(last, false).await
     }
@@ -532,7 +526,7 @@ fn pod_name(pod: &Pod) -> &str {
 }
 
 /// Whether `GET path` on `addr` answers 2xx or 3xx (the kubelet's HTTP probe).
-fn http_ok(addr: SocketAddr, path: &str) -> bool {
+pub(crate) fn http_ok(addr: SocketAddr, path: &str) -> bool {
     use std::io::{Read, Write};
     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
         return false;

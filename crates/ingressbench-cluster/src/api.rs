@@ -48,3 +48,37 @@ pub async fn ready(kubeconfig: &Path) -> Result<(), ClusterError> {
         Err(ClusterError::Api(format!("/readyz: {text}")))
     }
 }
+
+/// Creates or updates each object (server-side apply, as `ingressbench`): ClusterRoles,
+/// ClusterRoleBindings and IngressClasses, the cluster-wide kinds the local cluster sets up.
+pub async fn apply_all(
+    kubeconfig: &Path,
+    objects: &[serde_json::Value],
+) -> Result<(), ClusterError> {
+    use k8s_openapi::api::networking::v1::IngressClass;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    use kube::api::{Patch, PatchParams};
+    let client = client(kubeconfig, None).await?;
+    let params = PatchParams::apply("ingressbench").force();
+    for object in objects {
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        let patch = Patch::Apply(object);
+        let result = match object["kind"].as_str() {
+            Some("ClusterRole") => kube::Api::<ClusterRole>::all(client.clone())
+                .patch(name, &params, &patch)
+                .await
+                .map(|_| ()),
+            Some("ClusterRoleBinding") => kube::Api::<ClusterRoleBinding>::all(client.clone())
+                .patch(name, &params, &patch)
+                .await
+                .map(|_| ()),
+            Some("IngressClass") => kube::Api::<IngressClass>::all(client.clone())
+                .patch(name, &params, &patch)
+                .await
+                .map(|_| ()),
+            other => return Err(ClusterError::Api(format!("cannot apply a {other:?}"))),
+        };
+        result.map_err(|e| ClusterError::Api(format!("applying {name}: {e}")))?;
+    }
+    Ok(())
+}

@@ -25,6 +25,9 @@ pub const KUBE_VERSION: &str = "1.33.13";
 /// How long the API server may take to answer (3-4 s here; etcd's first start is slower).
 const API_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Traefik's identity (a token), bound to what its Ingress provider reads.
+const TRAEFIK_USER: &str = "ingressbench:traefik";
+
 /// The range Services' cluster IPs come from.
 const SERVICE_RANGE: &str = "10.96.0.0/16";
 
@@ -41,6 +44,18 @@ pub struct LocalOptions {
     pub nodes: usize,
     /// Images the node agent can run, and the binary for each.
     pub images: BTreeMap<String, PathBuf>,
+    /// The ingress controller to run beside the control plane, if any.
+    pub traefik: Option<TraefikOptions>,
+}
+
+/// Traefik as the local cluster's ingress controller (`--providers.kubernetesingress`),
+/// serving IngressClass `traefik`.
+#[derive(Clone, Debug)]
+pub struct TraefikOptions {
+    /// Its binary.
+    pub binary: PathBuf,
+    /// Its HTTP entry port on 127.0.0.1 (0: a free one).
+    pub http_port: u16,
 }
 
 impl LocalOptions {
@@ -54,12 +69,20 @@ impl LocalOptions {
         if let Ok(exe) = std::env::current_exe() {
             images.insert(crate::agent::IMAGE.to_owned(), exe);
         }
+        let traefik = ingressbench_lab::proxy::Binaries::discover()
+            .locate(ingressbench_lab::proxy::ProxyKind::Traefik)
+            .ok()
+            .map(|binary| TraefikOptions {
+                binary,
+                http_port: 0,
+            });
         Self {
             dir,
             kube_bin,
             etcd: PathBuf::from("etcd"),
             nodes: 2,
             images,
+            traefik,
         }
     }
 }
@@ -85,6 +108,8 @@ pub struct LocalCluster {
     parts: Vec<OwnedChild>,
     /// Stopped first, so that the pods go before the control plane.
     agent: Option<Agent>,
+    /// Where the ingress controller takes traffic.
+    ingress: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -128,6 +153,7 @@ impl LocalCluster {
             server: String::new(),
             parts: Vec::new(),
             agent: None,
+            ingress: None,
         };
         let files = Files::write(dir)?;
         // etcd.
@@ -229,7 +255,66 @@ impl LocalCluster {
                 images: options.images.clone(),
             })?);
         }
+        if let Some(traefik) = &options.traefik {
+            cluster.start_traefik(traefik, &files)?;
+        }
         Ok(cluster)
+    }
+
+    /// Where the ingress controller (Traefik, class `traefik`) takes HTTP traffic.
+    pub fn ingress(&self) -> Option<SocketAddr> {
+        self.ingress
+    }
+
+    /// Grants Traefik what its Kubernetes Ingress provider reads, makes IngressClass
+    /// `traefik`, starts Traefik with its own token and waits until it answers its ping.
+    fn start_traefik(
+        &mut self,
+        options: &TraefikOptions,
+        files: &Files,
+    ) -> Result<(), ClusterError> {
+        let runtime = runtime()?;
+        runtime.block_on(crate::api::apply_all(&self.kubeconfig, &traefik_objects()))?;
+        let http = match options.http_port {
+            0 => free_port()?,
+            p => p,
+        };
+        let ping = free_port()?;
+        let args = [
+            format!("--entrypoints.web.address=127.0.0.1:{http}"),
+            format!("--entrypoints.ping.address=127.0.0.1:{ping}"),
+            "--ping=true".to_owned(),
+            "--ping.entrypoint=ping".to_owned(),
+            "--providers.kubernetesingress=true".to_owned(),
+            format!("--providers.kubernetesingress.endpoint={}", self.server),
+            format!(
+                "--providers.kubernetesingress.token={}",
+                files.traefik_token
+            ),
+            format!(
+                "--providers.kubernetesingress.certauthfilepath={}",
+                files.ca.display()
+            ),
+            "--providers.kubernetesingress.ingressclass=traefik".to_owned(),
+            "--log.level=INFO".to_owned(),
+        ];
+        let mut traefik = self.start("traefik", &options.binary, &args)?;
+        let started = Instant::now();
+        let ping_at = SocketAddr::from(([127, 0, 0, 1], ping));
+        while !crate::agent::http_ok(ping_at, "/ping") {
+            if let Some(status) = traefik.try_wait() {
+                return Err(traefik.not_ready(format!("exited with {status}")).into());
+            }
+            if started.elapsed() > API_READY_TIMEOUT {
+                return Err(traefik
+                    .not_ready(format!("no answer to /ping after {API_READY_TIMEOUT:?}"))
+                    .into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.parts.push(traefik);
+        self.ingress = Some(SocketAddr::from(([127, 0, 0, 1], http)));
+        Ok(())
     }
 
     /// The kubeconfig of the cluster's administrator (a token in `system:masters`).
@@ -315,6 +400,41 @@ impl Drop for LocalCluster {
     }
 }
 
+/// IngressClass `traefik`, and the ClusterRole (bound to Traefik's user) its Kubernetes
+/// Ingress provider needs: read Services, EndpointSlices, Secrets, Ingresses and their
+/// classes; write Ingress status.
+fn traefik_objects() -> Vec<serde_json::Value> {
+    vec![
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+            "metadata": { "name": "ingressbench-traefik" },
+            "rules": [
+                { "apiGroups": [""], "resources": ["services", "secrets", "nodes"],
+                  "verbs": ["get", "list", "watch"] },
+                { "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
+                  "verbs": ["get", "list", "watch"] },
+                { "apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "ingressclasses"],
+                  "verbs": ["get", "list", "watch"] },
+                { "apiGroups": ["networking.k8s.io"], "resources": ["ingresses/status"],
+                  "verbs": ["update"] },
+            ],
+        }),
+        serde_json::json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": { "name": "ingressbench-traefik" },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": "ingressbench-traefik" },
+            "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                           "name": TRAEFIK_USER }],
+        }),
+        serde_json::json!({
+            "apiVersion": "networking.k8s.io/v1", "kind": "IngressClass",
+            "metadata": { "name": "traefik" },
+            "spec": { "controller": "traefik.io/ingress-controller" },
+        }),
+    ]
+}
+
 /// A tokio runtime for the blocking callers of the API.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ClusterError> {
     tokio::runtime::Builder::new_current_thread()
@@ -335,6 +455,7 @@ struct Files {
     admin_token: String,
     controller_token: String,
     scheduler_token: String,
+    traefik_token: String,
 }
 
 impl Files {
@@ -363,12 +484,13 @@ impl Files {
                 .map_err(|e| io(Path::new("/dev/urandom"), e))?;
             Ok::<_, ClusterError>(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
         };
-        let (admin_token, controller_token, scheduler_token) = (token()?, token()?, token()?);
+        let (admin_token, controller_token, scheduler_token, traefik_token) =
+            (token()?, token()?, token()?, token()?);
         let tokens = dir.join("tokens.csv");
         write_private(
             &tokens,
             &format!(
-                "{admin_token},admin,admin,\"system:masters\"\n{controller_token},system:kube-controller-manager,kube-controller-manager\n{scheduler_token},system:kube-scheduler,kube-scheduler\n"
+                "{admin_token},admin,admin,\"system:masters\"\n{controller_token},system:kube-controller-manager,kube-controller-manager\n{scheduler_token},system:kube-scheduler,kube-scheduler\n{traefik_token},{TRAEFIK_USER},traefik\n"
             ),
         )?;
         Ok(Self {
@@ -381,6 +503,7 @@ impl Files {
             admin_token,
             controller_token,
             scheduler_token,
+            traefik_token,
         })
     }
 

@@ -71,14 +71,24 @@ pub(crate) enum LocalCommand {
     #[command(
         after_help = "Example:\n  ingressbench cluster local up && export KUBECONFIG=$(ingressbench cluster local kubeconfig)"
     )]
-    Up(LocalArgs),
+    Up(LocalUpArgs),
     /// Stop it and remove everything it made.
     Down(LocalArgs),
     /// Print the path of its kubeconfig.
     Kubeconfig(LocalArgs),
     /// (internal) Run the control plane in the foreground until SIGTERM.
     #[command(hide = true)]
-    Serve(LocalArgs),
+    Serve(LocalUpArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct LocalUpArgs {
+    #[command(flatten)]
+    pub(crate) local: LocalArgs,
+    /// Where Traefik, the cluster's ingress controller, takes HTTP traffic on 127.0.0.1
+    /// (examples/cluster-local.yaml points at the default; 0 picks a free port).
+    #[arg(long, value_name = "PORT", default_value_t = 18080)]
+    pub(crate) http_port: u16,
 }
 
 #[derive(Debug, clap::Args)]

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use ingressbench_cluster::local::{LocalCluster, LocalOptions, KUBE_VERSION};
 
-use crate::args::{ClusterCheckArgs, ClusterCommand, LocalArgs, LocalCommand};
+use crate::args::{ClusterCheckArgs, ClusterCommand, LocalCommand};
 use crate::UsageError;
 
 /// How long `up` waits for `serve` to report the API answering.
@@ -31,7 +31,7 @@ pub(crate) fn default_dir() -> PathBuf {
 pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
     match command {
         ClusterCommand::Check(args) => check(&args),
-        ClusterCommand::Local(LocalCommand::Up(args)) => up(&args.dir),
+        ClusterCommand::Local(LocalCommand::Up(args)) => up(&args.local.dir, args.http_port),
         ClusterCommand::Local(LocalCommand::Down(args)) => down(&args.dir),
         ClusterCommand::Local(LocalCommand::Kubeconfig(args)) => {
             let path = kubeconfig(&args.dir);
@@ -41,7 +41,7 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
             println!("{}", path.display());
             Ok(ExitCode::SUCCESS)
         }
-        ClusterCommand::Local(LocalCommand::Serve(LocalArgs { dir })) => serve(&dir),
+        ClusterCommand::Local(LocalCommand::Serve(args)) => serve(&args.local.dir, args.http_port),
     }
 }
 
@@ -125,7 +125,7 @@ fn serving(dir: &Path) -> Option<u32> {
     (!zombie).then_some(pid)
 }
 
-fn up(dir: &Path) -> Result<ExitCode> {
+fn up(dir: &Path, http_port: u16) -> Result<ExitCode> {
     if let Some(pid) = serving(dir) {
         return Err(UsageError(anyhow::anyhow!(
             "a local cluster is already up in {} (process {pid}); its kubeconfig is {}; stop it with: ingressbench cluster local down",
@@ -142,6 +142,8 @@ fn up(dir: &Path) -> Result<ExitCode> {
     let mut child = Command::new(std::env::current_exe()?)
         .args(["cluster", "local", "serve", "--dir"])
         .arg(dir)
+        .arg("--http-port")
+        .arg(http_port.to_string())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -158,6 +160,12 @@ fn up(dir: &Path) -> Result<ExitCode> {
                 started.elapsed().as_secs_f64()
             );
             println!("export KUBECONFIG={}", kubeconfig(dir).display());
+            if dir.join("cluster.yaml").is_file() {
+                println!(
+                    "cluster file (Traefik, class traefik): {}",
+                    dir.join("cluster.yaml").display()
+                );
+            }
             println!("stop it with: ingressbench cluster local down");
             return Ok(ExitCode::SUCCESS);
         }
@@ -182,11 +190,26 @@ fn up(dir: &Path) -> Result<ExitCode> {
     }
 }
 
-fn serve(dir: &Path) -> Result<ExitCode> {
+fn serve(dir: &Path, http_port: u16) -> Result<ExitCode> {
     let stop = crate::signals::stop_flag()?;
     std::fs::write(dir.join("serve.pid"), std::process::id().to_string())?;
-    let options = LocalOptions::discover(dir.join("cluster"));
+    let mut options = LocalOptions::discover(dir.join("cluster"));
+    match options.traefik.as_mut() {
+        Some(t) => t.http_port = http_port,
+        None => {
+            eprintln!("traefik not found (bash scripts/install-deps.sh): no ingress controller")
+        }
+    }
     let mut cluster = LocalCluster::up(&options)?;
+    if let Some(at) = cluster.ingress() {
+        // A cluster file for this cluster: `cluster check` and (soon) `run --cluster`.
+        std::fs::write(
+            dir.join("cluster.yaml"),
+            format!(
+                "targets:\n  traefik: {{ ingress_class: traefik, address: \"http://{at}\" }}\n"
+            ),
+        )?;
+    }
     std::fs::write(dir.join("ready"), cluster.server())?;
     for (name, pid) in cluster.processes() {
         eprintln!("{name}: process {pid}");

@@ -7,11 +7,13 @@ use std::process::{Command, Output};
 const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
 
 fn local(verb: &str, dir: &std::path::Path) -> Output {
-    Command::new(BIN)
-        .args(["cluster", "local", verb, "--dir"])
-        .arg(dir)
-        .output()
-        .unwrap()
+    let mut command = Command::new(BIN);
+    command.args(["cluster", "local", verb, "--dir"]).arg(dir);
+    if verb == "up" {
+        // Tests run side by side: Traefik on a free port, not the default.
+        command.args(["--http-port", "0"]);
+    }
+    command.output().unwrap()
 }
 
 fn text(o: &Output) -> String {
@@ -116,17 +118,27 @@ async fn echo_pods(
 
 /// `GET /` on `ip:8080`; the `x-backend` header of the answer.
 fn backend_at(ip: &str) -> Option<String> {
+    backend_via(&format!("{ip}:8080"), "echo")
+}
+
+/// `GET /` with `Host: host` through `entry` (host:port); the `x-backend` of the answer.
+fn backend_via(entry: &str, host: &str) -> Option<String> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect((ip, 8080)).ok()?;
+    let mut s = std::net::TcpStream::connect(entry).ok()?;
     s.set_read_timeout(Some(std::time::Duration::from_secs(2)))
         .ok()?;
-    s.write_all(b"GET / HTTP/1.1\r\nHost: echo\r\nConnection: close\r\n\r\n")
-        .ok()?;
+    write!(
+        s,
+        "GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
     let mut text = String::new();
     let _ = s.read_to_string(&mut text);
-    text.lines()
-        .find_map(|l| l.strip_prefix("x-backend: "))
-        .map(|v| v.trim().to_owned())
+    text.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .strip_prefix("x-backend: ")
+            .map(|v| v.trim().to_owned())
+    })
 }
 
 async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
@@ -192,6 +204,44 @@ fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletio
             assert!(ip.starts_with("198.1"), "{ip}");
             assert_eq!(backend_at(ip).as_deref(), Some(name.as_str()), "{ip}");
         }
+        // Through Traefik, the cluster's ingress controller: an Ingress for app.test to a
+        // Service over the pods.
+        let objects: Vec<serde_json::Value> = vec![
+            serde_json::json!({ "apiVersion": "v1", "kind": "Service",
+                "metadata": { "name": "echo" },
+                "spec": { "selector": { "app": "echo" }, "ports": [{ "port": 80, "targetPort": 8080 }] } }),
+            serde_json::json!({ "apiVersion": "networking.k8s.io/v1", "kind": "Ingress",
+                "metadata": { "name": "echo" },
+                "spec": { "ingressClassName": "traefik", "rules": [{ "host": "app.test", "http": { "paths": [
+                    { "path": "/", "pathType": "Prefix",
+                      "backend": { "service": { "name": "echo", "port": { "number": 80 } } } }] } }] } }),
+        ];
+        let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+            kube::Api::namespaced(client.clone(), "default");
+        services
+            .create(&PostParams::default(), &serde_json::from_value(objects[0].clone()).unwrap())
+            .await
+            .unwrap();
+        let ingresses: kube::Api<k8s_openapi::api::networking::v1::Ingress> =
+            kube::Api::namespaced(client.clone(), "default");
+        ingresses
+            .create(&PostParams::default(), &serde_json::from_value(objects[1].clone()).unwrap())
+            .await
+            .unwrap();
+        let file = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
+        let entry = file
+            .split("http://")
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap()
+            .to_owned();
+        let names: Vec<String> = ready.iter().map(|(n, _, _)| n.clone()).collect();
+        let via_traefik = wait_for("an answer through Traefik", async || {
+            let answer = backend_via(&entry, "app.test")?;
+            names.contains(&answer).then_some(answer)
+        })
+        .await;
+        assert!(names.contains(&via_traefik));
         // A deleted pod is stopped and removed; the Deployment replaces it.
         let (victim, victim_ip, _) = ready[0].clone();
         pods.delete(&victim, &DeleteParams::default()).await.unwrap();
@@ -259,21 +309,11 @@ fn check(file: &std::path::Path, kubeconfig: &std::path::Path) -> Output {
 /// without the verbs; a bad token; an API that is not there. Each a clear FAIL with its
 /// fix, exit 2, within seconds.
 fn cluster_check_says_what_is_missing(dir: &std::path::Path) {
-    use k8s_openapi::api::networking::v1::IngressClass;
     let admin = dir.join("cluster/kubeconfig");
-    // A controller's address: something listening.
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let file = dir.join("check.yaml");
-    std::fs::write(
-        &file,
-        format!(
-            "targets: {{ traefik: {{ ingress_class: traefik, address: \"http://{}\" }} }}\n",
-            listener.local_addr().unwrap()
-        ),
-    )
-    .unwrap();
+    // The cluster file `up` wrote: Traefik, class traefik, at its address. All pass.
+    let file = dir.join("cluster.yaml");
     let out = check(&file, &admin);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(out.status.success(), "{}", text(&out));
     let said = text(&out);
     assert!(
         said.contains("ok   API: answers, Kubernetes v1.33.13"),
@@ -281,27 +321,27 @@ fn cluster_check_says_what_is_missing(dir: &std::path::Path) {
     );
     assert!(said.contains("ok   permissions: all 15 verbs"), "{said}");
     assert!(
-        said.contains("FAIL traefik: ingress class: no IngressClass `traefik`")
-            && said.contains("correct targets.traefik.ingress_class"),
+        said.contains("ok   traefik: ingress class: `traefik` exists"),
         "{said}"
     );
     assert!(said.contains("ok   traefik: address"), "{said}");
-    // Once the class exists, everything passes.
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let client = ingressbench_cluster::api::client(&admin, None)
-            .await
-            .unwrap();
-        let classes: kube::Api<IngressClass> = kube::Api::all(client);
-        let class: IngressClass = serde_json::from_value(serde_json::json!({
-            "metadata": { "name": "traefik" },
-            "spec": { "controller": "traefik.io/ingress-controller" }
-        }))
-        .unwrap();
-        classes.create(&Default::default(), &class).await.unwrap();
-    });
-    let out = check(&file, &admin);
-    assert!(out.status.success(), "{}", text(&out));
+    // A class no controller serves.
+    let text_of = std::fs::read_to_string(&file).unwrap();
+    let missing = dir.join("missing.yaml");
+    std::fs::write(
+        &missing,
+        text_of.replace("ingress_class: traefik", "ingress_class: haproxy"),
+    )
+    .unwrap();
+    let out = check(&missing, &admin);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains(
+            "FAIL traefik: ingress class: no IngressClass `haproxy` (there are: traefik)"
+        ) && text(&out).contains("correct targets.traefik.ingress_class"),
+        "{}",
+        text(&out)
+    );
     // The scheduler's identity cannot make namespaces.
     let out = check(&file, &dir.join("cluster/kube-scheduler.kubeconfig"));
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
