@@ -264,20 +264,11 @@ async fn address(client: &Client, target: &str, t: &ClusterTarget) -> Finding {
     }
 }
 
-/// `http://host[:port]/…` → (host, port).
+/// `http://host[:port]/…` → (host, port), parsed as the load generator parses URLs.
 fn host_port(url: &str) -> Option<(String, u16)> {
-    let (rest, default) = if let Some(r) = url.strip_prefix("http://") {
-        (r, 80)
-    } else {
-        (url.strip_prefix("https://")?, 443)
-    };
-    let authority = rest.split('/').next()?;
-    match authority.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => {
-            Some((h.trim_matches(['[', ']']).to_owned(), p.parse().ok()?))
-        }
-        _ => Some((authority.trim_matches(['[', ']']).to_owned(), default)),
-    }
+    ingressbench_load::Target::parse(url)
+        .ok()
+        .map(|t| (t.host, t.port))
 }
 
 #[cfg(test)]
