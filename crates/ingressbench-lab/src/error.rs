@@ -109,6 +109,16 @@ pub enum LabError {
         /// What the proxy said.
         reason: String,
     },
+    /// A node's namespace did not take a kernel setting.
+    #[error("node {node} did not take sysctl {setting}: {reason}")]
+    Kernel {
+        /// The node.
+        node: String,
+        /// The setting, as `name=value`.
+        setting: String,
+        /// What the kernel said, or the value it kept.
+        reason: String,
+    },
     /// A part of the lab that nothing asked to stop (a proxy, the front, the sidecar, a
     /// backend no event killed) exited while it was being measured.
     #[error("{part} exited during the cell ({status}), so what was measured after is not the system under test; its log ends:\n{log_tail}")]

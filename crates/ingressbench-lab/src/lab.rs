@@ -10,6 +10,7 @@ use ingressbench_stats::HistogramUs;
 
 use crate::certs::{self, LabCerts};
 use crate::front::Front;
+use crate::kernel::{self, ListenCounters, NodeSysctls};
 use crate::model::{
     check_name, Generation, Overlay, Pool, Route, RouteTable, Tuning, GENERATION_HEADER,
     SIDECAR_GENERATION_HEADER,
@@ -18,7 +19,7 @@ use crate::process::OwnedChild;
 use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions, UpstreamMtls};
 use crate::reaper::Reaper;
 use crate::relay::Relay;
-use crate::topology::{Node, Nodes, Topology};
+use crate::topology::{Isolation, Node, Nodes, Topology};
 use crate::usage::Part;
 use crate::LabError;
 
@@ -72,6 +73,8 @@ pub struct LabSpec {
     pub hop: Option<HopSpec>,
     /// Where each part runs, and the links on the paths that cross nodes.
     pub topology: Topology,
+    /// Kernel settings per node (namespace isolation only).
+    pub sysctls: NodeSysctls,
 }
 
 /// An extra proxy on the path: an Envoy sidecar beside the proxies, as a service mesh puts
@@ -109,6 +112,7 @@ impl LabSpec {
             front: None,
             hop: None,
             topology: Topology::default(),
+            sysctls: NodeSysctls::default(),
         }
     }
 
@@ -123,7 +127,46 @@ impl LabSpec {
         for overlay in std::iter::once(&self.overlay).chain(overlays) {
             self.route_table(overlay, |_| Vec::new(), 1).validate()?;
         }
-        Ok(())
+        self.check_kernel()
+    }
+
+    /// Kernel settings: per namespace only (never the machine's), on nodes this lab has,
+    /// and a listen backlog only for proxies that have one.
+    fn check_kernel(&self) -> Result<(), LabError> {
+        if let Some(b) = self.tuning.listen_backlog {
+            if let Some(kind) = self
+                .proxies
+                .iter()
+                .find(|k| matches!(k, ProxyKind::Traefik | ProxyKind::Caddy))
+            {
+                return Err(LabError::InvalidValue {
+                    field: "tuning.listen_backlog".into(),
+                    value: b.to_string(),
+                    reason: format!("{kind} has no listen backlog setting (Go listens with the node's net.core.somaxconn): set tuning.sysctls.net.core.somaxconn instead, or give listen_backlog only to nginx, HAProxy and Envoy targets"),
+                });
+            }
+        }
+        if self.sysctls.is_empty() {
+            return Ok(());
+        }
+        if self.topology.isolation != Isolation::Netns {
+            return Err(LabError::InvalidValue {
+                field: "tuning.sysctls".into(),
+                value: self.sysctls.names().join(", "),
+                reason: "kernel settings are set per node namespace, and loopback nodes share the machine's own (the tool never changes the machine's): set topology.isolation: netns (root)".into(),
+            });
+        }
+        let pools: Vec<&str> = self.pools.iter().map(|p| p.name.as_str()).collect();
+        for node in self.sysctls.nodes.keys() {
+            self.topology
+                .check_node(node, &pools, "tuning.nodes")
+                .map_err(|reason| LabError::InvalidValue {
+                    field: "tuning.nodes".into(),
+                    value: node.clone(),
+                    reason,
+                })?;
+        }
+        self.sysctls.check()
     }
 
     /// The route table of this spec with `overlay`, its pools' endpoints from `endpoints`.
@@ -270,6 +313,7 @@ impl Lab {
         for pool in &spec.pools {
             check_name("pool", &pool.name)?;
         }
+        spec.check_kernel()?;
         remove_leftovers();
         let nodes = Nodes::new(spec.topology.isolation)?;
         let dir = private_dir()?;
@@ -471,14 +515,24 @@ impl Lab {
     }
 
     /// The node called `name`, made if it is new (the reaper is told of its namespace).
+    /// A new node gets its kernel settings before anything starts on it.
     fn node(&mut self, name: &str) -> Result<Node, LabError> {
         check_name("node", name)?;
+        let new = !self.nodes.all().iter().any(|n| n.name == name);
         let reaper = &mut self.reaper;
-        self.nodes.get(name, &mut |ns| {
+        let node = self.nodes.get(name, &mut |ns| {
             if let Some(r) = reaper.as_mut() {
                 r.remove_netns_on_death(ns);
             }
-        })
+        })?;
+        let settings = self
+            .spec
+            .sysctls
+            .of(name, self.spec.topology.is_proxy_node(name));
+        if let (true, false, Some(ns)) = (new, settings.is_empty(), &node.netns) {
+            kernel::apply(name, ns, &settings)?;
+        }
+        Ok(node)
     }
 
     /// A relay on the link from node `from` to `to` (where `target` listens), or `None`
@@ -970,6 +1024,72 @@ impl Lab {
             .iter()
             .find(|n| &n.name == client)
             .and_then(|n| n.netns.clone())
+    }
+
+    /// The kernel as each proxy runs with it, read back, not as asked: each node's
+    /// settings (those the spec sets, and `net.core.somaxconn` of every proxy's node), the
+    /// backlog each proxy listener got (its own, capped by `somaxconn`) and the proxies'
+    /// open-file limit.
+    pub fn kernel(&self) -> serde_json::Value {
+        let mut sysctls = serde_json::Map::new();
+        for node in self.nodes.all() {
+            let proxy = self.proxy_nodes.contains(&node.name);
+            let mut names: Vec<String> = self
+                .spec
+                .sysctls
+                .of(&node.name, proxy)
+                .into_keys()
+                .collect();
+            if proxy {
+                names.push("net.core.somaxconn".into());
+            }
+            if names.is_empty() {
+                continue;
+            }
+            sysctls.insert(
+                node.name.clone(),
+                serde_json::json!(kernel::read(node.netns.as_deref(), &names)),
+            );
+        }
+        let mut listeners = Vec::new();
+        let mut open_files = serde_json::Map::new();
+        for (p, node) in self.proxies.iter().zip(&self.proxy_nodes) {
+            let Some(node) = self.nodes.all().iter().find(|n| &n.name == node) else {
+                continue;
+            };
+            let got = kernel::listen_backlogs(node.netns.as_deref(), node.ip);
+            for port in std::iter::once(p.http_port()).chain(p.https_port()) {
+                listeners.push(serde_json::json!({
+                    "proxy": p.kind().name(),
+                    "node": node.name,
+                    "port": port,
+                    "backlog": got.get(&port),
+                }));
+            }
+            if let Some(n) = kernel::open_files_limit(p.pid()) {
+                open_files.insert(p.kind().name().to_owned(), serde_json::json!(n));
+            }
+        }
+        serde_json::json!({
+            "sysctls": sysctls,
+            "listeners": listeners,
+            "open_files": open_files,
+        })
+    }
+
+    /// The listen-queue counters of each proxy node's namespace (none on loopback, where
+    /// the counters are the whole machine's).
+    pub fn listen_counters(&self) -> Vec<(String, ListenCounters)> {
+        let mut out: Vec<(String, ListenCounters)> = Vec::new();
+        for node in self.nodes.all() {
+            if !self.proxy_nodes.contains(&node.name) || node.netns.is_none() {
+                continue;
+            }
+            if let Some(c) = kernel::listen_counters(node.netns.as_deref()) {
+                out.push((node.name.clone(), c));
+            }
+        }
+        out
     }
 
     /// The nodes made so far (the client's first).

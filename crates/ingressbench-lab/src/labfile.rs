@@ -11,6 +11,7 @@
 //!   - { host: app.test, path_prefix: /, pool: echo }
 //! tls: true
 //! tuning: { workers: 1, keepalive_requests: 1000, upstream_keepalive: 32 }
+//! # tuning: { sysctls: { net.core.somaxconn: 32768 }, listen_backlog: 32768 }  # netns only
 //! haproxy_update: runtime_api
 //! front: { replicas: 2 }               # an L4 front over two replicas of each proxy
 //! topology:                            # nodes and the links between them
@@ -409,6 +410,50 @@ pub struct TuningFile {
     pub keepalive_requests: Option<u64>,
     /// Idle upstream connections per pool.
     pub upstream_keepalive: Option<u32>,
+    /// The proxies' own listen backlog (nginx, HAProxy, Envoy).
+    pub listen_backlog: Option<u32>,
+    /// Kernel settings on the proxies' node (`net.core.somaxconn: 32768`); needs
+    /// `topology.isolation: netns`.
+    #[serde(default)]
+    pub sysctls: SysctlsFile,
+    /// Kernel settings on other nodes, by node name.
+    #[serde(default)]
+    pub nodes: std::collections::BTreeMap<String, SysctlsFile>,
+}
+
+/// Sysctls as written: each value a number or a string (`"1024 65000"`).
+pub type SysctlsFile = std::collections::BTreeMap<String, SysctlValue>;
+
+/// A sysctl value as written: `32768` or `"1024 65000"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SysctlValue(pub String);
+
+impl<'de> Deserialize<'de> for SysctlValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            Number(u64),
+            Signed(i64),
+            Text(String),
+        }
+        Ok(Self(
+            match Written::deserialize(d).map_err(|_| {
+                serde::de::Error::custom(
+                    "a sysctl value is a number or a string of numbers (\"1024 65000\")",
+                )
+            })? {
+                Written::Number(n) => n.to_string(),
+                Written::Signed(n) => n.to_string(),
+                Written::Text(t) => t,
+            },
+        ))
+    }
+}
+
+/// Sysctls as the lab takes them.
+fn sysctls(file: &SysctlsFile) -> crate::kernel::Sysctls {
+    file.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect()
 }
 
 /// Route changes as written.
@@ -600,7 +645,17 @@ impl LabFile {
                 .tuning
                 .upstream_keepalive
                 .unwrap_or(defaults.upstream_keepalive),
+            listen_backlog: self.tuning.listen_backlog,
             ..defaults
+        };
+        let kernel = crate::kernel::NodeSysctls {
+            proxies: sysctls(&self.tuning.sysctls),
+            nodes: self
+                .tuning
+                .nodes
+                .iter()
+                .map(|(node, s)| (node.clone(), sysctls(s)))
+                .collect(),
         };
         Ok(LabSpec {
             proxies: self.proxies.clone(),
@@ -608,6 +663,7 @@ impl LabFile {
             routes,
             overlay: self.overlay.to_overlay(),
             tuning,
+            sysctls: kernel,
             tls: self.tls,
             backend_binary,
             binaries,

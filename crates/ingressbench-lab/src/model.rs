@@ -50,6 +50,10 @@ pub struct Tuning {
     pub connect_timeout_ms: u64,
     /// Upstream response timeout, in milliseconds.
     pub read_timeout_ms: u64,
+    /// The listen backlog the proxy asks for (nginx `backlog=`, HAProxy `backlog`, Envoy
+    /// `tcp_backlog_size`); `None` keeps its own default. The kernel caps it at the node's
+    /// `net.core.somaxconn`.
+    pub listen_backlog: Option<u32>,
 }
 
 impl Default for Tuning {
@@ -60,6 +64,7 @@ impl Default for Tuning {
             upstream_keepalive: 32,
             connect_timeout_ms: 2_000,
             read_timeout_ms: 30_000,
+            listen_backlog: None,
         }
     }
 }
@@ -147,6 +152,15 @@ impl RouteTable {
         if let Some((from, to)) = &self.overlay.rewrite {
             check_path("rewrite prefix", from)?;
             check_path("rewrite target", to)?;
+        }
+        if let Some(b) = self.tuning.listen_backlog {
+            if b == 0 || b > i32::MAX as u32 {
+                return Err(invalid(
+                    "listen_backlog",
+                    &b.to_string(),
+                    "between 1 and 2147483647 (the kernel caps it at net.core.somaxconn)",
+                ));
+            }
         }
         if self.tuning.workers == 0 || self.tuning.workers > 256 {
             return Err(invalid(

@@ -137,33 +137,47 @@ impl Topology {
         }
     }
 
-    /// Checks that each node a `between` link names is a node of a lab with these pools:
-    /// one the placement names, or a backend's (`POOL-N`) when each has its own, or a
-    /// replica's (`STEM-N`) when each has its own. A misspelt node would never match.
+    /// Checks that each node a `between` link names is a node of a lab with these pools.
     pub fn check_between(&self, pools: &[&str]) -> Result<(), String> {
+        for (a, b, _) in &self.between {
+            for node in [a, b] {
+                self.check_node(node, pools, "topology.links.between")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks that `node` is a node of a lab with these pools: one the placement names, or
+    /// a backend's (`POOL-N`) when each has its own, or a replica's (`STEM-N`) when each
+    /// has its own. A misspelt node would never match; the error starts with `field`.
+    pub fn check_node(&self, node: &str, pools: &[&str], field: &str) -> Result<(), String> {
         let mut named: Vec<&str> = vec![&self.client, &self.front, &self.sidecar];
         if !self.proxies_each {
             named.push(&self.proxies);
         }
         named.extend(self.backends.as_deref());
-        for (a, b, _) in &self.between {
-            for node in [a, b] {
-                let known = named.contains(&node.as_str())
-                    || self.is_proxy_node(node)
-                    || (self.backends.is_none() && pools.iter().any(|p| numbered(node, p)));
-                if !known {
-                    named.sort_unstable();
-                    named.dedup();
-                    return Err(format!(
-                        "topology.links.between: `{node}` is not a node of this lab (its nodes: {}{}{})",
-                        named.join(", "),
-                        if self.proxies_each { format!(", {}-N", self.proxies) } else { String::new() },
-                        if self.backends.is_none() { ", POOL-N for each backend" } else { "" },
-                    ));
-                }
-            }
+        let known = named.contains(&node)
+            || self.is_proxy_node(node)
+            || (self.backends.is_none() && pools.iter().any(|p| numbered(node, p)));
+        if known {
+            return Ok(());
         }
-        Ok(())
+        named.sort_unstable();
+        named.dedup();
+        Err(format!(
+            "{field}: `{node}` is not a node of this lab (its nodes: {}{}{})",
+            named.join(", "),
+            if self.proxies_each {
+                format!(", {}-N", self.proxies)
+            } else {
+                String::new()
+            },
+            if self.backends.is_none() {
+                ", POOL-N for each backend"
+            } else {
+                ""
+            },
+        ))
     }
 }
 

@@ -153,6 +153,9 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
         );
         charts.push(("sweep".into(), svg));
     }
+    if let Some(section) = crate::kernel::section(run, &conditions) {
+        body.push_str(&section);
+    }
     body.push_str(&measured_section(run));
     let html = format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{} - ingressbench report</title><style>{CSS}</style></head><body>{body}<footer>Written by ingressbench {}.</footer></body></html>",

@@ -19,6 +19,7 @@ pub mod compare;
 pub mod hgrm;
 pub mod hlog;
 pub mod html;
+mod kernel;
 pub mod results;
 pub mod samples;
 pub mod svg;

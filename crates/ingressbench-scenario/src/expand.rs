@@ -222,9 +222,21 @@ fn scalar_text(v: &Value) -> String {
 /// mappings on the way.
 fn set_path(tree: &mut Value, path: &str, value: Value) -> Result<(), String> {
     let mut node = tree;
-    let parts: Vec<&str> = path.split('.').collect();
+    let mut parts: Vec<&str> = path.split('.').collect();
     if parts.iter().any(|p| p.is_empty()) {
         return Err("write a dotted path such as load.rate".into());
+    }
+    // A sysctl's name is one key with dots in it (`tuning.sysctls.net.core.somaxconn`).
+    let sysctl = parts
+        .iter()
+        .position(|p| *p == "sysctls")
+        .map(|at| at + 1)
+        .or_else(|| (parts.len() > 3 && parts[..2] == ["tuning", "nodes"]).then_some(3));
+    let joined;
+    if let Some(at) = sysctl.filter(|at| *at < parts.len()) {
+        joined = parts[at..].join(".");
+        parts.truncate(at);
+        parts.push(&joined);
     }
     for (i, part) in parts.iter().enumerate() {
         let last = i + 1 == parts.len();
@@ -498,6 +510,26 @@ mod tests {
         let cells = expand(&text, Path::new("s.yaml"), &sets, false).unwrap();
         assert_eq!(cells.len(), 2, "one value, two targets");
         assert!(cells.iter().all(|c| c.scenario.load.rate == Some(250.0)));
+    }
+
+    #[test]
+    fn a_sysctl_name_is_one_key_in_a_path() {
+        let mut tree: Value =
+            serde_yaml_ng::from_str("tuning: { sysctls: { net.core.somaxconn: 128 } }").unwrap();
+        set_path(
+            &mut tree,
+            "tuning.sysctls.net.core.somaxconn",
+            Value::from(32768),
+        )
+        .unwrap();
+        set_path(
+            &mut tree,
+            "tuning.nodes.client.net.ipv4.ip_local_port_range",
+            Value::from("1024 65000"),
+        )
+        .unwrap();
+        let want: Value = serde_yaml_ng::from_str("tuning: { sysctls: { net.core.somaxconn: 32768 }, nodes: { client: { net.ipv4.ip_local_port_range: 1024 65000 } } }").unwrap();
+        assert_eq!(tree, want);
     }
 
     #[test]

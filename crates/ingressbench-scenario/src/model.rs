@@ -5,7 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use ingressbench_lab::labfile::{
-    FrontFile, HopFile, OverlayFile, PoolFile, RouteFile, TopologyFile, TuningFile,
+    FrontFile, HopFile, OverlayFile, PoolFile, RouteFile, SysctlsFile, TopologyFile, TuningFile,
 };
 use ingressbench_lab::proxy::{HaproxyUpdate, ProxyKind};
 use serde::de::{self, MapAccess, Visitor};
@@ -108,6 +108,10 @@ pub enum Target {
         keepalive_requests: Option<u64>,
         /// Upstream keep-alive pool for this target.
         upstream_keepalive: Option<u32>,
+        /// The proxy's listen backlog for this target.
+        listen_backlog: Option<u32>,
+        /// Kernel settings on this target's proxy node, over the scenario's.
+        sysctls: SysctlsFile,
         /// An L4 load balancer in front of replicas of the proxy.
         front: Option<FrontFile>,
         /// A sidecar between the proxy and the backends.
@@ -144,6 +148,9 @@ struct TargetMap {
     workers: Option<u32>,
     keepalive_requests: Option<u64>,
     upstream_keepalive: Option<u32>,
+    listen_backlog: Option<u32>,
+    #[serde(default)]
+    sysctls: SysctlsFile,
     front: Option<FrontFile>,
     hop: Option<HopFile>,
 }
@@ -172,6 +179,8 @@ impl<'de> Deserialize<'de> for Target {
                     workers: None,
                     keepalive_requests: None,
                     upstream_keepalive: None,
+                    listen_backlog: None,
+                    sysctls: SysctlsFile::new(),
                     front: None,
                     hop: None,
                 })
@@ -187,6 +196,8 @@ impl<'de> Deserialize<'de> for Target {
                         workers: m.workers,
                         keepalive_requests: m.keepalive_requests,
                         upstream_keepalive: m.upstream_keepalive,
+                        listen_backlog: m.listen_backlog,
+                        sysctls: m.sysctls,
                         front: m.front,
                         hop: m.hop,
                     }),

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use ingressbench_lab::kernel::ListenCounters;
 use ingressbench_lab::labfile::LabFile;
 use ingressbench_lab::model::Overlay;
 use ingressbench_lab::proxy::Binaries;
@@ -279,6 +280,9 @@ pub fn run(
                 if let Some(o) = done.link_overhead_us {
                     entry["link_overhead_us"] = o;
                 }
+                if let Some(k) = done.kernel {
+                    entry["kernel"] = k;
+                }
                 if let Some(t) = done.topology {
                     entry["topology"] = t;
                 }
@@ -343,6 +347,8 @@ fn clear_previous_run(dir: &Path, force: bool) -> Result<(), ScenarioError> {
 struct CellDone {
     summary: Value,
     link_overhead_us: Option<Value>,
+    /// The kernel each proxy ran with, and its listen queues' drops in the cell.
+    kernel: Option<Value>,
     topology: Option<Value>,
     /// What the lab's processes spent (see `usage.rs`).
     usage: Option<Value>,
@@ -351,6 +357,30 @@ struct CellDone {
     proxy_version: Option<String>,
     interrupted: bool,
     line: String,
+}
+
+/// The kernel as the cell's proxies ran with it (see [`Lab::kernel`]), and what each
+/// proxy node's listen queues dropped from the load's start (warm-up included, when
+/// connections open) to its end: the kernel's own count, beside the client's connect
+/// times.
+fn kernel_record(lab: &Lab, before: &[(String, ListenCounters)]) -> Value {
+    let mut record = lab.kernel();
+    let dropped: serde_json::Map<String, Value> = lab
+        .listen_counters()
+        .into_iter()
+        .map(|(node, now)| {
+            let earlier = before
+                .iter()
+                .find(|(n, _)| *n == node)
+                .map(|(_, c)| *c)
+                .unwrap_or_default();
+            (node, json!(now.since(earlier)))
+        })
+        .collect();
+    if !dropped.is_empty() {
+        record["listen_queue"] = Value::Object(dropped);
+    }
+    record
 }
 
 fn cell_dir_name(cell: &Cell) -> String {
@@ -553,6 +583,7 @@ fn run_cell(
     if let Some(lab) = &lab {
         lab.reset_link_overhead();
     }
+    let listen_before = lab.as_ref().map(Lab::listen_counters).unwrap_or_default();
     let load = std::thread::Builder::new()
         .name("ib-cell-load".into())
         .spawn(move || {
@@ -714,6 +745,7 @@ fn run_cell(
     let link_overhead_us = lab.as_ref().map(Lab::link_overhead).filter(|h| !h.is_empty()).map(|h| {
         json!({ "chunks": h.count(), "p50": h.value_at_percentile(50.0), "p99": h.value_at_percentile(99.0), "max": h.max() })
     });
+    let kernel = lab.as_ref().map(|lab| kernel_record(lab, &listen_before));
     // One node means no topology to show.
     let lab_map = lab
         .as_ref()
@@ -759,6 +791,7 @@ fn run_cell(
     Ok(CellDone {
         summary: small,
         link_overhead_us,
+        kernel,
         topology: lab_map,
         usage: usage.map(|u| u.summary(s.requests.total)),
         lab_reused,
@@ -973,6 +1006,8 @@ fn lab_file(cell: &Cell) -> Option<LabFile> {
         workers,
         keepalive_requests,
         upstream_keepalive,
+        listen_backlog,
+        sysctls,
         front,
         hop,
         ..
@@ -984,6 +1019,10 @@ fn lab_file(cell: &Cell) -> Option<LabFile> {
     tuning.workers = workers.or(tuning.workers);
     tuning.keepalive_requests = keepalive_requests.or(tuning.keepalive_requests);
     tuning.upstream_keepalive = upstream_keepalive.or(tuning.upstream_keepalive);
+    tuning.listen_backlog = listen_backlog.or(tuning.listen_backlog);
+    tuning
+        .sysctls
+        .extend(sysctls.iter().map(|(k, v)| (k.clone(), v.clone())));
     Some(LabFile {
         proxies: vec![*kind],
         backends: if s.backends.is_empty() {

@@ -97,6 +97,10 @@ pub struct PhaseHistograms {
     pub ttfb: HistogramUs,
     /// Whole request (service time), for requests that got a response.
     pub total: HistogramUs,
+    /// TCP connect of the connections opened during warm-up, whose requests are not
+    /// measured: connection set-up at the load's start (a burst of connects at a full
+    /// accept queue, each waiting for a retransmitted SYN) shows here.
+    pub warmup_connect: HistogramUs,
 }
 
 impl PhaseHistograms {
@@ -106,6 +110,7 @@ impl PhaseHistograms {
         self.tls.merge(&other.tls);
         self.ttfb.merge(&other.ttfb);
         self.total.merge(&other.total);
+        self.warmup_connect.merge(&other.warmup_connect);
     }
 }
 
@@ -222,6 +227,11 @@ impl Recorder {
     pub fn record(&mut self, sample: &Sample) {
         if sample.warmup {
             self.warmup_requests += 1;
+            if !sample.connection_reused && opened_connection(sample.outcome) {
+                self.phases
+                    .warmup_connect
+                    .record_ns(sample.phases.connect_ns);
+            }
             return;
         }
         self.roll_windows(sample.done_at_ns);
@@ -235,14 +245,7 @@ impl Recorder {
         }
         if sample.connection_reused {
             self.reused_requests += 1;
-        } else if !matches!(
-            sample.outcome,
-            Outcome::NotSent
-                | Outcome::Refused
-                | Outcome::ConnectTimeout
-                | Outcome::DnsError
-                | Outcome::ConnectError
-        ) {
+        } else if opened_connection(sample.outcome) {
             self.connections_opened += 1;
             self.phases.dns.record_ns(sample.phases.dns_ns);
             self.phases.connect.record_ns(sample.phases.connect_ns);
@@ -524,6 +527,19 @@ impl Recorder {
         self.first_intended_ns
             .map(|first| (first, self.last_done_ns))
     }
+}
+
+/// Whether a request that did not reuse a connection opened one (and so has a connect
+/// phase).
+fn opened_connection(outcome: Outcome) -> bool {
+    !matches!(
+        outcome,
+        Outcome::NotSent
+            | Outcome::Refused
+            | Outcome::ConnectTimeout
+            | Outcome::DnsError
+            | Outcome::ConnectError
+    )
 }
 
 #[cfg(test)]

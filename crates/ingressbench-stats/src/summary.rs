@@ -112,6 +112,9 @@ pub struct PhaseSummary {
     pub p99: u64,
     /// Mean.
     pub mean: f64,
+    /// Largest (0 in results written before it was recorded).
+    #[serde(default)]
+    pub max: u64,
 }
 
 impl PhaseSummary {
@@ -121,6 +124,7 @@ impl PhaseSummary {
             p50: h.value_at_percentile(50.0),
             p99: h.value_at_percentile(99.0),
             mean: round3(h.mean()),
+            max: h.max(),
         }
     }
 }
@@ -273,6 +277,7 @@ impl Summary {
             ("tls", &phases.tls),
             ("ttfb", &phases.ttfb),
             ("total", &phases.total),
+            ("warmup_connect", &phases.warmup_connect),
         ]
         .into_iter()
         .map(|(name, h)| (name.to_owned(), PhaseSummary::of(h)))

@@ -260,10 +260,14 @@ fn listener(
     if let Some(tls) = tls {
         chain["transport_socket"] = tls;
     }
-    json!({
+    let mut listener = json!({
         "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
         "name": name,
         "address": socket(files.ip, port),
         "filter_chains": [chain],
-    })
+    });
+    if let Some(b) = table.tuning.listen_backlog {
+        listener["tcp_backlog_size"] = json!(b);
+    }
+    listener
 }

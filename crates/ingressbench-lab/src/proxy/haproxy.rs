@@ -174,6 +174,9 @@ impl Haproxy {
             "  # Retries off: a failed upstream request is an error the client sees.\n  retries 0"
         );
         let _ = writeln!(c, "frontend fe\n  bind {}:{}", files.ip, files.http_port);
+        if let Some(b) = t.listen_backlog {
+            let _ = writeln!(c, "  backlog {b}");
+        }
         if let Some(tls) = &files.tls {
             let _ = writeln!(
                 c,

@@ -97,8 +97,17 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
         }
         let _ = writeln!(c, "    keepalive {};\n  }}", t.upstream_keepalive);
     }
+    // Listen options go once per address, on its default server.
+    let backlog = t
+        .listen_backlog
+        .map(|b| format!(" backlog={b}"))
+        .unwrap_or_default();
     let listen = |c: &mut String, default: bool| {
-        let d = if default { " default_server" } else { "" };
+        let d = if default {
+            format!(" default_server{backlog}")
+        } else {
+            String::new()
+        };
         let _ = writeln!(c, "    listen {}:{}{d};", files.ip, files.http_port);
         if let Some(tls) = &files.tls {
             let _ = writeln!(c, "    listen {}:{} ssl{d};", files.ip, tls.port);
