@@ -152,16 +152,23 @@ pub fn check_namespaced<'a>(names: impl Iterator<Item = &'a str>) -> Result<(), 
     for name in &names {
         check_name(name)?;
     }
-    if names.is_empty() || !rustix::process::geteuid().is_root() {
+    // Each name is looked up once per process: a matrix of many cells asks again and again.
+    let mut known = NAMESPACED.lock().unwrap_or_else(|p| p.into_inner());
+    let unknown: Vec<String> = names
+        .iter()
+        .filter(|n| !known.iter().any(|k| k == *n))
+        .map(|n| (*n).to_owned())
+        .collect();
+    if unknown.is_empty() || !rustix::process::geteuid().is_root() {
         return Ok(());
     }
-    let owned: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    let asked = unknown.clone();
     let missing = on_thread(move || {
         // Deprecated for `FILES` (fd tables torn between threads); `NEWNET` only moves
         // this thread, which ends with the closure, into a namespace of its own.
         #[allow(deprecated)]
         rustix::thread::unshare(rustix::thread::UnshareFlags::NEWNET)?;
-        Ok(owned
+        Ok(asked
             .into_iter()
             .filter(|n| !sysctl_path(n).exists())
             .collect::<Vec<_>>())
@@ -170,15 +177,23 @@ pub fn check_namespaced<'a>(names: impl Iterator<Item = &'a str>) -> Result<(), 
         action: "making a scratch network namespace to check sysctls".into(),
         reason: e.to_string(),
     })?;
-    match missing.first() {
-        None => Ok(()),
-        Some(name) if Path::new("/proc/sys").join(name.replace('.', "/")).exists() => Err(invalid(
-            name,
-            "this kernel keeps it machine-wide, not per network namespace (a fresh namespace does not have it), so it cannot be set for one node",
-        )),
-        Some(name) => Err(invalid(name, "this kernel has no such setting (`sysctl -a | grep` for the name)")),
-    }
+    let Some(name) = missing.first() else {
+        known.extend(unknown);
+        return Ok(());
+    };
+    // This thread is in the machine's namespace: the setting may exist here.
+    Err(invalid(
+        name,
+        if sysctl_path(name).exists() {
+            "this kernel keeps it machine-wide, not per network namespace (a fresh namespace does not have it), so it cannot be set for one node"
+        } else {
+            "this kernel has no such setting (`sysctl -a | grep` for the name)"
+        },
+    ))
 }
+
+/// Settings already found in a fresh namespace.
+static NAMESPACED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 /// Sets each setting inside the network namespace at `netns` and reads it back; an error
 /// names the setting, the value and the node.
