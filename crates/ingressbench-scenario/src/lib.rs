@@ -25,6 +25,7 @@ mod expand;
 pub mod impact;
 mod model;
 pub mod runner;
+mod site;
 pub mod store;
 mod usage;
 

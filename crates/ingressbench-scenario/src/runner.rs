@@ -1,5 +1,6 @@
-//! The runner: every cell in order, each with its lab, its load and its timeline of
-//! events, into a results directory that is complete after every cell and never lost.
+//! The runner: every cell in order, each with its site (see [`crate::site`]), its load
+//! and its timeline of events, into a results directory that is complete after every cell
+//! and never lost.
 
 use std::fs::OpenOptions;
 use std::io::Write;
@@ -8,19 +9,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use ingressbench_lab::kernel::ListenCounters;
 use ingressbench_lab::labfile::LabFile;
 use ingressbench_lab::model::Overlay;
 use ingressbench_lab::proxy::Binaries;
-use ingressbench_lab::{Change, Lab};
+use ingressbench_lab::{Change, ChangeRecord, Lab};
 use ingressbench_load::{
     parse_duration, parse_header, Length, Mode, Plan, Progress, RequestGate, RequestSpec, Resolve,
-    RetryPolicy, Target as Url, TlsOptions, Warmup,
+    RetryPolicy, Target as Url, Warmup,
 };
 use ingressbench_stats::Summary;
 use serde_json::{json, Value};
 
 use crate::model::{Action, ConfigChange, LoadModeFile, Target, Timing};
+use crate::site::{Entry, LabSite, Site, Upstream};
 use crate::store::{ProgressFn, ResultsLock, Streams};
 use crate::usage::UsageLog;
 use crate::{Cell, ScenarioError};
@@ -208,7 +209,7 @@ pub fn run(
         error: None,
     };
     let run_start = Instant::now();
-    let mut labs = LabCache::default();
+    let mut sites = SiteCache::default();
     for cell in cells {
         if record["cells"][cell.index]["status"] == "done" {
             outcome.done += 1;
@@ -264,7 +265,7 @@ pub fn run(
                 });
             }) as ProgressFn
         });
-        let result = run_cell(cell, &dir, options, factor, live, &mut labs);
+        let result = run_cell(cell, &dir, options, factor, live, &mut sites);
         let entry = &mut record["cells"][cell.index];
         match result {
             Ok(done) => {
@@ -359,30 +360,6 @@ struct CellDone {
     line: String,
 }
 
-/// The kernel as the cell's proxies ran with it (see [`Lab::kernel`]), and what each
-/// proxy node's listen queues dropped from the load's start (warm-up included, when
-/// connections open) to its end: the kernel's own count, beside the client's connect
-/// times.
-fn kernel_record(lab: &Lab, before: &[(String, ListenCounters)]) -> Value {
-    let mut record = lab.kernel();
-    let dropped: serde_json::Map<String, Value> = lab
-        .listen_counters()
-        .into_iter()
-        .map(|(node, now)| {
-            let earlier = before
-                .iter()
-                .find(|(n, _)| *n == node)
-                .map(|(_, c)| *c)
-                .unwrap_or_default();
-            (node, json!(now.since(earlier)))
-        })
-        .collect();
-    if !dropped.is_empty() {
-        record["listen_queue"] = Value::Object(dropped);
-    }
-    record
-}
-
 fn cell_dir_name(cell: &Cell) -> String {
     let label: String = cell
         .label()
@@ -436,112 +413,21 @@ fn run_cell(
     options: &RunOptions,
     factor: f64,
     live: Option<ProgressFn>,
-    labs: &mut LabCache,
+    sites: &mut SiteCache,
 ) -> Result<CellDone, String> {
-    let s = &cell.scenario;
-    let l = &s.load;
+    let l = &cell.scenario.load;
     let host = l
         .host
         .clone()
         .unwrap_or_else(|| ingressbench_lab::certs::DEFAULT_TLS_NAME.to_owned());
-    // The system under test: a lab kept from an earlier cell with the same lab, or a new
-    // one. Only cells without events share labs, so a reused lab is as it started.
-    let reusable = cell.events.is_empty();
-    let mut lab_reused = false;
-    let (lab, key) = match lab_file(cell) {
-        Some(file) => {
-            let key = format!("{:?}", (&cell.target, &file));
-            let kept = if reusable { labs.take(&key) } else { None };
-            lab_reused = kept.is_some();
-            let lab = match kept {
-                Some(lab) => lab,
-                None => {
-                    let spec = file
-                        .to_spec(
-                            Path::new("scenario"),
-                            options.backend_binary.clone(),
-                            options.binaries.clone(),
-                        )
-                        .map_err(|e| e.to_string())?;
-                    Lab::up(spec).map_err(|e| e.to_string())?
-                }
-            };
-            (Some(lab), key)
-        }
-        None => (None, String::new()),
-    };
-    let (url, tls, proxy_version) = match (&lab, &cell.target) {
-        (Some(lab), _) => {
-            let version = lab.proxies()[0].version().to_owned();
-            let (http, https) = lab.entry().ok_or("the lab has no proxy")?;
-            match (s.tls, https) {
-                (true, Some(at)) => {
-                    let tls = TlsOptions {
-                        cacert: lab.certs().map(|c| c.ca.clone()),
-                        ..TlsOptions::default()
-                    };
-                    (
-                        format!("https://{host}:{}{}", at.port(), l.path),
-                        Some((tls, at)),
-                        Some(version),
-                    )
-                }
-                _ => (format!("http://{http}{}", l.path), None, Some(version)),
-            }
-        }
-        (None, Target::Upstream { url, .. }) => (url.clone(), None, None),
-        (None, Target::Proxy { .. }) => return Err("a proxy target without a lab".into()),
-    };
-    // The load.
-    let host_header = (tls.is_none() && lab.is_some()).then_some(host.as_str());
-    let mut plan = plan_for(cell, &url, host_header, factor)?;
-    if let Some((options, at)) = &tls {
-        plan.tls = options.clone();
-        plan.resolve = vec![Resolve::parse(&format!("{host}:{}:{}", at.port(), at.ip()))
-            .map_err(|e| e.to_string())?];
-    }
-    let warmup = match plan.warmup {
-        Warmup::Duration(d) => d,
-        _ => Duration::ZERO,
-    };
-    let start = Instant::now() + START_DELAY;
-    plan.start = Some(start);
-    plan.validate().map_err(|e| e.to_string())?;
-    let measure_from = start + warmup;
-    // The timeline.
-    let controller_delay = scaled(
-        dur(
-            "controller.propagation_delay",
-            &s.controller.propagation_delay,
-        )?
-        .unwrap_or_default(),
-        factor,
-    );
-    let mut firings = Vec::new();
-    let mut lockstep = Vec::new();
-    for (i, e) in cell.events.iter().enumerate() {
-        let delay = e
-            .propagation_delay
-            .map_or(controller_delay, |d| scaled(d, factor));
-        match &e.timing {
-            Timing::At(at) => firings.push((scaled(*at, factor), i, delay)),
-            Timing::Every {
-                first,
-                every,
-                times,
-            } => {
-                for k in 0..*times {
-                    firings.push((scaled(*first + *every * k, factor), i, delay));
-                }
-            }
-            Timing::BeforeRequest {
-                first,
-                every,
-                times,
-            } => lockstep.push((*first, *every, *times, i, delay)),
-        }
-    }
-    firings.sort_by_key(|f| f.0);
+    let SiteUp {
+        mut site,
+        key,
+        reused,
+    } = bring_up(cell, options, sites)?;
+    let entry = site.entry(cell.scenario.tls, &host, &l.path)?;
+    let (mut plan, start, measure_from) = load_plan(cell, &entry, &host, factor)?;
+    let mut timeline = Timeline::of(cell, factor)?;
     let comment = format!(
         "ingressbench {} cell {}\nvalues in microseconds",
         env!("CARGO_PKG_VERSION"),
@@ -556,182 +442,51 @@ fn run_cell(
     if let Some(live) = live {
         streams = streams.on_progress(live);
     }
-    // Lock-step events: the load asks before each request and waits for the answer.
-    let (gate_rx, ack_tx) = if lockstep.is_empty() {
-        (None, None)
-    } else {
-        let (request_tx, request_rx) = std::sync::mpsc::channel::<u64>();
-        let (ack_tx, ack_rx) = std::sync::mpsc::channel::<()>();
-        let ack_rx = std::sync::Mutex::new(ack_rx);
-        plan.gate = Some(RequestGate(Arc::new(move |seq| {
-            if request_tx.send(seq).is_ok() {
-                if let Ok(ack) = ack_rx.lock() {
-                    let _ = ack.recv();
-                }
-            }
-        })));
-        (Some(request_rx), Some(ack_tx))
-    };
-    let warmup_requests = l.warmup_requests.unwrap_or(0);
-    // The load stops when the run is stopped (Ctrl-C), or when a part of the lab dies.
+    let gate = timeline.gate(&mut plan);
+    // The load stops when the run is stopped (Ctrl-C), or when a part of the site dies.
     let cell_stop = Arc::new(AtomicBool::new(false));
-    let stop = cell_stop.clone();
-    // With namespace isolation the load generator runs on the client's node: its thread
-    // (and the workers it starts) enter the client's namespace.
-    let client_netns = lab.as_ref().and_then(Lab::client_netns);
-    // A reused lab's links measured earlier cells: this cell's overhead starts from zero.
-    if let Some(lab) = &lab {
-        lab.reset_link_overhead();
-    }
-    let listen_before = lab.as_ref().map(Lab::listen_counters).unwrap_or_default();
-    let load = std::thread::Builder::new()
-        .name("ib-cell-load".into())
-        .spawn(move || {
-            let entered = client_netns.as_deref().map_or(Ok(()), |ns| {
-                ingressbench_lab::topology::enter_netns(ns).map_err(|e| {
-                    ingressbench_load::LoadError::InvalidPlan {
-                        field: "topology".into(),
-                        reason: format!(
-                            "cannot enter the client's network namespace {}: {e}",
-                            ns.display()
-                        ),
-                    }
-                })
-            });
-            let report = entered.and_then(|()| ingressbench_load::run(&plan, stop, &mut streams));
-            (report, streams)
-        })
-        .map_err(|e| e.to_string())?;
-    let mut events = OpenOptions::new()
+    site.start_measuring();
+    let load = spawn_load(plan, site.client_netns(), cell_stop.clone(), streams)?;
+    let events = OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("events.jsonl"))
         .map_err(|e| e.to_string())?;
-    let mut lab = lab;
     // What the parts spend is a side figure: if its file cannot be written, the cell
     // goes on without it (the load is already running; latency is what it measures).
-    let mut usage = lab.as_ref().and_then(|lab| {
-        UsageLog::new(
-            &dir.join("usage.jsonl"),
-            lab.usage_parts(),
-            start,
-            measure_from,
-        )
-        .ok()
-    });
-    let mut next = 0;
-    let mut reported = 0;
-    // Why the cell must fail (a part of the lab exited, an event could not be applied):
-    // the load stops, what was measured is kept, and the cell is not done.
-    let mut went_wrong: Option<String> = None;
-    let mut fired = vec![0u32; cell.events.len()];
-    let mut checked_at = Instant::now();
-    while !load.is_finished() {
-        let now = Instant::now();
-        if options.stop.load(Ordering::Relaxed) {
-            cell_stop.store(true, Ordering::Relaxed);
-        }
-        // A proxy (or front, sidecar, backend) that dies is not the system under test
-        // any more: stop, keep what was measured, and fail the cell.
-        if let (Some(lab), None) = (lab.as_mut(), &went_wrong) {
-            if now.duration_since(checked_at) >= ALIVE_CHECK_INTERVAL {
-                checked_at = now;
-                if let Err(e) = lab.check_alive() {
-                    went_wrong = Some(format!(
-                        "{:.3} s into the cell: {e}",
-                        crate::usage::signed_offset(now, measure_from)
-                    ));
-                    cell_stop.store(true, Ordering::Relaxed);
-                }
-            }
-        }
-        if usage.as_mut().is_some_and(|u| u.poll(now).is_err()) {
-            usage = None;
-        }
-        while next < firings.len() && measure_from + firings[next].0 <= now {
-            let (due, index, delay) = firings[next];
-            next += 1;
-            if let Some(lab) = lab.as_mut() {
-                let result = fire(
-                    lab,
-                    cell,
-                    index,
-                    delay,
-                    ("due_s", json!(due.as_secs_f64())),
-                    measure_from,
-                    &mut events,
-                );
-                fired[index] += 1;
-                if let Err(e) = result {
-                    went_wrong.get_or_insert(e);
-                    cell_stop.store(true, Ordering::Relaxed);
-                }
-            }
-        }
-        if let (Some(requests), Some(ack)) = (&gate_rx, &ack_tx) {
-            while let Ok(seq) = requests.try_recv() {
-                // Measured requests count from 1; warm-up requests fire nothing.
-                if let (Some(number), Some(lab)) = (
-                    seq.checked_sub(warmup_requests).map(|n| n + 1),
-                    lab.as_mut(),
-                ) {
-                    for &(first, every, times, index, delay) in &lockstep {
-                        let k = number
-                            .checked_sub(first)
-                            .filter(|d| d % every == 0)
-                            .map(|d| d / every);
-                        if k.is_some_and(|k| k < u64::from(times)) {
-                            let result = fire(
-                                lab,
-                                cell,
-                                index,
-                                delay,
-                                ("due_request", json!(number)),
-                                measure_from,
-                                &mut events,
-                            );
-                            fired[index] += 1;
-                            if let Err(e) = result {
-                                went_wrong.get_or_insert(e);
-                                cell_stop.store(true, Ordering::Relaxed);
-                            }
-                        }
-                    }
-                }
-                let _ = ack.send(());
-            }
-        }
-        if let Some(lab) = lab.as_mut() {
-            if let Err(e) = lab.tick() {
-                // A change the proxies were told and did not take.
-                went_wrong.get_or_insert(format!(
-                    "{:.3} s into the cell, a change could not be applied: {e}",
-                    crate::usage::signed_offset(Instant::now(), measure_from)
-                ));
-                cell_stop.store(true, Ordering::Relaxed);
-            }
-            for rec in &lab.records()[reported..] {
-                let Some(applied) = rec.applied_at else { break };
-                let mechanisms: Vec<String> = rec
-                    .mechanisms
-                    .iter()
-                    .map(|(k, m)| format!("{k}: {m}"))
-                    .collect();
-                let line = json!({ "what": rec.what, "applied_s": offset(applied, measure_from), "mechanisms": mechanisms });
-                let _ = writeln!(events, "{line}").and_then(|()| events.flush());
-                reported += 1;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(if gate_rx.is_some() { 1 } else { 5 }));
-    }
+    let usage = UsageLog::new(
+        &dir.join("usage.jsonl"),
+        site.usage_parts(),
+        start,
+        measure_from,
+    )
+    .ok();
+    let mut driver = Driver {
+        cell,
+        site: site.as_mut(),
+        measure_from,
+        events,
+        usage,
+        fired: vec![0; cell.events.len()],
+        reported: 0,
+        went_wrong: None,
+        stop: cell_stop,
+    };
+    driver.drive(&load, &mut timeline, gate, &options.stop);
+    let Driver {
+        usage: mut usage_log,
+        went_wrong,
+        fired,
+        ..
+    } = driver;
     let (report, mut streams) = load
         .join()
         .map_err(|_| "the load thread panicked".to_owned())?;
-    if usage
+    if usage_log
         .as_mut()
         .is_some_and(|u| u.read_now(Instant::now()).is_err())
     {
-        usage = None;
+        usage_log = None;
     }
     let report = report.map_err(|e| e.to_string())?;
     streams
@@ -742,26 +497,15 @@ fn run_cell(
     let mut hgrm = std::fs::File::create(dir.join("latency.hgrm")).map_err(|e| e.to_string())?;
     ingressbench_report::hgrm::write(&mut hgrm, report.recorder.latency())
         .map_err(|e| e.to_string())?;
-    let link_overhead_us = lab.as_ref().map(Lab::link_overhead).filter(|h| !h.is_empty()).map(|h| {
-        json!({ "chunks": h.count(), "p50": h.value_at_percentile(50.0), "p99": h.value_at_percentile(99.0), "max": h.max() })
-    });
-    let kernel = lab.as_ref().map(|lab| kernel_record(lab, &listen_before));
-    // One node means no topology to show.
-    let lab_map = lab
-        .as_ref()
-        .filter(|lab| lab.nodes().len() > 1)
-        .map(Lab::map);
-    if let Some(lab) = &lab {
-        copy_proxy_files(lab, &dir.join("proxy"));
-        write_impact(
-            lab,
-            dir,
-            &report.summary,
-            usage.as_ref(),
-            l.sample_rate,
-            (measure_from, start),
-        )?;
-    }
+    let record = site.record(dir);
+    write_impact(
+        site.records(),
+        dir,
+        &report.summary,
+        usage_log.as_ref(),
+        l.sample_rate,
+        (measure_from, start),
+    )?;
     if let Some(why) = went_wrong {
         return Err(why);
     }
@@ -784,22 +528,371 @@ fn run_cell(
             format!(" ({} warnings)", s.warnings.len())
         }
     );
-    if let (Some(lab), true) = (lab, reusable) {
-        labs.put(key, lab);
+    // Only cells without events share sites, so a kept site is as it started.
+    if let (Some(key), true) = (key, cell.events.is_empty()) {
+        sites.put(key, site);
     }
     let small = json!({ "requests": s.requests.total, "errors": s.requests.errors, "p50_us": s.latency_us.p50, "p99_us": s.latency_us.p99, "max_us": s.latency_us.max });
     Ok(CellDone {
         summary: small,
-        link_overhead_us,
-        kernel,
-        topology: lab_map,
-        usage: usage.map(|u| u.summary(s.requests.total)),
-        lab_reused,
+        link_overhead_us: record.link_overhead_us,
+        kernel: record.kernel,
+        topology: record.topology,
+        usage: usage_log.map(|u| u.summary(s.requests.total)),
+        lab_reused: reused,
         measure_from_s: measure_from.saturating_duration_since(start).as_secs_f64(),
-        proxy_version,
+        proxy_version: entry.proxy_version,
         interrupted: s.interrupted,
         line,
     })
+}
+
+/// A cell's system under test, as [`bring_up`] found it.
+struct SiteUp {
+    site: Box<dyn Site>,
+    /// What it is kept under between cells (`None`: it is not kept).
+    key: Option<String>,
+    /// Kept from an earlier cell.
+    reused: bool,
+}
+
+/// The system under test of a cell: a site kept from an earlier cell with the same one
+/// (only cells without events share them), or a new one.
+fn bring_up(cell: &Cell, options: &RunOptions, sites: &mut SiteCache) -> Result<SiteUp, String> {
+    let Some(file) = lab_file(cell) else {
+        return match &cell.target {
+            Target::Upstream { url, .. } => Ok(SiteUp {
+                site: Box::new(Upstream { url: url.clone() }),
+                key: None,
+                reused: false,
+            }),
+            Target::Proxy { .. } => Err("a proxy target without a lab".into()),
+        };
+    };
+    let key = format!("{:?}", (&cell.target, &file));
+    if cell.events.is_empty() {
+        if let Some(site) = sites.take(&key) {
+            return Ok(SiteUp {
+                site,
+                key: Some(key),
+                reused: true,
+            });
+        }
+    }
+    let spec = file
+        .to_spec(
+            Path::new("scenario"),
+            options.backend_binary.clone(),
+            options.binaries.clone(),
+        )
+        .map_err(|e| e.to_string())?;
+    let lab = Lab::up(spec).map_err(|e| e.to_string())?;
+    Ok(SiteUp {
+        site: Box::new(LabSite::new(lab)),
+        key: Some(key),
+        reused: false,
+    })
+}
+
+/// The load of a cell against `entry`, starting [`START_DELAY`] from now: the plan, when
+/// it starts and when measurement starts (after the warm-up).
+fn load_plan(
+    cell: &Cell,
+    entry: &Entry,
+    host: &str,
+    factor: f64,
+) -> Result<(Plan, Instant, Instant), String> {
+    let host_header = entry.host_header.then_some(host);
+    let mut plan = plan_for(cell, &entry.url, host_header, factor)?;
+    if let Some((options, at)) = &entry.tls {
+        plan.tls = options.clone();
+        plan.resolve = vec![Resolve::parse(&format!("{host}:{}:{}", at.port(), at.ip()))
+            .map_err(|e| e.to_string())?];
+    }
+    let warmup = match plan.warmup {
+        Warmup::Duration(d) => d,
+        _ => Duration::ZERO,
+    };
+    let start = Instant::now() + START_DELAY;
+    plan.start = Some(start);
+    plan.validate().map_err(|e| e.to_string())?;
+    Ok((plan, start, start + warmup))
+}
+
+/// The load on a thread of its own, in `netns` if the site has one for the client (the
+/// workers it starts inherit it).
+fn spawn_load(
+    plan: Plan,
+    netns: Option<PathBuf>,
+    stop: Arc<AtomicBool>,
+    mut streams: Streams,
+) -> Result<LoadThread, String> {
+    std::thread::Builder::new()
+        .name("ib-cell-load".into())
+        .spawn(move || {
+            let entered = netns.as_deref().map_or(Ok(()), |ns| {
+                ingressbench_lab::topology::enter_netns(ns).map_err(|e| {
+                    ingressbench_load::LoadError::InvalidPlan {
+                        field: "topology".into(),
+                        reason: format!(
+                            "cannot enter the client's network namespace {}: {e}",
+                            ns.display()
+                        ),
+                    }
+                })
+            });
+            let report = entered.and_then(|()| ingressbench_load::run(&plan, stop, &mut streams));
+            (report, streams)
+        })
+        .map_err(|e| e.to_string())
+}
+
+type LoadThread = std::thread::JoinHandle<(
+    Result<ingressbench_load::LoadReport, ingressbench_load::LoadError>,
+    Streams,
+)>;
+
+/// A cell's events in time: timed firings (offset from the start of measurement, event,
+/// propagation delay), in order, and lock-step ones (first request, every, times, event,
+/// delay).
+struct Timeline {
+    firings: Vec<(Duration, usize, Duration)>,
+    next: usize,
+    lockstep: Vec<(u64, u64, u32, usize, Duration)>,
+}
+
+impl Timeline {
+    fn of(cell: &Cell, factor: f64) -> Result<Self, String> {
+        let controller_delay = scaled(
+            dur(
+                "controller.propagation_delay",
+                &cell.scenario.controller.propagation_delay,
+            )?
+            .unwrap_or_default(),
+            factor,
+        );
+        let mut firings = Vec::new();
+        let mut lockstep = Vec::new();
+        for (i, e) in cell.events.iter().enumerate() {
+            let delay = e
+                .propagation_delay
+                .map_or(controller_delay, |d| scaled(d, factor));
+            match &e.timing {
+                Timing::At(at) => firings.push((scaled(*at, factor), i, delay)),
+                Timing::Every {
+                    first,
+                    every,
+                    times,
+                } => {
+                    for k in 0..*times {
+                        firings.push((scaled(*first + *every * k, factor), i, delay));
+                    }
+                }
+                Timing::BeforeRequest {
+                    first,
+                    every,
+                    times,
+                } => lockstep.push((*first, *every, *times, i, delay)),
+            }
+        }
+        firings.sort_by_key(|f| f.0);
+        Ok(Self {
+            firings,
+            next: 0,
+            lockstep,
+        })
+    }
+
+    /// With lock-step events, a gate on the plan: the load asks before each request (its
+    /// sequence number) and waits for the answer.
+    fn gate(&self, plan: &mut Plan) -> Option<Gate> {
+        if self.lockstep.is_empty() {
+            return None;
+        }
+        let (request_tx, request_rx) = std::sync::mpsc::channel::<u64>();
+        let (ack_tx, ack_rx) = std::sync::mpsc::channel::<()>();
+        let ack_rx = std::sync::Mutex::new(ack_rx);
+        plan.gate = Some(RequestGate(Arc::new(move |seq| {
+            if request_tx.send(seq).is_ok() {
+                if let Ok(ack) = ack_rx.lock() {
+                    let _ = ack.recv();
+                }
+            }
+        })));
+        Some(Gate {
+            requests: request_rx,
+            ack: ack_tx,
+            warmup_requests: 0,
+        })
+    }
+
+    /// The timed firings due by `now`.
+    fn due(&mut self, now: Instant, measure_from: Instant) -> Vec<(Duration, usize, Duration)> {
+        let mut due = Vec::new();
+        while self.next < self.firings.len() && measure_from + self.firings[self.next].0 <= now {
+            due.push(self.firings[self.next]);
+            self.next += 1;
+        }
+        due
+    }
+
+    /// The lock-step events to fire before measured request `number` (from 1).
+    fn before_request(&self, number: u64) -> Vec<(usize, Duration)> {
+        self.lockstep
+            .iter()
+            .filter(|&&(first, every, times, _, _)| {
+                number
+                    .checked_sub(first)
+                    .filter(|d| d % every == 0)
+                    .map(|d| d / every)
+                    .is_some_and(|k| k < u64::from(times))
+            })
+            .map(|&(_, _, _, index, delay)| (index, delay))
+            .collect()
+    }
+}
+
+/// The runner's side of lock-step events: the load's requests, and the answer it waits
+/// for.
+struct Gate {
+    requests: std::sync::mpsc::Receiver<u64>,
+    ack: std::sync::mpsc::Sender<()>,
+    /// Requests before these are warm-up and fire nothing.
+    warmup_requests: u64,
+}
+
+/// What runs beside the load: the site's liveness, its changes and the events.
+struct Driver<'a> {
+    cell: &'a Cell,
+    site: &'a mut dyn Site,
+    measure_from: Instant,
+    events: std::fs::File,
+    usage: Option<UsageLog>,
+    /// How many times each event fired.
+    fired: Vec<u32>,
+    /// Records already written to `events.jsonl` as applied.
+    reported: usize,
+    /// Why the cell must fail (a part of the site exited, an event could not be applied):
+    /// the load stops, what was measured is kept, and the cell is not done.
+    went_wrong: Option<String>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Driver<'_> {
+    /// Until the load ends: stops it on Ctrl-C or a dead part, fires events when due, and
+    /// writes each change as it is applied.
+    fn drive(
+        &mut self,
+        load: &LoadThread,
+        timeline: &mut Timeline,
+        mut gate: Option<Gate>,
+        run_stop: &AtomicBool,
+    ) {
+        if let Some(g) = gate.as_mut() {
+            g.warmup_requests = self.cell.scenario.load.warmup_requests.unwrap_or(0);
+        }
+        let mut checked_at = Instant::now();
+        while !load.is_finished() {
+            let now = Instant::now();
+            if run_stop.load(Ordering::Relaxed) {
+                self.stop.store(true, Ordering::Relaxed);
+            }
+            // A proxy (or front, sidecar, backend) that dies is not the system under test
+            // any more: stop, keep what was measured, and fail the cell.
+            if self.went_wrong.is_none() && now.duration_since(checked_at) >= ALIVE_CHECK_INTERVAL {
+                checked_at = now;
+                if let Err(e) = self.site.check_alive() {
+                    self.fail(format!(
+                        "{:.3} s into the cell: {e}",
+                        crate::usage::signed_offset(now, self.measure_from)
+                    ));
+                }
+            }
+            if self.usage.as_mut().is_some_and(|u| u.poll(now).is_err()) {
+                self.usage = None;
+            }
+            for (due, index, delay) in timeline.due(now, self.measure_from) {
+                self.fire(index, delay, ("due_s", json!(due.as_secs_f64())));
+            }
+            if let Some(g) = &gate {
+                while let Ok(seq) = g.requests.try_recv() {
+                    // Measured requests count from 1; warm-up requests fire nothing.
+                    if let Some(number) = seq.checked_sub(g.warmup_requests).map(|n| n + 1) {
+                        for (index, delay) in timeline.before_request(number) {
+                            self.fire(index, delay, ("due_request", json!(number)));
+                        }
+                    }
+                    let _ = g.ack.send(());
+                }
+            }
+            if let Err(e) = self.site.tick() {
+                // A change the proxies were told and did not take.
+                self.fail(format!(
+                    "{:.3} s into the cell, a change could not be applied: {e}",
+                    crate::usage::signed_offset(Instant::now(), self.measure_from)
+                ));
+            }
+            self.write_applied();
+            std::thread::sleep(Duration::from_millis(if gate.is_some() { 1 } else { 5 }));
+        }
+    }
+
+    /// Stops the load and fails the cell (the first reason is kept).
+    fn fail(&mut self, why: String) {
+        self.went_wrong.get_or_insert(why);
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Fires event `index`: asks the site for its change and writes it to `events.jsonl`.
+    fn fire(&mut self, index: usize, delay: Duration, due: (&str, Value)) {
+        self.fired[index] += 1;
+        let change = change_for(&self.cell.events[index].action, &self.cell.scenario);
+        let measure_from = self.measure_from;
+        let (mut line, failed) = match self.site.request(change, delay) {
+            Ok(r) => {
+                let rec = &self.site.records()[r];
+                let generations: Vec<Value> = rec
+                    .generations
+                    .iter()
+                    .map(|(header, g)| json!({ "header": header, "generation": g }))
+                    .collect();
+                (
+                    json!({ "event": index, "what": rec.what, "requested_s": offset(rec.requested_at, measure_from),
+                            "propagation_delay_s": delay.as_secs_f64(), "started": rec.started, "removed": rec.removed,
+                            "generations": generations }),
+                    None,
+                )
+            }
+            Err(e) => (
+                json!({ "event": index, "error": e }),
+                Some(format!(
+                    "events[{index}] could not be applied {:.3} s into the cell: {e}",
+                    crate::usage::signed_offset(Instant::now(), measure_from)
+                )),
+            ),
+        };
+        line[due.0] = due.1;
+        let _ = writeln!(self.events, "{line}").and_then(|()| self.events.flush());
+        if let Some(why) = failed {
+            self.fail(why);
+        }
+    }
+
+    /// Writes each change the site applied since the last call to `events.jsonl`.
+    fn write_applied(&mut self) {
+        let records = self.site.records();
+        for rec in &records[self.reported..] {
+            let Some(applied) = rec.applied_at else { break };
+            let mechanisms: Vec<String> = rec
+                .mechanisms
+                .iter()
+                .map(|(k, m)| format!("{k}: {m}"))
+                .collect();
+            let line = json!({ "what": rec.what, "applied_s": offset(applied, self.measure_from), "mechanisms": mechanisms });
+            let _ = writeln!(self.events, "{line}").and_then(|()| self.events.flush());
+            self.reported += 1;
+        }
+    }
 }
 
 /// Every check a cell makes before it starts anything, made without starting anything:
@@ -1041,25 +1134,25 @@ fn lab_file(cell: &Cell) -> Option<LabFile> {
     })
 }
 
-/// Labs kept up between cells that differ only in their load (a sweep over rates and
+/// Sites kept up between cells that differ only in their load (a sweep over rates and
 /// connections), so that each cell does not pay for a lab's start; at most
-/// [`LabCache::MAX`], the oldest torn down first.
+/// [`SiteCache::MAX`], the oldest torn down first.
 #[derive(Default)]
-struct LabCache(Vec<(String, Lab)>);
+struct SiteCache(Vec<(String, Box<dyn Site>)>);
 
-impl LabCache {
+impl SiteCache {
     const MAX: usize = 10;
 
-    fn take(&mut self, key: &str) -> Option<Lab> {
+    fn take(&mut self, key: &str) -> Option<Box<dyn Site>> {
         let i = self.0.iter().position(|(k, _)| k == key)?;
         Some(self.0.remove(i).1)
     }
 
-    fn put(&mut self, key: String, lab: Lab) {
+    fn put(&mut self, key: String, site: Box<dyn Site>) {
         if self.0.len() == Self::MAX {
             self.0.remove(0);
         }
-        self.0.push((key, lab));
+        self.0.push((key, site));
     }
 }
 
@@ -1128,47 +1221,11 @@ fn unfired(cell: &Cell, fired: &[u32], requests: u64) -> Option<String> {
 
 /// Asks the lab for event `index`'s change and logs it in `events.jsonl`. A change the
 /// lab cannot make is logged as such and is the cell's failure.
-fn fire(
-    lab: &mut Lab,
-    cell: &Cell,
-    index: usize,
-    delay: Duration,
-    due: (&str, Value),
-    measure_from: Instant,
-    events: &mut std::fs::File,
-) -> Result<(), String> {
-    let change = change_for(&cell.events[index].action, &cell.scenario);
-    let mut failed = None;
-    let mut line = match lab.request(change, delay) {
-        Ok(r) => {
-            let rec = &lab.records()[r];
-            let generations: Vec<Value> = rec
-                .generations
-                .iter()
-                .map(|(header, g)| json!({ "header": header, "generation": g }))
-                .collect();
-            json!({ "event": index, "what": rec.what, "requested_s": offset(rec.requested_at, measure_from),
-                    "propagation_delay_s": delay.as_secs_f64(), "started": rec.started, "removed": rec.removed,
-                    "generations": generations })
-        }
-        Err(e) => {
-            failed = Some(format!(
-                "events[{index}] could not be applied {:.3} s into the cell: {e}",
-                crate::usage::signed_offset(Instant::now(), measure_from)
-            ));
-            json!({ "event": index, "error": e.to_string() })
-        }
-    };
-    line[due.0] = due.1;
-    let _ = writeln!(events, "{line}").and_then(|()| events.flush());
-    failed.map_or(Ok(()), Err)
-}
-
 /// Writes `impact.json`: for every event fired, what it did to the sampled requests in the
 /// window after it (until the next event, at most 15 s).
 /// `times` are the start of measurement and the load's start.
 fn write_impact(
-    lab: &Lab,
+    records: &[ChangeRecord],
     dir: &Path,
     summary: &Summary,
     usage: Option<&UsageLog>,
@@ -1178,7 +1235,6 @@ fn write_impact(
     let shift = measure_from.saturating_duration_since(start).as_secs_f64();
     let points = crate::impact::read_samples(&dir.join("samples.csv.gz"), shift)
         .map_err(|e| e.to_string())?;
-    let records = lab.records();
     let mut out = Vec::new();
     for (i, rec) in records.iter().enumerate() {
         let t = rec
@@ -1250,57 +1306,6 @@ fn change_for(action: &Action, s: &crate::Scenario) -> Change {
             backend: backend.clone(),
             duration: *duration,
         },
-    }
-}
-
-/// Copies the proxies' rendered configurations and logs (and the front's) into the
-/// cell's directory; replicas each into a directory of their own.
-fn copy_proxy_files(lab: &Lab, to: &Path) {
-    let replicas = lab.proxies().len();
-    for (i, proxy) in lab.proxies().iter().enumerate() {
-        let to = if replicas > 1 {
-            to.join(format!("replica-{}", i + 1))
-        } else {
-            to.to_owned()
-        };
-        copy_config_files(&proxy.files().dir, &to);
-    }
-    if let Some(sidecar) = lab.sidecar() {
-        copy_config_files(&sidecar.files().dir, &to.join("sidecar"));
-    }
-    if let Some(front) = lab.front() {
-        if let Some(dir) = front.config().parent() {
-            copy_config_files(dir, &to.join("front"));
-        }
-    }
-}
-
-/// Copies the configuration and log files under `from` into `to`, flattening paths.
-fn copy_config_files(from: &Path, to: &Path) {
-    if std::fs::create_dir_all(to).is_err() {
-        return;
-    }
-    let mut stack = vec![from.to_owned()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let p = entry.path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.extension().is_some_and(|e| {
-                ["conf", "cfg", "json", "yaml", "log"]
-                    .iter()
-                    .any(|x| e == *x)
-            }) {
-                let name = p
-                    .strip_prefix(from)
-                    .map(|r| r.to_string_lossy().replace('/', "_"))
-                    .unwrap_or_default();
-                let _ = std::fs::copy(&p, to.join(name));
-            }
-        }
     }
 }
 

@@ -1,0 +1,281 @@
+//! Where a cell runs: the one seam between the runner and the system under test.
+//!
+//! The runner drives a cell the same way wherever it runs: it asks the site for the
+//! address to load, starts the load, fires events through [`Site::request`], ticks the
+//! site while the load runs and reads back what each change did ([`ChangeRecord`]), then
+//! asks the site what to record of itself. A [`LabSite`] is a lab of real proxies on this
+//! machine; an [`Upstream`] is a URL nothing here manages (no events, nothing to record).
+//! Events, times, the results store and the report are the same code for every site.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ingressbench_lab::kernel::ListenCounters;
+use ingressbench_lab::usage::Part;
+use ingressbench_lab::{Change, ChangeRecord, Lab};
+use ingressbench_load::TlsOptions;
+use serde_json::{json, Value};
+
+/// How the load reaches a site.
+pub(crate) struct Entry {
+    /// The URL loaded.
+    pub(crate) url: String,
+    /// With TLS: the client's TLS options and the address the TLS name resolves to.
+    pub(crate) tls: Option<(TlsOptions, SocketAddr)>,
+    /// Send the scenario's host in a `Host` header (plain HTTP to an address).
+    pub(crate) host_header: bool,
+    /// The proxy's version, when the site runs one it knows.
+    pub(crate) proxy_version: Option<String>,
+}
+
+/// What a site records of itself at the end of a cell (`run.json`).
+#[derive(Default)]
+pub(crate) struct SiteRecord {
+    /// What the emulated links added (lab relays).
+    pub(crate) link_overhead_us: Option<Value>,
+    /// Where each part ran, when it ran on more than one node.
+    pub(crate) topology: Option<Value>,
+    /// The kernel as the proxies ran with it.
+    pub(crate) kernel: Option<Value>,
+}
+
+/// A system under test a cell runs against.
+pub(crate) trait Site {
+    /// How the load reaches it: `tls` asks for https, `host` is the TLS name and `Host`.
+    fn entry(&self, tls: bool, host: &str, path: &str) -> Result<Entry, String>;
+
+    /// The network namespace the load generator runs in, if the site has one for it.
+    fn client_netns(&self) -> Option<PathBuf> {
+        None
+    }
+
+    /// Called just before the load starts: what the site measures of itself starts here.
+    fn start_measuring(&mut self) {}
+
+    /// Its processes whose CPU and memory are read while the load runs.
+    fn usage_parts(&self) -> Vec<Part> {
+        Vec::new()
+    }
+
+    /// An error if a part nothing asked to stop is gone (what is measured after is not the
+    /// system under test).
+    fn check_alive(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Asks for a change, to reach the proxies after `delay`; the index of its record.
+    fn request(&mut self, change: Change, delay: Duration) -> Result<usize, String>;
+
+    /// Moves pending changes on (called every few milliseconds while the load runs).
+    fn tick(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Every change asked for, in order.
+    fn records(&self) -> &[ChangeRecord] {
+        &[]
+    }
+
+    /// What to record of the site once the load is over; its files go under `dir`.
+    fn record(&self, dir: &Path) -> SiteRecord {
+        let _ = dir;
+        SiteRecord::default()
+    }
+}
+
+/// A lab of real proxies on this machine.
+pub(crate) struct LabSite {
+    lab: Lab,
+    /// The proxy nodes' listen-queue counters when the load started.
+    listen_before: Vec<(String, ListenCounters)>,
+}
+
+impl LabSite {
+    /// A site of `lab`.
+    pub(crate) fn new(lab: Lab) -> Self {
+        Self {
+            lab,
+            listen_before: Vec::new(),
+        }
+    }
+
+    /// The kernel as the cell's proxies ran with it (see [`Lab::kernel`]), and what each
+    /// proxy node's listen queues dropped from the load's start (warm-up included, when
+    /// connections open) to its end: the kernel's own count, beside the client's connect
+    /// times.
+    fn kernel_record(&self) -> Value {
+        let mut record = self.lab.kernel();
+        let dropped: serde_json::Map<String, Value> = self
+            .lab
+            .listen_counters()
+            .into_iter()
+            .map(|(node, now)| {
+                let earlier = self
+                    .listen_before
+                    .iter()
+                    .find(|(n, _)| *n == node)
+                    .map(|(_, c)| *c)
+                    .unwrap_or_default();
+                (node, json!(now.since(earlier)))
+            })
+            .collect();
+        if !dropped.is_empty() {
+            record["listen_queue"] = Value::Object(dropped);
+        }
+        record
+    }
+}
+
+impl Site for LabSite {
+    fn entry(&self, tls: bool, host: &str, path: &str) -> Result<Entry, String> {
+        let lab = &self.lab;
+        let proxy_version = Some(
+            lab.proxies()
+                .first()
+                .ok_or("the lab has no proxy")?
+                .version()
+                .to_owned(),
+        );
+        let (http, https) = lab.entry().ok_or("the lab has no proxy")?;
+        Ok(match (tls, https) {
+            (true, Some(at)) => Entry {
+                url: format!("https://{host}:{}{path}", at.port()),
+                tls: Some((
+                    TlsOptions {
+                        cacert: lab.certs().map(|c| c.ca.clone()),
+                        ..TlsOptions::default()
+                    },
+                    at,
+                )),
+                host_header: false,
+                proxy_version,
+            },
+            _ => Entry {
+                url: format!("http://{http}{path}"),
+                tls: None,
+                host_header: true,
+                proxy_version,
+            },
+        })
+    }
+
+    fn client_netns(&self) -> Option<PathBuf> {
+        self.lab.client_netns()
+    }
+
+    fn start_measuring(&mut self) {
+        // A reused lab's links measured earlier cells: this cell's overhead starts from
+        // zero.
+        self.lab.reset_link_overhead();
+        self.listen_before = self.lab.listen_counters();
+    }
+
+    fn usage_parts(&self) -> Vec<Part> {
+        self.lab.usage_parts()
+    }
+
+    fn check_alive(&mut self) -> Result<(), String> {
+        self.lab.check_alive().map_err(|e| e.to_string())
+    }
+
+    fn request(&mut self, change: Change, delay: Duration) -> Result<usize, String> {
+        self.lab.request(change, delay).map_err(|e| e.to_string())
+    }
+
+    fn tick(&mut self) -> Result<(), String> {
+        self.lab.tick().map_err(|e| e.to_string())
+    }
+
+    fn records(&self) -> &[ChangeRecord] {
+        self.lab.records()
+    }
+
+    fn record(&self, dir: &Path) -> SiteRecord {
+        copy_proxy_files(&self.lab, &dir.join("proxy"));
+        let overhead = self.lab.link_overhead();
+        SiteRecord {
+            link_overhead_us: (!overhead.is_empty()).then(|| {
+                json!({ "chunks": overhead.count(), "p50": overhead.value_at_percentile(50.0), "p99": overhead.value_at_percentile(99.0), "max": overhead.max() })
+            }),
+            // One node means no topology to show.
+            topology: (self.lab.nodes().len() > 1).then(|| self.lab.map()),
+            kernel: Some(self.kernel_record()),
+        }
+    }
+}
+
+/// A URL the tool did not start (a cloud load balancer, an ingress it does not manage).
+pub(crate) struct Upstream {
+    /// The URL loaded.
+    pub(crate) url: String,
+}
+
+impl Site for Upstream {
+    fn entry(&self, _tls: bool, _host: &str, _path: &str) -> Result<Entry, String> {
+        Ok(Entry {
+            url: self.url.clone(),
+            tls: None,
+            host_header: false,
+            proxy_version: None,
+        })
+    }
+
+    fn request(&mut self, _change: Change, _delay: Duration) -> Result<usize, String> {
+        Err(format!(
+            "{} is an upstream URL the tool did not start, so it cannot change it",
+            self.url
+        ))
+    }
+}
+
+/// Copies the proxies' rendered configurations and logs (and the front's) into the
+/// cell's directory; replicas each into a directory of their own.
+fn copy_proxy_files(lab: &Lab, to: &Path) {
+    let replicas = lab.proxies().len();
+    for (i, proxy) in lab.proxies().iter().enumerate() {
+        let to = if replicas > 1 {
+            to.join(format!("replica-{}", i + 1))
+        } else {
+            to.to_owned()
+        };
+        copy_config_files(&proxy.files().dir, &to);
+    }
+    if let Some(sidecar) = lab.sidecar() {
+        copy_config_files(&sidecar.files().dir, &to.join("sidecar"));
+    }
+    if let Some(front) = lab.front() {
+        if let Some(dir) = front.config().parent() {
+            copy_config_files(dir, &to.join("front"));
+        }
+    }
+}
+
+/// Copies the configuration and log files under `from` into `to`, flattening paths.
+fn copy_config_files(from: &Path, to: &Path) {
+    if std::fs::create_dir_all(to).is_err() {
+        return;
+    }
+    let mut stack = vec![from.to_owned()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| {
+                ["conf", "cfg", "json", "yaml", "log"]
+                    .iter()
+                    .any(|x| e == *x)
+            }) {
+                let name = p
+                    .strip_prefix(from)
+                    .map(|r| r.to_string_lossy().replace('/', "_"))
+                    .unwrap_or_default();
+                let _ = std::fs::copy(&p, to.join(name));
+            }
+        }
+    }
+}
