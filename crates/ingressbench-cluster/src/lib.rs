@@ -1,10 +1,13 @@
 //! Cluster mode. Today: [`local`], a real Kubernetes control plane whose parts are local
-//! processes, for the tests and for trying cluster mode without a cloud, and [`api`], the
-//! calls made through the ecosystem's client (`kube` with `k8s-openapi`).
+//! processes, for the tests and for trying cluster mode without a cloud; [`api`], the
+//! calls made through the ecosystem's client (`kube` with `k8s-openapi`); [`deploy`], a
+//! run's namespace, backends and routes, changed through the API and found again by
+//! label.
 
 pub mod agent;
 pub mod api;
 pub mod check;
+pub mod deploy;
 mod error;
 pub mod file;
 pub mod local;

@@ -386,3 +386,145 @@ fn cluster_check_says_what_is_missing(dir: &std::path::Path) {
         "bad credentials and a missing server are told within seconds"
     );
 }
+
+/// The names of the run's pods once `n` are ready and the EndpointSlices list `n` ready
+/// addresses.
+fn ready_pods(run: &ingressbench_cluster::deploy::RunNamespace, n: usize) -> Option<Vec<String>> {
+    let pods = run.pods().ok()?;
+    let ready: Vec<String> = pods
+        .iter()
+        .filter(|p| p.ready)
+        .map(|p| p.name.clone())
+        .collect();
+    let endpoints = run.ready_endpoints().ok()?;
+    (ready.len() == n && endpoints.len() == n).then_some(ready)
+}
+
+/// Waits (at most 60 s) until `check` gives a value.
+fn wait_until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "after 60 s: {what}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes_only_the_tools() {
+    use ingressbench_cluster::deploy::{
+        cleanup, RunNamespace, RunObjects, HEARTBEAT, MANAGED_BY, TOOL,
+    };
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::PostParams;
+    let dir = std::env::temp_dir().join(format!("ib-cluster-run-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let up = local("up", &dir);
+    let _down = Down(&dir);
+    assert!(up.status.success(), "{}", text(&up));
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let file = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
+    let entry = file
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap()
+        .to_owned();
+    let run = RunNamespace::create(
+        &kubeconfig,
+        None,
+        RunObjects {
+            namespace: "ib-test-run".into(),
+            run_id: "test-run".into(),
+            pool: "echo".into(),
+            replicas: 2,
+            image: "ingressbench".into(),
+            backend_args: Vec::new(),
+            routes: vec![("app.test".into(), "/".into())],
+            ingress_class: "traefik".into(),
+            sysctls: Default::default(),
+            grace_s: 2,
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let first = wait_until("2 pods ready and in the EndpointSlices", || {
+        ready_pods(&run, 2)
+    });
+    // Routed through the cluster's controller, by the Ingress the run made.
+    let answer = wait_until("an answer through Traefik", || {
+        backend_via(&entry, "app.test").filter(|b| first.contains(b))
+    });
+    assert!(first.contains(&answer));
+    // Scale, then kill one (grace 0): the API and the EndpointSlices follow.
+    run.scale(3).unwrap();
+    let three = wait_until("3 pods ready", || ready_pods(&run, 3));
+    run.delete_pod(&three[0], Some(0)).unwrap();
+    wait_until("the killed pod out of the endpoints and replaced", || {
+        let pods = run.pods().ok()?;
+        let gone = !pods.iter().any(|p| p.name == three[0]);
+        (gone && run.ready_endpoints().ok()?.len() == 3).then_some(())
+    });
+    // Cleanup takes a namespace of the tool whose heartbeat is stale, and nothing else:
+    // not the live run's, not one without the tool's label.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(&kubeconfig, None)
+            .await
+            .unwrap();
+        let namespaces: kube::Api<Namespace> = kube::Api::all(client);
+        let make = |name: &str, labelled: bool| {
+            let mut ns: Namespace =
+                serde_json::from_value(serde_json::json!({ "metadata": { "name": name } }))
+                    .unwrap();
+            if labelled {
+                ns.metadata.labels = Some([(MANAGED_BY.to_owned(), TOOL.to_owned())].into());
+                ns.metadata.annotations = Some([(HEARTBEAT.to_owned(), "1".to_owned())].into());
+            }
+            ns
+        };
+        namespaces
+            .create(&PostParams::default(), &make("ib-test-stale", true))
+            .await
+            .unwrap();
+        namespaces
+            .create(&PostParams::default(), &make("not-the-tools", false))
+            .await
+            .unwrap();
+    });
+    let removed = cleanup(&kubeconfig, None).unwrap();
+    assert_eq!(removed, vec!["ib-test-stale".to_owned()]);
+    let alive = runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(&kubeconfig, None)
+            .await
+            .unwrap();
+        let namespaces: kube::Api<Namespace> = kube::Api::all(client);
+        (
+            namespaces.get_opt("not-the-tools").await.unwrap().is_some(),
+            namespaces.get_opt("ib-test-run").await.unwrap().is_some(),
+        )
+    });
+    assert_eq!(alive, (true, true), "cleanup took what it must not");
+    // The run's end: its namespace goes, with everything in it.
+    run.delete().unwrap();
+    runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(&kubeconfig, None)
+            .await
+            .unwrap();
+        let namespaces: kube::Api<Namespace> = kube::Api::all(client);
+        wait_for("the run's namespace gone", async || {
+            namespaces
+                .get_opt("ib-test-run")
+                .await
+                .ok()?
+                .is_none()
+                .then_some(())
+        })
+        .await;
+    });
+    assert!(run.pods().unwrap().is_empty());
+}

@@ -1,0 +1,565 @@
+//! A run's objects in a cluster: a namespace of its own (labelled as the tool's, with the
+//! run's id and a heartbeat the run refreshes), the backends (a Deployment of
+//! `ingressbench backend` pods and a Service) and the routes (an Ingress of the target's
+//! class). Changes go through the API as a person or a pipeline makes them (scale the
+//! Deployment, delete a pod), and everything goes with the namespace, on every exit path.
+//! Whatever a run of the tool left behind is found again by its label, never by name
+//! ([`cleanup`]).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace, ObjectFieldSelector,
+    Pod, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Service, ServicePort, ServiceSpec,
+    Sysctl,
+};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::networking::v1::{
+    HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
+    IngressServiceBackend, IngressSpec, ServiceBackendPort,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+
+use crate::ClusterError;
+
+/// The label every object of the tool carries (`app.kubernetes.io/managed-by`).
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Its value.
+pub const TOOL: &str = "ingressbench";
+/// The label with the run's id.
+pub const RUN_LABEL: &str = "ingressbench.dev/run";
+/// The annotation with the run's heartbeat (Unix seconds), refreshed while it runs.
+pub const HEARTBEAT: &str = "ingressbench.dev/heartbeat";
+/// A namespace of the tool whose heartbeat is older than this was left by a run that is
+/// gone.
+pub const STALE_AFTER: Duration = Duration::from_secs(120);
+/// The port the backends listen on.
+pub const BACKEND_PORT: i32 = 8080;
+
+/// What a run puts in its namespace.
+#[derive(Clone, Debug)]
+pub struct RunObjects {
+    /// The namespace's name (a prefix and the run's id).
+    pub namespace: String,
+    /// The run's id (label value).
+    pub run_id: String,
+    /// The pool: the Deployment's and the Service's name (`echo`).
+    pub pool: String,
+    /// Replicas at the start.
+    pub replicas: i32,
+    /// The image that runs `ingressbench backend`.
+    pub image: String,
+    /// Extra `ingressbench backend` options (`--latency 2ms`).
+    pub backend_args: Vec<String>,
+    /// Routes: host (`*`: any) and path prefix, all to the pool.
+    pub routes: Vec<(String, String)>,
+    /// The Ingress's class.
+    pub ingress_class: String,
+    /// Kernel settings of the backends' pods (`securityContext.sysctls`).
+    pub sysctls: BTreeMap<String, String>,
+    /// Seconds a deleted pod gets to drain.
+    pub grace_s: i64,
+}
+
+/// A pod of the pool as the API reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodState {
+    /// Its name (what the backend answers in `x-backend`).
+    pub name: String,
+    /// Its address, once it has one.
+    pub ip: Option<String>,
+    /// Ready, by its readiness probe.
+    pub ready: bool,
+    /// Being deleted.
+    pub terminating: bool,
+}
+
+/// A run's namespace, made and changed through the API; deleted by [`RunNamespace::delete`]
+/// (and, if the run is killed, by [`cleanup`] once its heartbeat is stale).
+pub struct RunNamespace {
+    runtime: tokio::runtime::Runtime,
+    client: Client,
+    objects: RunObjects,
+}
+
+impl RunNamespace {
+    /// Makes the namespace and everything in it; on an error, deletes what it made.
+    pub fn create(
+        kubeconfig: &Path,
+        context: Option<&str>,
+        objects: RunObjects,
+    ) -> Result<Self, ClusterError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| ClusterError::Api(format!("starting the API client: {e}")))?;
+        let client = runtime.block_on(crate::api::client(kubeconfig, context))?;
+        let run = Self {
+            runtime,
+            client,
+            objects,
+        };
+        run.runtime
+            .block_on(create_namespace(&run.client, &run.objects))?;
+        // From here on, the namespace is ours to delete if the rest fails.
+        if let Err(e) = run
+            .runtime
+            .block_on(create_objects(&run.client, &run.objects))
+        {
+            let _ = run.delete();
+            return Err(e);
+        }
+        Ok(run)
+    }
+
+    /// The namespace's name.
+    pub fn name(&self) -> &str {
+        &self.objects.namespace
+    }
+
+    /// What it holds.
+    pub fn objects(&self) -> &RunObjects {
+        &self.objects
+    }
+
+    /// Sets the pool's replicas (a patch of the Deployment's scale, as `kubectl scale`).
+    pub fn scale(&self, replicas: i32) -> Result<(), ClusterError> {
+        let api: Api<Deployment> = Api::namespaced(self.client.clone(), self.name());
+        let patch = serde_json::json!({ "spec": { "replicas": replicas } });
+        self.runtime
+            .block_on(api.patch_scale(
+                &self.objects.pool,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            ))
+            .map(|_| ())
+            .map_err(|e| api_error(&format!("scaling deployment {}", self.objects.pool), e))
+    }
+
+    /// Deletes pod `name`, with `grace` seconds to drain (`Some(0)`: killed at once;
+    /// `None`: its own grace period).
+    pub fn delete_pod(&self, name: &str, grace: Option<u32>) -> Result<(), ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), self.name());
+        let params = DeleteParams {
+            grace_period_seconds: grace,
+            ..DeleteParams::default()
+        };
+        self.runtime
+            .block_on(api.delete(name, &params))
+            .map(|_| ())
+            .map_err(|e| api_error(&format!("deleting pod {name}"), e))
+    }
+
+    /// The pool's pods, by name.
+    pub fn pods(&self) -> Result<Vec<PodState>, ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), self.name());
+        let list = self
+            .runtime
+            .block_on(api.list(&ListParams::default().labels(&pool_selector(&self.objects))))
+            .map_err(|e| api_error("listing pods", e))?;
+        let mut pods: Vec<PodState> = list
+            .items
+            .into_iter()
+            .map(|p| {
+                let status = p.status.unwrap_or_default();
+                PodState {
+                    name: p.metadata.name.unwrap_or_default(),
+                    ip: status.pod_ip,
+                    ready: status
+                        .conditions
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True"),
+                    terminating: p.metadata.deletion_timestamp.is_some(),
+                }
+            })
+            .collect();
+        pods.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(pods)
+    }
+
+    /// The addresses the Service's EndpointSlices list as ready: what the control plane
+    /// tells the ingress controllers.
+    pub fn ready_endpoints(&self) -> Result<Vec<String>, ClusterError> {
+        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), self.name());
+        let selector = format!("kubernetes.io/service-name={}", self.objects.pool);
+        let list = self
+            .runtime
+            .block_on(api.list(&ListParams::default().labels(&selector)))
+            .map_err(|e| api_error("listing endpoint slices", e))?;
+        let mut ready: Vec<String> = list
+            .items
+            .iter()
+            .flat_map(|s| s.endpoints.iter())
+            .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
+            .flat_map(|e| e.addresses.iter().cloned())
+            .collect();
+        ready.sort();
+        ready.dedup();
+        Ok(ready)
+    }
+
+    /// Refreshes the heartbeat, so that [`cleanup`] leaves the namespace alone.
+    pub fn heartbeat(&self) -> Result<(), ClusterError> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        let patch = serde_json::json!({ "metadata": { "annotations": { HEARTBEAT: now_s().to_string() } } });
+        self.runtime
+            .block_on(api.patch(self.name(), &PatchParams::default(), &Patch::Merge(&patch)))
+            .map(|_| ())
+            .map_err(|e| api_error("refreshing the heartbeat", e))
+    }
+
+    /// Deletes the namespace (and with it everything the run made); waits at most
+    /// `wait` for it to be gone.
+    pub fn delete(&self) -> Result<(), ClusterError> {
+        let api: Api<Namespace> = Api::all(self.client.clone());
+        self.runtime
+            .block_on(api.delete(self.name(), &DeleteParams::foreground()))
+            .map(|_| ())
+            .or_else(|e| match e {
+                kube::Error::Api(s) if s.code == 404 => Ok(()),
+                e => Err(api_error(&format!("deleting namespace {}", self.name()), e)),
+            })
+    }
+}
+
+/// Deletes every namespace of the tool whose heartbeat is older than [`STALE_AFTER`] (a
+/// run that was killed), and nothing else: only namespaces with the tool's label are
+/// looked at. Returns their names.
+pub fn cleanup(kubeconfig: &Path, context: Option<&str>) -> Result<Vec<String>, ClusterError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Api(format!("starting the API client: {e}")))?;
+    runtime.block_on(async {
+        let client = crate::api::client(kubeconfig, context).await?;
+        let api: Api<Namespace> = Api::all(client);
+        let ours = api
+            .list(&ListParams::default().labels(&format!("{MANAGED_BY}={TOOL}")))
+            .await
+            .map_err(|e| api_error("listing the tool's namespaces", e))?;
+        let now = now_s();
+        let mut removed = Vec::new();
+        for ns in ours.items {
+            let name = ns.metadata.name.clone().unwrap_or_default();
+            let beat = ns
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(HEARTBEAT))
+                .and_then(|b| b.parse::<u64>().ok())
+                .unwrap_or(0);
+            let terminating = ns.metadata.deletion_timestamp.is_some();
+            if terminating || now.saturating_sub(beat) < STALE_AFTER.as_secs() {
+                continue;
+            }
+            match api.delete(&name, &DeleteParams::foreground()).await {
+                Ok(_) => removed.push(name),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(api_error(&format!("deleting namespace {name}"), e)),
+            }
+        }
+        Ok(removed)
+    })
+}
+
+async fn create_namespace(client: &Client, o: &RunObjects) -> Result<(), ClusterError> {
+    let namespace = Namespace {
+        metadata: ObjectMeta {
+            name: Some(o.namespace.clone()),
+            labels: Some(labels(o)),
+            annotations: Some(BTreeMap::from([(
+                HEARTBEAT.to_owned(),
+                now_s().to_string(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .map(|_| ())
+        .map_err(|e| api_error(&format!("creating namespace {}", o.namespace), e))
+}
+
+async fn create_objects(client: &Client, o: &RunObjects) -> Result<(), ClusterError> {
+    let post = PostParams::default();
+    let ns = o.namespace.as_str();
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&post, &deployment(o))
+        .await
+        .map_err(|e| api_error(&format!("creating deployment {}", o.pool), e))?;
+    Api::<Service>::namespaced(client.clone(), ns)
+        .create(&post, &service(o))
+        .await
+        .map_err(|e| api_error(&format!("creating service {}", o.pool), e))?;
+    Api::<Ingress>::namespaced(client.clone(), ns)
+        .create(&post, &ingress(o))
+        .await
+        .map_err(|e| api_error(&format!("creating ingress {}", o.pool), e))?;
+    Ok(())
+}
+
+/// The labels of every object of the run.
+fn labels(o: &RunObjects) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.to_owned(), TOOL.to_owned()),
+        (RUN_LABEL.to_owned(), o.run_id.clone()),
+    ])
+}
+
+/// The pool's pods' labels.
+fn pool_labels(o: &RunObjects) -> BTreeMap<String, String> {
+    let mut l = labels(o);
+    l.insert("app.kubernetes.io/name".into(), o.pool.clone());
+    l
+}
+
+fn pool_selector(o: &RunObjects) -> String {
+    format!("app.kubernetes.io/name={}", o.pool)
+}
+
+fn meta(o: &RunObjects, labels: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(o.pool.clone()),
+        namespace: Some(o.namespace.clone()),
+        labels: Some(labels),
+        ..ObjectMeta::default()
+    }
+}
+
+fn deployment(o: &RunObjects) -> Deployment {
+    let field = |path: &str| EnvVarSource {
+        field_ref: Some(ObjectFieldSelector {
+            field_path: path.to_owned(),
+            ..ObjectFieldSelector::default()
+        }),
+        ..EnvVarSource::default()
+    };
+    let mut args: Vec<String> = [
+        "backend",
+        "--listen",
+        &format!("0.0.0.0:{BACKEND_PORT}"),
+        "--name",
+        "$(POD_NAME)",
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.extend(o.backend_args.iter().cloned());
+    let container = Container {
+        name: "backend".into(),
+        image: Some(o.image.clone()),
+        args: Some(args),
+        env: Some(vec![EnvVar {
+            name: "POD_NAME".into(),
+            value_from: Some(field("metadata.name")),
+            ..EnvVar::default()
+        }]),
+        ports: Some(vec![ContainerPort {
+            container_port: BACKEND_PORT,
+            name: Some("http".into()),
+            ..ContainerPort::default()
+        }]),
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/healthz".into()),
+                port: IntOrString::String("http".into()),
+                ..HTTPGetAction::default()
+            }),
+            period_seconds: Some(1),
+            ..Probe::default()
+        }),
+        ..Container::default()
+    };
+    let security_context = (!o.sysctls.is_empty()).then(|| PodSecurityContext {
+        sysctls: Some(
+            o.sysctls
+                .iter()
+                .map(|(name, value)| Sysctl {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+        ),
+        ..PodSecurityContext::default()
+    });
+    Deployment {
+        metadata: meta(o, labels(o)),
+        spec: Some(DeploymentSpec {
+            replicas: Some(o.replicas),
+            selector: LabelSelector {
+                match_labels: Some(BTreeMap::from([(
+                    "app.kubernetes.io/name".to_owned(),
+                    o.pool.clone(),
+                )])),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pool_labels(o)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    termination_grace_period_seconds: Some(o.grace_s),
+                    security_context,
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+fn service(o: &RunObjects) -> Service {
+    Service {
+        metadata: meta(o, labels(o)),
+        spec: Some(ServiceSpec {
+            selector: Some(BTreeMap::from([(
+                "app.kubernetes.io/name".to_owned(),
+                o.pool.clone(),
+            )])),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: 80,
+                target_port: Some(IntOrString::String("http".into())),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+fn ingress(o: &RunObjects) -> Ingress {
+    let backend = IngressBackend {
+        service: Some(IngressServiceBackend {
+            name: o.pool.clone(),
+            port: Some(ServiceBackendPort {
+                number: Some(80),
+                ..ServiceBackendPort::default()
+            }),
+        }),
+        ..IngressBackend::default()
+    };
+    // One rule per host, its paths in it; `*` is a rule without a host.
+    let mut by_host: BTreeMap<&str, Vec<HTTPIngressPath>> = BTreeMap::new();
+    for (host, prefix) in &o.routes {
+        by_host.entry(host).or_default().push(HTTPIngressPath {
+            path: Some(prefix.clone()),
+            path_type: "Prefix".into(),
+            backend: backend.clone(),
+        });
+    }
+    let rules = by_host
+        .into_iter()
+        .map(|(host, paths)| IngressRule {
+            host: (host != "*").then(|| host.to_owned()),
+            http: Some(HTTPIngressRuleValue { paths }),
+        })
+        .collect();
+    Ingress {
+        metadata: meta(o, labels(o)),
+        spec: Some(IngressSpec {
+            ingress_class_name: Some(o.ingress_class.clone()),
+            rules: Some(rules),
+            ..IngressSpec::default()
+        }),
+        ..Ingress::default()
+    }
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn api_error(action: &str, e: kube::Error) -> ClusterError {
+    let fix = match &e {
+        kube::Error::Api(s) if s.code == 403 => {
+            " (the run's identity lacks this permission: apply deploy/rbac.yaml and bind it, then `ingressbench cluster check`)"
+        }
+        kube::Error::Api(s) if s.code == 409 => " (it exists already: a run id was reused)",
+        _ => "",
+    };
+    ClusterError::Api(format!("{action}: {e}{fix}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn objects() -> RunObjects {
+        RunObjects {
+            namespace: "ib-run-1".into(),
+            run_id: "run-1".into(),
+            pool: "echo".into(),
+            replicas: 3,
+            image: "ingressbench".into(),
+            backend_args: vec!["--latency".into(), "1ms".into()],
+            routes: vec![
+                ("app.test".into(), "/".into()),
+                ("app.test".into(), "/api".into()),
+                ("*".into(), "/".into()),
+            ],
+            ingress_class: "traefik".into(),
+            sysctls: BTreeMap::from([("net.core.somaxconn".into(), "1024".into())]),
+            grace_s: 5,
+        }
+    }
+
+    #[test]
+    fn every_object_carries_the_tools_label_and_the_run() {
+        let o = objects();
+        for meta in [
+            &deployment(&o).metadata,
+            &service(&o).metadata,
+            &ingress(&o).metadata,
+        ] {
+            let labels = meta.labels.as_ref().unwrap();
+            assert_eq!(labels[MANAGED_BY], TOOL);
+            assert_eq!(labels[RUN_LABEL], "run-1");
+        }
+    }
+
+    #[test]
+    fn routes_become_one_rule_per_host_and_sysctls_the_pods_security_context() {
+        let o = objects();
+        let rules = ingress(&o).spec.unwrap().rules.unwrap();
+        assert_eq!(rules.len(), 2);
+        let app = rules
+            .iter()
+            .find(|r| r.host.as_deref() == Some("app.test"))
+            .unwrap();
+        assert_eq!(app.http.as_ref().unwrap().paths.len(), 2);
+        assert!(
+            rules.iter().any(|r| r.host.is_none()),
+            "`*` is a rule without a host"
+        );
+        let pod = deployment(&o).spec.unwrap().template.spec.unwrap();
+        let sysctls = pod.security_context.unwrap().sysctls.unwrap();
+        assert_eq!(sysctls[0].name, "net.core.somaxconn");
+        let args = pod.containers[0].args.clone().unwrap();
+        assert_eq!(
+            &args[..5],
+            [
+                "backend",
+                "--listen",
+                "0.0.0.0:8080",
+                "--name",
+                "$(POD_NAME)"
+            ]
+        );
+        assert_eq!(&args[5..], ["--latency", "1ms"]);
+    }
+}
