@@ -36,6 +36,9 @@ pub const TOOL: &str = "ingressbench";
 pub const RUN_LABEL: &str = "ingressbench.dev/run";
 /// The annotation with the run's heartbeat (Unix seconds), refreshed while it runs.
 pub const HEARTBEAT: &str = "ingressbench.dev/heartbeat";
+/// The annotation naming the process that made the namespace (`BOOT_ID/PID`): a run
+/// killed on this machine is known to be gone at once, without waiting for its heartbeat.
+pub const OWNER: &str = "ingressbench.dev/owner";
 /// A namespace of the tool whose heartbeat is older than this was left by a run that is
 /// gone.
 pub const STALE_AFTER: Duration = Duration::from_secs(120);
@@ -229,9 +232,9 @@ impl RunNamespace {
     }
 }
 
-/// Deletes every namespace of the tool whose heartbeat is older than [`STALE_AFTER`] (a
-/// run that was killed), and nothing else: only namespaces with the tool's label are
-/// looked at. Returns their names.
+/// Deletes every namespace of the tool left by a run that is gone: its heartbeat older
+/// than [`STALE_AFTER`], or its owner a process of this machine that is not running. Only
+/// namespaces with the tool's label are looked at. Returns their names.
 pub fn cleanup(kubeconfig: &Path, context: Option<&str>) -> Result<Vec<String>, ClusterError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -256,7 +259,13 @@ pub fn cleanup(kubeconfig: &Path, context: Option<&str>) -> Result<Vec<String>, 
                 .and_then(|b| b.parse::<u64>().ok())
                 .unwrap_or(0);
             let terminating = ns.metadata.deletion_timestamp.is_some();
-            if terminating || now.saturating_sub(beat) < STALE_AFTER.as_secs() {
+            let owner_gone = ns
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(OWNER))
+                .is_some_and(|o| gone_here(o));
+            if terminating || (!owner_gone && now.saturating_sub(beat) < STALE_AFTER.as_secs()) {
                 continue;
             }
             match api.delete(&name, &DeleteParams::foreground()).await {
@@ -274,10 +283,10 @@ async fn create_namespace(client: &Client, o: &RunObjects) -> Result<(), Cluster
         metadata: ObjectMeta {
             name: Some(o.namespace.clone()),
             labels: Some(labels(o)),
-            annotations: Some(BTreeMap::from([(
-                HEARTBEAT.to_owned(),
-                now_s().to_string(),
-            )])),
+            annotations: Some(BTreeMap::from([
+                (HEARTBEAT.to_owned(), now_s().to_string()),
+                (OWNER.to_owned(), owner()),
+            ])),
             ..ObjectMeta::default()
         },
         ..Namespace::default()
@@ -476,6 +485,31 @@ fn ingress(o: &RunObjects) -> Ingress {
         }),
         ..Ingress::default()
     }
+}
+
+/// This process as an owner: the machine's boot id and the pid.
+fn owner() -> String {
+    format!("{}/{}", boot_id(), std::process::id())
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Whether `owner` (`BOOT_ID/PID`) was a process of this machine, since its last boot,
+/// that is not running any more. An owner elsewhere is never judged gone.
+fn gone_here(owner: &str) -> bool {
+    let Some((boot, pid)) = owner.split_once('/') else {
+        return false;
+    };
+    let here = boot_id();
+    !here.is_empty()
+        && boot == here
+        && pid
+            .parse::<u32>()
+            .is_ok_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
 }
 
 fn now_s() -> u64 {

@@ -295,6 +295,9 @@ pub struct ChangeRecord {
     pub requested_at: Instant,
     /// When the proxies were told, after the propagation delay.
     pub applied_at: Option<Instant>,
+    /// When the Service's EndpointSlices showed the change (in a cluster; the lab has
+    /// none, its controller tells the proxies directly).
+    pub endpoints_at: Option<Instant>,
     /// How each proxy took it.
     pub mechanisms: Vec<(ProxyKind, &'static str)>,
     /// Backends started by it.
@@ -783,6 +786,7 @@ impl Lab {
                     what: format!("stall {name} for {duration:?}"),
                     requested_at,
                     applied_at: Some(requested_at),
+                    endpoints_at: None,
                     mechanisms: Vec::new(),
                     started: Vec::new(),
                     removed: Vec::new(),
@@ -826,6 +830,7 @@ impl Lab {
             what,
             requested_at,
             applied_at: None,
+            endpoints_at: None,
             mechanisms: Vec::new(),
             started,
             removed,

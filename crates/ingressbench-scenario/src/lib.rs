@@ -20,6 +20,7 @@
 //! assert_eq!(cells[4].repeat, 1);
 //! ```
 
+pub mod cluster_site;
 mod error;
 mod expand;
 pub mod impact;

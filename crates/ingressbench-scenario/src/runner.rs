@@ -20,6 +20,7 @@ use ingressbench_load::{
 use ingressbench_stats::Summary;
 use serde_json::{json, Value};
 
+use crate::cluster_site::ClusterSite;
 use crate::model::{Action, ConfigChange, LoadModeFile, Target, Timing};
 use crate::site::{Entry, LabSite, Site, Upstream};
 use crate::store::{ProgressFn, ResultsLock, Streams};
@@ -57,6 +58,8 @@ pub struct RunOptions {
     pub force: bool,
     /// Told the state of the cell in progress about once a second.
     pub live: Option<LiveFn>,
+    /// Run each cell in a Kubernetes cluster instead of a lab (`--cluster`).
+    pub cluster: Option<crate::cluster_site::ClusterOptions>,
 }
 
 /// What [`RunOptions::live`] is called with.
@@ -559,6 +562,24 @@ struct SiteUp {
 /// The system under test of a cell: a site kept from an earlier cell with the same one
 /// (only cells without events share them), or a new one.
 fn bring_up(cell: &Cell, options: &RunOptions, sites: &mut SiteCache) -> Result<SiteUp, String> {
+    if let Some(cluster) = &options.cluster {
+        let s = &cell.scenario;
+        let replicas = s.backends.first().map_or(3, |p| p.replicas);
+        let routes: Vec<(String, String)> = if s.routes.is_empty() {
+            vec![("*".into(), "/".into())]
+        } else {
+            s.routes
+                .iter()
+                .map(|r| (r.host.clone(), r.path_prefix.clone()))
+                .collect()
+        };
+        let site = ClusterSite::up(cluster, &cell.target.name(), cell.index, replicas, routes)?;
+        return Ok(SiteUp {
+            site: Box::new(site),
+            key: None,
+            reused: false,
+        });
+    }
     let Some(file) = lab_file(cell) else {
         return match &cell.target {
             Target::Upstream { url, .. } => Ok(SiteUp {
@@ -888,7 +909,10 @@ impl Driver<'_> {
                 .iter()
                 .map(|(k, m)| format!("{k}: {m}"))
                 .collect();
-            let line = json!({ "what": rec.what, "applied_s": offset(applied, self.measure_from), "mechanisms": mechanisms });
+            let mut line = json!({ "what": rec.what, "applied_s": offset(applied, self.measure_from), "mechanisms": mechanisms });
+            if let Some(at) = rec.endpoints_at {
+                line["endpoints_s"] = json!(offset(at, self.measure_from));
+            }
             let _ = writeln!(self.events, "{line}").and_then(|()| self.events.flush());
             self.reported += 1;
         }
@@ -1256,6 +1280,10 @@ fn write_impact(
         figures["what"] = json!(rec.what);
         figures["requested_s"] = json!(t);
         figures["applied_s"] = json!(rec.applied_at.map(|a| offset(a, measure_from)));
+        if let Some(at) = rec.endpoints_at {
+            // The control plane's part: when the Service's EndpointSlices showed it.
+            figures["endpoints_s"] = json!(offset(at, measure_from));
+        }
         figures["took_effect_s"] = json!(effect.map(|e| t + e));
         figures["took_effect_basis"] = json!(basis);
         // Route changes and reloads: read from the generation every answer carries.

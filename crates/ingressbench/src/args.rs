@@ -36,7 +36,7 @@ pub(crate) enum Command {
     /// a verdict; --fail-if makes it a gate.
     #[command(after_help = COMPARE_EXAMPLES)]
     Compare(CompareArgs),
-    /// Kubernetes: a local test cluster (more to come: scenarios run in a cluster).
+    /// Kubernetes: check a cluster, clean up after runs, a local test cluster.
     #[command(subcommand)]
     Cluster(ClusterCommand),
 }
@@ -47,6 +47,9 @@ pub(crate) enum ClusterCommand {
     /// each target's ingress class exists and its address answers.
     #[command(after_help = "Example:\n  ingressbench cluster check examples/cluster-local.yaml")]
     Check(ClusterCheckArgs),
+    /// Delete what runs of this tool left in a cluster (namespaces labelled as its own
+    /// whose heartbeat is older than two minutes), and nothing else.
+    Cleanup(ClusterCleanupArgs),
     /// A real Kubernetes control plane on this machine (etcd, kube-apiserver,
     /// kube-controller-manager, kube-scheduler as local processes).
     #[command(subcommand)]
@@ -61,6 +64,16 @@ pub(crate) struct ClusterCheckArgs {
     #[arg(long, value_name = "PATH")]
     pub(crate) kubeconfig: Option<PathBuf>,
     /// The kubeconfig context (default: the cluster file's, else the current one).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) context: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ClusterCleanupArgs {
+    /// The kubeconfig (default: $KUBECONFIG, else ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context (default: the current one).
     #[arg(long, value_name = "NAME")]
     pub(crate) context: Option<String>,
 }
@@ -177,6 +190,17 @@ pub(crate) struct RunArgs {
     pub(crate) sets: Vec<String>,
     #[command(flatten)]
     pub(crate) bins: ProxyBinArgs,
+    /// Run each cell in a Kubernetes cluster: the cluster file says which controller each
+    /// target is and where it is reached (docs/CLUSTER.md).
+    #[arg(long, value_name = "CLUSTER.yaml", conflicts_with = "resume")]
+    pub(crate) cluster: Option<std::path::PathBuf>,
+    /// With --cluster: the kubeconfig (default: $KUBECONFIG, else ~/.kube/config).
+    #[arg(long, value_name = "PATH", requires = "cluster")]
+    pub(crate) kubeconfig: Option<std::path::PathBuf>,
+    /// With --cluster: the kubeconfig context (default: the cluster file's, else the
+    /// current one).
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    pub(crate) context: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

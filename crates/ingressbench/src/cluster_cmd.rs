@@ -31,6 +31,18 @@ pub(crate) fn default_dir() -> PathBuf {
 pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
     match command {
         ClusterCommand::Check(args) => check(&args),
+        ClusterCommand::Cleanup(args) => {
+            let kubeconfig = chosen_kubeconfig(args.kubeconfig.as_deref())?;
+            let removed =
+                ingressbench_cluster::deploy::cleanup(&kubeconfig, args.context.as_deref())?;
+            if removed.is_empty() {
+                println!("nothing to clean up");
+            }
+            for name in removed {
+                println!("deleted namespace {name}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         ClusterCommand::Local(LocalCommand::Up(args)) => up(&args.local.dir, args.http_port),
         ClusterCommand::Local(LocalCommand::Down(args)) => down(&args.dir),
         ClusterCommand::Local(LocalCommand::Kubeconfig(args)) => {
@@ -46,7 +58,7 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
 }
 
 /// The kubeconfig to use: the flag, else `KUBECONFIG`, else `~/.kube/config`.
-fn chosen_kubeconfig(flag: Option<&Path>) -> Result<PathBuf> {
+pub(crate) fn chosen_kubeconfig(flag: Option<&Path>) -> Result<PathBuf> {
     let path = flag
         .map(Path::to_owned)
         .or_else(|| std::env::var_os("KUBECONFIG").map(PathBuf::from))

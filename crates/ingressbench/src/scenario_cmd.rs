@@ -103,8 +103,13 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
     let dir = dir.unwrap_or_else(|| {
         std::path::PathBuf::from("results").join(format!("{}-{name}", utc_stamp()))
     });
+    let cluster = match &args.cluster {
+        Some(path) => Some(cluster_options(path, &args, &cells)?),
+        None => None,
+    };
     let tty = std::io::stderr().is_terminal();
     let options = ingressbench_scenario::runner::RunOptions {
+        cluster,
         dir,
         quick,
         backend_binary: std::env::current_exe().context("finding the ingressbench binary")?,
@@ -176,6 +181,43 @@ fn clock(d: Duration) -> String {
 }
 
 /// The current UTC time as `YYYYMMDDTHHMMSSZ`.
+/// Where `--cluster` sends the cells: the file read, each cell checked against it (before
+/// anything is made), the kubeconfig and context chosen, and what earlier runs of the
+/// tool left in that cluster removed.
+fn cluster_options(
+    path: &std::path::Path,
+    args: &RunArgs,
+    cells: &[ingressbench_scenario::Cell],
+) -> Result<ingressbench_scenario::cluster_site::ClusterOptions> {
+    let file =
+        ingressbench_cluster::file::ClusterFile::read(path).map_err(|e| UsageError(e.into()))?;
+    ingressbench_scenario::cluster_site::check_cells(cells, &file)
+        .map_err(|e| UsageError(anyhow::anyhow!("{}: {e}", path.display())))?;
+    let kubeconfig = crate::cluster_cmd::chosen_kubeconfig(args.kubeconfig.as_deref())?;
+    let context = args.context.clone().or_else(|| file.context.clone());
+    let removed =
+        ingressbench_cluster::deploy::cleanup(&kubeconfig, context.as_deref()).map_err(|e| {
+            UsageError(anyhow::anyhow!(
+                "{e}; check the cluster with: ingressbench cluster check {}",
+                path.display()
+            ))
+        })?;
+    for name in removed {
+        eprintln!("deleted namespace {name}, left by a run that is gone");
+    }
+    let run_id = utc_stamp()
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .collect::<String>()
+        .to_ascii_lowercase();
+    Ok(ingressbench_scenario::cluster_site::ClusterOptions {
+        file,
+        kubeconfig,
+        context,
+        run_id,
+    })
+}
+
 fn utc_stamp() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -528,3 +528,193 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
     });
     assert!(run.pods().unwrap().is_empty());
 }
+
+/// The tool's namespaces in the cluster (terminating ones included).
+fn tools_namespaces(kubeconfig: &std::path::Path) -> Vec<String> {
+    use k8s_openapi::api::core::v1::Namespace;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(kubeconfig, None)
+            .await
+            .unwrap();
+        let api: kube::Api<Namespace> = kube::Api::all(client);
+        let list = api
+            .list(
+                &kube::api::ListParams::default()
+                    .labels("app.kubernetes.io/managed-by=ingressbench"),
+            )
+            .await
+            .unwrap();
+        list.items
+            .into_iter()
+            .filter_map(|n| n.metadata.name)
+            .collect()
+    })
+}
+
+/// `ingressbench run FILE --cluster CLUSTER --kubeconfig K --out OUT`, with `extra` args.
+fn run_in_cluster(
+    scenario: &std::path::Path,
+    cluster: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    out: &std::path::Path,
+) -> Command {
+    let mut command = Command::new(BIN);
+    command
+        .arg("run")
+        .arg(scenario)
+        .arg("--cluster")
+        .arg(cluster)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .arg("--out")
+        .arg(out)
+        .arg("--force");
+    command
+}
+
+#[test]
+fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing() {
+    let dir = std::env::temp_dir().join(format!("ib-cluster-scenario-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let up = local("up", &dir);
+    let _down = Down(&dir);
+    assert!(up.status.success(), "{}", text(&up));
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let scenario = dir.join("scale-kill.yaml");
+    std::fs::write(
+        &scenario,
+        "name: scale-kill\ntargets: [traefik]\nbackends: [{ name: echo, replicas: 3 }]\ntls: false\nload: { mode: open, rate: 100, connections: 20, duration: 12s, warmup: 1s, sample_rate: 1 }\nevents:\n  - { at: 2s, scale: 4 }\n  - { at: 5s, scale: 3 }\n  - { at: 8s, kill: random }\n",
+    )
+    .unwrap();
+    let out = dir.join("results");
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let cell = std::fs::read_dir(out.join("cells"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let impact: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(cell.join("impact.json")).unwrap()).unwrap();
+    eprintln!("{}", serde_json::to_string_pretty(&impact).unwrap());
+    assert_eq!(impact.len(), 3, "three events");
+    for e in &impact {
+        // The API accepted it, then the EndpointSlices showed it.
+        let requested = e["requested_s"].as_f64().unwrap();
+        let endpoints = e["endpoints_s"].as_f64().unwrap_or(-1.0);
+        assert!(endpoints >= requested, "{e}");
+    }
+    // The new pod's first answer after the scale-up, within the window.
+    let up = &impact[0];
+    assert_eq!(up["what"].as_str().unwrap(), "scale echo 3->4");
+    assert!(
+        up["took_effect_s"]
+            .as_f64()
+            .is_some_and(|t| t >= up["requested_s"].as_f64().unwrap() && t < 5.0),
+        "{up}"
+    );
+    // The killed pod was deleted through the API: the EndpointSlices dropped it, and the
+    // traffic's last answer from it is its time.
+    let kill = &impact[2];
+    assert!(
+        kill["what"].as_str().unwrap().starts_with("kill echo-"),
+        "{kill}"
+    );
+    let events = std::fs::read_to_string(cell.join("events.jsonl")).unwrap();
+    assert!(events.contains("\"removed\":[\"echo-"), "{events}");
+    // Nothing left: the cell's namespace goes at its end.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !tools_namespaces(&kubeconfig).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            tools_namespaces(&kubeconfig)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // A target the cluster file does not place: refused before anything is made.
+    let unplaced = dir.join("unplaced.yaml");
+    std::fs::write(
+        &unplaced,
+        std::fs::read_to_string(&scenario)
+            .unwrap()
+            .replace("targets: [traefik]", "targets: [traefik, haproxy]"),
+    )
+    .unwrap();
+    let started = std::time::Instant::now();
+    let refused = run_in_cluster(&unplaced, &cluster, &kubeconfig, &dir.join("r2"))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("does not place target(s) haproxy"),
+        "{}",
+        text(&refused)
+    );
+    // A token the cluster does not know: refused at the first call, nothing made.
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&kubeconfig).unwrap()).unwrap();
+    doc["users"][0]["user"]["token"] = serde_json::json!("not-a-token");
+    let bad = dir.join("bad.kubeconfig");
+    std::fs::write(&bad, doc.to_string()).unwrap();
+    let refused = run_in_cluster(&scenario, &cluster, &bad, &dir.join("r3"))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("cluster check"),
+        "{}",
+        text(&refused)
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(tools_namespaces(&kubeconfig).is_empty());
+    // SIGKILL mid-cell: the namespace stays (nothing ran the tool's clean-up), and
+    // `cluster cleanup` takes it at once (its owner is gone), touching nothing else.
+    let mut child = run_in_cluster(&scenario, &cluster, &kubeconfig, &dir.join("r4"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while tools_namespaces(&kubeconfig).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no namespace made");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = tools_namespaces(&kubeconfig);
+    assert_eq!(left.len(), 1, "{left:?}");
+    let cleanup = Command::new(BIN)
+        .args(["cluster", "cleanup", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert!(cleanup.status.success(), "{}", text(&cleanup));
+    assert!(
+        text(&cleanup).contains(&format!("deleted namespace {}", left[0])),
+        "{}",
+        text(&cleanup)
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !tools_namespaces(&kubeconfig).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            tools_namespaces(&kubeconfig)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
