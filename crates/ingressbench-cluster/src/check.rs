@@ -19,22 +19,21 @@ const ASK_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long an address may take to accept a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The verbs a run uses: (API group, resource, verb). deploy/rbac.yaml grants exactly these.
+/// The verbs a run uses: (API group, resource or `resource/subresource`, verb).
+/// deploy/rbac.yaml grants exactly these.
 pub const NEEDED: &[(&str, &str, &str)] = &[
     ("", "namespaces", "create"),
     ("", "namespaces", "delete"),
     ("", "namespaces", "list"),
     ("", "namespaces", "patch"),
     ("", "pods", "list"),
-    ("", "pods", "watch"),
     ("", "pods", "delete"),
     ("", "services", "create"),
-    ("", "secrets", "create"),
     ("apps", "deployments", "create"),
-    ("apps", "deployments", "patch"),
+    ("apps", "deployments/scale", "patch"),
+    ("discovery.k8s.io", "endpointslices", "list"),
     ("discovery.k8s.io", "endpointslices", "watch"),
     ("networking.k8s.io", "ingresses", "create"),
-    ("networking.k8s.io", "ingresses", "patch"),
     ("networking.k8s.io", "ingressclasses", "get"),
 ];
 
@@ -127,15 +126,24 @@ async fn verbs(client: &Client) -> Finding {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let mut denied = Vec::new();
     for (group, resource, verb) in NEEDED {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
         let review: SelfSubjectAccessReview = match serde_json::from_value(serde_json::json!({
-            "spec": { "resourceAttributes": { "group": group, "resource": resource, "verb": verb } }
+            "spec": { "resourceAttributes": { "group": group, "resource": resource, "subresource": subresource, "verb": verb } }
         })) {
             Ok(r) => r,
             Err(e) => return finding("permissions", false, e.to_string()),
         };
         match ask(reviews.create(&PostParams::default(), &review)).await {
             Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
-            Ok(_) => denied.push(format!("{verb} {}", qualified(group, resource))),
+            Ok(_) => denied.push(format!(
+                "{verb} {}{}",
+                qualified(group, resource),
+                if subresource.is_empty() {
+                    String::new()
+                } else {
+                    format!("/{subresource}")
+                }
+            )),
             Err(e) => return finding("permissions", false, format!("cannot ask the API: {e}")),
         }
     }
@@ -284,5 +292,43 @@ mod tests {
             Some(("127.0.0.1".into(), 8080))
         );
         assert_eq!(host_port("ftp://x"), None);
+    }
+
+    #[test]
+    fn the_shipped_rbac_grants_exactly_the_verbs_a_run_uses() {
+        use serde::Deserialize;
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/rbac.yaml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut granted: Vec<(String, String, String)> = Vec::new();
+        for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+            let v = serde_yaml_ng::Value::deserialize(doc).unwrap();
+            if v["kind"] != "ClusterRole" {
+                continue;
+            }
+            for rule in v["rules"].as_sequence().unwrap() {
+                let list = |k: &str| -> Vec<String> {
+                    rule[k]
+                        .as_sequence()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_str().unwrap().to_owned())
+                        .collect()
+                };
+                for g in list("apiGroups") {
+                    for r in list("resources") {
+                        for verb in list("verbs") {
+                            granted.push((g.clone(), r.clone(), verb));
+                        }
+                    }
+                }
+            }
+        }
+        granted.sort();
+        let mut needed: Vec<(String, String, String)> = NEEDED
+            .iter()
+            .map(|(g, r, v)| ((*g).to_owned(), (*r).to_owned(), (*v).to_owned()))
+            .collect();
+        needed.sort();
+        assert_eq!(granted, needed);
     }
 }

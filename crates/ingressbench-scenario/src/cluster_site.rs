@@ -8,11 +8,11 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ingressbench_cluster::deploy::{PodState, RunNamespace, RunObjects};
+use ingressbench_cluster::deploy::{EndpointsWatch, PodState, RunNamespace, RunObjects};
 use ingressbench_cluster::file::ClusterFile;
 use ingressbench_lab::{Change, ChangeRecord};
 
-use crate::site::{Entry, Site};
+use crate::site::{CellFailure, Entry, Site};
 
 /// Where a run's cells go when it runs with `--cluster`.
 #[derive(Clone, Debug)]
@@ -67,8 +67,15 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
 /// How long the routes may take to answer through the controller after the objects are
 /// made.
 const ROUTING_TIMEOUT: Duration = Duration::from_secs(90);
-/// How often the EndpointSlices are read while a change is pending.
-const ENDPOINTS_POLL: Duration = Duration::from_millis(50);
+/// Container waiting reasons that mean a pod will not start without a change.
+const CANNOT_START: &[&str] = &[
+    "ErrImageNotKnown",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CrashLoopBackOff",
+];
 /// How often the namespace's heartbeat is refreshed.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
 
@@ -82,13 +89,16 @@ enum Expect {
 
 /// One cell's objects in a cluster; the namespace is deleted when it is dropped.
 pub(crate) struct ClusterSite {
+    /// The pool's EndpointSlices as the watch delivers them.
+    endpoints: EndpointsWatch,
     run: RunNamespace,
     address: String,
     records: Vec<ChangeRecord>,
-    pending: Vec<(usize, Expect)>,
+    /// Changes not yet in the EndpointSlices: record, what to look for, and when it was
+    /// asked (just before the API call).
+    pending: Vec<(usize, Expect, Instant)>,
     /// Pods before each pending scale, to name the ones it started.
     before: Vec<(usize, Vec<String>)>,
-    polled_at: Instant,
     beat_at: Instant,
 }
 
@@ -101,7 +111,7 @@ impl ClusterSite {
         cell: usize,
         replicas: usize,
         routes: Vec<(String, String)>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, CellFailure> {
         let placed = options.file.targets.get(target).ok_or_else(|| {
             format!("target `{target}` is not in the cluster file: add it under `targets:` with its ingress_class and address")
         })?;
@@ -125,13 +135,20 @@ impl ClusterSite {
         };
         let run = RunNamespace::create(&options.kubeconfig, options.context.as_deref(), objects)
             .map_err(|e| e.to_string())?;
+        let endpoints = match run.watch_endpoints(&options.kubeconfig, options.context.as_deref()) {
+            Ok(w) => w,
+            Err(e) => {
+                let _ = run.delete();
+                return Err(e.to_string().into());
+            }
+        };
         let site = Self {
+            endpoints,
             run,
             address,
             records: Vec::new(),
             pending: Vec::new(),
             before: Vec::new(),
-            polled_at: Instant::now(),
             beat_at: Instant::now(),
         };
         site.wait_routing(replicas)?;
@@ -140,12 +157,28 @@ impl ClusterSite {
 
     /// Ready means routing: every pod ready and in the EndpointSlices, and every route
     /// answered through the controller by one of them.
-    fn wait_routing(&self, replicas: usize) -> Result<(), String> {
+    fn wait_routing(&self, replicas: usize) -> Result<(), CellFailure> {
         let deadline = Instant::now() + ROUTING_TIMEOUT;
         let o = self.run.objects();
         let mut last = String::from("nothing asked yet");
         while Instant::now() < deadline {
             let pods = self.run.pods().map_err(|e| e.to_string())?;
+            // A pod that cannot start will not start later: say so now.
+            if let Some((pod, why)) = pods.iter().find_map(|p| {
+                let w = p.waiting.as_deref()?;
+                CANNOT_START
+                    .iter()
+                    .any(|r| w.starts_with(r))
+                    .then_some((&p.name, w))
+            }) {
+                return Err(CellFailure {
+                    message: format!(
+                        "pod {}/{pod} cannot start: {why}; set `image:` in the cluster file to an image of ingressbench the cluster's nodes can pull (docs/CLUSTER.md)",
+                        o.namespace
+                    ),
+                    input: true,
+                });
+            }
             let ready: Vec<&PodState> = pods.iter().filter(|p| p.ready).collect();
             let endpoints = self.run.ready_endpoints().map_err(|e| e.to_string())?;
             if ready.len() < replicas || endpoints.len() < replicas {
@@ -180,14 +213,14 @@ impl ClusterSite {
             }
             std::thread::sleep(Duration::from_millis(200));
         }
-        Err(format!(
+        Err(CellFailure::from(format!(
             "the routes of ingress {}/{} did not answer through {} within {} s ({last}); is a controller serving ingress class `{}` and reachable there? `ingressbench cluster check` says",
             o.namespace,
             o.pool,
             self.address,
             ROUTING_TIMEOUT.as_secs(),
             o.ingress_class
-        ))
+        )))
     }
 
     /// The pod an event names: `POOL-N` is the N-th by name of the pods not being deleted,
@@ -221,10 +254,18 @@ impl ClusterSite {
         Ok(pods[index].clone())
     }
 
-    fn record(&mut self, what: String, removed: Vec<String>, expect: Expect) -> usize {
+    fn record(
+        &mut self,
+        what: String,
+        removed: Vec<String>,
+        expect: Expect,
+        asked: Instant,
+    ) -> usize {
+        // Requested when the tool sent it (the call then succeeded): the control plane
+        // can publish the change before the API's answer is back here.
         self.records.push(ChangeRecord {
             what,
-            requested_at: Instant::now(),
+            requested_at: asked,
             applied_at: None,
             endpoints_at: None,
             mechanisms: Vec::new(),
@@ -233,7 +274,7 @@ impl ClusterSite {
             generations: Vec::new(),
         });
         let index = self.records.len() - 1;
-        self.pending.push((index, expect));
+        self.pending.push((index, expect, asked));
         index
     }
 }
@@ -265,6 +306,7 @@ impl Site for ClusterSite {
                     .map(|p| p.name)
                     .collect();
                 let before = now.len();
+                let asked = Instant::now();
                 self.run
                     .scale(i32::try_from(replicas).map_err(|e| e.to_string())?)
                     .map_err(|e| e.to_string())?;
@@ -272,12 +314,14 @@ impl Site for ClusterSite {
                     format!("scale {pool} {before}->{replicas}"),
                     Vec::new(),
                     Expect::Ready(replicas),
+                    asked,
                 );
                 self.before.push((index, now));
                 Ok(index)
             }
             Change::Kill(name) | Change::Terminate(name) => {
                 let pod = self.pick(name.as_deref())?;
+                let asked = Instant::now();
                 self.run
                     .delete_pod(&pod.name, kill.then_some(0))
                     .map_err(|e| e.to_string())?;
@@ -286,7 +330,12 @@ impl Site for ClusterSite {
                     Some(ip) => Expect::Gone(ip),
                     None => Expect::Ready(0),
                 };
-                Ok(self.record(format!("{verb} {}", pod.name), vec![pod.name], expect))
+                Ok(self.record(
+                    format!("{verb} {}", pod.name),
+                    vec![pod.name],
+                    expect,
+                    asked,
+                ))
             }
             Change::Overlay(_) | Change::Reload | Change::Stall { .. } => Err(
                 "route changes, reloads and backend stalls are not done in cluster mode yet: scale, kill and terminate are"
@@ -301,26 +350,27 @@ impl Site for ClusterSite {
             self.beat_at = now;
             self.run.heartbeat().map_err(|e| e.to_string())?;
         }
-        if self.pending.is_empty() || now.duration_since(self.polled_at) < ENDPOINTS_POLL {
-            return Ok(());
-        }
-        self.polled_at = now;
-        let endpoints = self.run.ready_endpoints().map_err(|e| e.to_string())?;
-        let seen = Instant::now();
+        // Each pending change is shown by the first set the watch delivered after it was
+        // asked that has it.
         let mut done = Vec::new();
-        for (i, (index, expect)) in self.pending.iter().enumerate() {
-            let shown = match expect {
-                Expect::Ready(n) => endpoints.len() == *n,
-                Expect::Gone(ip) => !endpoints.contains(ip),
-            };
-            if shown {
+        for (i, (index, expect, asked)) in self.pending.iter().enumerate() {
+            let shown = self
+                .endpoints
+                .since(*asked)
+                .into_iter()
+                .filter(|(at, _)| at > asked)
+                .find(|(_, set)| match expect {
+                    Expect::Ready(n) => set.len() == *n,
+                    Expect::Gone(ip) => !set.contains(ip),
+                });
+            if let Some((at, _)) = shown {
                 done.push(i);
-                self.records[*index].endpoints_at = Some(seen);
-                self.records[*index].applied_at = Some(seen);
+                self.records[*index].endpoints_at = Some(at);
+                self.records[*index].applied_at = Some(at);
             }
         }
         for i in done.into_iter().rev() {
-            let (index, _) = self.pending.remove(i);
+            let (index, _, _) = self.pending.remove(i);
             if let Some(at) = self.before.iter().position(|(k, _)| *k == index) {
                 let (_, before) = self.before.remove(at);
                 let pods = self.run.pods().map_err(|e| e.to_string())?;

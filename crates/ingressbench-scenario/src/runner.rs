@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 
 use crate::cluster_site::ClusterSite;
 use crate::model::{Action, ConfigChange, LoadModeFile, Target, Timing};
-use crate::site::{Entry, LabSite, Site, Upstream};
+use crate::site::{CellFailure, Entry, LabSite, Site, Upstream};
 use crate::store::{ProgressFn, ResultsLock, Streams};
 use crate::usage::UsageLog;
 use crate::{Cell, ScenarioError};
@@ -137,6 +137,8 @@ pub struct RunOutcome {
     pub status: &'static str,
     /// What failed, if a cell did.
     pub error: Option<String>,
+    /// The failure was the input's (a usage error), not the run's.
+    pub input_error: bool,
 }
 
 /// Runs `cells` (from [`crate::expand`]) into `options.dir`; `progress` is told about each
@@ -210,6 +212,7 @@ pub fn run(
         total: cells.len(),
         status: "complete",
         error: None,
+        input_error: false,
     };
     let run_start = Instant::now();
     let mut sites = SiteCache::default();
@@ -301,10 +304,11 @@ pub fn run(
                 }
                 outcome.done += 1;
             }
-            Err(e) => {
+            Err(CellFailure { message: e, input }) => {
                 entry["status"] = json!("failed");
                 entry["error"] = json!(e);
                 outcome.status = "failed";
+                outcome.input_error = input;
                 outcome.error = Some(format!("cell {} ({}): {e}", cell.index, cell.label()));
                 record["error"] = json!(outcome.error);
                 write_json(&path, &record).map_err(io)?;
@@ -417,7 +421,7 @@ fn run_cell(
     factor: f64,
     live: Option<ProgressFn>,
     sites: &mut SiteCache,
-) -> Result<CellDone, String> {
+) -> Result<CellDone, CellFailure> {
     let l = &cell.scenario.load;
     let host = l
         .host
@@ -510,12 +514,12 @@ fn run_cell(
         (measure_from, start),
     )?;
     if let Some(why) = went_wrong {
-        return Err(why);
+        return Err(why.into());
     }
     // An event that never fired would leave a report of a scenario that did not happen.
     if !report.summary.interrupted {
         if let Some(why) = unfired(cell, &fired, report.summary.requests.total) {
-            return Err(why);
+            return Err(why.into());
         }
     }
     let s = &report.summary;
@@ -561,7 +565,11 @@ struct SiteUp {
 
 /// The system under test of a cell: a site kept from an earlier cell with the same one
 /// (only cells without events share them), or a new one.
-fn bring_up(cell: &Cell, options: &RunOptions, sites: &mut SiteCache) -> Result<SiteUp, String> {
+fn bring_up(
+    cell: &Cell,
+    options: &RunOptions,
+    sites: &mut SiteCache,
+) -> Result<SiteUp, CellFailure> {
     if let Some(cluster) = &options.cluster {
         let s = &cell.scenario;
         let replicas = s.backends.first().map_or(3, |p| p.replicas);

@@ -29,6 +29,31 @@ pub(crate) struct Entry {
     pub(crate) proxy_version: Option<String>,
 }
 
+/// Why a cell could not run: what went wrong, and whether it was the input's fault (a
+/// cluster file's image no node can run), which the command reports as a usage error.
+#[derive(Debug)]
+pub(crate) struct CellFailure {
+    /// What went wrong and, where known, the fix.
+    pub(crate) message: String,
+    /// The input is wrong (exit 2), not the run.
+    pub(crate) input: bool,
+}
+
+impl From<String> for CellFailure {
+    fn from(message: String) -> Self {
+        Self {
+            message,
+            input: false,
+        }
+    }
+}
+
+impl From<&str> for CellFailure {
+    fn from(message: &str) -> Self {
+        message.to_owned().into()
+    }
+}
+
 /// What a site records of itself at the end of a cell (`run.json`).
 #[derive(Default)]
 pub(crate) struct SiteRecord {

@@ -164,6 +164,8 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
         eprintln!("error: {error}");
     }
     Ok(match outcome.status {
+        // The run stopped on the input (a cluster file's image no node can run).
+        _ if outcome.input_error => ExitCode::from(2),
         "complete" => ExitCode::SUCCESS,
         "incomplete" => ExitCode::from(130),
         _ => ExitCode::FAILURE,
@@ -194,14 +196,32 @@ fn cluster_options(
     ingressbench_scenario::cluster_site::check_cells(cells, &file)
         .map_err(|e| UsageError(anyhow::anyhow!("{}: {e}", path.display())))?;
     let kubeconfig = crate::cluster_cmd::chosen_kubeconfig(args.kubeconfig.as_deref())?;
-    let context = args.context.clone().or_else(|| file.context.clone());
-    let removed =
-        ingressbench_cluster::deploy::cleanup(&kubeconfig, context.as_deref()).map_err(|e| {
-            UsageError(anyhow::anyhow!(
-                "{e}; check the cluster with: ingressbench cluster check {}",
-                path.display()
-            ))
-        })?;
+    let mut file = file;
+    if args.context.is_some() {
+        file.context = args.context.clone();
+    }
+    let context = file.context.clone();
+    // What `cluster check` checks, before anything is made: the API, every verb, each
+    // class, each address.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let failed: Vec<String> = runtime
+        .block_on(ingressbench_cluster::check::check(&file, &kubeconfig))
+        .into_iter()
+        .filter(|f| !f.ok)
+        .map(|f| format!("FAIL {}: {}", f.what, f.detail))
+        .collect();
+    if !failed.is_empty() {
+        return Err(UsageError(anyhow::anyhow!(
+            "{} is not ready for this run (as `ingressbench cluster check` says):\n  {}",
+            path.display(),
+            failed.join("\n  ")
+        ))
+        .into());
+    }
+    let removed = ingressbench_cluster::deploy::cleanup(&kubeconfig, context.as_deref())
+        .map_err(|e| UsageError(e.into()))?;
     for name in removed {
         eprintln!("deleted namespace {name}, left by a run that is gone");
     }

@@ -319,7 +319,7 @@ fn cluster_check_says_what_is_missing(dir: &std::path::Path) {
         said.contains("ok   API: answers, Kubernetes v1.33.13"),
         "{said}"
     );
-    assert!(said.contains("ok   permissions: all 15 verbs"), "{said}");
+    assert!(said.contains("ok   permissions: all 13 verbs"), "{said}");
     assert!(
         said.contains("ok   traefik: ingress class: `traefik` exists"),
         "{said}"
@@ -674,12 +674,57 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
         "{}",
         text(&refused)
     );
+    // A class no controller serves.
+    let cluster_text = std::fs::read_to_string(&cluster).unwrap();
+    let no_class = dir.join("no-class.yaml");
+    std::fs::write(
+        &no_class,
+        cluster_text.replace("ingress_class: traefik", "ingress_class: haproxy"),
+    )
+    .unwrap();
+    let refused = run_in_cluster(&scenario, &no_class, &kubeconfig, &dir.join("r5"))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("no IngressClass `haproxy`"),
+        "{}",
+        text(&refused)
+    );
     assert!(
         started.elapsed() < std::time::Duration::from_secs(20),
         "{:?}",
         started.elapsed()
     );
     assert!(tools_namespaces(&kubeconfig).is_empty());
+    // An image the nodes cannot run: known once its pods are placed, within seconds.
+    let bad_image = dir.join("bad-image.yaml");
+    std::fs::write(&bad_image, format!("image: nginx:1.27\n{cluster_text}")).unwrap();
+    let started = std::time::Instant::now();
+    let refused = run_in_cluster(&scenario, &bad_image, &kubeconfig, &dir.join("r6"))
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("cannot start: ErrImageNotKnown")
+            && text(&refused).contains("`image:`"),
+        "{}",
+        text(&refused)
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !tools_namespaces(&kubeconfig).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            tools_namespaces(&kubeconfig)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     // SIGKILL mid-cell: the namespace stays (nothing ran the tool's clean-up), and
     // `cluster cleanup` takes it at once (its owner is gone), touching nothing else.
     let mut child = run_in_cluster(&scenario, &cluster, &kubeconfig, &dir.join("r4"))
