@@ -364,6 +364,33 @@ impl State {
             return Ok(());
         };
         let place = self.nodes.get(&uid, &mut |_| {})?;
+        // The pod's sysctls, in its own network namespace, as the kubelet sets them in the
+        // pod's sandbox; one the kernel will not take keeps the pod from starting.
+        let sysctls: ingressbench_lab::kernel::Sysctls = spec
+            .and_then(|s| s.security_context.as_ref())
+            .and_then(|c| c.sysctls.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|s| (s.name.clone(), s.value.clone()))
+            .collect();
+        if let (false, Some(ns)) = (sysctls.is_empty(), place.netns.as_deref()) {
+            let refused =
+                ingressbench_lab::kernel::check_namespaced(sysctls.keys().map(String::as_str))
+                    .and_then(|()| ingressbench_lab::kernel::apply(&name, ns, &sysctls));
+            if let Err(e) = refused {
+                self.report_waiting(
+                    &namespace,
+                    &name,
+                    &container.name,
+                    &image,
+                    "SysctlForbidden",
+                    &e.to_string(),
+                )
+                .await?;
+                self.pods.push(running);
+                return Ok(());
+            }
+        }
         let env = environment(container, pod, place.ip, &node);
         let log = self.options.dir.join(format!("{namespace}_{name}.log"));
         // `$(VAR)` in args is the container's variable, as the kubelet expands it.

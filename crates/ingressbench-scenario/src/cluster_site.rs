@@ -75,6 +75,7 @@ const CANNOT_START: &[&str] = &[
     "InvalidImageName",
     "CreateContainerConfigError",
     "CrashLoopBackOff",
+    "SysctlForbidden",
 ];
 /// How often the namespace's heartbeat is refreshed.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
@@ -111,6 +112,7 @@ impl ClusterSite {
         cell: usize,
         replicas: usize,
         routes: Vec<(String, String)>,
+        sysctls: std::collections::BTreeMap<String, String>,
     ) -> Result<Self, CellFailure> {
         let placed = options.file.targets.get(target).ok_or_else(|| {
             format!("target `{target}` is not in the cluster file: add it under `targets:` with its ingress_class and address")
@@ -130,7 +132,7 @@ impl ClusterSite {
             backend_args: Vec::new(),
             routes,
             ingress_class: placed.ingress_class.clone(),
-            sysctls: Default::default(),
+            sysctls,
             grace_s: 10,
         };
         let run = RunNamespace::create(&options.kubeconfig, options.context.as_deref(), objects)

@@ -581,7 +581,25 @@ fn bring_up(
                 .map(|r| (r.host.clone(), r.path_prefix.clone()))
                 .collect()
         };
-        let site = ClusterSite::up(cluster, &cell.target.name(), cell.index, replicas, routes)?;
+        // The scenario's kernel settings (with the target's over them) become the backend
+        // pods' `securityContext.sysctls`: a pod is a network namespace, as a lab node is.
+        let mut sysctls: std::collections::BTreeMap<String, String> = s
+            .tuning
+            .sysctls
+            .iter()
+            .map(|(k, v)| (k.clone(), v.0.clone()))
+            .collect();
+        if let Target::Proxy { sysctls: own, .. } = &cell.target {
+            sysctls.extend(own.iter().map(|(k, v)| (k.clone(), v.0.clone())));
+        }
+        let site = ClusterSite::up(
+            cluster,
+            &cell.target.name(),
+            cell.index,
+            replicas,
+            routes,
+            sysctls,
+        )?;
         return Ok(SiteUp {
             site: Box::new(site),
             key: None,

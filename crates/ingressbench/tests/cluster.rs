@@ -444,7 +444,7 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
             backend_args: Vec::new(),
             routes: vec![("app.test".into(), "/".into())],
             ingress_class: "traefik".into(),
-            sysctls: Default::default(),
+            sysctls: [("net.core.somaxconn".to_owned(), "1234".to_owned())].into(),
             grace_s: 2,
         },
     )
@@ -452,6 +452,26 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
     let first = wait_until("2 pods ready and in the EndpointSlices", || {
         ready_pods(&run, 2)
     });
+    // The pods' sysctls, in each pod's own network namespace; the machine keeps its own.
+    for pod in &first {
+        let pid = processes_with(pod)[0];
+        let inside = Command::new("nsenter")
+            .arg(format!("--net=/proc/{pid}/ns/net"))
+            .args(["cat", "/proc/sys/net/core/somaxconn"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&inside.stdout).trim(),
+            "1234",
+            "{pod}"
+        );
+    }
+    assert_ne!(
+        std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+            .unwrap()
+            .trim(),
+        "1234"
+    );
     // Routed through the cluster's controller, by the Ingress the run made.
     let answer = wait_until("an answer through Traefik", || {
         backend_via(&entry, "app.test").filter(|b| first.contains(b))
