@@ -282,11 +282,10 @@ impl ClusterSite {
 }
 
 impl Site for ClusterSite {
-    fn entry(&self, tls: bool, host: &str, path: &str) -> Result<Entry, String> {
+    fn entry(&self, tls: bool, _host: &str, path: &str) -> Result<Entry, String> {
         if tls {
             return Err("cluster mode does not terminate TLS yet: run with --set tls=false".into());
         }
-        let _ = host;
         Ok(Entry {
             url: format!("{}{path}", self.address.trim_end_matches('/')),
             tls: None,

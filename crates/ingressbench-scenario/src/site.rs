@@ -103,8 +103,7 @@ pub(crate) trait Site {
     }
 
     /// What to record of the site once the load is over; its files go under `dir`.
-    fn record(&self, dir: &Path) -> SiteRecord {
-        let _ = dir;
+    fn record(&self, _dir: &Path) -> SiteRecord {
         SiteRecord::default()
     }
 }

@@ -25,14 +25,25 @@ fn text(o: &Output) -> String {
 }
 
 /// Runs `down` when dropped, so that a failing test leaves no cluster behind.
-struct Down<'a>(&'a std::path::Path);
+struct Down(std::path::PathBuf);
 
-impl Drop for Down<'_> {
+impl Drop for Down {
     fn drop(&mut self) {
         if self.0.exists() {
-            let _ = local("down", self.0);
+            let _ = local("down", &self.0);
         }
     }
+}
+
+/// A local cluster in a directory of this test's own (`tag`), up, with Traefik on a free
+/// port; down when the guard is dropped.
+fn cluster_up(tag: &str) -> Down {
+    let dir = std::env::temp_dir().join(format!("ib-cluster-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let up = local("up", &dir);
+    let down = Down(dir);
+    assert!(up.status.success(), "{}", text(&up));
+    down
 }
 
 /// Processes whose command line mentions `needle`.
@@ -53,7 +64,7 @@ fn a_local_cluster_comes_up_in_the_background_and_goes_down_without_a_trace() {
     let dir = std::env::temp_dir().join(format!("ib-cluster-cli-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let up = local("up", &dir);
-    let _down = Down(&dir);
+    let _down = Down(dir.clone());
     assert!(up.status.success(), "{}", text(&up));
     let config = dir.join("cluster/kubeconfig");
     assert!(
@@ -157,11 +168,8 @@ fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletio
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{DeleteParams, PostParams};
-    let dir = std::env::temp_dir().join(format!("ib-cluster-agent-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let up = local("up", &dir);
-    let _down = Down(&dir);
-    assert!(up.status.success(), "{}", text(&up));
+    let cluster_dir = cluster_up("agent");
+    let dir = cluster_dir.0.clone();
     let config = dir.join("cluster/kubeconfig");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -419,11 +427,8 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
     };
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::PostParams;
-    let dir = std::env::temp_dir().join(format!("ib-cluster-run-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let up = local("up", &dir);
-    let _down = Down(&dir);
-    assert!(up.status.success(), "{}", text(&up));
+    let cluster_dir = cluster_up("run");
+    let dir = cluster_dir.0.clone();
     let kubeconfig = dir.join("cluster/kubeconfig");
     let file = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
     let entry = file
@@ -598,11 +603,8 @@ fn run_in_cluster(
 
 #[test]
 fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing() {
-    let dir = std::env::temp_dir().join(format!("ib-cluster-scenario-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let up = local("up", &dir);
-    let _down = Down(&dir);
-    assert!(up.status.success(), "{}", text(&up));
+    let cluster_dir = cluster_up("scenario");
+    let dir = cluster_dir.0.clone();
     let kubeconfig = dir.join("cluster/kubeconfig");
     let cluster = dir.join("cluster.yaml");
     let scenario = dir.join("scale-kill.yaml");
