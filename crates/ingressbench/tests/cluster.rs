@@ -653,15 +653,9 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
     let events = std::fs::read_to_string(cell.join("events.jsonl")).unwrap();
     assert!(events.contains("\"removed\":[\"echo-"), "{events}");
     // Nothing left: the cell's namespace goes at its end.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !tools_namespaces(&kubeconfig).is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}",
-            tools_namespaces(&kubeconfig)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
     // A target the cluster file does not place: refused before anything is made.
     let unplaced = dir.join("unplaced.yaml");
     std::fs::write(
@@ -738,15 +732,9 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
         "{:?}",
         started.elapsed()
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !tools_namespaces(&kubeconfig).is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}",
-            tools_namespaces(&kubeconfig)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
     // SIGKILL mid-cell: the namespace stays (nothing ran the tool's clean-up), and
     // `cluster cleanup` takes it at once (its owner is gone), touching nothing else.
     let mut child = run_in_cluster(&scenario, &cluster, &kubeconfig, &dir.join("r4"))
@@ -775,13 +763,7 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
         "{}",
         text(&cleanup)
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !tools_namespaces(&kubeconfig).is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{:?}",
-            tools_namespaces(&kubeconfig)
-        );
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    }
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
 }
