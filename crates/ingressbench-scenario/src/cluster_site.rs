@@ -225,16 +225,16 @@ impl ClusterSite {
         )))
     }
 
+    /// The pool's pods not being deleted, by name.
+    fn live_pods(&self) -> Result<Vec<PodState>, String> {
+        let pods = self.run.pods().map_err(|e| e.to_string())?;
+        Ok(pods.into_iter().filter(|p| !p.terminating).collect())
+    }
+
     /// The pod an event names: `POOL-N` is the N-th by name of the pods not being deleted,
     /// `None` one of them at random.
     fn pick(&self, name: Option<&str>) -> Result<PodState, String> {
-        let pods: Vec<PodState> = self
-            .run
-            .pods()
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .filter(|p| !p.terminating)
-            .collect();
+        let pods = self.live_pods()?;
         if pods.is_empty() {
             return Err("no pod of the pool is running".into());
         }
@@ -298,14 +298,7 @@ impl Site for ClusterSite {
         let kill = matches!(change, Change::Kill(_));
         match change {
             Change::Scale { pool, replicas } => {
-                let now: Vec<String> = self
-                    .run
-                    .pods()
-                    .map_err(|e| e.to_string())?
-                    .into_iter()
-                    .filter(|p| !p.terminating)
-                    .map(|p| p.name)
-                    .collect();
+                let now: Vec<String> = self.live_pods()?.into_iter().map(|p| p.name).collect();
                 let before = now.len();
                 let asked = Instant::now();
                 self.run

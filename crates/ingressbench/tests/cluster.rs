@@ -601,6 +601,22 @@ fn run_in_cluster(
     command
 }
 
+/// Runs `scenario` with `cluster` and `kubeconfig`, expecting a refusal: exit 2, saying
+/// `says`.
+fn refused(
+    scenario: &std::path::Path,
+    cluster: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    out: &std::path::Path,
+    says: &str,
+) {
+    let run = run_in_cluster(scenario, cluster, kubeconfig, out)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
+    assert!(text(&run).contains(says), "{}", text(&run));
+}
+
 #[test]
 fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing() {
     let cluster_dir = cluster_up("scenario");
@@ -666,14 +682,12 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
     )
     .unwrap();
     let started = std::time::Instant::now();
-    let refused = run_in_cluster(&unplaced, &cluster, &kubeconfig, &dir.join("r2"))
-        .output()
-        .unwrap();
-    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
-    assert!(
-        text(&refused).contains("does not place target(s) haproxy"),
-        "{}",
-        text(&refused)
+    refused(
+        &unplaced,
+        &cluster,
+        &kubeconfig,
+        &dir.join("r2"),
+        "does not place target(s) haproxy",
     );
     // A token the cluster does not know: refused at the first call, nothing made.
     let mut doc: serde_json::Value =
@@ -681,15 +695,7 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
     doc["users"][0]["user"]["token"] = serde_json::json!("not-a-token");
     let bad = dir.join("bad.kubeconfig");
     std::fs::write(&bad, doc.to_string()).unwrap();
-    let refused = run_in_cluster(&scenario, &cluster, &bad, &dir.join("r3"))
-        .output()
-        .unwrap();
-    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
-    assert!(
-        text(&refused).contains("cluster check"),
-        "{}",
-        text(&refused)
-    );
+    refused(&scenario, &cluster, &bad, &dir.join("r3"), "cluster check");
     // A class no controller serves.
     let cluster_text = std::fs::read_to_string(&cluster).unwrap();
     let no_class = dir.join("no-class.yaml");
@@ -698,14 +704,12 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
         cluster_text.replace("ingress_class: traefik", "ingress_class: haproxy"),
     )
     .unwrap();
-    let refused = run_in_cluster(&scenario, &no_class, &kubeconfig, &dir.join("r5"))
-        .output()
-        .unwrap();
-    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
-    assert!(
-        text(&refused).contains("no IngressClass `haproxy`"),
-        "{}",
-        text(&refused)
+    refused(
+        &scenario,
+        &no_class,
+        &kubeconfig,
+        &dir.join("r5"),
+        "no IngressClass `haproxy`",
     );
     assert!(
         started.elapsed() < std::time::Duration::from_secs(20),
