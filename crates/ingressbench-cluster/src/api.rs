@@ -49,36 +49,36 @@ pub async fn ready(kubeconfig: &Path) -> Result<(), ClusterError> {
     }
 }
 
-/// Creates or updates each object (server-side apply, as `ingressbench`): ClusterRoles,
-/// ClusterRoleBindings and IngressClasses, the cluster-wide kinds the local cluster sets up.
+/// Creates or updates each object of the cluster's administrator `kubeconfig` (the local
+/// cluster's set-up: RBAC, the ingress class, the controller's CRDs); see [`apply`].
 pub async fn apply_all(
     kubeconfig: &Path,
     objects: &[serde_json::Value],
 ) -> Result<(), ClusterError> {
-    use k8s_openapi::api::networking::v1::IngressClass;
-    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-    use kube::api::{Patch, PatchParams};
-    let client = client(kubeconfig, None).await?;
+    apply(&client(kubeconfig, None).await?, objects).await
+}
+
+/// Creates or updates each object (server-side apply, as `ingressbench`), of any kind:
+/// its `apiVersion` and `kind` say where it goes, `metadata.namespace` whether it is
+/// namespaced.
+pub async fn apply(client: &Client, objects: &[serde_json::Value]) -> Result<(), ClusterError> {
+    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
     let params = PatchParams::apply("ingressbench").force();
     for object in objects {
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        let patch = Patch::Apply(object);
-        let result = match object["kind"].as_str() {
-            Some("ClusterRole") => kube::Api::<ClusterRole>::all(client.clone())
-                .patch(name, &params, &patch)
-                .await
-                .map(|_| ()),
-            Some("ClusterRoleBinding") => kube::Api::<ClusterRoleBinding>::all(client.clone())
-                .patch(name, &params, &patch)
-                .await
-                .map(|_| ()),
-            Some("IngressClass") => kube::Api::<IngressClass>::all(client.clone())
-                .patch(name, &params, &patch)
-                .await
-                .map(|_| ()),
-            other => return Err(ClusterError::Api(format!("cannot apply a {other:?}"))),
+        let kind = object["kind"].as_str().unwrap_or_default();
+        let (group, version) = match object["apiVersion"].as_str().unwrap_or_default() {
+            v if v.contains('/') => v.split_once('/').unwrap_or_default(),
+            v => ("", v),
         };
-        result.map_err(|e| ClusterError::Api(format!("applying {name}: {e}")))?;
+        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+        let api: kube::Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
+            Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &resource),
+            None => kube::Api::all_with(client.clone(), &resource),
+        };
+        api.patch(name, &params, &Patch::Apply(object))
+            .await
+            .map_err(|e| ClusterError::Api(format!("applying {kind} {name}: {e}")))?;
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ use k8s_openapi::api::networking::v1::IngressClass;
 use kube::api::PostParams;
 use kube::{Api, Client};
 
-use crate::file::{ClusterFile, ClusterTarget};
+use crate::file::{ClusterFile, ClusterTarget, ServiceRef};
 
 /// How long one question to the API may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -28,13 +28,18 @@ pub const NEEDED: &[(&str, &str, &str)] = &[
     ("", "namespaces", "patch"),
     ("", "pods", "list"),
     ("", "pods", "delete"),
+    ("", "pods/proxy", "create"),
+    ("", "secrets", "create"),
     ("", "services", "create"),
+    ("", "services", "get"),
     ("apps", "deployments", "create"),
     ("apps", "deployments/scale", "patch"),
     ("discovery.k8s.io", "endpointslices", "list"),
     ("discovery.k8s.io", "endpointslices", "watch"),
     ("networking.k8s.io", "ingresses", "create"),
     ("networking.k8s.io", "ingressclasses", "get"),
+    ("traefik.io", "middlewares", "create"),
+    ("traefik.io", "middlewares", "patch"),
 ];
 
 /// One thing checked.
@@ -213,42 +218,16 @@ async fn address(client: &Client, target: &str, t: &ClusterTarget) -> Finding {
     let what = format!("{target}: address");
     let url = match (&t.address, &t.service) {
         (Some(a), _) => a.clone(),
-        (None, Some(s)) => {
-            let services: Api<Service> = Api::namespaced(client.clone(), &s.namespace);
-            match ask(services.get_opt(&s.name)).await {
-                Ok(Some(svc)) => {
-                    let ingress = svc
-                        .status
-                        .and_then(|st| st.load_balancer)
-                        .and_then(|lb| lb.ingress)
-                        .and_then(|i| i.into_iter().next());
-                    match ingress.and_then(|i| i.ip.or(i.hostname)) {
-                        Some(host) => format!("http://{host}"),
-                        None => {
-                            return finding(
-                                what,
-                                false,
-                                format!(
-                                    "Service {}/{} has no LoadBalancer address yet; wait for the cloud to give it one, or give `address`",
-                                    s.namespace, s.name
-                                ),
-                            )
-                        }
-                    }
-                }
-                Ok(None) => {
-                    return finding(
-                        what,
-                        false,
-                        format!(
-                            "no Service {}/{}; correct targets.{target}.service",
-                            s.namespace, s.name
-                        ),
-                    )
-                }
-                Err(e) => return finding(what, false, e),
+        (None, Some(s)) => match service_addresses(client, s).await {
+            Ok((http, https)) => http.or(https).unwrap_or_default(),
+            Err(e) => {
+                return finding(
+                    what,
+                    false,
+                    format!("{e}; correct targets.{target}.service or give `address`"),
+                )
             }
-        }
+        },
         (None, None) => return finding(what, false, "neither address nor service"),
     };
     match host_port(&url) {
@@ -270,6 +249,51 @@ async fn address(client: &Client, target: &str, t: &ClusterTarget) -> Finding {
         }
         None => finding(what, false, format!("{url} is not http://host[:port]")),
     }
+}
+
+/// The addresses a LoadBalancer Service gives its controller: `http://HOST:PORT` from
+/// the port named `http` or `web` (or port 80), `https://HOST:PORT` from `https` or
+/// `websecure` (or 443), HOST the first address in its status; a Service with one port
+/// that is neither gives it as plain HTTP. At least one, or why not.
+pub async fn service_addresses(
+    client: &Client,
+    s: &ServiceRef,
+) -> Result<(Option<String>, Option<String>), String> {
+    let services: Api<Service> = Api::namespaced(client.clone(), &s.namespace);
+    let svc = ask(services.get_opt(&s.name))
+        .await?
+        .ok_or_else(|| format!("no Service {}/{}", s.namespace, s.name))?;
+    let host = svc
+        .status
+        .and_then(|st| st.load_balancer)
+        .and_then(|lb| lb.ingress)
+        .and_then(|i| i.into_iter().next())
+        .and_then(|i| i.ip.or(i.hostname))
+        .ok_or_else(|| {
+            format!(
+                "Service {}/{} has no LoadBalancer address yet; wait for the cloud to give it one",
+                s.namespace, s.name
+            )
+        })?;
+    let ports = svc.spec.and_then(|sp| sp.ports).unwrap_or_default();
+    let find = |names: [&str; 2], number: i32| {
+        ports
+            .iter()
+            .find(|p| p.name.as_deref().is_some_and(|n| names.contains(&n)) || p.port == number)
+            .map(|p| p.port)
+    };
+    let mut http = find(["http", "web"], 80).map(|p| format!("http://{host}:{p}"));
+    let https = find(["https", "websecure"], 443).map(|p| format!("https://{host}:{p}"));
+    if let ([only], None, None) = (&ports[..], &http, &https) {
+        http = Some(format!("http://{host}:{}", only.port));
+    }
+    if http.is_none() && https.is_none() {
+        return Err(format!(
+            "Service {}/{} has no port named http, web, https or websecure (nor 80 or 443)",
+            s.namespace, s.name
+        ));
+    }
+    Ok((http, https))
 }
 
 /// `http://host[:port]/…` → (host, port), parsed as the load generator parses URLs.

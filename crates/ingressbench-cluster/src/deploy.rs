@@ -16,13 +16,13 @@ use futures_util::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace, ObjectFieldSelector,
-    Pod, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Service, ServicePort, ServiceSpec,
-    Sysctl,
+    Pod, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, Service, ServicePort,
+    ServiceSpec, Sysctl,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
-    IngressServiceBackend, IngressSpec, ServiceBackendPort,
+    IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -49,6 +49,9 @@ pub const OWNER: &str = "ingressbench.dev/owner";
 pub const STALE_AFTER: Duration = Duration::from_secs(120);
 /// The port the backends listen on.
 pub const BACKEND_PORT: i32 = 8080;
+/// The port of the backends' control endpoint (`POST /stall?for=2s`), reached through
+/// the API server's pod proxy, never through the Service.
+pub const CONTROL_PORT: i32 = 8081;
 
 /// What a run puts in its namespace.
 #[derive(Clone, Debug)]
@@ -73,6 +76,12 @@ pub struct RunObjects {
     pub sysctls: BTreeMap<String, String>,
     /// Seconds a deleted pod gets to drain.
     pub grace_s: i64,
+    /// The routes' certificate (chain) and key, PEM: a `kubernetes.io/tls` Secret the
+    /// Ingress names for its hosts.
+    pub tls: Option<(String, String)>,
+    /// Annotations of the Ingress (a controller's own settings, e.g. Traefik's
+    /// middlewares).
+    pub ingress_annotations: BTreeMap<String, String>,
 }
 
 /// A pod of the pool as the API reports it.
@@ -166,6 +175,23 @@ impl RunNamespace {
             .map_err(|e| api_error(&format!("deleting pod {name}"), e))
     }
 
+    /// Asks pod `name`'s backend, through the API server's pod proxy, to hold its answers
+    /// for `duration` (its control endpoint).
+    pub fn stall_pod(&self, name: &str, duration: Duration) -> Result<(), ClusterError> {
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{name}:{CONTROL_PORT}/proxy/stall?for={}ms",
+            self.name(),
+            duration.as_millis()
+        );
+        let request = http::Request::post(path)
+            .body(Vec::new())
+            .map_err(|e| ClusterError::Api(e.to_string()))?;
+        self.runtime
+            .block_on(self.client.request_text(request))
+            .map(|_| ())
+            .map_err(|e| api_error(&format!("stalling pod {name}"), e))
+    }
+
     /// The pool's pods, by name.
     pub fn pods(&self) -> Result<Vec<PodState>, ClusterError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), self.name());
@@ -221,6 +247,22 @@ impl RunNamespace {
         Ok(ready)
     }
 
+    /// Creates or updates objects of any kind in the namespace (a controller's own
+    /// resources: Traefik's Middlewares), by server-side apply.
+    pub fn apply(&self, objects: &[serde_json::Value]) -> Result<(), ClusterError> {
+        let objects: Vec<serde_json::Value> = objects
+            .iter()
+            .cloned()
+            .map(|mut o| {
+                o["metadata"]["namespace"] = self.name().into();
+                o["metadata"]["labels"] = serde_json::json!(labels(&self.objects));
+                o
+            })
+            .collect();
+        self.runtime
+            .block_on(crate::api::apply(&self.client, &objects))
+    }
+
     /// Refreshes the heartbeat, so that [`cleanup`] leaves the namespace alone.
     pub fn heartbeat(&self) -> Result<(), ClusterError> {
         let api: Api<Namespace> = Api::all(self.client.clone());
@@ -243,6 +285,39 @@ impl RunNamespace {
                 e => Err(api_error(&format!("deleting namespace {}", self.name()), e)),
             })
     }
+}
+
+/// The controller that serves ingress class `class` (its IngressClass's
+/// `spec.controller`, e.g. [`crate::traefik::CONTROLLER`]).
+pub fn ingress_controller(
+    kubeconfig: &Path,
+    context: Option<&str>,
+    class: &str,
+) -> Result<String, ClusterError> {
+    use k8s_openapi::api::networking::v1::IngressClass;
+    crate::local::runtime()?.block_on(async {
+        let api: Api<IngressClass> = Api::all(crate::api::client(kubeconfig, context).await?);
+        let found = api
+            .get(class)
+            .await
+            .map_err(|e| api_error(&format!("reading ingress class {class}"), e))?;
+        Ok(found.spec.and_then(|s| s.controller).unwrap_or_default())
+    })
+}
+
+/// The plain and TLS addresses the LoadBalancer Service `service` gives its controller
+/// (see [`crate::check::service_addresses`]).
+pub fn lookup_service(
+    kubeconfig: &Path,
+    context: Option<&str>,
+    service: &crate::file::ServiceRef,
+) -> Result<(Option<String>, Option<String>), ClusterError> {
+    crate::local::runtime()?.block_on(async {
+        let client = crate::api::client(kubeconfig, context).await?;
+        crate::check::service_addresses(&client, service)
+            .await
+            .map_err(ClusterError::Api)
+    })
 }
 
 /// Each ready set of addresses the watch saw, with the instant it arrived.
@@ -503,6 +578,12 @@ async fn create_objects(client: &Client, o: &RunObjects) -> Result<(), ClusterEr
         .create(&post, &service(o))
         .await
         .map_err(|e| api_error(&format!("creating service {}", o.pool), e))?;
+    if let Some(secret) = tls_secret(o) {
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .create(&post, &secret)
+            .await
+            .map_err(|e| api_error(&format!("creating secret {}-tls", o.pool), e))?;
+    }
     Api::<Ingress>::namespaced(client.clone(), ns)
         .create(&post, &ingress(o))
         .await
@@ -552,6 +633,8 @@ fn deployment(o: &RunObjects) -> Deployment {
         &format!("0.0.0.0:{BACKEND_PORT}"),
         "--name",
         "$(POD_NAME)",
+        "--control",
+        &format!("0.0.0.0:{CONTROL_PORT}"),
     ]
     .iter()
     .map(|s| (*s).to_owned())
@@ -566,11 +649,18 @@ fn deployment(o: &RunObjects) -> Deployment {
             value_from: Some(field("metadata.name")),
             ..EnvVar::default()
         }]),
-        ports: Some(vec![ContainerPort {
-            container_port: BACKEND_PORT,
-            name: Some("http".into()),
-            ..ContainerPort::default()
-        }]),
+        ports: Some(vec![
+            ContainerPort {
+                container_port: BACKEND_PORT,
+                name: Some("http".into()),
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                container_port: CONTROL_PORT,
+                name: Some("control".into()),
+                ..ContainerPort::default()
+            },
+        ]),
         readiness_probe: Some(Probe {
             http_get: Some(HTTPGetAction {
                 path: Some("/healthz".into()),
@@ -670,15 +760,55 @@ fn ingress(o: &RunObjects) -> Ingress {
             http: Some(HTTPIngressRuleValue { paths }),
         })
         .collect();
+    let mut metadata = meta(o, labels(o));
+    if !o.ingress_annotations.is_empty() {
+        metadata.annotations = Some(o.ingress_annotations.clone());
+    }
+    // TLS for every named host; with none named (`*`), the certificate serves any name.
+    let hosts: Vec<String> = o
+        .routes
+        .iter()
+        .filter(|(h, _)| h != "*")
+        .map(|(h, _)| h.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let tls = o.tls.as_ref().map(|_| {
+        vec![IngressTLS {
+            hosts: (!hosts.is_empty()).then_some(hosts),
+            secret_name: Some(tls_secret_name(o)),
+        }]
+    });
     Ingress {
-        metadata: meta(o, labels(o)),
+        metadata,
         spec: Some(IngressSpec {
             ingress_class_name: Some(o.ingress_class.clone()),
             rules: Some(rules),
+            tls,
             ..IngressSpec::default()
         }),
         ..Ingress::default()
     }
+}
+
+fn tls_secret_name(o: &RunObjects) -> String {
+    format!("{}-tls", o.pool)
+}
+
+/// The routes' certificate as a `kubernetes.io/tls` Secret.
+fn tls_secret(o: &RunObjects) -> Option<Secret> {
+    let (cert, key) = o.tls.as_ref()?;
+    let mut metadata = meta(o, labels(o));
+    metadata.name = Some(tls_secret_name(o));
+    Some(Secret {
+        metadata,
+        type_: Some("kubernetes.io/tls".into()),
+        string_data: Some(BTreeMap::from([
+            ("tls.crt".to_owned(), cert.clone()),
+            ("tls.key".to_owned(), key.clone()),
+        ])),
+        ..Secret::default()
+    })
 }
 
 /// This process as an owner: the machine's boot id and the pid.
@@ -743,6 +873,8 @@ mod tests {
             ingress_class: "traefik".into(),
             sysctls: BTreeMap::from([("net.core.somaxconn".into(), "1024".into())]),
             grace_s: 5,
+            tls: Some(("CERT".into(), "KEY".into())),
+            ingress_annotations: BTreeMap::from([("a.example/b".into(), "c".into())]),
         }
     }
 
@@ -753,6 +885,7 @@ mod tests {
             &deployment(&o).metadata,
             &service(&o).metadata,
             &ingress(&o).metadata,
+            &tls_secret(&o).unwrap().metadata,
         ] {
             let labels = meta.labels.as_ref().unwrap();
             assert_eq!(labels[MANAGED_BY], TOOL);
@@ -788,6 +921,23 @@ mod tests {
                 "$(POD_NAME)"
             ]
         );
-        assert_eq!(&args[5..], ["--latency", "1ms"]);
+        assert_eq!(&args[5..7], ["--control", "0.0.0.0:8081"]);
+        assert_eq!(&args[7..], ["--latency", "1ms"]);
+    }
+
+    #[test]
+    fn tls_names_the_secret_for_the_named_hosts_and_annotations_reach_the_ingress() {
+        let o = objects();
+        let ingress = ingress(&o);
+        let tls = ingress.spec.unwrap().tls.unwrap();
+        assert_eq!(tls[0].hosts.as_deref(), Some(&["app.test".to_owned()][..]));
+        assert_eq!(tls[0].secret_name.as_deref(), Some("echo-tls"));
+        assert_eq!(ingress.metadata.annotations.unwrap()["a.example/b"], "c");
+        let secret = tls_secret(&o).unwrap();
+        assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+        assert_eq!(secret.string_data.unwrap()["tls.key"], "KEY");
+        let plain = RunObjects { tls: None, ..o };
+        assert!(tls_secret(&plain).is_none());
+        assert!(super::ingress(&plain).spec.unwrap().tls.is_none());
     }
 }

@@ -9,6 +9,7 @@
 //!   traefik:
 //!     ingress_class: traefik
 //!     address: http://ingress.example.com      # or: service: { name, namespace }
+//!     tls_address: https://ingress.example.com # for scenarios with `tls: true`
 //! ```
 
 use std::collections::BTreeMap;
@@ -41,9 +42,13 @@ pub struct ClusterFile {
 pub struct ClusterTarget {
     /// The IngressClass its Ingress objects name.
     pub ingress_class: String,
-    /// Where its traffic enters (`http://host[:port]` or `https://…`).
+    /// Where its plain HTTP traffic enters (`http://host[:port]`; an `https://` one serves
+    /// for TLS scenarios instead).
     #[serde(default)]
     pub address: Option<String>,
+    /// Where its TLS traffic enters (`https://host[:port]`), for scenarios with `tls: true`.
+    #[serde(default)]
+    pub tls_address: Option<String>,
     /// Or the LoadBalancer Service whose status gives the address.
     #[serde(default)]
     pub service: Option<ServiceRef>,
@@ -120,6 +125,15 @@ impl ClusterFile {
                 }
                 _ => {}
             }
+            if let Some(a) = t
+                .tls_address
+                .as_deref()
+                .filter(|a| !a.starts_with("https://"))
+            {
+                return Err(format!(
+                    "targets.{name}.tls_address: {a:?} must start with https://"
+                ));
+            }
         }
         Ok(file)
     }
@@ -157,6 +171,10 @@ mod tests {
             ("targets: { t: { ingress_class: c, address: ftp://x } }", "http://"),
             ("namespace_prefix: Bad_Name\ntargets: { t: { ingress_class: c, address: http://x } }", "namespace_prefix"),
             ("targets: { t: { ingres_class: c } }", "unknown field `ingres_class`"),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, tls_address: http://x } }",
+                "tls_address: \"http://x\" must start with https://",
+            ),
         ] {
             let e = ClusterFile::parse(text).unwrap_err();
             assert!(e.contains(says), "{text}: {e}");

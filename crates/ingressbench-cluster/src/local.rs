@@ -56,6 +56,9 @@ pub struct TraefikOptions {
     pub binary: PathBuf,
     /// Its HTTP entry port on 127.0.0.1 (0: a free one).
     pub http_port: u16,
+    /// Its HTTPS entry port on 127.0.0.1 (0: a free one); certificates come from the
+    /// Ingresses' TLS Secrets.
+    pub https_port: u16,
 }
 
 impl LocalOptions {
@@ -75,6 +78,7 @@ impl LocalOptions {
             .map(|binary| TraefikOptions {
                 binary,
                 http_port: 0,
+                https_port: 0,
             });
         Self {
             dir,
@@ -108,8 +112,8 @@ pub struct LocalCluster {
     parts: Vec<OwnedChild>,
     /// Stopped first, so that the pods go before the control plane.
     agent: Option<Agent>,
-    /// Where the ingress controller takes traffic.
-    ingress: Option<SocketAddr>,
+    /// Where the ingress controller takes traffic: plain HTTP, then HTTPS.
+    ingress: Option<(SocketAddr, SocketAddr)>,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -261,13 +265,16 @@ impl LocalCluster {
         Ok(cluster)
     }
 
-    /// Where the ingress controller (Traefik, class `traefik`) takes HTTP traffic.
-    pub fn ingress(&self) -> Option<SocketAddr> {
+    /// Where the ingress controller (Traefik, class `traefik`) takes plain HTTP and HTTPS
+    /// traffic.
+    pub fn ingress(&self) -> Option<(SocketAddr, SocketAddr)> {
         self.ingress
     }
 
-    /// Grants Traefik what its Kubernetes Ingress provider reads, makes IngressClass
-    /// `traefik`, starts Traefik with its own token and waits until it answers its ping.
+    /// Grants Traefik what its Kubernetes Ingress and CRD providers read, makes
+    /// IngressClass `traefik` and Traefik's custom resource kinds (its Middlewares are how
+    /// a run changes routes), starts Traefik with its own token and waits until it answers
+    /// its ping.
     fn start_traefik(
         &mut self,
         options: &TraefikOptions,
@@ -275,29 +282,35 @@ impl LocalCluster {
     ) -> Result<(), ClusterError> {
         let runtime = runtime()?;
         runtime.block_on(crate::api::apply_all(&self.kubeconfig, &traefik_objects()))?;
-        let http = match options.http_port {
-            0 => free_port()?,
-            p => p,
-        };
-        let ping = free_port()?;
-        let args = [
+        runtime.block_on(self.wait_for_kinds(TRAEFIK_GROUP, TRAEFIK_KINDS.len()))?;
+        let port = |p: u16| if p == 0 { free_port() } else { Ok(p) };
+        let (http, https, ping) = (
+            port(options.http_port)?,
+            port(options.https_port)?,
+            free_port()?,
+        );
+        let mut args = vec![
             format!("--entrypoints.web.address=127.0.0.1:{http}"),
+            format!("--entrypoints.websecure.address=127.0.0.1:{https}"),
+            "--entrypoints.websecure.http.tls=true".to_owned(),
             format!("--entrypoints.ping.address=127.0.0.1:{ping}"),
             "--ping=true".to_owned(),
             "--ping.entrypoint=ping".to_owned(),
-            "--providers.kubernetesingress=true".to_owned(),
-            format!("--providers.kubernetesingress.endpoint={}", self.server),
-            format!(
-                "--providers.kubernetesingress.token={}",
-                files.traefik_token
-            ),
-            format!(
-                "--providers.kubernetesingress.certauthfilepath={}",
-                files.ca.display()
-            ),
             "--providers.kubernetesingress.ingressclass=traefik".to_owned(),
             "--log.level=INFO".to_owned(),
         ];
+        // Both providers read the same API server with Traefik's own token.
+        for provider in ["kubernetesingress", "kubernetescrd"] {
+            args.extend([
+                format!("--providers.{provider}=true"),
+                format!("--providers.{provider}.endpoint={}", self.server),
+                format!("--providers.{provider}.token={}", files.traefik_token),
+                format!(
+                    "--providers.{provider}.certauthfilepath={}",
+                    files.ca.display()
+                ),
+            ]);
+        }
         let mut traefik = self.start("traefik", &options.binary, &args)?;
         let started = Instant::now();
         let ping_at = SocketAddr::from(([127, 0, 0, 1], ping));
@@ -313,8 +326,60 @@ impl LocalCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.parts.push(traefik);
-        self.ingress = Some(SocketAddr::from(([127, 0, 0, 1], http)));
-        Ok(())
+        let local = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        self.ingress = Some((local(http), local(https)));
+        runtime.block_on(self.expose_traefik(http, https))
+    }
+
+    /// Service `kube-system/traefik` of type LoadBalancer with Traefik's two ports, its
+    /// status given 127.0.0.1 as a cloud's load-balancer controller would give an address:
+    /// what a cluster file's `service:` reads.
+    async fn expose_traefik(&self, http: u16, https: u16) -> Result<(), ClusterError> {
+        use k8s_openapi::api::core::v1::Service;
+        use kube::api::{Patch, PatchParams};
+        let service = serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": { "name": "traefik", "namespace": "kube-system" },
+            "spec": { "type": "LoadBalancer", "allocateLoadBalancerNodePorts": false,
+                "ports": [{ "name": "web", "port": http }, { "name": "websecure", "port": https }] },
+        });
+        crate::api::apply_all(&self.kubeconfig, &[service]).await?;
+        let status = serde_json::json!({ "status": { "loadBalancer": { "ingress": [{ "ip": "127.0.0.1" }] } } });
+        let api: kube::Api<Service> = kube::Api::namespaced(
+            crate::api::client(&self.kubeconfig, None).await?,
+            "kube-system",
+        );
+        api.patch_status("traefik", &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map(|_| ())
+            .map_err(|e| {
+                ClusterError::Api(format!(
+                    "giving Service kube-system/traefik its address: {e}"
+                ))
+            })
+    }
+
+    /// Waits until the API serves `kinds` resources of `group` (custom resource
+    /// definitions just made are served once established).
+    async fn wait_for_kinds(&self, group: &str, kinds: usize) -> Result<(), ClusterError> {
+        let client = crate::api::client(&self.kubeconfig, None).await?;
+        let started = Instant::now();
+        loop {
+            let served = client
+                .list_api_group_resources(&format!("{group}/v1alpha1"))
+                .await
+                .map(|l| l.resources.len())
+                .unwrap_or(0);
+            if served >= kinds {
+                return Ok(());
+            }
+            if started.elapsed() > API_READY_TIMEOUT {
+                return Err(ClusterError::Api(format!(
+                    "the API serves {served} of the {kinds} kinds of {group} after {API_READY_TIMEOUT:?}"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// The kubeconfig of the cluster's administrator (a token in `system:masters`).
@@ -400,16 +465,54 @@ impl Drop for LocalCluster {
     }
 }
 
-/// IngressClass `traefik`, and the ClusterRole (bound to Traefik's user) its Kubernetes
-/// Ingress provider needs: read Services, EndpointSlices, Secrets, Ingresses and their
-/// classes; write Ingress status.
+/// The API group of Traefik's custom resources.
+const TRAEFIK_GROUP: &str = "traefik.io";
+/// The kinds of Traefik's CRD provider: it watches every one of them, so each must exist
+/// (the run itself makes only Middlewares).
+const TRAEFIK_KINDS: [&str; 10] = [
+    "IngressRoute",
+    "IngressRouteTCP",
+    "IngressRouteUDP",
+    "Middleware",
+    "MiddlewareTCP",
+    "ServersTransport",
+    "ServersTransportTCP",
+    "TLSOption",
+    "TLSStore",
+    "TraefikService",
+];
+
+/// IngressClass `traefik`, the custom resource kinds of Traefik's CRD provider (their
+/// schema left open: Traefik checks what it reads), and the ClusterRole (bound to
+/// Traefik's user) its providers need: read Services, EndpointSlices, Secrets, Ingresses
+/// and their classes and its own kinds; write Ingress status.
 fn traefik_objects() -> Vec<serde_json::Value> {
-    vec![
+    let plurals: Vec<String> = TRAEFIK_KINDS
+        .iter()
+        .map(|k| format!("{}s", k.to_ascii_lowercase()))
+        .collect();
+    let kinds = TRAEFIK_KINDS.iter().zip(&plurals).map(|(kind, plural)| {
+        serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": { "name": format!("{plural}.{TRAEFIK_GROUP}") },
+            "spec": {
+                "group": TRAEFIK_GROUP, "scope": "Namespaced",
+                "names": { "kind": kind, "listKind": format!("{kind}List"), "plural": plural,
+                           "singular": kind.to_ascii_lowercase() },
+                "versions": [{ "name": "v1alpha1", "served": true, "storage": true,
+                    "schema": { "openAPIV3Schema": { "type": "object",
+                        "x-kubernetes-preserve-unknown-fields": true } } }],
+            },
+        })
+    });
+    kinds.chain([
         serde_json::json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": { "name": "ingressbench-traefik" },
             "rules": [
-                { "apiGroups": [""], "resources": ["services", "secrets", "nodes"],
+                { "apiGroups": [""], "resources": ["services", "secrets", "nodes", "configmaps"],
+                  "verbs": ["get", "list", "watch"] },
+                { "apiGroups": [TRAEFIK_GROUP], "resources": plurals,
                   "verbs": ["get", "list", "watch"] },
                 { "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],
                   "verbs": ["get", "list", "watch"] },
@@ -432,7 +535,8 @@ fn traefik_objects() -> Vec<serde_json::Value> {
             "metadata": { "name": "traefik" },
             "spec": { "controller": "traefik.io/ingress-controller" },
         }),
-    ]
+    ])
+    .collect()
 }
 
 /// A tokio runtime for the blocking callers of the API.

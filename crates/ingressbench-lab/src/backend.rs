@@ -3,7 +3,8 @@
 //! Every response names the backend in an `x-backend` header and echoes the path it was
 //! asked for in `x-echo-path` (so a path rewrite by a proxy can be seen). It can be made
 //! slow (fixed, uniform or lognormal latency), return errors at a rate, or stop answering
-//! periodically (a stall). `/healthz` answers 200 while serving and 503 while draining.
+//! periodically (a stall), or on demand through its control endpoint ([`serve_control`]:
+//! `POST /stall?for=2s`). `/healthz` answers 200 while serving and 503 while draining.
 //! When `shutdown` completes it drains: it stops accepting, finishes the requests in
 //! flight (answering them with `Connection: close`), closes idle connections and returns.
 
@@ -90,6 +91,26 @@ pub struct Stall {
     pub duration: Duration,
 }
 
+/// Answers held back until an instant: a stall asked for through the control endpoint.
+/// Clones share it.
+#[derive(Clone, Debug, Default)]
+pub struct Hold(std::sync::Arc<std::sync::Mutex<Option<tokio::time::Instant>>>);
+
+impl Hold {
+    /// Holds every answer due from now until `duration` has passed.
+    pub fn hold_for(&self, duration: Duration) {
+        let until = tokio::time::Instant::now() + duration;
+        let mut held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        *held = Some(held.map_or(until, |h| h.max(until)));
+    }
+
+    /// Until when answers are held, if they are now.
+    fn until(&self) -> Option<tokio::time::Instant> {
+        let held = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        held.filter(|h| *h > tokio::time::Instant::now())
+    }
+}
+
 /// How a backend behaves.
 #[derive(Clone, Debug)]
 pub struct BackendConfig {
@@ -105,6 +126,8 @@ pub struct BackendConfig {
     pub error_rate: f64,
     /// Periodic stalls.
     pub stall: Option<Stall>,
+    /// Stalls asked for through the control endpoint.
+    pub hold: Hold,
     /// How long a drain may take before the remaining connections are dropped.
     pub drain_timeout: Duration,
     /// Serve over TLS instead of plain HTTP.
@@ -175,6 +198,7 @@ impl Default for BackendConfig {
             latency: Latency::Fixed(Duration::ZERO),
             error_rate: 0.0,
             stall: None,
+            hold: Hold::default(),
             drain_timeout: Duration::from_secs(30),
             tls: None,
         }
@@ -264,6 +288,7 @@ pub async fn serve(
                     latency: config.latency.clone(),
                     error_rate: config.error_rate,
                     stall: config.stall,
+                    hold: config.hold.clone(),
                     started,
                     rng: seed | 1,
                     drain: drain_rx.clone(),
@@ -305,6 +330,44 @@ pub async fn serve(
         }
     }
     Ok(report)
+}
+
+/// The backend's control endpoint on `listener` (until its task is dropped): `POST
+/// /stall?for=DURATION` holds every answer (health checks included) for that long from
+/// now, as a process that stops answering would; anything else is 404.
+pub async fn serve_control(listener: TcpListener, hold: Hold) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let hold = hold.clone();
+        tokio::spawn(async move {
+            let mut stream = stream;
+            let mut head = Vec::with_capacity(512);
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 4096 {
+                match stream.read_buf(&mut head).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+            let line = String::from_utf8_lossy(&head);
+            let target = line.split_whitespace().take(2).collect::<Vec<_>>();
+            let asked = match target[..] {
+                ["POST", t] => t.strip_prefix("/stall?for="),
+                _ => None,
+            };
+            let answer = match asked.map(ingressbench_stats::parse_duration) {
+                Some(Ok(d)) => {
+                    hold.hold_for(d);
+                    simple_response(200, &format!("holding answers for {d:?}\n"), true)
+                }
+                Some(Err(e)) => simple_response(400, &format!("{e}\n"), true),
+                None => simple_response(404, "POST /stall?for=DURATION\n", true),
+            };
+            let _ = stream.write_all(&answer).await;
+            let _ = stream.shutdown().await;
+        });
+    }
 }
 
 /// Responses rendered once: the head up to the echoed path, the rest, and the bodies.
@@ -361,6 +424,7 @@ struct Connection {
     latency: Latency,
     error_rate: f64,
     stall: Option<Stall>,
+    hold: Hold,
     started: Instant,
     rng: u64,
     drain: watch::Receiver<bool>,
@@ -431,6 +495,9 @@ impl Connection {
     }
 
     async fn wait_before_answering(&mut self) {
+        if let Some(until) = self.hold.until() {
+            tokio::time::sleep_until(until).await;
+        }
         if let Some(stall) = self.stall {
             let since = self.started.elapsed();
             let into = Duration::from_nanos((since.as_nanos() % stall.every.as_nanos()) as u64);
@@ -625,6 +692,7 @@ mod tests {
             latency: Latency::Fixed(Duration::ZERO),
             error_rate: 0.0,
             stall: None,
+            hold: Hold::default(),
             started: Instant::now(),
             rng: 12345,
             drain: rx,

@@ -813,7 +813,7 @@ impl Lab {
                 self.spec.check(std::slice::from_ref(overlay))?;
                 self.set_overlay(overlay.clone());
                 generations.push((GENERATION_HEADER, self.generation));
-                (describe_overlay(overlay), Vec::new(), Vec::new())
+                (overlay.describe(), Vec::new(), Vec::new())
             }
             Change::Reload => {
                 self.reload_due = true;
@@ -1401,24 +1401,6 @@ fn kill_stray_processes() -> Vec<String> {
         std::thread::sleep(Duration::from_millis(100));
     }
     killed
-}
-
-fn describe_overlay(overlay: &Overlay) -> String {
-    let mut parts = Vec::new();
-    if let Some((name, value)) = &overlay.response_header {
-        parts.push(format!("header {name}: {value}"));
-    }
-    if let Some(origin) = &overlay.cors_origin {
-        parts.push(format!("CORS {origin}"));
-    }
-    if let Some((from, to)) = &overlay.rewrite {
-        parts.push(format!("rewrite {from} -> {to}"));
-    }
-    if parts.is_empty() {
-        "revert route changes".to_owned()
-    } else {
-        parts.join(", ")
-    }
 }
 
 fn private_dir() -> Result<PathBuf, LabError> {

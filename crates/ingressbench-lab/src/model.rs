@@ -36,6 +36,28 @@ pub struct Overlay {
     pub rewrite: Option<(String, String)>,
 }
 
+impl Overlay {
+    /// What it changes, in a few words (`header X-A: 1, CORS https://a`), or `revert
+    /// route changes` when it is empty.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some((name, value)) = &self.response_header {
+            parts.push(format!("header {name}: {value}"));
+        }
+        if let Some(origin) = &self.cors_origin {
+            parts.push(format!("CORS {origin}"));
+        }
+        if let Some((from, to)) = &self.rewrite {
+            parts.push(format!("rewrite {from} -> {to}"));
+        }
+        if parts.is_empty() {
+            "revert route changes".to_owned()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
 /// The knobs people tune, equal across proxies by default so comparisons are fair.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tuning {

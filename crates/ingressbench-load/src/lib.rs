@@ -94,4 +94,4 @@ pub use plan::{BatchWindow, Length, Mode, Plan, RequestGate, RetryPolicy, Warmup
 pub use request::{parse_header, RequestSpec};
 pub use run::{ensure_descriptors, run, LoadReport, NoObserver, Observer, Progress};
 pub use target::{Resolve, Scheme, Target};
-pub use tls::TlsOptions;
+pub use tls::{client_config as tls_client_config, TlsOptions};

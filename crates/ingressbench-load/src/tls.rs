@@ -25,7 +25,7 @@ pub struct TlsOptions {
 
 /// Builds a client configuration. Session resumption is off, so that every new connection
 /// pays a full handshake, as a loop of curl invocations does.
-pub(crate) fn client_config(options: &TlsOptions) -> Result<Arc<ClientConfig>, LoadError> {
+pub fn client_config(options: &TlsOptions) -> Result<Arc<ClientConfig>, LoadError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()

@@ -10,7 +10,11 @@ use std::time::{Duration, Instant};
 
 use ingressbench_cluster::deploy::{EndpointsWatch, PodState, RunNamespace, RunObjects};
 use ingressbench_cluster::file::ClusterFile;
+use ingressbench_cluster::traefik;
+use ingressbench_lab::certs::DEFAULT_TLS_NAME;
+use ingressbench_lab::model::{Overlay, GENERATION_HEADER};
 use ingressbench_lab::{Change, ChangeRecord};
+use ingressbench_load::TlsOptions;
 
 use crate::site::{CellFailure, Entry, Site};
 
@@ -41,22 +45,33 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
         ));
     }
     for cell in cells {
-        if cell.scenario.tls {
+        let placed = &file.targets[&cell.target.name()];
+        if cell.scenario.tls
+            && placed.service.is_none()
+            && placed.tls_address.is_none()
+            && !placed
+                .address
+                .as_deref()
+                .is_some_and(|a| a.starts_with("https://"))
+        {
             return Err(format!(
-                "cell {} ({}): cluster mode does not terminate TLS yet; run with --set tls=false",
+                "cell {} ({}): the scenario is over TLS but the cluster file gives target `{}` no `tls_address: https://…`; add it (or run with --set tls=false)",
+                cell.index,
+                cell.label(),
+                cell.target.name()
+            ));
+        }
+        if crate::runner::Timeline::of(cell, 1.0)?.delays_changes() {
+            return Err(format!(
+                "cell {} ({}): a propagation_delay is the lab's stand-in for a slow controller; in a cluster the real control plane's delay is measured: run with --set controller.propagation_delay=0s (and no event's own)",
                 cell.index,
                 cell.label()
             ));
         }
         for (i, e) in cell.events.iter().enumerate() {
-            if matches!(
-                e.action,
-                crate::model::Action::Config(_)
-                    | crate::model::Action::Reload
-                    | crate::model::Action::StallBackend { .. }
-            ) {
+            if matches!(e.action, crate::model::Action::Reload) {
                 return Err(format!(
-                    "events[{i}]: route changes, reloads and backend stalls are not done in cluster mode yet (scale, kill and terminate are)"
+                    "events[{i}]: a reload has no meaning in cluster mode: the controller applies what the API holds (scale, kill, terminate, stall_backend and config events are made through it)"
                 ));
             }
         }
@@ -77,6 +92,8 @@ const CANNOT_START: &[&str] = &[
     "CrashLoopBackOff",
     "SysctlForbidden",
 ];
+/// The route configuration's generation at the start (the load reads 0 as none).
+const FIRST_GENERATION: u32 = 1;
 /// How often the namespace's heartbeat is refreshed.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(30);
 
@@ -88,12 +105,41 @@ enum Expect {
     Gone(String),
 }
 
-/// One cell's objects in a cluster; the namespace is deleted when it is dropped.
+/// What a cell runs in the cluster.
+pub(crate) struct Shape {
+    /// Backends at the start.
+    pub(crate) replicas: usize,
+    /// Routes: host (`*`: any) and path prefix.
+    pub(crate) routes: Vec<(String, String)>,
+    /// The backend pods' kernel settings.
+    pub(crate) sysctls: std::collections::BTreeMap<String, String>,
+    /// Over TLS (the run's own CA and certificate, as a Secret the Ingress names).
+    pub(crate) tls: bool,
+    /// Its events change routes (through the controller's own objects).
+    pub(crate) route_changes: bool,
+}
+
+/// Where the cell's traffic enters the controller.
+struct Door {
+    /// `http://host:port` or `https://host:port`, as the cluster file gives it.
+    address: String,
+    /// What it resolves to.
+    at: std::net::SocketAddr,
+    /// Over TLS: the run's CA file and a client that trusts only it.
+    tls: Option<(PathBuf, std::sync::Arc<rustls::ClientConfig>)>,
+}
+
+/// One cell's objects in a cluster; the namespace (and the cell's certificate files) are
+/// deleted when it is dropped.
 pub(crate) struct ClusterSite {
     /// The pool's EndpointSlices as the watch delivers them.
     endpoints: EndpointsWatch,
     run: RunNamespace,
-    address: String,
+    door: Door,
+    /// The cell's certificate files, if it is over TLS.
+    tls_dir: Option<PathBuf>,
+    /// The route configuration's generation (route changes only).
+    generation: Option<u32>,
     records: Vec<ChangeRecord>,
     /// Changes not yet in the EndpointSlices: record, what to look for, and when it was
     /// asked (just before the API call).
@@ -104,56 +150,140 @@ pub(crate) struct ClusterSite {
 }
 
 impl ClusterSite {
-    /// Makes the cell's namespace for target `target`, with `replicas` backends routed at
-    /// `routes`, and waits (bounded) until every route answers through the controller.
+    /// Makes the cell's namespace for target `target` with what `shape` says, and waits
+    /// (bounded) until every route answers through the controller.
     pub(crate) fn up(
         options: &ClusterOptions,
         target: &str,
         cell: usize,
-        replicas: usize,
-        routes: Vec<(String, String)>,
-        sysctls: std::collections::BTreeMap<String, String>,
+        shape: Shape,
     ) -> Result<Self, CellFailure> {
         let placed = options.file.targets.get(target).ok_or_else(|| {
             format!("target `{target}` is not in the cluster file: add it under `targets:` with its ingress_class and address")
         })?;
-        let address = placed.address.clone().ok_or_else(|| {
-            format!("target `{target}`: reading the address from a LoadBalancer Service is not done yet; give `address:` in the cluster file")
-        })?;
-        let objects = RunObjects {
-            namespace: format!(
-                "{}-{}-{cell}",
-                options.file.namespace_prefix, options.run_id
+        // From the cluster file, or the LoadBalancer Service's status.
+        let (http, https) = match &placed.service {
+            Some(service) => ingressbench_cluster::deploy::lookup_service(
+                &options.kubeconfig,
+                options.context.as_deref(),
+                service,
+            )
+            .map_err(|e| e.to_string())?,
+            None => (
+                placed.address.clone().filter(|a| a.starts_with("http://")),
+                placed
+                    .tls_address
+                    .clone()
+                    .or_else(|| placed.address.clone().filter(|a| a.starts_with("https://"))),
             ),
+        };
+        let address = if shape.tls { https } else { http };
+        let address = address.ok_or_else(|| {
+            format!(
+                "target `{target}`: the cluster file (or its Service) gives no {} address for it",
+                if shape.tls {
+                    "`tls_address: https://…`"
+                } else {
+                    "`address: http://…`"
+                }
+            )
+        })?;
+        let at = resolve(&address)?;
+        let namespace = format!(
+            "{}-{}-{cell}",
+            options.file.namespace_prefix, options.run_id
+        );
+        // Route changes go through the controller's own objects: only Traefik's are known.
+        if shape.route_changes {
+            let controller = ingressbench_cluster::deploy::ingress_controller(
+                &options.kubeconfig,
+                options.context.as_deref(),
+                &placed.ingress_class,
+            )
+            .map_err(|e| e.to_string())?;
+            if controller != traefik::CONTROLLER {
+                return Err(CellFailure {
+                    message: format!("target `{target}`: ingress class `{}` is served by `{controller}`; route changes in cluster mode are made through Traefik's Middlewares ({}) only, so far", placed.ingress_class, traefik::CONTROLLER),
+                    input: true,
+                });
+            }
+        }
+        let (tls_dir, door_tls, secret) = if shape.tls {
+            let (dir, ca, secret) = certificate(&namespace, &shape.routes)?;
+            let client = ingressbench_load::tls_client_config(&ingressbench_load::TlsOptions {
+                cacert: Some(ca.clone()),
+                ..Default::default()
+            })
+            .map_err(|e| e.to_string())?;
+            (Some(dir), Some((ca, client)), Some(secret))
+        } else {
+            (None, None, None)
+        };
+        let objects = RunObjects {
+            ingress_annotations: if shape.route_changes {
+                traefik::annotations(&namespace)
+            } else {
+                Default::default()
+            },
+            namespace,
             run_id: options.run_id.clone(),
             pool: "echo".into(),
-            replicas: i32::try_from(replicas).map_err(|e| e.to_string())?,
+            replicas: i32::try_from(shape.replicas).map_err(|e| e.to_string())?,
             image: options.file.image.clone(),
             backend_args: Vec::new(),
-            routes,
+            routes: shape.routes,
             ingress_class: placed.ingress_class.clone(),
-            sysctls,
+            sysctls: shape.sysctls,
             grace_s: 10,
+            tls: secret,
         };
-        let run = RunNamespace::create(&options.kubeconfig, options.context.as_deref(), objects)
-            .map_err(|e| e.to_string())?;
-        let endpoints = match run.watch_endpoints(&options.kubeconfig, options.context.as_deref()) {
+        let remove_certs = |dir: &Option<PathBuf>| {
+            if let Some(d) = dir {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        };
+        let run =
+            match RunNamespace::create(&options.kubeconfig, options.context.as_deref(), objects) {
+                Ok(run) => run,
+                Err(e) => {
+                    remove_certs(&tls_dir);
+                    return Err(e.to_string().into());
+                }
+            };
+        let made = match (
+            shape.route_changes,
+            run.watch_endpoints(&options.kubeconfig, options.context.as_deref()),
+        ) {
+            (_, Err(e)) => Err(e),
+            (true, Ok(w)) => run
+                .apply(&traefik::middlewares(FIRST_GENERATION, &Overlay::default()))
+                .map(|()| w),
+            (false, Ok(w)) => Ok(w),
+        };
+        let endpoints = match made {
             Ok(w) => w,
             Err(e) => {
                 let _ = run.delete();
+                remove_certs(&tls_dir);
                 return Err(e.to_string().into());
             }
         };
         let site = Self {
             endpoints,
             run,
-            address,
+            door: Door {
+                address,
+                at,
+                tls: door_tls,
+            },
+            tls_dir,
+            generation: shape.route_changes.then_some(FIRST_GENERATION),
             records: Vec::new(),
             pending: Vec::new(),
             before: Vec::new(),
             beat_at: Instant::now(),
         };
-        site.wait_routing(replicas)?;
+        site.wait_routing(shape.replicas)?;
         Ok(site)
     }
 
@@ -191,19 +321,27 @@ impl ClusterSite {
                 );
             } else {
                 let answered = o.routes.iter().all(|(host, path)| {
-                    let host = if host == "*" { "app.test" } else { host };
-                    match ask(&self.address, host, path) {
-                        Some(b) if pods.iter().any(|p| p.name == b) => true,
-                        Some(b) => {
+                    let host = if host == "*" { DEFAULT_TLS_NAME } else { host };
+                    match ask(&self.door, host, path) {
+                        Some((b, _)) if !pods.iter().any(|p| p.name == b) => {
                             last = format!(
                                 "{host}{path} answered by `{b}`, not one of this run's pods"
                             );
                             false
                         }
+                        // With route changes, the first generation's Middlewares in force.
+                        Some((_, g))
+                            if self.generation.is_some()
+                                && g.as_deref() != Some(&FIRST_GENERATION.to_string()) =>
+                        {
+                            last = format!("{host}{path} answered without the run's Middlewares ({GENERATION_HEADER}: {g:?})");
+                            false
+                        }
+                        Some(_) => true,
                         None => {
                             last = format!(
                                 "{host}{path} not answered by a backend through {}",
-                                self.address
+                                self.door.address
                             );
                             false
                         }
@@ -219,7 +357,7 @@ impl ClusterSite {
             "the routes of ingress {}/{} did not answer through {} within {} s ({last}); is a controller serving ingress class `{}` and reachable there? `ingressbench cluster check` says",
             o.namespace,
             o.pool,
-            self.address,
+            self.door.address,
             ROUTING_TIMEOUT.as_secs(),
             o.ingress_class
         )))
@@ -256,6 +394,26 @@ impl ClusterSite {
         Ok(pods[index].clone())
     }
 
+    /// Records a change asked at `asked` that is applied now (no EndpointSlice shows it).
+    fn applied(
+        &mut self,
+        what: String,
+        asked: Instant,
+        generations: Vec<(&'static str, u32)>,
+    ) -> usize {
+        self.records.push(ChangeRecord {
+            what,
+            requested_at: asked,
+            applied_at: Some(Instant::now()),
+            endpoints_at: None,
+            mechanisms: Vec::new(),
+            started: Vec::new(),
+            removed: Vec::new(),
+            generations,
+        });
+        self.records.len() - 1
+    }
+
     fn record(
         &mut self,
         what: String,
@@ -282,15 +440,27 @@ impl ClusterSite {
 }
 
 impl Site for ClusterSite {
-    fn entry(&self, tls: bool, _host: &str, path: &str) -> Result<Entry, String> {
-        if tls {
-            return Err("cluster mode does not terminate TLS yet: run with --set tls=false".into());
-        }
-        Ok(Entry {
-            url: format!("{}{path}", self.address.trim_end_matches('/')),
-            tls: None,
-            host_header: true,
-            proxy_version: None,
+    fn entry(&self, tls: bool, host: &str, path: &str) -> Result<Entry, String> {
+        Ok(match (&self.door.tls, tls) {
+            (Some((ca, _)), true) => Entry {
+                url: format!("https://{host}:{}{path}", self.door.at.port()),
+                tls: Some((
+                    TlsOptions {
+                        cacert: Some(ca.clone()),
+                        ..TlsOptions::default()
+                    },
+                    self.door.at,
+                )),
+                host_header: false,
+                proxy_version: None,
+            },
+            (None, false) => Entry {
+                url: format!("{}{path}", self.door.address.trim_end_matches('/')),
+                tls: None,
+                host_header: true,
+                proxy_version: None,
+            },
+            _ => return Err("the cell's entry was made for the other scheme".into()),
         })
     }
 
@@ -331,8 +501,38 @@ impl Site for ClusterSite {
                     asked,
                 ))
             }
-            Change::Overlay(_) | Change::Reload | Change::Stall { .. } => Err(
-                "route changes, reloads and backend stalls are not done in cluster mode yet: scale, kill and terminate are"
+            Change::Overlay(overlay) => {
+                let generation = self
+                    .generation
+                    .ok_or("the cell was made without route changes")?
+                    + 1;
+                let asked = Instant::now();
+                self.run
+                    .apply(&traefik::middlewares(generation, &overlay))
+                    .map_err(|e| e.to_string())?;
+                self.generation = Some(generation);
+                // Applied when the API stored it; the traffic shows when Traefik had it.
+                Ok(self.applied(
+                    overlay.describe(),
+                    asked,
+                    vec![(GENERATION_HEADER, generation)],
+                ))
+            }
+            Change::Stall { backend, duration } => {
+                let pod = self.pick(backend.as_deref())?;
+                let asked = Instant::now();
+                self.run
+                    .stall_pod(&pod.name, duration)
+                    .map_err(|e| e.to_string())?;
+                // Applied when the backend said so (through the API server's proxy).
+                Ok(self.applied(
+                    format!("stall {} for {duration:?}", pod.name),
+                    asked,
+                    Vec::new(),
+                ))
+            }
+            Change::Reload => Err(
+                "a reload has no meaning in cluster mode: the controller applies what the API holds (route changes are `config` events)"
                     .into(),
             ),
         }
@@ -389,29 +589,76 @@ impl Site for ClusterSite {
 impl Drop for ClusterSite {
     fn drop(&mut self) {
         let _ = self.run.delete();
+        if let Some(dir) = &self.tls_dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 }
 
-/// `GET path` with `Host: host` through `address` (`http://host:port`); the `x-backend`
-/// of the answer.
-fn ask(address: &str, host: &str, path: &str) -> Option<String> {
+/// The address of `http(s)://host[:port]`.
+fn resolve(address: &str) -> Result<std::net::SocketAddr, String> {
+    let target =
+        ingressbench_load::Target::parse(address).map_err(|e| format!("{address}: {e}"))?;
+    std::net::ToSocketAddrs::to_socket_addrs(&(target.host.as_str(), target.port))
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("{address}: cannot resolve {}", target.host))
+}
+
+/// A CA and a certificate for the routes' hosts, in a directory of the cell's own: the
+/// directory, the CA file, and the certificate chain and key for the Secret.
+fn certificate(
+    namespace: &str,
+    routes: &[(String, String)],
+) -> Result<(PathBuf, PathBuf, (String, String)), String> {
+    let dir = std::env::temp_dir().join(format!("ingressbench-{namespace}-tls"));
+    let hosts: Vec<String> = routes.iter().map(|(h, _)| h.clone()).collect();
+    let made = std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))
+        .and_then(|()| ingressbench_lab::certs::generate(&dir, &hosts).map_err(|e| e.to_string()))
+        .and_then(|certs| {
+            let read = |p: &std::path::Path| {
+                std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
+            };
+            Ok((certs.ca.clone(), (read(&certs.cert)?, read(&certs.key)?)))
+        });
+    match made {
+        Ok((ca, secret)) => Ok((dir, ca, secret)),
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&dir);
+            Err(e)
+        }
+    }
+}
+
+/// `GET path` with `Host: host` through `door` (over TLS with the run's CA, verifying
+/// `host`): the answer's `x-backend` and generation header.
+fn ask(door: &Door, host: &str, path: &str) -> Option<(String, Option<String>)> {
     use std::io::{Read, Write};
-    let authority = address.strip_prefix("http://")?.trim_end_matches('/');
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(authority)
-        .ok()?
-        .next()?;
-    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-    )
-    .ok()?;
+    let tcp = std::net::TcpStream::connect_timeout(&door.at, Duration::from_secs(2)).ok()?;
+    tcp.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    text.lines().find_map(|l| {
-        l.to_ascii_lowercase()
-            .strip_prefix("x-backend: ")
-            .map(|v| v.trim().to_owned())
-    })
+    match &door.tls {
+        None => {
+            let mut s = tcp;
+            s.write_all(request.as_bytes()).ok()?;
+            let _ = s.read_to_string(&mut text);
+        }
+        Some((_, config)) => {
+            let name = rustls::pki_types::ServerName::try_from(host.to_owned()).ok()?;
+            let conn = rustls::ClientConnection::new(config.clone(), name).ok()?;
+            let mut s = rustls::StreamOwned::new(conn, tcp);
+            s.write_all(request.as_bytes()).ok()?;
+            // A close without close_notify still leaves what was read.
+            let _ = s.read_to_string(&mut text);
+        }
+    }
+    let header = |name: &str| {
+        text.lines().take_while(|l| !l.is_empty()).find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    };
+    Some((header("x-backend")?, header(GENERATION_HEADER)))
 }

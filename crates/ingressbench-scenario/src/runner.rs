@@ -20,7 +20,7 @@ use ingressbench_load::{
 use ingressbench_stats::Summary;
 use serde_json::{json, Value};
 
-use crate::cluster_site::ClusterSite;
+use crate::cluster_site::{ClusterSite, Shape};
 use crate::model::{Action, ConfigChange, LoadModeFile, Target, Timing};
 use crate::site::{CellFailure, Entry, LabSite, Site, Upstream};
 use crate::store::{ProgressFn, ResultsLock, Streams};
@@ -592,14 +592,17 @@ fn bring_up(
         if let Target::Proxy { sysctls: own, .. } = &cell.target {
             sysctls.extend(own.iter().map(|(k, v)| (k.clone(), v.0.clone())));
         }
-        let site = ClusterSite::up(
-            cluster,
-            &cell.target.name(),
-            cell.index,
+        let shape = Shape {
             replicas,
             routes,
             sysctls,
-        )?;
+            tls: s.tls,
+            route_changes: cell
+                .events
+                .iter()
+                .any(|e| matches!(e.action, crate::model::Action::Config(_))),
+        };
+        let site = ClusterSite::up(cluster, &cell.target.name(), cell.index, shape)?;
         return Ok(SiteUp {
             site: Box::new(site),
             key: None,
@@ -702,14 +705,21 @@ type LoadThread = std::thread::JoinHandle<(
 /// A cell's events in time: timed firings (offset from the start of measurement, event,
 /// propagation delay), in order, and lock-step ones (first request, every, times, event,
 /// delay).
-struct Timeline {
+pub(crate) struct Timeline {
     firings: Vec<(Duration, usize, Duration)>,
     next: usize,
     lockstep: Vec<(u64, u64, u32, usize, Duration)>,
 }
 
 impl Timeline {
-    fn of(cell: &Cell, factor: f64) -> Result<Self, String> {
+    /// Whether any change is held back by a propagation delay (the lab's stand-in for a
+    /// slow controller).
+    pub(crate) fn delays_changes(&self) -> bool {
+        self.firings.iter().any(|(_, _, delay)| !delay.is_zero())
+            || self.lockstep.iter().any(|l| !l.4.is_zero())
+    }
+
+    pub(crate) fn of(cell: &Cell, factor: f64) -> Result<Self, String> {
         let controller_delay = scaled(
             dur(
                 "controller.propagation_delay",

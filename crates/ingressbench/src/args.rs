@@ -102,6 +102,13 @@ pub(crate) struct LocalUpArgs {
     /// (examples/cluster-local.yaml points at the default; 0 picks a free port).
     #[arg(long, value_name = "PORT", default_value_t = 18080)]
     pub(crate) http_port: u16,
+    /// Where Traefik takes HTTPS traffic on 127.0.0.1 (0 picks a free port).
+    #[arg(long, value_name = "PORT", default_value_t = 18443)]
+    pub(crate) https_port: u16,
+    /// How many nodes the node agent registers (pods are spread over them by the real
+    /// scheduler).
+    #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub(crate) nodes: u16,
 }
 
 #[derive(Debug, clap::Args)]
@@ -310,6 +317,12 @@ pub(crate) struct BackendArgs {
     /// How long each stall lasts.
     #[arg(long, value_name = "D", requires = "stall_every", value_parser = parse_duration)]
     pub(crate) stall_for: Option<std::time::Duration>,
+
+    /// Serve a control endpoint here: `POST /stall?for=2s` makes the backend stop
+    /// answering (health checks included) for that long, as cluster mode's
+    /// `stall_backend` asks through the API server.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) control: Option<std::net::SocketAddr>,
 
     /// On SIGTERM, how long in-flight requests may take before connections are dropped.
     #[arg(long, value_name = "D", default_value = "30s", value_parser = parse_duration)]

@@ -4,7 +4,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use ingressbench_lab::backend::{serve, BackendConfig, BackendTls, Latency, Stall};
+use ingressbench_lab::backend::{
+    serve, serve_control, BackendConfig, BackendTls, Hold, Latency, Stall,
+};
 
 use crate::args::BackendArgs;
 use crate::UsageError;
@@ -23,6 +25,19 @@ pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
                 )
             })?;
         let addr = listener.local_addr()?;
+        // The control endpoint lives as long as the backend serves.
+        let _control = match args.control {
+            Some(at) => {
+                let control = tokio::net::TcpListener::bind(at).await.map_err(|e| {
+                    UsageError(anyhow::Error::new(e).context(format!("cannot listen on {at}")))
+                })?;
+                Some(AbortOnDrop(tokio::spawn(serve_control(
+                    control,
+                    config.hold.clone(),
+                ))))
+            }
+            None => None,
+        };
         // The lab reads this line to learn the port.
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "listening on {addr}").and_then(|()| stdout.flush())?;
@@ -59,6 +74,7 @@ fn config_from(args: &BackendArgs) -> Result<BackendConfig> {
             (Some(every), Some(duration)) => Some(Stall { every, duration }),
             _ => None,
         },
+        hold: Hold::default(),
         drain_timeout: args.drain_timeout,
         tls: match (&args.tls_cert, &args.tls_key) {
             (Some(cert), Some(key)) => Some(BackendTls {
@@ -75,6 +91,15 @@ fn config_from(args: &BackendArgs) -> Result<BackendConfig> {
     }
     config.validate()?;
     Ok(config)
+}
+
+/// Ends a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// SIGTERM or SIGINT: drain. (SIGKILL is a crash, as it should be.)

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use ingressbench_cluster::local::{LocalCluster, LocalOptions, KUBE_VERSION};
 
-use crate::args::{ClusterCheckArgs, ClusterCommand, LocalCommand};
+use crate::args::{ClusterCheckArgs, ClusterCommand, LocalCommand, LocalUpArgs};
 use crate::UsageError;
 
 /// How long `up` waits for `serve` to report the API answering.
@@ -43,7 +43,7 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        ClusterCommand::Local(LocalCommand::Up(args)) => up(&args.local.dir, args.http_port),
+        ClusterCommand::Local(LocalCommand::Up(args)) => up(&args.local.dir, &args),
         ClusterCommand::Local(LocalCommand::Down(args)) => down(&args.dir),
         ClusterCommand::Local(LocalCommand::Kubeconfig(args)) => {
             let path = kubeconfig(&args.dir);
@@ -53,7 +53,7 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
             println!("{}", path.display());
             Ok(ExitCode::SUCCESS)
         }
-        ClusterCommand::Local(LocalCommand::Serve(args)) => serve(&args.local.dir, args.http_port),
+        ClusterCommand::Local(LocalCommand::Serve(args)) => serve(&args.local.dir, &args),
     }
 }
 
@@ -137,7 +137,7 @@ fn serving(dir: &Path) -> Option<u32> {
     (!zombie).then_some(pid)
 }
 
-fn up(dir: &Path, http_port: u16) -> Result<ExitCode> {
+fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
     if let Some(pid) = serving(dir) {
         return Err(UsageError(anyhow::anyhow!(
             "a local cluster is already up in {} (process {pid}); its kubeconfig is {}; stop it with: ingressbench cluster local down",
@@ -155,7 +155,11 @@ fn up(dir: &Path, http_port: u16) -> Result<ExitCode> {
         .args(["cluster", "local", "serve", "--dir"])
         .arg(dir)
         .arg("--http-port")
-        .arg(http_port.to_string())
+        .arg(args.http_port.to_string())
+        .arg("--https-port")
+        .arg(args.https_port.to_string())
+        .arg("--nodes")
+        .arg(args.nodes.to_string())
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -202,23 +206,24 @@ fn up(dir: &Path, http_port: u16) -> Result<ExitCode> {
     }
 }
 
-fn serve(dir: &Path, http_port: u16) -> Result<ExitCode> {
+fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
     let stop = crate::signals::stop_flag()?;
     std::fs::write(dir.join("serve.pid"), std::process::id().to_string())?;
     let mut options = LocalOptions::discover(dir.join("cluster"));
+    options.nodes = usize::from(args.nodes);
     match options.traefik.as_mut() {
-        Some(t) => t.http_port = http_port,
+        Some(t) => (t.http_port, t.https_port) = (args.http_port, args.https_port),
         None => {
             eprintln!("traefik not found (bash scripts/install-deps.sh): no ingress controller")
         }
     }
     let mut cluster = LocalCluster::up(&options)?;
-    if let Some(at) = cluster.ingress() {
-        // A cluster file for this cluster: `cluster check` and (soon) `run --cluster`.
+    if let Some((http, https)) = cluster.ingress() {
+        // A cluster file for this cluster, for `cluster check` and `run --cluster`.
         std::fs::write(
             dir.join("cluster.yaml"),
             format!(
-                "targets:\n  traefik: {{ ingress_class: traefik, address: \"http://{at}\" }}\n"
+                "targets:\n  traefik: {{ ingress_class: traefik, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"
             ),
         )?;
     }

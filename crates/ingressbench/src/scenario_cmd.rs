@@ -194,7 +194,7 @@ fn cluster_options(
     let file =
         ingressbench_cluster::file::ClusterFile::read(path).map_err(|e| UsageError(e.into()))?;
     ingressbench_scenario::cluster_site::check_cells(cells, &file)
-        .map_err(|e| UsageError(anyhow::anyhow!("{}: {e}", path.display())))?;
+        .map_err(|e| UsageError(anyhow::anyhow!("{e} (--cluster {})", path.display())))?;
     let kubeconfig = crate::cluster_cmd::chosen_kubeconfig(args.kubeconfig.as_deref())?;
     let mut file = file;
     if args.context.is_some() {

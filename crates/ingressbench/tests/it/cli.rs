@@ -2,20 +2,11 @@
 
 use std::io::Read;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
-use common::server;
-
-const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
-
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ib-cli-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use crate::common::{scratch, server, BIN};
 
 fn ib(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
@@ -32,7 +23,7 @@ fn path_str(p: &Path) -> &str {
 #[test]
 fn outputs_are_written_and_agree_with_each_other() {
     let addr = server();
-    let dir = temp_dir("outputs");
+    let dir = scratch("cli-outputs");
     let (json, hgrm, hlog, samples) = (
         dir.join("s.json"),
         dir.join("s.hgrm"),
@@ -177,7 +168,7 @@ fn an_unreachable_target_fails_the_run_with_a_hint() {
         .local_addr()
         .unwrap()
         .port();
-    let dir = temp_dir("unreachable");
+    let dir = scratch("cli-unreachable");
     let (hgrm, hlog) = (dir.join("u.hgrm"), dir.join("u.hlog"));
     let out = ib(&[
         "load",
@@ -212,7 +203,7 @@ fn an_unreachable_target_fails_the_run_with_a_hint() {
 #[test]
 fn ctrl_c_keeps_what_was_measured() {
     let addr = server();
-    let dir = temp_dir("sigint");
+    let dir = scratch("cli-sigint");
     let (json, hlog) = (dir.join("s.json"), dir.join("s.hlog"));
     let child = Command::new(BIN)
         .args([

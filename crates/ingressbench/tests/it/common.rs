@@ -1,7 +1,38 @@
-//! What several end-to-end test files share.
+//! What the end-to-end test modules share.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::Output;
+
+/// The binary under test.
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
+
+/// An empty directory of this test process's own, named by `tag` (which the caller makes
+/// unique: its module's name first).
+pub(crate) fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ib-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Whether process `pid` still exists (and is not a zombie).
+pub(crate) fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+    })
+}
+
+/// What a finished command printed, standard output then standard error.
+pub(crate) fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
 
 /// A threaded HTTP/1.1 server on 127.0.0.1:0 answering 200 with `x-backend: cli`.
 pub(crate) fn server() -> SocketAddr {

@@ -9,25 +9,10 @@ use std::time::{Duration, Instant, SystemTime};
 use ingressbench_report::hlog::HlogWriter;
 use ingressbench_stats::HistogramUs;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ib-report-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use crate::common::{scratch, text, BIN};
 
 fn ib(args: &[&str]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// A summary.json with these latency figures (us) and errors.
@@ -136,7 +121,7 @@ fn cell(target: &str, repeat: u32, p99: u64, errors: u64) -> FakeCell<'_> {
 
 #[test]
 fn compare_fail_if_exits_non_zero_exactly_when_the_condition_holds() {
-    let dir = scratch("gate");
+    let dir = scratch("report-gate");
     let (a, b) = (dir.join("a"), dir.join("b"));
     std::fs::create_dir_all(&a).unwrap();
     std::fs::create_dir_all(&b).unwrap();
@@ -208,7 +193,7 @@ fn set_record(dir: &Path, key: &str, value: serde_json::Value) {
 
 #[test]
 fn a_gate_fails_closed_on_what_it_cannot_see() {
-    let dir = scratch("closed");
+    let dir = scratch("report-closed");
     let run = |name: &str, cells: &[FakeCell<'_>]| {
         let d = dir.join(name);
         std::fs::create_dir_all(&d).unwrap();
@@ -258,7 +243,7 @@ fn a_gate_fails_closed_on_what_it_cannot_see() {
 
 #[test]
 fn malformed_results_directories_are_refused_and_nothing_outside_is_read() {
-    let dir = scratch("malformed");
+    let dir = scratch("report-malformed");
     let secret = dir.join("secret.conf");
     std::fs::write(&secret, "server { # the secret outside }").unwrap();
     let good = dir.join("good");
@@ -320,7 +305,7 @@ fn malformed_results_directories_are_refused_and_nothing_outside_is_read() {
 
 #[test]
 fn hostile_strings_in_results_produce_no_markup() {
-    let dir = scratch("hostile");
+    let dir = scratch("report-hostile");
     let evil = "<img src=x onerror=alert(1)><script>alert(2)</script>";
     let evil_settings = [("load.host", evil)];
     let mut c = cell(evil, 0, 900, 2);
@@ -370,7 +355,7 @@ fn hostile_strings_in_results_produce_no_markup() {
 
 #[test]
 fn a_million_sample_run_gives_a_small_report_from_every_request() {
-    let dir = scratch("million");
+    let dir = scratch("report-million");
     // One cell whose statistics come from its interval log, with a million samples.
     let mut c = cell("nginx", 0, 5000, 0);
     c.latencies = (0..1_000_000u64).map(|k| 100 + (k * 7919) % 4900).collect();
@@ -408,7 +393,7 @@ fn ink(path: &Path) -> f64 {
 
 #[test]
 fn the_report_of_a_real_run_renders_in_chromium_without_errors_and_every_chart_has_ink() {
-    let dir = scratch("real");
+    let dir = scratch("report-real");
     let file = dir.join("small.yaml");
     std::fs::write(
         &file,
@@ -511,7 +496,7 @@ matrix: { load.rate: [100, 200] }
 #[test]
 fn a_single_load_output_gets_a_report_too() {
     use std::io::BufRead;
-    let dir = scratch("single");
+    let dir = scratch("report-single");
     let mut backend = Command::new(BIN)
         .args(["backend", "--listen", "127.0.0.1:0"])
         .stdout(std::process::Stdio::piped())

@@ -4,14 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ib-run-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use crate::common::{scratch, BIN};
 
 fn json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(
@@ -298,7 +291,7 @@ fn route_changes_and_reloads_take_effect_as_the_answers_generations_say() {
 
 #[test]
 fn ctrl_c_mid_run_keeps_what_was_measured_and_resume_finishes_the_run() {
-    let dir = scratch("sigint");
+    let dir = scratch("run-sigint");
     let file = dir.join("long.yaml");
     std::fs::write(
         &file,
@@ -375,7 +368,7 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
         .collect();
     files.sort();
     assert!(files.iter().any(|f| f.ends_with("churn.yaml")), "{files:?}");
-    let dir = scratch("shipped");
+    let dir = scratch("run-shipped");
     for file in &files {
         let check = Command::new(BIN)
             .args(["scenario", "check", "--quick"])
@@ -459,7 +452,7 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
 
 #[test]
 fn a_stalled_backend_shows_in_the_impact_and_the_live_line_shows_on_a_terminal() {
-    let dir = scratch("stall");
+    let dir = scratch("run-stall");
     let file = dir.join("stall.yaml");
     std::fs::write(
         &file,
@@ -602,7 +595,7 @@ fn placements_add_their_links(record: &serde_json::Value) {
 #[test]
 fn a_scenario_with_namespaces_runs_its_client_in_one_and_leaves_none() {
     // Runs as root (CI does); without root the lab says so and this fails.
-    let dir = scratch("netns");
+    let dir = scratch("run-netns");
     let file = dir.join("netns.yaml");
     std::fs::write(
         &file,

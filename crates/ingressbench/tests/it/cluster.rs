@@ -1,27 +1,21 @@
-//! `ingressbench cluster local up | kubeconfig | down` through the binary: the control
-//! plane runs in the background after `up` returns, a second `up` is refused, and `down`
-//! leaves no process and no file.
+//! Cluster mode on a local cluster, through the binary and the cluster crate: the control
+//! plane runs in the background after `up` returns, a second `up` is refused, the node
+//! agent runs pods, a run's namespace is made and cleaned up, scenarios run in it, and
+//! `down` leaves no process, namespace or file.
 
+use std::path::Path;
 use std::process::{Command, Output};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
+use crate::common::{text, BIN};
 
-fn local(verb: &str, dir: &std::path::Path) -> Output {
+fn local(verb: &str, dir: &Path) -> Output {
     let mut command = Command::new(BIN);
     command.args(["cluster", "local", verb, "--dir"]).arg(dir);
     if verb == "up" {
         // Tests run side by side: Traefik on a free port, not the default.
-        command.args(["--http-port", "0"]);
+        command.args(["--http-port", "0", "--https-port", "0"]);
     }
     command.output().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// Runs `down` when dropped, so that a failing test leaves no cluster behind.
@@ -35,15 +29,14 @@ impl Drop for Down {
     }
 }
 
-/// A local cluster in a directory of this test's own (`tag`), up, with Traefik on a free
-/// port; down when the guard is dropped.
-fn cluster_up(tag: &str) -> Down {
-    let dir = std::env::temp_dir().join(format!("ib-cluster-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let up = local("up", &dir);
-    let down = Down(dir);
-    assert!(up.status.success(), "{}", text(&up));
-    down
+/// Traefik's plain HTTP address (`127.0.0.1:PORT`), from the cluster file `up` wrote.
+fn traefik_http(dir: &Path) -> String {
+    let file = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
+    file.split("http://")
+        .nth(1)
+        .and_then(|r| r.split('"').next())
+        .unwrap()
+        .to_owned()
 }
 
 /// Processes whose command line mentions `needle`.
@@ -59,9 +52,12 @@ fn processes_with(needle: &str) -> Vec<u32> {
         .collect()
 }
 
+/// One local cluster for all the cluster tests (bringing one up is most of what each
+/// would cost): up in the background, checked, used by each part in turn, then down
+/// without a trace.
 #[test]
-fn a_local_cluster_comes_up_in_the_background_and_goes_down_without_a_trace() {
-    let dir = std::env::temp_dir().join(format!("ib-cluster-cli-{}", std::process::id()));
+fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
+    let dir = std::env::temp_dir().join(format!("ib-cluster-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let up = local("up", &dir);
     let _down = Down(dir.clone());
@@ -87,10 +83,25 @@ fn a_local_cluster_comes_up_in_the_background_and_goes_down_without_a_trace() {
     let again = local("up", &dir);
     assert_eq!(again.status.code(), Some(2), "{}", text(&again));
     assert!(text(&again).contains("already up"), "{}", text(&again));
+    the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletion(&dir);
+    a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes_only_the_tools(
+        &dir,
+    );
+    a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(&dir);
+    the_shipped_churn_and_pod_kill_scenarios_run_in_the_cluster(&dir);
+    let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
     let down = local("down", &dir);
     assert!(down.status.success(), "{}", text(&down));
+    // No process, no namespace of the agent's, no file.
     let left = processes_with(&dir.display().to_string());
     assert!(left.is_empty(), "left running: {left:?}");
+    let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    let owned = format!("ingressbench-{}x", serve.trim());
+    assert!(
+        !String::from_utf8_lossy(&namespaces.stdout).contains(&owned),
+        "{}",
+        String::from_utf8_lossy(&namespaces.stdout)
+    );
     assert!(!dir.exists());
     let none = local("down", &dir);
     assert_eq!(none.status.code(), Some(2), "{}", text(&none));
@@ -163,13 +174,13 @@ async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T
     }
 }
 
-#[test]
-fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletion() {
+/// The node agent runs a Deployment's pods as local processes, each on its own address,
+/// ready once its probe passes, reached through Traefik, stopped when deleted; an image it
+/// does not know is said in the pod's status.
+fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletion(dir: &Path) {
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::{DeleteParams, PostParams};
-    let cluster_dir = cluster_up("agent");
-    let dir = cluster_dir.0.clone();
     let config = dir.join("cluster/kubeconfig");
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -236,13 +247,7 @@ fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletio
             .create(&PostParams::default(), &serde_json::from_value(objects[1].clone()).unwrap())
             .await
             .unwrap();
-        let file = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
-        let entry = file
-            .split("http://")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap()
-            .to_owned();
+        let entry = traefik_http(dir);
         let names: Vec<String> = ready.iter().map(|(n, _, _)| n.clone()).collect();
         let via_traefik = wait_for("an answer through Traefik", async || {
             let answer = backend_via(&entry, "app.test")?;
@@ -287,23 +292,22 @@ fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletio
         .await
         .unwrap_or_default();
         assert!(message.contains("nginx:1.27") && message.contains("ingressbench"), "{message}");
+        // The next parts share the cluster: this part's route and pods go.
+        let gone = DeleteParams::default();
+        ingresses.delete("echo", &gone).await.unwrap();
+        services.delete("echo", &gone).await.unwrap();
+        for name in ["echo", "nginx"] {
+            deployments.delete(name, &gone).await.unwrap();
+        }
     });
-    let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
-    let down = local("down", &dir);
-    assert!(down.status.success(), "{}", text(&down));
-    // No process, no namespace of the agent's, no file.
-    assert!(processes_with(&dir.display().to_string()).is_empty());
-    let namespaces = Command::new("ip").args(["netns", "list"]).output().unwrap();
-    let owned = format!("ingressbench-{}x", serve.trim());
-    assert!(
-        !String::from_utf8_lossy(&namespaces.stdout).contains(&owned),
-        "{}",
-        String::from_utf8_lossy(&namespaces.stdout)
-    );
-    assert!(!dir.exists());
 }
 
-fn check(file: &std::path::Path, kubeconfig: &std::path::Path) -> Output {
+/// A cluster file that places Traefik by the LoadBalancer Service the local cluster gives
+/// it.
+const SERVICE_FILE: &str =
+    "targets:\n  traefik: { ingress_class: traefik, service: { name: traefik, namespace: kube-system } }\n";
+
+fn check(file: &Path, kubeconfig: &Path) -> Output {
     Command::new(BIN)
         .args(["cluster", "check"])
         .arg(file)
@@ -316,7 +320,7 @@ fn check(file: &std::path::Path, kubeconfig: &std::path::Path) -> Output {
 /// `cluster check` against the local cluster: a missing class, then present; a token
 /// without the verbs; a bad token; an API that is not there. Each a clear FAIL with its
 /// fix, exit 2, within seconds.
-fn cluster_check_says_what_is_missing(dir: &std::path::Path) {
+fn cluster_check_says_what_is_missing(dir: &Path) {
     let admin = dir.join("cluster/kubeconfig");
     // The cluster file `up` wrote: Traefik, class traefik, at its address. All pass.
     let file = dir.join("cluster.yaml");
@@ -327,12 +331,23 @@ fn cluster_check_says_what_is_missing(dir: &std::path::Path) {
         said.contains("ok   API: answers, Kubernetes v1.33.13"),
         "{said}"
     );
-    assert!(said.contains("ok   permissions: all 13 verbs"), "{said}");
+    assert!(said.contains("ok   permissions: all 18 verbs"), "{said}");
     assert!(
         said.contains("ok   traefik: ingress class: `traefik` exists"),
         "{said}"
     );
     assert!(said.contains("ok   traefik: address"), "{said}");
+    // The same controller found through its LoadBalancer Service's status.
+    let by_service = dir.join("by-service.yaml");
+    std::fs::write(&by_service, SERVICE_FILE).unwrap();
+    let out = check(&by_service, &admin);
+    assert!(out.status.success(), "{}", text(&out));
+    let http = traefik_http(dir);
+    assert!(
+        text(&out).contains(&format!("ok   traefik: address: http://{http} accepts")),
+        "{}\n{http}",
+        text(&out)
+    );
     // A class no controller serves.
     let text_of = std::fs::read_to_string(&file).unwrap();
     let missing = dir.join("missing.yaml");
@@ -420,23 +435,18 @@ fn wait_until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     }
 }
 
-#[test]
-fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes_only_the_tools() {
+/// A run's namespace through the library: made, routed, scaled, a pod killed, cleaned up
+/// with only the tool's stale namespaces taken, deleted.
+fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes_only_the_tools(
+    dir: &Path,
+) {
     use ingressbench_cluster::deploy::{
         cleanup, RunNamespace, RunObjects, HEARTBEAT, MANAGED_BY, TOOL,
     };
     use k8s_openapi::api::core::v1::Namespace;
     use kube::api::PostParams;
-    let cluster_dir = cluster_up("run");
-    let dir = cluster_dir.0.clone();
     let kubeconfig = dir.join("cluster/kubeconfig");
-    let file = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
-    let entry = file
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split('"').next())
-        .unwrap()
-        .to_owned();
+    let entry = traefik_http(dir);
     let run = RunNamespace::create(
         &kubeconfig,
         None,
@@ -451,6 +461,8 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
             ingress_class: "traefik".into(),
             sysctls: [("net.core.somaxconn".to_owned(), "1234".to_owned())].into(),
             grace_s: 2,
+            tls: None,
+            ingress_annotations: Default::default(),
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -555,7 +567,7 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
 }
 
 /// The tool's namespaces in the cluster (terminating ones included).
-fn tools_namespaces(kubeconfig: &std::path::Path) -> Vec<String> {
+fn tools_namespaces(kubeconfig: &Path) -> Vec<String> {
     use k8s_openapi::api::core::v1::Namespace;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -581,12 +593,7 @@ fn tools_namespaces(kubeconfig: &std::path::Path) -> Vec<String> {
 }
 
 /// `ingressbench run FILE --cluster CLUSTER --kubeconfig K --out OUT`, with `extra` args.
-fn run_in_cluster(
-    scenario: &std::path::Path,
-    cluster: &std::path::Path,
-    kubeconfig: &std::path::Path,
-    out: &std::path::Path,
-) -> Command {
+fn run_in_cluster(scenario: &Path, cluster: &Path, kubeconfig: &Path, out: &Path) -> Command {
     let mut command = Command::new(BIN);
     command
         .arg("run")
@@ -603,13 +610,7 @@ fn run_in_cluster(
 
 /// Runs `scenario` with `cluster` and `kubeconfig`, expecting a refusal: exit 2, saying
 /// `says`.
-fn refused(
-    scenario: &std::path::Path,
-    cluster: &std::path::Path,
-    kubeconfig: &std::path::Path,
-    out: &std::path::Path,
-    says: &str,
-) {
+fn refused(scenario: &Path, cluster: &Path, kubeconfig: &Path, out: &Path, says: &str) {
     let run = run_in_cluster(scenario, cluster, kubeconfig, out)
         .output()
         .unwrap();
@@ -617,16 +618,15 @@ fn refused(
     assert!(text(&run).contains(says), "{}", text(&run));
 }
 
-#[test]
-fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing() {
-    let cluster_dir = cluster_up("scenario");
-    let dir = cluster_dir.0.clone();
+/// A scenario through the binary: three events with three times each, nothing left;
+/// bad input refused with exit 2; a SIGKILLed run's namespace taken by `cluster cleanup`.
+fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(dir: &Path) {
     let kubeconfig = dir.join("cluster/kubeconfig");
     let cluster = dir.join("cluster.yaml");
     let scenario = dir.join("scale-kill.yaml");
     std::fs::write(
         &scenario,
-        "name: scale-kill\ntargets: [traefik]\nbackends: [{ name: echo, replicas: 3 }]\ntls: false\nload: { mode: open, rate: 100, connections: 20, duration: 12s, warmup: 1s, sample_rate: 1 }\nevents:\n  - { at: 2s, scale: 4 }\n  - { at: 5s, scale: 3 }\n  - { at: 8s, kill: random }\n",
+        "name: scale-kill\ntargets: [traefik]\nbackends: [{ name: echo, replicas: 3 }]\ntls: false\nload: { mode: open, rate: 100, connections: 20, duration: 14s, warmup: 1s, sample_rate: 1 }\nevents:\n  - { at: 2s, scale: 4 }\n  - { at: 5s, scale: 3 }\n  - { at: 8s, kill: random }\n  - { at: 10s, stall_backend: { backend: echo-1, for: 1500ms } }\n",
     )
     .unwrap();
     let out = dir.join("results");
@@ -643,8 +643,19 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
     let impact: Vec<serde_json::Value> =
         serde_json::from_slice(&std::fs::read(cell.join("impact.json")).unwrap()).unwrap();
     eprintln!("{}", serde_json::to_string_pretty(&impact).unwrap());
-    assert_eq!(impact.len(), 3, "three events");
-    for e in &impact {
+    assert_eq!(impact.len(), 4, "four events");
+    // The stall went through the API server's pod proxy to the backend's control
+    // endpoint: the answers it held waited it out.
+    let stall = &impact[3];
+    assert!(
+        stall["what"].as_str().unwrap().starts_with("stall echo-"),
+        "{stall}"
+    );
+    assert!(
+        stall["max_latency_ms"].as_f64().unwrap() >= 1000.0,
+        "{stall}"
+    );
+    for e in &impact[..3] {
         // The API accepted it, then the EndpointSlices showed it.
         let requested = e["requested_s"].as_f64().unwrap();
         let endpoints = e["endpoints_s"].as_f64().unwrap_or(-1.0);
@@ -766,6 +777,133 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
         text(&cleanup).contains(&format!("deleted namespace {}", left[0])),
         "{}",
         text(&cleanup)
+    );
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
+}
+
+/// File `name` of the (one) cell of the run in `out`, as JSON.
+fn cell_json(out: &Path, name: &str) -> serde_json::Value {
+    let cell = std::fs::read_dir(out.join("cells"))
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    serde_json::from_slice(&std::fs::read(cell.join(name)).unwrap()).unwrap()
+}
+
+/// `scenarios/churn.yaml` and `scenarios/pod-kill.yaml` as shipped, against Traefik:
+/// churn over TLS (a Secret from the run's CA, the address from the controller's
+/// LoadBalancer Service) with its scale-ups, scale-downs and route changes (Traefik
+/// Middlewares), each with its times; pod-kill's kills real pod deletions
+/// the EndpointSlices show, each error attributed to an event.
+fn the_shipped_churn_and_pod_kill_scenarios_run_in_the_cluster(dir: &Path) {
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let shipped = |name: &str| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../scenarios")
+            .join(name)
+    };
+    // Churn reaches Traefik's HTTPS port through its Service's status.
+    let by_service = dir.join("by-service.yaml");
+    std::fs::write(&by_service, SERVICE_FILE).unwrap();
+    let out = dir.join("churn");
+    let churn = run_in_cluster(&shipped("churn.yaml"), &by_service, &kubeconfig, &out)
+        .args([
+            "--quick",
+            "--set",
+            "targets=[traefik]",
+            "--set",
+            "load.rate=100",
+        ])
+        .output()
+        .unwrap();
+    assert!(churn.status.success(), "{}", text(&churn));
+    let impact = cell_json(&out, "impact.json").as_array().unwrap().clone();
+    eprintln!("{}", serde_json::to_string_pretty(&impact).unwrap());
+    assert_eq!(impact.len(), 10, "6 scales and 4 route changes");
+    let time = |e: &serde_json::Value, key: &str| e[key].as_f64().unwrap_or(-1.0);
+    for e in &impact[..6] {
+        let requested = time(e, "requested_s");
+        assert!(time(e, "endpoints_s") >= requested, "{e}");
+        assert!(time(e, "took_effect_s") >= requested, "{e}");
+    }
+    for up in impact[..6].iter().step_by(2) {
+        // The new pod's first answer, within the event's window.
+        assert!(up["what"].as_str().unwrap().ends_with("3->4"), "{up}");
+        assert_eq!(
+            up["took_effect_basis"],
+            "first answer from a backend it started"
+        );
+        assert!(
+            time(up, "took_effect_s") < time(up, "requested_s") + time(up, "window_s"),
+            "{up}"
+        );
+    }
+    for (change, generation) in impact[6..].iter().zip(2..) {
+        // The API stored the Middlewares, then answers carried the new generation.
+        assert!(
+            time(change, "applied_s") >= time(change, "requested_s"),
+            "{change}"
+        );
+        assert!(
+            time(change, "took_effect_s") >= time(change, "applied_s"),
+            "{change}"
+        );
+        assert_eq!(
+            change["generations"][0]["generation"], generation,
+            "{change}"
+        );
+    }
+    assert_eq!(impact[9]["what"], "revert route changes");
+    // Pod-kill: the lab's stand-in for a slow controller has no meaning here, and says so.
+    let pod_kill = shipped("pod-kill.yaml");
+    let out = dir.join("pod-kill");
+    let delayed = run_in_cluster(&pod_kill, &cluster, &kubeconfig, &out)
+        .args(["--quick", "--set", "targets=[traefik]"])
+        .output()
+        .unwrap();
+    assert_eq!(delayed.status.code(), Some(2), "{}", text(&delayed));
+    assert!(
+        text(&delayed).contains("--set controller.propagation_delay=0s"),
+        "{}",
+        text(&delayed)
+    );
+    let run = run_in_cluster(&pod_kill, &cluster, &kubeconfig, &out)
+        .args(["--quick", "--set", "targets=[traefik]"])
+        .args(["--set", "controller.propagation_delay=0s"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let impact = cell_json(&out, "impact.json").as_array().unwrap().clone();
+    let kills: Vec<&serde_json::Value> = impact
+        .iter()
+        .filter(|e| e["what"].as_str().unwrap().starts_with("kill echo-"))
+        .collect();
+    assert_eq!(kills.len(), 10, "{impact:?}");
+    let mut killed: Vec<&str> = kills
+        .iter()
+        .map(|k| k["what"].as_str().unwrap().trim_start_matches("kill "))
+        .collect();
+    killed.sort_unstable();
+    killed.dedup();
+    assert_eq!(killed.len(), 10, "ten different pods deleted: {killed:?}");
+    for k in &kills {
+        assert!(time(k, "endpoints_s") >= time(k, "requested_s"), "{k}");
+    }
+    // Every failed request is counted against the event it followed.
+    let summary = cell_json(&out, "summary.json");
+    let attributed: u64 = impact
+        .iter()
+        .map(|e| e["sampled_errors"].as_u64().unwrap())
+        .sum();
+    assert_eq!(
+        attributed,
+        summary["requests"]["errors"].as_u64().unwrap(),
+        "{impact:?}"
     );
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Target};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
+use crate::common::BIN;
 
 /// A backend process, killed when dropped (so a failing test leaves nothing behind).
 struct Backend {
@@ -211,4 +211,44 @@ fn stalls_hold_answers_for_their_length() {
     );
     assert!(s.latency_us.p50 < 50_000, "p50 {}", s.latency_us.p50);
     assert!(s.latency_us.p90 > 100_000, "p90 {}", s.latency_us.p90);
+}
+
+/// `request` (a whole HTTP/1.1 request) to `addr`; what came back.
+fn ask(addr: SocketAddr, request: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn the_control_endpoint_holds_every_answer_for_the_time_asked() {
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let control = free.local_addr().unwrap();
+    drop(free);
+    let backend = Backend::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--name",
+        "held",
+        "--control",
+        &control.to_string(),
+    ]);
+    assert!(get(backend.addr, "/").contains("x-backend: held"));
+    let post = |target: &str| {
+        ask(
+            control,
+            &format!("POST {target} HTTP/1.1\r\nHost: c\r\n\r\n"),
+        )
+    };
+    assert!(post("/nothing").starts_with("HTTP/1.1 404"));
+    assert!(post("/stall?for=soon").starts_with("HTTP/1.1 400"));
+    let said = post("/stall?for=1500ms");
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    // Answers, the health check's too, wait out the stall.
+    let started = Instant::now();
+    assert!(get(backend.addr, "/healthz").contains("200 OK"));
+    let held = started.elapsed();
+    assert!(held >= Duration::from_millis(1000), "held {held:?}");
 }

@@ -16,7 +16,7 @@ use ingressbench_lab::{Lab, LabSpec};
 use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Resolve, Target, TlsOptions};
 use ingressbench_stats::Summary;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
+use crate::common::{alive, BIN};
 
 fn lab(kind: ProxyKind, replicas: usize) -> Lab {
     let mut lab = Lab::up(LabSpec::simple(vec![kind], replicas, BIN.into()))
@@ -123,13 +123,6 @@ fn poll(mut done: impl FnMut() -> bool, limit: Duration) -> Duration {
         std::thread::sleep(Duration::from_millis(20));
     }
     started.elapsed()
-}
-
-fn alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
-        && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .unwrap_or_default()
-            .contains(") Z ")
 }
 
 fn routes_and_changes(kind: ProxyKind) {

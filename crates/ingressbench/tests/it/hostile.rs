@@ -2,32 +2,15 @@
 //! hold a run, names that would leave `results/`, two writers at once. Each test goes
 //! through the binary, where the user would meet the problem.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ib-hostile-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
+use crate::common::{alive, scratch, text, BIN};
 
 /// A scenario of one upstream target (the test's own server) at 50 req/s for `duration`.
 fn scenario(dir: &Path, name: &str, duration: &str) -> PathBuf {
-    let addr = common::server();
+    let addr = crate::common::server();
     let file = dir.join("scenario.yaml");
     std::fs::write(
         &file,
@@ -77,7 +60,7 @@ fn run(file: &Path, extra: &[&str], cwd: &Path) -> Output {
 
 #[test]
 fn a_results_directory_that_holds_a_run_is_refused_unless_forced() {
-    let dir = scratch("exists");
+    let dir = scratch("hostile-exists");
     let file = scenario(&dir, "exists", "300ms");
     let out = dir.join("out");
     let first = run(&file, &["--out", out.to_str().unwrap()], &dir);
@@ -105,7 +88,7 @@ fn a_results_directory_that_holds_a_run_is_refused_unless_forced() {
 
 #[test]
 fn a_scenario_name_cannot_leave_the_results_directory() {
-    let dir = scratch("name");
+    let dir = scratch("hostile-name");
     let victim = dir.join("victim");
     std::fs::create_dir_all(&victim).unwrap();
     std::fs::write(victim.join("run.json"), "{\"precious\": true}").unwrap();
@@ -139,7 +122,7 @@ fn a_scenario_name_cannot_leave_the_results_directory() {
 
 #[test]
 fn a_second_writer_is_refused_while_the_first_runs_and_the_first_completes() {
-    let dir = scratch("lock");
+    let dir = scratch("hostile-lock");
     let file = scenario(&dir, "lock", "3s");
     let out = dir.join("out");
     let first = spawn_run(&file, &out);
@@ -200,7 +183,7 @@ fn children_named(parent: u32, comm: &str) -> Vec<u32> {
 
 #[test]
 fn a_proxy_that_dies_mid_cell_fails_the_cell_and_keeps_what_was_measured() {
-    let dir = scratch("crash");
+    let dir = scratch("hostile-crash");
     let file = dir.join("crash.yaml");
     std::fs::write(
         &file,
@@ -258,7 +241,7 @@ fn a_proxy_that_dies_mid_cell_fails_the_cell_and_keeps_what_was_measured() {
 #[test]
 fn the_first_ctrl_c_acts_at_once_even_while_every_request_is_stalled() {
     let addr = silent_server();
-    let dir = scratch("stalled");
+    let dir = scratch("hostile-stalled");
     let json = dir.join("out.json");
     let load = Command::new(BIN)
         .args([
@@ -313,7 +296,7 @@ fn the_first_ctrl_c_acts_at_once_even_while_every_request_is_stalled() {
 
 #[test]
 fn more_connections_than_open_files_allowed_is_an_error_before_the_run() {
-    let addr = common::server();
+    let addr = crate::common::server();
     // A hard limit of 256 open files: 1000 connections cannot be opened.
     let out = Command::new("sh")
         .arg("-c")
@@ -363,7 +346,7 @@ fn a_rate_the_target_cannot_take_keeps_memory_flat_and_says_what_was_offered() {
     // Every request beyond the two in flight waits, and the schedule asks for three
     // million a second.
     let addr = silent_server();
-    let dir = scratch("rate");
+    let dir = scratch("hostile-rate");
     let json = dir.join("out.json");
     let mut load = Command::new(BIN)
         .args([
@@ -410,17 +393,9 @@ fn a_rate_the_target_cannot_take_keeps_memory_flat_and_says_what_was_offered() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// Whether process `pid` still exists (and is not a zombie).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
-    })
-}
-
 #[test]
 fn a_proxy_binary_that_hangs_fails_its_cell_in_seconds_and_leaves_nothing() {
-    let dir = scratch("hang");
+    let dir = scratch("hostile-hang");
     // Answers nothing, ever, not even its version; and forks a helper that would outlive it.
     let fake = dir.join("nginx");
     std::fs::write(&fake, "#!/bin/sh\nsleep 3600 &\nexec sleep 3600\n").unwrap();
@@ -484,7 +459,7 @@ fn a_proxy_binary_that_hangs_fails_its_cell_in_seconds_and_leaves_nothing() {
 
 #[test]
 fn what_a_lab_leaves_when_the_tool_and_its_reaper_are_killed_goes_at_the_next_start() {
-    let dir = scratch("reaped");
+    let dir = scratch("hostile-reaped");
     let file = dir.join("left.yaml");
     std::fs::write(
         &file,
@@ -591,7 +566,7 @@ fn load_json(dir: &Path, url: &str, extra: &[&str]) -> (Output, Option<serde_jso
 
 #[test]
 fn connection_failures_say_why_dns_refused_or_a_resolve_that_does_not_match() {
-    let dir = scratch("why");
+    let dir = scratch("hostile-why");
     // A label longer than DNS allows: the resolver refuses it without sending a query.
     let host = format!("{}.test", "a".repeat(64));
     let (out, summary) = load_json(&dir, &format!("http://{host}/"), &[]);
@@ -648,7 +623,7 @@ fn connection_failures_say_why_dns_refused_or_a_resolve_that_does_not_match() {
 
 #[test]
 fn a_run_killed_mid_cell_is_rebuilt_from_its_interval_log_and_resumed_without_loss() {
-    let dir = scratch("killed");
+    let dir = scratch("hostile-killed");
     let file = scenario(&dir, "killed", "6s");
     let out = dir.join("out");
     let mut run = spawn_run(&file, &out);
@@ -749,7 +724,7 @@ fn check_text(dir: &Path, text: &str) -> Output {
 
 #[test]
 fn scenario_check_finds_what_any_cell_or_event_would_find_wrong() {
-    let dir = scratch("check");
+    let dir = scratch("hostile-check");
     let base = "name: c\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 2 }]\n";
     let load = "load: { mode: open, rate: 50, connections: 2, duration: 10s }\n";
     let cases: [(String, &[&str]); 6] = [
@@ -803,7 +778,7 @@ fn scenario_check_finds_what_any_cell_or_event_would_find_wrong() {
 
 #[test]
 fn an_event_that_cannot_be_applied_fails_its_cell_and_is_not_shown_as_applied() {
-    let dir = scratch("unapplied");
+    let dir = scratch("hostile-unapplied");
     // echo-5 is a name of the pool, but only echo-1 and echo-2 run.
     let file = dir.join("kill.yaml");
     std::fs::write(

@@ -14,7 +14,7 @@ use ingressbench_lab::proxy::ProxyKind;
 use ingressbench_lab::{Lab, LabSpec};
 use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Target};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
+use crate::common::BIN;
 
 /// An nginx lab on one node of its own namespace, with `settings` on it.
 fn tuned_lab(settings: &[(&str, &str)], listen_backlog: Option<u32>) -> Lab {

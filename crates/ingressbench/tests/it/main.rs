@@ -1,0 +1,15 @@
+//! End-to-end tests of `ingressbench`: the binary, the lab with real proxies, the report
+//! and the local cluster. One test binary for all of them: each integration-test file of
+//! its own was a release link of its own (about 20 s each), and the modules run side by
+//! side in one process as the tests of one file did (each names its files and network
+//! namespaces so that they do not meet).
+
+mod backend;
+mod cli;
+mod cluster;
+mod common;
+mod hostile;
+mod kernel;
+mod lab;
+mod report;
+mod run;
