@@ -131,9 +131,15 @@ fn burst_against_stopped_proxy(somaxconn: u32, connections: usize) -> (u64, u64,
 fn a_small_accept_queue_drops_connections_a_deep_one_takes() {
     let (slow_small, errors_small, small) = burst_against_stopped_proxy(16, 200);
     let (slow_deep, errors_deep, deep) = burst_against_stopped_proxy(4096, 200);
-    // The kernel's own count: a queue of 16 overflowed, one of 4096 did not.
+    // The kernel's own count: a queue of 16 overflowed, one of 4096 (nginx's 511) took
+    // the burst. Not always zero there: once in CI, with the whole suite in one process
+    // beside a local cluster, the deep queue's namespace counted 15 overflows against the
+    // small one's 766, with no slow connect at all.
     assert!(small.overflows > 0, "somaxconn 16: {small:?}");
-    assert_eq!(deep, ListenCounters::default(), "somaxconn 4096");
+    assert!(
+        deep.overflows * 10 < small.overflows,
+        "somaxconn 4096: {deep:?}; 16: {small:?}"
+    );
     // The client's: connects that waited for a SYN sent again (or failed outright).
     assert!(
         slow_small + errors_small >= 100,
