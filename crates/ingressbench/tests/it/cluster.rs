@@ -39,6 +39,28 @@ fn traefik_http(dir: &Path) -> String {
         .to_owned()
 }
 
+/// The cluster file `up` wrote, with a class no controller serves; its path.
+fn unserved_class(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("no-class.yaml");
+    let file = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
+    std::fs::write(
+        &path,
+        file.replace("ingress_class: traefik", "ingress_class: haproxy"),
+    )
+    .unwrap();
+    path
+}
+
+/// The admin kubeconfig with a token the cluster does not know: its path and its text.
+fn unknown_token(dir: &Path) -> (std::path::PathBuf, serde_json::Value) {
+    let config = std::fs::read_to_string(dir.join("cluster/kubeconfig")).unwrap();
+    let mut doc: serde_json::Value = serde_json::from_str(&config).unwrap();
+    doc["users"][0]["user"]["token"] = serde_json::json!("not-a-token");
+    let path = dir.join("bad-token.kubeconfig");
+    std::fs::write(&path, doc.to_string()).unwrap();
+    (path, doc)
+}
+
 /// Processes whose command line mentions `needle`.
 fn processes_with(needle: &str) -> Vec<u32> {
     std::fs::read_dir("/proc")
@@ -349,14 +371,7 @@ fn cluster_check_says_what_is_missing(dir: &Path) {
         text(&out)
     );
     // A class no controller serves.
-    let text_of = std::fs::read_to_string(&file).unwrap();
-    let missing = dir.join("missing.yaml");
-    std::fs::write(
-        &missing,
-        text_of.replace("ingress_class: traefik", "ingress_class: haproxy"),
-    )
-    .unwrap();
-    let out = check(&missing, &admin);
+    let out = check(&unserved_class(dir), &admin);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
         text(&out).contains(
@@ -375,11 +390,7 @@ fn cluster_check_says_what_is_missing(dir: &Path) {
         text(&out)
     );
     // A token the cluster does not know, and an API server that is not there.
-    let config = std::fs::read_to_string(&admin).unwrap();
-    let mut doc: serde_json::Value = serde_json::from_str(&config).unwrap();
-    doc["users"][0]["user"]["token"] = serde_json::json!("not-a-token");
-    let bad_token = dir.join("bad-token.kubeconfig");
-    std::fs::write(&bad_token, doc.to_string()).unwrap();
+    let (bad_token, mut doc) = unknown_token(dir);
     let started = std::time::Instant::now();
     let out = check(&file, &bad_token);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
@@ -701,23 +712,18 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
         "does not place target(s) haproxy",
     );
     // A token the cluster does not know: refused at the first call, nothing made.
-    let mut doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&kubeconfig).unwrap()).unwrap();
-    doc["users"][0]["user"]["token"] = serde_json::json!("not-a-token");
-    let bad = dir.join("bad.kubeconfig");
-    std::fs::write(&bad, doc.to_string()).unwrap();
-    refused(&scenario, &cluster, &bad, &dir.join("r3"), "cluster check");
-    // A class no controller serves.
-    let cluster_text = std::fs::read_to_string(&cluster).unwrap();
-    let no_class = dir.join("no-class.yaml");
-    std::fs::write(
-        &no_class,
-        cluster_text.replace("ingress_class: traefik", "ingress_class: haproxy"),
-    )
-    .unwrap();
     refused(
         &scenario,
-        &no_class,
+        &cluster,
+        &unknown_token(dir).0,
+        &dir.join("r3"),
+        "cluster check",
+    );
+    // A class no controller serves.
+    let cluster_text = std::fs::read_to_string(&cluster).unwrap();
+    refused(
+        &scenario,
+        &unserved_class(dir),
         &kubeconfig,
         &dir.join("r5"),
         "no IngressClass `haproxy`",
