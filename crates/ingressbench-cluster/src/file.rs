@@ -54,6 +54,18 @@ pub struct ClusterTarget {
     pub service: Option<ServiceRef>,
 }
 
+impl ClusterTarget {
+    /// The plain HTTP and the TLS address the file gives (an `https://` address serves TLS
+    /// when there is no `tls_address`); none with `service:`, read from the cluster.
+    pub fn addresses(&self) -> (Option<String>, Option<String>) {
+        let with = |scheme: &str| self.address.clone().filter(|a| a.starts_with(scheme));
+        (
+            with("http://"),
+            self.tls_address.clone().or_else(|| with("https://")),
+        )
+    }
+}
+
 /// A Service by name.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -161,6 +173,14 @@ mod tests {
         .unwrap();
         assert_eq!(ok.namespace_prefix, "ingressbench");
         assert_eq!(ok.unplaced(&["traefik", "nginx"]), vec!["nginx"]);
+        let t = &ok.targets["traefik"];
+        assert_eq!(t.addresses(), (Some("http://127.0.0.1:8080".into()), None));
+        let tls =
+            ClusterFile::parse("targets: { t: { ingress_class: c, address: https://x } }").unwrap();
+        assert_eq!(
+            tls.targets["t"].addresses(),
+            (None, Some("https://x".into()))
+        );
         for (text, says) in [
             ("targets: {}", "name at least one controller"),
             ("targets: { t: { ingress_class: c } }", "give the controller's `address`"),

@@ -46,19 +46,17 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
     }
     for cell in cells {
         let placed = &file.targets[&cell.target.name()];
-        if cell.scenario.tls
-            && placed.service.is_none()
-            && placed.tls_address.is_none()
-            && !placed
-                .address
-                .as_deref()
-                .is_some_and(|a| a.starts_with("https://"))
-        {
+        let (http, https) = placed.addresses();
+        let needed = if cell.scenario.tls { https } else { http };
+        if placed.service.is_none() && needed.is_none() {
             return Err(format!(
-                "cell {} ({}): the scenario is over TLS but the cluster file gives target `{}` no `tls_address: https://…`; add it (or run with --set tls=false)",
+                "cell {} ({}): the scenario is over {} but the cluster file gives target `{}` no {}; add it (or run with --set tls={})",
                 cell.index,
                 cell.label(),
-                cell.target.name()
+                if cell.scenario.tls { "TLS" } else { "plain HTTP" },
+                cell.target.name(),
+                if cell.scenario.tls { "`tls_address: https://…`" } else { "`address: http://…`" },
+                !cell.scenario.tls
             ));
         }
         if crate::runner::Timeline::of(cell, 1.0)?.delays_changes() {
@@ -169,13 +167,7 @@ impl ClusterSite {
                 service,
             )
             .map_err(|e| e.to_string())?,
-            None => (
-                placed.address.clone().filter(|a| a.starts_with("http://")),
-                placed
-                    .tls_address
-                    .clone()
-                    .or_else(|| placed.address.clone().filter(|a| a.starts_with("https://"))),
-            ),
+            None => placed.addresses(),
         };
         let address = if shape.tls { https } else { http };
         let address = address.ok_or_else(|| {
