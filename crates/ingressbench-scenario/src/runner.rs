@@ -1295,6 +1295,13 @@ fn write_impact(
     let shift = measure_from.saturating_duration_since(start).as_secs_f64();
     let points = crate::impact::read_samples(&dir.join("samples.csv.gz"), shift)
         .map_err(|e| e.to_string())?;
+    // The end of the last window: the end of measurement, or the last sample if one was
+    // sent later (a sequential load's last request goes out at its end); inclusive.
+    let end = points
+        .iter()
+        .map(|p| p.at_s)
+        .fold(summary.duration_s, f64::max)
+        + 1e-6;
     let mut out = Vec::new();
     for (i, rec) in records.iter().enumerate() {
         let t = rec
@@ -1306,10 +1313,7 @@ fn write_impact(
                 .saturating_duration_since(measure_from)
                 .as_secs_f64()
         });
-        let until = next
-            .unwrap_or(f64::MAX)
-            .min(t + 15.0)
-            .min(summary.duration_s.max(t));
+        let until = next.unwrap_or(f64::MAX).min(t + 15.0).min(end.max(t));
         let mut figures = crate::impact::impact(&points, t, until, sample_rate);
         let (effect, basis) =
             crate::impact::took_effect(&points, t, until, &rec.started, &rec.removed);
