@@ -7,6 +7,8 @@
 #   go:   kube-apiserver, kube-controller-manager, kube-scheduler built from the Go module
 #         proxy into a cache keyed by version (scripts/kube-binaries.sh; about 6-11
 #         minutes the first time, nothing after)
+#   go:   the local cluster's ingress controllers' parts: the Gateway API CRDs and
+#         Contour (scripts/controllers.sh; about 2 minutes the first time)
 #   rust: a stable toolchain if cargo is missing
 # Idempotent: what is already there is kept. Prints what it installed.
 set -euo pipefail
@@ -57,7 +59,10 @@ fi
 
 echo "install-deps: the local cluster's control plane (scripts/kube-binaries.sh)"
 kube_bin=$(bash scripts/kube-binaries.sh)
+echo "install-deps: the local cluster's ingress controllers (scripts/controllers.sh)"
+controllers=$(bash scripts/controllers.sh)
 
 for b in nginx haproxy caddy; do printf '  %-8s %s\n' "$b" "$(command -v $b)"; done
 for b in envoy traefik; do printf '  %-8s %s\n' "$b" "$(ls .venv/bin/$b 2>/dev/null || echo "missing in .venv/bin")"; done
 printf '  %-8s %s\n' kube "$kube_bin"
+echo "$controllers" | while read -r name dir; do printf '  %-8s %s\n' "$name" "$dir"; done

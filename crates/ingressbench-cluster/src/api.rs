@@ -62,23 +62,56 @@ pub async fn apply_all(
 /// its `apiVersion` and `kind` say where it goes, `metadata.namespace` whether it is
 /// namespaced.
 pub async fn apply(client: &Client, objects: &[serde_json::Value]) -> Result<(), ClusterError> {
-    use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+    use kube::api::{Patch, PatchParams};
     let params = PatchParams::apply("ingressbench").force();
     for object in objects {
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let kind = object["kind"].as_str().unwrap_or_default();
-        let (group, version) = match object["apiVersion"].as_str().unwrap_or_default() {
-            v if v.contains('/') => v.split_once('/').unwrap_or_default(),
-            v => ("", v),
-        };
-        let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
-        let api: kube::Api<DynamicObject> = match object["metadata"]["namespace"].as_str() {
-            Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &resource),
-            None => kube::Api::all_with(client.clone(), &resource),
-        };
+        let api = dynamic(
+            client,
+            object["apiVersion"].as_str().unwrap_or_default(),
+            kind,
+            object["metadata"]["namespace"].as_str(),
+        );
         api.patch(name, &params, &Patch::Apply(object))
             .await
             .map_err(|e| ClusterError::Api(format!("applying {kind} {name}: {e}")))?;
     }
     Ok(())
+}
+
+/// Object `name` of any kind, as the API returns it (`None`: there is none).
+pub async fn get(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<serde_json::Value>, ClusterError> {
+    match dynamic(client, api_version, kind, namespace)
+        .get(name)
+        .await
+    {
+        Ok(o) => serde_json::to_value(o)
+            .map(Some)
+            .map_err(|e| ClusterError::Api(e.to_string())),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
+        Err(e) => Err(ClusterError::Api(format!("reading {kind} {name}: {e}"))),
+    }
+}
+
+/// The API of one kind (`apiVersion` `group/version`, or `version` for the core group).
+fn dynamic(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+) -> kube::Api<kube::api::DynamicObject> {
+    use kube::api::{ApiResource, GroupVersionKind};
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind));
+    match namespace {
+        Some(ns) => kube::Api::namespaced_with(client.clone(), ns, &resource),
+        None => kube::Api::all_with(client.clone(), &resource),
+    }
 }

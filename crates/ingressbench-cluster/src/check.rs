@@ -12,7 +12,7 @@ use k8s_openapi::api::networking::v1::IngressClass;
 use kube::api::PostParams;
 use kube::{Api, Client};
 
-use crate::file::{ClusterFile, ClusterTarget, ServiceRef};
+use crate::file::{ClusterFile, ClusterTarget, GatewayRef, ServiceRef};
 
 /// How long one question to the API may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -36,7 +36,13 @@ pub const NEEDED: &[(&str, &str, &str)] = &[
     ("apps", "deployments/scale", "patch"),
     ("discovery.k8s.io", "endpointslices", "list"),
     ("discovery.k8s.io", "endpointslices", "watch"),
+    ("gateway.networking.k8s.io", "gatewayclasses", "get"),
+    ("gateway.networking.k8s.io", "gateways", "get"),
+    ("gateway.networking.k8s.io", "httproutes", "create"),
+    ("gateway.networking.k8s.io", "httproutes", "get"),
+    ("gateway.networking.k8s.io", "httproutes", "patch"),
     ("networking.k8s.io", "ingresses", "create"),
+    ("networking.k8s.io", "ingresses", "patch"),
     ("networking.k8s.io", "ingressclasses", "get"),
     ("traefik.io", "middlewares", "create"),
     ("traefik.io", "middlewares", "patch"),
@@ -90,7 +96,11 @@ pub async fn check(file: &ClusterFile, kubeconfig: &Path) -> Vec<Finding> {
     }
     out.push(verbs(&client).await);
     for (name, target) in &file.targets {
-        out.push(ingress_class(&client, name, &target.ingress_class).await);
+        out.push(match (&target.ingress_class, &target.gateway) {
+            (Some(class), _) => ingress_class(&client, name, class).await,
+            (None, Some(gateway)) => gateway_finding(&client, name, gateway).await,
+            (None, None) => finding(name.as_str(), false, "neither ingress_class nor gateway"),
+        });
         out.push(address(&client, name, target).await);
     }
     out
@@ -211,6 +221,24 @@ async fn ingress_class(client: &Client, target: &str, class: &str) -> Finding {
             )
         }
         Err(e) => finding(what, false, e),
+    }
+}
+
+async fn gateway_finding(client: &Client, target: &str, gateway: &GatewayRef) -> Finding {
+    let what = format!("{target}: gateway");
+    match tokio::time::timeout(
+        ASK_TIMEOUT,
+        crate::routes::gateway::controller_of(client, gateway),
+    )
+    .await
+    {
+        Ok(Ok(controller)) => finding(
+            what,
+            true,
+            format!("{gateway} exists (controller {controller})"),
+        ),
+        Ok(Err(e)) => finding(what, false, e),
+        Err(_) => finding(what, false, format!("no answer within {ASK_TIMEOUT:?}")),
     }
 }
 

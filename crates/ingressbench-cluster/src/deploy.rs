@@ -70,8 +70,14 @@ pub struct RunObjects {
     pub backend_args: Vec<String>,
     /// Routes: host (`*`: any) and path prefix, all to the pool.
     pub routes: Vec<(String, String)>,
-    /// The Ingress's class.
-    pub ingress_class: String,
+    /// Where the routes go: an Ingress of a class, or HTTPRoutes of a Gateway.
+    pub routing: crate::routes::Routing,
+    /// The route configuration's generation at the start (none: a run without route
+    /// changes, whose answers carry none).
+    pub generation: Option<u32>,
+    /// Every CORS origin the run's route changes will ask for: what a change names is
+    /// made with the first routes (Traefik's Middlewares for Gateway API routes).
+    pub cors_origins: Vec<String>,
     /// Kernel settings of the backends' pods (`securityContext.sysctls`).
     pub sysctls: BTreeMap<String, String>,
     /// Seconds a deleted pod gets to drain.
@@ -79,9 +85,6 @@ pub struct RunObjects {
     /// The routes' certificate (chain) and key, PEM: a `kubernetes.io/tls` Secret the
     /// Ingress names for its hosts.
     pub tls: Option<(String, String)>,
-    /// Annotations of the Ingress (a controller's own settings, e.g. Traefik's
-    /// middlewares).
-    pub ingress_annotations: BTreeMap<String, String>,
 }
 
 /// A pod of the pool as the API reports it.
@@ -247,20 +250,28 @@ impl RunNamespace {
         Ok(ready)
     }
 
-    /// Creates or updates objects of any kind in the namespace (a controller's own
-    /// resources: Traefik's Middlewares), by server-side apply.
+    /// Creates or updates objects of any kind in the namespace (the routes, a
+    /// controller's own resources), by server-side apply.
     pub fn apply(&self, objects: &[serde_json::Value]) -> Result<(), ClusterError> {
-        let objects: Vec<serde_json::Value> = objects
-            .iter()
-            .cloned()
-            .map(|mut o| {
-                o["metadata"]["namespace"] = self.name().into();
-                o["metadata"]["labels"] = serde_json::json!(labels(&self.objects));
-                o
-            })
-            .collect();
         self.runtime
-            .block_on(crate::api::apply(&self.client, &objects))
+            .block_on(apply_here(&self.client, &self.objects, objects))
+    }
+
+    /// Object `name` of any kind in the namespace, as the API returns it (`None`: there is
+    /// none).
+    pub fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        name: &str,
+    ) -> Result<Option<serde_json::Value>, ClusterError> {
+        self.runtime.block_on(crate::api::get(
+            &self.client,
+            api_version,
+            kind,
+            Some(self.name()),
+            name,
+        ))
     }
 
     /// Refreshes the heartbeat, so that [`cleanup`] leaves the namespace alone.
@@ -287,21 +298,32 @@ impl RunNamespace {
     }
 }
 
-/// The controller that serves ingress class `class` (its IngressClass's
-/// `spec.controller`, e.g. [`crate::traefik::CONTROLLER`]).
-pub fn ingress_controller(
+/// The controller that serves a target's routes: its IngressClass's `spec.controller`
+/// (e.g. [`crate::routes::traefik::CONTROLLER`]), or its Gateway's class's
+/// `controllerName`.
+pub fn route_controller(
     kubeconfig: &Path,
     context: Option<&str>,
-    class: &str,
+    target: &crate::file::ClusterTarget,
 ) -> Result<String, ClusterError> {
     use k8s_openapi::api::networking::v1::IngressClass;
     crate::local::runtime()?.block_on(async {
-        let api: Api<IngressClass> = Api::all(crate::api::client(kubeconfig, context).await?);
-        let found = api
-            .get(class)
-            .await
-            .map_err(|e| api_error(&format!("reading ingress class {class}"), e))?;
-        Ok(found.spec.and_then(|s| s.controller).unwrap_or_default())
+        let client = crate::api::client(kubeconfig, context).await?;
+        match (&target.ingress_class, &target.gateway) {
+            (Some(class), _) => {
+                let found = Api::<IngressClass>::all(client)
+                    .get(class)
+                    .await
+                    .map_err(|e| api_error(&format!("reading ingress class {class}"), e))?;
+                Ok(found.spec.and_then(|s| s.controller).unwrap_or_default())
+            }
+            (None, Some(gateway)) => crate::routes::gateway::controller_of(&client, gateway)
+                .await
+                .map_err(ClusterError::Api),
+            (None, None) => Err(ClusterError::Api(
+                "the target names neither an ingress class nor a gateway".into(),
+            )),
+        }
     })
 }
 
@@ -584,11 +606,27 @@ async fn create_objects(client: &Client, o: &RunObjects) -> Result<(), ClusterEr
             .await
             .map_err(|e| api_error(&format!("creating secret {}-tls", o.pool), e))?;
     }
-    Api::<Ingress>::namespaced(client.clone(), ns)
-        .create(&post, &ingress(o))
-        .await
-        .map_err(|e| api_error(&format!("creating ingress {}", o.pool), e))?;
-    Ok(())
+    // The routes (as the run's first generation), as every later change: one apply.
+    let routes = crate::routes::render(o, o.generation, &Default::default());
+    apply_here(client, o, &routes).await
+}
+
+/// Applies `objects` in the run's namespace, with the run's labels.
+async fn apply_here(
+    client: &Client,
+    o: &RunObjects,
+    objects: &[serde_json::Value],
+) -> Result<(), ClusterError> {
+    let objects: Vec<serde_json::Value> = objects
+        .iter()
+        .cloned()
+        .map(|mut v| {
+            v["metadata"]["namespace"] = o.namespace.clone().into();
+            v["metadata"]["labels"] = serde_json::json!(labels(o));
+            v
+        })
+        .collect();
+    crate::api::apply(client, &objects).await
 }
 
 /// The labels of every object of the run.
@@ -733,7 +771,16 @@ fn service(o: &RunObjects) -> Service {
     }
 }
 
-fn ingress(o: &RunObjects) -> Ingress {
+/// The run's Ingress of class `class`, with `annotations`, as the API takes it.
+pub(crate) fn ingress_object(
+    o: &RunObjects,
+    class: &str,
+    annotations: BTreeMap<String, String>,
+) -> serde_json::Value {
+    serde_json::to_value(ingress(o, class, annotations)).unwrap_or_default()
+}
+
+fn ingress(o: &RunObjects, class: &str, annotations: BTreeMap<String, String>) -> Ingress {
     let backend = IngressBackend {
         service: Some(IngressServiceBackend {
             name: o.pool.clone(),
@@ -761,8 +808,8 @@ fn ingress(o: &RunObjects) -> Ingress {
         })
         .collect();
     let mut metadata = meta(o, labels(o));
-    if !o.ingress_annotations.is_empty() {
-        metadata.annotations = Some(o.ingress_annotations.clone());
+    if !annotations.is_empty() {
+        metadata.annotations = Some(annotations);
     }
     // TLS for every named host; with none named (`*`), the certificate serves any name.
     let hosts: Vec<String> = o
@@ -782,7 +829,7 @@ fn ingress(o: &RunObjects) -> Ingress {
     Ingress {
         metadata,
         spec: Some(IngressSpec {
-            ingress_class_name: Some(o.ingress_class.clone()),
+            ingress_class_name: Some(class.to_owned()),
             rules: Some(rules),
             tls,
             ..IngressSpec::default()
@@ -870,12 +917,24 @@ mod tests {
                 ("app.test".into(), "/api".into()),
                 ("*".into(), "/".into()),
             ],
-            ingress_class: "traefik".into(),
+            routing: crate::routes::Routing::Ingress {
+                class: "traefik".into(),
+                profile: Some(&crate::routes::traefik::PROFILE),
+            },
+            generation: Some(1),
+            cors_origins: Vec::new(),
             sysctls: BTreeMap::from([("net.core.somaxconn".into(), "1024".into())]),
             grace_s: 5,
             tls: Some(("CERT".into(), "KEY".into())),
-            ingress_annotations: BTreeMap::from([("a.example/b".into(), "c".into())]),
         }
+    }
+
+    fn ingress_of(o: &RunObjects) -> Ingress {
+        ingress(
+            o,
+            "traefik",
+            BTreeMap::from([("a.example/b".into(), "c".into())]),
+        )
     }
 
     #[test]
@@ -884,7 +943,7 @@ mod tests {
         for meta in [
             &deployment(&o).metadata,
             &service(&o).metadata,
-            &ingress(&o).metadata,
+            &ingress_of(&o).metadata,
             &tls_secret(&o).unwrap().metadata,
         ] {
             let labels = meta.labels.as_ref().unwrap();
@@ -896,7 +955,7 @@ mod tests {
     #[test]
     fn routes_become_one_rule_per_host_and_sysctls_the_pods_security_context() {
         let o = objects();
-        let rules = ingress(&o).spec.unwrap().rules.unwrap();
+        let rules = ingress_of(&o).spec.unwrap().rules.unwrap();
         assert_eq!(rules.len(), 2);
         let app = rules
             .iter()
@@ -928,7 +987,7 @@ mod tests {
     #[test]
     fn tls_names_the_secret_for_the_named_hosts_and_annotations_reach_the_ingress() {
         let o = objects();
-        let ingress = ingress(&o);
+        let ingress = ingress_of(&o);
         let tls = ingress.spec.unwrap().tls.unwrap();
         assert_eq!(tls[0].hosts.as_deref(), Some(&["app.test".to_owned()][..]));
         assert_eq!(tls[0].secret_name.as_deref(), Some("echo-tls"));
@@ -938,6 +997,24 @@ mod tests {
         assert_eq!(secret.string_data.unwrap()["tls.key"], "KEY");
         let plain = RunObjects { tls: None, ..o };
         assert!(tls_secret(&plain).is_none());
-        assert!(super::ingress(&plain).spec.unwrap().tls.is_none());
+        assert!(ingress_of(&plain).spec.unwrap().tls.is_none());
+    }
+
+    #[test]
+    fn the_routes_are_the_profiles_objects_then_the_ingress_with_its_annotations() {
+        let o = objects();
+        let first = crate::routes::render(&o, o.generation, &Default::default());
+        let kinds: Vec<&str> = first.iter().map(|v| v["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["Middleware", "Middleware", "Ingress"]);
+        let ingress = &first[2];
+        assert_eq!(ingress["apiVersion"], "networking.k8s.io/v1");
+        assert_eq!(ingress["spec"]["ingressClassName"], "traefik");
+        assert!(ingress["metadata"]["annotations"]
+            ["traefik.ingress.kubernetes.io/router.middlewares"]
+            .is_string());
+        // Without route changes: the Ingress alone, no annotations.
+        let plain = crate::routes::render(&o, None, &Default::default());
+        assert_eq!(plain.len(), 1);
+        assert!(plain[0]["metadata"].get("annotations").is_none());
     }
 }

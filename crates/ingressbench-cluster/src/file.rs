@@ -10,6 +10,9 @@
 //!     ingress_class: traefik
 //!     address: http://ingress.example.com      # or: service: { name, namespace }
 //!     tls_address: https://ingress.example.com # for scenarios with `tls: true`
+//!   traefik-gateway:                           # routes as an HTTPRoute instead
+//!     gateway: { name: traefik, namespace: kube-system, listener: web }
+//!     address: http://gateway.example.com
 //! ```
 
 use std::collections::BTreeMap;
@@ -41,7 +44,11 @@ pub struct ClusterFile {
 #[serde(deny_unknown_fields)]
 pub struct ClusterTarget {
     /// The IngressClass its Ingress objects name.
-    pub ingress_class: String,
+    #[serde(default)]
+    pub ingress_class: Option<String>,
+    /// Or the Gateway its HTTPRoutes attach to (Gateway API).
+    #[serde(default)]
+    pub gateway: Option<GatewayRef>,
     /// Where its plain HTTP traffic enters (`http://host[:port]`; an `https://` one serves
     /// for TLS scenarios instead).
     #[serde(default)]
@@ -63,6 +70,31 @@ impl ClusterTarget {
             with("http://"),
             self.tls_address.clone().or_else(|| with("https://")),
         )
+    }
+}
+
+/// A Gateway (Gateway API) by name, and optionally one of its listeners (the route's
+/// `parentRef.sectionName`; without one the route attaches to every listener that
+/// allows it).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayRef {
+    /// Its name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// The listener's name.
+    #[serde(default)]
+    pub listener: Option<String>,
+}
+
+impl std::fmt::Display for GatewayRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)?;
+        match &self.listener {
+            Some(l) => write!(f, " (listener {l})"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -117,6 +149,19 @@ impl ClusterFile {
             return Err("targets: name at least one controller".into());
         }
         for (name, t) in &file.targets {
+            match (&t.ingress_class, &t.gateway) {
+                (Some(_), Some(_)) => {
+                    return Err(format!(
+                        "targets.{name}: give `ingress_class` (routes as an Ingress) or `gateway` (as an HTTPRoute), not both"
+                    ))
+                }
+                (None, None) => {
+                    return Err(format!(
+                        "targets.{name}: give the `ingress_class` its Ingress names, or the `gateway: {{ name, namespace }}` its HTTPRoute attaches to"
+                    ))
+                }
+                _ => {}
+            }
             match (&t.address, &t.service) {
                 (Some(_), Some(_)) => {
                     return Err(format!(
@@ -175,6 +220,14 @@ mod tests {
         assert_eq!(ok.unplaced(&["traefik", "nginx"]), vec!["nginx"]);
         let t = &ok.targets["traefik"];
         assert_eq!(t.addresses(), (Some("http://127.0.0.1:8080".into()), None));
+        let gateway = ClusterFile::parse(
+            "targets: { g: { gateway: { name: traefik, namespace: kube-system, listener: web }, address: http://x } }",
+        )
+        .unwrap();
+        assert_eq!(
+            gateway.targets["g"].gateway.as_ref().unwrap().to_string(),
+            "kube-system/traefik (listener web)"
+        );
         let tls =
             ClusterFile::parse("targets: { t: { ingress_class: c, address: https://x } }").unwrap();
         assert_eq!(
@@ -184,6 +237,12 @@ mod tests {
         for (text, says) in [
             ("targets: {}", "name at least one controller"),
             ("targets: { t: { ingress_class: c } }", "give the controller's `address`"),
+            ("targets: { t: { address: http://x } }", "give the `ingress_class`"),
+            (
+                "targets: { t: { ingress_class: c, gateway: { name: g, namespace: n }, address: http://x } }",
+                "not both",
+            ),
+            ("targets: { t: { gateway: { name: g }, address: http://x } }", "missing field `namespace`"),
             (
                 "targets: { t: { ingress_class: c, address: x, service: { name: a, namespace: b } } }",
                 "not both",

@@ -2,7 +2,8 @@
 //! processes, for the tests and for trying cluster mode without a cloud; [`api`], the
 //! calls made through the ecosystem's client (`kube` with `k8s-openapi`); [`deploy`], a
 //! run's namespace, backends and routes, changed through the API and found again by
-//! label; [`traefik`], route changes through Traefik's Middlewares.
+//! label; [`routes`], the run's routes as an Ingress or Gateway API HTTPRoutes, and how
+//! each controller takes route changes.
 
 pub mod agent;
 pub mod api;
@@ -11,6 +12,6 @@ pub mod deploy;
 mod error;
 pub mod file;
 pub mod local;
-pub mod traefik;
+pub mod routes;
 
 pub use error::ClusterError;

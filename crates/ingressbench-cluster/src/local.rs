@@ -21,6 +21,12 @@ use crate::ClusterError;
 
 /// The Kubernetes release the local cluster runs (and `scripts/kube-binaries.sh` builds).
 pub const KUBE_VERSION: &str = "1.33.13";
+/// The Gateway API release whose CRDs the local cluster installs (`scripts/controllers.sh`
+/// copies them into the cache).
+pub const GATEWAY_API_VERSION: &str = "1.5.1";
+/// The local cluster's Gateway (class `traefik`, served by Traefik's Gateway provider):
+/// its name and namespace, and its plain HTTP listener.
+pub const GATEWAY: (&str, &str, &str) = ("traefik", "kube-system", "web");
 
 /// How long the API server may take to answer (3-4 s here; etcd's first start is slower).
 const API_READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -59,6 +65,9 @@ pub struct TraefikOptions {
     /// Its HTTPS entry port on 127.0.0.1 (0: a free one); certificates come from the
     /// Ingresses' TLS Secrets.
     pub https_port: u16,
+    /// The Gateway API's CRDs (a folder of YAML files): with them, Traefik's Gateway
+    /// provider runs too, serving the Gateway [`GATEWAY`].
+    pub gateway_crds: Option<PathBuf>,
 }
 
 impl LocalOptions {
@@ -67,7 +76,7 @@ impl LocalOptions {
     pub fn discover(dir: PathBuf) -> Self {
         let kube_bin = std::env::var_os("INGRESSBENCH_KUBE_BIN")
             .map(PathBuf::from)
-            .unwrap_or_else(|| kube_cache().join(format!("v{KUBE_VERSION}")));
+            .unwrap_or_else(|| cache().join(format!("kube/v{KUBE_VERSION}")));
         let mut images = BTreeMap::new();
         if let Ok(exe) = std::env::current_exe() {
             images.insert(crate::agent::IMAGE.to_owned(), exe);
@@ -79,6 +88,8 @@ impl LocalOptions {
                 binary,
                 http_port: 0,
                 https_port: 0,
+                gateway_crds: Some(cache().join(format!("gateway-api/v{GATEWAY_API_VERSION}")))
+                    .filter(|d| d.join("httproutes.yaml").is_file()),
             });
         Self {
             dir,
@@ -91,16 +102,15 @@ impl LocalOptions {
     }
 }
 
-/// The cache folder of `scripts/kube-binaries.sh`.
-fn kube_cache() -> PathBuf {
-    let root = std::env::var_os("INGRESSBENCH_CACHE")
+/// The cache folder of `scripts/kube-binaries.sh` and `scripts/controllers.sh`.
+fn cache() -> PathBuf {
+    std::env::var_os("INGRESSBENCH_CACHE")
         .map(PathBuf::from)
         .or_else(|| {
             std::env::var_os("XDG_CACHE_HOME").map(|d| PathBuf::from(d).join("ingressbench"))
         })
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/ingressbench")))
-        .unwrap_or_else(|| PathBuf::from(".cache/ingressbench"));
-    root.join("kube")
+        .unwrap_or_else(|| PathBuf::from(".cache/ingressbench"))
 }
 
 /// A running local control plane.
@@ -114,6 +124,8 @@ pub struct LocalCluster {
     agent: Option<Agent>,
     /// Where the ingress controller takes traffic: plain HTTP, then HTTPS.
     ingress: Option<(SocketAddr, SocketAddr)>,
+    /// Whether Traefik serves the Gateway [`GATEWAY`] too.
+    gateway: bool,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -158,6 +170,7 @@ impl LocalCluster {
             parts: Vec::new(),
             agent: None,
             ingress: None,
+            gateway: false,
         };
         let files = Files::write(dir)?;
         // etcd.
@@ -271,18 +284,30 @@ impl LocalCluster {
         self.ingress
     }
 
-    /// Grants Traefik what its Kubernetes Ingress and CRD providers read, makes
+    /// Grants Traefik what its Kubernetes Ingress, CRD and Gateway providers read, makes
     /// IngressClass `traefik` and Traefik's custom resource kinds (its Middlewares are how
-    /// a run changes routes), starts Traefik with its own token and waits until it answers
-    /// its ping.
+    /// a run changes routes) and, with the Gateway API's CRDs, those; starts Traefik with
+    /// its own token, waits until it answers its ping, and then (with the Gateway API)
+    /// until it accepted the Gateway [`GATEWAY`].
     fn start_traefik(
         &mut self,
         options: &TraefikOptions,
         files: &Files,
     ) -> Result<(), ClusterError> {
         let runtime = runtime()?;
-        runtime.block_on(crate::api::apply_all(&self.kubeconfig, &traefik_objects()))?;
-        runtime.block_on(self.wait_for_kinds(TRAEFIK_GROUP, TRAEFIK_KINDS.len()))?;
+        let gateway_crds = match &options.gateway_crds {
+            Some(dir) => read_yaml_dir(dir)?,
+            None => Vec::new(),
+        };
+        let mut objects = traefik_objects();
+        objects.extend(gateway_crds.iter().cloned());
+        runtime.block_on(crate::api::apply_all(&self.kubeconfig, &objects))?;
+        let crds: Vec<String> = objects
+            .iter()
+            .filter(|o| o["kind"] == "CustomResourceDefinition")
+            .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_owned))
+            .collect();
+        runtime.block_on(self.wait_established(&crds))?;
         let port = |p: u16| if p == 0 { free_port() } else { Ok(p) };
         let (http, https, ping) = (
             port(options.http_port)?,
@@ -299,8 +324,14 @@ impl LocalCluster {
             "--providers.kubernetesingress.ingressclass=traefik".to_owned(),
             "--log.level=INFO".to_owned(),
         ];
-        // Both providers read the same API server with Traefik's own token.
-        for provider in ["kubernetesingress", "kubernetescrd"] {
+        // Every provider reads the same API server with Traefik's own token.
+        let gateway = !gateway_crds.is_empty();
+        let providers: &[&str] = if gateway {
+            &["kubernetesingress", "kubernetescrd", "kubernetesgateway"]
+        } else {
+            &["kubernetesingress", "kubernetescrd"]
+        };
+        for provider in providers {
             args.extend([
                 format!("--providers.{provider}=true"),
                 format!("--providers.{provider}.endpoint={}", self.server),
@@ -328,7 +359,74 @@ impl LocalCluster {
         self.parts.push(traefik);
         let local = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         self.ingress = Some((local(http), local(https)));
-        runtime.block_on(self.expose_traefik(http, https))
+        runtime.block_on(self.expose_traefik(http, https))?;
+        if gateway {
+            runtime.block_on(self.make_gateway(http))?;
+            self.gateway = true;
+        }
+        Ok(())
+    }
+
+    /// GatewayClass `traefik` and the Gateway [`GATEWAY`] with a plain HTTP listener on
+    /// Traefik's web entry point (a listener's port must be an entry point's); waits
+    /// (bounded) until Traefik reports the Gateway accepted.
+    async fn make_gateway(&self, http: u16) -> Result<(), ClusterError> {
+        use crate::routes::gateway::API_VERSION;
+        let (name, namespace, listener) = GATEWAY;
+        let objects = [
+            serde_json::json!({
+                "apiVersion": API_VERSION, "kind": "GatewayClass",
+                "metadata": { "name": "traefik" },
+                "spec": { "controllerName": "traefik.io/gateway-controller" },
+            }),
+            serde_json::json!({
+                "apiVersion": API_VERSION, "kind": "Gateway",
+                "metadata": { "name": name, "namespace": namespace },
+                "spec": { "gatewayClassName": "traefik", "listeners": [{
+                    "name": listener, "port": http, "protocol": "HTTP",
+                    "allowedRoutes": { "namespaces": { "from": "All" } } }] },
+            }),
+        ];
+        crate::api::apply_all(&self.kubeconfig, &objects).await?;
+        let client = crate::api::client(&self.kubeconfig, None).await?;
+        let started = Instant::now();
+        loop {
+            let gateway = crate::api::get(&client, API_VERSION, "Gateway", Some(namespace), name)
+                .await?
+                .unwrap_or_default();
+            let accepted = gateway["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Accepted" && c["status"] == "True");
+            if accepted {
+                return Ok(());
+            }
+            if started.elapsed() > API_READY_TIMEOUT {
+                return Err(ClusterError::Api(format!(
+                    "Traefik did not accept Gateway {namespace}/{name} within {API_READY_TIMEOUT:?} (its status: {}); see {}",
+                    gateway["status"],
+                    self.dir.join("traefik.log").display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The cluster file for this cluster: the controllers it runs, each where it takes
+    /// traffic (none: it runs none).
+    pub fn cluster_file(&self) -> Option<String> {
+        let (http, https) = self.ingress?;
+        let mut text = format!(
+            "targets:\n  traefik: {{ ingress_class: traefik, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"
+        );
+        if self.gateway {
+            let (name, namespace, listener) = GATEWAY;
+            text.push_str(&format!(
+                "  traefik-gateway: {{ gateway: {{ name: {name}, namespace: {namespace}, listener: {listener} }}, address: \"http://{http}\" }}\n"
+            ));
+        }
+        Some(text)
     }
 
     /// Service `kube-system/traefik` of type LoadBalancer with Traefik's two ports, its
@@ -359,27 +457,39 @@ impl LocalCluster {
             })
     }
 
-    /// Waits until the API serves `kinds` resources of `group` (custom resource
-    /// definitions just made are served once established).
-    async fn wait_for_kinds(&self, group: &str, kinds: usize) -> Result<(), ClusterError> {
+    /// Waits until every custom resource definition named is `Established` (its kind
+    /// served).
+    async fn wait_established(&self, crds: &[String]) -> Result<(), ClusterError> {
         let client = crate::api::client(&self.kubeconfig, None).await?;
         let started = Instant::now();
-        loop {
-            let served = client
-                .list_api_group_resources(&format!("{group}/v1alpha1"))
-                .await
-                .map(|l| l.resources.len())
-                .unwrap_or(0);
-            if served >= kinds {
-                return Ok(());
+        for name in crds {
+            loop {
+                let crd = crate::api::get(
+                    &client,
+                    "apiextensions.k8s.io/v1",
+                    "CustomResourceDefinition",
+                    None,
+                    name,
+                )
+                .await?
+                .unwrap_or_default();
+                let established = crd["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Established" && c["status"] == "True");
+                if established {
+                    break;
+                }
+                if started.elapsed() > API_READY_TIMEOUT {
+                    return Err(ClusterError::Api(format!(
+                        "the API does not serve the kind of {name} after {API_READY_TIMEOUT:?}"
+                    )));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            if started.elapsed() > API_READY_TIMEOUT {
-                return Err(ClusterError::Api(format!(
-                    "the API serves {served} of the {kinds} kinds of {group} after {API_READY_TIMEOUT:?}"
-                )));
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        Ok(())
     }
 
     /// The kubeconfig of the cluster's administrator (a token in `system:masters`).
@@ -482,6 +592,46 @@ const TRAEFIK_KINDS: [&str; 10] = [
     "TraefikService",
 ];
 
+/// The Gateway API kinds Traefik's Gateway provider reads (and reports on).
+const GATEWAY_KINDS: [&str; 9] = [
+    "gatewayclasses",
+    "gateways",
+    "httproutes",
+    "grpcroutes",
+    "tlsroutes",
+    "tcproutes",
+    "referencegrants",
+    "backendtlspolicies",
+    "listenersets",
+];
+
+/// Every object of every YAML file in `dir` (multi-document files too), as JSON.
+fn read_yaml_dir(dir: &Path) -> Result<Vec<serde_json::Value>, ClusterError> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| io(dir, e))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    paths.sort();
+    let mut out = Vec::new();
+    for path in paths {
+        let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
+        for document in serde_yaml_ng::Deserializer::from_str(&text) {
+            let value =
+                <serde_json::Value as serde::Deserialize>::deserialize(document).map_err(|e| {
+                    ClusterError::File {
+                        path: path.clone(),
+                        message: e.to_string(),
+                    }
+                })?;
+            if !value.is_null() {
+                out.push(value);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// IngressClass `traefik`, the custom resource kinds of Traefik's CRD provider (their
 /// schema left open: Traefik checks what it reads), and the ClusterRole (bound to
 /// Traefik's user) its providers need: read Services, EndpointSlices, Secrets, Ingresses
@@ -510,8 +660,13 @@ fn traefik_objects() -> Vec<serde_json::Value> {
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
             "metadata": { "name": "ingressbench-traefik" },
             "rules": [
-                { "apiGroups": [""], "resources": ["services", "secrets", "nodes", "configmaps"],
+                { "apiGroups": [""], "resources": ["services", "secrets", "nodes", "configmaps", "namespaces"],
                   "verbs": ["get", "list", "watch"] },
+                { "apiGroups": [crate::routes::gateway::GROUP], "resources": GATEWAY_KINDS,
+                  "verbs": ["get", "list", "watch"] },
+                { "apiGroups": [crate::routes::gateway::GROUP],
+                  "resources": GATEWAY_KINDS.iter().map(|k| format!("{k}/status")).collect::<Vec<_>>(),
+                  "verbs": ["update", "patch"] },
                 { "apiGroups": [TRAEFIK_GROUP], "resources": plurals,
                   "verbs": ["get", "list", "watch"] },
                 { "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"],

@@ -307,6 +307,9 @@ pub struct ChangeRecord {
     /// The configuration generations that carry it, by response header: answers with
     /// this generation or a later one in that header were served after the change.
     pub generations: Vec<(&'static str, u32)>,
+    /// When its controller reported it in the route's status (in a cluster, through the
+    /// Gateway API: the HTTPRoute's conditions observed its generation).
+    pub reported_at: Option<Instant>,
 }
 
 impl Lab {
@@ -787,6 +790,7 @@ impl Lab {
                     requested_at,
                     applied_at: Some(requested_at),
                     endpoints_at: None,
+                    reported_at: None,
                     mechanisms: Vec::new(),
                     started: Vec::new(),
                     removed: Vec::new(),
@@ -831,6 +835,7 @@ impl Lab {
             requested_at,
             applied_at: None,
             endpoints_at: None,
+            reported_at: None,
             mechanisms: Vec::new(),
             started,
             removed,

@@ -1,16 +1,19 @@
 //! A cell in a Kubernetes cluster ([`ClusterSite`]): the scenario's backends as a
 //! Deployment of `ingressbench backend` pods behind a Service, its routes as an Ingress of
-//! the target's class, in a namespace of the cell's own (see
-//! [`ingressbench_cluster::deploy`]); events go through the API as a person or a pipeline
-//! would make them, and each change's `endpoints_at` is when the Service's EndpointSlices
-//! showed the new set (the control plane's part; the traffic shows the proxy's part).
+//! the target's class or as HTTPRoutes attached to its Gateway, in a namespace of the
+//! cell's own (see [`ingressbench_cluster::deploy`] and [`ingressbench_cluster::routes`]);
+//! events go through the API as a person or a pipeline would make them, and each change's
+//! `endpoints_at` is when the Service's EndpointSlices showed the new set (the control
+//! plane's part; the traffic shows the proxy's part). A route change through the Gateway
+//! API also gets `reported_at`: when the controller reported the route's new generation
+//! in its status.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ingressbench_cluster::deploy::{EndpointsWatch, PodState, RunNamespace, RunObjects};
-use ingressbench_cluster::file::ClusterFile;
-use ingressbench_cluster::traefik;
+use ingressbench_cluster::file::{ClusterFile, ClusterTarget};
+use ingressbench_cluster::routes::{self, gateway, Can, Routing};
 use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use ingressbench_lab::model::{Overlay, GENERATION_HEADER};
 use ingressbench_lab::{Change, ChangeRecord};
@@ -80,6 +83,13 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
 /// How long the routes may take to answer through the controller after the objects are
 /// made.
 const ROUTING_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a controller may take to report on a new HTTPRoute (or a change of one).
+const ROUTE_STATUS_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a condition reported false may stay so before it is an error (a controller
+/// may report before it has seen everything).
+const REFUSED_GRACE: Duration = Duration::from_secs(3);
+/// How often a pending route change's status is read.
+const STATUS_EVERY: Duration = Duration::from_millis(50);
 /// Container waiting reasons that mean a pod will not start without a change.
 const CANNOT_START: &[&str] = &[
     "ErrImageNotKnown",
@@ -113,8 +123,105 @@ pub(crate) struct Shape {
     pub(crate) sysctls: std::collections::BTreeMap<String, String>,
     /// Over TLS (the run's own CA and certificate, as a Secret the Ingress names).
     pub(crate) tls: bool,
-    /// Its events change routes (through the controller's own objects).
-    pub(crate) route_changes: bool,
+    /// The route changes its events ask for (through the controller's own means).
+    pub(crate) route_changes: Vec<Overlay>,
+}
+
+/// A target's routes as its controller takes them.
+struct Routed {
+    /// The controller (IngressClass `spec.controller`, GatewayClass `controllerName`).
+    controller: String,
+    /// Its name and what of a route change it can express (none: a controller the tool
+    /// has no profile for, whose routes take no changes).
+    support: Option<(&'static str, Can)>,
+    routing: Routing,
+}
+
+/// Asks the cluster which controller serves a target's routes.
+fn route_support(options: &ClusterOptions, placed: &ClusterTarget) -> Result<Routed, String> {
+    let controller = ingressbench_cluster::deploy::route_controller(
+        &options.kubeconfig,
+        options.context.as_deref(),
+        placed,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(match (&placed.ingress_class, &placed.gateway) {
+        (Some(class), _) => {
+            let profile = routes::profile(&controller);
+            Routed {
+                controller,
+                support: profile.map(|p| (p.name, p.can)),
+                routing: Routing::Ingress {
+                    class: class.clone(),
+                    profile,
+                },
+            }
+        }
+        (None, Some(g)) => {
+            let implementation = gateway::support(&controller);
+            Routed {
+                controller,
+                support: Some((implementation.name, implementation.can)),
+                routing: Routing::Gateway {
+                    parent: g.clone(),
+                    implementation,
+                },
+            }
+        }
+        (None, None) => return Err("the target names neither ingress_class nor gateway".into()),
+    })
+}
+
+/// Refuses, before anything is made, a route change a cell's controller cannot express,
+/// naming the controller and the change. Asks the cluster once per target.
+pub fn check_route_changes(options: &ClusterOptions, cells: &[crate::Cell]) -> Result<(), String> {
+    let mut asked = std::collections::BTreeMap::new();
+    for cell in cells {
+        let changes = crate::runner::route_changes(cell);
+        if changes.is_empty() {
+            continue;
+        }
+        let target = cell.target.name();
+        let Some(placed) = options.file.targets.get(&target) else {
+            continue;
+        };
+        if !asked.contains_key(&target) {
+            asked.insert(target.clone(), route_support(options, placed)?);
+        }
+        let routed: &Routed = &asked[&target];
+        refuse_unexpressible(&target, &routed.controller, routed.support, &changes)
+            .map_err(|e| format!("cell {} ({}): {e}", cell.index, cell.label()))?;
+    }
+    Ok(())
+}
+
+fn refuse_unexpressible(
+    target: &str,
+    controller: &str,
+    support: Option<(&str, Can)>,
+    changes: &[Overlay],
+) -> Result<(), String> {
+    let Some((name, can)) = support else {
+        return Err(format!(
+            "target `{target}`: its routes are served by `{controller}`, for which the tool knows no way to make route changes (it knows {}, and the Gateway API); run the scenario without `config` events for it, or route it through a Gateway",
+            routes::PROFILES
+                .iter()
+                .map(|p| format!("{} through {}", p.name, p.means))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    };
+    for change in changes {
+        let missing = can.missing(change);
+        if !missing.is_empty() {
+            return Err(format!(
+                "target `{target}`: {name} (`{controller}`) cannot express {} of the route change `{}`; drop it from the scenario's events for this target (--set targets=[…] runs the others)",
+                missing.join(" or "),
+                change.describe()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Where the cell's traffic enters the controller.
@@ -138,7 +245,14 @@ pub(crate) struct ClusterSite {
     tls_dir: Option<PathBuf>,
     /// The route configuration's generation (route changes only).
     generation: Option<u32>,
+    /// How the routes were made, for the results: kind, names, controller, and for
+    /// HTTPRoutes how long the controller took to accept them.
+    routes_record: serde_json::Value,
     records: Vec<ChangeRecord>,
+    /// Route changes whose status the controller has not reported yet (HTTPRoutes): the
+    /// record, and when a condition was first seen false.
+    reporting: Vec<(usize, Option<Instant>)>,
+    status_at: Instant,
     /// Changes not yet in the EndpointSlices: record, what to look for, and when it was
     /// asked (just before the API call).
     pending: Vec<(usize, Expect, Instant)>,
@@ -185,21 +299,34 @@ impl ClusterSite {
             "{}-{}-{cell}",
             options.file.namespace_prefix, options.run_id
         );
-        // Route changes go through the controller's own objects: only Traefik's are known.
-        if shape.route_changes {
-            let controller = ingressbench_cluster::deploy::ingress_controller(
-                &options.kubeconfig,
-                options.context.as_deref(),
-                &placed.ingress_class,
-            )
-            .map_err(|e| e.to_string())?;
-            if controller != traefik::CONTROLLER {
-                return Err(CellFailure {
-                    message: format!("target `{target}`: ingress class `{}` is served by `{controller}`; route changes in cluster mode are made through Traefik's Middlewares ({}) only, so far", placed.ingress_class, traefik::CONTROLLER),
+        // Route changes go through the controller's own means; a Gateway is checked (and
+        // its implementation known) before anything is made.
+        let (controller, routing) = match (&placed.gateway, shape.route_changes.is_empty()) {
+            (None, true) => (
+                None,
+                Routing::Ingress {
+                    class: placed.ingress_class.clone().unwrap_or_default(),
+                    profile: None,
+                },
+            ),
+            _ => {
+                let Routed {
+                    controller,
+                    support,
+                    routing,
+                } = route_support(options, placed).map_err(|message| CellFailure {
+                    message: format!("target `{target}`: {message}"),
                     input: true,
-                });
+                })?;
+                refuse_unexpressible(target, &controller, support, &shape.route_changes).map_err(
+                    |message| CellFailure {
+                        message,
+                        input: true,
+                    },
+                )?;
+                (Some(controller), routing)
             }
-        }
+        };
         let (tls_dir, door_tls, secret) = if shape.tls {
             let (dir, ca, secret) = certificate(&namespace, &shape.routes)?;
             let client = ingressbench_load::tls_client_config(&ingressbench_load::TlsOptions {
@@ -211,12 +338,17 @@ impl ClusterSite {
         } else {
             (None, None, None)
         };
+        let with_generations = !shape.route_changes.is_empty();
         let objects = RunObjects {
-            ingress_annotations: if shape.route_changes {
-                traefik::annotations(&namespace)
-            } else {
-                Default::default()
-            },
+            routing,
+            generation: with_generations.then_some(FIRST_GENERATION),
+            cors_origins: shape
+                .route_changes
+                .iter()
+                .filter_map(|o| o.cors_origin.clone())
+                .collect::<std::collections::BTreeSet<_>>()
+                .into_iter()
+                .collect(),
             namespace,
             run_id: options.run_id.clone(),
             pool: "echo".into(),
@@ -224,7 +356,6 @@ impl ClusterSite {
             image: options.file.image.clone(),
             backend_args: Vec::new(),
             routes: shape.routes,
-            ingress_class: placed.ingress_class.clone(),
             sysctls: shape.sysctls,
             grace_s: 10,
             tls: secret,
@@ -234,6 +365,7 @@ impl ClusterSite {
                 let _ = std::fs::remove_dir_all(d);
             }
         };
+        let made_at = Instant::now();
         let run =
             match RunNamespace::create(&options.kubeconfig, options.context.as_deref(), objects) {
                 Ok(run) => run,
@@ -242,17 +374,7 @@ impl ClusterSite {
                     return Err(e.to_string().into());
                 }
             };
-        let made = match (
-            shape.route_changes,
-            run.watch_endpoints(&options.kubeconfig, options.context.as_deref()),
-        ) {
-            (_, Err(e)) => Err(e),
-            (true, Ok(w)) => run
-                .apply(&traefik::middlewares(FIRST_GENERATION, &Overlay::default()))
-                .map(|()| w),
-            (false, Ok(w)) => Ok(w),
-        };
-        let endpoints = match made {
+        let endpoints = match run.watch_endpoints(&options.kubeconfig, options.context.as_deref()) {
             Ok(w) => w,
             Err(e) => {
                 let _ = run.delete();
@@ -260,23 +382,96 @@ impl ClusterSite {
                 return Err(e.to_string().into());
             }
         };
-        let site = Self {
+        let mut site = Self {
             endpoints,
-            run,
             door: Door {
                 address,
                 at,
                 tls: door_tls,
             },
             tls_dir,
-            generation: shape.route_changes.then_some(FIRST_GENERATION),
+            generation: with_generations.then_some(FIRST_GENERATION),
+            routes_record: serde_json::json!({
+                "kind": if matches!(run.objects().routing, Routing::Gateway { .. }) { "HTTPRoute" } else { "Ingress" },
+                "controller": controller,
+            }),
+            run,
             records: Vec::new(),
+            reporting: Vec::new(),
+            status_at: Instant::now(),
             pending: Vec::new(),
             before: Vec::new(),
             beat_at: Instant::now(),
         };
+        if let Routing::Gateway { parent, .. } = &site.run.objects().routing {
+            // The time the controller took to accept the routes is part of the record.
+            let accepted = site.wait_accepted(parent)?;
+            site.routes_record["names"] =
+                serde_json::json!(gateway::route_names(site.run.objects()));
+            site.routes_record["accepted_after_s"] =
+                serde_json::json!(accepted.saturating_duration_since(made_at).as_secs_f64());
+        }
         site.wait_routing(shape.replicas)?;
         Ok(site)
+    }
+
+    /// Reads the status of every HTTPRoute of the cell until the controller reports all
+    /// `Accepted` and `ResolvedRefs` for their current generation: when it did (to
+    /// [`STATUS_EVERY`]), or an error naming the route and the condition's reason.
+    fn wait_accepted(
+        &self,
+        parent: &ingressbench_cluster::file::GatewayRef,
+    ) -> Result<Instant, CellFailure> {
+        let deadline = Instant::now() + ROUTE_STATUS_TIMEOUT;
+        let mut refused_since: Option<Instant> = None;
+        loop {
+            match self.route_verdict(parent)? {
+                None => return Ok(Instant::now()),
+                Some((name, gateway::Verdict::Refused(why))) => {
+                    let since = *refused_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= REFUSED_GRACE {
+                        return Err(CellFailure {
+                            message: format!("HTTPRoute {}/{name} was not accepted by Gateway {parent}: {why}; correct the target's `gateway:` (name, namespace, listener) or the Gateway's `allowedRoutes`", self.run.name()),
+                            input: true,
+                        });
+                    }
+                }
+                Some((name, why)) => {
+                    refused_since = None;
+                    if Instant::now() >= deadline {
+                        let why = match why {
+                            gateway::Verdict::Waiting(w) => w,
+                            other => format!("{other:?}"),
+                        };
+                        return Err(CellFailure {
+                            message: format!("HTTPRoute {}/{name}: {why} after {} s; is the implementation behind Gateway {parent} running?", self.run.name(), ROUTE_STATUS_TIMEOUT.as_secs()),
+                            input: true,
+                        });
+                    }
+                }
+            }
+            std::thread::sleep(STATUS_EVERY);
+        }
+    }
+
+    /// The first of the cell's HTTPRoutes that is not ready, with what its status says
+    /// (none: all are).
+    fn route_verdict(
+        &self,
+        parent: &ingressbench_cluster::file::GatewayRef,
+    ) -> Result<Option<(String, gateway::Verdict)>, String> {
+        for name in gateway::route_names(self.run.objects()) {
+            let route = self
+                .run
+                .get(gateway::API_VERSION, "HTTPRoute", &name)
+                .map_err(|e| e.to_string())?
+                .unwrap_or_default();
+            match gateway::verdict(&route, parent) {
+                gateway::Verdict::Ready => {}
+                other => return Ok(Some((name, other))),
+            }
+        }
+        Ok(None)
     }
 
     /// Ready means routing: every pod ready and in the EndpointSlices, and every route
@@ -346,12 +541,15 @@ impl ClusterSite {
             std::thread::sleep(Duration::from_millis(200));
         }
         Err(CellFailure::from(format!(
-            "the routes of ingress {}/{} did not answer through {} within {} s ({last}); is a controller serving ingress class `{}` and reachable there? `ingressbench cluster check` says",
+            "the routes of {}/{} did not answer through {} within {} s ({last}); is a controller serving {} and reachable there? `ingressbench cluster check` says",
             o.namespace,
             o.pool,
             self.door.address,
             ROUTING_TIMEOUT.as_secs(),
-            o.ingress_class
+            match &o.routing {
+                Routing::Ingress { class, .. } => format!("ingress class `{class}`"),
+                Routing::Gateway { parent, .. } => format!("Gateway {parent}"),
+            }
         )))
     }
 
@@ -402,6 +600,7 @@ impl ClusterSite {
             started: Vec::new(),
             removed: Vec::new(),
             generations,
+            reported_at: None,
         });
         self.records.len() - 1
     }
@@ -424,6 +623,7 @@ impl ClusterSite {
             started: Vec::new(),
             removed,
             generations: Vec::new(),
+            reported_at: None,
         });
         let index = self.records.len() - 1;
         self.pending.push((index, expect, asked));
@@ -500,15 +700,24 @@ impl Site for ClusterSite {
                     + 1;
                 let asked = Instant::now();
                 self.run
-                    .apply(&traefik::middlewares(generation, &overlay))
+                    .apply(&routes::render(
+                        self.run.objects(),
+                        Some(generation),
+                        &overlay,
+                    ))
                     .map_err(|e| e.to_string())?;
                 self.generation = Some(generation);
-                // Applied when the API stored it; the traffic shows when Traefik had it.
-                Ok(self.applied(
+                // Applied when the API stored it; the traffic shows when the proxies had
+                // it, and an HTTPRoute's status when its controller says it did.
+                let index = self.applied(
                     overlay.describe(),
                     asked,
                     vec![(GENERATION_HEADER, generation)],
-                ))
+                );
+                if matches!(self.run.objects().routing, Routing::Gateway { .. }) {
+                    self.reporting.push((index, None));
+                }
+                Ok(index)
             }
             Change::Stall { backend, duration } => {
                 let pod = self.pick(backend.as_deref())?;
@@ -536,6 +745,7 @@ impl Site for ClusterSite {
             self.beat_at = now;
             self.run.heartbeat().map_err(|e| e.to_string())?;
         }
+        self.read_route_status(now)?;
         // Each pending change is shown by the first set the watch delivered after it was
         // asked that has it.
         let mut done = Vec::new();
@@ -575,6 +785,60 @@ impl Site for ClusterSite {
 
     fn records(&self) -> &[ChangeRecord] {
         &self.records
+    }
+
+    fn record(&self, _dir: &std::path::Path) -> crate::site::SiteRecord {
+        crate::site::SiteRecord {
+            routes: Some(self.routes_record.clone()),
+            ..Default::default()
+        }
+    }
+}
+
+impl ClusterSite {
+    /// For the oldest route change not yet reported: reads the routes' status (at most
+    /// every [`STATUS_EVERY`]) and records when the controller reported the change's
+    /// generation; a condition false for it is an error once it stayed so for
+    /// [`REFUSED_GRACE`], as is no report within [`ROUTE_STATUS_TIMEOUT`].
+    fn read_route_status(&mut self, now: Instant) -> Result<(), String> {
+        let (Some(&(index, refused_since)), Routing::Gateway { parent, .. }) =
+            (self.reporting.first(), &self.run.objects().routing)
+        else {
+            return Ok(());
+        };
+        if now.duration_since(self.status_at) < STATUS_EVERY {
+            return Ok(());
+        }
+        self.status_at = now;
+        let what = self.records[index].what.clone();
+        match self.route_verdict(parent)? {
+            None => {
+                self.records[index].reported_at = Some(now);
+                self.reporting.remove(0);
+            }
+            Some((name, gateway::Verdict::Refused(why))) => {
+                let since = refused_since.unwrap_or(now);
+                if now.duration_since(since) >= REFUSED_GRACE {
+                    return Err(format!(
+                        "HTTPRoute {}/{name} refused the change `{what}`: {why}",
+                        self.run.name()
+                    ));
+                }
+                self.reporting[0].1 = Some(since);
+            }
+            Some((name, why)) => {
+                self.reporting[0].1 = None;
+                let asked = self.records[index].requested_at;
+                if now.duration_since(asked) >= ROUTE_STATUS_TIMEOUT {
+                    return Err(format!(
+                        "HTTPRoute {}/{name}: the controller did not report the change `{what}` within {} s ({why:?})",
+                        self.run.name(),
+                        ROUTE_STATUS_TIMEOUT.as_secs()
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 

@@ -117,6 +117,12 @@ pub enum Target {
         /// A sidecar between the proxy and the backends.
         hop: Option<HopFile>,
     },
+    /// A controller a cluster file places (`{ cluster: NAME }`; what `run --cluster`
+    /// runs when the command line does not choose targets).
+    Cluster {
+        /// Its name in the cluster file and the results.
+        name: String,
+    },
     /// A URL the lab does not manage (a cloud load balancer, a cluster ingress).
     Upstream {
         /// Its name in the results.
@@ -133,7 +139,7 @@ impl Target {
             Target::Proxy { kind, name, .. } => {
                 name.clone().unwrap_or_else(|| kind.name().to_owned())
             }
-            Target::Upstream { name, .. } => name.clone(),
+            Target::Upstream { name, .. } | Target::Cluster { name } => name.clone(),
         }
     }
 }
@@ -143,6 +149,7 @@ impl Target {
 struct TargetMap {
     proxy: Option<ProxyKind>,
     upstream: Option<String>,
+    cluster: Option<String>,
     name: Option<String>,
     update: Option<HaproxyUpdate>,
     workers: Option<u32>,
@@ -163,7 +170,7 @@ impl<'de> Deserialize<'de> for Target {
             type Value = Target;
 
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a proxy name (nginx, haproxy, envoy, traefik, caddy), { proxy: KIND, ... } or { upstream: URL, name: NAME }")
+                f.write_str("a proxy name (nginx, haproxy, envoy, traefik, caddy), { proxy: KIND, ... }, { upstream: URL, name: NAME } or { cluster: NAME }")
             }
 
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Target, E> {
@@ -188,8 +195,9 @@ impl<'de> Deserialize<'de> for Target {
 
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Target, A::Error> {
                 let m = TargetMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                match (m.proxy, m.upstream) {
-                    (Some(kind), None) => Ok(Target::Proxy {
+                match (m.proxy, m.upstream, m.cluster) {
+                    (None, None, Some(name)) => Ok(Target::Cluster { name }),
+                    (Some(kind), None, None) => Ok(Target::Proxy {
                         kind,
                         name: m.name,
                         update: m.update,
@@ -201,7 +209,7 @@ impl<'de> Deserialize<'de> for Target {
                         front: m.front,
                         hop: m.hop,
                     }),
-                    (None, Some(url)) => {
+                    (None, Some(url), None) => {
                         if !(url.starts_with("http://") || url.starts_with("https://")) {
                             return Err(de::Error::custom(format!(
                                 "upstream `{url}` must be an http:// or https:// URL"
@@ -213,7 +221,7 @@ impl<'de> Deserialize<'de> for Target {
                         Ok(Target::Upstream { name, url })
                     }
                     _ => Err(de::Error::custom(
-                        "a target has exactly one of `proxy` or `upstream`",
+                        "a target has exactly one of `proxy`, `upstream` or `cluster`",
                     )),
                 }
             }

@@ -293,6 +293,9 @@ pub fn run(
                 if let Some(t) = done.topology {
                     entry["topology"] = t;
                 }
+                if let Some(r) = done.routes {
+                    entry["routes"] = r;
+                }
                 if let Some(u) = done.usage {
                     entry["usage"] = u;
                 }
@@ -358,6 +361,8 @@ struct CellDone {
     /// The kernel each proxy ran with, and its listen queues' drops in the cell.
     kernel: Option<Value>,
     topology: Option<Value>,
+    /// How a cluster cell's routes were made.
+    routes: Option<Value>,
     /// What the lab's processes spent (see `usage.rs`).
     usage: Option<Value>,
     lab_reused: bool,
@@ -545,6 +550,7 @@ fn run_cell(
         link_overhead_us: record.link_overhead_us,
         kernel: record.kernel,
         topology: record.topology,
+        routes: record.routes,
         usage: usage_log.map(|u| u.summary(s.requests.total)),
         lab_reused: reused,
         measure_from_s: measure_from.saturating_duration_since(start).as_secs_f64(),
@@ -597,10 +603,7 @@ fn bring_up(
             routes,
             sysctls,
             tls: s.tls,
-            route_changes: cell
-                .events
-                .iter()
-                .any(|e| matches!(e.action, crate::model::Action::Config(_))),
+            route_changes: route_changes(cell),
         };
         let site = ClusterSite::up(cluster, &cell.target.name(), cell.index, shape)?;
         return Ok(SiteUp {
@@ -617,6 +620,12 @@ fn bring_up(
                 reused: false,
             }),
             Target::Proxy { .. } => Err("a proxy target without a lab".into()),
+            Target::Cluster { name } => Err(CellFailure {
+                message: format!(
+                    "target `{name}` is placed by a cluster file: run with --cluster FILE"
+                ),
+                input: true,
+            }),
         };
     };
     let key = format!("{:?}", (&cell.target, &file));
@@ -968,15 +977,8 @@ pub fn check_cell(cell: &Cell) -> Result<(), String> {
             let spec = file
                 .to_spec(Path::new("scenario"), PathBuf::new(), Binaries::default())
                 .map_err(|e| e.to_string())?;
-            let overlays: Vec<Overlay> = cell
-                .events
-                .iter()
-                .filter_map(|e| match change_for(&e.action, s) {
-                    Change::Overlay(o) => Some(o),
-                    _ => None,
-                })
-                .collect();
-            spec.check(&overlays).map_err(|e| e.to_string())?;
+            spec.check(&route_changes(cell))
+                .map_err(|e| e.to_string())?;
             let pools = spec.pools.iter().map(|p| p.name.clone()).collect();
             (format!("http://127.0.0.1{}", s.load.path), pools)
         }
@@ -989,6 +991,11 @@ pub fn check_cell(cell: &Cell) -> Result<(), String> {
             (url.clone(), Vec::new())
         }
         (None, Target::Proxy { .. }) => return Err("a proxy target without a lab".into()),
+        // The cluster file says where it runs; `run --cluster` checks it against the file.
+        (None, Target::Cluster { .. }) => (
+            format!("http://127.0.0.1{}", s.load.path),
+            s.backends.iter().map(|b| b.name.clone()).collect(),
+        ),
     };
     let plan = plan_for(cell, &url, None, 1.0)?;
     plan.validate().map_err(|e| match e {
@@ -1324,6 +1331,10 @@ fn write_impact(
             // The control plane's part: when the Service's EndpointSlices showed it.
             figures["endpoints_s"] = json!(offset(at, measure_from));
         }
+        if let Some(at) = rec.reported_at {
+            // When the controller said it had it (an HTTPRoute's status).
+            figures["reported_s"] = json!(offset(at, measure_from));
+        }
         figures["took_effect_s"] = json!(effect.map(|e| t + e));
         figures["took_effect_basis"] = json!(basis);
         // Route changes and reloads: read from the generation every answer carries.
@@ -1354,6 +1365,18 @@ fn write_impact(
 }
 
 /// The lab change an action asks for.
+/// The route changes a cell's events ask for, in order (a revert as the routes it
+/// restores).
+pub(crate) fn route_changes(cell: &Cell) -> Vec<Overlay> {
+    cell.events
+        .iter()
+        .filter_map(|e| match change_for(&e.action, &cell.scenario) {
+            Change::Overlay(o) => Some(o),
+            _ => None,
+        })
+        .collect()
+}
+
 fn change_for(action: &Action, s: &crate::Scenario) -> Change {
     let pool = s
         .backends

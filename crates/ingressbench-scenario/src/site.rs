@@ -63,6 +63,9 @@ pub(crate) struct SiteRecord {
     pub(crate) topology: Option<Value>,
     /// The kernel as the proxies ran with it.
     pub(crate) kernel: Option<Value>,
+    /// How a cluster cell's routes were made (kind, names, controller, and how long the
+    /// controller took to accept them).
+    pub(crate) routes: Option<Value>,
 }
 
 /// A system under test a cell runs against.
@@ -225,6 +228,7 @@ impl Site for LabSite {
             // One node means no topology to show.
             topology: (self.lab.nodes().len() > 1).then(|| self.lab.map()),
             kernel: Some(self.kernel_record()),
+            routes: None,
         }
     }
 }

@@ -218,14 +218,9 @@ fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         }
     }
     let mut cluster = LocalCluster::up(&options)?;
-    if let Some((http, https)) = cluster.ingress() {
+    if let Some(text) = cluster.cluster_file() {
         // A cluster file for this cluster, for `cluster check` and `run --cluster`.
-        std::fs::write(
-            dir.join("cluster.yaml"),
-            format!(
-                "targets:\n  traefik: {{ ingress_class: traefik, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"
-            ),
-        )?;
+        std::fs::write(dir.join("cluster.yaml"), text)?;
     }
     std::fs::write(dir.join("ready"), cluster.server())?;
     for (name, pid) in cluster.processes() {

@@ -85,13 +85,11 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
             let text = std::fs::read_to_string(file)
                 .with_context(|| format!("cannot read {}", file.display()))
                 .map_err(UsageError)?;
-            (
-                text,
-                file.clone(),
-                parse_sets(&args.sets)?,
-                args.quick,
-                args.out.clone(),
-            )
+            let mut sets = parse_sets(&args.sets)?;
+            if let Some(cluster) = &args.cluster {
+                cluster_targets(cluster, &mut sets)?;
+            }
+            (text, file.clone(), sets, args.quick, args.out.clone())
         }
         (None, None) => {
             return Err(UsageError(anyhow::anyhow!("give a scenario file or --resume DIR")).into())
@@ -172,6 +170,29 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
     })
 }
 
+/// With `--cluster`, the cluster file's targets are the run's (the scenario's own are
+/// the lab's proxies), unless `--set targets=…` chooses: a `--set` of them, recorded with
+/// the run so that `--resume` runs the same.
+fn cluster_targets(path: &std::path::Path, sets: &mut Vec<(String, String)>) -> Result<()> {
+    if sets.iter().any(|(k, _)| k == "targets") {
+        return Ok(());
+    }
+    let file =
+        ingressbench_cluster::file::ClusterFile::read(path).map_err(|e| UsageError(e.into()))?;
+    let names: Vec<String> = file
+        .targets
+        .keys()
+        .map(|n| format!("{{ cluster: {n:?} }}"))
+        .collect();
+    eprintln!(
+        "targets: those of {} ({}); --set 'targets=[{{ cluster: NAME }}]' chooses",
+        path.display(),
+        file.targets.keys().cloned().collect::<Vec<_>>().join(", ")
+    );
+    sets.push(("targets".into(), format!("[{}]", names.join(", "))));
+    Ok(())
+}
+
 /// `1m05s`, `42s`.
 fn clock(d: Duration) -> String {
     let s = d.as_secs();
@@ -230,12 +251,16 @@ fn cluster_options(
         .filter(char::is_ascii_alphanumeric)
         .collect::<String>()
         .to_ascii_lowercase();
-    Ok(ingressbench_scenario::cluster_site::ClusterOptions {
+    let options = ingressbench_scenario::cluster_site::ClusterOptions {
         file,
         kubeconfig,
         context,
         run_id,
-    })
+    };
+    // A route change a controller cannot express is refused before any cell starts.
+    ingressbench_scenario::cluster_site::check_route_changes(&options, cells)
+        .map_err(|e| UsageError(anyhow::anyhow!("{e} (--cluster {})", path.display())))?;
+    Ok(options)
 }
 
 fn utc_stamp() -> String {

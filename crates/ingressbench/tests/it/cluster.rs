@@ -469,11 +469,15 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
             image: "ingressbench".into(),
             backend_args: Vec::new(),
             routes: vec![("app.test".into(), "/".into())],
-            ingress_class: "traefik".into(),
+            routing: ingressbench_cluster::routes::Routing::Ingress {
+                class: "traefik".into(),
+                profile: None,
+            },
+            generation: None,
+            cors_origins: Vec::new(),
             sysctls: [("net.core.somaxconn".to_owned(), "1234".to_owned())].into(),
             grace_s: 2,
             tls: None,
-            ingress_annotations: Default::default(),
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));

@@ -7,18 +7,38 @@
 
 use std::collections::BTreeMap;
 
-use ingressbench_lab::model::{Overlay, GENERATION_HEADER};
+use ingressbench_lab::model::Overlay;
 use serde_json::{json, Value};
+
+use super::{Can, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
 
 /// The `spec.controller` of Traefik's IngressClass.
 pub const CONTROLLER: &str = "traefik.io/ingress-controller";
+
+/// Traefik's row of the table: everything, through Middlewares.
+pub const PROFILE: Profile = Profile {
+    name: "Traefik",
+    controller: CONTROLLER,
+    means: "Middlewares",
+    can: Can::ALL,
+    render,
+};
+
+fn render(namespace: &str, generation: u32, overlay: &Overlay) -> Rendered {
+    Rendered {
+        annotations: annotations(namespace),
+        objects: middlewares(generation, overlay),
+    }
+}
 /// The Middleware setting headers.
 const HEADERS: &str = "ib-headers";
 /// The Middleware rewriting the path.
 const REWRITE: &str = "ib-rewrite";
+/// The Middlewares answering CORS (Gateway API routes): `ib-cors-N`.
+const CORS: &str = "ib-cors";
 
 /// The Ingress annotation that puts the run's Middlewares (in `namespace`) on its routes.
-pub fn annotations(namespace: &str) -> BTreeMap<String, String> {
+fn annotations(namespace: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(
         "traefik.ingress.kubernetes.io/router.middlewares".to_owned(),
         format!("{namespace}-{HEADERS}@kubernetescrd,{namespace}-{REWRITE}@kubernetescrd"),
@@ -26,20 +46,21 @@ pub fn annotations(namespace: &str) -> BTreeMap<String, String> {
 }
 
 /// The Middlewares for `overlay` as configuration generation `generation`.
-pub fn middlewares(generation: u32, overlay: &Overlay) -> Vec<Value> {
-    let mut response = serde_json::Map::new();
-    response.insert(GENERATION_HEADER.to_owned(), generation.to_string().into());
-    if let Some((name, value)) = &overlay.response_header {
-        response.insert(name.clone(), value.clone().into());
-    }
+fn middlewares(generation: u32, overlay: &Overlay) -> Vec<Value> {
+    let response: serde_json::Map<String, Value> =
+        super::response_headers(Some(generation), overlay)
+            .into_iter()
+            .map(|(n, v)| (n, v.into()))
+            .collect();
     let mut headers = json!({ "customResponseHeaders": response });
     if let Some(origin) = &overlay.cors_origin {
-        headers["accessControlAllowOriginList"] = json!([origin]);
-        headers["accessControlAllowMethods"] = json!(["GET", "POST", "OPTIONS"]);
-        headers["accessControlMaxAge"] = json!(600);
+        add_cors(&mut headers, origin);
     }
     let (regex, replacement) = match &overlay.rewrite {
-        Some((from, to)) => (format!("^{}(.*)$", regex_literal(from)), format!("{to}$1")),
+        Some((from, to)) => (
+            format!("^{}(.*)$", super::regex_literal(from)),
+            format!("{to}$1"),
+        ),
         None => ("^(.*)$".to_owned(), "$1".to_owned()),
     };
     vec![
@@ -51,6 +72,40 @@ pub fn middlewares(generation: u32, overlay: &Overlay) -> Vec<Value> {
     ]
 }
 
+/// Traefik's `headers` settings that answer CORS for `origin`.
+fn add_cors(headers: &mut Value, origin: &str) {
+    headers["accessControlAllowOriginList"] = json!([origin]);
+    headers["accessControlAllowMethods"] = json!(CORS_METHODS);
+    headers["accessControlMaxAge"] = json!(CORS_MAX_AGE_S);
+}
+
+/// CORS on Gateway API routes served by Traefik: a Middleware for each origin of
+/// `origins` (`ib-cors-1`, …), made with the routes and never changed, so that a change
+/// only names one of them (a route naming a Middleware Traefik does not know yet is
+/// dropped: 404s for about a second here).
+pub(crate) fn cors_middlewares(origins: &[String]) -> Vec<Value> {
+    origins
+        .iter()
+        .enumerate()
+        .map(|(i, origin)| {
+            let mut headers = json!({});
+            add_cors(&mut headers, origin);
+            middleware(&format!("{CORS}-{}", i + 1), json!({ "headers": headers }))
+        })
+        .collect()
+}
+
+/// The route's `ExtensionRef` filter naming the Middleware of `origins` for `origin`
+/// (which must be one of them).
+pub(crate) fn cors_filter(origins: &[String], origin: &str) -> Value {
+    let n = origins
+        .iter()
+        .position(|o| o == origin)
+        .map_or(0, |i| i + 1);
+    json!({ "type": "ExtensionRef", "extensionRef": {
+        "group": "traefik.io", "kind": "Middleware", "name": format!("{CORS}-{n}") } })
+}
+
 fn middleware(name: &str, spec: Value) -> Value {
     json!({
         "apiVersion": "traefik.io/v1alpha1", "kind": "Middleware",
@@ -59,21 +114,10 @@ fn middleware(name: &str, spec: Value) -> Value {
     })
 }
 
-/// `text` as a regular expression matching itself.
-fn regex_literal(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if "\\.+*?()|[]{}^$".contains(c) {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ingressbench_lab::model::GENERATION_HEADER;
 
     #[test]
     fn a_change_becomes_headers_cors_and_a_rewrite_and_a_revert_the_identity() {
@@ -82,7 +126,10 @@ mod tests {
             cors_origin: Some("https://app.example".into()),
             rewrite: Some(("/old.v1".into(), "/new".into())),
         };
-        let m = middlewares(3, &change);
+        let Rendered {
+            annotations,
+            objects: m,
+        } = render("ib-1", 3, &change);
         let headers = &m[0]["spec"]["headers"];
         assert_eq!(headers["customResponseHeaders"][GENERATION_HEADER], "3");
         assert_eq!(headers["customResponseHeaders"]["X-Churn"], "on");
@@ -100,7 +147,7 @@ mod tests {
         );
         assert_eq!(revert[1]["spec"]["replacePathRegex"]["regex"], "^(.*)$");
         assert_eq!(
-            annotations("ib-1")["traefik.ingress.kubernetes.io/router.middlewares"],
+            annotations["traefik.ingress.kubernetes.io/router.middlewares"],
             "ib-1-ib-headers@kubernetescrd,ib-1-ib-rewrite@kubernetescrd"
         );
     }

@@ -1,0 +1,426 @@
+//! Routes through the Gateway API: an HTTPRoute per host of the run, attached to the
+//! target's Gateway. A route change becomes the route's own filters, as the API defines
+//! them: `ResponseHeaderModifier` (the change's header and the generation every answer
+//! carries), `URLRewrite` with `ReplacePrefixMatch` (a rule of its own for the rewritten
+//! prefix), and CORS the way the implementation takes it ([`support`]): the API's `CORS`
+//! filter, or (Traefik) an `ExtensionRef` filter naming one of its Middlewares. The
+//! controller reports each route's `Accepted` and `ResolvedRefs` conditions in its
+//! status, for the generation it saw: [`verdict`] reads them.
+
+use std::collections::BTreeMap;
+
+use ingressbench_lab::model::Overlay;
+use serde_json::{json, Value};
+
+use super::{Can, CORS_MAX_AGE_S, CORS_METHODS};
+use crate::deploy::RunObjects;
+use crate::file::GatewayRef;
+
+/// The Gateway API's group.
+pub const GROUP: &str = "gateway.networking.k8s.io";
+/// The version of it the tool writes.
+pub const API_VERSION: &str = "gateway.networking.k8s.io/v1";
+
+/// A Gateway API implementation: what of a route change it expresses, and how.
+#[derive(Debug)]
+pub struct Implementation {
+    /// Its GatewayClass `controllerName`.
+    pub controller: &'static str,
+    /// Its name in messages.
+    pub name: &'static str,
+    /// What it expresses.
+    pub can: Can,
+    /// How it takes CORS.
+    pub cors: CorsBy,
+}
+
+/// How an implementation takes CORS.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CorsBy {
+    /// The API's own `CORS` filter.
+    Filter,
+    /// An `ExtensionRef` filter naming a Traefik Middleware that sets the CORS headers.
+    TraefikMiddleware,
+}
+
+/// The implementations the tool knows. Traefik 3.7 was run here: it reports a route with
+/// the API's `CORS` filter `Accepted`, then answers every request of it with 500
+/// ("unsupported filter CORS" in its log); its documented way is a Middleware named by an
+/// `ExtensionRef` filter, which is what the tool makes.
+const KNOWN: &[Implementation] = &[Implementation {
+    controller: "traefik.io/gateway-controller",
+    name: "Traefik",
+    can: Can::ALL,
+    cors: CorsBy::TraefikMiddleware,
+}];
+
+/// An implementation not in [`KNOWN`]: the Extended features the API names for header
+/// changes and rewrites, and CORS through the API's filter, which it may refuse in the
+/// route's status (then the change fails the cell, naming the condition).
+const OTHER: Implementation = Implementation {
+    controller: "",
+    name: "this Gateway API implementation",
+    can: Can::ALL,
+    cors: CorsBy::Filter,
+};
+
+/// The implementation behind GatewayClass `controllerName` `controller`.
+pub fn support(controller: &str) -> &'static Implementation {
+    KNOWN
+        .iter()
+        .find(|i| i.controller == controller)
+        .unwrap_or(&OTHER)
+}
+
+/// The run's routes, one HTTPRoute per host (`*`: a route without hostnames), named
+/// after the pool (`echo`, or `echo-1`, `echo-2`, … with several hosts).
+pub fn route_names(o: &RunObjects) -> Vec<String> {
+    let hosts = by_host(o);
+    if hosts.len() == 1 {
+        return vec![o.pool.clone()];
+    }
+    (1..=hosts.len())
+        .map(|i| format!("{}-{i}", o.pool))
+        .collect()
+}
+
+fn by_host(o: &RunObjects) -> BTreeMap<&str, Vec<&str>> {
+    let mut hosts: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (host, prefix) in &o.routes {
+        hosts.entry(host).or_default().push(prefix);
+    }
+    hosts
+}
+
+/// The HTTPRoutes of generation `generation` of `overlay` (none: no generation header).
+pub fn httproutes(
+    o: &RunObjects,
+    parent: &GatewayRef,
+    implementation: &Implementation,
+    generation: Option<u32>,
+    overlay: &Overlay,
+) -> Vec<Value> {
+    let mut parent_ref = json!({ "group": GROUP, "kind": "Gateway", "name": parent.name, "namespace": parent.namespace });
+    if let Some(listener) = &parent.listener {
+        parent_ref["sectionName"] = json!(listener);
+    }
+    let mut filters = Vec::new();
+    let headers = super::response_headers(generation, overlay);
+    if !headers.is_empty() {
+        let set: Vec<Value> = headers
+            .iter()
+            .map(|(name, value)| json!({ "name": name, "value": value }))
+            .collect();
+        filters.push(
+            json!({ "type": "ResponseHeaderModifier", "responseHeaderModifier": { "set": set } }),
+        );
+    }
+    // Every CORS Middleware the run will name, with the first routes already.
+    let extra = match implementation.cors {
+        CorsBy::TraefikMiddleware => super::traefik::cors_middlewares(&o.cors_origins),
+        CorsBy::Filter => Vec::new(),
+    };
+    if let Some(origin) = &overlay.cors_origin {
+        filters.push(match implementation.cors {
+            CorsBy::Filter => json!({ "type": "CORS", "cors": {
+                "allowOrigins": [origin], "allowMethods": CORS_METHODS, "maxAge": CORS_MAX_AGE_S } }),
+            CorsBy::TraefikMiddleware => super::traefik::cors_filter(&o.cors_origins, origin),
+        });
+    }
+    let backend = json!([{ "name": o.pool, "port": 80 }]);
+    let rule = |prefix: &str, extra: Option<Value>| {
+        let mut f = filters.clone();
+        f.extend(extra);
+        json!({ "matches": [{ "path": { "type": "PathPrefix", "value": prefix } }],
+                "filters": f, "backendRefs": backend })
+    };
+    let routes = by_host(o)
+        .into_iter()
+        .zip(route_names(o))
+        .map(|((host, prefixes), name)| {
+            let mut rules: Vec<Value> = prefixes.iter().map(|p| rule(p, None)).collect();
+            // The rewritten prefix gets a rule of its own, under a route that covers it.
+            if let Some((from, to)) = &overlay.rewrite {
+                if prefixes.iter().any(|p| from.starts_with(p)) {
+                    rules.push(rule(
+                        from,
+                        Some(json!({ "type": "URLRewrite", "urlRewrite": { "path": {
+                            "type": "ReplacePrefixMatch", "replacePrefixMatch": to } } })),
+                    ));
+                }
+            }
+            let mut spec = json!({ "parentRefs": [parent_ref], "rules": rules });
+            if host != "*" {
+                spec["hostnames"] = json!([host]);
+            }
+            json!({ "apiVersion": API_VERSION, "kind": "HTTPRoute",
+                    "metadata": { "name": name }, "spec": spec })
+        });
+    // What the routes name first, so that no route names what is not there yet.
+    extra.into_iter().chain(routes).collect()
+}
+
+/// The `controllerName` of the GatewayClass of `parent`, read through the API: an error
+/// names what is missing (the Gateway, with the ones there are; its listener; its class)
+/// and the fix.
+pub async fn controller_of(client: &kube::Client, parent: &GatewayRef) -> Result<String, String> {
+    let get = |kind: &'static str, namespace: Option<&str>, name: &str| {
+        let (namespace, name) = (namespace.map(str::to_owned), name.to_owned());
+        async move {
+            crate::api::get(client, API_VERSION, kind, namespace.as_deref(), &name)
+                .await
+                .map_err(|e| e.to_string())
+        }
+    };
+    let Some(gateway) = get("Gateway", Some(&parent.namespace), &parent.name).await? else {
+        return Err(format!(
+            "no Gateway {}/{}: install the implementation and its Gateway, or correct the target's `gateway:`",
+            parent.namespace, parent.name
+        ));
+    };
+    let listeners: Vec<&str> = gateway["spec"]["listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["name"].as_str())
+        .collect();
+    if let Some(l) = parent
+        .listener
+        .as_deref()
+        .filter(|l| !listeners.contains(l))
+    {
+        return Err(format!(
+            "Gateway {}/{} has no listener `{l}` (it has: {}); correct the target's `gateway.listener`",
+            parent.namespace,
+            parent.name,
+            listeners.join(", ")
+        ));
+    }
+    let class = gateway["spec"]["gatewayClassName"]
+        .as_str()
+        .unwrap_or_default();
+    match get("GatewayClass", None, class).await? {
+        Some(c) => Ok(c["spec"]["controllerName"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()),
+        None => Err(format!(
+            "Gateway {}/{} names GatewayClass `{class}`, which does not exist",
+            parent.namespace, parent.name
+        )),
+    }
+}
+
+/// What a route's status says about it on `parent`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Not reported on yet for its current generation: why, in words.
+    Waiting(String),
+    /// `Accepted` and `ResolvedRefs` true for its current generation.
+    Ready,
+    /// A condition false for its current generation: which, with reason and message.
+    Refused(String),
+}
+
+/// Reads an HTTPRoute as the API returns it: its `metadata.generation` and the
+/// conditions its controller reported for `parent`.
+pub fn verdict(route: &Value, parent: &GatewayRef) -> Verdict {
+    let generation = route["metadata"]["generation"].as_i64().unwrap_or(0);
+    let ours = route["status"]["parents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|p| {
+            let r = &p["parentRef"];
+            r["name"] == parent.name.as_str()
+                && r["namespace"] == parent.namespace.as_str()
+                && parent
+                    .listener
+                    .as_deref()
+                    .is_none_or(|l| r["sectionName"] == l)
+        });
+    let Some(ours) = ours else {
+        return Verdict::Waiting(format!(
+            "no controller has reported on it for Gateway {parent} yet"
+        ));
+    };
+    let condition = |kind: &str| {
+        ours["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == kind)
+            .cloned()
+    };
+    let mut waiting = Vec::new();
+    for kind in ["Accepted", "ResolvedRefs"] {
+        let Some(c) = condition(kind) else {
+            waiting.push(format!("no {kind} condition"));
+            continue;
+        };
+        let seen = c["observedGeneration"].as_i64().unwrap_or(0);
+        if seen < generation {
+            waiting.push(format!(
+                "{kind} is for generation {seen}, the route is at {generation}"
+            ));
+        } else if c["status"] != "True" {
+            let text = |k: &str| c[k].as_str().unwrap_or_default().to_owned();
+            let message = text("message");
+            return Verdict::Refused(format!(
+                "{kind}={} ({}{})",
+                text("status"),
+                text("reason"),
+                if message.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {message}")
+                }
+            ));
+        }
+    }
+    if waiting.is_empty() {
+        Verdict::Ready
+    } else {
+        Verdict::Waiting(waiting.join(", "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routes::Routing;
+
+    fn objects(routes: &[(&str, &str)]) -> RunObjects {
+        let parent = GatewayRef {
+            name: "gw".into(),
+            namespace: "infra".into(),
+            listener: Some("web".into()),
+        };
+        RunObjects {
+            namespace: "ib-1".into(),
+            run_id: "1".into(),
+            pool: "echo".into(),
+            replicas: 1,
+            image: "ingressbench".into(),
+            backend_args: Vec::new(),
+            routes: routes
+                .iter()
+                .map(|(h, p)| ((*h).to_owned(), (*p).to_owned()))
+                .collect(),
+            routing: Routing::Gateway {
+                parent,
+                implementation: &OTHER,
+            },
+            cors_origins: vec!["https://app.example".into()],
+            generation: None,
+            sysctls: BTreeMap::new(),
+            grace_s: 1,
+            tls: None,
+        }
+    }
+
+    #[test]
+    fn a_route_per_host_with_the_change_as_filters_and_the_rewrite_as_a_rule() {
+        let o = objects(&[
+            ("a.example", "/"),
+            ("b.example", "/api"),
+            ("a.example", "/x"),
+        ]);
+        let Routing::Gateway { parent, .. } = &o.routing else {
+            unreachable!()
+        };
+        let change = Overlay {
+            response_header: Some(("X-Churn".into(), "on".into())),
+            cors_origin: Some("https://app.example".into()),
+            rewrite: Some(("/old".into(), "/new".into())),
+        };
+        let routes = httproutes(&o, parent, &OTHER, Some(3), &change);
+        assert_eq!(routes.len(), 2);
+        assert_eq!(routes[0]["metadata"]["name"], "echo-1");
+        assert_eq!(routes[0]["spec"]["hostnames"], json!(["a.example"]));
+        assert_eq!(routes[0]["spec"]["parentRefs"][0]["sectionName"], "web");
+        let rules = routes[0]["spec"]["rules"].as_array().unwrap();
+        // `/`, `/x`, then `/old` (under `/`) rewritten; b.example's `/api` does not cover it.
+        assert_eq!(rules.len(), 3);
+        assert_eq!(rules[2]["matches"][0]["path"]["value"], "/old");
+        let filters = rules[2]["filters"].as_array().unwrap();
+        assert_eq!(
+            filters[0]["responseHeaderModifier"]["set"],
+            json!([{ "name": "x-ingressbench-generation", "value": "3" }, { "name": "X-Churn", "value": "on" }])
+        );
+        assert_eq!(
+            filters[1]["cors"]["allowOrigins"],
+            json!(["https://app.example"])
+        );
+        assert_eq!(
+            filters[2]["urlRewrite"]["path"]["replacePrefixMatch"],
+            "/new"
+        );
+        assert_eq!(routes[1]["spec"]["rules"].as_array().unwrap().len(), 1);
+        // Without route changes: no filters; `*` is a route without hostnames.
+        let plain = httproutes(
+            &objects(&[("*", "/")]),
+            parent,
+            &OTHER,
+            None,
+            &Overlay::default(),
+        );
+        assert_eq!(plain[0]["metadata"]["name"], "echo");
+        assert!(plain[0]["spec"].get("hostnames").is_none());
+        assert_eq!(plain[0]["spec"]["rules"][0]["filters"], json!([]));
+        // Traefik takes CORS as a Middleware the route names.
+        let traefik = support("traefik.io/gateway-controller");
+        let with_cors = httproutes(&o, parent, traefik, Some(3), &change);
+        assert_eq!(with_cors[0]["kind"], "Middleware");
+        assert_eq!(with_cors.len(), 3);
+        // Made with the first routes, before any change names it.
+        let first = httproutes(&o, parent, traefik, Some(1), &Overlay::default());
+        assert_eq!(first[0], with_cors[0]);
+        let filters = with_cors[1]["spec"]["rules"][0]["filters"]
+            .as_array()
+            .unwrap();
+        assert_eq!(filters[1]["type"], "ExtensionRef");
+        assert_eq!(
+            filters[1]["extensionRef"]["name"],
+            with_cors[0]["metadata"]["name"]
+        );
+        assert_eq!(support("example.com/other").cors, CorsBy::Filter);
+    }
+
+    #[test]
+    fn the_status_says_ready_refused_or_what_is_awaited() {
+        let parent = GatewayRef {
+            name: "gw".into(),
+            namespace: "infra".into(),
+            listener: None,
+        };
+        let route = |generation: i64, conditions: Value| {
+            json!({ "metadata": { "generation": generation }, "status": { "parents": [
+                { "parentRef": { "name": "gw", "namespace": "infra" }, "conditions": conditions } ] } })
+        };
+        let ok = |kind: &str, g: i64| json!({ "type": kind, "status": "True", "reason": kind, "observedGeneration": g });
+        assert_eq!(
+            verdict(
+                &route(2, json!([ok("Accepted", 2), ok("ResolvedRefs", 2)])),
+                &parent
+            ),
+            Verdict::Ready
+        );
+        assert!(matches!(
+            verdict(&route(3, json!([ok("Accepted", 2), ok("ResolvedRefs", 2)])), &parent),
+            Verdict::Waiting(w) if w.contains("generation 2, the route is at 3")
+        ));
+        let refused = json!([
+            { "type": "Accepted", "status": "False", "reason": "NoMatchingParent", "message": "", "observedGeneration": 1 },
+            ok("ResolvedRefs", 1)
+        ]);
+        assert_eq!(
+            verdict(&route(1, refused), &parent),
+            Verdict::Refused("Accepted=False (NoMatchingParent)".into())
+        );
+        assert!(matches!(
+            verdict(&json!({ "metadata": { "generation": 1 } }), &parent),
+            Verdict::Waiting(w) if w.contains("no controller has reported")
+        ));
+    }
+}

@@ -1,0 +1,210 @@
+//! A run's routes, made and changed the way each controller's users make them. A route
+//! change (`config` event: a response header, CORS, a path-prefix rewrite, a revert) is
+//! one server-side apply of the run's route objects as a new *generation*: every answer
+//! then carries that generation in [`GENERATION_HEADER`], so the traffic shows when the
+//! controller's proxies had it.
+//!
+//! - An Ingress of a class: its controller's [`Profile`], one row of [`PROFILES`], says
+//!   which annotations and objects carry a change ([`traefik`]: Middlewares;
+//!   [`haproxy_ingress`] and [`ingress_nginx`]: annotations). A class served by a
+//!   controller without a profile routes, but takes no route changes.
+//! - HTTPRoutes attached to a Gateway ([`gateway`]): a change becomes the route's own
+//!   filters, as the Gateway API defines them.
+//!
+//! A change a controller cannot express is refused before the run starts
+//! ([`Can::missing`]), naming the controller and the change.
+
+pub mod gateway;
+pub mod haproxy_ingress;
+pub mod ingress_nginx;
+pub mod traefik;
+
+use std::collections::BTreeMap;
+
+use ingressbench_lab::model::{Overlay, GENERATION_HEADER};
+use serde_json::Value;
+
+use crate::deploy::RunObjects;
+use crate::file::GatewayRef;
+
+/// What a route change asks for, or what a controller can express.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Can {
+    /// A response header on every answer (and so the generation header).
+    pub header: bool,
+    /// A path-prefix rewrite.
+    pub rewrite: bool,
+    /// CORS for an origin.
+    pub cors: bool,
+}
+
+impl Can {
+    /// Everything.
+    pub const ALL: Can = Can {
+        header: true,
+        rewrite: true,
+        cors: true,
+    };
+
+    /// The parts of `overlay` this cannot express, in words (empty: all of it). A change
+    /// always needs the header: its generation rides on one.
+    pub fn missing(&self, overlay: &Overlay) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        if !self.header {
+            out.push("a response header (the generation header every change needs)");
+        }
+        if overlay.rewrite.is_some() && !self.rewrite {
+            out.push("a path rewrite");
+        }
+        if overlay.cors_origin.is_some() && !self.cors {
+            out.push("CORS");
+        }
+        out
+    }
+}
+
+/// One Ingress controller's way of carrying route changes.
+#[derive(Debug)]
+pub struct Profile {
+    /// Its name in messages (`Traefik`).
+    pub name: &'static str,
+    /// Its IngressClass's `spec.controller`.
+    pub controller: &'static str,
+    /// By what means, in words (`Middlewares`), for messages.
+    pub means: &'static str,
+    /// What it can express.
+    pub can: Can,
+    /// The Ingress annotations and the other objects (in the run's namespace) that make
+    /// `overlay` generation `generation`.
+    pub render: fn(namespace: &str, generation: u32, overlay: &Overlay) -> Rendered,
+}
+
+/// What a profile renders for one generation.
+#[derive(Debug, Default)]
+pub struct Rendered {
+    /// The Ingress's annotations.
+    pub annotations: BTreeMap<String, String>,
+    /// Other objects, applied before the Ingress.
+    pub objects: Vec<Value>,
+}
+
+/// The Ingress controllers whose route changes the tool knows how to make.
+pub const PROFILES: &[Profile] = &[
+    traefik::PROFILE,
+    haproxy_ingress::PROFILE,
+    ingress_nginx::PROFILE,
+];
+
+/// The profile of the controller named `controller` (an IngressClass's
+/// `spec.controller`).
+pub fn profile(controller: &str) -> Option<&'static Profile> {
+    PROFILES.iter().find(|p| p.controller == controller)
+}
+
+/// Where a run's routes go.
+#[derive(Clone, Debug)]
+pub enum Routing {
+    /// An Ingress of this class, changed through `profile` (none: the routes do not
+    /// change).
+    Ingress {
+        /// The IngressClass.
+        class: String,
+        /// How its controller takes changes.
+        profile: Option<&'static Profile>,
+    },
+    /// HTTPRoutes attached to a Gateway.
+    Gateway {
+        /// The Gateway (and listener).
+        parent: GatewayRef,
+        /// The implementation behind it.
+        implementation: &'static gateway::Implementation,
+    },
+}
+
+/// The run's route objects for generation `generation` of `overlay` (none: a run without
+/// route changes, whose answers carry no generation), in the order to apply them.
+pub fn render(o: &RunObjects, generation: Option<u32>, overlay: &Overlay) -> Vec<Value> {
+    match &o.routing {
+        Routing::Gateway {
+            parent,
+            implementation,
+        } => gateway::httproutes(o, parent, implementation, generation, overlay),
+        Routing::Ingress { class, profile } => {
+            let rendered = match (generation, profile) {
+                (Some(g), Some(p)) => (p.render)(&o.namespace, g, overlay),
+                _ => Rendered::default(),
+            };
+            let mut objects = rendered.objects;
+            objects.push(crate::deploy::ingress_object(
+                o,
+                class,
+                rendered.annotations,
+            ));
+            objects
+        }
+    }
+}
+
+/// The response headers of a generation of `overlay`: the generation's, then the
+/// change's own.
+pub(crate) fn response_headers(
+    generation: Option<u32>,
+    overlay: &Overlay,
+) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    if let Some(g) = generation {
+        out.push((GENERATION_HEADER.to_owned(), g.to_string()));
+    }
+    if let Some((name, value)) = &overlay.response_header {
+        out.push((name.clone(), value.clone()));
+    }
+    out
+}
+
+/// `text` as a regular expression matching itself.
+pub(crate) fn regex_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The methods a CORS change allows, and how long a preflight is cached (s).
+pub(crate) const CORS_METHODS: [&str; 3] = ["GET", "POST", "OPTIONS"];
+pub(crate) const CORS_MAX_AGE_S: u32 = 600;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_controller_cannot_express_is_named() {
+        let change = Overlay {
+            response_header: Some(("X-Churn".into(), "on".into())),
+            cors_origin: Some("https://app.example".into()),
+            rewrite: Some(("/old".into(), "/new".into())),
+        };
+        assert!(Can::ALL.missing(&change).is_empty());
+        let no_cors = Can {
+            cors: false,
+            ..Can::ALL
+        };
+        assert_eq!(no_cors.missing(&change), vec!["CORS"]);
+        assert!(no_cors.missing(&Overlay::default()).is_empty());
+        let none = Can {
+            header: false,
+            rewrite: false,
+            cors: false,
+        };
+        assert_eq!(none.missing(&change).len(), 3);
+        // Every profile is found by its controller, and no two share one.
+        for p in PROFILES {
+            assert_eq!(profile(p.controller).map(|q| q.name), Some(p.name));
+        }
+        assert!(profile("example.com/unknown").is_none());
+    }
+}

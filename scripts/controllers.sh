@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Fetches and builds what the local test cluster's ingress controllers need, from the Go
+# module proxy, into cache folders keyed by version (skipped when they are there), and
+# prints one line per part: NAME DIR.
+#
+#   gateway-api  the Gateway API's standard CRDs (sigs.k8s.io/gateway-api), which
+#                Traefik's Gateway provider watches
+#   contour      Contour's binary (go install) and its CRDs (examples/contour/01-crds.yaml)
+#
+#   GATEWAY_API_VERSION, CONTOUR_VERSION   override the pinned versions
+#   INGRESSBENCH_CACHE                     where caches live (as scripts/kube-binaries.sh)
+set -euo pipefail
+
+GATEWAY_API_VERSION=${GATEWAY_API_VERSION:-1.5.1}
+CONTOUR_VERSION=${CONTOUR_VERSION:-1.33.8}
+CACHE_ROOT=${INGRESSBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ingressbench}
+log() { echo "controllers: $*" >&2; }
+
+if ! command -v go >/dev/null 2>&1; then
+  log "go is missing; install Go 1.24 or later (https://go.dev/dl/)"
+  exit 1
+fi
+export GOFLAGS=-mod=mod
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# The directory of module $1 in the module cache (downloaded if needed).
+module_dir() {
+  local dir
+  dir=$(cd "$work" && go mod download -json "$1" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')
+  if [ ! -d "$dir" ]; then
+    log "could not download $1 from the Go module proxy"
+    exit 1
+  fi
+  echo "$dir"
+}
+
+out=$CACHE_ROOT/gateway-api/v$GATEWAY_API_VERSION
+if [ ! -f "$out/httproutes.yaml" ]; then
+  log "Gateway API v$GATEWAY_API_VERSION CRDs into $out"
+  src=$(module_dir "sigs.k8s.io/gateway-api@v$GATEWAY_API_VERSION")/config/crd/standard
+  mkdir -p "$out.partial"
+  for f in "$src"/gateway.networking.k8s.io_*.yaml; do
+    case $f in *_vap_*) continue ;; esac
+    cp "$f" "$out.partial/${f##*_}"
+  done
+  rm -rf "$out" && mv "$out.partial" "$out"
+fi
+echo "gateway-api $out"
+
+out=$CACHE_ROOT/contour/v$CONTOUR_VERSION
+if [ ! -x "$out/contour" ] || [ ! -f "$out/crds.yaml" ]; then
+  log "building Contour v$CONTOUR_VERSION into $out (about 2 minutes the first time)"
+  mkdir -p "$out.partial"
+  GOBIN=$out.partial CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
+    "github.com/projectcontour/contour/cmd/contour@v$CONTOUR_VERSION"
+  cp "$(module_dir "github.com/projectcontour/contour@v$CONTOUR_VERSION")/examples/contour/01-crds.yaml" \
+    "$out.partial/crds.yaml"
+  rm -rf "$out" && mv "$out.partial" "$out"
+fi
+echo "contour $out"
