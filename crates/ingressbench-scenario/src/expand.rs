@@ -573,7 +573,7 @@ mod tests {
         let cases: &[(&str, &str)] = &[
             ("name: t\ntargets: [nginx]\nload: { rate: 1, duration: 1s }\nbogus: 1\n", "s.yaml:4:1: unknown field `bogus`"),
             ("name: t\ntargets: [nginz]\nload: { rate: 1, duration: 1s }\n", "s.yaml:2:11: targets[0]: unknown proxy `nginz`"),
-            ("name: t\ntargets: [{ proxy: nginx, upstream: http://x/ }]\nload: { rate: 1, duration: 1s }\n", "exactly one of `proxy` or `upstream`"),
+            ("name: t\ntargets: [{ proxy: nginx, upstream: http://x/ }]\nload: { rate: 1, duration: 1s }\n", "exactly one of `proxy`, `upstream` or `cluster`"),
             ("name: t\ntargets: [{ upstream: ftp://x/, name: lb }]\nload: { rate: 1, duration: 1s }\n", "must be an http:// or https:// URL"),
             ("name: t\ntargets: [{ upstream: http://x/ }]\nload: { rate: 1, duration: 1s }\n", "needs a `name`"),
             ("name: t\ntargets: [nginx, nginx]\nload: { rate: 1, duration: 1s }\n", "two targets are called `nginx`"),
