@@ -3,8 +3,9 @@
 # module proxy, into cache folders keyed by version (skipped when they are there), and
 # prints one line per part: NAME DIR.
 #
-#   gateway-api  the Gateway API's standard CRDs (sigs.k8s.io/gateway-api), which
-#                Traefik's Gateway provider watches
+#   gateway-api  the Gateway API's CRDs (sigs.k8s.io/gateway-api), of the experimental
+#                channel: Contour watches TCPRoute, TLSRoute v1alpha2 and BackendTLSPolicy
+#                v1alpha3, which the standard channel does not serve
 #   contour      Contour's binary (go install) and its CRDs (examples/contour/01-crds.yaml)
 #
 #   GATEWAY_API_VERSION, CONTOUR_VERSION   override the pinned versions
@@ -35,10 +36,10 @@ module_dir() {
   echo "$dir"
 }
 
-out=$CACHE_ROOT/gateway-api/v$GATEWAY_API_VERSION
+out=$CACHE_ROOT/gateway-api/v$GATEWAY_API_VERSION-experimental
 if [ ! -f "$out/httproutes.yaml" ]; then
-  log "Gateway API v$GATEWAY_API_VERSION CRDs into $out"
-  src=$(module_dir "sigs.k8s.io/gateway-api@v$GATEWAY_API_VERSION")/config/crd/standard
+  log "Gateway API v$GATEWAY_API_VERSION CRDs (experimental channel) into $out"
+  src=$(module_dir "sigs.k8s.io/gateway-api@v$GATEWAY_API_VERSION")/config/crd/experimental
   mkdir -p "$out.partial"
   for f in "$src"/gateway.networking.k8s.io_*.yaml; do
     case $f in *_vap_*) continue ;; esac

@@ -100,6 +100,22 @@ pub async fn get(
     }
 }
 
+/// Deletes object `name` of any kind (gone already: fine).
+pub async fn delete(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<(), ClusterError> {
+    let api = dynamic(client, api_version, kind, namespace);
+    match api.delete(name, &Default::default()).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(ClusterError::Api(format!("deleting {kind} {name}: {e}"))),
+    }
+}
+
 /// The API of one kind (`apiVersion` `group/version`, or `version` for the core group).
 fn dynamic(
     client: &Client,

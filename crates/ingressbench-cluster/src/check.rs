@@ -39,12 +39,15 @@ pub const NEEDED: &[(&str, &str, &str)] = &[
     ("gateway.networking.k8s.io", "gatewayclasses", "get"),
     ("gateway.networking.k8s.io", "gateways", "get"),
     ("gateway.networking.k8s.io", "httproutes", "create"),
+    ("gateway.networking.k8s.io", "httproutes", "delete"),
     ("gateway.networking.k8s.io", "httproutes", "get"),
     ("gateway.networking.k8s.io", "httproutes", "patch"),
     ("networking.k8s.io", "ingresses", "create"),
+    ("networking.k8s.io", "ingresses", "delete"),
     ("networking.k8s.io", "ingresses", "patch"),
     ("networking.k8s.io", "ingressclasses", "get"),
     ("traefik.io", "middlewares", "create"),
+    ("traefik.io", "middlewares", "delete"),
     ("traefik.io", "middlewares", "patch"),
 ];
 

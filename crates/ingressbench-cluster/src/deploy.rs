@@ -274,6 +274,28 @@ impl RunNamespace {
         ))
     }
 
+    /// Deletes the run's routes (the Ingress or HTTPRoutes, and what they name), before
+    /// the namespace: its pods take their grace period to go, and until then a route
+    /// left in it would still claim its hosts and paths on a shared controller (Contour
+    /// refuses a later route with the same match).
+    pub fn delete_routes(&self) -> Result<(), ClusterError> {
+        let routes =
+            crate::routes::render(&self.objects, self.objects.generation, &Default::default());
+        self.runtime.block_on(async {
+            for r in routes.iter().rev() {
+                crate::api::delete(
+                    &self.client,
+                    r["apiVersion"].as_str().unwrap_or_default(),
+                    r["kind"].as_str().unwrap_or_default(),
+                    Some(self.name()),
+                    r["metadata"]["name"].as_str().unwrap_or_default(),
+                )
+                .await?;
+            }
+            Ok(())
+        })
+    }
+
     /// Refreshes the heartbeat, so that [`cleanup`] leaves the namespace alone.
     pub fn heartbeat(&self) -> Result<(), ClusterError> {
         let api: Api<Namespace> = Api::all(self.client.clone());

@@ -19,6 +19,9 @@ use rcgen::KeyPair;
 use crate::agent::{Agent, AgentOptions};
 use crate::ClusterError;
 
+mod contour;
+pub use contour::{ContourOptions, CONTOUR_VERSION, GATEWAY as CONTOUR_GATEWAY};
+
 /// The Kubernetes release the local cluster runs (and `scripts/kube-binaries.sh` builds).
 pub const KUBE_VERSION: &str = "1.33.13";
 /// The Gateway API release whose CRDs the local cluster installs (`scripts/controllers.sh`
@@ -52,6 +55,11 @@ pub struct LocalOptions {
     pub images: BTreeMap<String, PathBuf>,
     /// The ingress controller to run beside the control plane, if any.
     pub traefik: Option<TraefikOptions>,
+    /// The Gateway API's CRDs (a folder of YAML files): with them, Traefik's Gateway
+    /// provider runs too, serving the Gateway [`GATEWAY`], and Contour can run.
+    pub gateway_crds: Option<PathBuf>,
+    /// Contour and Envoy, the second controller (needs the Gateway API's CRDs).
+    pub contour: Option<ContourOptions>,
 }
 
 /// Traefik as the local cluster's ingress controller (`--providers.kubernetesingress`),
@@ -65,9 +73,6 @@ pub struct TraefikOptions {
     /// Its HTTPS entry port on 127.0.0.1 (0: a free one); certificates come from the
     /// Ingresses' TLS Secrets.
     pub https_port: u16,
-    /// The Gateway API's CRDs (a folder of YAML files): with them, Traefik's Gateway
-    /// provider runs too, serving the Gateway [`GATEWAY`].
-    pub gateway_crds: Option<PathBuf>,
 }
 
 impl LocalOptions {
@@ -88,9 +93,10 @@ impl LocalOptions {
                 binary,
                 http_port: 0,
                 https_port: 0,
-                gateway_crds: Some(cache().join(format!("gateway-api/v{GATEWAY_API_VERSION}")))
-                    .filter(|d| d.join("httproutes.yaml").is_file()),
             });
+        let gateway_crds =
+            Some(cache().join(format!("gateway-api/v{GATEWAY_API_VERSION}-experimental")))
+                .filter(|d| d.join("httproutes.yaml").is_file());
         Self {
             dir,
             kube_bin,
@@ -98,6 +104,11 @@ impl LocalOptions {
             nodes: 2,
             images,
             traefik,
+            contour: gateway_crds
+                .is_some()
+                .then(|| ContourOptions::discover(&cache()))
+                .flatten(),
+            gateway_crds,
         }
     }
 }
@@ -126,6 +137,8 @@ pub struct LocalCluster {
     ingress: Option<(SocketAddr, SocketAddr)>,
     /// Whether Traefik serves the Gateway [`GATEWAY`] too.
     gateway: bool,
+    /// Where Contour's Envoy takes plain HTTP, if Contour runs.
+    contour: Option<SocketAddr>,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -171,6 +184,7 @@ impl LocalCluster {
             agent: None,
             ingress: None,
             gateway: false,
+            contour: None,
         };
         let files = Files::write(dir)?;
         // etcd.
@@ -272,8 +286,22 @@ impl LocalCluster {
                 images: options.images.clone(),
             })?);
         }
+        if let Some(dir) = &options.gateway_crds {
+            cluster.install_gateway_api(dir)?;
+        }
         if let Some(traefik) = &options.traefik {
-            cluster.start_traefik(traefik, &files)?;
+            cluster.start_traefik(traefik, &files, options.gateway_crds.is_some())?;
+        }
+        match (&options.contour, &options.gateway_crds) {
+            (Some(contour), Some(_)) => cluster.start_contour(contour, &files)?,
+            (Some(_), None) => {
+                return Err(ClusterError::Missing {
+                    what: "the Gateway API's CRDs, which Contour watches".into(),
+                    looked: cache().join("gateway-api"),
+                    fix: "bash scripts/controllers.sh".into(),
+                })
+            }
+            _ => {}
         }
         Ok(cluster)
     }
@@ -293,21 +321,12 @@ impl LocalCluster {
         &mut self,
         options: &TraefikOptions,
         files: &Files,
+        gateway: bool,
     ) -> Result<(), ClusterError> {
         let runtime = runtime()?;
-        let gateway_crds = match &options.gateway_crds {
-            Some(dir) => read_yaml_dir(dir)?,
-            None => Vec::new(),
-        };
-        let mut objects = traefik_objects();
-        objects.extend(gateway_crds.iter().cloned());
+        let objects = traefik_objects();
         runtime.block_on(crate::api::apply_all(&self.kubeconfig, &objects))?;
-        let crds: Vec<String> = objects
-            .iter()
-            .filter(|o| o["kind"] == "CustomResourceDefinition")
-            .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_owned))
-            .collect();
-        runtime.block_on(self.wait_established(&crds))?;
+        runtime.block_on(self.wait_established(&crd_names(&objects)))?;
         let port = |p: u16| if p == 0 { free_port() } else { Ok(p) };
         let (http, https, ping) = (
             port(options.http_port)?,
@@ -325,7 +344,6 @@ impl LocalCluster {
             "--log.level=INFO".to_owned(),
         ];
         // Every provider reads the same API server with Traefik's own token.
-        let gateway = !gateway_crds.is_empty();
         let providers: &[&str] = if gateway {
             &["kubernetesingress", "kubernetescrd", "kubernetesgateway"]
         } else {
@@ -413,20 +431,48 @@ impl LocalCluster {
         }
     }
 
+    /// Installs the Gateway API's kinds (every YAML file in `dir`) and waits until they
+    /// are served.
+    fn install_gateway_api(&self, dir: &Path) -> Result<(), ClusterError> {
+        let mut crds = Vec::new();
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| io(dir, e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            crds.extend(read_yaml(&path)?);
+        }
+        let runtime = runtime()?;
+        runtime.block_on(crate::api::apply_all(&self.kubeconfig, &crds))?;
+        runtime.block_on(self.wait_established(&crd_names(&crds)))
+    }
+
     /// The cluster file for this cluster: the controllers it runs, each where it takes
-    /// traffic (none: it runs none).
+    /// traffic (none: it runs none). Contour is named through its Gateway: its Ingress
+    /// support has no annotation for a response header, so route changes reach it only
+    /// through the Gateway API (IngressClass `contour` serves Ingresses all the same).
     pub fn cluster_file(&self) -> Option<String> {
-        let (http, https) = self.ingress?;
-        let mut text = format!(
-            "targets:\n  traefik: {{ ingress_class: traefik, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"
-        );
-        if self.gateway {
-            let (name, namespace, listener) = GATEWAY;
+        let mut text = String::from("targets:\n");
+        if let Some((http, https)) = self.ingress {
             text.push_str(&format!(
-                "  traefik-gateway: {{ gateway: {{ name: {name}, namespace: {namespace}, listener: {listener} }}, address: \"http://{http}\" }}\n"
+                "  traefik: {{ ingress_class: traefik, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"
+            ));
+            if self.gateway {
+                let (name, namespace, listener) = GATEWAY;
+                text.push_str(&format!(
+                    "  traefik-gateway: {{ gateway: {{ name: {name}, namespace: {namespace}, listener: {listener} }}, address: \"http://{http}\" }}\n"
+                ));
+            }
+        }
+        if let Some(at) = self.contour {
+            let (name, namespace, listener) = CONTOUR_GATEWAY;
+            text.push_str(&format!(
+                "  contour: {{ gateway: {{ name: {name}, namespace: {namespace}, listener: {listener} }}, address: \"http://{at}\" }}\n"
             ));
         }
-        Some(text)
+        (self.ingress.is_some() || self.contour.is_some()).then_some(text)
     }
 
     /// Service `kube-system/traefik` of type LoadBalancer with Traefik's two ports, its
@@ -605,31 +651,32 @@ const GATEWAY_KINDS: [&str; 9] = [
     "listenersets",
 ];
 
-/// Every object of every YAML file in `dir` (multi-document files too), as JSON.
-fn read_yaml_dir(dir: &Path) -> Result<Vec<serde_json::Value>, ClusterError> {
-    let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| io(dir, e))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    paths.sort();
+/// Every object of a YAML file (of several documents too), as JSON.
+fn read_yaml(path: &Path) -> Result<Vec<serde_json::Value>, ClusterError> {
+    let text = std::fs::read_to_string(path).map_err(|e| io(path, e))?;
     let mut out = Vec::new();
-    for path in paths {
-        let text = std::fs::read_to_string(&path).map_err(|e| io(&path, e))?;
-        for document in serde_yaml_ng::Deserializer::from_str(&text) {
-            let value =
-                <serde_json::Value as serde::Deserialize>::deserialize(document).map_err(|e| {
-                    ClusterError::File {
-                        path: path.clone(),
-                        message: e.to_string(),
-                    }
-                })?;
-            if !value.is_null() {
-                out.push(value);
-            }
+    for document in serde_yaml_ng::Deserializer::from_str(&text) {
+        let value =
+            <serde_json::Value as serde::Deserialize>::deserialize(document).map_err(|e| {
+                ClusterError::File {
+                    path: path.to_owned(),
+                    message: e.to_string(),
+                }
+            })?;
+        if !value.is_null() {
+            out.push(value);
         }
     }
     Ok(out)
+}
+
+/// The names of the custom resource definitions among `objects`.
+fn crd_names(objects: &[serde_json::Value]) -> Vec<String> {
+    objects
+        .iter()
+        .filter(|o| o["kind"] == "CustomResourceDefinition")
+        .filter_map(|o| o["metadata"]["name"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// IngressClass `traefik`, the custom resource kinds of Traefik's CRD provider (their
@@ -715,6 +762,7 @@ struct Files {
     controller_token: String,
     scheduler_token: String,
     traefik_token: String,
+    contour_token: String,
 }
 
 impl Files {
@@ -743,13 +791,14 @@ impl Files {
                 .map_err(|e| io(Path::new("/dev/urandom"), e))?;
             Ok::<_, ClusterError>(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
         };
-        let (admin_token, controller_token, scheduler_token, traefik_token) =
-            (token()?, token()?, token()?, token()?);
+        let (admin_token, controller_token, scheduler_token, traefik_token, contour_token) =
+            (token()?, token()?, token()?, token()?, token()?);
         let tokens = dir.join("tokens.csv");
         write_private(
             &tokens,
             &format!(
-                "{admin_token},admin,admin,\"system:masters\"\n{controller_token},system:kube-controller-manager,kube-controller-manager\n{scheduler_token},system:kube-scheduler,kube-scheduler\n{traefik_token},{TRAEFIK_USER},traefik\n"
+                "{admin_token},admin,admin,\"system:masters\"\n{controller_token},system:kube-controller-manager,kube-controller-manager\n{scheduler_token},system:kube-scheduler,kube-scheduler\n{traefik_token},{TRAEFIK_USER},traefik\n{contour_token},{},contour\n",
+                contour::USER
             ),
         )?;
         Ok(Self {
@@ -763,6 +812,7 @@ impl Files {
             controller_token,
             scheduler_token,
             traefik_token,
+            contour_token,
         })
     }
 

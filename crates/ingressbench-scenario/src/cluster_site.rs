@@ -844,6 +844,7 @@ impl ClusterSite {
 
 impl Drop for ClusterSite {
     fn drop(&mut self) {
+        let _ = self.run.delete_routes();
         let _ = self.run.delete();
         if let Some(dir) = &self.tls_dir {
             let _ = std::fs::remove_dir_all(dir);

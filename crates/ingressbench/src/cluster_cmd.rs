@@ -158,6 +158,8 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         .arg(args.http_port.to_string())
         .arg("--https-port")
         .arg(args.https_port.to_string())
+        .arg("--contour-port")
+        .arg(args.contour_port.to_string())
         .arg("--nodes")
         .arg(args.nodes.to_string())
         .stdin(Stdio::null())
@@ -177,8 +179,14 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
             );
             println!("export KUBECONFIG={}", kubeconfig(dir).display());
             if dir.join("cluster.yaml").is_file() {
+                let text = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap_or_default();
+                let targets: Vec<&str> = text
+                    .lines()
+                    .filter_map(|l| l.strip_prefix("  ")?.split_once(':').map(|(n, _)| n))
+                    .collect();
                 println!(
-                    "cluster file (Traefik, class traefik): {}",
+                    "cluster file ({}): {}",
+                    targets.join(", "),
                     dir.join("cluster.yaml").display()
                 );
             }
@@ -216,6 +224,12 @@ fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         None => {
             eprintln!("traefik not found (bash scripts/install-deps.sh): no ingress controller")
         }
+    }
+    match options.contour.as_mut() {
+        Some(c) => c.http_port = args.contour_port,
+        None => eprintln!(
+            "contour or the Gateway API's CRDs not found (bash scripts/controllers.sh): no Contour, no Gateway"
+        ),
     }
     let mut cluster = LocalCluster::up(&options)?;
     if let Some(text) = cluster.cluster_file() {
