@@ -860,7 +860,7 @@ fn ingress(o: &RunObjects, class: &str, annotations: BTreeMap<String, String>) -
     }
 }
 
-fn tls_secret_name(o: &RunObjects) -> String {
+pub(crate) fn tls_secret_name(o: &RunObjects) -> String {
     format!("{}-tls", o.pool)
 }
 

@@ -450,9 +450,8 @@ impl LocalCluster {
     }
 
     /// The cluster file for this cluster: the controllers it runs, each where it takes
-    /// traffic (none: it runs none). Contour is named through its Gateway: its Ingress
-    /// support has no annotation for a response header, so route changes reach it only
-    /// through the Gateway API (IngressClass `contour` serves Ingresses all the same).
+    /// traffic (none: it runs none). Traefik and Contour are each named twice: through
+    /// their IngressClass and through their Gateway.
     pub fn cluster_file(&self) -> Option<String> {
         let mut text = String::from("targets:\n");
         if let Some((http, https)) = self.ingress {
@@ -469,7 +468,7 @@ impl LocalCluster {
         if let Some(at) = self.contour {
             let (name, namespace, listener) = CONTOUR_GATEWAY;
             text.push_str(&format!(
-                "  contour: {{ gateway: {{ name: {name}, namespace: {namespace}, listener: {listener} }}, address: \"http://{at}\" }}\n"
+                "  contour: {{ ingress_class: contour, address: \"http://{at}\" }}\n  contour-gateway: {{ gateway: {{ name: {name}, namespace: {namespace}, listener: {listener} }}, address: \"http://{at}\" }}\n"
             ));
         }
         (self.ingress.is_some() || self.contour.is_some()).then_some(text)

@@ -21,6 +21,7 @@ pub const PROFILE: Profile = Profile {
     means: "annotations (config-backend, cors-*)",
     can: Can::ALL,
     render,
+    routes: None,
 };
 
 fn render(_namespace: &str, generation: u32, overlay: &Overlay) -> Rendered {

@@ -24,6 +24,7 @@ pub const PROFILE: Profile = Profile {
     means: "annotations (configuration-snippet, enable-cors)",
     can: Can::ALL,
     render,
+    routes: None,
 };
 
 fn render(_namespace: &str, generation: u32, overlay: &Overlay) -> Rendered {

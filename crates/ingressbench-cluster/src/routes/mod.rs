@@ -6,7 +6,8 @@
 //!
 //! - An Ingress of a class: its controller's [`Profile`], one row of [`PROFILES`], says
 //!   which annotations and objects carry a change ([`traefik`]: Middlewares;
-//!   [`haproxy_ingress`] and [`ingress_nginx`]: annotations). A class served by a
+//!   [`haproxy_ingress`] and [`ingress_nginx`]: annotations; [`contour`]: its HTTPProxies
+//!   instead of the Ingress). A class served by a
 //!   controller without a profile routes, but takes no route changes.
 //! - HTTPRoutes attached to a Gateway ([`gateway`]): a change becomes the route's own
 //!   filters, as the Gateway API defines them.
@@ -14,6 +15,7 @@
 //! A change a controller cannot express is refused before the run starts
 //! ([`Can::missing`]), naming the controller and the change.
 
+pub mod contour;
 pub mod gateway;
 pub mod haproxy_ingress;
 pub mod ingress_nginx;
@@ -77,6 +79,9 @@ pub struct Profile {
     /// The Ingress annotations and the other objects (in the run's namespace) that make
     /// `overlay` generation `generation`.
     pub render: fn(namespace: &str, generation: u32, overlay: &Overlay) -> Rendered,
+    /// The controller's own route objects that replace the Ingress in a run with route
+    /// changes, of a class, for a generation of a change (none: the Ingress stays).
+    pub routes: Option<fn(&RunObjects, &str, u32, &Overlay) -> Vec<Value>>,
 }
 
 /// What a profile renders for one generation.
@@ -91,6 +96,7 @@ pub struct Rendered {
 /// The Ingress controllers whose route changes the tool knows how to make.
 pub const PROFILES: &[Profile] = &[
     traefik::PROFILE,
+    contour::PROFILE,
     haproxy_ingress::PROFILE,
     ingress_nginx::PROFILE,
 ];
@@ -129,6 +135,14 @@ pub fn render(o: &RunObjects, generation: Option<u32>, overlay: &Overlay) -> Vec
             parent,
             implementation,
         } => gateway::httproutes(o, parent, implementation, generation, overlay),
+        Routing::Ingress {
+            class,
+            profile:
+                Some(Profile {
+                    routes: Some(routes),
+                    ..
+                }),
+        } if generation.is_some() => routes(o, class, generation.unwrap_or_default(), overlay),
         Routing::Ingress { class, profile } => {
             let rendered = match (generation, profile) {
                 (Some(g), Some(p)) => (p.render)(&o.namespace, g, overlay),

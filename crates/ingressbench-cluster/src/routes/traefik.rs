@@ -22,6 +22,7 @@ pub const PROFILE: Profile = Profile {
     means: "Middlewares",
     can: Can::ALL,
     render,
+    routes: None,
 };
 
 fn render(namespace: &str, generation: u32, overlay: &Overlay) -> Rendered {

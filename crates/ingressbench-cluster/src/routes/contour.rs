@@ -1,0 +1,133 @@
+//! Route changes through Contour, as its users make them: its own HTTPProxy, which has
+//! what its Ingress annotations lack (response headers, `corsPolicy`, path rewrites).
+//! A cell with route changes gets HTTPProxies instead of an Ingress (one per host; a
+//! route for any host, `*`, takes the scenario's default name, `app.test`, as its
+//! `fqdn`: an HTTPProxy needs one); a cell without gets the Ingress, as any class.
+
+use std::collections::BTreeMap;
+
+use ingressbench_lab::certs::DEFAULT_TLS_NAME;
+use ingressbench_lab::model::Overlay;
+use serde_json::{json, Value};
+
+use super::{Can, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
+use crate::deploy::RunObjects;
+
+/// The `spec.controller` of Contour's IngressClass.
+pub const CONTROLLER: &str = "projectcontour.io/ingress-controller";
+
+/// Contour's row of the table: everything, through HTTPProxies.
+pub const PROFILE: Profile = Profile {
+    name: "Contour",
+    controller: CONTROLLER,
+    means: "HTTPProxies (instead of the Ingress)",
+    can: Can::ALL,
+    render: |_, _, _| Rendered::default(),
+    routes: Some(httpproxies),
+};
+
+/// The run's HTTPProxies of class `class` for generation `generation` of `overlay`.
+fn httpproxies(o: &RunObjects, class: &str, generation: u32, overlay: &Overlay) -> Vec<Value> {
+    let mut hosts: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for (host, prefix) in &o.routes {
+        let host = if host == "*" { DEFAULT_TLS_NAME } else { host };
+        hosts.entry(host).or_default().push(prefix);
+    }
+    let set: Vec<Value> = super::response_headers(Some(generation), overlay)
+        .into_iter()
+        .map(|(name, value)| json!({ "name": name, "value": value }))
+        .collect();
+    let route = |prefix: &str, rewrite: Option<&str>| {
+        let mut r = json!({
+            "conditions": [{ "prefix": prefix }],
+            "services": [{ "name": o.pool, "port": 80 }],
+            "responseHeadersPolicy": { "set": set },
+        });
+        if let Some(to) = rewrite {
+            r["pathRewritePolicy"] =
+                json!({ "replacePrefix": [{ "prefix": prefix, "replacement": to }] });
+        }
+        r
+    };
+    let several = hosts.len() > 1;
+    hosts
+        .into_iter()
+        .enumerate()
+        .map(|(i, (fqdn, prefixes))| {
+            let mut routes: Vec<Value> = prefixes.iter().map(|p| route(p, None)).collect();
+            if let Some((from, to)) = &overlay.rewrite {
+                if prefixes.iter().any(|p| from.starts_with(p)) {
+                    routes.push(route(from, Some(to)));
+                }
+            }
+            let mut virtualhost = json!({ "fqdn": fqdn });
+            if o.tls.is_some() {
+                virtualhost["tls"] = json!({ "secretName": crate::deploy::tls_secret_name(o) });
+            }
+            if let Some(origin) = &overlay.cors_origin {
+                virtualhost["corsPolicy"] = json!({ "allowOrigin": [origin],
+                    "allowMethods": CORS_METHODS, "maxAge": format!("{CORS_MAX_AGE_S}s") });
+            }
+            let name = if several {
+                format!("{}-{}", o.pool, i + 1)
+            } else {
+                o.pool.clone()
+            };
+            json!({ "apiVersion": "projectcontour.io/v1", "kind": "HTTPProxy",
+                "metadata": { "name": name },
+                "spec": { "ingressClassName": class, "virtualhost": virtualhost, "routes": routes } })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::routes::Routing;
+
+    #[test]
+    fn a_change_becomes_the_proxys_headers_cors_and_a_rewritten_route() {
+        let o = RunObjects {
+            namespace: "ib-1".into(),
+            run_id: "1".into(),
+            pool: "echo".into(),
+            replicas: 1,
+            image: "ingressbench".into(),
+            backend_args: Vec::new(),
+            routes: vec![("*".into(), "/".into())],
+            routing: Routing::Ingress {
+                class: "contour".into(),
+                profile: Some(&PROFILE),
+            },
+            generation: Some(1),
+            cors_origins: Vec::new(),
+            sysctls: BTreeMap::new(),
+            grace_s: 1,
+            tls: Some(("C".into(), "K".into())),
+        };
+        let change = Overlay {
+            response_header: Some(("X-Churn".into(), "on".into())),
+            cors_origin: Some("https://app.example".into()),
+            rewrite: Some(("/old".into(), "/new".into())),
+        };
+        let all = crate::routes::render(&o, Some(2), &change);
+        assert_eq!(all.len(), 1, "an HTTPProxy instead of the Ingress");
+        let spec = &all[0]["spec"];
+        assert_eq!(spec["virtualhost"]["fqdn"], "app.test");
+        assert_eq!(spec["virtualhost"]["tls"]["secretName"], "echo-tls");
+        assert_eq!(spec["virtualhost"]["corsPolicy"]["maxAge"], "600s");
+        assert_eq!(
+            spec["routes"][0]["responseHeadersPolicy"]["set"][0],
+            json!({ "name": "x-ingressbench-generation", "value": "2" })
+        );
+        assert_eq!(
+            spec["routes"][1]["pathRewritePolicy"]["replacePrefix"][0],
+            json!({ "prefix": "/old", "replacement": "/new" })
+        );
+        // Without route changes: the Ingress, as for any class.
+        assert_eq!(
+            crate::routes::render(&o, None, &Overlay::default())[0]["kind"],
+            "Ingress"
+        );
+    }
+}
