@@ -81,8 +81,11 @@ pub struct Profile {
     pub render: fn(namespace: &str, generation: u32, overlay: &Overlay) -> Rendered,
     /// The controller's own route objects that replace the Ingress in a run with route
     /// changes, of a class, for a generation of a change (none: the Ingress stays).
-    pub routes: Option<fn(&RunObjects, &str, u32, &Overlay) -> Vec<Value>>,
+    pub routes: Option<RouteObjects>,
 }
+
+/// A controller's own route objects for the run, its class, a generation and a change.
+pub type RouteObjects = fn(&RunObjects, &str, u32, &Overlay) -> Vec<Value>;
 
 /// What a profile renders for one generation.
 #[derive(Debug, Default)]
