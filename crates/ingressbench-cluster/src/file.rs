@@ -211,6 +211,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_shipped_local_cluster_file_names_both_controllers_both_ways() {
+        let file =
+            ClusterFile::parse(include_str!("../../../examples/cluster-local.yaml")).unwrap();
+        let names: Vec<&str> = file.targets.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            ["contour", "contour-gateway", "traefik", "traefik-gateway"]
+        );
+        assert!(file.targets["contour-gateway"].gateway.is_some());
+        assert_eq!(
+            file.targets["traefik"].ingress_class.as_deref(),
+            Some("traefik")
+        );
+    }
+
+    #[test]
     fn a_cluster_file_says_what_is_wrong_and_what_would_be_valid() {
         let ok = ClusterFile::parse(
             "targets: { traefik: { ingress_class: traefik, address: http://127.0.0.1:8080 } }",

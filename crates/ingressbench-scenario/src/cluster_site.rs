@@ -249,9 +249,9 @@ pub(crate) struct ClusterSite {
     /// HTTPRoutes how long the controller took to accept them.
     routes_record: serde_json::Value,
     records: Vec<ChangeRecord>,
-    /// Route changes whose status the controller has not reported yet (HTTPRoutes): the
-    /// record, and when a condition was first seen false.
-    reporting: Vec<(usize, Option<Instant>)>,
+    /// Route changes whose status the controller has not reported yet (HTTPRoutes), by
+    /// record.
+    reporting: Vec<usize>,
     status_at: Instant,
     /// Changes not yet in the EndpointSlices: record, what to look for, and when it was
     /// asked (just before the API call).
@@ -715,7 +715,7 @@ impl Site for ClusterSite {
                     vec![(GENERATION_HEADER, generation)],
                 );
                 if matches!(self.run.objects().routing, Routing::Gateway { .. }) {
-                    self.reporting.push((index, None));
+                    self.reporting.push(index);
                 }
                 Ok(index)
             }
@@ -798,10 +798,11 @@ impl Site for ClusterSite {
 impl ClusterSite {
     /// For the oldest route change not yet reported: reads the routes' status (at most
     /// every [`STATUS_EVERY`]) and records when the controller reported the change's
-    /// generation; a condition false for it is an error once it stayed so for
-    /// [`REFUSED_GRACE`], as is no report within [`ROUTE_STATUS_TIMEOUT`].
+    /// generation. A condition false for it is an error at once (the controller judged
+    /// that very generation; waiting would let a later change hide it), as is no report
+    /// within [`ROUTE_STATUS_TIMEOUT`].
     fn read_route_status(&mut self, now: Instant) -> Result<(), String> {
-        let (Some(&(index, refused_since)), Routing::Gateway { parent, .. }) =
+        let (Some(&index), Routing::Gateway { parent, .. }) =
             (self.reporting.first(), &self.run.objects().routing)
         else {
             return Ok(());
@@ -817,17 +818,12 @@ impl ClusterSite {
                 self.reporting.remove(0);
             }
             Some((name, gateway::Verdict::Refused(why))) => {
-                let since = refused_since.unwrap_or(now);
-                if now.duration_since(since) >= REFUSED_GRACE {
-                    return Err(format!(
-                        "HTTPRoute {}/{name} refused the change `{what}`: {why}",
-                        self.run.name()
-                    ));
-                }
-                self.reporting[0].1 = Some(since);
+                return Err(format!(
+                    "HTTPRoute {}/{name} refused the change `{what}`: {why}",
+                    self.run.name()
+                ));
             }
             Some((name, why)) => {
-                self.reporting[0].1 = None;
                 let asked = self.records[index].requested_at;
                 if now.duration_since(asked) >= ROUTE_STATUS_TIMEOUT {
                     return Err(format!(

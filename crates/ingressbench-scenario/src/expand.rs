@@ -43,6 +43,15 @@ impl Cell {
     }
 }
 
+/// Whether a scenario's text names `{ cluster: NAME }` targets (it was written for a
+/// cluster file, whose other targets it does not want).
+pub fn names_cluster_targets(text: &str) -> bool {
+    serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text)
+        .ok()
+        .and_then(|v| v.get("targets")?.as_sequence().cloned())
+        .is_some_and(|t| t.iter().any(|t| t.get("cluster").is_some()))
+}
+
 /// Parses `text` (the file at `path`), applies `sets` (`path`, `value` pairs, as
 /// `--set`) and, with `quick`, the file's `quick` section, checks everything, and returns
 /// the cells in running order: every repeat runs every combination, and within a
@@ -443,6 +452,17 @@ mod tests {
             err.contains("with --set load.rate=abc: invalid type: string \"abc\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_scenario_written_for_a_cluster_file_names_its_targets() {
+        assert!(names_cluster_targets(
+            "name: t\ntargets: [{ cluster: traefik }]\n"
+        ));
+        assert!(!names_cluster_targets(
+            "name: t\ntargets: [nginx, { proxy: envoy }]\n"
+        ));
+        assert!(!names_cluster_targets("not: [yaml"));
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub mod store;
 mod usage;
 
 pub use error::ScenarioError;
-pub use expand::{expand, Cell};
+pub use expand::{expand, names_cluster_targets, Cell};
 pub use model::{
     ConfigChange, EventFile, EventSpec, LoadFile, LoadModeFile, Scenario, Target, Timing,
 };

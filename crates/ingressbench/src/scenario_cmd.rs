@@ -87,7 +87,7 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
                 .map_err(UsageError)?;
             let mut sets = parse_sets(&args.sets)?;
             if let Some(cluster) = &args.cluster {
-                cluster_targets(cluster, &mut sets)?;
+                cluster_targets(cluster, &text, &mut sets)?;
             }
             (text, file.clone(), sets, args.quick, args.out.clone())
         }
@@ -170,11 +170,18 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
     })
 }
 
-/// With `--cluster`, the cluster file's targets are the run's (the scenario's own are
-/// the lab's proxies), unless `--set targets=…` chooses: a `--set` of them, recorded with
-/// the run so that `--resume` runs the same.
-fn cluster_targets(path: &std::path::Path, sets: &mut Vec<(String, String)>) -> Result<()> {
-    if sets.iter().any(|(k, _)| k == "targets") {
+/// With `--cluster`, a scenario written for the lab (its targets proxies) runs against
+/// every target of the cluster file, unless `--set targets=…` chooses; one that names
+/// `{ cluster: NAME }` targets runs those. Made a `--set`, recorded with the run so that
+/// `--resume` runs the same.
+fn cluster_targets(
+    path: &std::path::Path,
+    scenario: &str,
+    sets: &mut Vec<(String, String)>,
+) -> Result<()> {
+    if ingressbench_scenario::names_cluster_targets(scenario)
+        || sets.iter().any(|(k, _)| k == "targets")
+    {
         return Ok(());
     }
     let file =

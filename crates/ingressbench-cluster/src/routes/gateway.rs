@@ -43,16 +43,30 @@ pub enum CorsBy {
     TraefikMiddleware,
 }
 
-/// The implementations the tool knows. Traefik 3.7 was run here: it reports a route with
-/// the API's `CORS` filter `Accepted`, then answers every request of it with 500
+/// The implementations the tool knows, each measured here. Traefik 3.7 reports a route
+/// with the API's `CORS` filter `Accepted`, then answers every request of it with 500
 /// ("unsupported filter CORS" in its log); its documented way is a Middleware named by an
-/// `ExtensionRef` filter, which is what the tool makes.
-const KNOWN: &[Implementation] = &[Implementation {
-    controller: "traefik.io/gateway-controller",
-    name: "Traefik",
-    can: Can::ALL,
-    cors: CorsBy::TraefikMiddleware,
-}];
+/// `ExtensionRef` filter, which is what the tool makes. Contour 1.33 reports such a route
+/// `Accepted=False` (`UnsupportedValue`: "only RequestHeaderModifier,
+/// ResponseHeaderModifier, RequestRedirect, RequestMirror and URLRewrite are supported").
+const KNOWN: &[Implementation] = &[
+    Implementation {
+        controller: "traefik.io/gateway-controller",
+        name: "Traefik",
+        can: Can::ALL,
+        cors: CorsBy::TraefikMiddleware,
+    },
+    Implementation {
+        controller: "projectcontour.io/gateway-controller",
+        name: "Contour",
+        can: Can {
+            header: true,
+            rewrite: true,
+            cors: false,
+        },
+        cors: CorsBy::Filter,
+    },
+];
 
 /// An implementation not in [`KNOWN`]: the Extended features the API names for header
 /// changes and rewrites, and CORS through the API's filter, which it may refuse in the
@@ -385,6 +399,7 @@ mod tests {
             with_cors[0]["metadata"]["name"]
         );
         assert_eq!(support("example.com/other").cors, CorsBy::Filter);
+        assert!(!support("projectcontour.io/gateway-controller").can.cors);
     }
 
     #[test]

@@ -13,7 +13,14 @@ fn local(verb: &str, dir: &Path) -> Output {
     command.args(["cluster", "local", verb, "--dir"]).arg(dir);
     if verb == "up" {
         // Tests run side by side: Traefik on a free port, not the default.
-        command.args(["--http-port", "0", "--https-port", "0"]);
+        command.args([
+            "--http-port",
+            "0",
+            "--https-port",
+            "0",
+            "--contour-port",
+            "0",
+        ]);
     }
     command.output().unwrap()
 }
@@ -111,6 +118,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     );
     a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(&dir);
     the_shipped_churn_and_pod_kill_scenarios_run_in_the_cluster(&dir);
+    each_controller_routes_and_takes_route_changes_the_way_its_api_does(&dir);
     let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
     let down = local("down", &dir);
     assert!(down.status.success(), "{}", text(&down));
@@ -353,10 +361,51 @@ fn cluster_check_says_what_is_missing(dir: &Path) {
         said.contains("ok   API: answers, Kubernetes v1.33.13"),
         "{said}"
     );
-    assert!(said.contains("ok   permissions: all 18 verbs"), "{said}");
+    let verbs = ingressbench_cluster::check::NEEDED.len();
+    assert!(
+        said.contains(&format!("ok   permissions: all {verbs} verbs")),
+        "{said}"
+    );
     assert!(
         said.contains("ok   traefik: ingress class: `traefik` exists"),
         "{said}"
+    );
+    // Both Gateways, each with its implementation.
+    for (target, gateway, controller) in [
+        ("traefik-gateway", "kube-system/traefik", "traefik.io"),
+        (
+            "contour-gateway",
+            "projectcontour/contour",
+            "projectcontour.io",
+        ),
+    ] {
+        assert!(
+            said.contains(&format!(
+                "ok   {target}: gateway: {gateway} (listener web) exists (controller {controller}/gateway-controller)"
+            )),
+            "{said}"
+        );
+    }
+    // A listener the Gateway does not have, and a Gateway that is not there.
+    let wrong = dir.join("wrong-gateway.yaml");
+    std::fs::write(
+        &wrong,
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .replace("listener: web", "listener: websecure")
+            .replace(
+                "name: contour, namespace: projectcontour",
+                "name: contour, namespace: default",
+            ),
+    )
+    .unwrap();
+    let out = check(&wrong, &admin);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("FAIL traefik-gateway: gateway: Gateway kube-system/traefik has no listener `websecure` (it has: web)")
+            && text(&out).contains("FAIL contour-gateway: gateway: no Gateway default/contour"),
+        "{}",
+        text(&out)
     );
     assert!(said.contains("ok   traefik: address"), "{said}");
     // The same controller found through its LoadBalancer Service's status.
@@ -375,7 +424,7 @@ fn cluster_check_says_what_is_missing(dir: &Path) {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(
         text(&out).contains(
-            "FAIL traefik: ingress class: no IngressClass `haproxy` (there are: traefik)"
+            "FAIL traefik: ingress class: no IngressClass `haproxy` (there are: contour, traefik)"
         ) && text(&out).contains("correct targets.traefik.ingress_class"),
         "{}",
         text(&out)
@@ -641,7 +690,7 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
     let scenario = dir.join("scale-kill.yaml");
     std::fs::write(
         &scenario,
-        "name: scale-kill\ntargets: [traefik]\nbackends: [{ name: echo, replicas: 3 }]\ntls: false\nload: { mode: open, rate: 100, connections: 20, duration: 14s, warmup: 1s, sample_rate: 1 }\nevents:\n  - { at: 2s, scale: 4 }\n  - { at: 5s, scale: 3 }\n  - { at: 8s, kill: random }\n  - { at: 10s, stall_backend: { backend: echo-1, for: 1500ms } }\n",
+        "name: scale-kill\ntargets: [{ cluster: traefik }]\nbackends: [{ name: echo, replicas: 3 }]\ntls: false\nload: { mode: open, rate: 100, connections: 20, duration: 14s, warmup: 1s, sample_rate: 1 }\nevents:\n  - { at: 2s, scale: 4 }\n  - { at: 5s, scale: 3 }\n  - { at: 8s, kill: random }\n  - { at: 10s, stall_backend: { backend: echo-1, for: 1500ms } }\n",
     )
     .unwrap();
     let out = dir.join("results");
@@ -702,9 +751,10 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
     let unplaced = dir.join("unplaced.yaml");
     std::fs::write(
         &unplaced,
-        std::fs::read_to_string(&scenario)
-            .unwrap()
-            .replace("targets: [traefik]", "targets: [traefik, haproxy]"),
+        std::fs::read_to_string(&scenario).unwrap().replace(
+            "targets: [{ cluster: traefik }]",
+            "targets: [{ cluster: traefik }, { cluster: haproxy }]",
+        ),
     )
     .unwrap();
     let started = std::time::Instant::now();
@@ -918,4 +968,182 @@ fn the_shipped_churn_and_pod_kill_scenarios_run_in_the_cluster(dir: &Path) {
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())
     });
+}
+
+/// Route changes (header, rewrite, CORS, revert) on two hosts through every controller of
+/// the local cluster, the way each takes them: Traefik's Middlewares, Contour's
+/// HTTPProxies, and HTTPRoute filters on both Gateways (Traefik's CORS through a
+/// Middleware the route names). Each change's `took_effect_s` is measured, and the raw
+/// samples agree: every answer completed before the change was asked carries an older
+/// generation, every answer after its mixed window the new one. What a controller
+/// cannot express is refused before anything is made; a route its Gateway does not
+/// accept fails the cell, naming the condition's reason, within seconds.
+fn each_controller_routes_and_takes_route_changes_the_way_its_api_does(dir: &Path) {
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let file = std::fs::read_to_string(&cluster).unwrap();
+    for name in ["traefik", "traefik-gateway", "contour", "contour-gateway"] {
+        assert!(file.contains(&format!("  {name}: ")), "{file}");
+    }
+    let scenario = dir.join("controllers.yaml");
+    let events = "[{ at: 2s, config: { response_header: { name: X-Churn, value: \"on\" } } }, { at: 4s, config: { response_header: { name: X-Churn, value: \"on\" }, rewrite: { from: /old, to: /new } } }, { at: 6s, config: { cors_origin: \"https://app.example\" } }, { at: 8s, config: revert }]";
+    std::fs::write(
+        &scenario,
+        format!("name: controllers\ntargets: [traefik]\nbackends: [{{ name: echo, replicas: 2 }}]\nroutes:\n  - {{ host: a.app.test, path_prefix: /, pool: echo }}\n  - {{ host: b.app.test, path_prefix: /api, pool: echo }}\ntls: false\nload: {{ mode: open, rate: 100, connections: 10, duration: 10s, host: a.app.test, sample_rate: 1 }}\nevents: {events}\n"),
+    )
+    .unwrap();
+    // Contour's Gateway refuses the API's CORS filter: refused before anything is made.
+    let out = dir.join("controllers");
+    refused(&scenario, &cluster, &kubeconfig, &out, "Contour");
+    refused(
+        &scenario,
+        &cluster,
+        &kubeconfig,
+        &out,
+        "cannot express CORS",
+    );
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
+        .args([
+            "--set",
+            "targets=[{ cluster: traefik }, { cluster: traefik-gateway }, { cluster: contour }]",
+        ])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let without_cors = dir.join("controllers-contour-gateway");
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &without_cors)
+        .args(["--set", "targets=[{ cluster: contour-gateway }]"])
+        .args(["--set", "events=[{ at: 2s, config: { response_header: { name: X-Churn, value: \"on\" } } }, { at: 4s, config: { response_header: { name: X-Churn, value: \"on\" }, rewrite: { from: /old, to: /new } } }, { at: 8s, config: revert }]"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let mut cells: Vec<std::path::PathBuf> = [&out, &without_cors]
+        .iter()
+        .flat_map(|o| std::fs::read_dir(o.join("cells")).unwrap().flatten())
+        .map(|e| e.path())
+        .collect();
+    cells.sort();
+    assert_eq!(cells.len(), 4, "{cells:?}");
+    let run_json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    for cell in run_json["cells"].as_array().unwrap() {
+        // How the routes were made is recorded; an HTTPRoute's acceptance is timed.
+        let routes = &cell["routes"];
+        if routes["kind"] == "HTTPRoute" {
+            assert!(
+                routes["accepted_after_s"].as_f64().unwrap() > 0.0,
+                "{routes}"
+            );
+            assert_eq!(
+                routes["names"].as_array().unwrap().len(),
+                2,
+                "a route per host"
+            );
+        }
+    }
+    for cell in &cells {
+        let impact: Vec<serde_json::Value> =
+            serde_json::from_slice(&std::fs::read(cell.join("impact.json")).unwrap()).unwrap();
+        let gateway = cell.to_string_lossy().contains("gateway");
+        let samples = samples_of(cell);
+        assert!(
+            samples.iter().all(|s| s.status == 200),
+            "{cell:?}: every answer a 200"
+        );
+        for (i, change) in impact.iter().enumerate() {
+            let generation = i as u64 + 2;
+            let at = |k: &str| change[k].as_f64().unwrap_or(f64::NAN);
+            let (requested, took_effect) = (at("requested_s"), at("took_effect_s"));
+            assert!(took_effect >= requested, "{cell:?}: {change}");
+            // Through the Gateway API, the controller reported the route's generation.
+            if gateway {
+                assert!(at("reported_s") >= requested, "{cell:?}: {change}");
+            }
+            let mixed = change["generations"][0]["mixed_window_s"].as_f64().unwrap();
+            let until = impact
+                .get(i + 1)
+                .map_or(f64::MAX, |n| n["requested_s"].as_f64().unwrap());
+            for s in &samples {
+                if s.done < requested {
+                    assert!(s.generation < generation, "{cell:?}: {change}: {s:?}");
+                } else if s.done > took_effect + mixed && s.done < until {
+                    assert!(s.generation >= generation, "{cell:?}: {change}: {s:?}");
+                }
+            }
+        }
+    }
+    // A route its Gateway does not accept (a listener for its own namespace only).
+    let web = file
+        .lines()
+        .find(|l| l.starts_with("  traefik-gateway:"))
+        .and_then(|l| l.rsplit_once("http://"))
+        .map(|(_, a)| a.trim_end_matches(['"', ' ', '}']).to_owned())
+        .unwrap();
+    let port: u16 = web.rsplit_once(':').unwrap().1.parse().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(ingressbench_cluster::api::apply_all(
+        &kubeconfig,
+        &[serde_json::json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": { "name": "same-namespace-only", "namespace": "kube-system" },
+            "spec": { "gatewayClassName": "traefik", "listeners": [{ "name": "web", "port": port,
+                "protocol": "HTTP", "allowedRoutes": { "namespaces": { "from": "Same" } } }] },
+        })],
+    ))
+    .unwrap();
+    let wrong = dir.join("wrong-parent.yaml");
+    std::fs::write(
+        &wrong,
+        format!("targets:\n  wrong: {{ gateway: {{ name: same-namespace-only, namespace: kube-system }}, address: \"http://{web}\" }}\n"),
+    )
+    .unwrap();
+    let plain = dir.join("plain.yaml");
+    std::fs::write(&plain, "name: plain\ntargets: [traefik]\nbackends: [{ name: echo, replicas: 1 }]\ntls: false\nload: { mode: open, rate: 10, duration: 2s }\n").unwrap();
+    refused(
+        &plain,
+        &wrong,
+        &kubeconfig,
+        &dir.join("wrong"),
+        "Accepted=False (NotAllowedByListeners)",
+    );
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
+}
+
+/// One sampled answer: when it completed (s from the load's start), its status and the
+/// generation it carried.
+#[derive(Debug)]
+struct Answer {
+    done: f64,
+    status: u16,
+    generation: u64,
+}
+
+/// Every sample of a cell.
+fn samples_of(cell: &Path) -> Vec<Answer> {
+    use std::io::Read;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(std::fs::File::open(cell.join("samples.csv.gz")).unwrap())
+        .read_to_string(&mut text)
+        .unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (intended, latency, status, generation) = (
+        col("intended_at_s"),
+        col("latency_s"),
+        col("status"),
+        col("generation"),
+    );
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            Answer {
+                done: f[intended].parse::<f64>().unwrap() + f[latency].parse::<f64>().unwrap(),
+                status: f[status].parse().unwrap_or(0),
+                generation: f[generation].parse().unwrap_or(0),
+            }
+        })
+        .collect()
 }
