@@ -637,7 +637,7 @@ const TRAEFIK_KINDS: [&str; 10] = [
     "TraefikService",
 ];
 
-/// The Gateway API kinds Traefik's Gateway provider reads (and reports on).
+/// The Gateway API kinds the controllers' Gateway providers read (and report on).
 const GATEWAY_KINDS: [&str; 9] = [
     "gatewayclasses",
     "gateways",

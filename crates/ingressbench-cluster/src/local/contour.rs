@@ -190,16 +190,7 @@ impl LocalCluster {
 /// plain HTTP listener on `listener_port`, and the placeholder route.
 fn objects(listener_port: u16) -> Vec<Value> {
     let (name, namespace, listener) = GATEWAY;
-    let gateway_kinds = [
-        "gatewayclasses",
-        "gateways",
-        "httproutes",
-        "grpcroutes",
-        "tlsroutes",
-        "tcproutes",
-        "referencegrants",
-        "backendtlspolicies",
-    ];
+    let gateway_kinds = super::GATEWAY_KINDS;
     let contour_kinds = [
         "httpproxies",
         "tlscertificatedelegations",

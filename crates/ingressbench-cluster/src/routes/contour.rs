@@ -87,23 +87,13 @@ mod tests {
 
     #[test]
     fn a_change_becomes_the_proxys_headers_cors_and_a_rewritten_route() {
+        let routing = Routing::Ingress {
+            class: "contour".into(),
+            profile: Some(&PROFILE),
+        };
         let o = RunObjects {
-            namespace: "ib-1".into(),
-            run_id: "1".into(),
-            pool: "echo".into(),
-            replicas: 1,
-            image: "ingressbench".into(),
-            backend_args: Vec::new(),
-            routes: vec![("*".into(), "/".into())],
-            routing: Routing::Ingress {
-                class: "contour".into(),
-                profile: Some(&PROFILE),
-            },
-            generation: Some(1),
-            cors_origins: Vec::new(),
-            sysctls: BTreeMap::new(),
-            grace_s: 1,
             tls: Some(("C".into(), "K".into())),
+            ..crate::routes::test_objects(&[("*", "/")], routing)
         };
         let change = Overlay {
             response_header: Some(("X-Churn".into(), "on".into())),

@@ -310,26 +310,13 @@ mod tests {
             namespace: "infra".into(),
             listener: Some("web".into()),
         };
+        let routing = Routing::Gateway {
+            parent,
+            implementation: &OTHER,
+        };
         RunObjects {
-            namespace: "ib-1".into(),
-            run_id: "1".into(),
-            pool: "echo".into(),
-            replicas: 1,
-            image: "ingressbench".into(),
-            backend_args: Vec::new(),
-            routes: routes
-                .iter()
-                .map(|(h, p)| ((*h).to_owned(), (*p).to_owned()))
-                .collect(),
-            routing: Routing::Gateway {
-                parent,
-                implementation: &OTHER,
-            },
             cors_origins: vec!["https://app.example".into()],
-            generation: None,
-            sysctls: BTreeMap::new(),
-            grace_s: 1,
-            tls: None,
+            ..crate::routes::test_objects(routes, routing)
         }
     }
 

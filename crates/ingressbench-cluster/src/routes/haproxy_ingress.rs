@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use ingressbench_lab::model::Overlay;
 
-use super::{Can, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
+use super::{Can, Profile, Rendered};
 
 /// The `spec.controller` of HAProxy Ingress's IngressClass.
 pub const CONTROLLER: &str = "haproxy-ingress.github.io/controller";
@@ -38,14 +38,7 @@ fn render(_namespace: &str, generation: u32, overlay: &Overlay) -> Rendered {
     }
     let mut annotations = BTreeMap::from([(format!("{PREFIX}/config-backend"), lines.join("\n"))]);
     if let Some(origin) = &overlay.cors_origin {
-        for (key, value) in [
-            ("cors-enable", "true".to_owned()),
-            ("cors-allow-origin", origin.clone()),
-            ("cors-allow-methods", CORS_METHODS.join(", ")),
-            ("cors-max-age", CORS_MAX_AGE_S.to_string()),
-        ] {
-            annotations.insert(format!("{PREFIX}/{key}"), value);
-        }
+        annotations.extend(super::cors_annotations(PREFIX, "cors-enable", origin));
     }
     Rendered {
         annotations,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use ingressbench_lab::model::Overlay;
 
-use super::{Can, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
+use super::{Can, Profile, Rendered};
 
 /// The `spec.controller` of ingress-nginx's IngressClass.
 pub const CONTROLLER: &str = "k8s.io/ingress-nginx";
@@ -47,14 +47,7 @@ fn render(_namespace: &str, generation: u32, overlay: &Overlay) -> Rendered {
     let mut annotations =
         BTreeMap::from([(format!("{PREFIX}/configuration-snippet"), lines.join("\n"))]);
     if let Some(origin) = &overlay.cors_origin {
-        for (key, value) in [
-            ("enable-cors", "true".to_owned()),
-            ("cors-allow-origin", origin.clone()),
-            ("cors-allow-methods", CORS_METHODS.join(", ")),
-            ("cors-max-age", CORS_MAX_AGE_S.to_string()),
-        ] {
-            annotations.insert(format!("{PREFIX}/{key}"), value);
-        }
+        annotations.extend(super::cors_annotations(PREFIX, "enable-cors", origin));
     }
     Rendered {
         annotations,

@@ -190,6 +190,44 @@ pub(crate) fn regex_literal(text: &str) -> String {
     out
 }
 
+/// The annotations `KEY-allow-origin`, `-allow-methods`, `-max-age` (after `PREFIX/`)
+/// and `enable` set to true: CORS for `origin` as ingress-nginx and HAProxy Ingress name
+/// it.
+pub(crate) fn cors_annotations(prefix: &str, enable: &str, origin: &str) -> Vec<(String, String)> {
+    [
+        (enable.to_owned(), "true".to_owned()),
+        ("cors-allow-origin".to_owned(), origin.to_owned()),
+        ("cors-allow-methods".to_owned(), CORS_METHODS.join(", ")),
+        ("cors-max-age".to_owned(), CORS_MAX_AGE_S.to_string()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("{prefix}/{k}"), v))
+    .collect()
+}
+
+/// A run of `routes` (host, path prefix) routed by `routing`, for the tests.
+#[cfg(test)]
+pub(crate) fn test_objects(routes: &[(&str, &str)], routing: Routing) -> RunObjects {
+    RunObjects {
+        namespace: "ib-1".into(),
+        run_id: "1".into(),
+        pool: "echo".into(),
+        replicas: 1,
+        image: "ingressbench".into(),
+        backend_args: Vec::new(),
+        routes: routes
+            .iter()
+            .map(|(h, p)| ((*h).to_owned(), (*p).to_owned()))
+            .collect(),
+        routing,
+        generation: Some(1),
+        cors_origins: Vec::new(),
+        sysctls: BTreeMap::new(),
+        grace_s: 1,
+        tls: None,
+    }
+}
+
 /// The methods a CORS change allows, and how long a preflight is cached (s).
 pub(crate) const CORS_METHODS: [&str; 3] = ["GET", "POST", "OPTIONS"];
 pub(crate) const CORS_MAX_AGE_S: u32 = 600;

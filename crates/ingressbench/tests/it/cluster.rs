@@ -986,10 +986,12 @@ fn each_controller_routes_and_takes_route_changes_the_way_its_api_does(dir: &Pat
         assert!(file.contains(&format!("  {name}: ")), "{file}");
     }
     let scenario = dir.join("controllers.yaml");
-    let events = "[{ at: 2s, config: { response_header: { name: X-Churn, value: \"on\" } } }, { at: 4s, config: { response_header: { name: X-Churn, value: \"on\" }, rewrite: { from: /old, to: /new } } }, { at: 6s, config: { cors_origin: \"https://app.example\" } }, { at: 8s, config: revert }]";
+    // Three seconds between changes and after the last: Traefik applies provider changes
+    // at most once per 2 s, and its Gateway provider took up to 2 s here.
+    let events = "[{ at: 1500ms, config: { response_header: { name: X-Churn, value: \"on\" } } }, { at: 4500ms, config: { response_header: { name: X-Churn, value: \"on\" }, rewrite: { from: /old, to: /new } } }, { at: 7500ms, config: { cors_origin: \"https://app.example\" } }, { at: 10500ms, config: revert }]";
     std::fs::write(
         &scenario,
-        format!("name: controllers\ntargets: [traefik]\nbackends: [{{ name: echo, replicas: 2 }}]\nroutes:\n  - {{ host: a.app.test, path_prefix: /, pool: echo }}\n  - {{ host: b.app.test, path_prefix: /api, pool: echo }}\ntls: false\nload: {{ mode: open, rate: 100, connections: 10, duration: 10s, host: a.app.test, sample_rate: 1 }}\nevents: {events}\n"),
+        format!("name: controllers\ntargets: [traefik]\nbackends: [{{ name: echo, replicas: 2 }}]\nroutes:\n  - {{ host: a.app.test, path_prefix: /, pool: echo }}\n  - {{ host: b.app.test, path_prefix: /api, pool: echo }}\ntls: false\nload: {{ mode: open, rate: 100, connections: 10, duration: 14s, host: a.app.test, sample_rate: 1 }}\nevents: {events}\n"),
     )
     .unwrap();
     // Contour's Gateway refuses the API's CORS filter: refused before anything is made.
@@ -1013,7 +1015,8 @@ fn each_controller_routes_and_takes_route_changes_the_way_its_api_does(dir: &Pat
     let without_cors = dir.join("controllers-contour-gateway");
     let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &without_cors)
         .args(["--set", "targets=[{ cluster: contour-gateway }]"])
-        .args(["--set", "events=[{ at: 2s, config: { response_header: { name: X-Churn, value: \"on\" } } }, { at: 4s, config: { response_header: { name: X-Churn, value: \"on\" }, rewrite: { from: /old, to: /new } } }, { at: 8s, config: revert }]"])
+        .args(["--set", "events=[{ at: 1500ms, config: { response_header: { name: X-Churn, value: \"on\" } } }, { at: 4500ms, config: { response_header: { name: X-Churn, value: \"on\" }, rewrite: { from: /old, to: /new } } }, { at: 7500ms, config: revert }]"])
+        .args(["--set", "load.duration=11s"])
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", text(&run));
