@@ -20,11 +20,12 @@ fn alive(pid: u32) -> bool {
 #[test]
 fn a_local_control_plane_schedules_a_deployment_and_leaves_nothing() {
     let dir = std::env::temp_dir().join(format!("ib-cluster-test-{}", std::process::id()));
-    // No node: the scheduler has nowhere to put pods (the node agent and Traefik are
-    // tested through the binary, whose image the agent runs).
+    // No node: the scheduler has nowhere to put pods (the node agent and the controllers
+    // are tested through the binary, whose image the agent runs).
     let options = LocalOptions {
         nodes: 0,
         traefik: None,
+        contour: None,
         ..LocalOptions::discover(dir.clone())
     };
     let cluster = LocalCluster::up(&options).unwrap();
