@@ -412,12 +412,7 @@ impl LocalCluster {
             let gateway = crate::api::get(&client, API_VERSION, "Gateway", Some(namespace), name)
                 .await?
                 .unwrap_or_default();
-            let accepted = gateway["status"]["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|c| c["type"] == "Accepted" && c["status"] == "True");
-            if accepted {
+            if condition_true(&gateway, "Accepted") {
                 return Ok(());
             }
             if started.elapsed() > API_READY_TIMEOUT {
@@ -518,12 +513,7 @@ impl LocalCluster {
                 )
                 .await?
                 .unwrap_or_default();
-                let established = crd["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Established" && c["status"] == "True");
-                if established {
+                if condition_true(&crd, "Established") {
                     break;
                 }
                 if started.elapsed() > API_READY_TIMEOUT {
@@ -667,6 +657,15 @@ fn read_yaml(path: &Path) -> Result<Vec<serde_json::Value>, ClusterError> {
         }
     }
     Ok(out)
+}
+
+/// Whether an object's status has condition `kind` true.
+fn condition_true(object: &serde_json::Value, kind: &str) -> bool {
+    object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == kind && c["status"] == "True")
 }
 
 /// The names of the custom resource definitions among `objects`.
