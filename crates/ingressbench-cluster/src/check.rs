@@ -108,8 +108,37 @@ pub async fn check(file: &ClusterFile, kubeconfig: &Path) -> Vec<Finding> {
             (None, None) => finding(name.as_str(), false, "neither ingress_class nor gateway"),
         });
         out.push(address(&client, name, target).await);
+        if let Some(ca) = &target.ca {
+            out.push(ca_finding(name, ca));
+        }
     }
     out
+}
+
+/// Whether a gateway target's `ca:` is a PEM certificate the run can trust.
+fn ca_finding(target: &str, ca: &std::path::Path) -> Finding {
+    let what = format!("{target}: ca");
+    match std::fs::read_to_string(ca) {
+        Ok(text) if text.contains("-----BEGIN CERTIFICATE-----") => {
+            finding(what, true, format!("{} is a PEM certificate", ca.display()))
+        }
+        Ok(_) => finding(
+            what,
+            false,
+            format!(
+                "{} holds no PEM certificate; give the CA certificate that signed the Gateway's HTTPS listener certificate",
+                ca.display()
+            ),
+        ),
+        Err(e) => finding(
+            what,
+            false,
+            format!(
+                "{}: {e}; give the CA certificate (PEM) that signed the Gateway's HTTPS listener certificate",
+                ca.display()
+            ),
+        ),
+    }
 }
 
 /// Runs one API call with [`ASK_TIMEOUT`].
@@ -340,6 +369,29 @@ fn host_port(url: &str) -> Option<(String, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gateway_ca_must_be_a_pem_certificate_there() {
+        let dir = std::env::temp_dir().join(format!("ib-check-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (good, bad) = (dir.join("ca.pem"), dir.join("key.pem"));
+        std::fs::write(
+            &good,
+            "-----BEGIN CERTIFICATE-----\nMII\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
+        std::fs::write(&bad, "-----BEGIN PRIVATE KEY-----\n").unwrap();
+        let (ok, wrong, missing) = (
+            ca_finding("g", &good),
+            ca_finding("g", &bad),
+            ca_finding("g", &dir.join("none.pem")),
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(ok.ok, "{}", ok.detail);
+        assert!(!wrong.ok && wrong.detail.contains("holds no PEM certificate"));
+        assert!(!missing.ok && missing.detail.contains("give the CA certificate"));
+        assert_eq!(missing.what, "g: ca");
+    }
 
     #[test]
     fn addresses_give_host_and_port() {

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
+use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace, ObjectFieldSelector,
@@ -60,16 +61,20 @@ pub struct RunObjects {
     pub namespace: String,
     /// The run's id (label value).
     pub run_id: String,
-    /// The pool: the Deployment's and the Service's name (`echo`).
+    /// The pool: the Deployment's and the Service's name (`echo`). Events scale it and
+    /// delete its pods; its EndpointSlices are watched.
     pub pool: String,
     /// Replicas at the start.
     pub replicas: i32,
+    /// More pools (a Deployment and a Service each, by name, with replicas at the start)
+    /// that routes may go to; nothing acts on them.
+    pub other_pools: Vec<(String, i32)>,
     /// The image that runs `ingressbench backend`.
     pub image: String,
     /// Extra `ingressbench backend` options (`--latency 2ms`).
     pub backend_args: Vec<String>,
-    /// Routes: host (`*`: any) and path prefix, all to the pool.
-    pub routes: Vec<(String, String)>,
+    /// Routes: host, path prefix and pool.
+    pub routes: Vec<Route>,
     /// Where the routes go: an Ingress of a class, or HTTPRoutes of a Gateway.
     pub routing: crate::routes::Routing,
     /// The route configuration's generation at the start (none: a run without route
@@ -87,11 +92,24 @@ pub struct RunObjects {
     pub tls: Option<(String, String)>,
 }
 
-/// A pod of the pool as the API reports it.
+/// A route of the run: requests for `host` (`*`: any) under `prefix` go to `pool`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route {
+    /// The host (`*`: any).
+    pub host: String,
+    /// The path prefix.
+    pub prefix: String,
+    /// The pool's name (its Service's).
+    pub pool: String,
+}
+
+/// A pod of a pool as the API reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodState {
     /// Its name (what the backend answers in `x-backend`).
     pub name: String,
+    /// Its pool.
+    pub pool: String,
     /// Its address, once it has one.
     pub ip: Option<String>,
     /// Ready, by its readiness probe.
@@ -197,10 +215,19 @@ impl RunNamespace {
 
     /// The pool's pods, by name.
     pub fn pods(&self) -> Result<Vec<PodState>, ClusterError> {
+        self.pods_matching(&pool_selector(&self.objects.pool))
+    }
+
+    /// The pods of every pool of the run, by name.
+    pub fn all_pods(&self) -> Result<Vec<PodState>, ClusterError> {
+        self.pods_matching(POOL_LABEL)
+    }
+
+    fn pods_matching(&self, selector: &str) -> Result<Vec<PodState>, ClusterError> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), self.name());
         let list = self
             .runtime
-            .block_on(api.list(&ListParams::default().labels(&pool_selector(&self.objects))))
+            .block_on(api.list(&ListParams::default().labels(selector)))
             .map_err(|e| api_error("listing pods", e))?;
         let mut pods: Vec<PodState> = list
             .items
@@ -208,6 +235,12 @@ impl RunNamespace {
             .map(|p| {
                 let status = p.status.unwrap_or_default();
                 PodState {
+                    pool: p
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(POOL_LABEL).cloned())
+                        .unwrap_or_default(),
                     name: p.metadata.name.unwrap_or_default(),
                     ip: status.pod_ip,
                     ready: status
@@ -614,14 +647,21 @@ async fn create_namespace(client: &Client, o: &RunObjects) -> Result<(), Cluster
 async fn create_objects(client: &Client, o: &RunObjects) -> Result<(), ClusterError> {
     let post = PostParams::default();
     let ns = o.namespace.as_str();
-    Api::<Deployment>::namespaced(client.clone(), ns)
-        .create(&post, &deployment(o))
-        .await
-        .map_err(|e| api_error(&format!("creating deployment {}", o.pool), e))?;
-    Api::<Service>::namespaced(client.clone(), ns)
-        .create(&post, &service(o))
-        .await
-        .map_err(|e| api_error(&format!("creating service {}", o.pool), e))?;
+    let pools = std::iter::once((&o.pool, o.replicas)).chain(
+        o.other_pools
+            .iter()
+            .map(|(name, replicas)| (name, *replicas)),
+    );
+    for (pool, replicas) in pools {
+        Api::<Deployment>::namespaced(client.clone(), ns)
+            .create(&post, &deployment(o, pool, replicas))
+            .await
+            .map_err(|e| api_error(&format!("creating deployment {pool}"), e))?;
+        Api::<Service>::namespaced(client.clone(), ns)
+            .create(&post, &service(o, pool))
+            .await
+            .map_err(|e| api_error(&format!("creating service {pool}"), e))?;
+    }
     if let Some(secret) = tls_secret(o) {
         Api::<Secret>::namespaced(client.clone(), ns)
             .create(&post, &secret)
@@ -659,27 +699,35 @@ fn labels(o: &RunObjects) -> BTreeMap<String, String> {
     ])
 }
 
-/// The pool's pods' labels.
-fn pool_labels(o: &RunObjects) -> BTreeMap<String, String> {
+/// The label with a pod's pool.
+const POOL_LABEL: &str = "app.kubernetes.io/name";
+
+/// A pool's pods' labels.
+fn pool_labels(o: &RunObjects, pool: &str) -> BTreeMap<String, String> {
     let mut l = labels(o);
-    l.insert("app.kubernetes.io/name".into(), o.pool.clone());
+    l.insert(POOL_LABEL.into(), pool.to_owned());
     l
 }
 
-fn pool_selector(o: &RunObjects) -> String {
-    format!("app.kubernetes.io/name={}", o.pool)
+fn pool_selector(pool: &str) -> String {
+    format!("{POOL_LABEL}={pool}")
 }
 
+/// Metadata of an object named after the (first) pool.
 fn meta(o: &RunObjects, labels: BTreeMap<String, String>) -> ObjectMeta {
+    named(o, &o.pool, labels)
+}
+
+fn named(o: &RunObjects, name: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
     ObjectMeta {
-        name: Some(o.pool.clone()),
+        name: Some(name.to_owned()),
         namespace: Some(o.namespace.clone()),
         labels: Some(labels),
         ..ObjectMeta::default()
     }
 }
 
-fn deployment(o: &RunObjects) -> Deployment {
+fn deployment(o: &RunObjects, pool: &str, replicas: i32) -> Deployment {
     let field = |path: &str| EnvVarSource {
         field_ref: Some(ObjectFieldSelector {
             field_path: path.to_owned(),
@@ -745,19 +793,16 @@ fn deployment(o: &RunObjects) -> Deployment {
         ..PodSecurityContext::default()
     });
     Deployment {
-        metadata: meta(o, labels(o)),
+        metadata: named(o, pool, labels(o)),
         spec: Some(DeploymentSpec {
-            replicas: Some(o.replicas),
+            replicas: Some(replicas),
             selector: LabelSelector {
-                match_labels: Some(BTreeMap::from([(
-                    "app.kubernetes.io/name".to_owned(),
-                    o.pool.clone(),
-                )])),
+                match_labels: Some(BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())])),
                 ..LabelSelector::default()
             },
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(pool_labels(o)),
+                    labels: Some(pool_labels(o, pool)),
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
@@ -773,14 +818,11 @@ fn deployment(o: &RunObjects) -> Deployment {
     }
 }
 
-fn service(o: &RunObjects) -> Service {
+fn service(o: &RunObjects, pool: &str) -> Service {
     Service {
-        metadata: meta(o, labels(o)),
+        metadata: named(o, pool, labels(o)),
         spec: Some(ServiceSpec {
-            selector: Some(BTreeMap::from([(
-                "app.kubernetes.io/name".to_owned(),
-                o.pool.clone(),
-            )])),
+            selector: Some(BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())])),
             ports: Some(vec![ServicePort {
                 name: Some("http".into()),
                 port: 80,
@@ -802,10 +844,10 @@ pub(crate) fn ingress_object(
     serde_json::to_value(ingress(o, class, annotations)).unwrap_or_default()
 }
 
-fn ingress(o: &RunObjects, class: &str, annotations: BTreeMap<String, String>) -> Ingress {
-    let backend = IngressBackend {
+fn ingress<'a>(o: &'a RunObjects, class: &str, annotations: BTreeMap<String, String>) -> Ingress {
+    let backend = |pool: &str| IngressBackend {
         service: Some(IngressServiceBackend {
-            name: o.pool.clone(),
+            name: pool.to_owned(),
             port: Some(ServiceBackendPort {
                 number: Some(80),
                 ..ServiceBackendPort::default()
@@ -813,14 +855,23 @@ fn ingress(o: &RunObjects, class: &str, annotations: BTreeMap<String, String>) -
         }),
         ..IngressBackend::default()
     };
-    // One rule per host, its paths in it; `*` is a rule without a host.
+    // One rule per host, its paths in it; `*` is a rule without a host, or over TLS one
+    // for the name the certificate gives a catch-all (controllers differ on which
+    // certificate a TLS entry without hosts serves: HAProxy Ingress keeps its own).
+    let host_of = |h: &'a str| match (h, &o.tls) {
+        ("*", Some(_)) => DEFAULT_TLS_NAME,
+        _ => h,
+    };
     let mut by_host: BTreeMap<&str, Vec<HTTPIngressPath>> = BTreeMap::new();
-    for (host, prefix) in &o.routes {
-        by_host.entry(host).or_default().push(HTTPIngressPath {
-            path: Some(prefix.clone()),
-            path_type: "Prefix".into(),
-            backend: backend.clone(),
-        });
+    for r in &o.routes {
+        by_host
+            .entry(host_of(&r.host))
+            .or_default()
+            .push(HTTPIngressPath {
+                path: Some(r.prefix.clone()),
+                path_type: "Prefix".into(),
+                backend: backend(&r.pool),
+            });
     }
     let rules = by_host
         .into_iter()
@@ -833,12 +884,11 @@ fn ingress(o: &RunObjects, class: &str, annotations: BTreeMap<String, String>) -
     if !annotations.is_empty() {
         metadata.annotations = Some(annotations);
     }
-    // TLS for every named host; with none named (`*`), the certificate serves any name.
+    // TLS for every host.
     let hosts: Vec<String> = o
         .routes
         .iter()
-        .filter(|(h, _)| h != "*")
-        .map(|(h, _)| h.clone())
+        .map(|r| host_of(&r.host).to_owned())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -934,11 +984,18 @@ mod tests {
             replicas: 3,
             image: "ingressbench".into(),
             backend_args: vec!["--latency".into(), "1ms".into()],
-            routes: vec![
-                ("app.test".into(), "/".into()),
-                ("app.test".into(), "/api".into()),
-                ("*".into(), "/".into()),
-            ],
+            other_pools: vec![("api".into(), 2)],
+            routes: [
+                ("app.test", "/", "echo"),
+                ("app.test", "/api", "api"),
+                ("*", "/", "echo"),
+            ]
+            .map(|(host, prefix, pool)| Route {
+                host: host.into(),
+                prefix: prefix.into(),
+                pool: pool.into(),
+            })
+            .to_vec(),
             routing: crate::routes::Routing::Ingress {
                 class: "traefik".into(),
                 profile: Some(&crate::routes::traefik::PROFILE),
@@ -963,8 +1020,8 @@ mod tests {
     fn every_object_carries_the_tools_label_and_the_run() {
         let o = objects();
         for meta in [
-            &deployment(&o).metadata,
-            &service(&o).metadata,
+            &deployment(&o, "echo", 3).metadata,
+            &service(&o, "api").metadata,
             &ingress_of(&o).metadata,
             &tls_secret(&o).unwrap().metadata,
         ] {
@@ -975,20 +1032,57 @@ mod tests {
     }
 
     #[test]
-    fn routes_become_one_rule_per_host_and_sysctls_the_pods_security_context() {
-        let o = objects();
+    fn routes_become_one_rule_per_host_to_their_pools_and_sysctls_the_pods_security_context() {
+        let o = RunObjects {
+            tls: None,
+            ..objects()
+        };
         let rules = ingress_of(&o).spec.unwrap().rules.unwrap();
         assert_eq!(rules.len(), 2);
         let app = rules
             .iter()
             .find(|r| r.host.as_deref() == Some("app.test"))
             .unwrap();
-        assert_eq!(app.http.as_ref().unwrap().paths.len(), 2);
+        let services: Vec<(&str, &str)> = app
+            .http
+            .as_ref()
+            .unwrap()
+            .paths
+            .iter()
+            .map(|p| {
+                let service = p.backend.service.as_ref().unwrap();
+                (p.path.as_deref().unwrap(), service.name.as_str())
+            })
+            .collect();
+        assert_eq!(services, [("/", "echo"), ("/api", "api")]);
+        // Each pool its own Deployment and Service, selecting its own pods.
+        let api = deployment(&o, "api", 2);
+        assert_eq!(api.metadata.name.as_deref(), Some("api"));
+        let spec = api.spec.unwrap();
+        assert_eq!(spec.replicas, Some(2));
+        assert_eq!(
+            spec.template.metadata.unwrap().labels.unwrap()[POOL_LABEL],
+            "api"
+        );
+        assert_eq!(
+            service(&o, "api").spec.unwrap().selector.unwrap()[POOL_LABEL],
+            "api"
+        );
         assert!(
             rules.iter().any(|r| r.host.is_none()),
             "`*` is a rule without a host"
         );
-        let pod = deployment(&o).spec.unwrap().template.spec.unwrap();
+        // Over TLS, the rule of the name the certificate gives a catch-all.
+        let tls_rules = ingress_of(&objects()).spec.unwrap().rules.unwrap();
+        assert_eq!(tls_rules.len(), 1);
+        assert_eq!(tls_rules[0].host.as_deref(), Some("app.test"));
+        assert_eq!(tls_rules[0].http.as_ref().unwrap().paths.len(), 3);
+        let pod = deployment(&o, "echo", 3)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
         let sysctls = pod.security_context.unwrap().sysctls.unwrap();
         assert_eq!(sysctls[0].name, "net.core.somaxconn");
         let args = pod.containers[0].args.clone().unwrap();
@@ -1011,6 +1105,7 @@ mod tests {
         let o = objects();
         let ingress = ingress_of(&o);
         let tls = ingress.spec.unwrap().tls.unwrap();
+        // `*` over TLS: the name its certificate gives a catch-all.
         assert_eq!(tls[0].hosts.as_deref(), Some(&["app.test".to_owned()][..]));
         assert_eq!(tls[0].secret_name.as_deref(), Some("echo-tls"));
         assert_eq!(ingress.metadata.annotations.unwrap()["a.example/b"], "c");

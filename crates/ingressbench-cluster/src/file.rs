@@ -11,12 +11,14 @@
 //!     address: http://ingress.example.com      # or: service: { name, namespace }
 //!     tls_address: https://ingress.example.com # for scenarios with `tls: true`
 //!   traefik-gateway:                           # routes as an HTTPRoute instead
-//!     gateway: { name: traefik, namespace: kube-system, listener: web }
+//!     gateway: { name: traefik, namespace: kube-system, listener: web, tls_listener: websecure }
 //!     address: http://gateway.example.com
+//!     tls_address: https://gateway.example.com
+//!     ca: gateway-ca.pem   # what signed the HTTPS listener's certificate (relative: to this file)
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -59,6 +61,11 @@ pub struct ClusterTarget {
     /// Or the LoadBalancer Service whose status gives the address.
     #[serde(default)]
     pub service: Option<ServiceRef>,
+    /// For a gateway target over TLS: the CA certificate (PEM) that signed its HTTPS
+    /// listener's certificate, which the Gateway's owner chose (an Ingress target's
+    /// certificate is the run's own, in a Secret it makes).
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
 }
 
 impl ClusterTarget {
@@ -83,9 +90,27 @@ pub struct GatewayRef {
     pub name: String,
     /// Its namespace.
     pub namespace: String,
-    /// The listener's name.
+    /// The listener's name (none: the route attaches to every listener).
     #[serde(default)]
     pub listener: Option<String>,
+    /// The HTTPS listener's name, for scenarios with `tls: true` (none: every listener).
+    #[serde(default)]
+    pub tls_listener: Option<String>,
+}
+
+impl GatewayRef {
+    /// The same Gateway, through the listener for `tls` traffic or plain HTTP.
+    pub fn for_traffic(&self, tls: bool) -> Self {
+        let listener = if tls {
+            self.tls_listener.clone()
+        } else {
+            self.listener.clone()
+        };
+        Self {
+            listener,
+            ..self.clone()
+        }
+    }
 }
 
 impl std::fmt::Display for GatewayRef {
@@ -123,10 +148,17 @@ impl ClusterFile {
             path: path.to_owned(),
             source,
         })?;
-        Self::parse(&text).map_err(|e| ClusterError::File {
+        let mut file = Self::parse(&text).map_err(|e| ClusterError::File {
             path: path.to_owned(),
             message: e,
-        })
+        })?;
+        let here = path.parent().unwrap_or(Path::new("."));
+        for target in file.targets.values_mut() {
+            if let Some(ca) = target.ca.as_mut().filter(|ca| ca.is_relative()) {
+                *ca = here.join(&*ca);
+            }
+        }
+        Ok(file)
     }
 
     /// Parses and checks cluster file text.
@@ -182,6 +214,11 @@ impl ClusterFile {
                 }
                 _ => {}
             }
+            if t.ca.is_some() && t.gateway.is_none() {
+                return Err(format!(
+                    "targets.{name}.ca: an Ingress target's certificate is the run's own (in a Secret the run makes, from a CA it trusts); `ca` is for a gateway target's HTTPS listener"
+                ));
+            }
             if let Some(a) = t
                 .tls_address
                 .as_deref()
@@ -211,18 +248,58 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_shipped_local_cluster_file_names_both_controllers_both_ways() {
+    fn the_shipped_local_cluster_file_names_three_controllers_and_two_gateways() {
         let file =
             ClusterFile::parse(include_str!("../../../examples/cluster-local.yaml")).unwrap();
         let names: Vec<&str> = file.targets.keys().map(String::as_str).collect();
         assert_eq!(
             names,
-            ["contour", "contour-gateway", "traefik", "traefik-gateway"]
+            [
+                "contour",
+                "contour-gateway",
+                "haproxy-ingress",
+                "traefik",
+                "traefik-gateway"
+            ]
         );
-        assert!(file.targets["contour-gateway"].gateway.is_some());
+        for (name, t) in &file.targets {
+            assert!(
+                t.addresses().1.is_some(),
+                "{name}: every one over HTTPS too"
+            );
+            assert_eq!(t.gateway.is_some(), t.ca.is_some(), "{name}");
+        }
+        let gateway = file.targets["contour-gateway"].gateway.as_ref().unwrap();
+        assert_eq!(gateway.for_traffic(false).listener.as_deref(), Some("web"));
+        assert_eq!(
+            gateway.for_traffic(true).listener.as_deref(),
+            Some("websecure")
+        );
         assert_eq!(
             file.targets["traefik"].ingress_class.as_deref(),
             Some("traefik")
+        );
+    }
+
+    #[test]
+    fn a_relative_ca_is_read_beside_the_cluster_file() {
+        let dir = std::env::temp_dir().join(format!("ib-file-ca-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cluster.yaml");
+        std::fs::write(
+            &path,
+            "targets: { g: { gateway: { name: g, namespace: n }, address: http://x, ca: certs/ca.pem }, h: { gateway: { name: g, namespace: n }, address: http://x, ca: /etc/ca.pem } }",
+        )
+        .unwrap();
+        let file = ClusterFile::read(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            file.targets["g"].ca.as_deref(),
+            Some(dir.join("certs/ca.pem").as_path())
+        );
+        assert_eq!(
+            file.targets["h"].ca.as_deref(),
+            Some(Path::new("/etc/ca.pem"))
         );
     }
 
@@ -269,6 +346,10 @@ mod tests {
             (
                 "targets: { t: { ingress_class: c, address: http://x, tls_address: http://x } }",
                 "tls_address: \"http://x\" must start with https://",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, ca: ca.pem } }",
+                "`ca` is for a gateway target",
             ),
         ] {
             let e = ClusterFile::parse(text).unwrap_err();

@@ -7,7 +7,7 @@
 //! thread that started it and when dropped. The cluster lives in one directory (certificates,
 //! tokens, kubeconfig, etcd's data, logs), removed when the cluster is dropped.
 
-use std::net::{SocketAddr, TcpListener};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,12 @@ use crate::agent::{Agent, AgentOptions};
 use crate::ClusterError;
 
 mod contour;
-pub use contour::{ContourOptions, CONTOUR_VERSION, GATEWAY as CONTOUR_GATEWAY};
+mod haproxy_ingress;
+pub use contour::{
+    ContourOptions, CONTOUR_VERSION, GATEWAY as CONTOUR_GATEWAY,
+    GATEWAY_TLS_LISTENER as CONTOUR_GATEWAY_TLS_LISTENER,
+};
+pub use haproxy_ingress::{HaproxyIngressOptions, HAPROXY_INGRESS_VERSION};
 
 /// The Kubernetes release the local cluster runs (and `scripts/kube-binaries.sh` builds).
 pub const KUBE_VERSION: &str = "1.33.13";
@@ -30,6 +35,12 @@ pub const GATEWAY_API_VERSION: &str = "1.5.1";
 /// The local cluster's Gateway (class `traefik`, served by Traefik's Gateway provider):
 /// its name and namespace, and its plain HTTP listener.
 pub const GATEWAY: (&str, &str, &str) = ("traefik", "kube-system", "web");
+/// Its HTTPS listener (Traefik's HTTPS port), with the Gateways' certificate.
+pub const GATEWAY_TLS_LISTENER: &str = "websecure";
+/// The names the Gateways' certificate is for: a run's hosts are these (`a.app.test`).
+const GATEWAY_TLS_NAMES: [&str; 2] = ["app.test", "*.app.test"];
+/// The Secret (in each Gateway's namespace) with the Gateways' certificate.
+const GATEWAY_TLS_SECRET: &str = "gateway-tls";
 
 /// How long the API server may take to answer (3-4 s here; etcd's first start is slower).
 const API_READY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -60,6 +71,8 @@ pub struct LocalOptions {
     pub gateway_crds: Option<PathBuf>,
     /// Contour and Envoy, the second controller (needs the Gateway API's CRDs).
     pub contour: Option<ContourOptions>,
+    /// HAProxy Ingress, the third.
+    pub haproxy_ingress: Option<HaproxyIngressOptions>,
 }
 
 /// Traefik as the local cluster's ingress controller (`--providers.kubernetesingress`),
@@ -109,6 +122,7 @@ impl LocalOptions {
                 .then(|| ContourOptions::discover(&cache()))
                 .flatten(),
             gateway_crds,
+            haproxy_ingress: HaproxyIngressOptions::discover(&cache()),
         }
     }
 }
@@ -137,8 +151,12 @@ pub struct LocalCluster {
     ingress: Option<(SocketAddr, SocketAddr)>,
     /// Whether Traefik serves the Gateway [`GATEWAY`] too.
     gateway: bool,
-    /// Where Contour's Envoy takes plain HTTP, if Contour runs.
-    contour: Option<SocketAddr>,
+    /// Where Contour's Envoy takes plain HTTP and HTTPS, if Contour runs.
+    contour: Option<[SocketAddr; 2]>,
+    /// The CA certificate that signed the Gateways' certificate, with the Gateway API.
+    gateway_ca: Option<PathBuf>,
+    /// Where HAProxy Ingress's haproxy takes plain HTTP and HTTPS, if it runs.
+    haproxy_ingress: Option<(SocketAddr, SocketAddr)>,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -185,6 +203,8 @@ impl LocalCluster {
             ingress: None,
             gateway: false,
             contour: None,
+            gateway_ca: None,
+            haproxy_ingress: None,
         };
         let files = Files::write(dir)?;
         // etcd.
@@ -286,14 +306,18 @@ impl LocalCluster {
                 images: options.images.clone(),
             })?);
         }
-        if let Some(dir) = &options.gateway_crds {
-            cluster.install_gateway_api(dir)?;
-        }
+        let gateway_secret = match &options.gateway_crds {
+            Some(dir) => {
+                cluster.install_gateway_api(dir)?;
+                Some(cluster.gateway_certificate()?)
+            }
+            None => None,
+        };
         if let Some(traefik) = &options.traefik {
-            cluster.start_traefik(traefik, &files, options.gateway_crds.is_some())?;
+            cluster.start_traefik(traefik, &files, gateway_secret.as_ref())?;
         }
-        match (&options.contour, &options.gateway_crds) {
-            (Some(contour), Some(_)) => cluster.start_contour(contour, &files)?,
+        match (&options.contour, &gateway_secret) {
+            (Some(contour), Some(secret)) => cluster.start_contour(contour, &files, secret)?,
             (Some(_), None) => {
                 return Err(ClusterError::Missing {
                     what: "the Gateway API's CRDs, which Contour watches".into(),
@@ -302,6 +326,9 @@ impl LocalCluster {
                 })
             }
             _ => {}
+        }
+        if let Some(haproxy_ingress) = &options.haproxy_ingress {
+            cluster.haproxy_ingress = Some(cluster.start_haproxy_ingress(haproxy_ingress, &files)?);
         }
         Ok(cluster)
     }
@@ -321,8 +348,9 @@ impl LocalCluster {
         &mut self,
         options: &TraefikOptions,
         files: &Files,
-        gateway: bool,
+        gateway_secret: Option<&serde_json::Value>,
     ) -> Result<(), ClusterError> {
+        let gateway = gateway_secret.is_some();
         let runtime = runtime()?;
         let objects = traefik_objects();
         runtime.block_on(crate::api::apply_all(&self.kubeconfig, &objects))?;
@@ -378,20 +406,31 @@ impl LocalCluster {
         let local = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         self.ingress = Some((local(http), local(https)));
         runtime.block_on(self.expose_traefik(http, https))?;
-        if gateway {
-            runtime.block_on(self.make_gateway(http))?;
+        if let Some(secret) = gateway_secret {
+            runtime.block_on(self.make_gateway(http, https, secret))?;
             self.gateway = true;
         }
         Ok(())
     }
 
     /// GatewayClass `traefik` and the Gateway [`GATEWAY`] with a plain HTTP listener on
-    /// Traefik's web entry point (a listener's port must be an entry point's); waits
-    /// (bounded) until Traefik reports the Gateway accepted.
-    async fn make_gateway(&self, http: u16) -> Result<(), ClusterError> {
+    /// Traefik's web entry point (a listener's port must be an entry point's) and an HTTPS
+    /// one on its websecure entry point, with the Gateways' certificate (`secret`, made in
+    /// the Gateway's namespace); waits (bounded) until Traefik reports the Gateway
+    /// accepted.
+    async fn make_gateway(
+        &self,
+        http: u16,
+        https: u16,
+        secret: &serde_json::Value,
+    ) -> Result<(), ClusterError> {
         use crate::routes::gateway::API_VERSION;
         let (name, namespace, listener) = GATEWAY;
+        let all = serde_json::json!({ "namespaces": { "from": "All" } });
+        let mut secret = secret.clone();
+        secret["metadata"]["namespace"] = serde_json::json!(namespace);
         let objects = [
+            secret,
             serde_json::json!({
                 "apiVersion": API_VERSION, "kind": "GatewayClass",
                 "metadata": { "name": "traefik" },
@@ -400,9 +439,11 @@ impl LocalCluster {
             serde_json::json!({
                 "apiVersion": API_VERSION, "kind": "Gateway",
                 "metadata": { "name": name, "namespace": namespace },
-                "spec": { "gatewayClassName": "traefik", "listeners": [{
-                    "name": listener, "port": http, "protocol": "HTTP",
-                    "allowedRoutes": { "namespaces": { "from": "All" } } }] },
+                "spec": { "gatewayClassName": "traefik", "listeners": [
+                    { "name": listener, "port": http, "protocol": "HTTP", "allowedRoutes": all },
+                    { "name": GATEWAY_TLS_LISTENER, "port": https, "protocol": "HTTPS", "allowedRoutes": all,
+                      "tls": { "mode": "Terminate", "certificateRefs": [{ "name": GATEWAY_TLS_SECRET }] } },
+                ] },
             }),
         ];
         crate::api::apply_all(&self.kubeconfig, &objects).await?;
@@ -426,6 +467,23 @@ impl LocalCluster {
         }
     }
 
+    /// A CA and a certificate for [`GATEWAY_TLS_NAMES`], in `gateway-tls/` (the CA is
+    /// what the cluster file's gateway targets give as `ca:`): the Secret the Gateways'
+    /// HTTPS listeners name, without a namespace (each Gateway's own is given).
+    fn gateway_certificate(&mut self) -> Result<serde_json::Value, ClusterError> {
+        let dir = self.dir.join("gateway-tls");
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let certs = ingressbench_lab::certs::generate(&dir, &GATEWAY_TLS_NAMES.map(str::to_owned))?;
+        let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| io(p, e));
+        let secret = serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": { "name": GATEWAY_TLS_SECRET },
+            "stringData": { "tls.crt": read(&certs.cert)?, "tls.key": read(&certs.key)? },
+        });
+        self.gateway_ca = Some(certs.ca);
+        Ok(secret)
+    }
+
     /// Installs the Gateway API's kinds (every YAML file in `dir`) and waits until they
     /// are served.
     fn install_gateway_api(&self, dir: &Path) -> Result<(), ClusterError> {
@@ -446,27 +504,45 @@ impl LocalCluster {
 
     /// The cluster file for this cluster: the controllers it runs, each where it takes
     /// traffic (none: it runs none). Traefik and Contour are each named twice: through
-    /// their IngressClass and through their Gateway.
+    /// their IngressClass and through their Gateway (whose HTTPS listeners present a
+    /// certificate from the CA the file gives as `ca:`).
     pub fn cluster_file(&self) -> Option<String> {
         let mut text = String::from("targets:\n");
-        if let Some((http, https)) = self.ingress {
+        let mut target = |name: &str, how: String, http: SocketAddr, https: SocketAddr| {
             text.push_str(&format!(
-                "  traefik: {{ ingress_class: traefik, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"
+                "  {name}: {{ {how}, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"
             ));
+        };
+        let gateway = |(name, namespace, listener): (&str, &str, &str), tls_listener: &str| {
+            let ca = self
+                .gateway_ca
+                .as_deref()
+                .unwrap_or(Path::new(""))
+                .display();
+            format!("gateway: {{ name: {name}, namespace: {namespace}, listener: {listener}, tls_listener: {tls_listener} }}, ca: \"{ca}\"")
+        };
+        if let Some((http, https)) = self.ingress {
+            target("traefik", "ingress_class: traefik".into(), http, https);
             if self.gateway {
-                let (name, namespace, listener) = GATEWAY;
-                text.push_str(&format!(
-                    "  traefik-gateway: {{ gateway: {{ name: {name}, namespace: {namespace}, listener: {listener} }}, address: \"http://{http}\" }}\n"
-                ));
+                target(
+                    "traefik-gateway",
+                    gateway(GATEWAY, GATEWAY_TLS_LISTENER),
+                    http,
+                    https,
+                );
             }
         }
-        if let Some(at) = self.contour {
-            let (name, namespace, listener) = CONTOUR_GATEWAY;
-            text.push_str(&format!(
-                "  contour: {{ ingress_class: contour, address: \"http://{at}\" }}\n  contour-gateway: {{ gateway: {{ name: {name}, namespace: {namespace}, listener: {listener} }}, address: \"http://{at}\" }}\n"
-            ));
+        if let Some([http, https]) = self.contour {
+            target("contour", "ingress_class: contour".into(), http, https);
+            let how = gateway(CONTOUR_GATEWAY, CONTOUR_GATEWAY_TLS_LISTENER);
+            target("contour-gateway", how, http, https);
         }
-        (self.ingress.is_some() || self.contour.is_some()).then_some(text)
+        if let Some((http, https)) = self.haproxy_ingress {
+            let class = format!("ingress_class: {}", haproxy_ingress::CLASS);
+            target("haproxy-ingress", class, http, https);
+        }
+        (self.ingress.is_some() || self.contour.is_some() || self.haproxy_ingress.is_some())
+            .then_some(text)
     }
 
     /// Service `kube-system/traefik` of type LoadBalancer with Traefik's two ports, its
@@ -761,6 +837,7 @@ struct Files {
     scheduler_token: String,
     traefik_token: String,
     contour_token: String,
+    haproxy_ingress_token: String,
 }
 
 impl Files {
@@ -789,14 +866,15 @@ impl Files {
                 .map_err(|e| io(Path::new("/dev/urandom"), e))?;
             Ok::<_, ClusterError>(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
         };
-        let (admin_token, controller_token, scheduler_token, traefik_token, contour_token) =
-            (token()?, token()?, token()?, token()?, token()?);
+        let (admin_token, controller_token, scheduler_token) = (token()?, token()?, token()?);
+        let (traefik_token, contour_token, haproxy_ingress_token) = (token()?, token()?, token()?);
         let tokens = dir.join("tokens.csv");
         write_private(
             &tokens,
             &format!(
-                "{admin_token},admin,admin,\"system:masters\"\n{controller_token},system:kube-controller-manager,kube-controller-manager\n{scheduler_token},system:kube-scheduler,kube-scheduler\n{traefik_token},{TRAEFIK_USER},traefik\n{contour_token},{},contour\n",
-                contour::USER
+                "{admin_token},admin,admin,\"system:masters\"\n{controller_token},system:kube-controller-manager,kube-controller-manager\n{scheduler_token},system:kube-scheduler,kube-scheduler\n{traefik_token},{TRAEFIK_USER},traefik\n{contour_token},{},contour\n{haproxy_ingress_token},{},haproxy-ingress\n",
+                contour::USER,
+                haproxy_ingress::USER
             ),
         )?;
         Ok(Self {
@@ -811,6 +889,7 @@ impl Files {
             scheduler_token,
             traefik_token,
             contour_token,
+            haproxy_ingress_token,
         })
     }
 
@@ -844,11 +923,14 @@ fn io(path: &Path, source: std::io::Error) -> ClusterError {
     }
 }
 
+/// A free port on 127.0.0.1, never one this process handed out before (the lab's).
 fn free_port() -> Result<u16, ClusterError> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| io(Path::new("127.0.0.1"), e))
+    let node = ingressbench_lab::topology::Node {
+        name: "local-cluster".into(),
+        ip: std::net::Ipv4Addr::LOCALHOST.into(),
+        netns: None,
+    };
+    ingressbench_lab::process::free_port(&node).map_err(|e| io(Path::new("127.0.0.1"), e))
 }
 
 /// `program` as given if it is a path, else found on PATH.

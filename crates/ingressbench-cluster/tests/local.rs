@@ -26,6 +26,7 @@ fn a_local_control_plane_schedules_a_deployment_and_leaves_nothing() {
         nodes: 0,
         traefik: None,
         contour: None,
+        haproxy_ingress: None,
         ..LocalOptions::discover(dir.clone())
     };
     let cluster = LocalCluster::up(&options).unwrap();

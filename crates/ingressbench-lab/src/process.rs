@@ -291,7 +291,25 @@ pub fn log_tail(path: &Path) -> String {
 /// A TCP port free on `node`'s address (in its namespace, if it has one), for a proxy
 /// whose config must name its port up front. Checking on the address the proxy will bind,
 /// not on 127.0.0.1, matters: a port free on one loopback address may be taken on another.
+/// Never one this process handed out before: the kernel may give the same free port to
+/// two picks in a row (an Envoy got the same port for its admin and its HTTPS listener,
+/// and answered TLS clients in plain HTTP).
 pub fn free_port(node: &crate::topology::Node) -> io::Result<u16> {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    for _ in 0..64 {
+        let port = pick_free_port(node)?;
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if given.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(io::Error::other(
+        "no free port that was not handed out before, in 64 tries",
+    ))
+}
+
+fn pick_free_port(node: &crate::topology::Node) -> io::Result<u16> {
     let (ip, netns) = (node.ip, node.netns.clone());
     let pick = move || -> io::Result<u16> {
         if let Some(ns) = &netns {
@@ -306,4 +324,22 @@ pub fn free_port(node: &crate::topology::Node) -> io::Result<u16> {
     std::thread::spawn(pick)
         .join()
         .unwrap_or_else(|_| Err(io::Error::other("the port-picking thread panicked")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_never_handed_out_twice() {
+        let node = crate::topology::Node {
+            name: "n".into(),
+            ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            netns: None,
+        };
+        let mut ports: Vec<u16> = (0..300).map(|_| free_port(&node).unwrap()).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 300);
+    }
 }

@@ -612,13 +612,20 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
         let samples = samples_of(run, cell);
         let _ = write!(
             out,
-            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th>errors (est.)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
+            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th>controller reported (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th>errors (est.)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
             esc(&c.target),
             esc(&c.settings)
         );
         for (i, e) in cell.impact.iter().enumerate() {
             let num = |k: &str| e[k].as_f64().map_or("-".to_owned(), |v| format!("{v:.3}"));
             let at = e["requested_s"].as_f64().unwrap_or(0.0);
+            // A change no answer showed before the next event or the load's end says how
+            // long the traffic was watched for it.
+            let took_effect = match (e["took_effect_s"].as_f64(), e["window_s"].as_f64()) {
+                (Some(t), _) => format!("{t:.3}"),
+                (None, Some(w)) => format!("not within {w:.2} s"),
+                (None, None) => "-".to_owned(),
+            };
             let mixed_ms = e["mixed_window_s"]
                 .as_f64()
                 .map_or("-".to_owned(), |v| format!("{:.1}", v * 1e3));
@@ -649,14 +656,15 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
             };
             let _ = write!(
                 out,
-                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td><td class=\"l\">{}</td></tr>",
                 i + 1,
                 esc(e["what"].as_str().unwrap_or("?")),
                 num("requested_s"),
                 num("applied_s"),
                 esc(e["took_effect_basis"].as_str().unwrap_or_default()),
-                num("took_effect_s"),
+                esc(&took_effect),
                 part("requested_s", "applied_s"),
+                part("requested_s", "reported_s"),
                 part("applied_s", "took_effect_s"),
                 mixed_ms,
                 num("estimated_errors"),
@@ -676,7 +684,7 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
     if out.is_empty() {
         return String::new();
     }
-    format!("<section><h2>Events</h2><p class=\"note\">Each event with its times (seconds from the start of measurement), the control plane's part (asked until the proxies were told: the lab's propagation delay, or in a cluster until the Service's EndpointSlices showed it) and the proxy's part (told until the traffic showed it), and what it did to the sampled requests after it (docs/RESULTS.md); the strip shows failed requests per 100 ms around it. A route change or reload took effect with the first answer that carried its configuration generation; old and new answers mixed until the last answer of an earlier one. Proxy CPU is read once a second from /proc (10 ms ticks): the mean before the event, the highest second in the 5 s after it, and what those 5 s cost beyond the rate before.</p>{out}</section>")
+    format!("<section><h2>Events</h2><p class=\"note\">Each event with its times (seconds from the start of measurement), the control plane's part (asked until the proxies were told: the lab's propagation delay, or in a cluster until the Service's EndpointSlices showed it), when the controller reported a route change in the route's status (Gateway API), and the proxy's part (told until the traffic showed it; a change no answer showed before the next event or the load's end says how long it was watched for), and what it did to the sampled requests after it (docs/RESULTS.md); the strip shows failed requests per 100 ms around it. A route change or reload took effect with the first answer that carried its configuration generation; old and new answers mixed until the last answer of an earlier one. Proxy CPU is read once a second from /proc (10 ms ticks): the mean before the event, the highest second in the 5 s after it, and what those 5 s cost beyond the rate before.</p>{out}</section>")
 }
 
 /// A 100-bar strip of sampled failures per 100 ms, from 2 s before `at_s` to 8 s after

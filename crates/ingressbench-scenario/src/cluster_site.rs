@@ -11,7 +11,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ingressbench_cluster::deploy::{EndpointsWatch, PodState, RunNamespace, RunObjects};
+use ingressbench_cluster::deploy::{EndpointsWatch, PodState, Route, RunNamespace, RunObjects};
 use ingressbench_cluster::file::{ClusterFile, ClusterTarget};
 use ingressbench_cluster::routes::{self, gateway, Can, Routing};
 use ingressbench_lab::certs::DEFAULT_TLS_NAME;
@@ -61,6 +61,31 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
                 if cell.scenario.tls { "`tls_address: https://…`" } else { "`address: http://…`" },
                 !cell.scenario.tls
             ));
+        }
+        if cell.scenario.topology != ingressbench_lab::labfile::TopologyFile::default() {
+            return Err(format!(
+                "cell {} ({}): `topology` (placement, client path, links) is the lab's emulation; in a cluster the pods run where its scheduler puts them and the client on this machine: run with --set topology.placement=affinity --set topology.client=internal (and no links)",
+                cell.index,
+                cell.label()
+            ));
+        }
+        if cell.scenario.tls && placed.gateway.is_some() {
+            match &placed.ca {
+                None => return Err(format!(
+                    "cell {} ({}): the scenario is over TLS and target `{}` is a Gateway, whose HTTPS listener presents the certificate its owner gave it; add `ca:` (the CA certificate that signed it) to the target in the cluster file (or run with --set tls=false)",
+                    cell.index,
+                    cell.label(),
+                    cell.target.name()
+                )),
+                Some(ca) if !ca.is_file() => return Err(format!(
+                    "cell {} ({}): target `{}`'s `ca:` {} is not a file: give the CA certificate (PEM) that signed the Gateway's HTTPS listener certificate",
+                    cell.index,
+                    cell.label(),
+                    cell.target.name(),
+                    ca.display()
+                )),
+                Some(_) => {}
+            }
         }
         if crate::runner::Timeline::of(cell, 1.0)?.delays_changes() {
             return Err(format!(
@@ -115,10 +140,10 @@ enum Expect {
 
 /// What a cell runs in the cluster.
 pub(crate) struct Shape {
-    /// Backends at the start.
-    pub(crate) replicas: usize,
-    /// Routes: host (`*`: any) and path prefix.
-    pub(crate) routes: Vec<(String, String)>,
+    /// The pools and their backends at the start; events act on the first.
+    pub(crate) pools: Vec<(String, usize)>,
+    /// Routes: host (`*`: any), path prefix and pool.
+    pub(crate) routes: Vec<Route>,
     /// The backend pods' kernel settings.
     pub(crate) sysctls: std::collections::BTreeMap<String, String>,
     /// Over TLS (the run's own CA and certificate, as a Secret the Ingress names).
@@ -172,16 +197,21 @@ fn route_support(options: &ClusterOptions, placed: &ClusterTarget) -> Result<Rou
     })
 }
 
-/// Refuses, before anything is made, a route change a cell's controller cannot express,
-/// naming the controller and the change. Asks the cluster once per target.
-pub fn check_route_changes(options: &ClusterOptions, cells: &[crate::Cell]) -> Result<(), String> {
+/// The targets whose controllers cannot express a route change their cells ask for, each
+/// with why (the first such cell's), found before anything is made: the command refuses
+/// them, naming the controller and the change. Asks the cluster once per target.
+pub fn route_refusals(
+    options: &ClusterOptions,
+    cells: &[crate::Cell],
+) -> Result<std::collections::BTreeMap<String, String>, String> {
     let mut asked = std::collections::BTreeMap::new();
+    let mut refused = std::collections::BTreeMap::new();
     for cell in cells {
         let changes = crate::runner::route_changes(cell);
-        if changes.is_empty() {
+        let target = cell.target.name();
+        if changes.is_empty() || refused.contains_key(&target) {
             continue;
         }
-        let target = cell.target.name();
         let Some(placed) = options.file.targets.get(&target) else {
             continue;
         };
@@ -189,10 +219,15 @@ pub fn check_route_changes(options: &ClusterOptions, cells: &[crate::Cell]) -> R
             asked.insert(target.clone(), route_support(options, placed)?);
         }
         let routed: &Routed = &asked[&target];
-        refuse_unexpressible(&target, &routed.controller, routed.support, &changes)
-            .map_err(|e| format!("cell {} ({}): {e}", cell.index, cell.label()))?;
+        if let Err(e) = refuse_unexpressible(&target, &routed.controller, routed.support, &changes)
+        {
+            refused.insert(
+                target,
+                format!("cell {} ({}): {e}", cell.index, cell.label()),
+            );
+        }
     }
-    Ok(())
+    Ok(refused)
 }
 
 fn refuse_unexpressible(
@@ -327,18 +362,49 @@ impl ClusterSite {
                 (Some(controller), routing)
             }
         };
-        let (tls_dir, door_tls, secret) = if shape.tls {
-            let (dir, ca, secret) = certificate(&namespace, &shape.routes)?;
-            let client = ingressbench_load::tls_client_config(&ingressbench_load::TlsOptions {
-                cacert: Some(ca.clone()),
-                ..Default::default()
-            })
-            .map_err(|e| e.to_string())?;
-            (Some(dir), Some((ca, client)), Some(secret))
-        } else {
-            (None, None, None)
+        // Over TLS an Ingress presents the run's own certificate (a Secret from a CA of
+        // the cell's); an HTTPRoute, the certificate its Gateway's owner gave the listener.
+        let (routing, tls_dir, door_tls, secret) = match (routing, shape.tls) {
+            (routing, false) => (routing, None, None, None),
+            (
+                Routing::Gateway {
+                    parent,
+                    implementation,
+                },
+                true,
+            ) => {
+                // check_cells made sure the file gives one.
+                let ca = placed
+                    .ca
+                    .clone()
+                    .ok_or("a gateway target over TLS without `ca:`")?;
+                let routing = Routing::Gateway {
+                    parent: parent.for_traffic(true),
+                    implementation,
+                };
+                (
+                    routing,
+                    None,
+                    Some((ca.clone(), client_trusting(&ca)?)),
+                    None,
+                )
+            }
+            (routing, true) => {
+                let (dir, ca, secret) = certificate(&namespace, &shape.routes)?;
+                let client = client_trusting(&ca)?;
+                (routing, Some(dir), Some((ca, client)), Some(secret))
+            }
         };
         let with_generations = !shape.route_changes.is_empty();
+        let pools = shape
+            .pools
+            .iter()
+            .map(|(name, n)| Ok((name.clone(), i32::try_from(*n)?)))
+            .collect::<Result<Vec<(String, i32)>, std::num::TryFromIntError>>()
+            .map_err(|e| e.to_string())?;
+        if pools.is_empty() {
+            return Err("the scenario has no backend pool".into());
+        }
         let objects = RunObjects {
             routing,
             generation: with_generations.then_some(FIRST_GENERATION),
@@ -351,8 +417,9 @@ impl ClusterSite {
                 .collect(),
             namespace,
             run_id: options.run_id.clone(),
-            pool: "echo".into(),
-            replicas: i32::try_from(shape.replicas).map_err(|e| e.to_string())?,
+            pool: pools[0].0.clone(),
+            replicas: pools[0].1,
+            other_pools: pools[1..].to_vec(),
             image: options.file.image.clone(),
             backend_args: Vec::new(),
             routes: shape.routes,
@@ -411,7 +478,7 @@ impl ClusterSite {
             site.routes_record["accepted_after_s"] =
                 serde_json::json!(accepted.saturating_duration_since(made_at).as_secs_f64());
         }
-        site.wait_routing(shape.replicas)?;
+        site.wait_routing(shape.pools[0].1)?;
         Ok(site)
     }
 
@@ -474,14 +541,15 @@ impl ClusterSite {
         Ok(None)
     }
 
-    /// Ready means routing: every pod ready and in the EndpointSlices, and every route
-    /// answered through the controller by one of them.
+    /// Ready means routing: every pod of every pool ready, the first pool's in the
+    /// EndpointSlices, and every route answered through the controller by a pod of its
+    /// pool.
     fn wait_routing(&self, replicas: usize) -> Result<(), CellFailure> {
         let deadline = Instant::now() + ROUTING_TIMEOUT;
         let o = self.run.objects();
         let mut last = String::from("nothing asked yet");
         while Instant::now() < deadline {
-            let pods = self.run.pods().map_err(|e| e.to_string())?;
+            let pods = self.run.all_pods().map_err(|e| e.to_string())?;
             // A pod that cannot start will not start later: say so now.
             if let Some((pod, why)) = pods.iter().find_map(|p| {
                 let w = p.waiting.as_deref()?;
@@ -498,21 +566,30 @@ impl ClusterSite {
                     input: true,
                 });
             }
-            let ready: Vec<&PodState> = pods.iter().filter(|p| p.ready).collect();
+            let ready = |pool: &str| pods.iter().filter(|p| p.ready && p.pool == pool).count();
             let endpoints = self.run.ready_endpoints().map_err(|e| e.to_string())?;
-            if ready.len() < replicas || endpoints.len() < replicas {
+            let short = o
+                .other_pools
+                .iter()
+                .map(|(pool, n)| (pool.as_str(), usize::try_from(*n).unwrap_or(0)))
+                .find(|(pool, n)| ready(pool) < *n);
+            if ready(&o.pool) < replicas || endpoints.len() < replicas {
                 last = format!(
                     "{} of {replicas} pods ready, {} in the EndpointSlices",
-                    ready.len(),
+                    ready(&o.pool),
                     endpoints.len()
                 );
+            } else if let Some((pool, n)) = short {
+                last = format!("{} of {n} pods of pool {pool} ready", ready(pool));
             } else {
-                let answered = o.routes.iter().all(|(host, path)| {
+                let answered = o.routes.iter().all(|r| {
+                    let (host, path) = (r.host.as_str(), r.prefix.as_str());
                     let host = if host == "*" { DEFAULT_TLS_NAME } else { host };
                     match ask(&self.door, host, path) {
-                        Some((b, _)) if !pods.iter().any(|p| p.name == b) => {
+                        Some((b, _)) if !pods.iter().any(|p| p.name == b && p.pool == r.pool) => {
                             last = format!(
-                                "{host}{path} answered by `{b}`, not one of this run's pods"
+                                "{host}{path} answered by `{b}`, not one of this run's pods of pool {}",
+                                r.pool
                             );
                             false
                         }
@@ -858,14 +935,23 @@ fn resolve(address: &str) -> Result<std::net::SocketAddr, String> {
         .ok_or_else(|| format!("{address}: cannot resolve {}", target.host))
 }
 
+/// A TLS client that trusts the CA certificate in `ca` (and verifies hosts' names).
+fn client_trusting(ca: &std::path::Path) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    ingressbench_load::tls_client_config(&ingressbench_load::TlsOptions {
+        cacert: Some(ca.to_owned()),
+        ..Default::default()
+    })
+    .map_err(|e| format!("{}: {e}", ca.display()))
+}
+
 /// A CA and a certificate for the routes' hosts, in a directory of the cell's own: the
 /// directory, the CA file, and the certificate chain and key for the Secret.
 fn certificate(
     namespace: &str,
-    routes: &[(String, String)],
+    routes: &[Route],
 ) -> Result<(PathBuf, PathBuf, (String, String)), String> {
     let dir = std::env::temp_dir().join(format!("ingressbench-{namespace}-tls"));
-    let hosts: Vec<String> = routes.iter().map(|(h, _)| h.clone()).collect();
+    let hosts: Vec<String> = routes.iter().map(|r| r.host.clone()).collect();
     let made = std::fs::create_dir_all(&dir)
         .map_err(|e| format!("{}: {e}", dir.display()))
         .and_then(|()| ingressbench_lab::certs::generate(&dir, &hosts).map_err(|e| e.to_string()))

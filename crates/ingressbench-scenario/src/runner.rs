@@ -578,13 +578,27 @@ fn bring_up(
 ) -> Result<SiteUp, CellFailure> {
     if let Some(cluster) = &options.cluster {
         let s = &cell.scenario;
-        let replicas = s.backends.first().map_or(3, |p| p.replicas);
-        let routes: Vec<(String, String)> = if s.routes.is_empty() {
-            vec![("*".into(), "/".into())]
+        // Each pool a Deployment and a Service of its name (a scenario without one: `echo`,
+        // three backends); without routes, every request to the first.
+        let pools: Vec<(String, usize)> = if s.backends.is_empty() {
+            vec![("echo".into(), 3)]
+        } else {
+            s.backends
+                .iter()
+                .map(|p| (p.name.clone(), p.replicas))
+                .collect()
+        };
+        let route = |host: &str, prefix: &str, pool: &str| ingressbench_cluster::deploy::Route {
+            host: host.to_owned(),
+            prefix: prefix.to_owned(),
+            pool: pool.to_owned(),
+        };
+        let routes: Vec<ingressbench_cluster::deploy::Route> = if s.routes.is_empty() {
+            vec![route("*", "/", &pools[0].0)]
         } else {
             s.routes
                 .iter()
-                .map(|r| (r.host.clone(), r.path_prefix.clone()))
+                .map(|r| route(&r.host, &r.path_prefix, &r.pool))
                 .collect()
         };
         // The scenario's kernel settings (with the target's over them) become the backend
@@ -599,7 +613,7 @@ fn bring_up(
             sysctls.extend(own.iter().map(|(k, v)| (k.clone(), v.0.clone())));
         }
         let shape = Shape {
-            replicas,
+            pools,
             routes,
             sysctls,
             tls: s.tls,

@@ -109,6 +109,14 @@ pub(crate) struct LocalUpArgs {
     /// 8000: Contour listens on a Gateway listener's port + 8000).
     #[arg(long, value_name = "PORT", default_value_t = 18090)]
     pub(crate) contour_port: u16,
+    /// Where HAProxy Ingress's haproxy takes HTTP traffic on 127.0.0.1 (0 picks a free
+    /// port).
+    #[arg(long, value_name = "PORT", default_value_t = 18190)]
+    pub(crate) haproxy_ingress_port: u16,
+    /// Where HAProxy Ingress's haproxy takes HTTPS traffic on 127.0.0.1 (0 picks a free
+    /// port).
+    #[arg(long, value_name = "PORT", default_value_t = 18191)]
+    pub(crate) haproxy_ingress_https_port: u16,
     /// How many nodes the node agent registers (pods are spread over them by the real
     /// scheduler).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=16))]

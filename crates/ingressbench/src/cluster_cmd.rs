@@ -160,6 +160,10 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         .arg(args.https_port.to_string())
         .arg("--contour-port")
         .arg(args.contour_port.to_string())
+        .arg("--haproxy-ingress-port")
+        .arg(args.haproxy_ingress_port.to_string())
+        .arg("--haproxy-ingress-https-port")
+        .arg(args.haproxy_ingress_https_port.to_string())
         .arg("--nodes")
         .arg(args.nodes.to_string())
         .stdin(Stdio::null())
@@ -229,6 +233,12 @@ fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         Some(c) => c.http_port = args.contour_port,
         None => eprintln!(
             "contour or the Gateway API's CRDs not found (bash scripts/controllers.sh): no Contour, no Gateway"
+        ),
+    }
+    match options.haproxy_ingress.as_mut() {
+        Some(h) => (h.http_port, h.https_port) = (args.haproxy_ingress_port, args.haproxy_ingress_https_port),
+        None => eprintln!(
+            "haproxy-ingress or haproxy not found (bash scripts/controllers.sh, bash scripts/install-deps.sh): no HAProxy Ingress"
         ),
     }
     let mut cluster = LocalCluster::up(&options)?;

@@ -69,7 +69,9 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
     // What an earlier run killed with its reaper left (processes, namespaces, private
     // keys) goes before anything else starts, whether or not this run starts a lab.
     ingressbench_lab::remove_leftovers();
-    let (text, file, sets, quick, dir) = match (&args.resume, &args.file) {
+    // Whether the targets are the cluster file's, not the scenario's or the command's.
+    let mut implicit = false;
+    let (text, file, mut sets, quick, dir) = match (&args.resume, &args.file) {
         (Some(dir), _) => {
             let r =
                 ingressbench_scenario::runner::recorded(dir).map_err(|e| UsageError(e.into()))?;
@@ -87,7 +89,7 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
                 .map_err(UsageError)?;
             let mut sets = parse_sets(&args.sets)?;
             if let Some(cluster) = &args.cluster {
-                cluster_targets(cluster, &text, &mut sets)?;
+                implicit = cluster_targets(cluster, &text, &mut sets)?;
             }
             (text, file.clone(), sets, args.quick, args.out.clone())
         }
@@ -95,16 +97,53 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
             return Err(UsageError(anyhow::anyhow!("give a scenario file or --resume DIR")).into())
         }
     };
-    let cells = ingressbench_scenario::expand(&text, &file, &sets, quick)
+    let mut cells = ingressbench_scenario::expand(&text, &file, &sets, quick)
         .map_err(|e| UsageError(e.into()))?;
+    let cluster = match &args.cluster {
+        Some(path) => {
+            let options = cluster_options(path, &args, &cells)?;
+            let refused = ingressbench_scenario::cluster_site::route_refusals(&options, &cells)
+                .map_err(|e| UsageError(anyhow::anyhow!(e)))?;
+            // A target the command or the scenario named is refused; of the cluster
+            // file's own, those that cannot express the changes are left out, saying why.
+            let kept: Vec<String> = options
+                .file
+                .targets
+                .keys()
+                .filter(|t| !refused.contains_key(*t))
+                .cloned()
+                .collect();
+            match refused.values().next() {
+                Some(message) if !implicit || kept.is_empty() => {
+                    return Err(UsageError(anyhow::anyhow!(
+                        "{message} (--cluster {})",
+                        path.display()
+                    ))
+                    .into())
+                }
+                Some(_) => {
+                    for (target, message) in &refused {
+                        eprintln!("left out: {target}: {message}");
+                    }
+                    let kept: Vec<String> = kept
+                        .iter()
+                        .map(|n| format!("{{ cluster: {n:?} }}"))
+                        .collect();
+                    sets.retain(|(k, _)| k != "targets");
+                    sets.push(("targets".into(), format!("[{}]", kept.join(", "))));
+                    cells = ingressbench_scenario::expand(&text, &file, &sets, quick)
+                        .map_err(|e| UsageError(e.into()))?;
+                }
+                None => {}
+            }
+            Some(options)
+        }
+        None => None,
+    };
     let name = cells[0].scenario.name.clone();
     let dir = dir.unwrap_or_else(|| {
         std::path::PathBuf::from("results").join(format!("{}-{name}", utc_stamp()))
     });
-    let cluster = match &args.cluster {
-        Some(path) => Some(cluster_options(path, &args, &cells)?),
-        None => None,
-    };
     let tty = std::io::stderr().is_terminal();
     let options = ingressbench_scenario::runner::RunOptions {
         cluster,
@@ -173,16 +212,16 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
 /// With `--cluster`, a scenario written for the lab (its targets proxies) runs against
 /// every target of the cluster file, unless `--set targets=…` chooses; one that names
 /// `{ cluster: NAME }` targets runs those. Made a `--set`, recorded with the run so that
-/// `--resume` runs the same.
+/// `--resume` runs the same. Whether it chose the targets.
 fn cluster_targets(
     path: &std::path::Path,
     scenario: &str,
     sets: &mut Vec<(String, String)>,
-) -> Result<()> {
+) -> Result<bool> {
     if ingressbench_scenario::names_cluster_targets(scenario)
         || sets.iter().any(|(k, _)| k == "targets")
     {
-        return Ok(());
+        return Ok(false);
     }
     let file =
         ingressbench_cluster::file::ClusterFile::read(path).map_err(|e| UsageError(e.into()))?;
@@ -197,7 +236,7 @@ fn cluster_targets(
         file.targets.keys().cloned().collect::<Vec<_>>().join(", ")
     );
     sets.push(("targets".into(), format!("[{}]", names.join(", "))));
-    Ok(())
+    Ok(true)
 }
 
 /// `1m05s`, `42s`.
@@ -264,9 +303,6 @@ fn cluster_options(
         context,
         run_id,
     };
-    // A route change a controller cannot express is refused before any cell starts.
-    ingressbench_scenario::cluster_site::check_route_changes(&options, cells)
-        .map_err(|e| UsageError(anyhow::anyhow!("{e} (--cluster {})", path.display())))?;
     Ok(options)
 }
 

@@ -24,6 +24,8 @@ pub const CONTOUR_VERSION: &str = "1.33.8";
 pub(super) const USER: &str = "ingressbench:contour";
 /// The local cluster's Contour Gateway: name, namespace and plain HTTP listener.
 pub const GATEWAY: (&str, &str, &str) = ("contour", "projectcontour", "web");
+/// Its HTTPS listener for HTTPRoutes.
+pub const GATEWAY_TLS_LISTENER: &str = "websecure";
 /// The namespace Contour's own objects live in.
 const NAMESPACE: &str = "projectcontour";
 /// A Gateway listener's port + this is where Contour has Envoy listen.
@@ -38,7 +40,8 @@ pub struct ContourOptions {
     pub crds: PathBuf,
     /// Envoy's binary.
     pub envoy: PathBuf,
-    /// Where Envoy takes plain HTTP on 127.0.0.1 (0: a free one; at least 8001).
+    /// Where Envoy takes plain HTTP on 127.0.0.1 (0: free ones; at least 8001); HTTPS on
+    /// the next port.
     pub http_port: u16,
 }
 
@@ -66,27 +69,42 @@ impl LocalCluster {
         &mut self,
         options: &ContourOptions,
         files: &Files,
+        gateway_secret: &Value,
     ) -> Result<(), ClusterError> {
         let runtime = super::runtime()?;
         let crds = super::read_yaml(&options.crds)?;
         let names = super::crd_names(&crds);
         runtime.block_on(crate::api::apply_all(&self.kubeconfig, &crds))?;
         runtime.block_on(self.wait_established(&names))?;
-        let envoy_port = match options.http_port {
-            0 => (0..20)
-                .map(|_| free_port())
-                .find(|p| p.as_ref().map_or(true, |p| *p > ENVOY_PORT_OFFSET))
-                .unwrap_or_else(free_port)?,
-            p => p,
+        // Envoy's ports: plain HTTP and HTTPS (Contour serves every HTTPS listener of its
+        // Gateway, and every Ingress's TLS, on one Envoy listener per port).
+        let envoy_ports = match options.http_port {
+            0 => {
+                let mut ports = [0; 2];
+                for p in &mut ports {
+                    *p = (0..20)
+                        .map(|_| free_port())
+                        .find(|p| p.as_ref().map_or(true, |p| *p > ENVOY_PORT_OFFSET))
+                        .unwrap_or_else(free_port)?;
+                }
+                ports
+            }
+            p => [p, p.saturating_add(1)],
         };
-        let listener_port = envoy_port.checked_sub(ENVOY_PORT_OFFSET).filter(|p| *p > 0).ok_or_else(|| {
+        let listener_port = |envoy_port: u16| {
+            envoy_port.checked_sub(ENVOY_PORT_OFFSET).filter(|p| *p > 0).ok_or_else(|| {
             ClusterError::Api(format!(
                 "Contour's Envoy port {envoy_port} is too low: Contour listens on a Gateway listener's port + {ENVOY_PORT_OFFSET}; give one above {ENVOY_PORT_OFFSET}"
             ))
-        })?;
+        })
+        };
+        let listener_ports = [
+            listener_port(envoy_ports[0])?,
+            listener_port(envoy_ports[1])?,
+        ];
         runtime.block_on(crate::api::apply_all(
             &self.kubeconfig,
-            &objects(listener_port),
+            &objects(listener_ports, gateway_secret),
         ))?;
         // Contour, with its own kubeconfig and a config naming its Gateway.
         let kubeconfig = self.dir.join("contour.kubeconfig");
@@ -120,8 +138,8 @@ impl LocalCluster {
             ("--kubeconfig", kubeconfig.display().to_string()),
             ("--config-path", config.display().to_string()),
             ("--xds-port", port(xds)),
-            ("--envoy-service-http-port", port(envoy_port)),
-            ("--envoy-service-https-port", port(free_port()?)),
+            ("--envoy-service-http-port", port(envoy_ports[0])),
+            ("--envoy-service-https-port", port(envoy_ports[1])),
             ("--stats-port", port(free_port()?)),
             ("--http-port", port(free_port()?)),
             ("--health-port", port(free_port()?)),
@@ -168,7 +186,8 @@ impl LocalCluster {
         .map(str::to_owned);
         let envoy = self.start("contour-envoy", &options.envoy, &args)?;
         self.parts.push(envoy);
-        let at = SocketAddr::from(([127, 0, 0, 1], envoy_port));
+        let local = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        let at = local(envoy_ports[0]);
         let started = Instant::now();
         while std::net::TcpStream::connect_timeout(&at, Duration::from_millis(200)).is_err() {
             self.check_alive()?;
@@ -180,16 +199,24 @@ impl LocalCluster {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        self.contour = Some(at);
+        self.contour = Some(envoy_ports.map(local));
         Ok(())
     }
 }
 
 /// Contour's namespace, identity (a ClusterRole bound to [`USER`]: what it reads and the
-/// status it writes), IngressClass `contour`, GatewayClass `contour`, the Gateway with a
-/// plain HTTP listener on `listener_port`, and the placeholder route.
-fn objects(listener_port: u16) -> Vec<Value> {
+/// status it writes), IngressClass `contour`, GatewayClass `contour`, the Gateway, the
+/// placeholder route and the Gateway's certificate (`secret`, made in its namespace).
+///
+/// The Gateway's listeners, on `ports`: plain HTTP (`web`) and HTTPS with the Gateway's
+/// certificate (`websecure`). Contour needs exactly one HTTPS listener to serve
+/// Ingresses over TLS (with their own certificates, chosen by name): that one.
+fn objects(ports: [u16; 2], secret: &Value) -> Vec<Value> {
     let (name, namespace, listener) = GATEWAY;
+    let (tls_listener, secret_name) = (GATEWAY_TLS_LISTENER, &secret["metadata"]["name"]);
+    let mut secret = secret.clone();
+    secret["metadata"]["namespace"] = json!(NAMESPACE);
+    let all = json!({ "namespaces": { "from": "All" } });
     let gateway_kinds = super::GATEWAY_KINDS;
     let contour_kinds = [
         "httpproxies",
@@ -239,10 +266,13 @@ fn objects(listener_port: u16) -> Vec<Value> {
         json!({
             "apiVersion": crate::routes::gateway::API_VERSION, "kind": "Gateway",
             "metadata": { "name": name, "namespace": namespace },
-            "spec": { "gatewayClassName": "contour", "listeners": [{
-                "name": listener, "port": listener_port, "protocol": "HTTP",
-                "allowedRoutes": { "namespaces": { "from": "All" } } }] },
+            "spec": { "gatewayClassName": "contour", "listeners": [
+                { "name": listener, "port": ports[0], "protocol": "HTTP", "allowedRoutes": all },
+                { "name": tls_listener, "port": ports[1], "protocol": "HTTPS", "allowedRoutes": all,
+                  "tls": { "mode": "Terminate", "certificateRefs": [{ "name": secret_name }] } },
+            ] },
         }),
+        secret,
         json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": { "name": "listener", "namespace": NAMESPACE },

@@ -28,19 +28,23 @@ pub const PROFILE: Profile = Profile {
 
 /// The run's HTTPProxies of class `class` for generation `generation` of `overlay`.
 fn httpproxies(o: &RunObjects, class: &str, generation: u32, overlay: &Overlay) -> Vec<Value> {
-    let mut hosts: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for (host, prefix) in &o.routes {
-        let host = if host == "*" { DEFAULT_TLS_NAME } else { host };
-        hosts.entry(host).or_default().push(prefix);
+    let mut hosts: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+    for r in &o.routes {
+        let host = if r.host == "*" {
+            DEFAULT_TLS_NAME
+        } else {
+            &r.host
+        };
+        hosts.entry(host).or_default().push((&r.prefix, &r.pool));
     }
     let set: Vec<Value> = super::response_headers(Some(generation), overlay)
         .into_iter()
         .map(|(name, value)| json!({ "name": name, "value": value }))
         .collect();
-    let route = |prefix: &str, rewrite: Option<&str>| {
+    let route = |prefix: &str, pool: &str, rewrite: Option<&str>| {
         let mut r = json!({
             "conditions": [{ "prefix": prefix }],
-            "services": [{ "name": o.pool, "port": 80 }],
+            "services": [{ "name": pool, "port": 80 }],
             "responseHeadersPolicy": { "set": set },
         });
         if let Some(to) = rewrite {
@@ -54,10 +58,14 @@ fn httpproxies(o: &RunObjects, class: &str, generation: u32, overlay: &Overlay) 
         .into_iter()
         .enumerate()
         .map(|(i, (fqdn, prefixes))| {
-            let mut routes: Vec<Value> = prefixes.iter().map(|p| route(p, None)).collect();
+            let mut routes: Vec<Value> = prefixes
+                .iter()
+                .map(|(prefix, pool)| route(prefix, pool, None))
+                .collect();
+            // The rewritten prefix, to the pool of the longest prefix that covers it.
             if let Some((from, to)) = &overlay.rewrite {
-                if prefixes.iter().any(|p| from.starts_with(p)) {
-                    routes.push(route(from, Some(to)));
+                if let Some((_, pool)) = super::covering(&prefixes, from) {
+                    routes.push(route(from, pool, Some(to)));
                 }
             }
             let mut virtualhost = json!({ "fqdn": fqdn });

@@ -98,10 +98,11 @@ pub fn route_names(o: &RunObjects) -> Vec<String> {
         .collect()
 }
 
-fn by_host(o: &RunObjects) -> BTreeMap<&str, Vec<&str>> {
-    let mut hosts: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    for (host, prefix) in &o.routes {
-        hosts.entry(host).or_default().push(prefix);
+/// Each host's path prefixes, each with its pool.
+fn by_host(o: &RunObjects) -> BTreeMap<&str, Vec<(&str, &str)>> {
+    let mut hosts: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
+    for r in &o.routes {
+        hosts.entry(&r.host).or_default().push((&r.prefix, &r.pool));
     }
     hosts
 }
@@ -141,23 +142,27 @@ pub fn httproutes(
             CorsBy::TraefikMiddleware => super::traefik::cors_filter(&o.cors_origins, origin),
         });
     }
-    let backend = json!([{ "name": o.pool, "port": 80 }]);
-    let rule = |prefix: &str, extra: Option<Value>| {
+    let rule = |prefix: &str, pool: &str, extra: Option<Value>| {
         let mut f = filters.clone();
         f.extend(extra);
         json!({ "matches": [{ "path": { "type": "PathPrefix", "value": prefix } }],
-                "filters": f, "backendRefs": backend })
+                "filters": f, "backendRefs": [{ "name": pool, "port": 80 }] })
     };
     let routes = by_host(o)
         .into_iter()
         .zip(route_names(o))
         .map(|((host, prefixes), name)| {
-            let mut rules: Vec<Value> = prefixes.iter().map(|p| rule(p, None)).collect();
-            // The rewritten prefix gets a rule of its own, under a route that covers it.
+            let mut rules: Vec<Value> = prefixes
+                .iter()
+                .map(|(prefix, pool)| rule(prefix, pool, None))
+                .collect();
+            // The rewritten prefix gets a rule of its own, under a route that covers it,
+            // to the pool of the longest prefix that covers it.
             if let Some((from, to)) = &overlay.rewrite {
-                if prefixes.iter().any(|p| from.starts_with(p)) {
+                if let Some((_, pool)) = super::covering(&prefixes, from) {
                     rules.push(rule(
                         from,
+                        pool,
                         Some(json!({ "type": "URLRewrite", "urlRewrite": { "path": {
                             "type": "ReplacePrefixMatch", "replacePrefixMatch": to } } })),
                     ));
@@ -198,17 +203,18 @@ pub async fn controller_of(client: &kube::Client, parent: &GatewayRef) -> Result
         .flatten()
         .filter_map(|l| l["name"].as_str())
         .collect();
-    if let Some(l) = parent
-        .listener
-        .as_deref()
-        .filter(|l| !listeners.contains(l))
-    {
-        return Err(format!(
-            "Gateway {}/{} has no listener `{l}` (it has: {}); correct the target's `gateway.listener`",
-            parent.namespace,
-            parent.name,
-            listeners.join(", ")
-        ));
+    for (key, listener) in [
+        ("listener", &parent.listener),
+        ("tls_listener", &parent.tls_listener),
+    ] {
+        if let Some(l) = listener.as_deref().filter(|l| !listeners.contains(l)) {
+            return Err(format!(
+                "Gateway {}/{} has no listener `{l}` (it has: {}); correct the target's `gateway.{key}`",
+                parent.namespace,
+                parent.name,
+                listeners.join(", ")
+            ));
+        }
     }
     let class = gateway["spec"]["gatewayClassName"]
         .as_str()
@@ -309,6 +315,7 @@ mod tests {
             name: "gw".into(),
             namespace: "infra".into(),
             listener: Some("web".into()),
+            tls_listener: None,
         };
         let routing = Routing::Gateway {
             parent,
@@ -386,6 +393,18 @@ mod tests {
             with_cors[0]["metadata"]["name"]
         );
         assert_eq!(support("example.com/other").cors, CorsBy::Filter);
+        // Each rule to its route's pool; the rewritten prefix to the pool of the longest
+        // prefix that covers it.
+        let mut two = objects(&[("a.example", "/"), ("a.example", "/old")]);
+        two.routes[1].pool = "legacy".into();
+        let routes = httproutes(&two, parent, &OTHER, Some(3), &change);
+        let pools: Vec<&Value> = routes[0]["spec"]["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| &r["backendRefs"][0]["name"])
+            .collect();
+        assert_eq!(pools, [&json!("echo"), &json!("legacy"), &json!("legacy")]);
         assert!(!support("projectcontour.io/gateway-controller").can.cors);
     }
 
@@ -395,6 +414,7 @@ mod tests {
             name: "gw".into(),
             namespace: "infra".into(),
             listener: None,
+            tls_listener: None,
         };
         let route = |generation: i64, conditions: Value| {
             json!({ "metadata": { "generation": generation }, "status": { "parents": [

@@ -205,7 +205,18 @@ pub(crate) fn cors_annotations(prefix: &str, enable: &str, origin: &str) -> Vec<
     .collect()
 }
 
-/// A run of `routes` (host, path prefix) routed by `routing`, for the tests.
+/// Of `prefixes` (path prefix, pool), the longest that `path` starts with: where a
+/// request for `path` goes.
+fn covering<'a>(prefixes: &[(&'a str, &'a str)], path: &str) -> Option<(&'a str, &'a str)> {
+    prefixes
+        .iter()
+        .filter(|(prefix, _)| path.starts_with(prefix))
+        .max_by_key(|(prefix, _)| prefix.len())
+        .copied()
+}
+
+/// A run of `routes` (host, path prefix; all to pool `echo`) routed by `routing`, for the
+/// tests.
 #[cfg(test)]
 pub(crate) fn test_objects(routes: &[(&str, &str)], routing: Routing) -> RunObjects {
     RunObjects {
@@ -213,11 +224,16 @@ pub(crate) fn test_objects(routes: &[(&str, &str)], routing: Routing) -> RunObje
         run_id: "1".into(),
         pool: "echo".into(),
         replicas: 1,
+        other_pools: Vec::new(),
         image: "ingressbench".into(),
         backend_args: Vec::new(),
         routes: routes
             .iter()
-            .map(|(h, p)| ((*h).to_owned(), (*p).to_owned()))
+            .map(|(h, p)| crate::deploy::Route {
+                host: (*h).to_owned(),
+                prefix: (*p).to_owned(),
+                pool: "echo".into(),
+            })
             .collect(),
         routing,
         generation: Some(1),
@@ -235,6 +251,15 @@ pub(crate) const CORS_MAX_AGE_S: u32 = 600;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_path_goes_to_the_pool_of_the_longest_prefix_that_covers_it() {
+        let prefixes = [("/", "web"), ("/api", "api"), ("/api/v2", "v2")];
+        assert_eq!(covering(&prefixes, "/api/v2/x"), Some(("/api/v2", "v2")));
+        assert_eq!(covering(&prefixes, "/apiary"), Some(("/api", "api")));
+        assert_eq!(covering(&prefixes, "/other"), Some(("/", "web")));
+        assert_eq!(covering(&prefixes[1..], "/other"), None);
+    }
 
     #[test]
     fn what_a_controller_cannot_express_is_named() {
