@@ -12,6 +12,8 @@ ratio of each tool to ingressbench; nothing here asserts a timing.
                                          # and 20,000 req/s: each tool's error and CPU
     python3 bench/compare.py memory      # RSS at 1 min vs 10 min; RSS with 10,000 connections
     python3 bench/compare.py backend     # the echo backend on one core vs nginx on one core
+    python3 bench/compare.py workers     # one worker process vs two (--workers 2) at the
+                                         # highest rate one sustains with lag p99 under 1 ms
     python3 bench/compare.py all --duration 5
 
 Needs nginx (scripts/install-deps.sh) and the peers (../shared/tools/install-peers.sh);
@@ -118,7 +120,7 @@ def run_ingressbench(args, url, tmp):
               f"p99 {s['scheduler_lag_us']['p99']} us; achieved {s['rate']['achieved_per_s']:.1f}/s", file=sys.stderr)
     return {"requests": s["requests"]["total"], "ok": s["requests"]["ok"], "rate": s["rate"]["achieved_per_s"],
             "p50_us": s["latency_us"]["p50"], "p90_us": s["latency_us"]["p90"], "p99_us": s["latency_us"]["p99"],
-            "cpu": cpu, "lag_p50_us": s["scheduler_lag_us"]["p50"],
+            "cpu": cpu, "lag_p50_us": s["scheduler_lag_us"]["p50"], "lag_p99_us": s["scheduler_lag_us"]["p99"],
             "window_us": (s.get("batch_window") or {}).get("used_us", {}).get("p50")}
 
 
@@ -351,9 +353,32 @@ def backend(nginx, seconds, tmp):
           "the backend must serve well over 50k small req/s on one core so it is never the bottleneck")
 
 
+def workers(nginx, seconds, tmp, rates=(5000, 10000, 20000, 30000, 40000, 60000)):
+    """The highest rate of `rates` one worker process sustains with scheduler lag p99 under
+    1 ms, then one worker against two (--workers 2) at that rate, all on GEN_CPU: what a
+    second process costs per request (the coordinator, its merge, the JSON lines)."""
+    best = None
+    for rate in rates:
+        r = run_ingressbench(["-R", str(rate), "-c", "50", "-d", f"{seconds}s"], nginx.url, tmp)
+        if r["lag_p99_us"] >= 1000 or r["rate"] < rate * 0.99:
+            break
+        best = (rate, r)
+    if best is None:
+        print("\n(one worker did not sustain the lowest rate with lag p99 under 1 ms)")
+        return {}
+    rate, one = best
+    two = run_ingressbench(["-R", str(rate), "-c", "50", "-d", f"{seconds}s", "--workers", "2"], nginx.url, tmp)
+    rows = {"ingressbench": one, "ingressbench --workers 2": two}
+    table(f"One worker vs two at {rate:,} req/s (the highest of {', '.join(map(str, rates))} "
+          f"one sustains with lag p99 under 1 ms), 50 connections, {seconds} s", rows, "CPU/request",
+          "lower CPU per request is better; lag p99: " +
+          ", ".join(f"{name} {r['lag_p99_us']} us" for name, r in rows.items()))
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "all"])
+    ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "workers", "all"])
     ap.add_argument("--duration", type=int, default=10, help="seconds per tool (default 10)")
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--accuracy-rates", default="2000,20000", help="rates of the accuracy tables")
@@ -377,6 +402,8 @@ def main():
             accuracy(args.duration, tmp, rates=[int(r) for r in args.accuracy_rates.split(",")])
         if args.what in ("backend", "all"):
             backend(nginx, args.duration, tmp)
+        if args.what in ("workers", "all"):
+            workers(nginx, args.duration, tmp)
         if args.what in ("memory", "all"):
             memory(nginx, tmp, args.long_minutes)
     finally:

@@ -23,6 +23,7 @@
 mod connection;
 mod dispatch;
 mod error;
+pub mod fleet;
 mod plan;
 mod request;
 mod response;
@@ -90,7 +91,7 @@ pub mod fuzzing {
     }
 }
 pub use ingressbench_stats::parse_duration;
-pub use plan::{BatchWindow, Length, Mode, Plan, RequestGate, RetryPolicy, Warmup};
+pub use plan::{BatchWindow, Length, Mode, Plan, RequestGate, RetryPolicy, Share, Warmup};
 pub use request::{parse_header, RequestSpec};
 pub use run::{ensure_descriptors, run, LoadReport, NoObserver, Observer, Progress};
 pub use target::{Resolve, Scheme, Target};

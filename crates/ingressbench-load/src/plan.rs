@@ -178,6 +178,35 @@ pub struct Plan {
     /// included); the request waits until it returns. A caller uses it to act in
     /// lock-step with requests (kill a backend, send a request, repeat).
     pub gate: Option<RequestGate>,
+    /// The part of the load this process sends when several processes share one run
+    /// (see [`Share`]); the whole by default.
+    pub share: Share,
+}
+
+/// Process `index` of `of` that send one run between them: it owns stripes
+/// `index, index + of, …` of the open-loop schedule (threads stripe further), and its
+/// part of the connections and of a request budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Share {
+    /// Which process, from 0.
+    pub index: usize,
+    /// How many.
+    pub of: usize,
+}
+
+impl Share {
+    /// All of it.
+    pub const WHOLE: Share = Share { index: 0, of: 1 };
+
+    /// This process's part of `total` things (the first `total % of` get one more).
+    pub fn part(self, total: u64) -> u64 {
+        split(total, self.index, self.of)
+    }
+}
+
+/// Part `index` of `parts` of `total`, the first `total % parts` parts one larger.
+pub(crate) fn split(total: u64, index: usize, parts: usize) -> u64 {
+    total / parts as u64 + u64::from((index as u64) < total % parts as u64)
 }
 
 /// A function called before each sequential request (see [`Plan::gate`]).
@@ -217,6 +246,7 @@ impl Plan {
             batch_window: BatchWindow::Auto,
             start: None,
             gate: None,
+            share: Share::WHOLE,
         }
     }
 
@@ -279,6 +309,28 @@ impl Plan {
                 format!("{} is not between 1 and 1024", self.threads),
             );
         }
+        let Share { index, of } = self.share;
+        if of == 0 || of > 1024 {
+            return bad("--workers", format!("{of} is not between 1 and 1024"));
+        }
+        if index >= of {
+            return bad(
+                "--workers",
+                format!("worker {index} of {of} does not exist"),
+            );
+        }
+        if of > 1 && matches!(self.mode, Mode::Sequential { .. }) {
+            return bad(
+                "--workers",
+                "sequential load is one request at a time on one connection, which one process sends; leave out --workers".to_owned(),
+            );
+        }
+        if of > 1 && self.gate.is_some() {
+            return bad(
+                "--workers",
+                "requests in lock-step with events are sent by one process".to_owned(),
+            );
+        }
         if matches!(self.mode, Mode::Sequential { .. }) {
             if self.connections != 1 || self.threads != 1 {
                 return bad(
@@ -286,12 +338,13 @@ impl Plan {
                     "sends one request at a time: leave out -c and --threads".to_owned(),
                 );
             }
-        } else if self.threads > self.connections {
+        } else if self.threads * of > self.connections {
             return bad(
-                "--threads",
+                if of > 1 { "--workers" } else { "--threads" },
                 format!(
                     "{} threads need at least as many connections (-c {})",
-                    self.threads, self.connections
+                    self.threads * of,
+                    self.connections
                 ),
             );
         }

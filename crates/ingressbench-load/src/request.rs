@@ -3,7 +3,7 @@
 use crate::{LoadError, Target};
 
 /// What to send.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RequestSpec {
     /// Method (`GET`, `POST`, …).
     pub method: String,

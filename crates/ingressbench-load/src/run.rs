@@ -12,6 +12,7 @@ use ingressbench_stats::{
 };
 
 use crate::connection::{nanos, Address, Connector};
+use crate::plan::split;
 use crate::schedule::Schedule;
 use crate::target::Scheme;
 use crate::worker::{self, Assignment, Feed, Message, Shared};
@@ -157,14 +158,16 @@ pub fn run(
         gate: plan.gate.clone(),
     });
 
+    // Threads stripe this process's share: thread t of T in process k of n owns stripe
+    // t * n + k of the n * T stripes of the whole schedule.
     let workers = plan.threads;
+    let share = plan.share;
+    let stripes = (workers * share.of) as u64;
     let (tx, rx) = mpsc::channel();
     let mut handles = Vec::with_capacity(workers);
     for index in 0..workers {
-        let share = |total: u64| {
-            total / workers as u64 + u64::from((index as u64) < total % workers as u64)
-        };
-        let connections = share(plan.connections as u64) as usize;
+        let mine = |total: u64| split(share.part(total), index, workers);
+        let connections = mine(plan.connections as u64) as usize;
         let total_requests = match plan.length {
             Length::Requests(n) => Some(n + warmup_requests),
             Length::Duration(_) => None,
@@ -174,14 +177,14 @@ pub fn run(
                 let end_ns = end.map(|e| nanos(e - start));
                 Feed::Open(Schedule::new(
                     rate_per_s,
-                    index as u64,
-                    workers as u64,
+                    (index * share.of + share.index) as u64,
+                    stripes,
                     total_requests,
                     end_ns,
                 ))
             }
             Mode::Closed => Feed::Loop {
-                budget: total_requests.map(share),
+                budget: total_requests.map(mine),
                 pause: None,
             },
             Mode::Sequential { interval } => Feed::Loop {
@@ -197,9 +200,10 @@ pub fn run(
             warmup_requests: if matches!(plan.mode, Mode::Open { .. }) {
                 warmup_requests
             } else {
-                share(warmup_requests)
+                mine(warmup_requests)
             },
-            seed: 0x9E37_79B9_7F4A_7C15 ^ (index as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9),
+            seed: 0x9E37_79B9_7F4A_7C15
+                ^ ((index * share.of + share.index) as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9),
         };
         let connector = Connector::new(address(), tls.clone());
         let (shared, tx) = (shared.clone(), tx.clone());
@@ -226,14 +230,7 @@ pub fn run(
                     requests += window.outcomes.total();
                     errors += window.outcomes.errors();
                     observer.window(&window);
-                    observer.progress(&Progress {
-                        elapsed: Duration::from_nanos(window.end_ns()),
-                        requests,
-                        errors,
-                        rate_per_s: window.outcomes.total() as f64 * 1e9 / window.width_ns as f64,
-                        p50_us: cumulative.value_at_percentile(50.0),
-                        p99_us: cumulative.value_at_percentile(99.0),
-                    });
+                    observer.progress(&progress_after(&window, &cumulative, requests, errors));
                 }
             }
             Err(RecvTimeoutError::Timeout) => {}
@@ -265,6 +262,94 @@ pub fn run(
     }
     let recorder = merged.unwrap_or_else(|| Recorder::new(nanos(plan.window)));
     let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
+    let summary = summarize(&recorder, plan, plan.rate_per_s(), interrupted);
+    Ok(LoadReport { recorder, summary })
+}
+
+/// Merges the workers' windows of the same interval and hands them out in order, once
+/// every worker has closed that interval or will send no more.
+pub(crate) struct WindowMerger {
+    /// The last interval each worker closed.
+    sent: Vec<Option<u64>>,
+    /// Workers that will send no more.
+    retired: Vec<bool>,
+    pending: BTreeMap<u64, Window>,
+}
+
+impl WindowMerger {
+    pub(crate) fn new(workers: usize) -> Self {
+        Self {
+            sent: vec![None; workers],
+            retired: vec![false; workers],
+            pending: BTreeMap::new(),
+        }
+    }
+
+    pub(crate) fn add(&mut self, worker: usize, batch: Vec<Window>) -> Vec<Window> {
+        for window in batch {
+            self.sent[worker] = Some(window.index);
+            match self.pending.get_mut(&window.index) {
+                Some(merged) => merged.merge(&window),
+                None => {
+                    self.pending.insert(window.index, window);
+                }
+            }
+        }
+        self.ready()
+    }
+
+    /// Stops waiting for `worker` (it ended), and hands out what that completes.
+    pub(crate) fn retire(&mut self, worker: usize) -> Vec<Window> {
+        self.retired[worker] = true;
+        self.ready()
+    }
+
+    fn ready(&mut self) -> Vec<Window> {
+        let mut ready = Vec::new();
+        while let Some(entry) = self.pending.first_entry() {
+            let index = *entry.key();
+            let closed = self
+                .sent
+                .iter()
+                .zip(&self.retired)
+                .all(|(sent, retired)| *retired || sent.is_some_and(|s| s >= index));
+            if !closed {
+                break;
+            }
+            ready.push(entry.remove());
+        }
+        ready
+    }
+
+    pub(crate) fn finish(&mut self) -> Vec<Window> {
+        std::mem::take(&mut self.pending).into_values().collect()
+    }
+}
+
+/// The progress line after `window`.
+pub(crate) fn progress_after(
+    window: &Window,
+    cumulative: &HistogramUs,
+    requests: u64,
+    errors: u64,
+) -> Progress {
+    Progress {
+        elapsed: Duration::from_nanos(window.end_ns()),
+        requests,
+        errors,
+        rate_per_s: window.outcomes.total() as f64 * 1e9 / window.width_ns as f64,
+        p50_us: cumulative.value_at_percentile(50.0),
+        p99_us: cumulative.value_at_percentile(99.0),
+    }
+}
+
+/// The summary of what `recorder` holds, against `target_rate_per_s`.
+pub(crate) fn summarize(
+    recorder: &Recorder,
+    plan: &Plan,
+    target_rate_per_s: Option<f64>,
+    interrupted: bool,
+) -> Summary {
     // From the first measured request's intended time to the last one's end: a generator
     // that fell behind stretches this span and so shows as a shortfall in the rate.
     let measured_ns = recorder
@@ -277,63 +362,12 @@ pub fn run(
     };
     let ctx = SummaryContext {
         mode,
-        target_rate_per_s: plan.rate_per_s(),
+        target_rate_per_s,
         measured_ns,
         interrupted,
         retry_policy: plan.retry.name(),
         batch_window: plan.rate_per_s().map(|_| plan.batch_window.to_string()),
         generation_headers: plan.generation_headers.clone(),
     };
-    let summary = Summary::new(&recorder, &ctx);
-    Ok(LoadReport { recorder, summary })
-}
-
-/// Merges the workers' windows of the same interval and hands them out in order, once
-/// every worker has closed that interval.
-struct WindowMerger {
-    workers: usize,
-    pending: BTreeMap<u64, (Window, usize)>,
-    next: u64,
-}
-
-impl WindowMerger {
-    fn new(workers: usize) -> Self {
-        Self {
-            workers,
-            pending: BTreeMap::new(),
-            next: 0,
-        }
-    }
-
-    fn add(&mut self, _worker: usize, batch: Vec<Window>) -> Vec<Window> {
-        for window in batch {
-            match self.pending.get_mut(&window.index) {
-                Some((merged, seen)) => {
-                    merged.merge(&window);
-                    *seen += 1;
-                }
-                None => {
-                    self.pending.insert(window.index, (window, 1));
-                }
-            }
-        }
-        let mut ready = Vec::new();
-        while let Some((_, seen)) = self.pending.get(&self.next) {
-            if *seen < self.workers {
-                break;
-            }
-            if let Some((window, _)) = self.pending.remove(&self.next) {
-                ready.push(window);
-            }
-            self.next += 1;
-        }
-        ready
-    }
-
-    fn finish(&mut self) -> Vec<Window> {
-        std::mem::take(&mut self.pending)
-            .into_values()
-            .map(|(w, _)| w)
-            .collect()
-    }
+    Summary::new(recorder, &ctx)
 }

@@ -149,7 +149,7 @@ impl fmt::Display for Target {
 }
 
 /// A `--resolve host:port:addr` entry: connections to `host:port` go to `addr`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Resolve {
     /// Host name as in the URL.
     pub host: String,

@@ -13,7 +13,7 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use crate::LoadError;
 
 /// How to check the server's certificate.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TlsOptions {
     /// Trust the certificates in this PEM file instead of the system's roots.
     pub cacert: Option<PathBuf>,

@@ -256,6 +256,9 @@ pub struct LoadFile {
     pub connections: Option<usize>,
     /// Worker threads.
     pub threads: Option<usize>,
+    /// Processes sending one schedule between them (each with `threads` threads), their
+    /// results merged exactly (default 1).
+    pub workers: Option<usize>,
     /// How long to measure (`60s`).
     pub duration: Option<String>,
     /// Or how many requests to measure.

@@ -458,7 +458,15 @@ fn run_cell(
     // The load stops when the run is stopped (Ctrl-C), or when a part of the site dies.
     let cell_stop = Arc::new(AtomicBool::new(false));
     site.start_measuring();
-    let load = spawn_load(plan, site.client_netns(), cell_stop.clone(), streams)?;
+    let workers = l.workers.unwrap_or(1);
+    let binary = options.backend_binary.clone();
+    let load = spawn_load(
+        plan,
+        (workers, binary),
+        site.client_netns(),
+        cell_stop.clone(),
+        streams,
+    )?;
     let events = OpenOptions::new()
         .create(true)
         .append(true)
@@ -491,9 +499,12 @@ fn run_cell(
         fired,
         ..
     } = driver;
-    let (report, mut streams) = load
+    let (report, workers_json, mut streams) = load
         .join()
         .map_err(|_| "the load thread panicked".to_owned())?;
+    if let Some(workers) = &workers_json {
+        write_json(&dir.join("workers.json"), workers).map_err(|e| e.to_string())?;
+    }
     if usage_log
         .as_mut()
         .is_some_and(|u| u.read_now(Instant::now()).is_err())
@@ -544,7 +555,7 @@ fn run_cell(
     if let (Some(key), true) = (key, cell.events.is_empty()) {
         sites.put(key, site);
     }
-    let small = json!({ "requests": s.requests.total, "errors": s.requests.errors, "p50_us": s.latency_us.p50, "p99_us": s.latency_us.p99, "max_us": s.latency_us.max });
+    let small = json!({ "requests": s.requests.total, "errors": s.requests.errors, "min_us": s.latency_us.min, "p50_us": s.latency_us.p50, "p99_us": s.latency_us.p99, "max_us": s.latency_us.max });
     Ok(CellDone {
         summary: small,
         link_overhead_us: record.link_overhead_us,
@@ -693,9 +704,11 @@ fn load_plan(
 }
 
 /// The load on a thread of its own, in `netns` if the site has one for the client (the
-/// workers it starts inherit it).
+/// workers it starts inherit it). With more than one worker, `workers` names how many
+/// processes of `binary` send it, and their health comes back as `workers.json`.
 fn spawn_load(
     plan: Plan,
+    (workers, binary): (usize, PathBuf),
     netns: Option<PathBuf>,
     stop: Arc<AtomicBool>,
     mut streams: Streams,
@@ -714,14 +727,28 @@ fn spawn_load(
                     }
                 })
             });
-            let report = entered.and_then(|()| ingressbench_load::run(&plan, stop, &mut streams));
-            (report, streams)
+            let ran = entered.and_then(|()| {
+                if workers > 1 {
+                    ingressbench_load::fleet::run_local(&plan, workers, &binary, stop, &mut streams)
+                        .map(|fleet| {
+                            let json = ingressbench_load::fleet::workers_json(&fleet);
+                            (fleet.load, Some(json))
+                        })
+                } else {
+                    ingressbench_load::run(&plan, stop, &mut streams).map(|r| (r, None))
+                }
+            });
+            match ran {
+                Ok((report, workers)) => (Ok(report), workers, streams),
+                Err(e) => (Err(e), None, streams),
+            }
         })
         .map_err(|e| e.to_string())
 }
 
 type LoadThread = std::thread::JoinHandle<(
     Result<ingressbench_load::LoadReport, ingressbench_load::LoadError>,
+    Option<serde_json::Value>,
     Streams,
 )>;
 
@@ -1011,7 +1038,8 @@ pub fn check_cell(cell: &Cell) -> Result<(), String> {
             s.backends.iter().map(|b| b.name.clone()).collect(),
         ),
     };
-    let plan = plan_for(cell, &url, None, 1.0)?;
+    let mut plan = plan_for(cell, &url, None, 1.0)?;
+    plan.share.of = s.load.workers.unwrap_or(1);
     plan.validate().map_err(|e| match e {
         ingressbench_load::LoadError::InvalidPlan { field, reason } => {
             format!("{}: {reason}", scenario_field(&field))
@@ -1032,6 +1060,7 @@ fn scenario_field(option: &str) -> &str {
         "-R/--rate" => "load.rate",
         "-c/--connections" => "load.connections",
         "--threads" => "load.threads",
+        "--workers" => "load.workers",
         "-n/--requests" => "load.requests",
         "-d/--duration" => "load.duration",
         "--timeout" => "load.timeout",

@@ -26,6 +26,7 @@ mod outcome;
 mod recorder;
 mod sample;
 mod summary;
+pub mod wire;
 
 pub use duration::parse_duration;
 pub use histogram::{HistogramUs, MAX_TRACKABLE_US};

@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use crate::wire::{self, RecorderWire};
 use crate::{HistogramUs, Outcome, OutcomeCounts, Sample};
 
 /// Index of a backend in a recorder's table of backend names.
@@ -526,6 +527,132 @@ impl Recorder {
     pub fn span_ns(&self) -> Option<(u64, u64)> {
         self.first_intended_ns
             .map(|first| (first, self.last_done_ns))
+    }
+
+    /// Adds a window's latency and outcomes: all that is known of a worker that stopped
+    /// before handing over its recorder. Its span grows to cover the window.
+    pub fn absorb_window(&mut self, window: &Window) {
+        self.latency.merge(&window.latency);
+        self.outcomes.merge(&window.outcomes);
+        if window.outcomes.total() > 0 {
+            let (start, end) = (window.start_ns(), window.end_ns());
+            self.first_intended_ns = Some(self.first_intended_ns.map_or(start, |f| f.min(start)));
+            self.last_done_ns = self.last_done_ns.max(end);
+        }
+    }
+
+    /// Its text form, windows aside (see [`crate::wire`]).
+    pub fn to_wire(&self) -> RecorderWire {
+        let histograms: BTreeMap<String, String> = [
+            ("latency", &self.latency),
+            ("service_time", &self.service_time),
+            ("time_to_failure", &self.time_to_failure),
+            ("scheduler_lag", &self.scheduler_lag),
+            ("batch_windows", &self.batch_windows_us),
+            ("dns", &self.phases.dns),
+            ("connect", &self.phases.connect),
+            ("tls", &self.phases.tls),
+            ("ttfb", &self.phases.ttfb),
+            ("total", &self.phases.total),
+            ("warmup_connect", &self.phases.warmup_connect),
+        ]
+        .into_iter()
+        .map(|(name, h)| (name.to_owned(), wire::encode_histogram(h)))
+        .collect();
+        let counters = [
+            ("generations_untracked", self.generations_untracked),
+            ("abandoned_at_stop", self.abandoned_at_stop),
+            ("bytes", self.bytes),
+            ("connections_opened", self.connections_opened),
+            ("reused_requests", self.reused_requests),
+            ("warmup_requests", self.warmup_requests),
+        ]
+        .into_iter()
+        .map(|(name, n)| (name.to_owned(), n))
+        .collect();
+        RecorderWire {
+            window_ns: self.window.width_ns,
+            histograms,
+            outcomes: wire::encode_outcomes(&self.outcomes),
+            retried: wire::encode_outcomes(&self.retried),
+            connection_events: self.connection_events,
+            failure_details: self.failure_details.clone(),
+            backends: self
+                .backends
+                .iter()
+                .map(|b| (b.name.clone(), b.count, wire::encode_histogram(&b.latency)))
+                .collect(),
+            generations: self
+                .generations
+                .iter()
+                .map(|g| {
+                    (
+                        g.slot,
+                        g.generation,
+                        g.answers,
+                        g.first_answer_ns,
+                        g.last_answer_ns,
+                    )
+                })
+                .collect(),
+            counters,
+            first_intended_ns: self.first_intended_ns,
+            last_done_ns: self.last_done_ns,
+        }
+    }
+
+    /// The recorder [`Recorder::to_wire`] wrote (without windows).
+    pub fn from_wire(w: &RecorderWire) -> Result<Self, String> {
+        if w.window_ns == 0 {
+            return Err("a recorder's windows have no width".into());
+        }
+        let mut r = Recorder::new(w.window_ns);
+        let histogram = |name: &str| match w.histograms.get(name) {
+            Some(text) => wire::decode_histogram(text),
+            None => Err(format!("a recorder lacks its {name} histogram")),
+        };
+        r.latency = histogram("latency")?;
+        r.service_time = histogram("service_time")?;
+        r.time_to_failure = histogram("time_to_failure")?;
+        r.scheduler_lag = histogram("scheduler_lag")?;
+        r.batch_windows_us = histogram("batch_windows")?;
+        r.phases = PhaseHistograms {
+            dns: histogram("dns")?,
+            connect: histogram("connect")?,
+            tls: histogram("tls")?,
+            ttfb: histogram("ttfb")?,
+            total: histogram("total")?,
+            warmup_connect: histogram("warmup_connect")?,
+        };
+        r.outcomes = wire::decode_outcomes(&w.outcomes)?;
+        r.retried = wire::decode_outcomes(&w.retried)?;
+        r.connection_events = w.connection_events;
+        r.failure_details = w.failure_details.clone();
+        for (name, count, latency) in &w.backends {
+            let BackendId(id) = r.backend_id(name.as_bytes());
+            let b = &mut r.backends[usize::from(id)];
+            b.count += count;
+            b.latency.merge(&wire::decode_histogram(latency)?);
+        }
+        for &(slot, generation, answers, first_answer_ns, last_answer_ns) in &w.generations {
+            r.add_generation(GenerationSeen {
+                slot,
+                generation,
+                answers,
+                first_answer_ns,
+                last_answer_ns,
+            });
+        }
+        let counter = |name: &str| w.counters.get(name).copied().unwrap_or(0);
+        r.generations_untracked = counter("generations_untracked");
+        r.abandoned_at_stop = counter("abandoned_at_stop");
+        r.bytes = counter("bytes");
+        r.connections_opened = counter("connections_opened");
+        r.reused_requests = counter("reused_requests");
+        r.warmup_requests = counter("warmup_requests");
+        r.first_intended_ns = w.first_intended_ns;
+        r.last_done_ns = w.last_done_ns;
+        Ok(r)
     }
 }
 

@@ -39,6 +39,11 @@ pub(crate) enum Command {
     /// Kubernetes: check a cluster, clean up after runs, a local test cluster.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// A load worker: reads its part of a run (one JSON line) on standard input and
+    /// writes what it measures as JSON lines on standard output, for the process that
+    /// started it (`--workers`, `load.workers`) to merge.
+    #[command(hide = true)]
+    Worker,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -409,6 +414,15 @@ pub(crate) struct LoadArgs {
     /// Worker threads, each with its own connections.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub(crate) threads: usize,
+
+    /// Send from N processes of this tool sharing one schedule (each with --threads
+    /// threads and its share of -c), merged exactly; each one's health is checked.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) workers: usize,
+
+    /// With --workers: write each worker's summary and health here (JSON).
+    #[arg(long, value_name = "FILE", requires = "workers")]
+    pub(crate) workers_json: Option<PathBuf>,
 
     /// Open a new connection (TCP, and TLS for https) for every request.
     #[arg(long)]

@@ -22,19 +22,34 @@ const EXIT_INTERRUPTED: u8 = 130;
 
 pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
     let plan = plan_from(&args).map_err(|e| anyhow::Error::new(UsageError(e)))?;
-    plan.validate()
+    let mut whole = plan.clone();
+    whole.share.of = args.workers;
+    whole
+        .validate()
         .map_err(|e| anyhow::Error::new(UsageError(e.into())))?;
     // Open every output first: a bad path should fail now, not after a long run.
     let json = args.json.as_deref().map(create).transpose()?;
     let hgrm_file = args.hgrm.as_deref().map(create).transpose()?;
     let (mut sink, progress) = streams(&args, &plan)?;
     let stop = crate::signals::stop_flag()?;
-    let title = describe(&plan);
+    let title = describe(&plan, args.workers);
     if progress {
         eprintln!("{title}");
     }
-    let report = match ingressbench_load::run(&plan, stop, &mut sink) {
-        Ok(report) => report,
+    let workers_json = args.workers_json.as_deref().map(create).transpose()?;
+    let ran = if args.workers > 1 {
+        let program = std::env::current_exe().context("finding the ingressbench binary")?;
+        ingressbench_load::fleet::run_local(&plan, args.workers, &program, stop, &mut sink).map(
+            |fleet| {
+                let json = ingressbench_load::fleet::workers_json(&fleet);
+                (fleet.load, Some(json))
+            },
+        )
+    } else {
+        ingressbench_load::run(&plan, stop, &mut sink).map(|report| (report, None))
+    };
+    let (report, workers) = match ran {
+        Ok(ran) => ran,
         Err(
             e @ (LoadError::InvalidUrl { .. }
             | LoadError::InvalidHeader { .. }
@@ -51,12 +66,10 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
     }
     sink.finish(&summary.warnings)?;
     if let Some((path, file)) = json {
-        let mut out = BufWriter::new(file);
-        serde_json::to_writer_pretty(&mut out, summary)
-            .with_context(|| format!("writing {}", path.display()))?;
-        writeln!(out)
-            .and_then(|()| out.flush())
-            .with_context(|| format!("writing {}", path.display()))?;
+        write_json(&path, file, summary)?;
+    }
+    if let (Some((path, file)), Some(workers)) = (workers_json, &workers) {
+        write_json(&path, file, workers)?;
     }
     if let Some((path, file)) = hgrm_file {
         let mut out = BufWriter::new(file);
@@ -143,7 +156,7 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
     Ok(plan)
 }
 
-fn describe(plan: &Plan) -> String {
+fn describe(plan: &Plan, workers: usize) -> String {
     let pacing = match &plan.mode {
         Mode::Open { rate_per_s } => format!("open loop at {rate_per_s} req/s"),
         Mode::Closed => "closed loop".to_owned(),
@@ -154,11 +167,16 @@ fn describe(plan: &Plan) -> String {
         Length::Duration(d) => format!("{d:?}"),
     };
     format!(
-        "{} {} ({pacing}, {length}, {} connection(s), {} thread(s), {})",
+        "{} {} ({pacing}, {length}, {} connection(s), {} thread(s){}, {})",
         plan.request.method,
         plan.target,
         plan.connections,
         plan.threads,
+        if workers > 1 {
+            format!(" in each of {workers} worker processes")
+        } else {
+            String::new()
+        },
         if plan.keepalive {
             "keep-alive"
         } else {
@@ -205,4 +223,36 @@ fn streams(args: &LoadArgs, plan: &Plan) -> Result<(Streams, bool)> {
         );
     });
     Ok((streams, true))
+}
+
+/// Writes `value` as indented JSON to `file` (at `path`, for the error).
+fn write_json(path: &Path, file: File, value: &impl serde::Serialize) -> Result<()> {
+    let mut out = BufWriter::new(file);
+    serde_json::to_writer_pretty(&mut out, value)
+        .map_err(std::io::Error::from)
+        .and_then(|()| writeln!(out))
+        .and_then(|()| out.flush())
+        .with_context(|| format!("writing {}", path.display()))
+}
+
+/// `ingressbench worker`: one JSON plan line in, JSON lines out (see
+/// `ingressbench_load::fleet`).
+pub(crate) fn worker() -> Result<ExitCode> {
+    let mut line = String::new();
+    std::io::stdin()
+        .read_line(&mut line)
+        .context("reading the worker's plan on standard input")?;
+    let wire: ingressbench_load::fleet::PlanWire = serde_json::from_str(&line)
+        .map_err(|e| UsageError(anyhow::anyhow!("the worker's plan is not understood: {e}")))?;
+    let stop = crate::signals::stop_flag()?;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default();
+    let mut stdout = BufWriter::new(std::io::stdout().lock());
+    Ok(
+        match ingressbench_load::fleet::serve(&wire, host, stop, &mut stdout) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        },
+    )
 }

@@ -58,6 +58,7 @@ fn main() -> ExitCode {
         Command::Report(args) => report_cmd::report(args),
         Command::Compare(args) => report_cmd::compare(args),
         Command::Cluster(command) => cluster_cmd::run(command),
+        Command::Worker => load_cmd::worker(),
     };
     match result {
         Ok(code) => code,

@@ -131,12 +131,16 @@ pub struct Binaries {
 }
 
 impl Binaries {
-    /// The default search: PATH, then `.venv/bin` under the current directory and under
-    /// the repository that holds the running executable (`target/*/ingressbench`).
+    /// The default search: PATH, then `.venv/bin` under the current directory or one of
+    /// its four nearest ancestors (a test runs in its crate's folder, a user may be in a
+    /// subfolder of the repository), then under the repository that holds the running
+    /// executable (`target/*/ingressbench`; the target folder may live elsewhere).
     pub fn discover() -> Self {
         let mut extra_dirs = vec![PathBuf::from(".venv/bin")];
-        if let Ok(exe) = std::env::current_exe() {
-            for ancestor in exe.ancestors().skip(1).take(4) {
+        let cwd = std::env::current_dir().ok();
+        let exe = std::env::current_exe().ok();
+        for start in [cwd, exe].into_iter().flatten() {
+            for ancestor in start.ancestors().skip(1).take(4) {
                 extra_dirs.push(ancestor.join(".venv/bin"));
             }
         }

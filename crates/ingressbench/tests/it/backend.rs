@@ -12,13 +12,13 @@ use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Target};
 use crate::common::BIN;
 
 /// A backend process, killed when dropped (so a failing test leaves nothing behind).
-struct Backend {
+pub(crate) struct Backend {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
 }
 
 impl Backend {
-    fn start(args: &[&str]) -> Backend {
+    pub(crate) fn start(args: &[&str]) -> Backend {
         let mut child = Command::new(BIN)
             .arg("backend")
             .args(args)

@@ -13,3 +13,4 @@ mod kernel;
 mod lab;
 mod report;
 mod run;
+mod workers;

@@ -558,8 +558,11 @@ fn topology_recorded(record: &serde_json::Value) {
     }
 }
 
+/// A link's delay is fixed (up to its jitter), so it shows in a cell's fastest answer; the
+/// median also carries the machine's queueing, which beside the cluster test in CI came out
+/// 1.3 ms more for one cell than its neighbour (+2.49 ms where the links add 1.2).
 fn placements_add_their_links(record: &serde_json::Value) {
-    let p50 = |target: &str, host: &str, placement: &str, client: &str| -> f64 {
+    let floor = |target: &str, host: &str, placement: &str, client: &str| -> (f64, f64) {
         let cell = record["cells"]
             .as_array()
             .unwrap()
@@ -572,20 +575,26 @@ fn placements_add_their_links(record: &serde_json::Value) {
                     && s["topology.client"] == client
             })
             .unwrap_or_else(|| panic!("no cell {target} {host} {placement} {client}"));
-        cell["summary"]["p50_us"].as_f64().unwrap() / 1e3
+        let ms = |field: &str| cell["summary"][field].as_f64().unwrap() / 1e3;
+        (ms("min_us"), ms("p50_us"))
     };
     for target in ["nginx", "haproxy"] {
         for host in ["a.app.test", "b.app.test"] {
-            let near = p50(target, host, "affinity", "internal");
-            let anti = p50(target, host, "anti_affinity", "internal") - near;
-            let internet = p50(target, host, "affinity", "external") - near;
-            eprintln!("{target} {host}: affinity {near:.3} ms, anti-affinity +{anti:.3} ms (links: +1.2), internet +{internet:.3} ms (links: +40)");
+            let (near, near_p50) = floor(target, host, "affinity", "internal");
+            let (anti, anti_p50) = floor(target, host, "anti_affinity", "internal");
+            let (internet, internet_p50) = floor(target, host, "affinity", "external");
+            let (anti, internet) = (anti - near, internet - near);
+            eprintln!(
+                "{target} {host}: fastest answer: affinity {near:.3} ms, anti-affinity +{anti:.3} ms (links: +1.2), internet +{internet:.3} ms (links: +40); medians {near_p50:.3}, {anti_p50:.3}, {internet_p50:.3} ms"
+            );
+            // Four crossings of 0.3 ms, each with 0.05 ms of jitter.
             assert!(
-                (1.0..2.0).contains(&anti),
+                (0.9..2.0).contains(&anti),
                 "{target} {host}: anti-affinity +{anti} ms"
             );
+            // 20 ms each way with 2 ms of jitter: the fastest answer may be 4 ms short.
             assert!(
-                (38.0..46.0).contains(&internet),
+                (35.0..46.0).contains(&internet),
                 "{target} {host}: internet +{internet} ms"
             );
         }

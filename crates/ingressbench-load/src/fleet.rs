@@ -1,0 +1,695 @@
+//! One run sent by several worker processes: the coordinator starts them on one instant,
+//! each sends its stripe of the schedule, streams its windows, samples and finally its
+//! whole recorder as lines of JSON on its standard output, and the coordinator merges
+//! them exactly (histograms add; nothing is averaged). A worker's output is the only
+//! transport, so a worker may be a local process or a pod whose log is followed.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use ingressbench_stats::wire::{RecorderWire, SampleWire, WindowWire};
+use ingressbench_stats::{HistogramUs, Recorder, Sample, Summary, Window};
+use serde::{Deserialize, Serialize};
+
+use crate::run::{progress_after, summarize, WindowMerger};
+use crate::{
+    BatchWindow, Length, LoadError, LoadReport, Mode, Observer, Plan, RequestSpec, Resolve,
+    RetryPolicy, Share, Target, TlsOptions, Warmup,
+};
+
+/// How long after their start the coordinator gives local worker processes to begin,
+/// when the caller did not fix the start.
+pub const LOCAL_MARGIN: Duration = Duration::from_millis(300);
+
+/// A worker that starts later than this after the common start is named in the warnings.
+const LATE_START_WARNING: Duration = Duration::from_millis(50);
+
+/// A plan as a worker process receives it: everything but the caller's hooks, with the
+/// start as wall-clock time and the worker's share.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PlanWire {
+    url: String,
+    request: RequestSpec,
+    /// `open:<rate>`, `closed`, `sequential:<ns>`.
+    mode: String,
+    connections: usize,
+    threads: usize,
+    /// `requests:<n>` or `duration:<ns>`.
+    length: String,
+    /// `none`, `duration:<ns>`, `requests:<n>`.
+    warmup: String,
+    keepalive: bool,
+    max_requests_per_connection: Option<u64>,
+    retry: String,
+    timeout_ns: u64,
+    tls: TlsOptions,
+    resolve: Vec<Resolve>,
+    backend_header: String,
+    generation_headers: Vec<String>,
+    sample_rate: f64,
+    window_ns: u64,
+    batch_window: String,
+    /// Which worker, of how many.
+    pub index: usize,
+    /// How many workers.
+    pub of: usize,
+    /// When the first request is due, in nanoseconds since the Unix epoch.
+    pub start_unix_ns: u64,
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn unix_ns(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map_or(0, ns)
+}
+
+impl PlanWire {
+    /// Worker `index` of `of`'s part of `plan`, starting at `start`.
+    pub fn of(plan: &Plan, index: usize, of: usize, start: SystemTime) -> Self {
+        Self {
+            url: plan.target.to_string(),
+            request: plan.request.clone(),
+            mode: match plan.mode {
+                Mode::Open { rate_per_s } => format!("open:{rate_per_s}"),
+                Mode::Closed => "closed".into(),
+                Mode::Sequential { interval } => format!("sequential:{}", ns(interval)),
+            },
+            connections: plan.connections,
+            threads: plan.threads,
+            length: match plan.length {
+                Length::Requests(n) => format!("requests:{n}"),
+                Length::Duration(d) => format!("duration:{}", ns(d)),
+            },
+            warmup: match plan.warmup {
+                Warmup::None => "none".into(),
+                Warmup::Duration(d) => format!("duration:{}", ns(d)),
+                Warmup::Requests(n) => format!("requests:{n}"),
+            },
+            keepalive: plan.keepalive,
+            max_requests_per_connection: plan.max_requests_per_connection,
+            retry: plan.retry.name().into(),
+            timeout_ns: ns(plan.timeout),
+            tls: plan.tls.clone(),
+            resolve: plan.resolve.clone(),
+            backend_header: plan.backend_header.clone(),
+            generation_headers: plan.generation_headers.clone(),
+            sample_rate: plan.sample_rate,
+            window_ns: ns(plan.window),
+            batch_window: plan.batch_window.to_string(),
+            index,
+            of,
+            start_unix_ns: unix_ns(start),
+        }
+    }
+
+    /// The plan back, starting at the instant that corresponds to its wall-clock start
+    /// (in the past if this process started late), and how late this process is.
+    pub fn plan(&self) -> Result<(Plan, Duration), LoadError> {
+        let bad = |what: &str, text: &str| LoadError::InvalidPlan {
+            field: "worker plan".into(),
+            reason: format!("{what} `{text}` is not understood"),
+        };
+        let number = |text: &str, what: &str| -> Result<u64, LoadError> {
+            text.parse().map_err(|_| bad(what, text))
+        };
+        let mut plan = Plan::new(Target::parse(&self.url)?);
+        plan.request = self.request.clone();
+        plan.mode = match self.mode.split_once(':') {
+            Some(("open", rate)) => Mode::Open {
+                rate_per_s: rate.parse().map_err(|_| bad("mode", &self.mode))?,
+            },
+            Some(("sequential", n)) => Mode::Sequential {
+                interval: Duration::from_nanos(number(n, "mode")?),
+            },
+            None if self.mode == "closed" => Mode::Closed,
+            _ => return Err(bad("mode", &self.mode)),
+        };
+        plan.connections = self.connections;
+        plan.threads = self.threads;
+        plan.length = match self.length.split_once(':') {
+            Some(("requests", n)) => Length::Requests(number(n, "length")?),
+            Some(("duration", n)) => Length::Duration(Duration::from_nanos(number(n, "length")?)),
+            _ => return Err(bad("length", &self.length)),
+        };
+        plan.warmup = match self.warmup.split_once(':') {
+            Some(("requests", n)) => Warmup::Requests(number(n, "warm-up")?),
+            Some(("duration", n)) => Warmup::Duration(Duration::from_nanos(number(n, "warm-up")?)),
+            None if self.warmup == "none" => Warmup::None,
+            _ => return Err(bad("warm-up", &self.warmup)),
+        };
+        plan.keepalive = self.keepalive;
+        plan.max_requests_per_connection = self.max_requests_per_connection;
+        plan.retry = RetryPolicy::parse(&self.retry).ok_or_else(|| bad("retry", &self.retry))?;
+        plan.timeout = Duration::from_nanos(self.timeout_ns);
+        plan.tls = self.tls.clone();
+        plan.resolve = self.resolve.clone();
+        plan.backend_header = self.backend_header.clone();
+        plan.generation_headers = self.generation_headers.clone();
+        plan.sample_rate = self.sample_rate;
+        plan.window = Duration::from_nanos(self.window_ns);
+        plan.batch_window = BatchWindow::parse(&self.batch_window)
+            .map_err(|_| bad("batch window", &self.batch_window))?;
+        plan.share = Share {
+            index: self.index,
+            of: self.of,
+        };
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let start = UNIX_EPOCH + Duration::from_nanos(self.start_unix_ns);
+        let (start, late) = match start.duration_since(wall) {
+            Ok(ahead) => (now + ahead, Duration::ZERO),
+            Err(behind) => {
+                let late = behind.duration();
+                (now.checked_sub(late).unwrap_or(now), late)
+            }
+        };
+        plan.start = Some(start);
+        Ok((plan, late))
+    }
+}
+
+/// One line of a worker's output.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Line {
+    /// First: who it is and how late it began against the common start.
+    Hello {
+        /// Its index.
+        worker: usize,
+        /// Its process id (in its own PID namespace).
+        pid: u32,
+        /// Its host name (a pod's name in a cluster).
+        host: String,
+        /// How late it was, by its own clock.
+        start_late_ns: u64,
+    },
+    /// One closed interval, merged over its threads.
+    Window(WindowWire),
+    /// Sampled requests, with the backend names their ids refer to.
+    Samples {
+        /// The samples.
+        samples: Vec<SampleWire>,
+        /// Backend names by id.
+        backends: Vec<String>,
+    },
+    /// Last: everything it recorded.
+    Done(RecorderWire),
+    /// It could not run.
+    Failed(String),
+}
+
+/// Writes a worker's lines to `out` as the run goes.
+struct LineWriter<'a> {
+    out: &'a mut dyn Write,
+    failed: Option<std::io::Error>,
+    stop: Arc<AtomicBool>,
+}
+
+impl LineWriter<'_> {
+    fn send(&mut self, line: &Line) {
+        if self.failed.is_some() {
+            return;
+        }
+        let written = serde_json::to_writer(&mut *self.out, line)
+            .map_err(std::io::Error::from)
+            .and_then(|()| self.out.write_all(b"\n"))
+            .and_then(|()| self.out.flush());
+        if let Err(e) = written {
+            // Nobody reads any more: the coordinator is gone, so the run has no point.
+            self.stop.store(true, Ordering::SeqCst);
+            self.failed = Some(e);
+        }
+    }
+}
+
+impl Observer for LineWriter<'_> {
+    fn window(&mut self, window: &Window) {
+        self.send(&Line::Window(WindowWire::of(window)));
+    }
+
+    fn samples(&mut self, samples: &[Sample], backends: &[String]) {
+        self.send(&Line::Samples {
+            samples: samples.iter().map(SampleWire::of).collect(),
+            backends: backends.to_vec(),
+        });
+    }
+}
+
+/// The worker's side: runs its part of `wire` and writes its lines to `out`. Errors are
+/// written as a [`Line::Failed`] too, for the coordinator to name.
+pub fn serve(
+    wire: &PlanWire,
+    host: String,
+    stop: Arc<AtomicBool>,
+    out: &mut dyn Write,
+) -> Result<(), LoadError> {
+    let mut lines = LineWriter {
+        out,
+        failed: None,
+        stop: stop.clone(),
+    };
+    let result = wire.plan().and_then(|(plan, late)| {
+        lines.send(&Line::Hello {
+            worker: wire.index,
+            pid: std::process::id(),
+            host,
+            start_late_ns: ns(late),
+        });
+        crate::run(&plan, stop, &mut lines)
+    });
+    match result {
+        Ok(report) => {
+            lines.send(&Line::Done(report.recorder.to_wire()));
+            Ok(())
+        }
+        Err(e) => {
+            lines.send(&Line::Failed(e.to_string()));
+            Err(e)
+        }
+    }
+}
+
+/// What became of one worker.
+#[derive(Clone, Debug, Serialize)]
+pub struct WorkerReport {
+    /// Its index.
+    pub index: usize,
+    /// Where it ran (host or pod name).
+    pub host: String,
+    /// How late it began against the common start, by its own clock, in milliseconds.
+    pub start_late_ms: Option<f64>,
+    /// Whether it handed over its whole recorder. A worker that did not counts with the
+    /// windows it sent (latency and outcomes only).
+    pub complete: bool,
+    /// How it ended (`exit 0`, `killed by signal 9`, …).
+    pub exit: String,
+    /// Why it could not run, if it said.
+    pub error: Option<String>,
+    /// The last lines it wrote on its standard error.
+    pub stderr: Vec<String>,
+    /// The summary of its own requests (against its share of the target rate).
+    pub summary: Option<Summary>,
+    /// What is wrong with its share, in words, each naming it.
+    pub warnings: Vec<String>,
+}
+
+/// What a fleet run measured: the merged run and each worker's part.
+#[derive(Debug)]
+pub struct FleetReport {
+    /// The merged run, as one process would have recorded it.
+    pub load: LoadReport,
+    /// Each worker, by index.
+    pub workers: Vec<WorkerReport>,
+    /// The average of the workers' p99 latencies, in microseconds: what tools that
+    /// average per-worker percentiles report instead of the merged p99.
+    pub p99_average_of_workers_us: Option<f64>,
+}
+
+/// Where the lines of worker `k` come from, and how it is stopped and reaped.
+pub trait WorkerHandle: Send {
+    /// Asks it to stop and hand over what it has (once).
+    fn interrupt(&mut self);
+    /// Ends it now.
+    fn kill(&mut self);
+    /// Waits for it to end and says how it ended.
+    fn wait(&mut self) -> String;
+}
+
+struct LocalWorker(Child);
+
+impl WorkerHandle for LocalWorker {
+    fn interrupt(&mut self) {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.0.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::INT);
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+    }
+
+    fn wait(&mut self) -> String {
+        use std::os::unix::process::ExitStatusExt;
+        match self.0.wait() {
+            Ok(status) => match (status.code(), status.signal()) {
+                (Some(code), _) => format!("exit {code}"),
+                (None, Some(signal)) => format!("killed by signal {signal}"),
+                _ => status.to_string(),
+            },
+            Err(e) => format!("cannot be waited for: {e}"),
+        }
+    }
+}
+
+/// Starts `workers` local processes from `command(k)` (which must run [`serve`] with the
+/// plan line it reads on its standard input), each in a process group of its own (a
+/// terminal's Ctrl-C reaches the coordinator, which passes it on once) and ended by the
+/// kernel if the coordinator's thread dies.
+pub fn spawn_local(
+    plan: &Plan,
+    workers: usize,
+    start: SystemTime,
+    command: &dyn Fn(usize) -> Command,
+) -> Result<Vec<Source>, LoadError> {
+    use std::os::unix::process::CommandExt;
+    let mut sources = Vec::with_capacity(workers);
+    for k in 0..workers {
+        // Under util-linux `setpriv --pdeathsig KILL`, as the lab's processes run.
+        let asked = command(k);
+        let mut cmd = Command::new("setpriv");
+        cmd.args(["--pdeathsig", "KILL", "--"])
+            .arg(asked.get_program())
+            .args(asked.get_args());
+        for (key, value) in asked.get_envs() {
+            match value {
+                Some(v) => cmd.env(key, v),
+                None => cmd.env_remove(key),
+            };
+        }
+        if let Some(dir) = asked.get_current_dir() {
+            cmd.current_dir(dir);
+        }
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd.spawn().map_err(LoadError::Runtime)?;
+        let line = serde_json::to_string(&PlanWire::of(plan, k, workers, start))
+            .expect("a plan serializes");
+        let mut stdin = child.stdin.take().expect("piped");
+        // A worker that dies before reading its plan shows in its exit status.
+        let _ = writeln!(stdin, "{line}");
+        drop(stdin);
+        let stdout = Box::new(BufReader::new(child.stdout.take().expect("piped")));
+        let stderr = Box::new(BufReader::new(child.stderr.take().expect("piped")));
+        sources.push(Source {
+            lines: stdout,
+            stderr: Some(stderr),
+            handle: Box::new(LocalWorker(child)),
+        });
+    }
+    Ok(sources)
+}
+
+/// One worker as the coordinator sees it.
+pub struct Source {
+    /// Its output, a [`Line`] per line.
+    pub lines: Box<dyn BufRead + Send>,
+    /// Its diagnostics, if they come separately.
+    pub stderr: Option<Box<dyn BufRead + Send>>,
+    /// How to stop and reap it.
+    pub handle: Box<dyn WorkerHandle>,
+}
+
+enum Event {
+    Line(usize, Line),
+    Stray(usize, String),
+    Ended(usize),
+}
+
+/// Per worker, while the run goes.
+struct Seen {
+    host: String,
+    start_late: Option<Duration>,
+    partial: Recorder,
+    done: Option<Recorder>,
+    error: Option<String>,
+    ended: bool,
+}
+
+/// The coordinator's side: follows every source to its end, passing merged windows and
+/// every worker's samples to `observer` as they come, forwards `stop` to the workers, and
+/// ends any still running `grace` after `deadline`.
+pub fn coordinate(
+    plan: &Plan,
+    sources: Vec<Source>,
+    stop: Arc<AtomicBool>,
+    deadline: Option<Instant>,
+    observer: &mut dyn Observer,
+) -> Result<FleetReport, LoadError> {
+    let workers = sources.len();
+    let (tx, rx) = mpsc::channel();
+    let mut handles = Vec::with_capacity(workers);
+    let mut stderr_tails = Vec::with_capacity(workers);
+    for (k, source) in sources.into_iter().enumerate() {
+        let tail = Arc::new(std::sync::Mutex::new(VecDeque::new()));
+        if let Some(stderr) = source.stderr {
+            let tail = tail.clone();
+            std::thread::Builder::new()
+                .name(format!("ib-fleet-err-{k}"))
+                .spawn(move || {
+                    for line in stderr.lines().map_while(Result::ok) {
+                        let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+                        if t.len() == 20 {
+                            t.pop_front();
+                        }
+                        t.push_back(line);
+                    }
+                })
+                .map_err(LoadError::Runtime)?;
+        }
+        stderr_tails.push(tail);
+        let tx = tx.clone();
+        let lines = source.lines;
+        std::thread::Builder::new()
+            .name(format!("ib-fleet-{k}"))
+            .spawn(move || {
+                for text in lines.lines().map_while(Result::ok) {
+                    let event = match serde_json::from_str::<Line>(&text) {
+                        Ok(line) => Event::Line(k, line),
+                        Err(_) => Event::Stray(k, text),
+                    };
+                    if tx.send(event).is_err() {
+                        return;
+                    }
+                }
+                let _ = tx.send(Event::Ended(k));
+            })
+            .map_err(LoadError::Runtime)?;
+        handles.push(source.handle);
+    }
+    drop(tx);
+
+    let window_ns = ns(plan.window);
+    let mut seen: Vec<Seen> = (0..workers)
+        .map(|_| Seen {
+            host: String::new(),
+            start_late: None,
+            partial: Recorder::new(window_ns),
+            done: None,
+            error: None,
+            ended: false,
+        })
+        .collect();
+    let mut merger = WindowMerger::new(workers);
+    let mut cumulative = HistogramUs::new();
+    let (mut requests, mut errors) = (0u64, 0u64);
+    let mut emit = |windows: Vec<Window>, observer: &mut dyn Observer| {
+        for window in windows {
+            cumulative.merge(&window.latency);
+            requests += window.outcomes.total();
+            errors += window.outcomes.errors();
+            observer.window(&window);
+            observer.progress(&progress_after(&window, &cumulative, requests, errors));
+        }
+    };
+    let (mut interrupted, mut killed) = (false, false);
+    while seen.iter().any(|s| !s.ended) {
+        if stop.load(Ordering::Relaxed) && !interrupted {
+            interrupted = true;
+            handles.iter_mut().for_each(|h| h.interrupt());
+        }
+        if deadline.is_some_and(|d| Instant::now() > d) && !killed {
+            killed = true;
+            handles.iter_mut().for_each(|h| h.kill());
+        }
+        let event = match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        match event {
+            Event::Line(
+                k,
+                Line::Hello {
+                    host,
+                    start_late_ns,
+                    ..
+                },
+            ) => {
+                seen[k].host = host;
+                seen[k].start_late = Some(Duration::from_nanos(start_late_ns));
+            }
+            Event::Line(k, Line::Window(w)) => match w.decode() {
+                Ok(window) => {
+                    seen[k].partial.absorb_window(&window);
+                    let ready = merger.add(k, vec![window]);
+                    emit(ready, observer);
+                }
+                Err(e) => seen[k].error = Some(format!("sent a window that does not decode: {e}")),
+            },
+            Event::Line(_, Line::Samples { samples, backends }) => {
+                let decoded: Vec<Sample> = samples.iter().filter_map(|s| s.decode().ok()).collect();
+                observer.samples(&decoded, &backends);
+            }
+            Event::Line(k, Line::Done(wire)) => match Recorder::from_wire(&wire) {
+                Ok(recorder) => seen[k].done = Some(recorder),
+                Err(e) => {
+                    seen[k].error = Some(format!("sent a recorder that does not decode: {e}"))
+                }
+            },
+            Event::Line(k, Line::Failed(why)) => seen[k].error = Some(why),
+            Event::Stray(k, text) => {
+                let mut t = stderr_tails[k].lock().unwrap_or_else(|p| p.into_inner());
+                t.push_back(text);
+            }
+            Event::Ended(k) => {
+                seen[k].ended = true;
+                // Its later windows will not come: stop waiting for them.
+                let ready = merger.retire(k);
+                emit(ready, observer);
+            }
+        }
+    }
+    emit(merger.finish(), observer);
+
+    // Every worker failed to start the same way: that is the run's error (a bad URL, a
+    // TLS file), not a measurement.
+    if seen.iter().all(|s| s.done.is_none() && s.error.is_some()) {
+        let why = seen[0].error.clone().unwrap_or_default();
+        handles.iter_mut().for_each(|h| {
+            h.wait();
+        });
+        return Err(LoadError::InvalidPlan {
+            field: "--workers".into(),
+            reason: format!("worker 0 could not run: {why}"),
+        });
+    }
+
+    let share_rate = plan.rate_per_s().map(|r| r / workers as f64);
+    let interrupted = stop.load(Ordering::Relaxed);
+    let mut merged = Recorder::new(window_ns);
+    let mut reports = Vec::with_capacity(workers);
+    let mut warnings = Vec::new();
+    for (k, (s, handle)) in seen.into_iter().zip(handles.iter_mut()).enumerate() {
+        let exit = handle.wait();
+        let complete = s.done.is_some();
+        let recorder = s.done.unwrap_or(s.partial);
+        merged.merge(&recorder);
+        let summary = summarize(&recorder, plan, share_rate, interrupted);
+        let mut mine: Vec<String> = summary
+            .warnings
+            .iter()
+            .map(|w| format!("worker {k} ({}): {w}", s.host))
+            .collect();
+        if !complete {
+            mine.push(format!(
+                "worker {k} ({}) ended before handing over its results ({exit}{}); the merged figures hold its latency and outcomes up to its last window, not its service time, phases or backends",
+                s.host,
+                s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+            ));
+        }
+        if let Some(late) = s.start_late.filter(|l| *l > LATE_START_WARNING) {
+            mine.push(format!(
+                "worker {k} ({}) started {:.0} ms after the common start; its first requests went out late and their latency counts from when they were due",
+                s.host,
+                late.as_secs_f64() * 1e3
+            ));
+        }
+        warnings.extend(mine.iter().cloned());
+        let stderr = stderr_tails[k]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        reports.push(WorkerReport {
+            index: k,
+            host: s.host,
+            start_late_ms: s.start_late.map(|l| l.as_secs_f64() * 1e3),
+            complete,
+            exit,
+            error: s.error,
+            stderr,
+            summary: Some(summary),
+            warnings: mine,
+        });
+    }
+    let mut summary = summarize(&merged, plan, plan.rate_per_s(), interrupted);
+    summary.warnings.extend(warnings);
+    let p99s: Vec<f64> = reports
+        .iter()
+        .filter_map(|r| r.summary.as_ref())
+        .filter(|s| s.latency_us.count > 0)
+        .map(|s| s.latency_us.p99 as f64)
+        .collect();
+    Ok(FleetReport {
+        load: LoadReport {
+            recorder: merged,
+            summary,
+        },
+        workers: reports,
+        p99_average_of_workers_us: (!p99s.is_empty())
+            .then(|| p99s.iter().sum::<f64>() / p99s.len() as f64),
+    })
+}
+
+/// Runs `plan` on `workers` local processes of `program worker` (a program whose `worker`
+/// command runs [`serve`]: this tool), starting at `plan.start` if set, else
+/// [`LOCAL_MARGIN`] from now.
+pub fn run_local(
+    plan: &Plan,
+    workers: usize,
+    program: &std::path::Path,
+    stop: Arc<AtomicBool>,
+    observer: &mut dyn Observer,
+) -> Result<FleetReport, LoadError> {
+    let command = |_: usize| {
+        let mut c = Command::new(program);
+        c.arg("worker");
+        c
+    };
+    let mut whole = plan.clone();
+    whole.share = Share {
+        index: 0,
+        of: workers,
+    };
+    whole.validate()?;
+    let start = plan.start.unwrap_or_else(|| Instant::now() + LOCAL_MARGIN);
+    let wall = SystemTime::now() + start.saturating_duration_since(Instant::now());
+    let sources = spawn_local(plan, workers, wall, &command)?;
+    coordinate(plan, sources, stop, deadline(plan, start), observer)
+}
+
+/// When every worker should have ended: the run's length, its warm-up, a request's
+/// timeout and ten seconds to hand over; none for a run of a number of requests.
+pub fn deadline(plan: &Plan, start: Instant) -> Option<Instant> {
+    let warmup = match plan.warmup {
+        Warmup::Duration(d) => d,
+        _ => Duration::ZERO,
+    };
+    match plan.length {
+        Length::Duration(d) => Some(start + warmup + d + plan.timeout + Duration::from_secs(10)),
+        Length::Requests(_) => None,
+    }
+}
+
+/// Each worker's summary and health, for `workers.json`.
+pub fn workers_json(report: &FleetReport) -> serde_json::Value {
+    let merged = &report.load.summary.latency_us;
+    let mut by_index = BTreeMap::new();
+    for w in &report.workers {
+        by_index.insert(w.index, w);
+    }
+    serde_json::json!({
+        "workers": by_index.values().collect::<Vec<_>>(),
+        "merged_p99_us": merged.p99,
+        "p99_average_of_workers_us": report.p99_average_of_workers_us,
+    })
+}
