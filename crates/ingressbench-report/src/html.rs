@@ -156,6 +156,9 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
     if let Some(section) = crate::kernel::section(run, &conditions) {
         body.push_str(&section);
     }
+    if let Some(section) = crate::workers::section(run, &mut charts) {
+        body.push_str(&section);
+    }
     body.push_str(&measured_section(run));
     let html = format!(
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>{} - ingressbench report</title><style>{CSS}</style></head><body>{body}<footer>Written by ingressbench {}.</footer></body></html>",
@@ -398,6 +401,18 @@ fn timeline(
     plot.finish(&format!("Latency over time: {title}"))
 }
 
+/// A histogram's spectrum in milliseconds at x = log10(1 / (1 - p)), from 0 (p = 0) to 5
+/// (p = 99.999%).
+pub(crate) fn spectrum_points(h: &HistogramUs) -> Vec<(f64, f64)> {
+    (0..=100)
+        .map(|k| {
+            let x = k as f64 / 20.0;
+            let p = 100.0 * (1.0 - 10f64.powf(-x));
+            (x, (h.value_at_percentile(p) as f64 * 1e-3).max(0.001))
+        })
+        .collect()
+}
+
 /// Percentile spectrum of the conditions of one settings group.
 fn spectrum(
     run: &RunResults,
@@ -416,15 +431,7 @@ fn spectrum(
         if merged.is_empty() {
             continue;
         }
-        // x = log10(1 / (1 - p)), from 0 (p = 0) to 5 (p = 99.999%).
-        let points: Vec<(f64, f64)> = (0..=100)
-            .map(|k| {
-                let x = k as f64 / 20.0;
-                let p = 100.0 * (1.0 - 10f64.powf(-x));
-                (x, (merged.value_at_percentile(p) as f64 * 1e-3).max(0.001))
-            })
-            .collect();
-        curves.push((c.target.clone(), points));
+        curves.push((c.target.clone(), spectrum_points(&merged)));
     }
     let y = Axis::covering(curves.iter().flat_map(|c| c.1.iter().map(|p| p.1)), true);
     let x = Axis {

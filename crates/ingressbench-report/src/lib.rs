@@ -25,3 +25,4 @@ pub mod samples;
 pub mod svg;
 pub mod terminal;
 mod topology;
+mod workers;

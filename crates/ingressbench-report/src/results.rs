@@ -54,6 +54,8 @@ pub struct CellResults {
     /// The proxies' CPU over time from `usage.jsonl`: (middle of each interval in seconds
     /// from the start of measurement, cores used in it).
     pub proxy_cpu: Vec<(f64, f64)>,
+    /// Its `workers.json`, when several processes sent its load.
+    pub workers: Option<Value>,
     /// Its error, if it failed.
     pub error: Option<String>,
 }
@@ -153,6 +155,7 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             measure_from_s: c["measure_from_s"].as_f64().unwrap_or(0.0),
             usage: c.get("usage").filter(|u| !u.is_null()).cloned(),
             proxy_cpu: Vec::new(),
+            workers: None,
             error: c["error"].as_str().map(str::to_owned),
         };
         match (&dir, cell.status.as_str()) {
@@ -217,6 +220,13 @@ fn load_cell_files(cell: &mut CellResults, root: &Path, dir: &Path, notes: &mut 
     let impact = dir.join("impact.json");
     if let Ok(Value::Array(entries)) = inside(&impact).and_then(|()| read_json(&impact)) {
         cell.impact = entries;
+    }
+    let workers = dir.join("workers.json");
+    if workers.exists() {
+        match inside(&workers).and_then(|()| read_json(&workers)) {
+            Ok(v) => cell.workers = Some(v),
+            Err(e) => notes.push(e),
+        }
     }
     let usage = dir.join("usage.jsonl");
     if let Ok(text) =
@@ -431,6 +441,7 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
             measure_from_s: 0.0,
             usage: None,
             proxy_cpu: Vec::new(),
+            workers: None,
             error: None,
         }],
         notes,

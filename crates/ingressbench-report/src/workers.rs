@@ -1,0 +1,132 @@
+//! The workers section: for a load sent by several processes, the merged percentile
+//! spectrum beside each worker's own, each worker's health, and how far the average of
+//! the workers' p99s (what tools that average per-generator percentiles report) is from
+//! the merged p99.
+
+use std::fmt::Write as _;
+
+use ingressbench_stats::HistogramUs;
+use serde_json::Value;
+
+use crate::analysis;
+use crate::html::spectrum_points;
+use crate::results::{CellResults, RunResults};
+use crate::svg::{esc, short, Axis, Plot, PALETTE};
+
+/// Percentiles a worker's summary gives, with their keys.
+const POINTS: [(&str, f64); 6] = [
+    ("p50", 50.0),
+    ("p75", 75.0),
+    ("p90", 90.0),
+    ("p99", 99.0),
+    ("p999", 99.9),
+    ("p9999", 99.99),
+];
+
+/// A line of the chart: its name, its points, its width.
+type Curve = (String, Vec<(f64, f64)>, f64);
+
+/// x of percentile `p` on the 1/(1-p) axis.
+fn x_of(p: f64) -> f64 {
+    (1.0 / (1.0 - p / 100.0)).log10()
+}
+
+/// The section, or `None` when no cell's load came from several workers. Charts go to
+/// `charts` under their names.
+pub(crate) fn section(run: &RunResults, charts: &mut Vec<(String, String)>) -> Option<String> {
+    let cells: Vec<&CellResults> = run.cells.iter().filter(|c| c.workers.is_some()).collect();
+    if cells.is_empty() {
+        return None;
+    }
+    let mut body = String::from(
+        "<section><h2>Workers</h2><p class=\"note\">Cells whose load several processes sent between them. The merged spectrum (thick) is every request's, from histograms that add exactly; each worker's line is its own requests'. The average of the workers' p99s is what tools that average per-generator percentiles report: it is not a percentile of anything.</p>",
+    );
+    for cell in cells {
+        let workers = cell.workers.as_ref().expect("filtered");
+        let title = format!("{} {}", cell.target, cell.settings_label());
+        let (svg, table) = cell_parts(cell, workers, &title);
+        let merged = workers["merged_p99_us"].as_f64();
+        let average = workers["p99_average_of_workers_us"].as_f64();
+        let p99_line = match (merged, average) {
+            (Some(m), Some(a)) if m > 0.0 => format!(
+                "p99: merged {}, average of the workers' p99s {} ({:+.1}%).",
+                analysis::ms(m * 1e-3),
+                analysis::ms(a * 1e-3),
+                (a - m) / m * 100.0
+            ),
+            _ => String::new(),
+        };
+        let _ = write!(
+            body,
+            "<h3>{}</h3><p>{}</p><figure>{svg}</figure>{table}",
+            esc(&title),
+            esc(&p99_line)
+        );
+        charts.push((format!("workers {title}"), svg));
+    }
+    body.push_str("</section>");
+    Some(body)
+}
+
+fn cell_parts(cell: &CellResults, workers: &Value, title: &str) -> (String, String) {
+    let mut merged = HistogramUs::new();
+    for w in &cell.windows {
+        merged.merge(&w.histogram);
+    }
+    let mut curves: Vec<Curve> = Vec::new();
+    if !merged.is_empty() {
+        curves.push(("merged".into(), spectrum_points(&merged), 2.6));
+    }
+    let mut rows = String::new();
+    for w in workers["workers"].as_array().into_iter().flatten() {
+        let k = w["index"].as_u64().unwrap_or(0);
+        let s = &w["summary"];
+        let lat = &s["latency_us"];
+        let points: Vec<(f64, f64)> = POINTS
+            .iter()
+            .filter_map(|(key, p)| lat[key].as_f64().map(|v| (x_of(*p), (v * 1e-3).max(0.001))))
+            .collect();
+        if lat["count"].as_u64().unwrap_or(0) > 0 {
+            curves.push((format!("worker {k}"), points, 1.2));
+        }
+        let us = |v: &Value| v.as_f64().map_or("-".into(), |v| analysis::ms(v * 1e-3));
+        let _ = write!(
+            rows,
+            "<tr><td>{k}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+            esc(w["host"].as_str().unwrap_or("")),
+            s["requests"]["total"].as_u64().unwrap_or(0),
+            s["rate"]["achieved_per_s"].as_f64().map_or("-".into(), |r| format!("{r:.1}")),
+            us(&lat["p99"]),
+            us(&s["scheduler_lag_us"]["p99"]),
+            w["start_late_ms"].as_f64().map_or("-".into(), |l| format!("{l:.1} ms")),
+            if w["complete"] == true { "yes" } else { "no" },
+            esc(w["exit"].as_str().unwrap_or("")),
+            esc(&w["warnings"]
+                .as_array()
+                .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("; "))
+                .unwrap_or_default()),
+        );
+    }
+    let table = format!(
+        "<table><tr><th>worker</th><th class=\"l\">host</th><th>requests</th><th>req/s</th><th>p99</th><th>lag p99</th><th>start late</th><th>results handed over</th><th class=\"l\">ended</th><th class=\"l\">warnings</th></tr>{rows}</table>"
+    );
+    let y = Axis::covering(curves.iter().flat_map(|c| c.1.iter().map(|p| p.1)), true);
+    let x = Axis {
+        min: 0.0,
+        max: 5.0,
+        log: false,
+    };
+    let mut plot = Plot::new(900.0, 240.0, x, y);
+    plot.axes("percentile", "latency (ms)", &|v| match v.round() as i32 {
+        0 => "0%".into(),
+        _ => format!("{}%", short(100.0 * (1.0 - 10f64.powf(-v)))),
+    });
+    let mut legend = Vec::new();
+    for (i, (name, points, width)) in curves.iter().enumerate() {
+        let colour = PALETTE[i % PALETTE.len()];
+        plot.line(points, colour, *width, i > 0);
+        legend.push((name.clone(), colour.to_owned()));
+    }
+    plot.legend(&legend);
+    (plot.finish(&format!("Workers: {title}")), table)
+}
