@@ -25,6 +25,28 @@ pub(crate) fn alive(pid: u32) -> bool {
     })
 }
 
+/// Every live (non-zombie) process: its pid and the fields of `/proc/PID/stat` after the
+/// command name (`state ppid pgrp …`).
+pub(crate) fn live_processes() -> Vec<(u32, Vec<String>)> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let fields: Vec<String> = rest.split_whitespace().map(str::to_owned).collect();
+        if fields.first().is_some_and(|s| s != "Z") {
+            found.push((pid, fields));
+        }
+    }
+    found
+}
+
 /// What a finished command printed, standard output then standard error.
 pub(crate) fn text(o: &Output) -> String {
     format!(

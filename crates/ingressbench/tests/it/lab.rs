@@ -257,31 +257,16 @@ fn haproxy_routes_scales_and_changes_routes() {
 
 /// Every live (non-zombie) process whose process group is one of `groups`.
 fn group_members(groups: &[u32]) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // pid (comm) state ppid pgrp ...
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.first() == Some(&"Z") {
-            continue;
-        }
-        if fields
-            .get(2)
-            .and_then(|g| g.parse::<u32>().ok())
-            .is_some_and(|g| groups.contains(&g))
-        {
-            found.push(pid);
-        }
-    }
-    found
+    crate::common::live_processes()
+        .into_iter()
+        .filter(|(_, fields)| {
+            fields
+                .get(2)
+                .and_then(|g| g.parse::<u32>().ok())
+                .is_some_and(|g| groups.contains(&g))
+        })
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// A running `ingressbench lab up`, with what it printed: proxy kinds, their HTTP URLs,

@@ -30,24 +30,15 @@ fn load(dir: &Path, url: &str, args: &[&str]) -> Command {
 
 /// Worker processes of this tool whose parent is `parent`.
 fn workers_of(parent: u32) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse::<u32>().ok());
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if ppid == Some(parent) && cmdline.ends_with(b"worker\0") && alive(pid) {
-            found.push(pid);
-        }
-    }
-    found
+    crate::common::live_processes()
+        .into_iter()
+        .filter(|(pid, fields)| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            fields.get(1).and_then(|p| p.parse::<u32>().ok()) == Some(parent)
+                && cmdline.ends_with(b"worker\0")
+        })
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// Percentiles of the answered requests' latency computed from a samples file written
