@@ -139,6 +139,11 @@ struct Running {
     ready: bool,
     /// Set once its deletion began: when to stop waiting for it to exit.
     deadline: Option<Instant>,
+    /// Whether it runs to completion (restart policy `Never` or `OnFailure`, a Job's
+    /// pods): its exit is reported as the pod's end, `Succeeded` or `Failed`.
+    runs_to_completion: bool,
+    /// Whether its end was reported.
+    ended: bool,
 }
 
 struct State {
@@ -305,10 +310,22 @@ impl State {
             }
             i += 1;
         }
+        // Pods that run to completion and have ended (those of other restart policies
+        // stay as they are: the agent restarts nothing).
+        for i in 0..self.pods.len() {
+            let r = &mut self.pods[i];
+            if !r.runs_to_completion || r.ended || r.deadline.is_some() {
+                continue;
+            }
+            if let Some(status) = r.child.as_mut().and_then(|c| c.try_wait()) {
+                r.ended = true;
+                self.report_end(i, status).await?;
+            }
+        }
         // Readiness.
         for i in 0..self.pods.len() {
             let r = &self.pods[i];
-            if r.ready || r.deadline.is_some() || r.child.is_none() {
+            if r.ready || r.ended || r.deadline.is_some() || r.child.is_none() {
                 continue;
             }
             let passes = match self.pods[i].probe {
@@ -345,6 +362,10 @@ impl State {
             probe_path: String::new(),
             ready: false,
             deadline: None,
+            runs_to_completion: spec
+                .and_then(|s| s.restart_policy.as_deref())
+                .is_some_and(|p| p != "Always"),
+            ended: false,
         };
         let Some(binary) = self.binary_for(&image) else {
             let known: Vec<&String> = self.options.images.keys().collect();
@@ -478,6 +499,47 @@ impl State {
         }
     }
 
+    /// Reports pod `i`'s container ended with `status`: the pod `Succeeded` on exit 0,
+    /// `Failed` otherwise (a signal is exit 128 + its number, as a container runtime says).
+    async fn report_end(
+        &self,
+        i: usize,
+        status: std::process::ExitStatus,
+    ) -> Result<(), ClusterError> {
+        use std::os::unix::process::ExitStatusExt;
+        let r = &self.pods[i];
+        let code = status
+            .code()
+            .or_else(|| status.signal().map(|s| 128 + s))
+            .unwrap_or(1);
+        let now = now();
+        let (phase, reason) = if code == 0 {
+            ("Succeeded", "Completed")
+        } else {
+            ("Failed", "Error")
+        };
+        let status = json!({ "status": {
+            "phase": phase,
+            "conditions": [
+                { "type": "ContainersReady", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now },
+                { "type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now },
+            ],
+            "containerStatuses": [{
+                "name": r.container, "ready": false, "started": false, "restartCount": 0,
+                "image": r.image, "imageID": r.image,
+                "state": { "terminated": { "exitCode": code, "reason": reason, "finishedAt": now } },
+            }],
+        }});
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &r.namespace);
+        match pods
+            .patch_status(&r.name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            other => other.map(|_| ()).map_err(api),
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     async fn report_waiting(
         &self,
@@ -535,7 +597,23 @@ fn environment(container: &Container, pod: &Pod, ip: IpAddr, node: &str) -> Vec<
                 Some("metadata.uid") => pod.metadata.uid.clone().unwrap_or_default(),
                 Some("status.podIP") => ip.to_string(),
                 Some("spec.nodeName") => node.to_owned(),
-                _ => String::new(),
+                // `metadata.annotations['key']`, `metadata.labels['key']` (a Job's
+                // completion index comes this way).
+                Some(path) => {
+                    let item = |prefix: &str| {
+                        path.strip_prefix(prefix)
+                            .and_then(|rest| rest.strip_suffix("']"))
+                            .map(str::to_owned)
+                    };
+                    let m = &pod.metadata;
+                    match (item("metadata.annotations['"), item("metadata.labels['")) {
+                        (Some(key), _) => m.annotations.as_ref().and_then(|a| a.get(&key)).cloned(),
+                        (_, Some(key)) => m.labels.as_ref().and_then(|l| l.get(&key)).cloned(),
+                        _ => None,
+                    }
+                    .unwrap_or_default()
+                }
+                None => String::new(),
             },
             _ => String::new(),
         };

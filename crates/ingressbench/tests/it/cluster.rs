@@ -303,7 +303,7 @@ fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletio
             .create(&PostParams::default(), &deployment("nginx", "nginx:1.27"))
             .await
             .unwrap();
-        let unknown: kube::Api<Pod> = kube::Api::namespaced(client, "default");
+        let unknown: kube::Api<Pod> = kube::Api::namespaced(client.clone(), "default");
         let message = wait_for("the unknown image reported", async || {
             let list = unknown
                 .list(&kube::api::ListParams::default().labels("app=nginx"))
@@ -326,6 +326,81 @@ fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletio
         .await
         .unwrap_or_default();
         assert!(message.contains("nginx:1.27") && message.contains("ingressbench"), "{message}");
+        // A Job's pods run to completion: exit 0 is Succeeded, anything else Failed, and
+        // the Job controller sees it; an Indexed Job's pods get their completion index.
+        use k8s_openapi::api::batch::v1::Job;
+        let jobs: kube::Api<Job> = kube::Api::namespaced(client.clone(), "default");
+        let job = |name: &str, args: serde_json::Value| -> Job {
+            serde_json::from_value(serde_json::json!({
+                "metadata": { "name": name },
+                "spec": {
+                    "completionMode": "Indexed", "completions": 2, "parallelism": 2,
+                    // Each index fails on its own (a Job-wide limit of 0 would delete
+                    // the other index's pod at the first failure, racing its log).
+                    "backoffLimitPerIndex": 0, "ttlSecondsAfterFinished": 600,
+                    "template": { "spec": { "restartPolicy": "Never", "containers": [{
+                        "name": "worker", "image": "ingressbench", "args": args }] } }
+                }
+            }))
+            .unwrap()
+        };
+        jobs.create(&PostParams::default(), &job("done", serde_json::json!(["--version"])))
+            .await
+            .unwrap();
+        jobs.create(
+            &PostParams::default(),
+            &job(
+                "fails",
+                serde_json::json!(["scenario", "check", "/nonexistent/index-$(JOB_COMPLETION_INDEX).yaml"]),
+            ),
+        )
+        .await
+        .unwrap();
+        let condition = |job: &Job, kind: &str| {
+            job.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == kind && c.status == "True"))
+        };
+        let done = wait_for("the Job of two exits 0 complete", async || {
+            let j = jobs.get("done").await.ok()?;
+            condition(&j, "Complete").then_some(j)
+        })
+        .await;
+        assert_eq!(done.status.and_then(|s| s.succeeded), Some(2));
+        wait_for("the Job of failing pods failed", async || {
+            let j = jobs.get("fails").await.ok()?;
+            condition(&j, "Failed").then_some(())
+        })
+        .await;
+        let failed_pods = unknown
+            .list(&kube::api::ListParams::default().labels("job-name=fails"))
+            .await
+            .unwrap();
+        let mut said = String::new();
+        for p in &failed_pods.items {
+            let status = p.status.clone().unwrap_or_default();
+            assert_eq!(status.phase.as_deref(), Some("Failed"), "{p:?}");
+            let log = dir.join("cluster/pods").join(format!(
+                "default_{}.log",
+                p.metadata.name.clone().unwrap_or_default()
+            ));
+            said += &std::fs::read_to_string(&log).unwrap_or_default();
+        }
+        for index in ["index-0.yaml", "index-1.yaml"] {
+            assert!(said.contains(index), "{index} not in the pods' logs: {said}");
+        }
+        for name in ["done", "fails"] {
+            jobs.delete(name, &DeleteParams::background()).await.unwrap();
+        }
+        wait_for("the Jobs' pods gone", async || {
+            let left = unknown
+                .list(&kube::api::ListParams::default().labels("job-name"))
+                .await
+                .ok()?;
+            left.items.is_empty().then_some(())
+        })
+        .await;
         // The next parts share the cluster: this part's route and pods go.
         let gone = DeleteParams::default();
         ingresses.delete("echo", &gone).await.unwrap();
