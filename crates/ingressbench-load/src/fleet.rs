@@ -4,7 +4,7 @@
 //! them exactly (histograms add; nothing is averaged). A worker's output is the only
 //! transport, so a worker may be a local process or a pod whose log is followed.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -182,8 +182,6 @@ pub enum Line {
     Hello {
         /// Its index.
         worker: usize,
-        /// Its process id (in its own PID namespace).
-        pid: u32,
         /// Its host name (a pod's name in a cluster).
         host: String,
         /// How late it was, by its own clock.
@@ -257,7 +255,6 @@ pub fn serve(
     let result = wire.plan().and_then(|(plan, late)| {
         lines.send(&Line::Hello {
             worker: wire.index,
-            pid: std::process::id(),
             host,
             start_late_ns: ns(late),
         });
@@ -294,7 +291,7 @@ pub struct WorkerReport {
     /// The last lines it wrote on its standard error.
     pub stderr: Vec<String>,
     /// The summary of its own requests (against its share of the target rate).
-    pub summary: Option<Summary>,
+    pub summary: Summary,
     /// What is wrong with its share, in words, each naming it.
     pub warnings: Vec<String>,
 }
@@ -617,7 +614,7 @@ pub fn coordinate(
             exit,
             error: s.error,
             stderr,
-            summary: Some(summary),
+            summary,
             warnings: mine,
         });
     }
@@ -625,7 +622,7 @@ pub fn coordinate(
     summary.warnings.extend(warnings);
     let p99s: Vec<f64> = reports
         .iter()
-        .filter_map(|r| r.summary.as_ref())
+        .map(|r| &r.summary)
         .filter(|s| s.latency_us.count > 0)
         .map(|s| s.latency_us.p99 as f64)
         .collect();
@@ -680,16 +677,11 @@ pub fn deadline(plan: &Plan, start: Instant) -> Option<Instant> {
     }
 }
 
-/// Each worker's summary and health, for `workers.json`.
+/// Each worker's summary and health (in index order), for `workers.json`.
 pub fn workers_json(report: &FleetReport) -> serde_json::Value {
-    let merged = &report.load.summary.latency_us;
-    let mut by_index = BTreeMap::new();
-    for w in &report.workers {
-        by_index.insert(w.index, w);
-    }
     serde_json::json!({
-        "workers": by_index.values().collect::<Vec<_>>(),
-        "merged_p99_us": merged.p99,
+        "workers": &report.workers,
+        "merged_p99_us": report.load.summary.latency_us.p99,
         "p99_average_of_workers_us": report.p99_average_of_workers_us,
     })
 }
