@@ -488,15 +488,7 @@ impl State {
                 "state": { "running": { "startedAt": now } },
             }],
         }});
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &r.namespace);
-        match pods
-            .patch_status(&r.name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-        {
-            // Deleted meanwhile: the next step stops it.
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-            other => other.map(|_| ()).map_err(api),
-        }
+        self.patch_pod_status(i, &status).await
     }
 
     /// Reports pod `i`'s container ended with `status`: the pod `Succeeded` on exit 0,
@@ -530,9 +522,20 @@ impl State {
                 "state": { "terminated": { "exitCode": code, "reason": reason, "finishedAt": now } },
             }],
         }});
+        self.patch_pod_status(i, &status).await
+    }
+
+    /// Patches pod `i`'s status; a pod deleted meanwhile is no error (the next step
+    /// stops it).
+    async fn patch_pod_status(
+        &self,
+        i: usize,
+        status: &serde_json::Value,
+    ) -> Result<(), ClusterError> {
+        let r = &self.pods[i];
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &r.namespace);
         match pods
-            .patch_status(&r.name, &PatchParams::default(), &Patch::Merge(&status))
+            .patch_status(&r.name, &PatchParams::default(), &Patch::Merge(status))
             .await
         {
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
