@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::common::{text, BIN};
+use crate::common::{cells_of, text, BIN};
 
 fn local(verb: &str, dir: &Path) -> Output {
     let mut command = Command::new(BIN);
@@ -782,12 +782,7 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", text(&run));
-    let cell = std::fs::read_dir(out.join("cells"))
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
+    let cell = cells_of(&out)[0].clone();
     let impact: Vec<serde_json::Value> =
         serde_json::from_slice(&std::fs::read(cell.join("impact.json")).unwrap()).unwrap();
     eprintln!("{}", serde_json::to_string_pretty(&impact).unwrap());
@@ -925,17 +920,6 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())
     });
-}
-
-/// The cells of the run in `out`, in order.
-fn cells_of(out: &Path) -> Vec<std::path::PathBuf> {
-    let mut cells: Vec<std::path::PathBuf> = std::fs::read_dir(out.join("cells"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .collect();
-    cells.sort();
-    cells
 }
 
 fn json_of(cell: &Path, name: &str) -> serde_json::Value {

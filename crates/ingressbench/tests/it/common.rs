@@ -92,3 +92,14 @@ fn answer(stream: TcpStream) {
         }
     }
 }
+
+/// The cells of the run in `out`, in running order.
+pub(crate) fn cells_of(out: &std::path::Path) -> Vec<PathBuf> {
+    let mut cells: Vec<PathBuf> = std::fs::read_dir(out.join("cells"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    cells.sort();
+    cells
+}

@@ -372,12 +372,7 @@ fn a_scenario_with_load_workers_writes_the_merged_cell_and_each_workers_health()
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", text(&run));
-    let cell = std::fs::read_dir(out.join("cells"))
-        .unwrap()
-        .flatten()
-        .next()
-        .unwrap()
-        .path();
+    let cell = crate::common::cells_of(&out)[0].clone();
     let summary = json(&cell.join("summary.json"));
     let workers = json(&cell.join("workers.json"));
     let each = workers["workers"].as_array().unwrap();
