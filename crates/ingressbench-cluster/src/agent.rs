@@ -142,7 +142,8 @@ struct Running {
     /// Whether it runs to completion (restart policy `Never` or `OnFailure`, a Job's
     /// pods): its exit is reported as the pod's end, `Succeeded` or `Failed`.
     runs_to_completion: bool,
-    /// Whether its end was reported.
+    /// Whether its process has ended (and, if it runs to completion, that was
+    /// reported).
     ended: bool,
 }
 
@@ -152,18 +153,25 @@ struct State {
     nodes: Nodes,
     pods: Vec<Running>,
     renewed: Instant,
+    /// The pods whose process runs, for the log endpoint.
+    live: crate::logs::Live,
+    logs: crate::logs::LogServer,
 }
 
 impl State {
     async fn new(options: AgentOptions) -> Result<Self, ClusterError> {
         let client = crate::api::client(&options.kubeconfig, None).await?;
         let nodes = Nodes::new(Isolation::Netns)?;
+        let live = crate::logs::Live::default();
+        let logs = crate::logs::LogServer::start(options.dir.clone(), live.clone())?;
         let mut state = State {
             options,
             client,
             nodes,
             pods: Vec::new(),
             renewed: Instant::now(),
+            live,
+            logs,
         };
         state.register().await?;
         Ok(state)
@@ -203,6 +211,8 @@ impl State {
             "capacity": room, "allocatable": room,
             "addresses": [{ "type": "InternalIP", "address": "127.0.0.1" },
                           { "type": "Hostname", "address": name }],
+            // Where the API server asks for pods' logs (`kubectl logs`).
+            "daemonEndpoints": { "kubeletEndpoint": { "Port": self.logs.port() } },
             "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady",
                 "message": "ingressbench node agent", "lastHeartbeatTime": now,
                 "lastTransitionTime": now }],
@@ -302,6 +312,7 @@ impl State {
                 if let Some(mut child) = r.child.take() {
                     child.terminate(Duration::ZERO);
                 }
+                self.log_complete(&r.namespace, &r.name);
                 self.nodes.release(&r.uid);
                 if !gone {
                     self.remove(&r.namespace, &r.name).await;
@@ -310,15 +321,21 @@ impl State {
             }
             i += 1;
         }
-        // Pods that run to completion and have ended (those of other restart policies
-        // stay as they are: the agent restarts nothing).
+        // Pods whose process has ended: their log is complete, and those that run to
+        // completion are reported ended (those of other restart policies stay as they
+        // are: the agent restarts nothing).
         for i in 0..self.pods.len() {
             let r = &mut self.pods[i];
-            if !r.runs_to_completion || r.ended || r.deadline.is_some() {
+            if r.ended {
                 continue;
             }
-            if let Some(status) = r.child.as_mut().and_then(|c| c.try_wait()) {
-                r.ended = true;
+            let Some(status) = r.child.as_mut().and_then(|c| c.try_wait()) else {
+                continue;
+            };
+            r.ended = true;
+            let (namespace, name) = (r.namespace.clone(), r.name.clone());
+            self.log_complete(&namespace, &name);
+            if self.pods[i].runs_to_completion && self.pods[i].deadline.is_none() {
                 self.report_end(i, status).await?;
             }
         }
@@ -384,7 +401,18 @@ impl State {
             self.pods.push(running);
             return Ok(());
         };
-        let place = self.nodes.get(&uid, &mut |_| {})?;
+        // A pod on the host's network shares the node's namespace (and the node's
+        // address, 127.0.0.1); any other gets a namespace of its own.
+        let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
+        let place = if host_network {
+            ingressbench_lab::topology::Node {
+                name: uid.clone(),
+                ip: IpAddr::from([127, 0, 0, 1]),
+                netns: None,
+            }
+        } else {
+            self.nodes.get(&uid, &mut |_| {})?
+        };
         // The pod's sysctls, in its own network namespace, as the kubelet sets them in the
         // pod's sandbox; one the kernel will not take keeps the pod from starting.
         let sysctls: ingressbench_lab::kernel::Sysctls = spec
@@ -394,10 +422,19 @@ impl State {
             .flatten()
             .map(|s| (s.name.clone(), s.value.clone()))
             .collect();
-        if let (false, Some(ns)) = (sysctls.is_empty(), place.netns.as_deref()) {
+        if !sysctls.is_empty() {
             let refused =
                 ingressbench_lab::kernel::check_namespaced(sysctls.keys().map(String::as_str))
-                    .and_then(|()| ingressbench_lab::kernel::apply(&name, ns, &sysctls));
+                    .and_then(|()| match place.netns.as_deref() {
+                        Some(ns) => ingressbench_lab::kernel::apply(&name, ns, &sysctls),
+                        // As the kubelet refuses them: they would change the node's own.
+                        None => Err(ingressbench_lab::LabError::Kernel {
+                            node: name.clone(),
+                            setting: sysctls.keys().cloned().collect::<Vec<_>>().join(", "),
+                            reason: "a pod on the host's network cannot set namespaced sysctls"
+                                .into(),
+                        }),
+                    });
             if let Err(e) = refused {
                 self.report_waiting(
                     &namespace,
@@ -433,6 +470,7 @@ impl State {
             &log,
             place.netns.as_deref(),
         )?);
+        self.live().insert(format!("{namespace}_{name}"));
         running.ip = place.ip;
         if let Some(http) = container
             .readiness_probe
@@ -456,6 +494,15 @@ impl State {
         self.pods.push(running);
         let last = self.pods.len() - 1;
         self.report_pod(last, false).await
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Pod `namespace/name`'s process has ended: its log ends where it is.
+    fn log_complete(&self, namespace: &str, name: &str) {
+        self.live().remove(&format!("{namespace}_{name}"));
     }
 
     fn binary_for(&self, image: &str) -> Option<PathBuf> {

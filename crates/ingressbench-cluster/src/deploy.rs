@@ -48,6 +48,16 @@ pub const OWNER: &str = "ingressbench.dev/owner";
 /// A namespace of the tool whose heartbeat is older than this was left by a run that is
 /// gone.
 pub const STALE_AFTER: Duration = Duration::from_secs(120);
+/// Container waiting reasons that mean a pod will not start without a change.
+pub const CANNOT_START: &[&str] = &[
+    "ErrImageNotKnown",
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerConfigError",
+    "CrashLoopBackOff",
+    "SysctlForbidden",
+];
 /// The port the backends listen on.
 pub const BACKEND_PORT: i32 = 8080;
 /// The port of the backends' control endpoint (`POST /stall?for=2s`), reached through
@@ -126,6 +136,10 @@ pub struct RunNamespace {
     runtime: tokio::runtime::Runtime,
     client: Client,
     objects: RunObjects,
+    /// Where the client came from: a client serves only while its own runtime runs, so
+    /// work on other threads makes its own from these.
+    kubeconfig: std::path::PathBuf,
+    context: Option<String>,
 }
 
 impl RunNamespace {
@@ -144,6 +158,8 @@ impl RunNamespace {
             runtime,
             client,
             objects,
+            kubeconfig: kubeconfig.to_owned(),
+            context: context.map(str::to_owned),
         };
         run.runtime
             .block_on(create_namespace(&run.client, &run.objects))?;
@@ -327,6 +343,38 @@ impl RunNamespace {
             }
             Ok(())
         })
+    }
+
+    /// The Job of `spec`'s load workers, to be made in this namespace (see
+    /// [`crate::workers`]).
+    pub fn load_job(&self, spec: crate::workers::FleetSpec) -> crate::workers::LoadJob {
+        crate::workers::LoadJob {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            namespace: self.objects.namespace.clone(),
+            run_id: self.objects.run_id.clone(),
+            image: self.objects.image.clone(),
+            spec,
+        }
+    }
+
+    /// The labels Service `service` selects its pods by (none: it has no selector, its
+    /// endpoints are made by hand or the controller runs outside the cluster).
+    pub fn service_selector(
+        &self,
+        service: &crate::file::ServiceRef,
+    ) -> Result<Option<BTreeMap<String, String>>, ClusterError> {
+        let api: Api<Service> = Api::namespaced(self.client.clone(), &service.namespace);
+        let found = self.runtime.block_on(api.get(&service.name)).map_err(|e| {
+            api_error(
+                &format!("reading service {}/{}", service.namespace, service.name),
+                e,
+            )
+        })?;
+        Ok(found
+            .spec
+            .and_then(|s| s.selector)
+            .filter(|s| !s.is_empty()))
     }
 
     /// Refreshes the heartbeat, so that [`cleanup`] leaves the namespace alone.
@@ -700,7 +748,7 @@ fn labels(o: &RunObjects) -> BTreeMap<String, String> {
 }
 
 /// The label with a pod's pool.
-const POOL_LABEL: &str = "app.kubernetes.io/name";
+pub(crate) const POOL_LABEL: &str = "app.kubernetes.io/name";
 
 /// A pool's pods' labels.
 fn pool_labels(o: &RunObjects, pool: &str) -> BTreeMap<String, String> {

@@ -15,6 +15,11 @@
 //!     address: http://gateway.example.com
 //!     tls_address: https://gateway.example.com
 //!     ca: gateway-ca.pem   # what signed the HTTPS listener's certificate (relative: to this file)
+//!     cluster_address: http://traefik.kube-system.svc   # where pods reach it (load.from: cluster);
+//!                                                        # default: address / tls_address
+//! workers:                 # how `load.from: cluster` runs its pods
+//!   host_network: false    # true: on the nodes' network (the local cluster's controllers
+//!                          # listen on the host's loopback)
 //! ```
 
 use std::collections::BTreeMap;
@@ -39,6 +44,18 @@ pub struct ClusterFile {
     pub image: String,
     /// Each target of the scenario: how its controller is selected and reached.
     pub targets: BTreeMap<String, ClusterTarget>,
+    /// How the pods of `load.from: cluster` run here.
+    #[serde(default)]
+    pub workers: WorkersFile,
+}
+
+/// How load pods run in this cluster.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct WorkersFile {
+    /// On the nodes' network (`hostNetwork`) rather than the pods'.
+    #[serde(default)]
+    pub host_network: bool,
 }
 
 /// One controller under test.
@@ -61,6 +78,13 @@ pub struct ClusterTarget {
     /// Or the LoadBalancer Service whose status gives the address.
     #[serde(default)]
     pub service: Option<ServiceRef>,
+    /// Where pods reach its plain HTTP (`load.from: cluster`), if not where this machine
+    /// does: a ClusterIP Service's name, say.
+    #[serde(default)]
+    pub cluster_address: Option<String>,
+    /// And its TLS.
+    #[serde(default)]
+    pub cluster_tls_address: Option<String>,
     /// For a gateway target over TLS: the CA certificate (PEM) that signed its HTTPS
     /// listener's certificate, which the Gateway's owner chose (an Ingress target's
     /// certificate is the run's own, in a Secret it makes).
@@ -69,6 +93,18 @@ pub struct ClusterTarget {
 }
 
 impl ClusterTarget {
+    /// Where pods reach it: the plain HTTP and the TLS address the file gives for them,
+    /// each else the one this machine uses (`looked_up`: those, with `service:`).
+    pub fn cluster_addresses(
+        &self,
+        looked_up: (Option<String>, Option<String>),
+    ) -> (Option<String>, Option<String>) {
+        (
+            self.cluster_address.clone().or(looked_up.0),
+            self.cluster_tls_address.clone().or(looked_up.1),
+        )
+    }
+
     /// The plain HTTP and the TLS address the file gives (an `https://` address serves TLS
     /// when there is no `tls_address`); none with `service:`, read from the cluster.
     pub fn addresses(&self) -> (Option<String>, Option<String>) {
@@ -219,14 +255,16 @@ impl ClusterFile {
                     "targets.{name}.ca: an Ingress target's certificate is the run's own (in a Secret the run makes, from a CA it trusts); `ca` is for a gateway target's HTTPS listener"
                 ));
             }
-            if let Some(a) = t
-                .tls_address
-                .as_deref()
-                .filter(|a| !a.starts_with("https://"))
-            {
-                return Err(format!(
-                    "targets.{name}.tls_address: {a:?} must start with https://"
-                ));
+            for (field, value, scheme) in [
+                ("tls_address", &t.tls_address, "https://"),
+                ("cluster_address", &t.cluster_address, "http://"),
+                ("cluster_tls_address", &t.cluster_tls_address, "https://"),
+            ] {
+                if let Some(a) = value.as_deref().filter(|a| !a.starts_with(scheme)) {
+                    return Err(format!(
+                        "targets.{name}.{field}: {a:?} must start with {scheme}"
+                    ));
+                }
             }
         }
         Ok(file)
@@ -313,6 +351,18 @@ mod tests {
         assert_eq!(ok.unplaced(&["traefik", "nginx"]), vec!["nginx"]);
         let t = &ok.targets["traefik"];
         assert_eq!(t.addresses(), (Some("http://127.0.0.1:8080".into()), None));
+        assert!(!ok.workers.host_network);
+        assert_eq!(t.cluster_addresses(t.addresses()), t.addresses());
+        let inside = ClusterFile::parse(
+            "targets: { t: { ingress_class: c, address: http://lb, cluster_address: http://t.ns.svc } }\nworkers: { host_network: true }",
+        )
+        .unwrap();
+        let t = &inside.targets["t"];
+        assert_eq!(
+            t.cluster_addresses(t.addresses()),
+            (Some("http://t.ns.svc".into()), None)
+        );
+        assert!(inside.workers.host_network);
         let gateway = ClusterFile::parse(
             "targets: { g: { gateway: { name: traefik, namespace: kube-system, listener: web }, address: http://x } }",
         )
@@ -350,6 +400,14 @@ mod tests {
             (
                 "targets: { t: { ingress_class: c, address: http://x, ca: ca.pem } }",
                 "`ca` is for a gateway target",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, cluster_tls_address: http://y } }",
+                "cluster_tls_address: \"http://y\" must start with https://",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x } }\nworkers: { host_net: true }",
+                "unknown field `host_net`",
             ),
         ] {
             let e = ClusterFile::parse(text).unwrap_err();

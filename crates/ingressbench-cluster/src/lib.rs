@@ -12,6 +12,8 @@ pub mod deploy;
 mod error;
 pub mod file;
 pub mod local;
+mod logs;
 pub mod routes;
+pub mod workers;
 
 pub use error::ClusterError;

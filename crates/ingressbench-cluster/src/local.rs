@@ -247,6 +247,8 @@ impl LocalCluster {
             format!("--service-cluster-ip-range={SERVICE_RANGE}"),
             "--endpoint-reconciler-type=none".to_owned(),
             "--enable-priority-and-fairness=false".to_owned(),
+            // Pods' logs come from the node agent's endpoint at the node's InternalIP.
+            "--kubelet-preferred-address-types=InternalIP".to_owned(),
         ];
         let apiserver = cluster.start(
             "kube-apiserver",
@@ -541,6 +543,9 @@ impl LocalCluster {
             let class = format!("ingress_class: {}", haproxy_ingress::CLASS);
             target("haproxy-ingress", class, http, https);
         }
+        // The controllers listen on the host's loopback: load pods reach them from the
+        // nodes' network.
+        text.push_str("workers: { host_network: true }\n");
         (self.ingress.is_some() || self.contour.is_some() || self.haproxy_ingress.is_some())
             .then_some(text)
     }

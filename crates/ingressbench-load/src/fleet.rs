@@ -26,6 +26,15 @@ use crate::{
 /// when the caller did not fix the start.
 pub const LOCAL_MARGIN: Duration = Duration::from_millis(300);
 
+/// The environment variable a worker in a pod reads its plan from (else it reads it on
+/// its standard input).
+pub const PLAN_ENV: &str = "INGRESSBENCH_PLAN";
+/// The environment variable with a worker's index, which overrides the plan's (an
+/// Indexed Job's pods get it from the Job).
+pub const INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
+/// The environment variable with a worker pod's name, which it reports as its host.
+pub const POD_ENV: &str = "INGRESSBENCH_POD";
+
 /// A worker that starts later than this after the common start is named in the warnings.
 const LATE_START_WARNING: Duration = Duration::from_millis(50);
 
@@ -107,6 +116,20 @@ impl PlanWire {
             of,
             start_unix_ns: unix_ns(start),
         }
+    }
+
+    /// Carries the CA file's certificates in the plan itself, for workers that do not
+    /// share this machine's files (pods).
+    pub fn embed_ca(&mut self) -> Result<(), LoadError> {
+        if let (Some(path), None) = (&self.tls.cacert, &self.tls.cacert_pem) {
+            let pem = std::fs::read_to_string(path).map_err(|e| LoadError::Tls {
+                path: Some(path.clone()),
+                reason: format!("cannot read it: {e}"),
+            })?;
+            self.tls.cacert_pem = Some(pem);
+            self.tls.cacert = None;
+        }
+        Ok(())
     }
 
     /// The plan back, starting at the instant that corresponds to its wall-clock start
@@ -196,6 +219,9 @@ pub enum Line {
         /// Backend names by id.
         backends: Vec<String>,
     },
+    /// Its wall clock as it wrote this line (after each window), nanoseconds since the
+    /// Unix epoch: the coordinator bounds the worker's clock offset with it.
+    Clock(u64),
     /// Last: everything it recorded.
     Done(RecorderWire),
     /// It could not run.
@@ -229,6 +255,7 @@ impl LineWriter<'_> {
 impl Observer for LineWriter<'_> {
     fn window(&mut self, window: &Window) {
         self.send(&Line::Window(WindowWire::of(window)));
+        self.send(&Line::Clock(unix_ns(SystemTime::now())));
     }
 
     fn samples(&mut self, samples: &[Sample], backends: &[String]) {
@@ -279,8 +306,15 @@ pub struct WorkerReport {
     pub index: usize,
     /// Where it ran (host or pod name).
     pub host: String,
+    /// Where the coordinator placed it, as the cluster says (`pod … on node …`).
+    pub place: Option<String>,
     /// How late it began against the common start, by its own clock, in milliseconds.
     pub start_late_ms: Option<f64>,
+    /// How far its clock is ahead of the coordinator's at least, in milliseconds (its
+    /// clock as it wrote a line minus the coordinator's as it read it, at most over the
+    /// run: the offset less the quickest delivery). Negative: no sign it is ahead; a
+    /// clock behind cannot be told from a slow delivery.
+    pub clock_ahead_at_least_ms: Option<f64>,
     /// Whether it handed over its whole recorder. A worker that did not counts with the
     /// windows it sent (latency and outcomes only).
     pub complete: bool,
@@ -389,6 +423,7 @@ pub fn spawn_local(
             lines: stdout,
             stderr: Some(stderr),
             handle: Box::new(LocalWorker(child)),
+            place: None,
         });
     }
     Ok(sources)
@@ -402,6 +437,8 @@ pub struct Source {
     pub stderr: Option<Box<dyn BufRead + Send>>,
     /// How to stop and reap it.
     pub handle: Box<dyn WorkerHandle>,
+    /// Where it was placed, if the coordinator placed it (`pod … on node …`).
+    pub place: Option<String>,
 }
 
 enum Event {
@@ -415,9 +452,35 @@ struct Seen {
     host: String,
     start_late: Option<Duration>,
     partial: Recorder,
+    /// Where its last window ended, in nanoseconds from the start.
+    sent_until_ns: u64,
+    /// The largest (its clock − ours) seen over its clock lines, in nanoseconds.
+    clock_ahead_ns: Option<i128>,
+    /// Samples that ended after its last window so far, with the batch's backend names:
+    /// passed on once a window (or its whole recorder) covers them, so that the samples
+    /// written are exactly the requests the merged figures hold, even if it dies.
+    held: Vec<(Vec<Sample>, Vec<String>)>,
+    /// How many held samples its end left uncovered.
+    dropped_samples: usize,
     done: Option<Recorder>,
     error: Option<String>,
     ended: bool,
+}
+
+/// Passes on the worker's held samples that ended before `until` (its windows' end, in
+/// nanoseconds from the start; `None`: all, its whole recorder came).
+fn release(seen: &mut Seen, until: Option<u64>, observer: &mut dyn Observer) {
+    for (samples, backends) in std::mem::take(&mut seen.held) {
+        let (ready, later): (Vec<Sample>, Vec<Sample>) = samples
+            .into_iter()
+            .partition(|s| until.is_none_or(|u| s.done_at_ns < u));
+        if !ready.is_empty() {
+            observer.samples(&ready, &backends);
+        }
+        if !later.is_empty() {
+            seen.held.push((later, backends));
+        }
+    }
 }
 
 /// The coordinator's side: follows every source to its end, passing merged windows and
@@ -433,6 +496,7 @@ pub fn coordinate(
     let workers = sources.len();
     let (tx, rx) = mpsc::channel();
     let mut handles = Vec::with_capacity(workers);
+    let mut places = Vec::with_capacity(workers);
     let mut stderr_tails = Vec::with_capacity(workers);
     for (k, source) in sources.into_iter().enumerate() {
         let tail = Arc::new(std::sync::Mutex::new(VecDeque::new()));
@@ -470,6 +534,7 @@ pub fn coordinate(
             })
             .map_err(LoadError::Runtime)?;
         handles.push(source.handle);
+        places.push(source.place);
     }
     drop(tx);
 
@@ -479,6 +544,10 @@ pub fn coordinate(
             host: String::new(),
             start_late: None,
             partial: Recorder::new(window_ns),
+            sent_until_ns: 0,
+            clock_ahead_ns: None,
+            held: Vec::new(),
+            dropped_samples: 0,
             done: None,
             error: None,
             ended: false,
@@ -525,29 +594,44 @@ pub fn coordinate(
             }
             Event::Line(k, Line::Window(w)) => match w.decode() {
                 Ok(window) => {
+                    let end = window.start_ns() + window.width_ns;
+                    seen[k].sent_until_ns = seen[k].sent_until_ns.max(end);
                     seen[k].partial.absorb_window(&window);
                     let ready = merger.add(k, vec![window]);
                     emit(ready, observer);
+                    release(&mut seen[k], Some(end), observer);
                 }
                 Err(e) => seen[k].error = Some(format!("sent a window that does not decode: {e}")),
             },
-            Event::Line(_, Line::Samples { samples, backends }) => {
+            Event::Line(k, Line::Samples { samples, backends }) => {
                 let decoded: Vec<Sample> = samples.iter().filter_map(|s| s.decode().ok()).collect();
-                observer.samples(&decoded, &backends);
+                seen[k].held.push((decoded, backends));
+                let until = seen[k].sent_until_ns;
+                release(&mut seen[k], Some(until), observer);
             }
             Event::Line(k, Line::Done(wire)) => match Recorder::from_wire(&wire) {
-                Ok(recorder) => seen[k].done = Some(recorder),
+                Ok(recorder) => {
+                    seen[k].done = Some(recorder);
+                    release(&mut seen[k], None, observer);
+                }
                 Err(e) => {
                     seen[k].error = Some(format!("sent a recorder that does not decode: {e}"))
                 }
             },
             Event::Line(k, Line::Failed(why)) => seen[k].error = Some(why),
+            Event::Line(k, Line::Clock(theirs)) => {
+                let ahead = i128::from(theirs) - i128::from(unix_ns(SystemTime::now()));
+                let best = seen[k].clock_ahead_ns.get_or_insert(ahead);
+                *best = (*best).max(ahead);
+            }
             Event::Stray(k, text) => {
                 let mut t = stderr_tails[k].lock().unwrap_or_else(|p| p.into_inner());
                 t.push_back(text);
             }
             Event::Ended(k) => {
                 seen[k].ended = true;
+                // What no window covers is not in the merged figures: not in the samples.
+                seen[k].dropped_samples = seen[k].held.drain(..).map(|(s, _)| s.len()).sum();
                 // Its later windows will not come: stop waiting for them.
                 let ready = merger.retire(k);
                 emit(ready, observer);
@@ -574,7 +658,13 @@ pub fn coordinate(
     let mut merged = Recorder::new(window_ns);
     let mut reports = Vec::with_capacity(workers);
     let mut warnings = Vec::new();
-    for (k, (s, handle)) in seen.into_iter().zip(handles.iter_mut()).enumerate() {
+    let last_end = seen.iter().map(|s| s.sent_until_ns).max().unwrap_or(0);
+    for (k, ((s, handle), place)) in seen
+        .into_iter()
+        .zip(handles.iter_mut())
+        .zip(places)
+        .enumerate()
+    {
         let exit = handle.wait();
         let complete = s.done.is_some();
         let recorder = s.done.unwrap_or(s.partial);
@@ -587,9 +677,32 @@ pub fn coordinate(
             .collect();
         if !complete {
             mine.push(format!(
-                "worker {k} ({}) ended before handing over its results ({exit}{}); the merged figures hold its latency and outcomes up to its last window, not its service time, phases or backends",
+                "worker {k} ({}) ended before handing over its results ({exit}{}); the merged figures hold its latency and outcomes up to its last window, not its service time, phases or backends{}",
                 s.host,
-                s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+                s.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default(),
+                match s.dropped_samples {
+                    0 => String::new(),
+                    n => format!(", and its {n} sampled requests after that window are left out of the samples too"),
+                }
+            ));
+        }
+        // Two windows short of the others: it stopped (was stopped) early.
+        let short_ns = last_end.saturating_sub(s.sent_until_ns);
+        if short_ns >= 2 * window_ns && !interrupted {
+            mine.push(format!(
+                "worker {k} ({}) stopped sending {:.1} s before the others ({exit}); the merged figures hold what it sent until then, and its share of the rate is missing after",
+                s.host,
+                short_ns as f64 / 1e9
+            ));
+        }
+        if let Some(ahead) = s
+            .clock_ahead_ns
+            .filter(|a| *a > LATE_START_WARNING.as_nanos() as i128)
+        {
+            mine.push(format!(
+                "worker {k} ({}): its clock is at least {:.0} ms ahead of this machine's, so it started its share that much early and its start lateness reads that much short",
+                s.host,
+                ahead as f64 / 1e6
             ));
         }
         if let Some(late) = s.start_late.filter(|l| *l > LATE_START_WARNING) {
@@ -609,7 +722,9 @@ pub fn coordinate(
         reports.push(WorkerReport {
             index: k,
             host: s.host,
+            place,
             start_late_ms: s.start_late.map(|l| l.as_secs_f64() * 1e3),
+            clock_ahead_at_least_ms: s.clock_ahead_ns.map(|a| a as f64 / 1e6),
             complete,
             exit,
             error: s.error,

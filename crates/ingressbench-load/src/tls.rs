@@ -17,6 +17,10 @@ use crate::LoadError;
 pub struct TlsOptions {
     /// Trust the certificates in this PEM file instead of the system's roots.
     pub cacert: Option<PathBuf>,
+    /// Or these, as PEM text (what a worker in a pod receives instead of a file of the
+    /// coordinator's machine).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cacert_pem: Option<String>,
     /// Accept any certificate (curl's `-k`). Signatures are still checked.
     pub insecure: bool,
     /// Server name to send and verify instead of the URL's host.
@@ -39,9 +43,16 @@ pub fn client_config(options: &TlsOptions) -> Result<Arc<ClientConfig>, LoadErro
             .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider)))
             .with_no_client_auth()
     } else {
-        let roots = match &options.cacert {
-            Some(path) => roots_from_file(path)?,
-            None => system_roots()?,
+        let roots = match (&options.cacert_pem, &options.cacert) {
+            (Some(pem), _) => roots_from_pem(pem.as_bytes(), None)?,
+            (None, Some(path)) => {
+                let text = std::fs::read(path).map_err(|e| LoadError::Tls {
+                    path: Some(path.clone()),
+                    reason: format!("cannot read it: {e}"),
+                })?;
+                roots_from_pem(&text, Some(path))?
+            }
+            (None, None) => system_roots()?,
         };
         builder.with_root_certificates(roots).with_no_client_auth()
     };
@@ -62,15 +73,14 @@ pub(crate) fn server_name(
     })
 }
 
-fn roots_from_file(path: &Path) -> Result<RootCertStore, LoadError> {
+/// The certificates of PEM text (from the file `path`, if it came from one).
+fn roots_from_pem(pem: &[u8], path: Option<&Path>) -> Result<RootCertStore, LoadError> {
     let err = |reason: String| LoadError::Tls {
-        path: Some(path.to_owned()),
+        path: path.map(Path::to_owned),
         reason,
     };
     let mut roots = RootCertStore::empty();
-    let certs =
-        CertificateDer::pem_file_iter(path).map_err(|e| err(format!("cannot read it: {e}")))?;
-    for cert in certs {
+    for cert in CertificateDer::pem_slice_iter(pem) {
         let cert = cert.map_err(|e| err(format!("not a PEM certificate file: {e}")))?;
         roots
             .add(cert)

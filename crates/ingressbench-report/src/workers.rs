@@ -39,7 +39,7 @@ pub(crate) fn section(run: &RunResults, charts: &mut Vec<(String, String)>) -> O
         return None;
     }
     let mut body = String::from(
-        "<section><h2>Workers</h2><p class=\"note\">Cells whose load several processes sent between them. The merged spectrum (thick) is every request's, from histograms that add exactly; each worker's line is its own requests'. The average of the workers' p99s is what tools that average per-generator percentiles report: it is not a percentile of anything.</p>",
+        "<section><h2>Workers</h2><p class=\"note\">Cells whose load several processes, or pods of the cluster, sent between them. The merged spectrum (thick) is every request's, from histograms that add exactly; each worker's line is its own requests'. The average of the workers' p99s is what tools that average per-generator percentiles report: it is not a percentile of anything.</p>",
     );
     for cell in cells {
         let workers = cell.workers.as_ref().expect("filtered");
@@ -56,11 +56,25 @@ pub(crate) fn section(run: &RunResults, charts: &mut Vec<(String, String)>) -> O
             ),
             _ => String::new(),
         };
+        let cluster = &workers["cluster"];
+        let from_cluster = match cluster["backend_nodes"].as_array() {
+            Some(nodes) => format!(
+                " Sent from the pods of Job {}; the backends were on {} when they started.",
+                cluster["job"].as_str().unwrap_or("?"),
+                nodes
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => String::new(),
+        };
         let _ = write!(
             body,
-            "<h3>{}</h3><p>{}</p><figure>{svg}</figure>{table}",
+            "<h3>{}</h3><p>{}{}</p><figure>{svg}</figure>{table}",
             esc(&title),
-            esc(&p99_line)
+            esc(&p99_line),
+            esc(&from_cluster)
         );
         charts.push((format!("workers {title}"), svg));
     }
@@ -93,7 +107,8 @@ fn cell_parts(cell: &CellResults, workers: &Value, title: &str) -> (String, Stri
         let _ = write!(
             rows,
             "<tr><td>{k}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
-            esc(w["host"].as_str().unwrap_or("")),
+            // Where the cluster placed it, else the host it named.
+            esc(w["place"].as_str().or(w["host"].as_str()).unwrap_or("")),
             s["requests"]["total"].as_u64().unwrap_or(0),
             s["rate"]["achieved_per_s"].as_f64().map_or("-".into(), |r| format!("{r:.1}")),
             us(&lat["p99"]),
@@ -108,7 +123,7 @@ fn cell_parts(cell: &CellResults, workers: &Value, title: &str) -> (String, Stri
         );
     }
     let table = format!(
-        "<table><tr><th>worker</th><th class=\"l\">host</th><th>requests</th><th>req/s</th><th>p99</th><th>lag p99</th><th>start late</th><th>results handed over</th><th class=\"l\">ended</th><th class=\"l\">warnings</th></tr>{rows}</table>"
+        "<table><tr><th>worker</th><th class=\"l\">where</th><th>requests</th><th>req/s</th><th>p99</th><th>lag p99</th><th>start late</th><th>results handed over</th><th class=\"l\">ended</th><th class=\"l\">warnings</th></tr>{rows}</table>"
     );
     let y = Axis::covering(curves.iter().flat_map(|c| c.1.iter().map(|p| p.1)), true);
     let x = Axis {

@@ -11,9 +11,12 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ingressbench_cluster::deploy::{EndpointsWatch, PodState, Route, RunNamespace, RunObjects};
+use ingressbench_cluster::deploy::{
+    EndpointsWatch, PodState, Route, RunNamespace, RunObjects, CANNOT_START,
+};
 use ingressbench_cluster::file::{ClusterFile, ClusterTarget};
 use ingressbench_cluster::routes::{self, gateway, Can, Routing};
+use ingressbench_cluster::workers::{FleetSpec, LoadJob, Placement};
 use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use ingressbench_lab::model::{Overlay, GENERATION_HEADER};
 use ingressbench_lab::{Change, ChangeRecord};
@@ -115,16 +118,6 @@ const ROUTE_STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 const REFUSED_GRACE: Duration = Duration::from_secs(3);
 /// How often a pending route change's status is read.
 const STATUS_EVERY: Duration = Duration::from_millis(50);
-/// Container waiting reasons that mean a pod will not start without a change.
-const CANNOT_START: &[&str] = &[
-    "ErrImageNotKnown",
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "CreateContainerConfigError",
-    "CrashLoopBackOff",
-    "SysctlForbidden",
-];
 /// The route configuration's generation at the start (the load reads 0 as none).
 const FIRST_GENERATION: u32 = 1;
 /// How often the namespace's heartbeat is refreshed.
@@ -269,9 +262,20 @@ struct Door {
     tls: Option<(PathBuf, std::sync::Arc<rustls::ClientConfig>)>,
 }
 
+/// How the cluster's own pods reach the controller, for load from the cluster.
+struct Inside {
+    /// Its plain HTTP and TLS addresses from inside.
+    addresses: (Option<String>, Option<String>),
+    /// Load pods on the nodes' network.
+    host_network: bool,
+    /// The controller's Service, whose selector names its pods.
+    service: Option<ingressbench_cluster::file::ServiceRef>,
+}
+
 /// One cell's objects in a cluster; the namespace (and the cell's certificate files) are
 /// deleted when it is dropped.
 pub(crate) struct ClusterSite {
+    inside: Inside,
     /// The pool's EndpointSlices as the watch delivers them.
     endpoints: EndpointsWatch,
     run: RunNamespace,
@@ -317,6 +321,11 @@ impl ClusterSite {
             )
             .map_err(|e| e.to_string())?,
             None => placed.addresses(),
+        };
+        let inside = Inside {
+            addresses: placed.cluster_addresses((http.clone(), https.clone())),
+            host_network: options.file.workers.host_network,
+            service: placed.service.clone(),
         };
         let address = if shape.tls { https } else { http };
         let address = address.ok_or_else(|| {
@@ -450,6 +459,7 @@ impl ClusterSite {
             }
         };
         let mut site = Self {
+            inside,
             endpoints,
             door: Door {
                 address,
@@ -718,7 +728,7 @@ impl Site for ClusterSite {
                         cacert: Some(ca.clone()),
                         ..TlsOptions::default()
                     },
-                    self.door.at,
+                    Some(self.door.at),
                 )),
                 host_header: false,
                 proxy_version: None,
@@ -731,6 +741,80 @@ impl Site for ClusterSite {
             },
             _ => return Err("the cell's entry was made for the other scheme".into()),
         })
+    }
+
+    fn cluster_load(
+        &self,
+        (tls, host, path): (bool, &str, &str),
+        workers: usize,
+        placement: Option<&crate::model::PlacementFile>,
+    ) -> Result<(Entry, LoadJob), CellFailure> {
+        let input = |message: String| CellFailure {
+            message,
+            input: true,
+        };
+        let (http, https) = &self.inside.addresses;
+        let address = if tls { https } else { http };
+        let address = address.as_deref().ok_or_else(|| {
+            input(format!(
+                "load.from: cluster: the cluster file gives the target no {} (nor `cluster_{}`)",
+                if tls { "tls_address" } else { "address" },
+                if tls { "tls_address" } else { "address" },
+            ))
+        })?;
+        // The pods resolve the address themselves; over TLS they send the scenario's host
+        // as the TLS name and trust the cell's CA, which travels in their plan.
+        let entry = Entry {
+            url: format!("{}{path}", address.trim_end_matches('/')),
+            tls: match (&self.door.tls, tls) {
+                (Some((ca, _)), true) => Some((
+                    TlsOptions {
+                        cacert: Some(ca.clone()),
+                        sni: Some(host.to_owned()),
+                        ..TlsOptions::default()
+                    },
+                    None,
+                )),
+                _ => None,
+            },
+            host_header: true,
+            proxy_version: None,
+        };
+        use crate::model::NodePlacement;
+        let placement = match placement {
+            None => Placement::Any,
+            Some(p) => match p.node {
+                None => Placement::Nodes(p.node_selector.clone()),
+                Some(NodePlacement::Any) => Placement::Any,
+                Some(NodePlacement::SameAsBackends) => Placement::SameAsBackends,
+                Some(NodePlacement::OtherThanBackends) => Placement::OtherThanBackends,
+                Some(NodePlacement::SameAsIngress) => Placement::SameAsIngress,
+            },
+        };
+        let ingress_pods = match (&placement, &self.inside.service) {
+            (Placement::SameAsIngress, None) => return Err(input(
+                "load.placement.node: same_as_ingress places the load beside the controller's pods, which the run finds through its Service: give the target `service: { name, namespace }` in the cluster file".into(),
+            )),
+            (Placement::SameAsIngress, Some(service)) => {
+                let selector = self
+                    .run
+                    .service_selector(service)
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| input(format!(
+                        "load.placement.node: same_as_ingress: Service {}/{} selects no pods (the controller runs outside the cluster's pods, as the local cluster's do), so there is no node to be beside; use another placement",
+                        service.namespace, service.name
+                    )))?;
+                Some((service.namespace.clone(), selector))
+            }
+            _ => None,
+        };
+        let job = self.run.load_job(FleetSpec {
+            workers,
+            placement,
+            host_network: self.inside.host_network,
+            ingress_pods,
+        });
+        Ok((entry, job))
     }
 
     fn request(&mut self, change: Change, _delay: Duration) -> Result<usize, String> {

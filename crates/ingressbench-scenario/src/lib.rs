@@ -33,5 +33,6 @@ mod usage;
 pub use error::ScenarioError;
 pub use expand::{expand, names_cluster_targets, Cell};
 pub use model::{
-    ConfigChange, EventFile, EventSpec, LoadFile, LoadModeFile, Scenario, Target, Timing,
+    ConfigChange, EventFile, EventSpec, LoadFile, LoadFrom, LoadModeFile, NodePlacement,
+    PlacementFile, Scenario, Target, Timing,
 };

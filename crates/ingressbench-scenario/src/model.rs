@@ -243,6 +243,42 @@ pub enum LoadModeFile {
     Sequential,
 }
 
+/// Where the load is sent from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadFrom {
+    /// This machine.
+    #[default]
+    Here,
+    /// Pods of the cluster (an Indexed Job in the cell's namespace).
+    Cluster,
+}
+
+/// Where the cluster's load pods go: beside what, or on nodes with these labels.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlacementFile {
+    /// Relative to the run's pods.
+    pub node: Option<NodePlacement>,
+    /// Or on nodes with these labels (`nodeSelector`).
+    #[serde(default)]
+    pub node_selector: BTreeMap<String, String>,
+}
+
+/// Which nodes, relative to the run's pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodePlacement {
+    /// Where a backend of the run runs.
+    SameAsBackends,
+    /// Where none does.
+    OtherThanBackends,
+    /// Where a pod of the ingress controller runs.
+    SameAsIngress,
+    /// Anywhere.
+    Any,
+}
+
 /// The load, as written.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -259,6 +295,15 @@ pub struct LoadFile {
     /// Processes sending one schedule between them (each with `threads` threads), their
     /// results merged exactly (default 1).
     pub workers: Option<usize>,
+    /// Where the load is sent from: this machine (default), or pods of the cluster
+    /// (`run --cluster` only).
+    #[serde(default)]
+    pub from: LoadFrom,
+    /// Where the cluster's load pods go (`from: cluster`).
+    pub placement: Option<PlacementFile>,
+    /// How long before the load's start its pods are made (`from: cluster`, default
+    /// 5s): the time a cluster has to schedule and start them.
+    pub start_margin: Option<String>,
     /// How long to measure (`60s`).
     pub duration: Option<String>,
     /// Or how many requests to measure.

@@ -21,7 +21,7 @@ use ingressbench_stats::Summary;
 use serde_json::{json, Value};
 
 use crate::cluster_site::{ClusterSite, Shape};
-use crate::model::{Action, ConfigChange, LoadModeFile, Target, Timing};
+use crate::model::{Action, ConfigChange, LoadFrom, LoadModeFile, Target, Timing};
 use crate::site::{CellFailure, Entry, LabSite, Site, Upstream};
 use crate::store::{ProgressFn, ResultsLock, Streams};
 use crate::usage::UsageLog;
@@ -29,6 +29,9 @@ use crate::{Cell, ScenarioError};
 
 /// How long the lab and load get before the first request is due.
 const START_DELAY: Duration = Duration::from_millis(300);
+/// How long before its start a load from the cluster's pods is set going (`load.start_margin`
+/// changes it): the time the cluster has to schedule and start them.
+const CLUSTER_START_MARGIN: Duration = Duration::from_secs(5);
 /// How often the runner checks that the lab's parts are still running.
 const ALIVE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// With `--quick`, the whole run aims to take about this long.
@@ -437,8 +440,30 @@ fn run_cell(
         key,
         reused,
     } = bring_up(cell, options, sites)?;
-    let entry = site.entry(cell.scenario.tls, &host, &l.path)?;
-    let (mut plan, start, measure_from) = load_plan(cell, &entry, &host, factor)?;
+    let workers = l.workers.unwrap_or(1);
+    // From this machine (one process, or `workers` of them), or from the cluster's pods,
+    // which are given the time to start.
+    let (entry, senders, delay) = match l.from {
+        LoadFrom::Here => (
+            site.entry(cell.scenario.tls, &host, &l.path)?,
+            match workers {
+                1 => Senders::One,
+                _ => Senders::Local(workers, options.backend_binary.clone()),
+            },
+            START_DELAY,
+        ),
+        LoadFrom::Cluster => {
+            let request = (cell.scenario.tls, host.as_str(), l.path.as_str());
+            let (entry, job) = site.cluster_load(request, workers, l.placement.as_ref())?;
+            let margin = dur("load.start_margin", &l.start_margin)?;
+            (
+                entry,
+                Senders::Cluster(job, workers),
+                margin.unwrap_or(CLUSTER_START_MARGIN),
+            )
+        }
+    };
+    let (mut plan, start, measure_from) = load_plan(cell, &entry, (&host, delay), factor)?;
     let mut timeline = Timeline::of(cell, factor)?;
     let comment = format!(
         "ingressbench {} cell {}\nvalues in microseconds",
@@ -458,11 +483,9 @@ fn run_cell(
     // The load stops when the run is stopped (Ctrl-C), or when a part of the site dies.
     let cell_stop = Arc::new(AtomicBool::new(false));
     site.start_measuring();
-    let workers = l.workers.unwrap_or(1);
-    let binary = options.backend_binary.clone();
     let load = spawn_load(
         plan,
-        (workers, binary),
+        senders,
         site.client_netns(),
         cell_stop.clone(),
         streams,
@@ -678,37 +701,49 @@ fn bring_up(
     })
 }
 
-/// The load of a cell against `entry`, starting [`START_DELAY`] from now: the plan, when
-/// it starts and when measurement starts (after the warm-up).
+/// The load of a cell against `entry`, starting `delay` from now: the plan, when it
+/// starts and when measurement starts (after the warm-up).
 fn load_plan(
     cell: &Cell,
     entry: &Entry,
-    host: &str,
+    (host, delay): (&str, Duration),
     factor: f64,
 ) -> Result<(Plan, Instant, Instant), String> {
     let host_header = entry.host_header.then_some(host);
     let mut plan = plan_for(cell, &entry.url, host_header, factor)?;
     if let Some((options, at)) = &entry.tls {
         plan.tls = options.clone();
-        plan.resolve = vec![Resolve::parse(&format!("{host}:{}:{}", at.port(), at.ip()))
-            .map_err(|e| e.to_string())?];
+        if let Some(at) = at {
+            plan.resolve = vec![Resolve::parse(&format!("{host}:{}:{}", at.port(), at.ip()))
+                .map_err(|e| e.to_string())?];
+        }
     }
     let warmup = match plan.warmup {
         Warmup::Duration(d) => d,
         _ => Duration::ZERO,
     };
-    let start = Instant::now() + START_DELAY;
+    let start = Instant::now() + delay;
     plan.start = Some(start);
     plan.validate().map_err(|e| e.to_string())?;
     Ok((plan, start, start + warmup))
 }
 
+/// Who sends a cell's load.
+enum Senders {
+    /// This process.
+    One,
+    /// This many local processes of this program (this tool).
+    Local(usize, PathBuf),
+    /// This many pods of this Job.
+    Cluster(ingressbench_cluster::workers::LoadJob, usize),
+}
+
 /// The load on a thread of its own, in `netns` if the site has one for the client (the
-/// workers it starts inherit it). With more than one worker, `workers` names how many
-/// processes of `binary` send it, and their health comes back as `workers.json`.
+/// local workers it starts inherit it). With more than one sender, their health comes
+/// back as `workers.json`.
 fn spawn_load(
     plan: Plan,
-    (workers, binary): (usize, PathBuf),
+    senders: Senders,
     netns: Option<PathBuf>,
     stop: Arc<AtomicBool>,
     mut streams: Streams,
@@ -727,15 +762,31 @@ fn spawn_load(
                     }
                 })
             });
+            use ingressbench_load::fleet;
             let ran = entered.and_then(|()| {
-                if workers > 1 {
-                    ingressbench_load::fleet::run_local(&plan, workers, &binary, stop, &mut streams)
-                        .map(|fleet| {
-                            let json = ingressbench_load::fleet::workers_json(&fleet);
-                            (fleet.load, Some(json))
-                        })
-                } else {
-                    ingressbench_load::run(&plan, stop, &mut streams).map(|r| (r, None))
+                let with_workers = |fleet: fleet::FleetReport| {
+                    let json = fleet::workers_json(&fleet);
+                    (fleet.load, Some(json))
+                };
+                match senders {
+                    Senders::One => {
+                        ingressbench_load::run(&plan, stop, &mut streams).map(|r| (r, None))
+                    }
+                    Senders::Local(workers, binary) => {
+                        fleet::run_local(&plan, workers, &binary, stop, &mut streams)
+                            .map(with_workers)
+                    }
+                    Senders::Cluster(job, workers) => {
+                        run_in_cluster(&plan, job, workers, stop, &mut streams).map(
+                            |(fleet, cluster)| {
+                                let (load, mut json) = with_workers(fleet);
+                                if let Some(json) = json.as_mut() {
+                                    json["cluster"] = cluster;
+                                }
+                                (load, json)
+                            },
+                        )
+                    }
                 }
             });
             match ran {
@@ -744,6 +795,49 @@ fn spawn_load(
             }
         })
         .map_err(|e| e.to_string())
+}
+
+/// Sends `plan` from `workers` pods of `job`, which starts them with the plan in their
+/// environment (its CA's certificates in it: the pods do not share this machine's files),
+/// and merges what their logs carry; the Job is deleted once they are done. Also says
+/// where the pods ran beside the backends, as the API said when they started.
+fn run_in_cluster(
+    plan: &Plan,
+    job: ingressbench_cluster::workers::LoadJob,
+    workers: usize,
+    stop: Arc<AtomicBool>,
+    observer: &mut Streams,
+) -> Result<(ingressbench_load::fleet::FleetReport, Value), ingressbench_load::LoadError> {
+    use ingressbench_load::fleet;
+    let start = plan.start.unwrap_or_else(Instant::now);
+    let wall = std::time::SystemTime::now() + start.saturating_duration_since(Instant::now());
+    let mut wire = fleet::PlanWire::of(plan, 0, workers, wall);
+    wire.embed_ca()?;
+    let deadline = fleet::deadline(plan, start);
+    // The cluster ends the Job if this process cannot: a minute past the coordinator's own
+    // deadline (an hour for a run of a number of requests).
+    let active_for = deadline.map_or(Duration::from_secs(3600), |d| {
+        d.saturating_duration_since(Instant::now()) + Duration::from_secs(60)
+    });
+    let (sources, running) =
+        job.start(&wire, active_for)
+            .map_err(|e| ingressbench_load::LoadError::InvalidPlan {
+                field: "load.from".into(),
+                reason: e.to_string(),
+            })?;
+    let placement = job_placement(&running);
+    let report = fleet::coordinate(plan, sources, stop, deadline, observer);
+    drop(running);
+    report.map(|r| (r, placement))
+}
+
+/// Where a load Job's pods and the backends ran.
+fn job_placement(running: &ingressbench_cluster::workers::RunningJob) -> Value {
+    json!({
+        "job": ingressbench_cluster::workers::JOB_NAME,
+        "worker_nodes": running.pods.iter().map(|p| json!({ "index": p.index, "pod": p.pod, "node": p.node })).collect::<Vec<_>>(),
+        "backend_nodes": running.backend_nodes,
+    })
 }
 
 type LoadThread = std::thread::JoinHandle<(
@@ -1038,6 +1132,7 @@ pub fn check_cell(cell: &Cell) -> Result<(), String> {
             s.backends.iter().map(|b| b.name.clone()).collect(),
         ),
     };
+    check_from(&s.load)?;
     let mut plan = plan_for(cell, &url, None, 1.0)?;
     plan.share.of = s.load.workers.unwrap_or(1);
     plan.validate().map_err(|e| match e {
@@ -1050,6 +1145,32 @@ pub fn check_cell(cell: &Cell) -> Result<(), String> {
         .map_err(|e| format!("load.connections: {e}"))?;
     for (i, e) in cell.events.iter().enumerate() {
         check_event(i, e, &pools, &plan.length)?;
+    }
+    Ok(())
+}
+
+/// Where the load comes from: placement and start margin only for load from the
+/// cluster, and a placement says one thing.
+fn check_from(l: &crate::model::LoadFile) -> Result<(), String> {
+    if l.from == LoadFrom::Here {
+        for (field, set) in [
+            ("load.placement", l.placement.is_some()),
+            ("load.start_margin", l.start_margin.is_some()),
+        ] {
+            if set {
+                return Err(format!(
+                    "{field}: only load from the cluster has pods to place; add `load.from: cluster` (with run --cluster FILE) or drop it"
+                ));
+            }
+        }
+    }
+    if let Some(p) = &l.placement {
+        if p.node.is_some() != p.node_selector.is_empty() {
+            return Err("load.placement: give either `node:` (same_as_backends, other_than_backends, same_as_ingress or any) or `node_selector: { label: value }`".into());
+        }
+    }
+    if dur("load.start_margin", &l.start_margin)?.is_some_and(|d| d.is_zero()) {
+        return Err("load.start_margin: the pods need some time to start; give at least 1s".into());
     }
     Ok(())
 }

@@ -21,8 +21,9 @@ use serde_json::{json, Value};
 pub(crate) struct Entry {
     /// The URL loaded.
     pub(crate) url: String,
-    /// With TLS: the client's TLS options and the address the TLS name resolves to.
-    pub(crate) tls: Option<(TlsOptions, SocketAddr)>,
+    /// With TLS: the client's TLS options and the address the TLS name resolves to (none:
+    /// the URL names the address and the options the TLS name).
+    pub(crate) tls: Option<(TlsOptions, Option<SocketAddr>)>,
     /// Send the scenario's host in a `Host` header (plain HTTP to an address).
     pub(crate) host_header: bool,
     /// The proxy's version, when the site runs one it knows.
@@ -109,6 +110,21 @@ pub(crate) trait Site {
     fn record(&self, _dir: &Path) -> SiteRecord {
         SiteRecord::default()
     }
+
+    /// The load from pods of the site's cluster: how they reach it (`tls`, `host`,
+    /// `path` as for [`Site::entry`]) and the Job of `workers` pods placed as `placement`
+    /// says that will send it.
+    fn cluster_load(
+        &self,
+        _request: (bool, &str, &str),
+        _workers: usize,
+        _placement: Option<&crate::model::PlacementFile>,
+    ) -> Result<(Entry, ingressbench_cluster::workers::LoadJob), CellFailure> {
+        Err(CellFailure {
+            message: "load.from: cluster sends the load from pods of a cluster: run with --cluster FILE (or --set load.from=here)".into(),
+            input: true,
+        })
+    }
 }
 
 /// A lab of real proxies on this machine.
@@ -173,7 +189,7 @@ impl Site for LabSite {
                         cacert: lab.certs().map(|c| c.ca.clone()),
                         ..TlsOptions::default()
                     },
-                    at,
+                    Some(at),
                 )),
                 host_header: false,
                 proxy_version,

@@ -140,6 +140,7 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
         cacert: args.cacert.clone(),
         insecure: args.insecure,
         sni: args.sni.clone(),
+        cacert_pem: None,
     };
     plan.resolve = args
         .resolve
@@ -238,16 +239,29 @@ fn write_json(path: &Path, file: File, value: &impl serde::Serialize) -> Result<
 /// `ingressbench worker`: one JSON plan line in, JSON lines out (see
 /// `ingressbench_load::fleet`).
 pub(crate) fn worker() -> Result<ExitCode> {
-    let mut line = String::new();
-    std::io::stdin()
-        .read_line(&mut line)
-        .context("reading the worker's plan on standard input")?;
-    let wire: ingressbench_load::fleet::PlanWire = serde_json::from_str(&line)
+    use ingressbench_load::fleet::{PlanWire, INDEX_ENV, PLAN_ENV, POD_ENV};
+    let line = match std::env::var(PLAN_ENV) {
+        Ok(line) => line,
+        Err(_) => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("reading the worker's plan on standard input")?;
+            line
+        }
+    };
+    let mut wire: PlanWire = serde_json::from_str(&line)
         .map_err(|e| UsageError(anyhow::anyhow!("the worker's plan is not understood: {e}")))?;
+    if let Ok(index) = std::env::var(INDEX_ENV) {
+        wire.index = index.trim().parse().map_err(|_| {
+            UsageError(anyhow::anyhow!("{INDEX_ENV}={index} is not a worker index"))
+        })?;
+    }
     let stop = crate::signals::stop_flag()?;
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_default();
+    let host = std::env::var(POD_ENV).or_else(|_| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned())
+    });
+    let host = host.unwrap_or_default();
     let mut stdout = BufWriter::new(std::io::stdout().lock());
     Ok(
         match ingressbench_load::fleet::serve(&wire, host, stop, &mut stdout) {

@@ -138,7 +138,20 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
             }
             Some(options)
         }
-        None => None,
+        None => {
+            if let Some(cell) = cells
+                .iter()
+                .find(|c| c.scenario.load.from == ingressbench_scenario::LoadFrom::Cluster)
+            {
+                return Err(UsageError(anyhow::anyhow!(
+                    "cell {} ({}): load.from: cluster sends the load from pods of a cluster: run with --cluster FILE (or --set load.from=here)",
+                    cell.index,
+                    cell.label()
+                ))
+                .into());
+            }
+            None
+        }
     };
     let name = cells[0].scenario.name.clone();
     let dir = dir.unwrap_or_else(|| {

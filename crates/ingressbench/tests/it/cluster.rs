@@ -123,6 +123,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(&dir);
     the_shipped_scenarios_run_against_every_controller_of_the_cluster(&dir);
     each_controller_routes_and_takes_route_changes_the_way_its_api_does(&dir);
+    load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(&dir);
     let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
     let down = local("down", &dir);
     assert!(down.status.success(), "{}", text(&down));
@@ -1346,4 +1347,214 @@ fn samples_of(cell: &Path) -> Vec<Answer> {
             }
         })
         .collect()
+}
+
+/// Objects of a kind the tool made, in every namespace: `(namespace, name)`.
+fn tools_objects<K>(kubeconfig: &Path, selector: &str) -> Vec<(String, String)>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(kubeconfig, None)
+            .await
+            .unwrap();
+        let api: kube::Api<K> = kube::Api::all(client);
+        let list = api
+            .list(&kube::api::ListParams::default().labels(selector))
+            .await
+            .unwrap();
+        list.items
+            .into_iter()
+            .map(|o| {
+                let m = o.meta();
+                (
+                    m.namespace.clone().unwrap_or_default(),
+                    m.name.clone().unwrap_or_default(),
+                )
+            })
+            .collect()
+    })
+}
+
+/// `load.from: cluster`: three workers of an Indexed Job, placed away from the backends
+/// (read back from the API), their logs followed through the API and merged exactly (the
+/// merged figures equal those of the union of every request's sample); one worker pod
+/// deleted mid-run is named and the others' data kept; no Job or pod left. A placement
+/// nothing fits and one the local cluster cannot have are refused saying why.
+fn load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(dir: &Path) {
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Pod;
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let scenario = dir.join("from-cluster.yaml");
+    let write = |load: &str| {
+        std::fs::write(
+            &scenario,
+            format!("name: from-cluster\ntargets: [{{ cluster: traefik }}]\nbackends: [{{ name: echo, replicas: 1 }}]\ntls: false\nload: {{ mode: open, rate: 300, connections: 12, duration: 10s, sample_rate: 1, from: cluster, workers: 3, {load} }}\n"),
+        )
+        .unwrap();
+    };
+    let out = dir.join("results-from-cluster");
+    let load_pods = "app.kubernetes.io/component=load";
+    // One backend on one of the two nodes; the workers on the other.
+    write("placement: { node: other_than_backends }");
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the three run, worker 1's pod is deleted at once (grace 0), about 4 s into the
+    // load (which starts 5 s after the Job is made).
+    let victim = wait_until("three load pods running", || {
+        let pods = tools_objects::<Pod>(&kubeconfig, load_pods);
+        (pods.len() == 3).then(|| pods.into_iter().find(|(_, n)| n.contains("-load-1-")))?
+    });
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let client = ingressbench_cluster::api::client(&kubeconfig, None)
+                .await
+                .unwrap();
+            let pods: kube::Api<Pod> = kube::Api::namespaced(client, &victim.0);
+            let now = kube::api::DeleteParams {
+                grace_period_seconds: Some(0),
+                ..Default::default()
+            };
+            pods.delete(&victim.1, &now).await.unwrap();
+        });
+    let run = run.wait_with_output().unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let cell = cells_of(&out)[0].clone();
+    let workers = json_of(&cell, "workers.json");
+    let summary = json_of(&cell, "summary.json");
+    eprintln!(
+        "{}",
+        serde_json::to_string_pretty(&workers["cluster"]).unwrap()
+    );
+    // Placed where it says, as the API reported when they started.
+    let backend_nodes: Vec<&str> = workers["cluster"]["backend_nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(backend_nodes.len(), 1, "{workers}");
+    let placed = workers["cluster"]["worker_nodes"].as_array().unwrap();
+    assert_eq!(placed.len(), 3, "{workers}");
+    for w in placed {
+        let node = w["node"].as_str().unwrap();
+        assert!(node.starts_with("ib-node-"), "{w}");
+        assert!(!backend_nodes.contains(&node), "{w} beside a backend");
+    }
+    // Each worker named by its pod; worker 1 stopped early and says so, the others whole.
+    let each = workers["workers"].as_array().unwrap();
+    assert_eq!(each.len(), 3);
+    for (k, w) in each.iter().enumerate() {
+        let pod = w["host"].as_str().unwrap();
+        assert!(pod.starts_with(&format!("ingressbench-load-{k}-")), "{w}");
+        assert!(
+            w["place"].as_str().unwrap().contains(" on node ib-node-"),
+            "{w}"
+        );
+        if k != 1 {
+            assert_eq!(w["exit"], "exit 0", "{w}");
+            assert_eq!(w["complete"], true, "{w}");
+            assert_eq!(
+                w["summary"]["requests"]["total"], 1000,
+                "its whole third: {w}"
+            );
+        }
+    }
+    assert_eq!(each[1]["host"], victim.1.as_str());
+    let killed = each[1]["summary"]["requests"]["total"].as_u64().unwrap();
+    assert!((100..900).contains(&killed), "worker 1 sent {killed}");
+    let warnings = summary["warnings"].to_string();
+    assert!(
+        warnings.contains(&format!("worker 1 ({}) stopped sending", victim.1)),
+        "{warnings}"
+    );
+    // Merged exactly: the figures of every request's sample.
+    let (rows, union) = crate::common::from_samples(&cell.join("samples.csv.gz"));
+    let total = summary["requests"]["total"].as_u64().unwrap();
+    assert_eq!(rows, total);
+    assert_eq!(total, 2000 + killed);
+    let lat = &summary["latency_us"];
+    for (name, p) in [("p50", 50.0), ("p99", 99.0)] {
+        let merged = lat[name].as_u64().unwrap();
+        eprintln!(
+            "{name}: merged {merged} us, union {} us",
+            union.value_at_percentile(p)
+        );
+        assert!(
+            crate::common::close(merged, union.value_at_percentile(p)),
+            "{name}"
+        );
+    }
+    assert!(crate::common::close(
+        lat["max"].as_u64().unwrap(),
+        union.max()
+    ));
+    // The report says where each worker ran and where the backends were.
+    let report = Command::new(BIN)
+        .args(["report", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(report.status.success(), "{}", text(&report));
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        html.contains("Sent from the pods of Job ingressbench-load; the backends were on"),
+        "no placement line in the workers section"
+    );
+    assert!(html.contains(&format!("pod {} on node ib-node-", victim.1)));
+    // Nothing left: no Job, no load pod.
+    assert_eq!(
+        tools_objects::<Job>(&kubeconfig, "app.kubernetes.io/managed-by=ingressbench"),
+        []
+    );
+    assert_eq!(tools_objects::<Pod>(&kubeconfig, load_pods), []);
+    // A placement no node fits: the scheduler's words, and nothing left.
+    write("placement: { node_selector: { disktype: ssd } }");
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
+        .output()
+        .unwrap();
+    assert!(!run.status.success(), "{}", text(&run));
+    assert!(text(&run).contains("cannot be placed"), "{}", text(&run));
+    assert!(
+        text(&run).contains("node affinity/selector"),
+        "{}",
+        text(&run)
+    );
+    assert_eq!(
+        tools_objects::<Job>(&kubeconfig, "app.kubernetes.io/managed-by=ingressbench"),
+        []
+    );
+    // Traefik runs outside the cluster's pods here: no node to be beside.
+    write("placement: { node: same_as_ingress }");
+    let cluster_with_service = dir.join("cluster-service.yaml");
+    std::fs::write(
+        &cluster_with_service,
+        "targets: { traefik: { ingress_class: traefik, service: { name: traefik, namespace: kube-system } } }\nworkers: { host_network: true }\n",
+    )
+    .unwrap();
+    let run = run_in_cluster(&scenario, &cluster_with_service, &kubeconfig, &out)
+        .output()
+        .unwrap();
+    assert!(!run.status.success(), "{}", text(&run));
+    assert!(
+        text(&run).contains("Service kube-system/traefik selects no pods"),
+        "{}",
+        text(&run)
+    );
+    assert!(tools_namespaces(&kubeconfig).is_empty());
 }

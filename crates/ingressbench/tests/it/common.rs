@@ -103,3 +103,39 @@ pub(crate) fn cells_of(out: &std::path::Path) -> Vec<PathBuf> {
     cells.sort();
     cells
 }
+
+/// Percentiles of the answered requests' latency computed from a samples file (plain or
+/// `.gz`) written at sample rate 1: every request, from every worker. Returns how many
+/// rows it has.
+pub(crate) fn from_samples(path: &std::path::Path) -> (u64, ingressbench_stats::HistogramUs) {
+    use std::io::Read;
+    let mut csv = String::new();
+    let file = std::fs::File::open(path).unwrap();
+    if path.extension().is_some_and(|e| e == "gz") {
+        flate2::read::GzDecoder::new(file).read_to_string(&mut csv)
+    } else {
+        std::io::BufReader::new(file).read_to_string(&mut csv)
+    }
+    .unwrap();
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
+    let (latency, status) = (col("latency_s"), col("status"));
+    let mut h = ingressbench_stats::HistogramUs::new();
+    let mut rows = 0;
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        rows += 1;
+        if !fields[status].is_empty() {
+            let s: f64 = fields[latency].parse().unwrap();
+            h.record_us((s * 1e6).round() as u64);
+        }
+    }
+    (rows, h)
+}
+
+/// The samples file holds microseconds rounded, the histogram truncated: one value apart,
+/// which at most moves a figure by one unit of the histogram's resolution.
+pub(crate) fn close(merged: u64, union: u64) -> bool {
+    merged.abs_diff(union) <= 1.max(union / 1000)
+}

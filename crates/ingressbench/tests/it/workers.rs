@@ -5,10 +5,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use ingressbench_stats::HistogramUs;
-
 use crate::backend::Backend;
-use crate::common::{alive, scratch, text, BIN};
+use crate::common::{alive, close, from_samples, scratch, text, BIN};
 
 fn json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap())
@@ -39,33 +37,6 @@ fn workers_of(parent: u32) -> Vec<u32> {
         })
         .map(|(pid, _)| pid)
         .collect()
-}
-
-/// Percentiles of the answered requests' latency computed from a samples file written
-/// at sample rate 1: every request, from every worker.
-fn from_samples(path: &Path) -> (u64, HistogramUs) {
-    let csv = std::fs::read_to_string(path).unwrap();
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
-    let col = |name: &str| header.iter().position(|h| *h == name).unwrap();
-    let (latency, status) = (col("latency_s"), col("status"));
-    let mut h = HistogramUs::new();
-    let mut rows = 0;
-    for line in lines {
-        let fields: Vec<&str> = line.split(',').collect();
-        rows += 1;
-        if !fields[status].is_empty() {
-            let s: f64 = fields[latency].parse().unwrap();
-            h.record_us((s * 1e6).round() as u64);
-        }
-    }
-    (rows, h)
-}
-
-/// The samples file holds microseconds rounded, the histogram truncated: one value apart,
-/// which at most moves a figure by one unit of the histogram's resolution.
-fn close(merged: u64, union: u64) -> bool {
-    merged.abs_diff(union) <= 1.max(union / 1000)
 }
 
 #[test]
@@ -125,6 +96,8 @@ fn three_workers_merge_to_exactly_the_figures_of_all_their_requests() {
         assert_eq!(w["complete"], true, "{w}");
         assert_eq!(w["exit"], "exit 0", "{w}");
         assert!(w["start_late_ms"].as_f64().unwrap() < 300.0, "{w}");
+        // One machine, one clock: a line is read after it is written, never before.
+        assert!(w["clock_ahead_at_least_ms"].as_f64().unwrap() <= 0.0, "{w}");
         let requests = w["summary"]["requests"]["total"].as_u64().unwrap();
         assert_eq!(requests, 600, "worker {k}: its third of the schedule: {w}");
         assert_eq!(
@@ -346,6 +319,43 @@ fn workers_that_cannot_share_the_load_are_refused_before_it_starts() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         assert!(text(&out).contains(says), "{args:?}: {}", text(&out));
     }
+    // A scenario's load from the cluster needs one; its placement needs that load.
+    let dir = scratch("workers-refused");
+    let file = dir.join("from.yaml");
+    for (load, says) in [
+        (
+            "from: cluster",
+            "load.from: cluster sends the load from pods of a cluster: run with --cluster FILE",
+        ),
+        (
+            "placement: { node: other_than_backends }",
+            "load.placement: only load from the cluster has pods to place",
+        ),
+        (
+            "from: cluster, placement: { node: any, node_selector: { a: b } }",
+            "load.placement: give either `node:`",
+        ),
+        (
+            "from: cluster, placement: { node: beside }",
+            "unknown variant `beside`",
+        ),
+    ] {
+        std::fs::write(
+            &file,
+            format!("name: from\ntargets: [{{ upstream: \"{url}\", name: u }}]\nload: {{ rate: 10, duration: 1s, {load} }}\n"),
+        )
+        .unwrap();
+        let out = Command::new(BIN)
+            .arg("run")
+            .arg(&file)
+            .arg("--out")
+            .arg(dir.join("out"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{load}: {}", text(&out));
+        assert!(text(&out).contains(says), "{load}: {}", text(&out));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
