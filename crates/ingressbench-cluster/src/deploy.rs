@@ -358,25 +358,6 @@ impl RunNamespace {
         }
     }
 
-    /// The labels Service `service` selects its pods by (none: it has no selector, its
-    /// endpoints are made by hand or the controller runs outside the cluster).
-    pub fn service_selector(
-        &self,
-        service: &crate::file::ServiceRef,
-    ) -> Result<Option<BTreeMap<String, String>>, ClusterError> {
-        let api: Api<Service> = Api::namespaced(self.client.clone(), &service.namespace);
-        let found = self.runtime.block_on(api.get(&service.name)).map_err(|e| {
-            api_error(
-                &format!("reading service {}/{}", service.namespace, service.name),
-                e,
-            )
-        })?;
-        Ok(found
-            .spec
-            .and_then(|s| s.selector)
-            .filter(|s| !s.is_empty()))
-    }
-
     /// Refreshes the heartbeat, so that [`cleanup`] leaves the namespace alone.
     pub fn heartbeat(&self) -> Result<(), ClusterError> {
         let api: Api<Namespace> = Api::all(self.client.clone());
@@ -442,6 +423,29 @@ pub fn lookup_service(
         crate::check::service_addresses(&client, service)
             .await
             .map_err(ClusterError::Api)
+    })
+}
+
+/// The labels Service `service` selects its pods by (none: it has no selector: its
+/// endpoints are made by hand, or the controller runs outside the cluster's pods).
+pub fn service_selector(
+    kubeconfig: &Path,
+    context: Option<&str>,
+    service: &crate::file::ServiceRef,
+) -> Result<Option<BTreeMap<String, String>>, ClusterError> {
+    crate::local::runtime()?.block_on(async {
+        let client = crate::api::client(kubeconfig, context).await?;
+        let api: Api<Service> = Api::namespaced(client, &service.namespace);
+        let found = api.get(&service.name).await.map_err(|e| {
+            api_error(
+                &format!("reading service {}/{}", service.namespace, service.name),
+                e,
+            )
+        })?;
+        Ok(found
+            .spec
+            .and_then(|s| s.selector)
+            .filter(|s| !s.is_empty()))
     })
 }
 

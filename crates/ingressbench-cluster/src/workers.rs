@@ -536,3 +536,99 @@ impl std::fmt::Debug for RunningJob {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(placement: Placement, host_network: bool) -> serde_json::Value {
+        let plan = ingressbench_load::Plan::new(
+            ingressbench_load::Target::parse("http://127.0.0.1:8080/").unwrap(),
+        );
+        let wire = PlanWire::of(&plan, 0, 3, SystemTime::now());
+        LoadJob {
+            kubeconfig: "kubeconfig".into(),
+            context: None,
+            namespace: "ib-run-1".into(),
+            run_id: "run-1".into(),
+            image: "registry.example/ingressbench:0.1".into(),
+            spec: FleetSpec {
+                workers: 3,
+                placement,
+                host_network,
+                ingress_pods: Some((
+                    "ingress".into(),
+                    BTreeMap::from([("app".into(), "traefik".into())]),
+                )),
+            },
+        }
+        .job(&wire, Duration::from_secs(90))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_job_runs_one_indexed_pod_per_worker_that_nothing_replaces_or_outlives() {
+        let j = job(Placement::Any, false);
+        let spec = &j["spec"];
+        assert_eq!(spec["completionMode"], "Indexed");
+        assert_eq!(
+            (spec["completions"].clone(), spec["parallelism"].clone()),
+            (3.into(), 3.into())
+        );
+        assert_eq!(spec["backoffLimitPerIndex"], 0);
+        assert_eq!(spec["podReplacementPolicy"], "Failed");
+        assert_eq!(spec["activeDeadlineSeconds"], 90);
+        assert_eq!(spec["ttlSecondsAfterFinished"], TTL_S);
+        let pod = &spec["template"]["spec"];
+        assert_eq!(pod["restartPolicy"], "Never");
+        assert_eq!(pod["automountServiceAccountToken"], false);
+        assert!(pod.get("affinity").is_none() && pod.get("hostNetwork").is_none());
+        let c = &pod["containers"][0];
+        assert_eq!(c["image"], "registry.example/ingressbench:0.1");
+        assert_eq!(c["args"], serde_json::json!(["worker"]));
+        let plan: PlanWire = serde_json::from_str(c["env"][0]["value"].as_str().unwrap()).unwrap();
+        assert_eq!((plan.index, plan.of), (0, 3));
+        assert_eq!(c["env"][0]["name"], PLAN_ENV);
+        // Its pods carry the run's labels but no pool's, so no backend selector takes them.
+        let labels = &spec["template"]["metadata"]["labels"];
+        assert_eq!(labels[RUN_LABEL], "run-1");
+        assert_eq!(labels[ROLE_LABEL], ROLE);
+        assert!(labels.get(crate::deploy::POOL_LABEL).is_none());
+    }
+
+    #[test]
+    fn each_placement_is_the_affinity_or_selector_it_names() {
+        let term = |j: &serde_json::Value, kind: &str| {
+            j["spec"]["template"]["spec"]["affinity"][kind]
+                ["requiredDuringSchedulingIgnoredDuringExecution"][0]
+                .clone()
+        };
+        let near = term(&job(Placement::SameAsBackends, false), "podAffinity");
+        assert_eq!(near["topologyKey"], "kubernetes.io/hostname");
+        assert_eq!(near["namespaces"], serde_json::json!(["ib-run-1"]));
+        assert_eq!(near["labelSelector"]["matchLabels"][RUN_LABEL], "run-1");
+        assert_eq!(
+            near["labelSelector"]["matchExpressions"][0]["key"],
+            crate::deploy::POOL_LABEL
+        );
+        let away = term(&job(Placement::OtherThanBackends, false), "podAntiAffinity");
+        assert_eq!(away["labelSelector"], near["labelSelector"]);
+        let ingress = term(&job(Placement::SameAsIngress, false), "podAffinity");
+        assert_eq!(ingress["namespaces"], serde_json::json!(["ingress"]));
+        assert_eq!(
+            ingress["labelSelector"],
+            serde_json::json!({ "matchLabels": { "app": "traefik" } })
+        );
+        let nodes = job(
+            Placement::Nodes(BTreeMap::from([("disktype".into(), "ssd".into())])),
+            true,
+        );
+        let pod = &nodes["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["nodeSelector"],
+            serde_json::json!({ "disktype": "ssd" })
+        );
+        assert_eq!(pod["hostNetwork"], true);
+        assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    }
+}

@@ -143,6 +143,8 @@ pub(crate) struct Shape {
     pub(crate) tls: bool,
     /// The route changes its events ask for (through the controller's own means).
     pub(crate) route_changes: Vec<Overlay>,
+    /// Its load comes from pods placed beside the controller's.
+    pub(crate) near_ingress: bool,
 }
 
 /// A target's routes as its controller takes them.
@@ -252,6 +254,36 @@ fn refuse_unexpressible(
     Ok(())
 }
 
+/// The controller's pods, for load placed beside them: its Service's namespace and
+/// selector. A target without `service:`, or whose Service selects no pods, is the
+/// input's error.
+fn ingress_pods(
+    options: &ClusterOptions,
+    target: &str,
+    placed: &ClusterTarget,
+) -> Result<(String, std::collections::BTreeMap<String, String>), CellFailure> {
+    let input = |message: String| CellFailure {
+        message,
+        input: true,
+    };
+    let Some(service) = &placed.service else {
+        return Err(input(format!(
+            "load.placement.node: same_as_ingress places the load beside the controller's pods, which the run finds through its Service: give target `{target}` `service: {{ name, namespace }}` in the cluster file"
+        )));
+    };
+    let selector = ingressbench_cluster::deploy::service_selector(
+        &options.kubeconfig,
+        options.context.as_deref(),
+        service,
+    )
+    .map_err(|e| e.to_string())?
+    .ok_or_else(|| input(format!(
+        "load.placement.node: same_as_ingress: Service {}/{} selects no pods (the controller runs outside the cluster's pods, as the local cluster's do), so there is no node to be beside; use another placement",
+        service.namespace, service.name
+    )))?;
+    Ok((service.namespace.clone(), selector))
+}
+
 /// Where the cell's traffic enters the controller.
 struct Door {
     /// `http://host:port` or `https://host:port`, as the cluster file gives it.
@@ -268,8 +300,9 @@ struct Inside {
     addresses: (Option<String>, Option<String>),
     /// Load pods on the nodes' network.
     host_network: bool,
-    /// The controller's Service, whose selector names its pods.
-    service: Option<ingressbench_cluster::file::ServiceRef>,
+    /// The controller's pods (its Service's namespace and selector), found before
+    /// anything is made when the load is to be placed beside them.
+    ingress_pods: Option<(String, std::collections::BTreeMap<String, String>)>,
 }
 
 /// One cell's objects in a cluster; the namespace (and the cell's certificate files) are
@@ -325,7 +358,10 @@ impl ClusterSite {
         let inside = Inside {
             addresses: placed.cluster_addresses((http.clone(), https.clone())),
             host_network: options.file.workers.host_network,
-            service: placed.service.clone(),
+            ingress_pods: match shape.near_ingress {
+                true => Some(ingress_pods(options, target, placed)?),
+                false => None,
+            },
         };
         let address = if shape.tls { https } else { http };
         let address = address.ok_or_else(|| {
@@ -791,28 +827,11 @@ impl Site for ClusterSite {
                 Some(NodePlacement::SameAsIngress) => Placement::SameAsIngress,
             },
         };
-        let ingress_pods = match (&placement, &self.inside.service) {
-            (Placement::SameAsIngress, None) => return Err(input(
-                "load.placement.node: same_as_ingress places the load beside the controller's pods, which the run finds through its Service: give the target `service: { name, namespace }` in the cluster file".into(),
-            )),
-            (Placement::SameAsIngress, Some(service)) => {
-                let selector = self
-                    .run
-                    .service_selector(service)
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| input(format!(
-                        "load.placement.node: same_as_ingress: Service {}/{} selects no pods (the controller runs outside the cluster's pods, as the local cluster's do), so there is no node to be beside; use another placement",
-                        service.namespace, service.name
-                    )))?;
-                Some((service.namespace.clone(), selector))
-            }
-            _ => None,
-        };
         let job = self.run.load_job(FleetSpec {
             workers,
             placement,
             host_network: self.inside.host_network,
-            ingress_pods,
+            ingress_pods: self.inside.ingress_pods.clone(),
         });
         Ok((entry, job))
     }

@@ -652,6 +652,9 @@ fn bring_up(
             sysctls,
             tls: s.tls,
             route_changes: route_changes(cell),
+            near_ingress: s.load.from == LoadFrom::Cluster
+                && s.load.placement.as_ref().and_then(|p| p.node)
+                    == Some(crate::model::NodePlacement::SameAsIngress),
         };
         let site = ClusterSite::up(cluster, &cell.target.name(), cell.index, shape)?;
         return Ok(SiteUp {

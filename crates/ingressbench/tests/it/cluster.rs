@@ -718,27 +718,10 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
 /// The tool's namespaces in the cluster (terminating ones included).
 fn tools_namespaces(kubeconfig: &Path) -> Vec<String> {
     use k8s_openapi::api::core::v1::Namespace;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let client = ingressbench_cluster::api::client(kubeconfig, None)
-            .await
-            .unwrap();
-        let api: kube::Api<Namespace> = kube::Api::all(client);
-        let list = api
-            .list(
-                &kube::api::ListParams::default()
-                    .labels("app.kubernetes.io/managed-by=ingressbench"),
-            )
-            .await
-            .unwrap();
-        list.items
-            .into_iter()
-            .filter_map(|n| n.metadata.name)
-            .collect()
-    })
+    tools_objects::<Namespace>(kubeconfig, "app.kubernetes.io/managed-by=ingressbench")
+        .into_iter()
+        .map(|(_, name)| name)
+        .collect()
 }
 
 /// `ingressbench run FILE --cluster CLUSTER --kubeconfig K --out OUT`, with `extra` args.
@@ -1349,13 +1332,11 @@ fn samples_of(cell: &Path) -> Vec<Answer> {
         .collect()
 }
 
-/// Objects of a kind the tool made, in every namespace: `(namespace, name)`.
+/// Objects of a kind with these labels, in every namespace: `(namespace, name)` (no
+/// namespace for a kind that has none).
 fn tools_objects<K>(kubeconfig: &Path, selector: &str) -> Vec<(String, String)>
 where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug,
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     K::DynamicType: Default,
 {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -1535,11 +1516,15 @@ fn load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(dir: &Path) {
         "{}",
         text(&run)
     );
+    wait_until("the failed cell's namespace gone", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
     assert_eq!(
         tools_objects::<Job>(&kubeconfig, "app.kubernetes.io/managed-by=ingressbench"),
         []
     );
-    // Traefik runs outside the cluster's pods here: no node to be beside.
+    // Traefik runs outside the cluster's pods here: no node to be beside, found before
+    // anything is made.
     write("placement: { node: same_as_ingress }");
     let cluster_with_service = dir.join("cluster-service.yaml");
     std::fs::write(
