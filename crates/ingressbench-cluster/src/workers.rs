@@ -123,11 +123,13 @@ impl LoadJob {
     /// until each worker's pod runs (at most [`START_WAIT`] past the common start), and
     /// follows their logs. A pod that cannot start (unschedulable, an image the nodes
     /// cannot run) is an error naming it and the reason, and the Job is deleted.
-    /// `active_for` bounds how long the Job may run at all.
+    /// `active_for` bounds how long the Job may run at all; `stop` (Ctrl-C) ends the
+    /// wait.
     pub fn start(
         self,
         wire: &PlanWire,
         active_for: Duration,
+        stop: &std::sync::atomic::AtomicBool,
     ) -> Result<(Vec<Source>, RunningJob), ClusterError> {
         let runtime = Arc::new(
             tokio::runtime::Builder::new_multi_thread()
@@ -162,7 +164,7 @@ impl LoadJob {
             &client,
             &self.namespace,
             self.spec.workers,
-            give_up,
+            (give_up, stop),
         ))?;
         let api: Api<Pod> = Api::namespaced(client, &self.namespace);
         let backends = ListParams::default().labels(crate::deploy::POOL_LABEL);
@@ -288,12 +290,17 @@ async fn wait_for_pods(
     client: &Client,
     namespace: &str,
     workers: usize,
-    give_up: Instant,
+    (give_up, stop): (Instant, &std::sync::atomic::AtomicBool),
 ) -> Result<Vec<WorkerPod>, ClusterError> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let selector = format!("{JOB_NAME_LABEL}={JOB_NAME}");
     let mut unschedulable_since: BTreeMap<String, Instant> = BTreeMap::new();
     loop {
+        if stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(ClusterError::Api(
+                "stopped before the load workers started".into(),
+            ));
+        }
         let list = api
             .list(&ListParams::default().labels(&selector))
             .await

@@ -822,12 +822,12 @@ fn run_in_cluster(
     let active_for = deadline.map_or(Duration::from_secs(3600), |d| {
         d.saturating_duration_since(Instant::now()) + Duration::from_secs(60)
     });
-    let (sources, running) =
-        job.start(&wire, active_for)
-            .map_err(|e| ingressbench_load::LoadError::InvalidPlan {
-                field: "load.from".into(),
-                reason: e.to_string(),
-            })?;
+    let (sources, running) = job.start(&wire, active_for, &stop).map_err(|e| {
+        ingressbench_load::LoadError::InvalidPlan {
+            field: "load.from".into(),
+            reason: e.to_string(),
+        }
+    })?;
     let placement = job_placement(&running);
     let report = fleet::coordinate(plan, sources, stop, deadline, observer);
     drop(running);
