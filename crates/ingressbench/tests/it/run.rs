@@ -240,12 +240,15 @@ fn route_changes_and_reloads_take_effect_as_the_answers_generations_say() {
             let took = event["took_effect_s"]
                 .as_f64()
                 .unwrap_or_else(|| panic!("{target}: {what} never took effect: {event}"));
+            let requested = event["requested_s"].as_f64().unwrap();
             let applied = event["applied_s"].as_f64().unwrap();
             let mixed = event["mixed_window_s"].as_f64().unwrap();
             assert_eq!(event["generations"][0]["generation"], generation, "{event}");
+            // Never before it was asked for. A proxy may serve the change before its
+            // confirmation reaches the tool (Caddy's admin API: 0.1 ms before `applied`).
             assert!(
-                took >= applied,
-                "{target}: {what} took effect at {took} s, applied at {applied} s"
+                took >= requested,
+                "{target}: {what} took effect at {took} s, requested at {requested} s"
             );
             assert!(
                 took - applied < 3.0,
