@@ -12,6 +12,18 @@ pub(crate) struct Ticket {
     pub(crate) intended_ns: u64,
     pub(crate) released_ns: u64,
     pub(crate) warmup: bool,
+    /// Set when it comes back to be sent again (HTTP/2: a stream the server did not
+    /// process).
+    pub(crate) retry: Option<Retry>,
+}
+
+/// A request's first attempt, when it is sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Retry {
+    /// How the first attempt ended.
+    pub(crate) after: ingressbench_stats::Outcome,
+    /// When it started.
+    pub(crate) first_sent_ns: u64,
 }
 
 /// A queue of released tickets and the connections waiting for one. Single-threaded (one
@@ -28,6 +40,16 @@ impl Dispatch {
     /// Queues a due ticket and wakes one idle connection.
     pub(crate) fn push(&self, ticket: Ticket) {
         self.queue.borrow_mut().push_back(ticket);
+        let waker = self.idle.borrow_mut().pop_front();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// Puts a ticket back at the head of the queue (it was taken by a connection that
+    /// could not send it) and wakes one idle connection.
+    pub(crate) fn push_front(&self, ticket: Ticket) {
+        self.queue.borrow_mut().push_front(ticket);
         let waker = self.idle.borrow_mut().pop_front();
         if let Some(waker) = waker {
             waker.wake();
@@ -87,6 +109,7 @@ mod tests {
             intended_ns: seq,
             released_ns: seq,
             warmup: false,
+            retry: None,
         }
     }
 

@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::run::{progress_after, summarize, WindowMerger};
 use crate::{
-    BatchWindow, Length, LoadError, LoadReport, Mode, Observer, Plan, RequestSpec, Resolve,
-    RetryPolicy, Share, Target, TlsOptions, Warmup,
+    BatchWindow, Length, LoadError, LoadReport, Mode, Observer, Plan, Protocol, RequestSpec,
+    Resolve, RetryPolicy, Share, Target, TlsOptions, Warmup,
 };
 
 /// How long after their start the coordinator gives local worker processes to begin,
@@ -53,6 +53,11 @@ pub struct PlanWire {
     /// `none`, `duration:<ns>`, `requests:<n>`.
     warmup: String,
     keepalive: bool,
+    /// `http1` or `http2`.
+    #[serde(default = "http1")]
+    protocol: String,
+    #[serde(default)]
+    streams: Option<u32>,
     max_requests_per_connection: Option<u64>,
     retry: String,
     timeout_ns: u64,
@@ -69,6 +74,10 @@ pub struct PlanWire {
     pub of: usize,
     /// When the first request is due, in nanoseconds since the Unix epoch.
     pub start_unix_ns: u64,
+}
+
+fn http1() -> String {
+    Protocol::Http1.name().to_owned()
 }
 
 fn ns(d: Duration) -> u64 {
@@ -102,6 +111,8 @@ impl PlanWire {
                 Warmup::Requests(n) => format!("requests:{n}"),
             },
             keepalive: plan.keepalive,
+            protocol: plan.protocol.name().to_owned(),
+            streams: plan.streams,
             max_requests_per_connection: plan.max_requests_per_connection,
             retry: plan.retry.name().into(),
             timeout_ns: ns(plan.timeout),
@@ -168,6 +179,9 @@ impl PlanWire {
             _ => return Err(bad("warm-up", &self.warmup)),
         };
         plan.keepalive = self.keepalive;
+        plan.protocol =
+            Protocol::parse(&self.protocol).ok_or_else(|| bad("protocol", &self.protocol))?;
+        plan.streams = self.streams;
         plan.max_requests_per_connection = self.max_requests_per_connection;
         plan.retry = RetryPolicy::parse(&self.retry).ok_or_else(|| bad("retry", &self.retry))?;
         plan.timeout = Duration::from_nanos(self.timeout_ns);
@@ -223,7 +237,7 @@ pub enum Line {
     /// Unix epoch: the coordinator bounds the worker's clock offset with it.
     Clock(u64),
     /// Last: everything it recorded.
-    Done(RecorderWire),
+    Done(Box<RecorderWire>),
     /// It could not run.
     Failed(String),
 }
@@ -289,7 +303,7 @@ pub fn serve(
     });
     match result {
         Ok(report) => {
-            lines.send(&Line::Done(report.recorder.to_wire()));
+            lines.send(&Line::Done(Box::new(report.recorder.to_wire())));
             Ok(())
         }
         Err(e) => {

@@ -1,6 +1,6 @@
 //! The load engine of ingressbench: open-loop (constant rate, latency measured from each
 //! request's intended send time, so no coordinated omission), closed-loop and sequential
-//! HTTP/1.1 load over plain TCP or TLS, with curl-style phase timings per request.
+//! HTTP/1.1 or HTTP/2 load over plain TCP or TLS, with curl-style phase timings per request.
 //!
 //! Each worker thread runs its own single-threaded runtime and owns its connections, its
 //! share of the schedule and its [`Recorder`](ingressbench_stats::Recorder); the hot path
@@ -91,7 +91,10 @@ pub mod fuzzing {
     }
 }
 pub use ingressbench_stats::parse_duration;
-pub use plan::{BatchWindow, Length, Mode, Plan, RequestGate, RetryPolicy, Share, Warmup};
+pub use plan::{
+    BatchWindow, Length, Mode, Plan, Protocol, RequestGate, RetryPolicy, Share, Warmup,
+    DEFAULT_STREAMS, MAX_STREAMS,
+};
 pub use request::{parse_header, RequestSpec};
 pub use run::{ensure_descriptors, run, LoadReport, NoObserver, Observer, Progress};
 pub use target::{Resolve, Scheme, Target};

@@ -70,6 +70,42 @@ impl RetryPolicy {
     }
 }
 
+/// The HTTP version spoken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.1 (ALPN `http/1.1` over TLS).
+    #[default]
+    Http1,
+    /// HTTP/2: ALPN `h2` over TLS, `h2c` with prior knowledge for `http://`. One
+    /// connection carries many requests at once, each on a stream of its own.
+    Http2,
+}
+
+impl Protocol {
+    /// The protocol called `name` (`http1`, `http2`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "http1" | "http/1.1" | "h1" => Some(Self::Http1),
+            "http2" | "h2" | "h2c" => Some(Self::Http2),
+            _ => None,
+        }
+    }
+
+    /// Its name, as [`Protocol::parse`] takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Http1 => "http1",
+            Self::Http2 => "http2",
+        }
+    }
+}
+
+/// HTTP/2 streams per connection when the plan does not say: the server's limit, but no
+/// more than this (most servers announce 100 or 128; Envoy announces 2^31-1).
+pub const DEFAULT_STREAMS: u32 = 100;
+/// The most streams per connection a plan may ask for.
+pub const MAX_STREAMS: u32 = 10_000;
+
 /// How the open-loop pacer batches its wake-ups.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BatchWindow {
@@ -142,6 +178,11 @@ pub struct Plan {
     pub length: Length,
     /// What to exclude at the start.
     pub warmup: Warmup,
+    /// HTTP/1.1 or HTTP/2.
+    pub protocol: Protocol,
+    /// HTTP/2: the most streams in flight on one connection (`None`: the server's limit,
+    /// at most [`DEFAULT_STREAMS`]).
+    pub streams: Option<u32>,
     /// Reuse connections (HTTP keep-alive); false opens one per request.
     pub keepalive: bool,
     /// Close a connection after this many requests.
@@ -230,6 +271,8 @@ impl Plan {
             threads: 1,
             length: Length::Duration(Duration::from_secs(10)),
             warmup: Warmup::None,
+            protocol: Protocol::Http1,
+            streams: None,
             keepalive: true,
             max_requests_per_connection: None,
             retry: RetryPolicy::default(),
@@ -354,6 +397,20 @@ impl Plan {
                 return bad("-d/--duration", "must be longer than 0".to_owned())
             }
             _ => {}
+        }
+        if let Some(streams) = self.streams {
+            if self.protocol != Protocol::Http2 {
+                return bad(
+                    "--streams",
+                    "streams are HTTP/2's: add --http2 (HTTP/1.1 sends one request at a time per connection)".to_owned(),
+                );
+            }
+            if !(1..=MAX_STREAMS).contains(&streams) {
+                return bad(
+                    "--streams",
+                    format!("{streams} is not between 1 and {MAX_STREAMS}"),
+                );
+            }
         }
         if self.max_requests_per_connection == Some(0) {
             return bad(

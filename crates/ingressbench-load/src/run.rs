@@ -16,7 +16,7 @@ use crate::plan::split;
 use crate::schedule::Schedule;
 use crate::target::Scheme;
 use crate::worker::{self, Assignment, Feed, Message, Shared};
-use crate::{tls, Length, LoadError, Mode, Plan, Warmup};
+use crate::{tls, Length, LoadError, Mode, Plan, Protocol, Warmup};
 
 /// Time given to worker threads to start before the first request is due.
 const START_DELAY: Duration = Duration::from_millis(20);
@@ -111,10 +111,14 @@ pub fn run(
     let request = plan.request.render(&plan.target, !plan.keepalive)?;
     let tls = match plan.target.scheme {
         Scheme::Https => Some((
-            tls::client_config(&plan.tls)?,
+            tls::client_config_for(&plan.tls, plan.protocol)?,
             tls::server_name(&plan.tls, &plan.target.host)?,
         )),
         Scheme::Http => None,
+    };
+    let http2 = match plan.protocol {
+        Protocol::Http2 => Some(crate::worker::Http2::new(plan)?),
+        Protocol::Http1 => None,
     };
     let fixed = plan.resolve.iter().find_map(|r| r.applies_to(&plan.target));
     let address = || match (fixed, plan.target.ip()) {
@@ -156,6 +160,7 @@ pub fn run(
         stop: stop.clone(),
         batch_window: plan.batch_window,
         gate: plan.gate.clone(),
+        http2,
     });
 
     // Threads stripe this process's share: thread t of T in process k of n owns stripe
@@ -368,6 +373,7 @@ pub(crate) fn summarize(
         retry_policy: plan.retry.name(),
         batch_window: plan.rate_per_s().map(|_| plan.batch_window.to_string()),
         generation_headers: plan.generation_headers.clone(),
+        protocol: plan.protocol.name(),
     };
     Summary::new(recorder, &ctx)
 }

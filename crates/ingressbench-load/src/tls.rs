@@ -27,8 +27,24 @@ pub struct TlsOptions {
     pub sni: Option<String>,
 }
 
-/// Builds a client configuration. Session resumption is off, so that every new connection
-/// pays a full handshake, as a loop of curl invocations does.
+/// A client configuration that offers `protocol` alone by ALPN (`http/1.1` or `h2`).
+pub(crate) fn client_config_for(
+    options: &TlsOptions,
+    protocol: crate::Protocol,
+) -> Result<Arc<ClientConfig>, LoadError> {
+    let config = client_config(options)?;
+    Ok(match protocol {
+        crate::Protocol::Http1 => config,
+        crate::Protocol::Http2 => {
+            let mut config = (*config).clone();
+            config.alpn_protocols = vec![b"h2".to_vec()];
+            Arc::new(config)
+        }
+    })
+}
+
+/// Builds a client configuration (ALPN `http/1.1`). Session resumption is off, so that
+/// every new connection pays a full handshake, as a loop of curl invocations does.
 pub fn client_config(options: &TlsOptions) -> Result<Arc<ClientConfig>, LoadError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())

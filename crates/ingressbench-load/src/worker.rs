@@ -18,6 +18,9 @@ use crate::response::ResponseParser;
 use crate::schedule::Schedule;
 use crate::timer::{Clock, PreciseClock};
 
+mod http2;
+pub(crate) use http2::Http2;
+
 /// The read buffer every connection of a worker shares.
 const READ_BUFFER: usize = 64 * 1024;
 /// How often a worker hands its closed windows and samples to the coordinator.
@@ -55,6 +58,8 @@ pub(crate) struct Shared {
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) gate: Option<crate::RequestGate>,
     pub(crate) batch_window: crate::BatchWindow,
+    /// Set for HTTP/2: the request as its streams send it.
+    pub(crate) http2: Option<Http2>,
 }
 
 /// How one worker gets its requests.
@@ -83,6 +88,8 @@ enum Source {
         remaining: Cell<u64>,
         pause: Option<Duration>,
         issued: Cell<u64>,
+        /// Requests handed back (HTTP/2), sent before new ones.
+        returned: RefCell<std::collections::VecDeque<Ticket>>,
     },
 }
 
@@ -134,6 +141,7 @@ pub(crate) fn run(
                 remaining: Cell::new(budget.unwrap_or(u64::MAX)),
                 pause,
                 issued: Cell::new(0),
+                returned: RefCell::default(),
             },
             None,
         ),
@@ -163,7 +171,13 @@ pub(crate) fn run(
         let pacer =
             schedule.map(|schedule| tokio::task::spawn_local(pace(worker.clone(), schedule)));
         let tasks: Vec<_> = (0..connections)
-            .map(|_| tokio::task::spawn_local(connection_loop(worker.clone())))
+            .map(|i| match worker.shared.http2 {
+                Some(_) => tokio::task::spawn_local(http2::connection_loop(
+                    worker.clone(),
+                    ((index as u64) << 20) | i as u64,
+                )),
+                None => tokio::task::spawn_local(connection_loop(worker.clone())),
+            })
             .collect();
         let handles: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
         let stopper = tokio::task::spawn_local(abandon_after_stop(worker.clone(), handles));
@@ -235,7 +249,11 @@ impl Worker {
                 remaining,
                 pause,
                 issued,
+                returned,
             } => {
+                if let Some(ticket) = returned.borrow_mut().pop_front() {
+                    return Some(ticket);
+                }
                 if let Some(pause) = pause {
                     if issued.get() > 0 {
                         tokio::time::sleep(*pause).await;
@@ -257,8 +275,18 @@ impl Worker {
                     intended_ns: now,
                     released_ns: now,
                     warmup: self.is_warmup(seq, now),
+                    retry: None,
                 })
             }
+        }
+    }
+
+    /// Hands a taken ticket back, to be sent before any new one (HTTP/2: its connection
+    /// could not send it, or the server did not process it).
+    fn give_back(&self, ticket: Ticket) {
+        match &self.source {
+            Source::Open(dispatch) => dispatch.push_front(ticket),
+            Source::Loop { returned, .. } => returned.borrow_mut().push_back(ticket),
         }
     }
 
@@ -586,6 +614,7 @@ async fn release_schedule(
             intended_ns,
             released_ns,
             warmup: worker.is_warmup(seq, intended_ns),
+            retry: None,
         };
         if dispatch.backlog() < MAX_BACKLOG {
             dispatch.push(ticket);
@@ -640,6 +669,7 @@ pub(crate) mod tests {
             stop: Arc::new(AtomicBool::new(false)),
             batch_window: crate::BatchWindow::Fixed(Duration::from_micros(100)),
             gate: None,
+            http2: None,
         })
     }
 

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ingressbench_load::{
-    parse_header, run, Length, LoadReport, Mode, NoObserver, Observer, Plan, Resolve, RetryPolicy,
-    Target, TlsOptions, Warmup,
+    parse_header, run, Length, LoadReport, Mode, NoObserver, Observer, Plan, Protocol, Resolve,
+    RetryPolicy, Target, TlsOptions, Warmup,
 };
 use ingressbench_stats::{Outcome, Sample, Window};
+use support::http2::{serve_goaway, serve_h2, H2Behavior};
 use support::{closed_port, serve, test_tls, Behavior};
 
 fn go(plan: &Plan) -> LoadReport {
@@ -658,4 +659,188 @@ fn a_gate_is_called_before_every_sequential_request_and_holds_it() {
         "{}",
         report.summary.latency_us.p50
     );
+}
+
+fn http2_plan(url: &str) -> Plan {
+    let mut p = plan(url);
+    p.protocol = Protocol::Http2;
+    p
+}
+
+/// Over TLS, ALPN `h2`: one connection carries the requests of many streams at once (the
+/// server counts one accept and sees them open together).
+#[test]
+fn http2_over_tls_multiplexes_streams_on_one_connection() {
+    let tls = test_tls("h2-alpn");
+    let server = serve_h2(
+        H2Behavior::Stall {
+            every: Duration::from_secs(3600),
+            stall_for: Duration::from_millis(300),
+        },
+        Some(tls.server_config.clone()),
+    );
+    let mut p = http2_plan(&server.url("https"));
+    p.tls.cacert = Some(tls.ca_path.clone());
+    p.connections = 1;
+    p.streams = Some(20);
+    p.length = Length::Requests(200);
+    let report = go(&p);
+    let s = &report.summary;
+    assert_eq!(
+        s.outcomes.get("200"),
+        Some(&200),
+        "{:?} {:?}",
+        s.outcomes,
+        s.failure_details
+    );
+    assert_eq!(s.protocol, "http2");
+    assert_eq!(s.connection_events.http2_connections, 1);
+    assert_eq!(server.seen.accepts.load(Ordering::Relaxed), 1);
+    // The first answers are held for 300 ms: every slot is open at once meanwhile.
+    assert_eq!(server.seen.max_concurrent.load(Ordering::Relaxed), 20);
+    assert_eq!(s.connection_events.max_streams_in_flight, 20);
+    assert_eq!(s.connections_opened, 1);
+    assert_eq!(s.reused_requests, 199);
+    assert!(s.phases_us["tls"].count == 1, "{:?}", s.phases_us["tls"]);
+}
+
+/// A server that speaks only HTTP/1.1 on the port: the failure says so.
+#[test]
+fn http2_against_an_http1_server_says_it_does_not_speak_h2c() {
+    let server = serve(answer("b1"), None);
+    let mut p = http2_plan(&server.url("http"));
+    p.connections = 1;
+    p.length = Length::Requests(3);
+    let s = go(&p).summary;
+    assert_eq!(
+        s.outcomes.get("protocol_error"),
+        Some(&3),
+        "{:?}",
+        s.outcomes
+    );
+    let why = &s.failure_details["protocol_error"];
+    assert!(why.contains("does not speak h2c"), "{why}");
+}
+
+/// GOAWAY with last-stream-id 9 while streams 1..19 are open: 1..9 are answered, 11..19
+/// were never processed and go again on a new connection (default policy), or are
+/// counted as `goaway_unprocessed` (policy none).
+#[test]
+fn a_goaway_splits_streams_into_answered_and_unprocessed() {
+    for (policy, unprocessed) in [(RetryPolicy::Idempotent, 0), (RetryPolicy::None, 5)] {
+        let server = serve_goaway(10, 9);
+        let mut p = http2_plan(&server.url("http"));
+        p.connections = 1;
+        p.streams = Some(10);
+        p.retry = policy;
+        p.length = Length::Requests(30);
+        let s = go(&p).summary;
+        let failed = s.outcomes.get("goaway_unprocessed").copied().unwrap_or(0);
+        assert_eq!(failed, unprocessed, "{policy:?}: {:?}", s.outcomes);
+        assert_eq!(
+            s.requests.ok,
+            30 - unprocessed,
+            "{policy:?}: {:?}",
+            s.outcomes
+        );
+        let retried = s
+            .retries
+            .after
+            .get("goaway_unprocessed")
+            .copied()
+            .unwrap_or(0);
+        assert_eq!(retried, 5 - unprocessed, "{policy:?}");
+        assert_eq!(s.connection_events.goaways_received, 1);
+        let goaway = s.goaways[0];
+        assert_eq!((goaway.last_stream_id, goaway.code), (9, 0));
+        assert_eq!(goaway.streams_in_flight, 10);
+        assert_eq!(server.seen.accepts.load(Ordering::Relaxed), 2, "{policy:?}");
+        assert_eq!(server.seen.max_concurrent.load(Ordering::Relaxed), 10);
+    }
+}
+
+/// RST_STREAM(INTERNAL_ERROR) on every 10th stream: counted under its code, at the time
+/// the server sent it.
+#[test]
+fn a_stream_reset_is_counted_under_its_code_at_its_time() {
+    let server = serve_h2(H2Behavior::ResetEvery { nth: 10, code: 2 }, None);
+    let mut p = http2_plan(&server.url("http"));
+    p.mode = Mode::Open { rate_per_s: 200.0 };
+    p.connections = 2;
+    p.length = Length::Requests(200);
+    p.sample_rate = 1.0;
+    let start = Instant::now() + Duration::from_millis(100);
+    p.start = Some(start);
+    let mut seen = Collect::default();
+    let report = run(&p, Arc::new(AtomicBool::new(false)), &mut seen).unwrap();
+    let s = &report.summary;
+    assert_eq!(
+        s.outcomes.get("rst_stream:internal_error"),
+        Some(&20),
+        "{:?}",
+        s.outcomes
+    );
+    assert_eq!(s.requests.ok, 180);
+    let mut reset_ns: Vec<u64> = seen
+        .samples
+        .iter()
+        .filter(|x| x.outcome == Outcome::rst_stream(2))
+        .map(|x| x.done_at_ns)
+        .collect();
+    reset_ns.sort_unstable();
+    let sent: Vec<u64> = server
+        .seen
+        .resets
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|t| t.saturating_duration_since(start).as_nanos() as u64)
+        .collect();
+    assert_eq!(reset_ns.len(), sent.len());
+    for (got, at) in reset_ns.iter().zip(&sent) {
+        // Recorded when it arrived: after the server sent it, and soon after.
+        assert!(
+            *got >= *at,
+            "recorded {got} ns before the reset was sent at {at} ns"
+        );
+        assert!(got - at < 500_000_000, "recorded {got} ns, sent at {at} ns");
+    }
+}
+
+/// The stall server of `coordinated_omission_is_corrected`, over HTTP/2 with 2 connections
+/// of 50 streams: the corrected percentiles are the same.
+#[test]
+fn coordinated_omission_is_corrected_over_http2() {
+    let every = Duration::from_secs(1);
+    let stall = Duration::from_millis(200);
+    let server = serve_h2(
+        H2Behavior::Stall {
+            every,
+            stall_for: stall,
+        },
+        None,
+    );
+    let mut p = http2_plan(&server.url("http"));
+    p.mode = Mode::Open { rate_per_s: 1000.0 };
+    p.connections = 2;
+    p.streams = Some(50);
+    p.length = Length::Duration(Duration::from_secs(5));
+    let report = go(&p);
+    let s = &report.summary;
+    assert_eq!(s.requests.errors, 0, "{:?}", s.outcomes);
+    let stalled_share = stall.as_secs_f64() / every.as_secs_f64();
+    for percentile in [90.0, 95.0, 99.0] {
+        let got_ms = report.recorder.latency().value_at_percentile(percentile) as f64 / 1e3;
+        let want_ms =
+            stall.as_secs_f64() * 1e3 * (1.0 - (1.0 - percentile / 100.0) / stalled_share);
+        let error = (got_ms - want_ms).abs() / want_ms;
+        eprintln!("p{percentile}: measured {got_ms:.1} ms, expected {want_ms:.1} ms");
+        assert!(
+            error < 0.05,
+            "p{percentile}: measured {got_ms:.1} ms, expected {want_ms:.1} ms ({:.1}% off)",
+            error * 100.0
+        );
+    }
+    assert_eq!(s.connection_events.http2_connections, 2);
+    assert_eq!(s.connection_events.max_streams_in_flight, 50);
 }

@@ -36,6 +36,27 @@ pub fn render(summary: &Summary, title: &str) -> String {
         bytes(s.bytes_received)
     );
     let idle = &s.connection_events;
+    if idle.http2_connections > 0 {
+        let limit = match idle.server_stream_limit {
+            0 => "no limit announced".to_owned(),
+            n => format!("the server allowed {}", group(n)),
+        };
+        let _ = writeln!(
+            out,
+            "  HTTP/2: {} connections, at most {} streams in flight on one ({limit}), {} GOAWAYs received",
+            group(idle.http2_connections),
+            group(idle.max_streams_in_flight),
+            group(idle.goaways_received)
+        );
+        if idle.flow_control_stalls > 0 {
+            let _ = writeln!(
+                out,
+                "  HTTP/2: {} request bodies waited for flow-control window, {} in all",
+                group(idle.flow_control_stalls),
+                human_us(idle.flow_control_stall_ns as f64 / 1000.0)
+            );
+        }
+    }
     if idle.closed_by_server_while_idle + idle.unexpected_bytes_while_idle > 0 {
         let _ = writeln!(
             out,
@@ -272,6 +293,7 @@ mod tests {
             retry_policy: "idempotent",
             batch_window: Some("auto".to_owned()),
             generation_headers: vec!["x-gen".to_owned()],
+            protocol: "http1",
         };
         let text = render(&Summary::new(&r, &ctx), "GET http://x/");
         assert!(

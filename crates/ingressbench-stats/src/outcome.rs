@@ -32,10 +32,42 @@ pub enum Outcome {
     Malformed,
     /// The request was due but never sent: the run ended first (every connection was busy).
     NotSent,
+    /// HTTP/2: the server reset the stream (`RST_STREAM`) with this error code (RFC 9113
+    /// §7; codes past 0xd count as 0xe, `other`).
+    RstStream(u8),
+    /// HTTP/2: the server said GOAWAY with a last-stream-id below this stream's, so it
+    /// never processed it (safe to send again, RFC 9113 §6.8).
+    GoawayUnprocessed,
+    /// HTTP/2: the server said GOAWAY with a last-stream-id that covers this stream, then
+    /// the connection ended before its answer did.
+    GoawayProcessedLost,
+    /// HTTP/2: the connection broke the protocol (the client's HTTP/2 library closed it
+    /// with a GOAWAY of its own), or the server ended it with an error code.
+    ProtocolError,
 }
 
+/// The names of HTTP/2's error codes (RFC 9113 §7), for `rst_stream:<code>`; the last
+/// stands for every code past them.
+const H2_CODES: [&str; 15] = [
+    "no_error",
+    "protocol_error",
+    "internal_error",
+    "flow_control_error",
+    "settings_timeout",
+    "stream_closed",
+    "frame_size_error",
+    "refused_stream",
+    "cancel",
+    "compression_error",
+    "connect_error",
+    "enhance_your_calm",
+    "inadequate_security",
+    "http_1_1_required",
+    "other",
+];
+
 /// Every failure kind, in the order used for counting and printing.
-pub const FAILURE_KINDS: [Outcome; 11] = [
+pub const FAILURE_KINDS: [Outcome; 29] = [
     Outcome::Refused,
     Outcome::ConnectTimeout,
     Outcome::DnsError,
@@ -47,6 +79,24 @@ pub const FAILURE_KINDS: [Outcome; 11] = [
     Outcome::ReadTimeout,
     Outcome::Malformed,
     Outcome::NotSent,
+    Outcome::RstStream(0),
+    Outcome::RstStream(1),
+    Outcome::RstStream(2),
+    Outcome::RstStream(3),
+    Outcome::RstStream(4),
+    Outcome::RstStream(5),
+    Outcome::RstStream(6),
+    Outcome::RstStream(7),
+    Outcome::RstStream(8),
+    Outcome::RstStream(9),
+    Outcome::RstStream(10),
+    Outcome::RstStream(11),
+    Outcome::RstStream(12),
+    Outcome::RstStream(13),
+    Outcome::RstStream(14),
+    Outcome::GoawayUnprocessed,
+    Outcome::GoawayProcessedLost,
+    Outcome::ProtocolError,
 ];
 
 const STATUS_MIN: u16 = 100;
@@ -63,6 +113,10 @@ impl Outcome {
     pub fn name(self) -> Cow<'static, str> {
         match self {
             Outcome::Status(code) => Cow::Owned(code.to_string()),
+            Outcome::RstStream(code) => Cow::Owned(format!(
+                "rst_stream:{}",
+                H2_CODES[usize::from(code).min(H2_CODES.len() - 1)]
+            )),
             other => Cow::Borrowed(other.failure_name()),
         }
     }
@@ -74,7 +128,18 @@ impl Outcome {
                 .contains(&code)
                 .then_some(Outcome::Status(code));
         }
+        if let Some(code) = name.strip_prefix("rst_stream:") {
+            return H2_CODES
+                .iter()
+                .position(|c| *c == code)
+                .map(|i| Outcome::RstStream(i as u8));
+        }
         FAILURE_KINDS.into_iter().find(|k| k.failure_name() == name)
+    }
+
+    /// The outcome for a stream reset with HTTP/2 error `code`.
+    pub fn rst_stream(code: u32) -> Outcome {
+        Outcome::RstStream(code.min(H2_CODES.len() as u32 - 1) as u8)
     }
 
     fn failure_name(self) -> &'static str {
@@ -91,11 +156,20 @@ impl Outcome {
             Outcome::ReadTimeout => "read_timeout",
             Outcome::Malformed => "malformed",
             Outcome::NotSent => "not_sent",
+            Outcome::RstStream(_) => "rst_stream",
+            Outcome::GoawayUnprocessed => "goaway_unprocessed",
+            Outcome::GoawayProcessedLost => "goaway_processed_lost",
+            Outcome::ProtocolError => "protocol_error",
         }
     }
 
     fn failure_index(self) -> Option<usize> {
-        FAILURE_KINDS.iter().position(|k| *k == self)
+        match self {
+            Outcome::RstStream(code) => FAILURE_KINDS
+                .iter()
+                .position(|k| *k == Outcome::rst_stream(u32::from(code))),
+            other => FAILURE_KINDS.iter().position(|k| *k == other),
+        }
     }
 }
 
@@ -230,6 +304,12 @@ mod tests {
         }
         assert_eq!(Outcome::from_name("nope"), None);
         assert_eq!(Outcome::from_name("99"), None);
+        assert_eq!(Outcome::rst_stream(7).name(), "rst_stream:refused_stream");
+        assert_eq!(Outcome::rst_stream(0x99).name(), "rst_stream:other");
+        assert_eq!(Outcome::from_name("rst_stream:nope"), None);
+        let mut c = OutcomeCounts::default();
+        c.add(Outcome::rst_stream(8));
+        assert_eq!(c.to_map()["rst_stream:cancel"], 1);
     }
 
     #[test]

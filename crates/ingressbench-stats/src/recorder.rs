@@ -67,14 +67,65 @@ pub struct ConnectionEvents {
     pub closed_by_server_while_idle: u64,
     /// Idle connections on which bytes arrived that no request asked for.
     pub unexpected_bytes_while_idle: u64,
+    /// HTTP/2: connections that spoke it (ALPN `h2`, or `h2c` with prior knowledge).
+    #[serde(default)]
+    pub http2_connections: u64,
+    /// HTTP/2: GOAWAY frames received (each is in [`Recorder::goaways`] too, up to a
+    /// limit).
+    #[serde(default)]
+    pub goaways_received: u64,
+    /// HTTP/2: the most streams one connection carried at once.
+    #[serde(default)]
+    pub max_streams_in_flight: u64,
+    /// HTTP/2: the fewest concurrent streams a server allowed on one connection (its
+    /// `SETTINGS_MAX_CONCURRENT_STREAMS`; 0 when none was announced).
+    #[serde(default)]
+    pub server_stream_limit: u64,
+    /// HTTP/2: request bodies that had to wait for the server's flow-control window.
+    #[serde(default)]
+    pub flow_control_stalls: u64,
+    /// HTTP/2: how long they waited, in total.
+    #[serde(default)]
+    pub flow_control_stall_ns: u64,
 }
 
 impl ConnectionEvents {
     fn merge(&mut self, other: &ConnectionEvents) {
         self.closed_by_server_while_idle += other.closed_by_server_while_idle;
         self.unexpected_bytes_while_idle += other.unexpected_bytes_while_idle;
+        self.http2_connections += other.http2_connections;
+        self.goaways_received += other.goaways_received;
+        self.max_streams_in_flight = self.max_streams_in_flight.max(other.max_streams_in_flight);
+        self.server_stream_limit = match (self.server_stream_limit, other.server_stream_limit) {
+            (0, b) => b,
+            (a, 0) => a,
+            (a, b) => a.min(b),
+        };
+        self.flow_control_stalls += other.flow_control_stalls;
+        self.flow_control_stall_ns += other.flow_control_stall_ns;
     }
 }
+
+/// An HTTP/2 GOAWAY frame as the client received it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Goaway {
+    /// When it arrived (from the start of the run).
+    pub at_ns: u64,
+    /// Which connection (unique within the run's process).
+    pub connection: u64,
+    /// The last stream the server says it processed or may process.
+    pub last_stream_id: u32,
+    /// Its error code (0: a graceful shutdown).
+    pub code: u32,
+    /// Streams in flight on the connection when it arrived.
+    pub streams_in_flight: u32,
+    /// Streams the connection had carried until then.
+    pub streams_sent: u64,
+}
+
+/// GOAWAYs kept one by one; past this many only [`ConnectionEvents::goaways_received`]
+/// counts them.
+pub const MAX_GOAWAYS_KEPT: usize = 10_000;
 
 /// Why a connection left the pool while idle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -179,6 +230,7 @@ pub struct Recorder {
     backend_ids: HashMap<Box<[u8]>, BackendId>,
     generations: Vec<GenerationSeen>,
     generations_untracked: u64,
+    goaways: Vec<Goaway>,
     abandoned_at_stop: u64,
     bytes: u64,
     connections_opened: u64,
@@ -209,6 +261,7 @@ impl Recorder {
             backend_ids: HashMap::new(),
             generations: Vec::new(),
             generations_untracked: 0,
+            goaways: Vec::new(),
             abandoned_at_stop: 0,
             bytes: 0,
             connections_opened: 0,
@@ -323,6 +376,45 @@ impl Recorder {
         }
     }
 
+    /// Counts a connection that speaks HTTP/2, with the concurrent streams its server
+    /// allows (`None`: it announced no limit).
+    pub fn record_http2_connection(&mut self, server_limit: Option<u32>) {
+        let events = &mut self.connection_events;
+        events.http2_connections += 1;
+        if let Some(limit) = server_limit {
+            let limit = u64::from(limit);
+            if events.server_stream_limit == 0 || limit < events.server_stream_limit {
+                events.server_stream_limit = limit;
+            }
+        }
+    }
+
+    /// Notes that one HTTP/2 connection carries `streams` at once.
+    pub fn record_streams_in_flight(&mut self, streams: u64) {
+        let most = &mut self.connection_events.max_streams_in_flight;
+        *most = (*most).max(streams);
+    }
+
+    /// Counts a request body that waited `waited_ns` for flow-control window.
+    pub fn record_flow_control_stall(&mut self, waited_ns: u64) {
+        self.connection_events.flow_control_stalls += 1;
+        self.connection_events.flow_control_stall_ns += waited_ns;
+    }
+
+    /// Records a GOAWAY frame received.
+    pub fn record_goaway(&mut self, goaway: Goaway) {
+        self.connection_events.goaways_received += 1;
+        if self.goaways.len() < MAX_GOAWAYS_KEPT {
+            self.goaways.push(goaway);
+        }
+    }
+
+    /// The GOAWAY frames received, in order of arrival per worker (up to
+    /// [`MAX_GOAWAYS_KEPT`]).
+    pub fn goaways(&self) -> &[Goaway] {
+        &self.goaways
+    }
+
     /// The id of the backend called `name`, adding it on first sight. Past the table's
     /// capacity every new name shares one id.
     pub fn backend_id(&mut self, name: &[u8]) -> BackendId {
@@ -422,6 +514,10 @@ impl Recorder {
             self.add_generation(*g);
         }
         self.generations_untracked += other.generations_untracked;
+        let room = MAX_GOAWAYS_KEPT.saturating_sub(self.goaways.len());
+        self.goaways
+            .extend(other.goaways.iter().take(room).copied());
+        self.goaways.sort_by_key(|g| g.at_ns);
         self.abandoned_at_stop += other.abandoned_at_stop;
         self.bytes += other.bytes;
         self.connections_opened += other.connections_opened;
@@ -596,6 +692,7 @@ impl Recorder {
                 })
                 .collect(),
             counters,
+            goaways: self.goaways.clone(),
             first_intended_ns: self.first_intended_ns,
             last_done_ns: self.last_done_ns,
         }
@@ -645,6 +742,7 @@ impl Recorder {
         }
         let counter = |name: &str| w.counters.get(name).copied().unwrap_or(0);
         r.generations_untracked = counter("generations_untracked");
+        r.goaways = w.goaways.clone();
         r.abandoned_at_stop = counter("abandoned_at_stop");
         r.bytes = counter("bytes");
         r.connections_opened = counter("connections_opened");

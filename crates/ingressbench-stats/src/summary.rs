@@ -48,6 +48,8 @@ pub struct SummaryContext {
     pub batch_window: Option<String>,
     /// The generation headers the answers were read for, by slot.
     pub generation_headers: Vec<String>,
+    /// The HTTP version the client spoke (`http1`, `http2`).
+    pub protocol: &'static str,
 }
 
 /// Percentiles of one histogram, in microseconds.
@@ -255,8 +257,18 @@ pub struct Summary {
     pub abandoned_at_stop: u64,
     /// Response bytes received.
     pub bytes_received: u64,
+    /// The HTTP version the client spoke (`http1`, `http2`).
+    #[serde(default = "http1")]
+    pub protocol: String,
+    /// HTTP/2 GOAWAY frames received, in order (at most 10,000).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub goaways: Vec<crate::Goaway>,
     /// Whatever makes these numbers less trustworthy, in words.
     pub warnings: Vec<String>,
+}
+
+fn http1() -> String {
+    "http1".to_owned()
 }
 
 impl Summary {
@@ -326,6 +338,8 @@ impl Summary {
             },
             connection_events: *recorder.connection_events(),
             failure_details: recorder.failure_details().clone(),
+            protocol: ctx.protocol.to_owned(),
+            goaways: recorder.goaways().to_vec(),
             generations: recorder
                 .generations()
                 .iter()
@@ -400,10 +414,15 @@ impl Summary {
             ));
         }
         if self.retries.retried > 0 {
+            let why = if self.protocol == "http2" {
+                "the server did not process them (a GOAWAY below their stream, or \
+                 REFUSED_STREAM) or closed a used connection before answering"
+            } else {
+                "the server closed a reused connection as they were sent"
+            };
             warnings.push(format!(
-                "{} requests were retried after the server closed a reused connection as they \
-                 were sent ({}); without retries they would have failed (--retry-policy none \
-                 counts them as errors).",
+                "{} requests were retried after {why} ({}); without retries they would have \
+                 failed (--retry-policy none counts them as errors).",
                 self.retries.retried,
                 self.retries
                     .after
@@ -511,6 +530,7 @@ mod tests {
             retry_policy: "idempotent",
             batch_window: None,
             generation_headers: vec!["x-gen".to_owned()],
+            protocol: "http1",
         }
     }
 

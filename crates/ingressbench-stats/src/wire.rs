@@ -181,6 +181,9 @@ pub struct RecorderWire {
     pub generations: Vec<(usize, u32, u64, u64, u64)>,
     /// Counters by name (`bytes`, `warmup_requests`, …).
     pub counters: BTreeMap<String, u64>,
+    /// HTTP/2 GOAWAYs received.
+    #[serde(default)]
+    pub goaways: Vec<crate::Goaway>,
     /// First intended send time of a measured request, if any.
     pub first_intended_ns: Option<u64>,
     /// Last end of one.

@@ -424,6 +424,16 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "FILE", requires = "workers")]
     pub(crate) workers_json: Option<PathBuf>,
 
+    /// Speak HTTP/2: ALPN `h2` over TLS, h2c with prior knowledge for http:// URLs. Each
+    /// of the -c connections carries up to --streams requests at once.
+    #[arg(long)]
+    pub(crate) http2: bool,
+
+    /// With --http2: the most streams in flight on one connection (default: what the
+    /// server allows, at most 100).
+    #[arg(long, value_name = "N", requires = "http2")]
+    pub(crate) streams: Option<u32>,
+
     /// Open a new connection (TCP, and TLS for https) for every request.
     #[arg(long)]
     pub(crate) no_keepalive: bool,

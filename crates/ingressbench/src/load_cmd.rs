@@ -133,6 +133,10 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
         (None, None) => Warmup::None,
     };
     plan.keepalive = !args.no_keepalive;
+    if args.http2 {
+        plan.protocol = ingressbench_load::Protocol::Http2;
+    }
+    plan.streams = args.streams;
     plan.max_requests_per_connection = args.max_requests_per_connection;
     plan.retry = RetryPolicy::parse(&args.retry_policy).unwrap_or_default();
     plan.timeout = args.timeout;
@@ -178,10 +182,19 @@ fn describe(plan: &Plan, workers: usize) -> String {
         } else {
             String::new()
         },
-        if plan.keepalive {
-            "keep-alive"
-        } else {
-            "new connection per request"
+        match (plan.protocol, plan.keepalive) {
+            (ingressbench_load::Protocol::Http2, true) => format!(
+                "HTTP/2, {} streams per connection",
+                plan.streams.map_or_else(
+                    || format!("up to {}", ingressbench_load::DEFAULT_STREAMS),
+                    |n| n.to_string()
+                )
+            ),
+            (ingressbench_load::Protocol::Http2, false) => {
+                "HTTP/2, new connection per request".to_owned()
+            }
+            (_, true) => "keep-alive".to_owned(),
+            (_, false) => "new connection per request".to_owned(),
         }
     )
 }

@@ -13,6 +13,8 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+pub mod http2;
+
 /// How a test server treats each request.
 #[derive(Clone, Debug)]
 pub enum Behavior {

@@ -1,0 +1,779 @@
+//! HTTP/2 connections: each carries up to `streams` requests at once, one per stream, and
+//! the `h2` crate does the framing. A connection runs one task per stream slot; every
+//! slot takes the worker's next ticket, so a request waits (and the wait counts) only
+//! when every slot of every connection is busy.
+//!
+//! What the server sends outside any one answer is read off the bytes as they arrive
+//! ([`FrameWatch`]): a GOAWAY's time, last-stream-id and code, and the server's
+//! `SETTINGS_MAX_CONCURRENT_STREAMS`. The `h2` crate acts on them too, but does not say
+//! when, nor where a GOAWAY drew its line, which is what tells a stream the server never
+//! processed (`goaway_unprocessed`, safe to send again) from one it did and then lost
+//! (`goaway_processed_lost`).
+
+use std::cell::{Cell, RefCell};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ingressbench_stats::{Goaway, Outcome, Phases, Sample};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::task::JoinSet;
+
+use super::Worker;
+use crate::connection::{nanos, Stream};
+use crate::dispatch::{Retry, Ticket};
+use crate::{LoadError, Plan, DEFAULT_STREAMS};
+
+/// How long a new connection waits for the server's first SETTINGS frame.
+const SETTINGS_WAIT: Duration = Duration::from_secs(5);
+/// Flow-control windows the client announces: large enough that a response body of a
+/// few MiB never waits for a WINDOW_UPDATE (h2load announces 1 GiB).
+const STREAM_WINDOW: u32 = 4 << 20;
+const CONNECTION_WINDOW: u32 = 32 << 20;
+
+/// What every HTTP/2 connection of a run shares: the request, ready to clone.
+pub(crate) struct Http2 {
+    method: http::Method,
+    uri: http::Uri,
+    headers: http::HeaderMap,
+    body: Bytes,
+    /// Streams per connection the plan asks for (`None`: the server's limit).
+    streams: Option<u32>,
+    /// Whether streams the server did not process are sent again (any retry policy but
+    /// `none`).
+    retry_unprocessed: bool,
+}
+
+impl Http2 {
+    /// The request of `plan` as HTTP/2 sends it: the Host header (or the URL's
+    /// authority) becomes `:authority`, and the headers HTTP/2 forbids
+    /// (`Connection`, `Keep-Alive`, `Transfer-Encoding`, `Upgrade`) are left out.
+    pub(crate) fn new(plan: &Plan) -> Result<Self, LoadError> {
+        let spec = &plan.request;
+        let invalid = |field: &str, reason: String| LoadError::InvalidPlan {
+            field: field.to_owned(),
+            reason,
+        };
+        let method = http::Method::from_bytes(spec.method.as_bytes()).map_err(|_| {
+            invalid(
+                "-X/--method",
+                format!("`{}` is not an HTTP method", spec.method),
+            )
+        })?;
+        let scheme = match plan.target.scheme {
+            crate::Scheme::Http => "http",
+            crate::Scheme::Https => "https",
+        };
+        let authority = spec.host_header(&plan.target);
+        let uri = format!("{scheme}://{authority}{}", plan.target.path)
+            .parse::<http::Uri>()
+            .map_err(|e| invalid("url", format!("`{authority}{}`: {e}", plan.target.path)))?;
+        let mut headers = http::HeaderMap::new();
+        let forbidden = [
+            "host",
+            "connection",
+            "keep-alive",
+            "transfer-encoding",
+            "upgrade",
+            "proxy-connection",
+        ];
+        for (name, value) in &spec.headers {
+            if forbidden.iter().any(|f| name.eq_ignore_ascii_case(f)) {
+                continue;
+            }
+            let name = http::HeaderName::from_bytes(name.to_ascii_lowercase().as_bytes())
+                .map_err(|e| invalid("-H/--header", format!("`{name}`: {e}")))?;
+            let value = http::HeaderValue::from_str(value)
+                .map_err(|e| invalid("-H/--header", format!("`{value}`: {e}")))?;
+            headers.append(name, value);
+        }
+        if !headers.contains_key(http::header::USER_AGENT) {
+            headers.insert(
+                http::header::USER_AGENT,
+                http::HeaderValue::from_static(concat!("ingressbench/", env!("CARGO_PKG_VERSION"))),
+            );
+        }
+        if !headers.contains_key(http::header::ACCEPT) {
+            headers.insert(http::header::ACCEPT, http::HeaderValue::from_static("*/*"));
+        }
+        Ok(Self {
+            method,
+            uri,
+            headers,
+            body: Bytes::from(spec.body.clone()),
+            streams: plan.streams,
+            retry_unprocessed: plan.retry != crate::RetryPolicy::None,
+        })
+    }
+
+    fn request(&self) -> http::Request<()> {
+        let mut request = http::Request::new(());
+        *request.method_mut() = self.method.clone();
+        *request.uri_mut() = self.uri.clone();
+        *request.headers_mut() = self.headers.clone();
+        request
+    }
+}
+
+/// A GOAWAY as read off the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct GoawayFrame {
+    last_stream_id: u32,
+    code: u32,
+}
+
+/// Reads HTTP/2 frame headers (and the few payload bytes it needs) as they go past.
+#[derive(Default)]
+struct FrameScan {
+    /// Bytes of the current frame header read so far.
+    header: [u8; 9],
+    header_len: usize,
+    /// Payload bytes of the current frame still to come.
+    payload_left: usize,
+    kind: u8,
+    /// The payload bytes kept (GOAWAY: 8; SETTINGS: one 6-byte entry at a time).
+    kept: [u8; 8],
+    kept_len: usize,
+}
+
+/// What one connection's frame scan found.
+#[derive(Default)]
+struct FrameWatch {
+    scan: RefCell<FrameScan>,
+    /// Every GOAWAY, in order, with when it arrived and the streams started and in
+    /// flight then.
+    goaways: RefCell<Vec<(Instant, GoawayFrame, u64, u32)>>,
+    /// Streams started on the connection, and in flight now.
+    sent: Cell<u64>,
+    in_flight: Cell<u32>,
+    /// The server's SETTINGS_MAX_CONCURRENT_STREAMS, once a SETTINGS frame said it.
+    max_streams: Cell<Option<u32>>,
+    /// Whether the server's first SETTINGS frame arrived.
+    settings_seen: Cell<bool>,
+    /// The first bytes the server sent, to tell HTTP/1.1 answering an h2c preface.
+    first_bytes: RefCell<Vec<u8>>,
+}
+
+const FRAME_SETTINGS: u8 = 0x4;
+const FRAME_GOAWAY: u8 = 0x7;
+const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
+
+impl FrameWatch {
+    fn feed(&self, mut data: &[u8]) {
+        {
+            let mut first = self.first_bytes.borrow_mut();
+            if first.len() < 16 {
+                let take = (16 - first.len()).min(data.len());
+                first.extend_from_slice(&data[..take]);
+            }
+        }
+        let mut scan = self.scan.borrow_mut();
+        while !data.is_empty() {
+            if scan.header_len < 9 {
+                let take = (9 - scan.header_len).min(data.len());
+                let at = scan.header_len;
+                scan.header[at..at + take].copy_from_slice(&data[..take]);
+                scan.header_len += take;
+                data = &data[take..];
+                if scan.header_len == 9 {
+                    let h = scan.header;
+                    scan.payload_left =
+                        (usize::from(h[0]) << 16) | (usize::from(h[1]) << 8) | usize::from(h[2]);
+                    scan.kind = h[3];
+                    scan.kept_len = 0;
+                    if scan.payload_left == 0 {
+                        self.frame_done(&mut scan);
+                    }
+                }
+                continue;
+            }
+            let take = scan.payload_left.min(data.len());
+            let wanted = match scan.kind {
+                FRAME_GOAWAY => 8,
+                FRAME_SETTINGS => 6,
+                _ => 0,
+            };
+            for &b in &data[..take] {
+                if scan.kept_len < wanted {
+                    let at = scan.kept_len;
+                    scan.kept[at] = b;
+                    scan.kept_len += 1;
+                    if scan.kind == FRAME_SETTINGS && scan.kept_len == 6 {
+                        let id = u16::from_be_bytes([scan.kept[0], scan.kept[1]]);
+                        if id == SETTINGS_MAX_CONCURRENT_STREAMS {
+                            let value = u32::from_be_bytes([
+                                scan.kept[2],
+                                scan.kept[3],
+                                scan.kept[4],
+                                scan.kept[5],
+                            ]);
+                            self.max_streams.set(Some(value));
+                        }
+                        scan.kept_len = 0;
+                    }
+                }
+            }
+            scan.payload_left -= take;
+            data = &data[take..];
+            if scan.payload_left == 0 {
+                self.frame_done(&mut scan);
+            }
+        }
+    }
+
+    fn frame_done(&self, scan: &mut FrameScan) {
+        let ack = scan.header[4] & 0x1 != 0;
+        match scan.kind {
+            FRAME_SETTINGS if !ack => self.settings_seen.set(true),
+            FRAME_GOAWAY if scan.kept_len == 8 => {
+                let k = scan.kept;
+                let frame = GoawayFrame {
+                    last_stream_id: u32::from_be_bytes([k[0], k[1], k[2], k[3]]) & 0x7fff_ffff,
+                    code: u32::from_be_bytes([k[4], k[5], k[6], k[7]]),
+                };
+                self.goaways.borrow_mut().push((
+                    Instant::now(),
+                    frame,
+                    self.sent.get(),
+                    self.in_flight.get(),
+                ));
+            }
+            _ => {}
+        }
+        scan.header_len = 0;
+        scan.kept_len = 0;
+    }
+
+    fn last_goaway(&self) -> Option<GoawayFrame> {
+        self.goaways.borrow().last().map(|(_, g, _, _)| *g)
+    }
+}
+
+/// The connection's stream, with every byte read shown to its [`FrameWatch`].
+struct Watched {
+    inner: Stream,
+    watch: Rc<FrameWatch>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = polled {
+            this.watch.feed(&buf.filled()[before..]);
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, data)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+/// One open HTTP/2 connection, shared by its stream slots.
+struct Conn {
+    id: u64,
+    send: h2::client::SendRequest<Bytes>,
+    watch: Rc<FrameWatch>,
+    /// Set when the connection's driver ended (closed, or broken).
+    ended: Rc<Cell<bool>>,
+    /// GOAWAYs already recorded.
+    goaways_recorded: Cell<usize>,
+    /// The connect and TLS phases, for the first stream to go out on it.
+    opened: Cell<Option<Phases>>,
+}
+
+impl Conn {
+    /// Whether a new stream may start on it.
+    fn open_for_streams(&self, max_per_connection: u64) -> bool {
+        !self.ended.get()
+            && self.watch.last_goaway().is_none()
+            && self.watch.sent.get() < max_per_connection
+    }
+}
+
+/// A ticket and what it already went through (a connection opened for it).
+struct Pending {
+    ticket: Ticket,
+    sent_at: Instant,
+}
+
+impl Worker {
+    /// Records the GOAWAYs `conn`'s watch saw since the last call.
+    fn note_goaways(&self, conn: &Conn) {
+        let goaways = conn.watch.goaways.borrow();
+        for (at, frame, sent, in_flight) in goaways.iter().skip(conn.goaways_recorded.get()) {
+            self.recorder.borrow_mut().record_goaway(Goaway {
+                at_ns: nanos(at.saturating_duration_since(self.shared.start)),
+                connection: conn.id,
+                last_stream_id: frame.last_stream_id,
+                code: frame.code,
+                streams_in_flight: *in_flight,
+                streams_sent: *sent,
+            });
+        }
+        conn.goaways_recorded.set(goaways.len());
+    }
+
+    /// Opens a connection and speaks HTTP/2 on it, up to the server's first SETTINGS.
+    async fn open_http2(&self, id: u64, phases: &mut Phases) -> Result<Rc<Conn>, Outcome> {
+        let stream = self.connector.connect(phases).await?;
+        if let Stream::Tls(tls) = &stream {
+            let alpn = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+            if alpn.as_deref() != Some(b"h2") {
+                let to = self.connector.describe();
+                self.recorder.borrow_mut().note_failure_detail(Outcome::ProtocolError, || {
+                    format!(
+                        "{to} did not agree to HTTP/2 in the TLS handshake (ALPN {}): it does not serve h2 on this port; \
+                         drop --http2, or enable HTTP/2 there (nginx `http2 on;`, HAProxy `alpn h2,http/1.1`)",
+                        alpn.map_or("none".to_owned(), |p| format!("`{}`", String::from_utf8_lossy(&p)))
+                    )
+                });
+                return Err(Outcome::ProtocolError);
+            }
+        }
+        let watch = Rc::new(FrameWatch::default());
+        let io = Watched {
+            inner: stream,
+            watch: watch.clone(),
+        };
+        let handshake = h2::client::Builder::new()
+            .initial_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
+            .enable_push(false)
+            .handshake::<_, Bytes>(io)
+            .await;
+        let (send, connection) = match handshake {
+            Ok(pair) => pair,
+            Err(e) => return Err(self.failed_handshake(&e, &watch)),
+        };
+        let ended = Rc::new(Cell::new(false));
+        let driver_ended = ended.clone();
+        tokio::task::spawn_local(async move {
+            let _ = connection.await;
+            driver_ended.set(true);
+        });
+        let deadline = Instant::now() + SETTINGS_WAIT;
+        while !watch.settings_seen.get() {
+            if ended.get() || Instant::now() >= deadline {
+                return Err(self.failed_handshake_settings(&watch));
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        self.recorder
+            .borrow_mut()
+            .record_http2_connection(watch.max_streams.get());
+        Ok(Rc::new(Conn {
+            id,
+            send,
+            watch,
+            ended,
+            goaways_recorded: Cell::new(0),
+            opened: Cell::new(None),
+        }))
+    }
+
+    fn failed_handshake(&self, e: &h2::Error, watch: &FrameWatch) -> Outcome {
+        let to = self.connector.describe();
+        let got = watch.first_bytes.borrow().clone();
+        self.recorder
+            .borrow_mut()
+            .note_failure_detail(Outcome::ProtocolError, || {
+                format!("HTTP/2 handshake with {to}: {e}{}", http1_hint(&got))
+            });
+        Outcome::ProtocolError
+    }
+
+    fn failed_handshake_settings(&self, watch: &FrameWatch) -> Outcome {
+        let to = self.connector.describe();
+        let got = watch.first_bytes.borrow().clone();
+        self.recorder.borrow_mut().note_failure_detail(Outcome::ProtocolError, || {
+            format!(
+                "{to} sent no HTTP/2 SETTINGS frame within {SETTINGS_WAIT:?} of the connection preface{}",
+                http1_hint(&got)
+            )
+        });
+        Outcome::ProtocolError
+    }
+
+    /// How many streams a connection carries at once: the plan's number, else the
+    /// server's limit up to [`DEFAULT_STREAMS`]; never more than the server allows.
+    fn stream_slots(&self, conn: &Conn) -> u32 {
+        let http2 = self.shared.http2.as_ref().map_or(Some(1), |h| h.streams);
+        let wanted = http2.unwrap_or(DEFAULT_STREAMS);
+        let wanted = if self.shared.keepalive { wanted } else { 1 };
+        conn.watch
+            .max_streams
+            .get()
+            .map_or(wanted, |limit| wanted.min(limit))
+            .max(1)
+    }
+
+    /// A failed attempt to open a connection for `pending`, as its sample.
+    fn connect_failure(&self, pending: &Pending, outcome: Outcome, phases: Phases) -> Sample {
+        let mut sample = self.sample_for(pending);
+        sample.phases = phases;
+        sample.outcome = outcome;
+        sample.done_at_ns = self.now_ns();
+        if let Some(reason) = self.connector.take_failure() {
+            self.recorder
+                .borrow_mut()
+                .note_failure_detail(outcome, || reason);
+        }
+        sample
+    }
+
+    fn sample_for(&self, pending: &Pending) -> Sample {
+        let ticket = pending.ticket;
+        let mut sample = Sample::new(ticket.intended_ns);
+        sample.seq = ticket.seq;
+        sample.released_at_ns = ticket.released_ns;
+        sample.warmup = ticket.warmup;
+        sample.sent_at_ns = match ticket.retry {
+            Some(retry) => retry.first_sent_ns,
+            None => nanos(pending.sent_at.saturating_duration_since(self.shared.start)),
+        };
+        sample.retried_after = ticket.retry.map(|r| r.after);
+        sample
+    }
+}
+
+/// A hint when a server answered an HTTP/2 preface in HTTP/1.x.
+fn http1_hint(first_bytes: &[u8]) -> &'static str {
+    if first_bytes.starts_with(b"HTTP/1.") {
+        ": it answered in HTTP/1.x, so it does not speak h2c (HTTP/2 without TLS, prior knowledge) on this port; \
+         use https:// if it serves h2 over TLS, or drop --http2"
+    } else {
+        ""
+    }
+}
+
+/// One connection of an HTTP/2 run: opens it (before the start with keep-alive, else
+/// when a ticket needs it), runs its stream slots until it can take no more streams,
+/// then opens the next.
+pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
+    let mut generation = 0u64;
+    let mut next_id = || {
+        generation += 1;
+        (index << 32) | generation
+    };
+    let mut ready = None;
+    if worker.shared.keepalive {
+        let mut phases = Phases::default();
+        let open = worker.open_http2(next_id(), &mut phases);
+        if let Ok(Ok(conn)) = tokio::time::timeout(worker.shared.timeout, open).await {
+            conn.opened.set(Some(phases));
+            ready = Some(conn);
+        }
+    }
+    tokio::time::sleep_until(worker.shared.start.into()).await;
+    loop {
+        let (conn, first) = match ready.take() {
+            Some(conn) => (conn, None),
+            None => {
+                let Some(ticket) = worker.next_ticket().await else {
+                    return;
+                };
+                let pending = Pending {
+                    ticket,
+                    sent_at: Instant::now(),
+                };
+                worker.in_flight.set(worker.in_flight.get() + 1);
+                let mut phases = Phases::default();
+                let open = worker.open_http2(next_id(), &mut phases);
+                let deadline = pending.sent_at + worker.shared.timeout;
+                let opened = tokio::time::timeout_at(deadline.into(), open).await;
+                match opened {
+                    Ok(Ok(conn)) => {
+                        worker.in_flight.set(worker.in_flight.get() - 1);
+                        conn.opened.set(Some(phases));
+                        (conn, Some(pending))
+                    }
+                    Ok(Err(outcome)) => {
+                        let sample = worker.connect_failure(&pending, outcome, phases);
+                        worker.record(&sample);
+                        worker.in_flight.set(worker.in_flight.get() - 1);
+                        continue;
+                    }
+                    Err(_elapsed) => {
+                        let sample =
+                            worker.connect_failure(&pending, Outcome::ConnectTimeout, phases);
+                        let (to, timeout) = (worker.connector.describe(), worker.shared.timeout);
+                        worker.recorder.borrow_mut().note_failure_detail(Outcome::ConnectTimeout, || {
+                            format!("connecting to {to} (TCP, TLS and the HTTP/2 preface) took longer than --timeout {timeout:?}")
+                        });
+                        worker.record(&sample);
+                        worker.in_flight.set(worker.in_flight.get() - 1);
+                        continue;
+                    }
+                }
+            }
+        };
+        let slots = worker.stream_slots(&conn);
+        let mut tasks = JoinSet::new();
+        let mut first = first;
+        for _ in 0..slots {
+            tasks.spawn_local(slot(worker.clone(), conn.clone(), first.take()));
+        }
+        let mut finished = false;
+        while let Some(result) = tasks.join_next().await {
+            match result {
+                Ok(SlotEnd::RunOver) => finished = true,
+                Ok(SlotEnd::ConnectionDone) => {}
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+                Err(_) => {}
+            }
+        }
+        worker.note_goaways(&conn);
+        if finished {
+            return;
+        }
+    }
+}
+
+/// Why a stream slot stopped.
+enum SlotEnd {
+    /// No more tickets.
+    RunOver,
+    /// Its connection takes no more streams.
+    ConnectionDone,
+}
+
+/// One stream slot: takes tickets and sends each on its connection, until the run or
+/// the connection is over.
+async fn slot(worker: Rc<Worker>, conn: Rc<Conn>, mut first: Option<Pending>) -> SlotEnd {
+    let max = worker.shared.max_requests_per_connection;
+    let mut send = conn.send.clone();
+    loop {
+        let pending = match first.take() {
+            Some(pending) => pending,
+            None => {
+                if !conn.open_for_streams(max) {
+                    return SlotEnd::ConnectionDone;
+                }
+                let Some(ticket) = worker.next_ticket().await else {
+                    return SlotEnd::RunOver;
+                };
+                Pending {
+                    ticket,
+                    sent_at: Instant::now(),
+                }
+            }
+        };
+        if !conn.open_for_streams(max) {
+            // It went away while this slot waited: the ticket goes to another
+            // connection, untouched.
+            worker.give_back(pending.ticket);
+            return SlotEnd::ConnectionDone;
+        }
+        worker.in_flight.set(worker.in_flight.get() + 1);
+        match exchange(&worker, &conn, &mut send, pending).await {
+            Exchanged::Done(sample) => worker.record(&sample),
+            Exchanged::Again(ticket) => worker.give_back(ticket),
+        }
+        worker.in_flight.set(worker.in_flight.get() - 1);
+        worker.note_goaways(&conn);
+    }
+}
+
+/// What became of one stream.
+enum Exchanged {
+    Done(Sample),
+    /// The request goes back to be sent on another connection.
+    Again(Ticket),
+}
+
+/// Sends one request on a stream of `conn` and reads its answer.
+async fn exchange(
+    worker: &Worker,
+    conn: &Conn,
+    send: &mut h2::client::SendRequest<Bytes>,
+    pending: Pending,
+) -> Exchanged {
+    let http2 = worker.shared.http2.as_ref().expect("an HTTP/2 run");
+    let mut sample = worker.sample_for(&pending);
+    let write_at = Instant::now();
+    let end_of_stream = http2.body.is_empty();
+    let (response, mut body_out) = match send.send_request(http2.request(), end_of_stream) {
+        Ok(pair) => pair,
+        // Never on the wire (the connection closed or went away since the slot looked):
+        // another connection sends it.
+        Err(_) => return Exchanged::Again(pending.ticket),
+    };
+    let opened = conn.opened.take();
+    sample.connection_reused = opened.is_none();
+    if let Some(p) = opened {
+        sample.phases.dns_ns = p.dns_ns;
+        sample.phases.connect_ns = p.connect_ns;
+        sample.phases.tls_ns = p.tls_ns;
+    }
+    let watch = &conn.watch;
+    watch.sent.set(watch.sent.get() + 1);
+    watch.in_flight.set(watch.in_flight.get() + 1);
+    worker
+        .recorder
+        .borrow_mut()
+        .record_streams_in_flight(u64::from(watch.in_flight.get()));
+    let mut bytes = 0u64;
+    let mut first_byte = None;
+    let mut backend = None;
+    let mut generations = [0u32; ingressbench_stats::GENERATION_SLOTS];
+    let attempt = async {
+        if !end_of_stream {
+            send_body(worker, &mut body_out, &http2.body).await?;
+        }
+        let answer = response.await?;
+        first_byte = Some(Instant::now());
+        let status = answer.status().as_u16();
+        let headers = answer.headers();
+        if let Some(name) = headers.get(worker.shared.backend_header.as_str()) {
+            backend = Some(worker.recorder.borrow_mut().backend_id(name.as_bytes()));
+        }
+        for (slot, header) in worker.shared.generation_headers.iter().enumerate() {
+            if let Some(value) = headers.get(header.as_str()) {
+                generations[slot] = std::str::from_utf8(value.as_bytes())
+                    .ok()
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+            }
+        }
+        let mut body = answer.into_body();
+        while let Some(chunk) = body.data().await {
+            let chunk = chunk?;
+            bytes += chunk.len() as u64;
+            let _ = body.flow_control().release_capacity(chunk.len());
+        }
+        Ok::<u16, h2::Error>(status)
+    };
+    let deadline = pending.sent_at + worker.shared.timeout;
+    let result = tokio::time::timeout_at(deadline.into(), attempt).await;
+    let done = Instant::now();
+    watch.in_flight.set(watch.in_flight.get() - 1);
+    sample.outcome = match result {
+        Ok(Ok(status)) => Outcome::Status(status),
+        Ok(Err(e)) => classify(&e, conn, first_byte.is_some(), worker),
+        Err(_elapsed) => Outcome::ReadTimeout,
+    };
+    // A stream the server never processed may go again whatever its method (RFC 9113
+    // §8.7), as often as the timeout allows, as browsers and Go's client do; one that
+    // died with its connection before any answer goes once, as over HTTP/1.1.
+    let unprocessed = matches!(
+        sample.outcome,
+        Outcome::GoawayUnprocessed | Outcome::RstStream(REFUSED_STREAM)
+    );
+    let raced = sample.outcome == Outcome::Eof && first_byte.is_none() && sample.connection_reused;
+    let again = (unprocessed && http2.retry_unprocessed && done < deadline)
+        || (raced && worker.shared.retry && pending.ticket.retry.is_none());
+    if again {
+        let mut ticket = pending.ticket;
+        ticket.retry.get_or_insert(Retry {
+            after: sample.outcome,
+            first_sent_ns: sample.sent_at_ns,
+        });
+        return Exchanged::Again(ticket);
+    }
+    sample.done_at_ns = nanos(done.saturating_duration_since(worker.shared.start));
+    sample.bytes = bytes;
+    if let Some(first) = first_byte {
+        sample.phases.ttfb_ns = nanos(first.saturating_duration_since(write_at));
+        sample.phases.transfer_ns = nanos(done.saturating_duration_since(first));
+    }
+    if let Outcome::Status(_) = sample.outcome {
+        sample.backend = backend;
+        sample.generations = generations;
+    }
+    Exchanged::Done(sample)
+}
+
+/// HTTP/2's REFUSED_STREAM: the server did not process the stream (RFC 9113 §8.7).
+const REFUSED_STREAM: u8 = 7;
+
+/// Sends the request body as the server's flow-control window allows; a body that has to
+/// wait for window is counted with how long it waited.
+async fn send_body(
+    worker: &Worker,
+    out: &mut h2::SendStream<Bytes>,
+    body: &Bytes,
+) -> Result<(), h2::Error> {
+    let mut rest = body.clone();
+    let mut stalled_since: Option<Instant> = None;
+    out.reserve_capacity(rest.len());
+    while !rest.is_empty() {
+        if out.capacity() == 0 {
+            stalled_since.get_or_insert_with(Instant::now);
+            match std::future::poll_fn(|cx| out.poll_capacity(cx)).await {
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(e),
+                None => return Ok(()),
+            }
+        }
+        let n = out.capacity().min(rest.len());
+        let chunk = rest.split_to(n);
+        out.send_data(chunk, rest.is_empty())?;
+    }
+    if let Some(since) = stalled_since {
+        worker
+            .recorder
+            .borrow_mut()
+            .record_flow_control_stall(nanos(since.elapsed()));
+    }
+    Ok(())
+}
+
+/// The outcome of a stream that ended in an error.
+fn classify(e: &h2::Error, conn: &Conn, answered: bool, worker: &Worker) -> Outcome {
+    let outcome = if e.is_go_away() && e.is_remote() {
+        // h2 fails with the GOAWAY itself exactly the streams above its last-stream-id.
+        Outcome::GoawayUnprocessed
+    } else if e.is_reset() && e.is_remote() {
+        Outcome::rst_stream(e.reason().map_or(0, u32::from))
+    } else if let Some(io) = e.get_io() {
+        if conn.watch.last_goaway().is_some() {
+            Outcome::GoawayProcessedLost
+        } else {
+            match io.kind() {
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::UnexpectedEof => {
+                    if answered {
+                        Outcome::ResetAfterWrite
+                    } else {
+                        Outcome::Eof
+                    }
+                }
+                std::io::ErrorKind::InvalidData if worker.connector.tls.is_some() => {
+                    Outcome::TlsError
+                }
+                _ => Outcome::ResetAfterWrite,
+            }
+        }
+    } else {
+        Outcome::ProtocolError
+    };
+    if outcome == Outcome::ProtocolError {
+        worker
+            .recorder
+            .borrow_mut()
+            .note_failure_detail(outcome, || format!("HTTP/2: {e}"));
+    }
+    outcome
+}
