@@ -74,27 +74,60 @@ impl Dispatch {
     }
 
     /// The next ticket, waiting while there is none; `None` once closed and empty.
+    /// Cancel-safe: a wait dropped before it took a ticket leaves the idle list, and if
+    /// a ticket had already woken it, passes the wake-up on to the next idle connection.
     pub(crate) async fn next(&self) -> Option<Ticket> {
-        let mut registered = false;
+        let mut wait = Wait {
+            dispatch: self,
+            waker: None,
+        };
         poll_fn(|cx| {
             if let Some(ticket) = self.queue.borrow_mut().pop_front() {
+                wait.waker = None;
                 return Poll::Ready(Some(ticket));
             }
             if self.closed.get() {
+                wait.waker = None;
                 return Poll::Ready(None);
             }
             let mut idle = self.idle.borrow_mut();
             // tokio polls a task only when it is woken, and a waker leaves the list when it
             // is woken, so one registration per wait is enough; a spurious poll must not
             // add a second entry (a ticket could then wake a busy connection only).
-            let present = registered && idle.iter().any(|w| w.will_wake(cx.waker()));
+            let present = wait.waker.is_some() && idle.iter().any(|w| w.will_wake(cx.waker()));
             if !present {
                 idle.push_back(cx.waker().clone());
-                registered = true;
+                wait.waker = Some(cx.waker().clone());
             }
             Poll::Pending
         })
         .await
+    }
+}
+
+/// A connection's wait for a ticket, undone if the wait is dropped.
+struct Wait<'a> {
+    dispatch: &'a Dispatch,
+    /// The waker registered, while the wait is on.
+    waker: Option<Waker>,
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        let Some(mine) = self.waker.take() else {
+            return;
+        };
+        let mut idle = self.dispatch.idle.borrow_mut();
+        let before = idle.len();
+        idle.retain(|w| !w.will_wake(&mine));
+        let woken = idle.len() == before;
+        let next = (woken && !self.dispatch.queue.borrow().is_empty())
+            .then(|| idle.pop_front())
+            .flatten();
+        drop(idle);
+        if let Some(waker) = next {
+            waker.wake();
+        }
     }
 }
 
@@ -141,6 +174,40 @@ mod tests {
                 let mut seen = got.borrow().clone();
                 seen.sort_unstable();
                 assert_eq!(seen, (0..10).collect::<Vec<_>>());
+            })
+            .await;
+    }
+
+    /// A wait dropped after a ticket woke it hands the wake-up on: the ticket is not
+    /// left in the queue while another connection sleeps.
+    #[tokio::test]
+    async fn a_dropped_wait_passes_its_wake_up_on() {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let dispatch = Rc::new(Dispatch::default());
+                let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+                let d = dispatch.clone();
+                // Waits for a ticket or a stop, whichever is first: the stop will win.
+                let quitter = tokio::task::spawn_local(async move {
+                    tokio::select! {
+                        biased;
+                        _ = stopped => None,
+                        t = d.next() => t,
+                    }
+                });
+                let d = dispatch.clone();
+                let taker = tokio::task::spawn_local(async move { d.next().await });
+                tokio::task::yield_now().await;
+                // The ticket wakes the quitter (first in line), which is stopped instead.
+                dispatch.push(ticket(7));
+                let _ = stop.send(());
+                assert_eq!(quitter.await.unwrap(), None);
+                let got = tokio::time::timeout(std::time::Duration::from_secs(1), taker)
+                    .await
+                    .expect("the other connection was woken")
+                    .unwrap();
+                assert_eq!(got.map(|t| t.seq), Some(7));
             })
             .await;
     }

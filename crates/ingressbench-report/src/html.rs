@@ -135,6 +135,9 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
         body.push_str(&differences_table(run, &diffs, &settings, &members));
     }
     body.push_str("</section>");
+    if let Some(section) = crate::protocols::section(run, &conditions, noise_floor) {
+        body.push_str(&section);
+    }
     // Events.
     body.push_str(&events_section(run, &conditions));
     // Phases.
@@ -619,7 +622,7 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
         let samples = samples_of(run, cell);
         let _ = write!(
             out,
-            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th>controller reported (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th>errors (est.)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
+            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th>controller reported (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th>errors (est.)</th><th title=\"HTTP/2: GOAWAY frames received in the event's window, on how many connections, and how long after the event the first came\">GOAWAYs (connections; first after s)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
             esc(&c.target),
             esc(&c.settings)
         );
@@ -661,9 +664,17 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
                         .map_or("-".to_owned(), |v| format!("{v:+.0}"))
                 )
             };
+            let goaways = match e["goaways"].as_f64() {
+                Some(n) => format!(
+                    "{n:.0} ({}; {})",
+                    e["goaway_connections"].as_f64().unwrap_or(0.0),
+                    num("first_goaway_after_s")
+                ),
+                None => "-".to_owned(),
+            };
             let _ = write!(
                 out,
-                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td><td class=\"l\">{}</td></tr>",
                 i + 1,
                 esc(e["what"].as_str().unwrap_or("?")),
                 num("requested_s"),
@@ -675,6 +686,7 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
                 part("applied_s", "took_effect_s"),
                 mixed_ms,
                 num("estimated_errors"),
+                esc(&goaways),
                 num("first_error_after_s"),
                 num("last_error_after_s"),
                 num("longest_failure_run"),

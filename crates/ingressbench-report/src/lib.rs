@@ -20,6 +20,7 @@ pub mod hgrm;
 pub mod hlog;
 pub mod html;
 mod kernel;
+mod protocols;
 pub mod results;
 pub mod samples;
 pub mod svg;

@@ -398,6 +398,46 @@ fn check(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, ScenarioError> {
             ingressbench_stats::parse_duration(v).map_err(|e| bad(format!("{field}: {e}")))?;
         }
     }
+    let protocol = match l.protocol.as_deref() {
+        None => ingressbench_load::Protocol::Http1,
+        Some(p) => ingressbench_load::Protocol::parse(p).ok_or_else(|| {
+            bad(format!(
+                "load.protocol: `{p}` is not a protocol; use http1 or http2"
+            ))
+        })?,
+    };
+    if let Some(streams) = l.streams {
+        if protocol != ingressbench_load::Protocol::Http2 {
+            return Err(bad(
+                "load.streams: streams are HTTP/2's; set load.protocol: http2".to_owned(),
+            ));
+        }
+        if !(1..=ingressbench_load::MAX_STREAMS).contains(&streams) {
+            return Err(bad(format!(
+                "load.streams: {streams} is not between 1 and {}",
+                ingressbench_load::MAX_STREAMS
+            )));
+        }
+    }
+    if protocol == ingressbench_load::Protocol::Http2 && !s.tls {
+        let nginx = s.targets.iter().find(|t| {
+            matches!(
+                t,
+                Target::Proxy {
+                    kind: ProxyKind::Nginx,
+                    hop: None,
+                    front: None,
+                    ..
+                }
+            )
+        });
+        if let Some(t) = nginx {
+            return Err(bad(format!(
+                "load.protocol: http2 without TLS is h2c, which nginx serves only instead of HTTP/1.1 on a port (prior knowledge); the lab's `{}` speaks HTTP/2 over TLS: set tls: true",
+                t.name()
+            )));
+        }
+    }
     if let Some(policy) = &l.retry {
         if ingressbench_load::RetryPolicy::parse(policy).is_none() {
             return Err(bad(format!(

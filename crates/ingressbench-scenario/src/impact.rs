@@ -56,7 +56,12 @@ pub fn impact(points: &[Point], t_s: f64, until_s: f64, sample_rate: f64) -> Val
     } else {
         0.0
     };
+    let mut by_outcome = std::collections::BTreeMap::<&str, u64>::new();
+    for p in &failed {
+        *by_outcome.entry(p.outcome.as_str()).or_default() += 1;
+    }
     json!({
+        "sampled_errors_by_outcome": by_outcome,
         "window_s": until_s - t_s,
         "sampled_requests": after.len(),
         "sampled_errors": failed.len(),
@@ -69,6 +74,41 @@ pub fn impact(points: &[Point], t_s: f64, until_s: f64, sample_rate: f64) -> Val
         "p99_ms_5s_after": p99_ms(&within(t_s, t_s + 5.0)),
         "p99_ms_5_to_15s_after": p99_ms(&within(t_s + 5.0, t_s + 15.0)),
     })
+}
+
+/// Adds the HTTP/2 GOAWAYs the client received in `[t_s, until_s)` to an event's figures:
+/// how many, on how many connections, the first one's delay and its last-stream-id and
+/// code, and the streams in flight on their connections when they came. `shift_s` is the
+/// start of measurement after the load's start (GOAWAY times run from the load's start).
+pub fn add_goaways(
+    figures: &mut Value,
+    goaways: &[ingressbench_stats::Goaway],
+    shift_s: f64,
+    t_s: f64,
+    until_s: f64,
+) {
+    let within: Vec<(f64, &ingressbench_stats::Goaway)> = goaways
+        .iter()
+        .map(|g| (g.at_ns as f64 / 1e9 - shift_s, g))
+        .filter(|(at, _)| *at >= t_s && *at < until_s)
+        .collect();
+    if within.is_empty() {
+        return;
+    }
+    let connections: std::collections::BTreeSet<u64> =
+        within.iter().map(|(_, g)| g.connection).collect();
+    let (first_at, first) = within[0];
+    figures["goaways"] = json!(within.len());
+    figures["goaway_connections"] = json!(connections.len());
+    figures["first_goaway_after_s"] = json!(first_at - t_s);
+    figures["first_goaway"] = json!({
+        "last_stream_id": first.last_stream_id,
+        "code": first.code,
+    });
+    figures["streams_in_flight_at_goaways"] = json!(within
+        .iter()
+        .map(|(_, g)| u64::from(g.streams_in_flight))
+        .sum::<u64>());
 }
 
 /// When an event took effect, read from traffic (seconds after it was requested) and
@@ -176,6 +216,15 @@ mod tests {
         let v = impact(&points, 9.95, 15.0, 0.5);
         assert_eq!(v["sampled_errors"], 50);
         assert_eq!(v["estimated_errors"], 100.0);
+        assert_eq!(
+            v["sampled_errors_by_outcome"]
+                .as_object()
+                .unwrap()
+                .values()
+                .map(|n| n.as_u64().unwrap())
+                .sum::<u64>(),
+            50
+        );
         assert_eq!(v["longest_failure_run"], 50);
         assert!((v["first_error_after_s"].as_f64().unwrap() - 0.05).abs() < 1e-9);
         assert!((v["last_error_after_s"].as_f64().unwrap() - 0.54).abs() < 1e-9);
@@ -245,5 +294,29 @@ mod tests {
         let v = generation_effect(&table, "x-side", 2, 1.0);
         assert_eq!(v["took_effect_s"], Value::Null);
         assert_eq!(v["mixed_window_s"], Value::Null);
+    }
+
+    #[test]
+    fn goaways_are_placed_in_the_event_window_they_arrived_in() {
+        let g = |at_s: f64, connection: u64| ingressbench_stats::Goaway {
+            at_ns: (at_s * 1e9) as u64,
+            connection,
+            last_stream_id: 7,
+            code: 0,
+            streams_in_flight: 3,
+            streams_sent: 10,
+        };
+        // Measurement starts 2 s after the load: a GOAWAY at 12.5 s of load is 10.5 s in.
+        let goaways = [g(11.0, 1), g(12.5, 1), g(12.6, 2), g(30.0, 3)];
+        let mut figures = json!({});
+        add_goaways(&mut figures, &goaways, 2.0, 10.0, 20.0);
+        assert_eq!(figures["goaways"], 2);
+        assert_eq!(figures["goaway_connections"], 2);
+        assert!((figures["first_goaway_after_s"].as_f64().unwrap() - 0.5).abs() < 1e-6);
+        assert_eq!(figures["first_goaway"]["last_stream_id"], 7);
+        assert_eq!(figures["streams_in_flight_at_goaways"], 6);
+        let mut none = json!({});
+        add_goaways(&mut none, &goaways, 2.0, 40.0, 50.0);
+        assert!(none.get("goaways").is_none());
     }
 }

@@ -317,6 +317,12 @@ pub struct LoadFile {
     /// Reuse connections (default true).
     #[serde(default = "yes")]
     pub keepalive: bool,
+    /// `http1` (default) or `http2` (ALPN `h2` over TLS, h2c with prior knowledge over
+    /// plain HTTP).
+    pub protocol: Option<String>,
+    /// HTTP/2: the most streams in flight on one connection (default: the server's
+    /// limit, at most 100).
+    pub streams: Option<u32>,
     /// Request path (default `/`).
     #[serde(default = "root")]
     pub path: String,

@@ -1314,6 +1314,12 @@ fn plan_for(
     };
     plan.keepalive = l.keepalive;
     // Checked when the scenario was read.
+    plan.protocol = l
+        .protocol
+        .as_deref()
+        .and_then(ingressbench_load::Protocol::parse)
+        .unwrap_or_default();
+    plan.streams = l.streams;
     plan.retry = l
         .retry
         .as_deref()
@@ -1489,6 +1495,7 @@ fn write_impact(
         });
         let until = next.unwrap_or(f64::MAX).min(t + 15.0).min(end.max(t));
         let mut figures = crate::impact::impact(&points, t, until, sample_rate);
+        crate::impact::add_goaways(&mut figures, &summary.goaways, shift, t, until);
         let (effect, basis) =
             crate::impact::took_effect(&points, t, until, &rec.started, &rec.removed);
         figures["what"] = json!(rec.what);

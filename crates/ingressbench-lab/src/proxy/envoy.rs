@@ -151,7 +151,7 @@ fn write_all(
                         "certificate_chain": { "filename": tls.cert.display().to_string() },
                         "private_key": { "filename": tls.key.display().to_string() },
                     }],
-                    "alpn_protocols": ["http/1.1"],
+                    "alpn_protocols": ["h2", "http/1.1"],
                 },
             },
         });

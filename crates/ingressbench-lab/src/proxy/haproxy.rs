@@ -180,7 +180,7 @@ impl Haproxy {
         if let Some(tls) = &files.tls {
             let _ = writeln!(
                 c,
-                "  bind {}:{} ssl crt {}",
+                "  bind {}:{} ssl crt {} alpn h2,http/1.1",
                 files.ip,
                 tls.port,
                 tls.combined.display()

@@ -110,7 +110,10 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
         };
         let _ = writeln!(c, "    listen {}:{}{d};", files.ip, files.http_port);
         if let Some(tls) = &files.tls {
-            let _ = writeln!(c, "    listen {}:{} ssl{d};", files.ip, tls.port);
+            // `http2` on the TLS listener offers h2 by ALPN beside http/1.1 (nginx 1.22's
+            // syntax; 1.25 moved it to `http2 on;`). The plain port stays HTTP/1.1: nginx's
+            // h2c is prior knowledge only, which would refuse HTTP/1.1 there.
+            let _ = writeln!(c, "    listen {}:{} ssl http2{d};", files.ip, tls.port);
             // TLS 1.3 as the other four proxies and ingress-nginx negotiate; nginx before
             // 1.23.4 (Debian 12 ships 1.22) leaves it out by default.
             let _ = writeln!(

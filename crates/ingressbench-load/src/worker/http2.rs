@@ -154,6 +154,9 @@ struct FrameWatch {
     settings_seen: Cell<bool>,
     /// The first bytes the server sent, to tell HTTP/1.1 answering an h2c preface.
     first_bytes: RefCell<Vec<u8>>,
+    /// Woken at the server's first SETTINGS, at each GOAWAY, and when the connection
+    /// ends: what stream slots and the handshake wait on.
+    changed: tokio::sync::Notify,
 }
 
 const FRAME_SETTINGS: u8 = 0x4;
@@ -226,7 +229,10 @@ impl FrameWatch {
     fn frame_done(&self, scan: &mut FrameScan) {
         let ack = scan.header[4] & 0x1 != 0;
         match scan.kind {
-            FRAME_SETTINGS if !ack => self.settings_seen.set(true),
+            FRAME_SETTINGS if !ack => {
+                self.settings_seen.set(true);
+                self.changed.notify_waiters();
+            }
             FRAME_GOAWAY if scan.kept_len == 8 => {
                 let k = scan.kept;
                 let frame = GoawayFrame {
@@ -239,6 +245,7 @@ impl FrameWatch {
                     self.sent.get(),
                     self.in_flight.get(),
                 ));
+                self.changed.notify_waiters();
             }
             _ => {}
         }
@@ -369,17 +376,26 @@ impl Worker {
             Err(e) => return Err(self.failed_handshake(&e, &watch)),
         };
         let ended = Rc::new(Cell::new(false));
-        let driver_ended = ended.clone();
+        let (driver_ended, driver_watch) = (ended.clone(), watch.clone());
         tokio::task::spawn_local(async move {
             let _ = connection.await;
             driver_ended.set(true);
+            driver_watch.changed.notify_waiters();
         });
-        let deadline = Instant::now() + SETTINGS_WAIT;
-        while !watch.settings_seen.get() {
-            if ended.get() || Instant::now() >= deadline {
+        let deadline = tokio::time::Instant::now() + SETTINGS_WAIT;
+        loop {
+            let changed = watch.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if watch.settings_seen.get() {
+                break;
+            }
+            if ended.get() {
                 return Err(self.failed_handshake_settings(&watch));
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return Err(self.failed_handshake_settings(&watch));
+            }
         }
         self.recorder
             .borrow_mut()
@@ -410,7 +426,7 @@ impl Worker {
         let got = watch.first_bytes.borrow().clone();
         self.recorder.borrow_mut().note_failure_detail(Outcome::ProtocolError, || {
             format!(
-                "{to} sent no HTTP/2 SETTINGS frame within {SETTINGS_WAIT:?} of the connection preface{}",
+                "{to} sent no HTTP/2 SETTINGS frame after the connection preface (waited up to {SETTINGS_WAIT:?}){}",
                 http1_hint(&got)
             )
         });
@@ -569,10 +585,24 @@ async fn slot(worker: Rc<Worker>, conn: Rc<Conn>, mut first: Option<Pending>) ->
         let pending = match first.take() {
             Some(pending) => pending,
             None => {
+                // Wait for a ticket, or for the connection to stop taking streams (a
+                // GOAWAY, a close), whichever is first: a slot of a dead connection must
+                // not sit in the queue of idle connections.
+                let changed = conn.watch.changed.notified();
+                tokio::pin!(changed);
+                changed.as_mut().enable();
                 if !conn.open_for_streams(max) {
                     return SlotEnd::ConnectionDone;
                 }
-                let Some(ticket) = worker.next_ticket().await else {
+                let ticket = tokio::select! {
+                    biased;
+                    () = &mut changed => {
+                        // Something changed (a GOAWAY, the end): look again.
+                        continue;
+                    }
+                    ticket = worker.next_ticket() => ticket,
+                };
+                let Some(ticket) = ticket else {
                     return SlotEnd::RunOver;
                 };
                 Pending {
