@@ -14,6 +14,9 @@ ratio of each tool to ingressbench; nothing here asserts a timing.
     python3 bench/compare.py backend     # the echo backend on one core vs nginx on one core
     python3 bench/compare.py workers     # one worker process vs two (--workers 2) at the
                                          # highest rate one sustains with lag p99 under 1 ms
+    python3 bench/compare.py h2-closed   # HTTP/2 (h2c): 10 connections x 100 streams, closed loop,
+                                         # against h2load and oha --http2
+    python3 bench/compare.py h2-open     # HTTP/2 (h2c) open loop at 20,000 req/s over 10 connections
     python3 bench/compare.py all --duration 5
 
 Needs nginx (scripts/install-deps.sh) and the peers (../shared/tools/install-peers.sh);
@@ -59,6 +62,7 @@ class Nginx:
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="ib-bench-nginx-")
         self.port = free_port()
+        self.h2_port = free_port()
         conf = os.path.join(self.dir, "nginx.conf")
         with open(conf, "w") as f:
             f.write(f"""worker_processes 1;
@@ -75,6 +79,12 @@ http {{
     listen 127.0.0.1:{self.port} backlog=16384 reuseport;
     location / {{ add_header x-backend nginx; add_header x-ingressbench-generation 1; return 200 "hello from nginx\\n"; }}
   }}
+  # The same answer over HTTP/2 without TLS (h2c, prior knowledge; nginx 1.22's syntax).
+  server {{
+    listen 127.0.0.1:{self.h2_port} http2 backlog=16384;
+    http2_max_concurrent_streams 128;
+    location / {{ add_header x-backend nginx; add_header x-ingressbench-generation 1; return 200 "hello from nginx\\n"; }}
+  }}
 }}
 """)
         self.proc = subprocess.Popen(["taskset", "-c", SUT_CPU, "nginx", "-c", conf, "-e", f"{self.dir}/error.log"],
@@ -89,6 +99,7 @@ http {{
         else:
             raise SystemExit(f"nginx did not start; see {self.dir}/error.log")
         self.url = f"http://127.0.0.1:{self.port}/"
+        self.h2_url = f"http://127.0.0.1:{self.h2_port}/"
 
     def stop(self):
         os.killpg(self.proc.pid, signal.SIGTERM)
@@ -157,8 +168,10 @@ def wrk_latency(text, label):
     return None
 
 
-def run_oha(conns, seconds, url, rate=None):
+def run_oha(conns, seconds, url, rate=None, http2_parallel=None):
     cmd = [find("oha"), "--no-tui", "--output-format", "json", "-c", str(conns), "-z", f"{seconds}s"]
+    if http2_parallel:
+        cmd += ["--http2", "-p", str(http2_parallel)]
     if rate:
         cmd += ["-q", str(rate), "--latency-correction"]
     text, cpu, _ = measure(cmd + [url])
@@ -167,6 +180,24 @@ def run_oha(conns, seconds, url, rate=None):
     pct = s.get("latencyPercentiles", {})
     return {"requests": total, "ok": s["statusCodeDistribution"].get("200", 0), "rate": s["summary"]["requestsPerSec"],
             "p50_us": pct.get("p50", 0) * 1e6, "p90_us": pct.get("p90", 0) * 1e6, "p99_us": pct.get("p99", 0) * 1e6,
+            "cpu": cpu}
+
+
+def run_h2load(conns, streams, seconds, url, rate=None):
+    cmd = [find("h2load"), "-t", "1", "-c", str(conns), "-m", str(streams), "-D", str(seconds)]
+    if rate:
+        cmd += ["--rps", str(max(1, round(rate / conns)))]
+    text, cpu, _ = measure(cmd + [url])
+    line = next(l for l in text.splitlines() if l.startswith("requests:"))
+    parts = line.replace(",", "").split()
+    total, ok = int(parts[1]), int(parts[7])
+    rate_per_s = float(next(l for l in text.splitlines() if l.startswith("finished in")).split(",")[1].split()[0])
+    # h2load gives no percentiles: min, max, mean of "time for request".
+    mean = None
+    for l in text.splitlines():
+        if l.strip().startswith("time for request:"):
+            mean = wrk_latency(f"x {l.split()[5]}", "x")
+    return {"requests": total, "ok": ok, "rate": rate_per_s, "p50_us": None, "p99_us": None, "mean_us": mean,
             "cpu": cpu}
 
 
@@ -376,9 +407,33 @@ def workers(nginx, seconds, tmp, rates=(5000, 10000, 20000, 30000, 40000, 60000)
     return rows
 
 
+def h2_closed(nginx, seconds, tmp, conns=10, streams=100):
+    rows = {"ingressbench": run_ingressbench(["--http2", "-c", str(conns), "--streams", str(streams), "-d", f"{seconds}s"],
+                                             nginx.h2_url, tmp)}
+    rows["h2load"] = run_h2load(conns, streams, seconds, nginx.h2_url) if find("h2load") else None
+    rows["oha --http2"] = run_oha(conns, seconds, nginx.h2_url, http2_parallel=streams) if find("oha") else None
+    table(f"HTTP/2 (h2c) closed loop, 1 thread, {conns} connections x {streams} streams, {seconds} s", rows, "req/s",
+          "higher req/s is better; h2load reports no percentiles")
+    return rows
+
+
+def h2_open(nginx, seconds, tmp, rate=20000, conns=10, streams=100, grids=("500us", "1ms")):
+    args = ["--http2", "-R", str(rate), "-c", str(conns), "--streams", str(streams), "-d", f"{seconds}s"]
+    rows = {"ingressbench": run_ingressbench(args, nginx.h2_url, tmp)}
+    for grid in grids:
+        rows[f"ingressbench --batch-window {grid}"] = run_ingressbench(args + ["--batch-window", grid], nginx.h2_url, tmp)
+    rows["h2load --rps"] = run_h2load(conns, streams, seconds, nginx.h2_url, rate=rate) if find("h2load") else None
+    rows["oha --http2 --latency-correction"] = (
+        run_oha(conns, seconds, nginx.h2_url, rate=rate, http2_parallel=streams) if find("oha") else None)
+    table(f"HTTP/2 (h2c) open loop at {rate:,} req/s, {conns} connections (up to {streams} streams each), {seconds} s",
+          rows, "CPU/request", "lower CPU per request is better; achieved rate should be within 0.5% of the target "
+          "(h2load's --rps paces each connection on its own and reports no percentiles)")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "workers", "all"])
+    ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "workers", "h2-closed", "h2-open", "all"])
     ap.add_argument("--duration", type=int, default=10, help="seconds per tool (default 10)")
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--accuracy-rates", default="2000,20000", help="rates of the accuracy tables")
@@ -398,6 +453,10 @@ def main():
             closed(nginx, args.duration, tmp)
         if args.what in ("open", "all"):
             open_loop(nginx, args.duration, tmp, args.rate)
+        if args.what in ("h2-closed", "all"):
+            h2_closed(nginx, args.duration, tmp)
+        if args.what in ("h2-open", "all"):
+            h2_open(nginx, args.duration, tmp, args.rate)
         if args.what in ("accuracy", "all"):
             accuracy(args.duration, tmp, rates=[int(r) for r in args.accuracy_rates.split(",")])
         if args.what in ("backend", "all"):

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ingressbench_stats::{Goaway, Outcome, Phases, Sample};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::task::JoinSet;
 
 use super::Worker;
 use crate::connection::{nanos, Stream};
@@ -117,6 +116,41 @@ impl Http2 {
     }
 }
 
+/// A wake-up for the one task that waits on it (a connection's task), without a lock:
+/// everything here runs on one thread.
+#[derive(Default)]
+struct Signal {
+    generation: Cell<u64>,
+    waiter: RefCell<Option<std::task::Waker>>,
+}
+
+impl Signal {
+    fn notify(&self) {
+        self.generation.set(self.generation.get() + 1);
+        let waiter = self.waiter.borrow_mut().take();
+        if let Some(waker) = waiter {
+            waker.wake();
+        }
+    }
+
+    /// Where it stands now, for [`Signal::since`].
+    fn mark(&self) -> u64 {
+        self.generation.get()
+    }
+
+    /// Returns once it has been notified after `mark`.
+    async fn since(&self, mark: u64) {
+        std::future::poll_fn(|cx| {
+            if self.generation.get() != mark {
+                return Poll::Ready(());
+            }
+            *self.waiter.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+        .await;
+    }
+}
+
 /// A GOAWAY as read off the wire.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct GoawayFrame {
@@ -154,9 +188,9 @@ struct FrameWatch {
     settings_seen: Cell<bool>,
     /// The first bytes the server sent, to tell HTTP/1.1 answering an h2c preface.
     first_bytes: RefCell<Vec<u8>>,
-    /// Woken at the server's first SETTINGS, at each GOAWAY, and when the connection
-    /// ends: what stream slots and the handshake wait on.
-    changed: tokio::sync::Notify,
+    /// Notified at the server's SETTINGS, at each GOAWAY, when the connection ends and
+    /// when one of its streams ends: what its task waits on.
+    changed: Signal,
 }
 
 const FRAME_SETTINGS: u8 = 0x4;
@@ -231,7 +265,7 @@ impl FrameWatch {
         match scan.kind {
             FRAME_SETTINGS if !ack => {
                 self.settings_seen.set(true);
-                self.changed.notify_waiters();
+                self.changed.notify();
             }
             FRAME_GOAWAY if scan.kept_len == 8 => {
                 let k = scan.kept;
@@ -245,7 +279,7 @@ impl FrameWatch {
                     self.sent.get(),
                     self.in_flight.get(),
                 ));
-                self.changed.notify_waiters();
+                self.changed.notify();
             }
             _ => {}
         }
@@ -301,12 +335,16 @@ impl AsyncWrite for Watched {
 /// One open HTTP/2 connection, shared by its stream slots.
 struct Conn {
     id: u64,
-    send: h2::client::SendRequest<Bytes>,
+    send: RefCell<h2::client::SendRequest<Bytes>>,
     watch: Rc<FrameWatch>,
     /// Set when the connection's driver ended (closed, or broken).
     ended: Rc<Cell<bool>>,
     /// GOAWAYs already recorded.
     goaways_recorded: Cell<usize>,
+    /// Streams handed a ticket and not ended.
+    busy: Cell<u32>,
+    /// Set when a new stream could not be opened on it (it is closing).
+    refused: Cell<bool>,
     /// The connect and TLS phases, for the first stream to go out on it.
     opened: Cell<Option<Phases>>,
 }
@@ -315,6 +353,7 @@ impl Conn {
     /// Whether a new stream may start on it.
     fn open_for_streams(&self, max_per_connection: u64) -> bool {
         !self.ended.get()
+            && !self.refused.get()
             && self.watch.last_goaway().is_none()
             && self.watch.sent.get() < max_per_connection
     }
@@ -380,20 +419,21 @@ impl Worker {
         tokio::task::spawn_local(async move {
             let _ = connection.await;
             driver_ended.set(true);
-            driver_watch.changed.notify_waiters();
+            driver_watch.changed.notify();
         });
         let deadline = tokio::time::Instant::now() + SETTINGS_WAIT;
         loop {
-            let changed = watch.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
+            let mark = watch.changed.mark();
             if watch.settings_seen.get() {
                 break;
             }
             if ended.get() {
                 return Err(self.failed_handshake_settings(&watch));
             }
-            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+            if tokio::time::timeout_at(deadline, watch.changed.since(mark))
+                .await
+                .is_err()
+            {
                 return Err(self.failed_handshake_settings(&watch));
             }
         }
@@ -402,10 +442,12 @@ impl Worker {
             .record_http2_connection(watch.max_streams.get());
         Ok(Rc::new(Conn {
             id,
-            send,
+            send: RefCell::new(send),
             watch,
             ended,
             goaways_recorded: Cell::new(0),
+            busy: Cell::new(0),
+            refused: Cell::new(false),
             opened: Cell::new(None),
         }))
     }
@@ -494,6 +536,7 @@ pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
         generation += 1;
         (index << 32) | generation
     };
+    let live = Rc::new(Live::default());
     let mut ready = None;
     if worker.shared.keepalive {
         let mut phases = Phases::default();
@@ -509,6 +552,7 @@ pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
             Some(conn) => (conn, None),
             None => {
                 let Some(ticket) = worker.next_ticket().await else {
+                    live.wait_idle().await;
                     return;
                 };
                 let pending = Pending {
@@ -546,85 +590,116 @@ pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
                 }
             }
         };
-        let slots = worker.stream_slots(&conn);
-        let mut tasks = JoinSet::new();
-        let mut first = first;
-        for _ in 0..slots {
-            tasks.spawn_local(slot(worker.clone(), conn.clone(), first.take()));
-        }
-        let mut finished = false;
-        while let Some(result) = tasks.join_next().await {
-            match result {
-                Ok(SlotEnd::RunOver) => finished = true,
-                Ok(SlotEnd::ConnectionDone) => {}
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(_) => {}
-            }
-        }
+        let finished = run_streams(&worker, &conn, &live, first).await;
         worker.note_goaways(&conn);
         if finished {
+            // The run has no more tickets: let this task's streams end before it does
+            // (what is still in flight when the worker stops counts as abandoned).
+            live.wait_idle().await;
             return;
         }
     }
 }
 
-/// Why a stream slot stopped.
-enum SlotEnd {
-    /// No more tickets.
-    RunOver,
-    /// Its connection takes no more streams.
-    ConnectionDone,
+/// The streams a connection task started (on any of its connections) and not yet ended.
+#[derive(Default)]
+struct Live {
+    count: Cell<u32>,
+    ended: Signal,
 }
 
-/// One stream slot: takes tickets and sends each on its connection, until the run or
-/// the connection is over.
-async fn slot(worker: Rc<Worker>, conn: Rc<Conn>, mut first: Option<Pending>) -> SlotEnd {
+impl Live {
+    async fn wait_idle(&self) {
+        loop {
+            let mark = self.ended.mark();
+            if self.count.get() == 0 {
+                return;
+            }
+            self.ended.since(mark).await;
+        }
+    }
+}
+
+/// Hands tickets to new streams on `conn` while it has a free stream slot and takes new
+/// streams, each stream a task of its own; returns `true` when the run has no more
+/// tickets, `false` when the connection takes no more streams (a GOAWAY, its end, its
+/// request limit). The connection waits for a ticket only while a slot is free, so a
+/// request waits only when no connection has one.
+async fn run_streams(
+    worker: &Rc<Worker>,
+    conn: &Rc<Conn>,
+    live: &Rc<Live>,
+    first: Option<Pending>,
+) -> bool {
+    let slots = worker.stream_slots(conn);
     let max = worker.shared.max_requests_per_connection;
-    let mut send = conn.send.clone();
+    if let Some(pending) = first {
+        start_stream(worker, conn, live, pending);
+    }
+    // One wait for a ticket, kept across wake-ups (a dropped wait goes to the back of
+    // the line) and renewed only once it has given a ticket.
+    let next = worker.next_ticket();
+    tokio::pin!(next);
+    let mut armed = true;
     loop {
-        let pending = match first.take() {
-            Some(pending) => pending,
-            None => {
-                // Wait for a ticket, or for the connection to stop taking streams (a
-                // GOAWAY, a close), whichever is first: a slot of a dead connection must
-                // not sit in the queue of idle connections.
-                let changed = conn.watch.changed.notified();
-                tokio::pin!(changed);
-                changed.as_mut().enable();
-                if !conn.open_for_streams(max) {
-                    return SlotEnd::ConnectionDone;
-                }
-                let ticket = tokio::select! {
-                    biased;
-                    () = &mut changed => {
-                        // Something changed (a GOAWAY, the end): look again.
-                        continue;
-                    }
-                    ticket = worker.next_ticket() => ticket,
-                };
-                let Some(ticket) = ticket else {
-                    return SlotEnd::RunOver;
-                };
-                Pending {
-                    ticket,
-                    sent_at: Instant::now(),
-                }
+        let mark = conn.watch.changed.mark();
+        if !conn.open_for_streams(max) {
+            return false;
+        }
+        if conn.busy.get() >= slots {
+            conn.watch.changed.since(mark).await;
+            continue;
+        }
+        if !armed {
+            next.set(worker.next_ticket());
+            armed = true;
+        }
+        let ticket = tokio::select! {
+            biased;
+            () = conn.watch.changed.since(mark) => continue,
+            ticket = &mut next => {
+                armed = false;
+                ticket
             }
         };
-        if !conn.open_for_streams(max) {
-            // It went away while this slot waited: the ticket goes to another
-            // connection, untouched.
-            worker.give_back(pending.ticket);
-            return SlotEnd::ConnectionDone;
+        let Some(ticket) = ticket else {
+            return true;
+        };
+        let pending = Pending {
+            ticket,
+            sent_at: Instant::now(),
+        };
+        start_stream(worker, conn, live, pending);
+    }
+}
+
+/// Opens a stream for `pending` on `conn` (at once, from the connection's task) and
+/// leaves waiting for its answer to a task of its own, which records what became of it
+/// (or hands the ticket back to be sent elsewhere).
+fn start_stream(worker: &Rc<Worker>, conn: &Rc<Conn>, live: &Rc<Live>, pending: Pending) {
+    let sent = match open_stream(worker, conn, pending) {
+        Ok(sent) => sent,
+        Err(ticket) => {
+            worker.give_back(ticket);
+            return;
         }
-        worker.in_flight.set(worker.in_flight.get() + 1);
-        match exchange(&worker, &conn, &mut send, pending).await {
+    };
+    conn.busy.set(conn.busy.get() + 1);
+    live.count.set(live.count.get() + 1);
+    worker.in_flight.set(worker.in_flight.get() + 1);
+    let (worker, conn, live) = (worker.clone(), conn.clone(), live.clone());
+    tokio::task::spawn_local(async move {
+        match finish_stream(&worker, &conn, sent).await {
             Exchanged::Done(sample) => worker.record(&sample),
             Exchanged::Again(ticket) => worker.give_back(ticket),
         }
         worker.in_flight.set(worker.in_flight.get() - 1);
+        conn.busy.set(conn.busy.get() - 1);
+        live.count.set(live.count.get() - 1);
         worker.note_goaways(&conn);
-    }
+        conn.watch.changed.notify();
+        live.ended.notify();
+    });
 }
 
 /// What became of one stream.
@@ -634,22 +709,35 @@ enum Exchanged {
     Again(Ticket),
 }
 
-/// Sends one request on a stream of `conn` and reads its answer.
-async fn exchange(
-    worker: &Worker,
-    conn: &Conn,
-    send: &mut h2::client::SendRequest<Bytes>,
+/// A stream on its way: what its task waits on.
+struct Sent {
     pending: Pending,
-) -> Exchanged {
+    sample: Sample,
+    write_at: Instant,
+    response: h2::client::ResponseFuture,
+    body_out: h2::SendStream<Bytes>,
+}
+
+/// Opens a stream for `pending` on `conn` and queues its request (no wait). A
+/// connection that takes no new stream gives the ticket back, and takes no more.
+fn open_stream(worker: &Worker, conn: &Conn, pending: Pending) -> Result<Sent, Ticket> {
     let http2 = worker.shared.http2.as_ref().expect("an HTTP/2 run");
     let mut sample = worker.sample_for(&pending);
     let write_at = Instant::now();
     let end_of_stream = http2.body.is_empty();
-    let (response, mut body_out) = match send.send_request(http2.request(), end_of_stream) {
+    let opened = conn
+        .send
+        .borrow_mut()
+        .send_request(http2.request(), end_of_stream);
+    let (response, body_out) = match opened {
         Ok(pair) => pair,
-        // Never on the wire (the connection closed or went away since the slot looked):
-        // another connection sends it.
-        Err(_) => return Exchanged::Again(pending.ticket),
+        // Never on the wire (the connection closed or went away since it was looked
+        // at): another connection sends it.
+        Err(_) => {
+            conn.refused.set(true);
+            conn.watch.changed.notify();
+            return Err(pending.ticket);
+        }
     };
     let opened = conn.opened.take();
     sample.connection_reused = opened.is_none();
@@ -665,6 +753,27 @@ async fn exchange(
         .recorder
         .borrow_mut()
         .record_streams_in_flight(u64::from(watch.in_flight.get()));
+    Ok(Sent {
+        pending,
+        sample,
+        write_at,
+        response,
+        body_out,
+    })
+}
+
+/// Waits for a stream's answer and reads it to the end.
+async fn finish_stream(worker: &Worker, conn: &Conn, sent: Sent) -> Exchanged {
+    let http2 = worker.shared.http2.as_ref().expect("an HTTP/2 run");
+    let Sent {
+        pending,
+        mut sample,
+        write_at,
+        response,
+        mut body_out,
+    } = sent;
+    let end_of_stream = http2.body.is_empty();
+    let watch = &conn.watch;
     let mut bytes = 0u64;
     let mut first_byte = None;
     let mut backend = None;

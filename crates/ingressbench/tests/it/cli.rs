@@ -153,6 +153,14 @@ fn bad_input_exits_2_and_says_what_would_be_valid() {
             vec!["load", "-d", "ten", "http://127.0.0.1:1/"],
             "not a duration",
         ),
+        (
+            vec!["load", "--streams", "10", "http://127.0.0.1:1/"],
+            "--http2",
+        ),
+        (
+            vec!["load", "--http2", "--streams", "0", "http://127.0.0.1:1/"],
+            "--streams",
+        ),
     ] {
         let out = ib(&args);
         let stderr = text(&out.stderr);

@@ -13,7 +13,9 @@ use ingressbench_lab::proxy::ProxyKind;
 use ingressbench_lab::relay::LinkSpec;
 use ingressbench_lab::topology::Topology;
 use ingressbench_lab::{Lab, LabSpec};
-use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Resolve, Target, TlsOptions};
+use ingressbench_load::{
+    run, Length, Mode, NoObserver, Plan, Protocol, Resolve, Target, TlsOptions,
+};
 use ingressbench_stats::Summary;
 
 use crate::common::{alive, BIN};
@@ -52,6 +54,82 @@ fn load(lab: &Lab, https: bool, n: u64, path: &str) -> Summary {
     run(&plan, Arc::new(AtomicBool::new(false)), &mut NoObserver)
         .unwrap()
         .summary
+}
+
+/// The remote ports of established TCP connections to local port `port` (IPv4), as the
+/// kernel lists the server's sockets.
+fn peers_of(port: u16) -> std::collections::BTreeSet<u16> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let local = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+            let remote = u16::from_str_radix(f.get(2)?.rsplit(':').next()?, 16).ok()?;
+            // State 01: established.
+            (local == port && *f.get(3)? == "01").then_some(remote)
+        })
+        .collect()
+}
+
+/// HTTP/2 over TLS (ALPN h2): every request answered, over 2 connections that each carry
+/// many streams at once; the proxy's side of the sockets shows the 2 connections.
+fn http2_over_tls(lab: &Lab, kind: ProxyKind) {
+    let proxy = &lab.proxies()[0];
+    let port = proxy.https_port().unwrap();
+    let mut plan = Plan::new(Target::parse(&format!("https://app.test:{port}/")).unwrap());
+    plan.protocol = Protocol::Http2;
+    plan.streams = Some(20);
+    plan.mode = Mode::Closed;
+    plan.connections = 2;
+    // Under nginx's 1,000 requests per connection (keepalive_requests), which ends one
+    // with a GOAWAY.
+    plan.length = Length::Requests(600);
+    plan.timeout = Duration::from_secs(5);
+    plan.tls.cacert = Some(lab.certs().unwrap().ca.clone());
+    plan.resolve = vec![Resolve::parse(&format!("app.test:{port}:127.0.0.1")).unwrap()];
+    let done = Arc::new(AtomicBool::new(false));
+    let watch = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut seen = std::collections::BTreeSet::new();
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                seen.extend(peers_of(port));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            seen
+        })
+    };
+    let s = run(&plan, Arc::new(AtomicBool::new(false)), &mut NoObserver)
+        .unwrap()
+        .summary;
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peers = watch.join().unwrap();
+    assert_eq!(
+        s.outcomes.get("200"),
+        Some(&600),
+        "{kind} h2: {:?} {:?}",
+        s.outcomes,
+        s.failure_details
+    );
+    assert_eq!(s.protocol, "http2");
+    let events = &s.connection_events;
+    assert_eq!(events.http2_connections, 2, "{kind} h2: {events:?}");
+    assert!(
+        events.max_streams_in_flight > 1,
+        "{kind} h2: one stream at a time: {events:?}"
+    );
+    assert_eq!(s.connections_opened, 2, "{kind} h2");
+    assert_eq!(
+        peers.len(),
+        2,
+        "{kind} h2: the proxy's side shows connections from {peers:?}"
+    );
+    eprintln!(
+        "{kind}: HTTP/2 over TLS, 600 requests on 2 connections, up to {} streams at once (server allows {}), p50 {} us",
+        events.max_streams_in_flight, events.server_stream_limit, s.latency_us.p50
+    );
 }
 
 /// One request; returns the response head as text (lowercased header names).
@@ -148,6 +226,8 @@ fn routes_and_changes(kind: ProxyKind) {
             s.backends
         );
     }
+
+    http2_over_tls(&lab, kind);
 
     // Scale 3 -> 4: the new backend gets traffic.
     lab.scale("echo", 4).unwrap();

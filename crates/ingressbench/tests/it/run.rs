@@ -751,3 +751,71 @@ fn each_cell_says_what_the_proxy_spent_and_a_reload_shows_its_cpu_at_its_time() 
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// nginx reloaded under HTTP/2 open-loop load over TLS: each reload ends every
+/// connection with a GOAWAY, which the client counts, places in the reload's window of
+/// the impact, and lists in the summary; streams the GOAWAYs left unprocessed are sent
+/// again (counted as retried) or, if not, are errors by their own name.
+#[test]
+fn nginx_reloaded_under_http2_load_shows_its_goaways_at_each_reload() {
+    let (dir, out) = run_ok(
+        "h2-reload",
+        "
+name: h2-reload
+targets: [nginx]
+tls: true
+backends: [{ name: echo, replicas: 2 }]
+load: { mode: open, rate: 400, connections: 8, duration: 3s, sample_rate: 1, protocol: http2, streams: 50 }
+events:
+  - { at: 800ms, reload: true }
+  - { at: 1800ms, reload: true }
+",
+    );
+    let record = json(&out.join("run.json"));
+    let cell = &record["cells"][0];
+    let cell_dir = out.join("cells").join(cell["dir"].as_str().unwrap());
+    let summary = json(&cell_dir.join("summary.json"));
+    assert_eq!(summary["protocol"], "http2");
+    let events = &summary["connection_events"];
+    assert!(
+        events["http2_connections"].as_u64().unwrap() >= 8,
+        "{events}"
+    );
+    let goaways = summary["goaways"].as_array().unwrap();
+    // Every connection open at a reload gets one (nginx sends one GOAWAY per connection).
+    assert!(
+        goaways.len() >= 2 * 8,
+        "{} GOAWAYs: {goaways:?}",
+        goaways.len()
+    );
+    assert_eq!(
+        events["goaways_received"].as_u64().unwrap(),
+        goaways.len() as u64
+    );
+    let impact = json(&cell_dir.join("impact.json"));
+    let impact = impact.as_array().unwrap();
+    assert_eq!(impact.len(), 2, "{impact:?}");
+    for event in impact {
+        let n = event["goaways"].as_u64().unwrap_or(0);
+        assert!(n >= 8, "a reload's window holds its GOAWAYs: {event}");
+        let first = event["first_goaway_after_s"].as_f64().unwrap();
+        assert!((0.0..3.0).contains(&first), "{event}");
+    }
+    // Whatever the client saw is named: answers, retried streams, or errors by name.
+    let total = summary["requests"]["total"].as_u64().unwrap();
+    assert!(total >= 1100, "{summary}");
+    let named: u64 = summary["outcomes"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(named, total);
+    eprintln!(
+        "nginx under HTTP/2: {} GOAWAYs, outcomes {}, retried {}",
+        goaways.len(),
+        summary["outcomes"],
+        summary["retries"]
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
