@@ -814,3 +814,32 @@ pub fn workers_json(report: &FleetReport) -> serde_json::Value {
         "p99_average_of_workers_us": report.p99_average_of_workers_us,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A worker gets the HTTP version and streams its coordinator was given; a plan from
+    /// a coordinator that predates them reads as HTTP/1.1.
+    #[test]
+    fn the_plan_carries_the_protocol_and_streams() {
+        let mut plan = Plan::new(Target::parse("https://app.test/").unwrap());
+        plan.protocol = Protocol::Http2;
+        plan.streams = Some(64);
+        let text = serde_json::to_string(&PlanWire::of(&plan, 0, 2, SystemTime::now())).unwrap();
+        let (back, _) = serde_json::from_str::<PlanWire>(&text)
+            .unwrap()
+            .plan()
+            .unwrap();
+        assert_eq!((back.protocol, back.streams), (Protocol::Http2, Some(64)));
+        let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let fields = old.as_object_mut().unwrap();
+        fields.remove("protocol");
+        fields.remove("streams");
+        let (back, _) = serde_json::from_value::<PlanWire>(old)
+            .unwrap()
+            .plan()
+            .unwrap();
+        assert_eq!((back.protocol, back.streams), (Protocol::Http1, None));
+    }
+}

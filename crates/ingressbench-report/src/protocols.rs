@@ -68,7 +68,7 @@ fn total(run: &RunResults, c: &Condition, path: &[&str]) -> f64 {
     cells(run, c)
         .iter()
         .filter_map(|cell| cell.number(path))
-        .sum()
+        .fold(0.0, |a, b| a + b)
 }
 
 /// GOAWAYs that came within an event's window, summed over the first cell's events.
@@ -77,7 +77,7 @@ fn goaways_at_events(run: &RunResults, c: &Condition) -> f64 {
         cell.impact
             .iter()
             .filter_map(|e| e["goaways"].as_f64())
-            .sum()
+            .fold(0.0, |a, b| a + b)
     })
 }
 
