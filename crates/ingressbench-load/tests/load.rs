@@ -45,6 +45,26 @@ impl Observer for Collect {
     }
 }
 
+/// No errors, and the latency percentiles of a server that stalls `stall` of every
+/// `every` at 1,000 req/s, as computed in `coordinated_omission_is_corrected`, within 5%.
+fn assert_corrected_for_stalls(report: &LoadReport, every: Duration, stall: Duration) {
+    let s = &report.summary;
+    assert_eq!(s.requests.errors, 0, "{:?}", s.outcomes);
+    let stalled_share = stall.as_secs_f64() / every.as_secs_f64();
+    for percentile in [90.0, 95.0, 99.0] {
+        let got_ms = report.recorder.latency().value_at_percentile(percentile) as f64 / 1e3;
+        let want_ms =
+            stall.as_secs_f64() * 1e3 * (1.0 - (1.0 - percentile / 100.0) / stalled_share);
+        let error = (got_ms - want_ms).abs() / want_ms;
+        eprintln!("p{percentile}: measured {got_ms:.1} ms, expected {want_ms:.1} ms");
+        assert!(
+            error < 0.05,
+            "p{percentile}: measured {got_ms:.1} ms, expected {want_ms:.1} ms ({:.1}% off)",
+            error * 100.0
+        );
+    }
+}
+
 /// The server stalls 200 ms of every second. At 1,000 req/s, a fifth of the requests are
 /// due during a stall and wait until it ends, a wait uniform over 0-200 ms; so the share of
 /// corrected latencies above x is 0.2 * (1 - x / 200 ms), whose percentiles are computed
@@ -69,22 +89,7 @@ fn coordinated_omission_is_corrected() {
     p.length = Length::Duration(Duration::from_secs(5));
     let report = go(&p);
     let s = &report.summary;
-    assert_eq!(s.requests.errors, 0, "{:?}", s.outcomes);
-    let stalled_share = stall.as_secs_f64() / every.as_secs_f64();
-    let expected_ms = |percentile: f64| {
-        stall.as_secs_f64() * 1e3 * (1.0 - (1.0 - percentile / 100.0) / stalled_share)
-    };
-    for percentile in [90.0, 95.0, 99.0] {
-        let got_ms = report.recorder.latency().value_at_percentile(percentile) as f64 / 1e3;
-        let want_ms = expected_ms(percentile);
-        let error = (got_ms - want_ms).abs() / want_ms;
-        eprintln!("p{percentile}: measured {got_ms:.1} ms, expected {want_ms:.1} ms");
-        assert!(
-            error < 0.05,
-            "p{percentile}: measured {got_ms:.1} ms, expected {want_ms:.1} ms ({:.1}% off)",
-            error * 100.0
-        );
-    }
+    assert_corrected_for_stalls(&report, every, stall);
     let corrected_p99 = s.latency_us.p99 as f64;
     let service_p99 = s.service_time_us.p99 as f64;
     assert!(
@@ -827,20 +832,7 @@ fn coordinated_omission_is_corrected_over_http2() {
     p.length = Length::Duration(Duration::from_secs(5));
     let report = go(&p);
     let s = &report.summary;
-    assert_eq!(s.requests.errors, 0, "{:?}", s.outcomes);
-    let stalled_share = stall.as_secs_f64() / every.as_secs_f64();
-    for percentile in [90.0, 95.0, 99.0] {
-        let got_ms = report.recorder.latency().value_at_percentile(percentile) as f64 / 1e3;
-        let want_ms =
-            stall.as_secs_f64() * 1e3 * (1.0 - (1.0 - percentile / 100.0) / stalled_share);
-        let error = (got_ms - want_ms).abs() / want_ms;
-        eprintln!("p{percentile}: measured {got_ms:.1} ms, expected {want_ms:.1} ms");
-        assert!(
-            error < 0.05,
-            "p{percentile}: measured {got_ms:.1} ms, expected {want_ms:.1} ms ({:.1}% off)",
-            error * 100.0
-        );
-    }
+    assert_corrected_for_stalls(&report, every, stall);
     assert_eq!(s.connection_events.http2_connections, 2);
     assert_eq!(s.connection_events.max_streams_in_flight, 50);
 }

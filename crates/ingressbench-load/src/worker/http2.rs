@@ -1,7 +1,8 @@
 //! HTTP/2 connections: each carries up to `streams` requests at once, one per stream, and
-//! the `h2` crate does the framing. A connection runs one task per stream slot; every
-//! slot takes the worker's next ticket, so a request waits (and the wait counts) only
-//! when every slot of every connection is busy.
+//! the `h2` crate does the framing. A connection's task takes the worker's next ticket
+//! whenever the connection has a free stream slot and starts a stream (a task of its
+//! own) for it, so a request waits (and the wait counts) only when every slot of every
+//! connection is busy.
 //!
 //! What the server sends outside any one answer is read off the bytes as they arrive
 //! ([`FrameWatch`]): a GOAWAY's time, last-stream-id and code, and the server's
@@ -332,7 +333,7 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// One open HTTP/2 connection, shared by its stream slots.
+/// One open HTTP/2 connection, shared by its task and its streams' tasks.
 struct Conn {
     id: u64,
     send: RefCell<h2::client::SendRequest<Bytes>>,
@@ -528,7 +529,7 @@ fn http1_hint(first_bytes: &[u8]) -> &'static str {
 }
 
 /// One connection of an HTTP/2 run: opens it (before the start with keep-alive, else
-/// when a ticket needs it), runs its stream slots until it can take no more streams,
+/// when a ticket needs it), starts streams on it until it can take no more,
 /// then opens the next.
 pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
     let mut generation = 0u64;
