@@ -1,4 +1,6 @@
 //! The echo backend: a small HTTP/1.1 server that plays the service behind the proxies.
+//! A connection that opens with HTTP/2's preface is served over HTTP/2 (h2c with prior
+//! knowledge), so that a proxy can speak HTTP/2 to its upstreams (`http2.rs`).
 //!
 //! Every response names the backend in an `x-backend` header and echoes the path it was
 //! asked for in `x-echo-path` (so a path rewrite by a proxy can be seen). It can be made
@@ -19,6 +21,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::LabError;
+
+mod http2;
 
 /// The size of nginx's welcome page, the body most published comparisons served.
 pub const DEFAULT_BODY_BYTES: usize = 615;
@@ -370,12 +374,15 @@ pub async fn serve_control(listener: TcpListener, hold: Hold) {
     }
 }
 
-/// Responses rendered once: the head up to the echoed path, the rest, and the bodies.
+/// Responses rendered once: the head up to the echoed path, the rest, and the bodies
+/// (and for HTTP/2 the status and name the heads carry).
 struct Responses {
     ok_head: Vec<u8>,
     error_head: Vec<u8>,
-    ok_body: Vec<u8>,
-    error_body: Vec<u8>,
+    ok_body: bytes::Bytes,
+    error_body: bytes::Bytes,
+    status: u16,
+    name: String,
 }
 
 impl Responses {
@@ -394,8 +401,10 @@ impl Responses {
         Self {
             ok_head: head(config.status),
             error_head: head(500),
-            ok_body,
-            error_body,
+            ok_body: ok_body.into(),
+            error_body: error_body.into(),
+            status: config.status,
+            name: config.name.clone(),
         }
     }
 }
@@ -419,6 +428,7 @@ fn reason(status: u16) -> &'static str {
     }
 }
 
+#[derive(Clone)]
 struct Connection {
     responses: std::sync::Arc<Responses>,
     latency: Latency,
@@ -442,13 +452,24 @@ struct Request {
 
 impl Connection {
     /// Serves one connection; returns the number of requests answered.
-    async fn run<S: AsyncRead + AsyncWrite + Unpin>(mut self, mut stream: S) -> u64 {
+    async fn run<S>(mut self, mut stream: S) -> u64
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
         let mut buf = Vec::with_capacity(4096);
         let mut out = Vec::with_capacity(1024);
         let mut answered = 0;
         loop {
+            // HTTP/2's preface (or what may still become it) is no HTTP/1.1 request.
+            let maybe_http2 = answered == 0 && http2::may_be_preface(&buf);
+            if maybe_http2 && buf.len() >= http2::PREFACE.len() {
+                return self.run_http2(std::mem::take(&mut buf), stream).await;
+            }
             // Answer every complete request already buffered (pipelining included).
             loop {
+                if maybe_http2 {
+                    break;
+                }
                 let request = match parse_request(&buf) {
                     Ok(Some(r)) if buf.len() >= r.head_len + r.body_len => r,
                     Ok(_) => break,

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Target};
+use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Protocol, Target};
 
 use crate::common::BIN;
 
@@ -90,6 +90,36 @@ fn answers_with_its_name_a_615_byte_body_and_the_echoed_path() {
     let s = load(b.addr, 2000);
     assert_eq!(s.outcomes.get("200"), Some(&2000));
     assert_eq!(s.backends.get("b7"), Some(&2000));
+}
+
+/// HTTP/2 with prior knowledge (what a proxy speaks to an h2c upstream): the same answer,
+/// many streams at once on one connection, each with the asked delay.
+#[test]
+fn answers_http2_with_prior_knowledge_as_it_answers_http1() {
+    let b = Backend::start(&["--name", "b2", "--latency", "5ms"]);
+    let mut plan = Plan::new(Target::parse(&format!("http://{}/some/path?q=1", b.addr)).unwrap());
+    plan.protocol = Protocol::Http2;
+    plan.streams = Some(10);
+    plan.mode = Mode::Closed;
+    plan.connections = 2;
+    plan.length = Length::Requests(400);
+    let s = run(&plan, Arc::new(AtomicBool::new(false)), &mut NoObserver)
+        .unwrap()
+        .summary;
+    assert_eq!(
+        s.outcomes.get("200"),
+        Some(&400),
+        "{:?} {:?}",
+        s.outcomes,
+        s.failure_details
+    );
+    assert_eq!(s.backends.get("b2"), Some(&400));
+    assert_eq!(s.connection_events.http2_connections, 2);
+    assert_eq!(s.connection_events.max_streams_in_flight, 10);
+    assert_eq!(s.bytes_received, 400 * 615, "the body, as over HTTP/1.1");
+    assert!(s.latency_us.p50 >= 5_000, "p50 {}", s.latency_us.p50);
+    // HTTP/1.1 on the same port still works.
+    assert!(get(b.addr, "/x").contains("\r\nx-backend: b2\r\n"));
 }
 
 #[test]
