@@ -290,6 +290,14 @@ impl Worker {
         }
     }
 
+    /// Whether tickets wait to be taken (released and not taken, or handed back).
+    fn tickets_waiting(&self) -> bool {
+        match &self.source {
+            Source::Open(dispatch) => dispatch.backlog() > 0,
+            Source::Loop { returned, .. } => !returned.borrow().is_empty(),
+        }
+    }
+
     fn is_warmup(&self, seq: u64, intended_ns: u64) -> bool {
         seq < self.warmup_requests || intended_ns < self.shared.warmup_ns
     }

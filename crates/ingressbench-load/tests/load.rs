@@ -812,6 +812,33 @@ fn a_stream_reset_is_counted_under_its_code_at_its_time() {
     }
 }
 
+/// A server that refuses every stream (REFUSED_STREAM: never processed, so sent again):
+/// each request goes again until its timeout, counted from its first attempt, then ends
+/// as `rst_stream:refused_stream`, counted as retried; the run ends.
+#[test]
+fn streams_refused_every_time_end_at_their_timeout() {
+    let server = serve_h2(H2Behavior::ResetEvery { nth: 1, code: 7 }, None);
+    let mut p = http2_plan(&server.url("http"));
+    p.connections = 1;
+    p.length = Length::Requests(5);
+    p.timeout = Duration::from_millis(300);
+    let s = go(&p).summary;
+    assert_eq!(
+        s.outcomes.get("rst_stream:refused_stream"),
+        Some(&5),
+        "{:?}",
+        s.outcomes
+    );
+    assert_eq!(s.retries.after.get("rst_stream:refused_stream"), Some(&5));
+    // Each was sent more than once before its timeout.
+    assert!(server.seen.streams.load(Ordering::Relaxed) > 5);
+    assert!(
+        s.time_to_failure_us.p50 >= 300_000,
+        "{}",
+        s.time_to_failure_us.p50
+    );
+}
+
 /// The stall server of `coordinated_omission_is_corrected`, over HTTP/2 with 2 connections
 /// of 50 streams: the corrected percentiles are the same.
 #[test]

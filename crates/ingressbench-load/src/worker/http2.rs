@@ -554,6 +554,9 @@ pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
             None => {
                 let Some(ticket) = worker.next_ticket().await else {
                     live.wait_idle().await;
+                    if worker.tickets_waiting() {
+                        continue;
+                    }
                     return;
                 };
                 let pending = Pending {
@@ -594,10 +597,15 @@ pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
         let finished = run_streams(&worker, &conn, &live, first).await;
         worker.note_goaways(&conn);
         if finished {
-            // The run has no more tickets: let this task's streams end before it does
-            // (what is still in flight when the worker stops counts as abandoned).
+            // The run has no more new tickets: let this task's streams end before it
+            // does (what is still in flight when the worker stops counts as abandoned),
+            // and send again what they handed back.
             live.wait_idle().await;
-            return;
+            if !worker.tickets_waiting() {
+                return;
+            }
+            let max = worker.shared.max_requests_per_connection;
+            ready = conn.open_for_streams(max).then_some(conn);
         }
     }
 }
@@ -806,7 +814,13 @@ async fn finish_stream(worker: &Worker, conn: &Conn, sent: Sent) -> Exchanged {
         }
         Ok::<u16, h2::Error>(status)
     };
-    let deadline = pending.sent_at + worker.shared.timeout;
+    // The timeout runs from the first attempt: sending again never extends it (a server
+    // that refuses every stream ends each request at its timeout, not never).
+    let first_sent = match pending.ticket.retry {
+        Some(retry) => worker.shared.start + Duration::from_nanos(retry.first_sent_ns),
+        None => pending.sent_at,
+    };
+    let deadline = first_sent + worker.shared.timeout;
     let result = tokio::time::timeout_at(deadline.into(), attempt).await;
     let done = Instant::now();
     watch.in_flight.set(watch.in_flight.get() - 1);
