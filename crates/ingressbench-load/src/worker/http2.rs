@@ -228,12 +228,14 @@ impl FrameWatch {
                 continue;
             }
             let take = scan.payload_left.min(data.len());
-            let wanted = match scan.kind {
-                FRAME_GOAWAY => 8,
-                FRAME_SETTINGS => 6,
-                _ => 0,
+            // Only SETTINGS (each entry) and a GOAWAY's first 8 bytes are read; every
+            // other payload (the answers' DATA above all) is skipped without a look.
+            let (wanted, watched) = match scan.kind {
+                FRAME_GOAWAY => (8, take.min(8usize.saturating_sub(scan.kept_len))),
+                FRAME_SETTINGS => (6, take),
+                _ => (0, 0),
             };
-            for &b in &data[..take] {
+            for &b in &data[..watched] {
                 if scan.kept_len < wanted {
                     let at = scan.kept_len;
                     scan.kept[at] = b;
@@ -479,9 +481,11 @@ impl Worker {
     /// How many streams a connection carries at once: the plan's number, else the
     /// server's limit up to [`DEFAULT_STREAMS`]; never more than the server allows.
     fn stream_slots(&self, conn: &Conn) -> u32 {
-        let http2 = self.shared.http2.as_ref().map_or(Some(1), |h| h.streams);
-        let wanted = http2.unwrap_or(DEFAULT_STREAMS);
-        let wanted = if self.shared.keepalive { wanted } else { 1 };
+        // Without keep-alive a connection carries one request.
+        let wanted = match &self.shared.http2 {
+            Some(http2) if self.shared.keepalive => http2.streams.unwrap_or(DEFAULT_STREAMS),
+            _ => 1,
+        };
         conn.watch
             .max_streams
             .get()
