@@ -2,8 +2,10 @@
 //! A connection that opens with HTTP/2's preface is served over HTTP/2 (h2c with prior
 //! knowledge), so that a proxy can speak HTTP/2 to its upstreams (`http2.rs`).
 //!
-//! Every response names the backend in an `x-backend` header and echoes the path it was
-//! asked for in `x-echo-path` (so a path rewrite by a proxy can be seen). It can be made
+//! Every response names the backend in an `x-backend` header, the protocol it was asked
+//! over in [`PROTOCOL_HEADER`] (so what a proxy speaks to its upstreams can be seen), and
+//! echoes the path it was asked for in `x-echo-path` (so a path rewrite by a proxy can be
+//! seen). It can be made
 //! slow (fixed, uniform or lognormal latency), return errors at a rate, or stop answering
 //! periodically (a stall), or on demand through its control endpoint ([`serve_control`]:
 //! `POST /stall?for=2s`). `/healthz` answers 200 while serving and 503 while draining.
@@ -26,6 +28,9 @@ mod http2;
 
 /// The size of nginx's welcome page, the body most published comparisons served.
 pub const DEFAULT_BODY_BYTES: usize = 615;
+/// The response header naming the protocol a request reached the backend over
+/// (`HTTP/1.1` or `HTTP/2`).
+pub const PROTOCOL_HEADER: &str = "x-backend-protocol";
 /// A request head larger than this gets 431 and the connection is closed.
 const HEAD_LIMIT: usize = 64 * 1024;
 
@@ -188,7 +193,8 @@ impl BackendTls {
             None => builder.with_no_client_auth(),
         };
         let mut config = builder.with_single_cert(certs, key).map_err(tls_error)?;
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // HTTP/2 when the proxy asks for it (an HTTP/2 upstream), as on plain connections.
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
     }
 }
@@ -256,6 +262,8 @@ impl BackendConfig {
 pub struct ServeReport {
     /// Connections accepted.
     pub connections: u64,
+    /// Of them, connections that spoke HTTP/2.
+    pub http2_connections: u64,
     /// Requests answered.
     pub requests: u64,
     /// Connections still open when the drain timed out.
@@ -333,6 +341,9 @@ pub async fn serve(
             }
         }
     }
+    report.http2_connections = responses
+        .http2_connections
+        .load(std::sync::atomic::Ordering::Relaxed);
     Ok(report)
 }
 
@@ -383,6 +394,8 @@ struct Responses {
     error_body: bytes::Bytes,
     status: u16,
     name: String,
+    /// Connections served over HTTP/2 so far.
+    http2_connections: std::sync::atomic::AtomicU64,
 }
 
 impl Responses {
@@ -396,7 +409,7 @@ impl Responses {
             .collect();
         let error_body = b"backend error (injected by --error-rate)\n".to_vec();
         let head = |status: u16| {
-            format!("HTTP/1.1 {status} {}\r\nServer: ingressbench-backend\r\nContent-Type: text/html\r\nx-backend: {}\r\n", reason(status), config.name).into_bytes()
+            format!("HTTP/1.1 {status} {}\r\nServer: ingressbench-backend\r\nContent-Type: text/html\r\nx-backend: {}\r\n{PROTOCOL_HEADER}: HTTP/1.1\r\n", reason(status), config.name).into_bytes()
         };
         Self {
             ok_head: head(config.status),
@@ -405,6 +418,7 @@ impl Responses {
             error_body: error_body.into(),
             status: config.status,
             name: config.name.clone(),
+            http2_connections: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }

@@ -12,8 +12,8 @@ use crate::certs::{self, LabCerts};
 use crate::front::Front;
 use crate::kernel::{self, ListenCounters, NodeSysctls};
 use crate::model::{
-    check_name, Generation, Overlay, Pool, Route, RouteTable, Tuning, GENERATION_HEADER,
-    SIDECAR_GENERATION_HEADER,
+    check_name, Generation, Overlay, Pool, Route, RouteTable, Tuning, UpstreamProtocol,
+    GENERATION_HEADER, SIDECAR_GENERATION_HEADER,
 };
 use crate::process::OwnedChild;
 use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions, UpstreamMtls};
@@ -127,7 +127,21 @@ impl LabSpec {
         for overlay in std::iter::once(&self.overlay).chain(overlays) {
             self.route_table(overlay, |_| Vec::new(), 1).validate()?;
         }
+        self.check_upstream_protocol()?;
         self.check_kernel()
+    }
+
+    /// HTTP/2 to the backends only from proxies that can speak it.
+    fn check_upstream_protocol(&self) -> Result<(), LabError> {
+        let protocol = self.tuning.upstream_protocol;
+        if protocol == UpstreamProtocol::Http2 && self.proxies.contains(&ProxyKind::Nginx) {
+            return Err(LabError::InvalidValue {
+                field: "tuning.upstream_protocol".into(),
+                value: protocol.name().into(),
+                reason: "nginx proxies HTTP only as HTTP/1.x to its upstreams (its HTTP/2 upstream side, grpc_pass, is for gRPC): keep http1 for nginx, or give upstream_protocol: http2 only to the haproxy, envoy, traefik and caddy targets".into(),
+            });
+        }
+        Ok(())
     }
 
     /// Kernel settings: per namespace only (never the machine's), on nodes this lab has,
@@ -319,6 +333,7 @@ impl Lab {
         for pool in &spec.pools {
             check_name("pool", &pool.name)?;
         }
+        spec.check_upstream_protocol()?;
         spec.check_kernel()?;
         remove_leftovers();
         let nodes = Nodes::new(spec.topology.isolation)?;

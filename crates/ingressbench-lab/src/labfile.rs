@@ -11,6 +11,7 @@
 //!   - { host: app.test, path_prefix: /, pool: echo }
 //! tls: true
 //! tuning: { workers: 1, keepalive_requests: 1000, upstream_keepalive: 32 }
+//! # tuning: { upstream_protocol: http2 }  # h2c to the backends (not nginx)
 //! # tuning: { sysctls: { net.core.somaxconn: 32768 }, listen_backlog: 32768 }  # netns only
 //! haproxy_update: runtime_api
 //! front: { replicas: 2 }               # an L4 front over two replicas of each proxy
@@ -412,6 +413,8 @@ pub struct TuningFile {
     pub upstream_keepalive: Option<u32>,
     /// The proxies' own listen backlog (nginx, HAProxy, Envoy).
     pub listen_backlog: Option<u32>,
+    /// What the proxies speak to the backends (`http1`, `http2`; not nginx).
+    pub upstream_protocol: Option<crate::model::UpstreamProtocol>,
     /// Kernel settings on the proxies' node (`net.core.somaxconn: 32768`); needs
     /// `topology.isolation: netns`.
     #[serde(default)]
@@ -646,6 +649,10 @@ impl LabFile {
                 .upstream_keepalive
                 .unwrap_or(defaults.upstream_keepalive),
             listen_backlog: self.tuning.listen_backlog,
+            upstream_protocol: self
+                .tuning
+                .upstream_protocol
+                .unwrap_or(defaults.upstream_protocol),
             ..defaults
         };
         let kernel = crate::kernel::NodeSysctls {

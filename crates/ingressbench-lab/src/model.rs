@@ -76,6 +76,33 @@ pub struct Tuning {
     /// `tcp_backlog_size`); `None` keeps its own default. The kernel caps it at the node's
     /// `net.core.somaxconn`.
     pub listen_backlog: Option<u32>,
+    /// What the proxies speak to the backends.
+    pub upstream_protocol: UpstreamProtocol,
+}
+
+/// The protocol a proxy speaks to its backends.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, serde::Serialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1 over pooled keep-alive connections (every proxy's default).
+    #[default]
+    Http1,
+    /// HTTP/2: h2c with prior knowledge to plain backends, ALPN `h2` to TLS ones (HAProxy
+    /// `proto h2`, Envoy's explicit `http2_protocol_options`, Traefik `h2c://` servers,
+    /// Caddy's `versions: [h2c]`). nginx has none (it proxies HTTP/2 only to gRPC).
+    Http2,
+}
+
+impl UpstreamProtocol {
+    /// The name used in files (`http1`, `http2`).
+    pub fn name(self) -> &'static str {
+        match self {
+            UpstreamProtocol::Http1 => "http1",
+            UpstreamProtocol::Http2 => "http2",
+        }
+    }
 }
 
 impl Default for Tuning {
@@ -87,6 +114,7 @@ impl Default for Tuning {
             connect_timeout_ms: 2_000,
             read_timeout_ms: 30_000,
             listen_backlog: None,
+            upstream_protocol: UpstreamProtocol::Http1,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use ingressbench_lab::labfile::{
     FrontFile, HopFile, OverlayFile, PoolFile, RouteFile, SysctlsFile, TopologyFile, TuningFile,
 };
+use ingressbench_lab::model::UpstreamProtocol;
 use ingressbench_lab::proxy::{HaproxyUpdate, ProxyKind};
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
@@ -110,6 +111,8 @@ pub enum Target {
         upstream_keepalive: Option<u32>,
         /// The proxy's listen backlog for this target.
         listen_backlog: Option<u32>,
+        /// What this target's proxy speaks to the backends.
+        upstream_protocol: Option<UpstreamProtocol>,
         /// Kernel settings on this target's proxy node, over the scenario's.
         sysctls: SysctlsFile,
         /// An L4 load balancer in front of replicas of the proxy.
@@ -156,6 +159,7 @@ struct TargetMap {
     keepalive_requests: Option<u64>,
     upstream_keepalive: Option<u32>,
     listen_backlog: Option<u32>,
+    upstream_protocol: Option<UpstreamProtocol>,
     #[serde(default)]
     sysctls: SysctlsFile,
     front: Option<FrontFile>,
@@ -187,6 +191,7 @@ impl<'de> Deserialize<'de> for Target {
                     keepalive_requests: None,
                     upstream_keepalive: None,
                     listen_backlog: None,
+                    upstream_protocol: None,
                     sysctls: SysctlsFile::new(),
                     front: None,
                     hop: None,
@@ -205,6 +210,7 @@ impl<'de> Deserialize<'de> for Target {
                         keepalive_requests: m.keepalive_requests,
                         upstream_keepalive: m.upstream_keepalive,
                         listen_backlog: m.listen_backlog,
+                        upstream_protocol: m.upstream_protocol,
                         sysctls: m.sysctls,
                         front: m.front,
                         hop: m.hop,

@@ -1340,6 +1340,7 @@ fn lab_file(cell: &Cell) -> Option<LabFile> {
         keepalive_requests,
         upstream_keepalive,
         listen_backlog,
+        upstream_protocol,
         sysctls,
         front,
         hop,
@@ -1353,6 +1354,7 @@ fn lab_file(cell: &Cell) -> Option<LabFile> {
     tuning.keepalive_requests = keepalive_requests.or(tuning.keepalive_requests);
     tuning.upstream_keepalive = upstream_keepalive.or(tuning.upstream_keepalive);
     tuning.listen_backlog = listen_backlog.or(tuning.listen_backlog);
+    tuning.upstream_protocol = upstream_protocol.or(tuning.upstream_protocol);
     tuning
         .sysctls
         .extend(sysctls.iter().map(|(k, v)| (k.clone(), v.clone())));

@@ -267,7 +267,7 @@ pub(crate) struct ProxyBinArgs {
 pub(crate) struct LabUpArgs {
     /// A lab file (YAML; see examples/lab-all-proxies.yaml). Without it, --proxy says what
     /// to run.
-    #[arg(value_name = "FILE", conflicts_with_all = ["proxies", "backends", "backend_args", "workers", "no_tls", "front"])]
+    #[arg(value_name = "FILE", conflicts_with_all = ["proxies", "backends", "backend_args", "workers", "no_tls", "front", "upstream_http2"])]
     pub(crate) file: Option<std::path::PathBuf>,
 
     /// Proxy to run (repeatable): nginx, haproxy, envoy, traefik, caddy.
@@ -289,6 +289,11 @@ pub(crate) struct LabUpArgs {
     /// Plain HTTP only (no TLS listener).
     #[arg(long)]
     pub(crate) no_tls: bool,
+
+    /// The proxies speak HTTP/2 to the backends (h2c; not nginx, which has no HTTP/2
+    /// upstream for HTTP).
+    #[arg(long)]
+    pub(crate) upstream_http2: bool,
     /// An L4 load balancer (HAProxy, TCP mode) in front of N replicas of each proxy
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub(crate) front: Option<u16>,

@@ -47,9 +47,10 @@ pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
             .context("serving")
     })?;
     eprintln!(
-        "backend {}: drained after {} connections, {} requests{}",
+        "backend {}: drained after {} connections ({} HTTP/2), {} requests{}",
         args.name,
         report.connections,
+        report.http2_connections,
         report.requests,
         if report.dropped_at_drain > 0 {
             format!(

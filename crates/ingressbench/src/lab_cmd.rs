@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use ingressbench_lab::labfile::LabFile;
-use ingressbench_lab::model::Tuning;
+use ingressbench_lab::model::{Tuning, UpstreamProtocol};
 use ingressbench_lab::proxy::{Binaries, ProxyKind};
 use ingressbench_lab::{Lab, LabError, LabSpec};
 
@@ -96,6 +96,11 @@ fn up(args: &LabUpArgs) -> Result<ExitCode> {
             spec.pools[0].backend_args = args.backend_args.clone();
             spec.tuning = Tuning {
                 workers: args.workers,
+                upstream_protocol: if args.upstream_http2 {
+                    UpstreamProtocol::Http2
+                } else {
+                    UpstreamProtocol::Http1
+                },
                 ..Tuning::default()
             };
             spec.tls = !args.no_tls;

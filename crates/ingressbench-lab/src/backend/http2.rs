@@ -82,6 +82,9 @@ impl Connection {
         else {
             return 0;
         };
+        self.responses
+            .http2_connections
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut drain = self.drain.clone();
         let mut streams = tokio::task::JoinSet::new();
         let mut answered = 0;
@@ -155,7 +158,9 @@ impl Connection {
             .header("content-type", "text/html")
             .header("content-length", body.len());
         if let Some(name) = name {
-            answer = answer.header("x-backend", name);
+            answer = answer
+                .header("x-backend", name)
+                .header(super::PROTOCOL_HEADER, "HTTP/2");
             let echoed: String = path.chars().filter(char::is_ascii_graphic).collect();
             answer = answer.header("x-echo-path", echoed);
         }

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::{admin_request, write_json, Driver, Launch, ProxyFiles, Update};
-use crate::model::RouteTable;
+use crate::model::{RouteTable, UpstreamProtocol};
 use crate::process::OwnedChild;
 use crate::LabError;
 
@@ -95,17 +95,22 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
                     .collect()
             })
             .unwrap_or_default();
+        let mut transport = json!({
+            "protocol": "http",
+            "keep_alive": { "max_idle_conns_per_host": t.upstream_keepalive },
+            "dial_timeout": format!("{}ms", t.connect_timeout_ms),
+            "response_header_timeout": format!("{}ms", t.read_timeout_ms),
+        });
+        if t.upstream_protocol == UpstreamProtocol::Http2 {
+            // HTTP/2 with prior knowledge, and only that.
+            transport["versions"] = json!(["h2c"]);
+        }
         // No retries: Caddy retries only when given a try_duration, which stays unset.
         handle.push(json!({
             "handler": "reverse_proxy",
             "upstreams": upstreams,
             "load_balancing": { "selection_policy": { "policy": "round_robin" } },
-            "transport": {
-                "protocol": "http",
-                "keep_alive": { "max_idle_conns_per_host": t.upstream_keepalive },
-                "dial_timeout": format!("{}ms", t.connect_timeout_ms),
-                "response_header_timeout": format!("{}ms", t.read_timeout_ms),
-            },
+            "transport": transport,
         }));
         routes.push(json!({ "match": [matcher], "handle": handle, "terminal": true }));
     }

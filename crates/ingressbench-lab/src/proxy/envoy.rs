@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 
 use super::{create_dir, write_json, Driver, Launch, ProxyFiles, Update, UpstreamMtls};
-use crate::model::RouteTable;
+use crate::model::{RouteTable, UpstreamProtocol};
 use crate::process::OwnedChild;
 use crate::LabError;
 
@@ -134,6 +134,15 @@ fn write_all(
             });
             if let Some(m) = mtls {
                 cluster["transport_socket"] = upstream_tls(m);
+            }
+            if table.tuning.upstream_protocol == UpstreamProtocol::Http2 {
+                // HTTP/2 whatever the downstream spoke (prior knowledge without TLS).
+                cluster["typed_extension_protocol_options"] = json!({
+                    "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+                        "explicit_http_config": { "http2_protocol_options": {} },
+                    },
+                });
             }
             cluster
         })

@@ -10,7 +10,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use super::{write_atomically, Driver, Launch, ProxyFiles, Update};
-use crate::model::RouteTable;
+use crate::model::{RouteTable, UpstreamProtocol};
 use crate::process::OwnedChild;
 use crate::LabError;
 
@@ -217,7 +217,15 @@ impl Haproxy {
                 "backend be_{}\n  balance roundrobin\n  http-reuse safe",
                 pool.name
             );
-            let _ = writeln!(c, "  default-server pool-max-conn {}", t.upstream_keepalive);
+            let _ = writeln!(
+                c,
+                "  default-server pool-max-conn {}{}",
+                t.upstream_keepalive,
+                match t.upstream_protocol {
+                    UpstreamProtocol::Http1 => "",
+                    UpstreamProtocol::Http2 => " proto h2",
+                }
+            );
             if let Some((from, to)) = &table.overlay.rewrite {
                 let _ = writeln!(c, "  http-request replace-path ^{from}(.*) {to}\\1");
             }

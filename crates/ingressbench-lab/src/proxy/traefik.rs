@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{create_dir, write_json, Driver, Launch, ProxyFiles, Update};
-use crate::model::RouteTable;
+use crate::model::{RouteTable, UpstreamProtocol};
 use crate::process::OwnedChild;
 use crate::LabError;
 
@@ -129,10 +129,15 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
         .pools
         .iter()
         .map(|p| {
+            // `h2c://`: HTTP/2 with prior knowledge to the backend.
+            let scheme = match table.tuning.upstream_protocol {
+                UpstreamProtocol::Http1 => "http",
+                UpstreamProtocol::Http2 => "h2c",
+            };
             let servers: Vec<Value> = p
                 .endpoints
                 .iter()
-                .map(|ep| json!({ "url": format!("http://{ep}") }))
+                .map(|ep| json!({ "url": format!("{scheme}://{ep}") }))
                 .collect();
             (
                 format!("pool_{}", p.name),

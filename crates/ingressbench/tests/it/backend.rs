@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use ingressbench_lab::backend::PROTOCOL_HEADER;
 use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Protocol, Target};
 
 use crate::common::BIN;
@@ -37,6 +38,30 @@ impl Backend {
             .parse()
             .unwrap();
         Backend { child, addr }
+    }
+
+    /// SIGTERM, then its exit status and what it wrote on stderr once it has drained.
+    fn terminate(&mut self) -> (std::process::ExitStatus, String) {
+        self.signal("-TERM");
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "still running after the drain"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        (status, stderr)
     }
 
     fn signal(&self, sig: &str) {
@@ -96,7 +121,7 @@ fn answers_with_its_name_a_615_byte_body_and_the_echoed_path() {
 /// many streams at once on one connection, each with the asked delay.
 #[test]
 fn answers_http2_with_prior_knowledge_as_it_answers_http1() {
-    let b = Backend::start(&["--name", "b2", "--latency", "5ms"]);
+    let mut b = Backend::start(&["--name", "b2", "--latency", "5ms"]);
     let mut plan = Plan::new(Target::parse(&format!("http://{}/some/path?q=1", b.addr)).unwrap());
     plan.protocol = Protocol::Http2;
     plan.streams = Some(10);
@@ -119,7 +144,25 @@ fn answers_http2_with_prior_knowledge_as_it_answers_http1() {
     assert_eq!(s.bytes_received, 400 * 615, "the body, as over HTTP/1.1");
     assert!(s.latency_us.p50 >= 5_000, "p50 {}", s.latency_us.p50);
     // HTTP/1.1 on the same port still works.
-    assert!(get(b.addr, "/x").contains("\r\nx-backend: b2\r\n"));
+    let answer = get(b.addr, "/x");
+    assert!(answer.contains("\r\nx-backend: b2\r\n"), "{answer}");
+    assert!(
+        answer.contains("\r\nx-backend-protocol: HTTP/1.1\r\n"),
+        "{answer}"
+    );
+    // Every HTTP/2 answer says so (what a test of a proxy's HTTP/2 upstream reads).
+    plan.backend_header = PROTOCOL_HEADER.to_owned();
+    plan.length = Length::Requests(20);
+    let s = run(&plan, Arc::new(AtomicBool::new(false)), &mut NoObserver)
+        .unwrap()
+        .summary;
+    assert_eq!(s.backends.get("HTTP/2"), Some(&20), "{:?}", s.backends);
+    let (status, stderr) = b.terminate();
+    assert!(status.success());
+    assert!(
+        stderr.contains("drained after 5 connections (4 HTTP/2), 421 requests"),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -146,33 +189,16 @@ fn sigterm_drains_in_flight_requests_then_exits() {
     let addr = b.addr;
     let in_flight = std::thread::spawn(move || get(addr, "/slow"));
     std::thread::sleep(Duration::from_millis(200));
-    b.signal("-TERM");
+    let stop = std::thread::spawn(move || b.terminate());
     let response = in_flight.join().unwrap();
     assert!(
         response.starts_with("HTTP/1.1 200"),
         "the in-flight request finished: {response}"
     );
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = b.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "still running after the drain"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (status, stderr) = stop.join().unwrap();
     assert!(status.success());
-    let mut stderr = String::new();
-    b.child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut stderr)
-        .unwrap();
     assert!(
-        stderr.contains("drained after 1 connections, 1 requests"),
+        stderr.contains("drained after 1 connections (0 HTTP/2), 1 requests"),
         "{stderr}"
     );
     assert!(TcpStream::connect(addr).is_err(), "no longer accepting");

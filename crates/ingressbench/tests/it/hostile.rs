@@ -727,7 +727,7 @@ fn scenario_check_finds_what_any_cell_or_event_would_find_wrong() {
     let dir = scratch("hostile-check");
     let base = "name: c\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 2 }]\n";
     let load = "load: { mode: open, rate: 50, connections: 2, duration: 10s }\n";
-    let cases: [(String, &[&str]); 6] = [
+    let cases: [(String, &[&str]); 8] = [
         // A matrix value only the third cell has.
         (
             format!("{base}load: {{ mode: open, rate: 50, duration: 10s }}\nmatrix: {{ load.connections: [2, 4, 0] }}\n"),
@@ -754,6 +754,15 @@ fn scenario_check_finds_what_any_cell_or_event_would_find_wrong() {
             format!("name: c\ntargets: [{{ upstream: \"http://127.0.0.1:9/\", name: up }}]\n{load}events: [{{ at: 2s, reload: true }}]\n"),
             &["target `up` is an upstream URL the tool did not start"],
         ),
+        // nginx has no HTTP/2 upstream for HTTP; the other proxies may have one.
+        (
+            format!("name: c\ntargets: [{{ proxy: haproxy, upstream_protocol: http2 }}, {{ proxy: nginx, upstream_protocol: http2 }}]\n{load}"),
+            &["cell 1 (nginx)", "nginx proxies HTTP only as HTTP/1.x to its upstreams"],
+        ),
+        (
+            format!("{base}{load}tuning: {{ upstream_protocol: h2 }}\n"),
+            &["unknown variant `h2`", "http1", "http2"],
+        ),
     ];
     for (yaml, says) in &cases {
         let out = check_text(&dir, yaml);
@@ -766,6 +775,9 @@ fn scenario_check_finds_what_any_cell_or_event_would_find_wrong() {
             );
         }
     }
+    let both = format!("name: c\ntargets: [nginx, {{ proxy: caddy, upstream_protocol: http2 }}]\n{load}matrix: {{ tuning.upstream_protocol: [http1] }}\n");
+    let out = check_text(&dir, &both);
+    assert_eq!(out.status.code(), Some(0), "{both}: {}", text(&out));
     // `run` says the same before any cell starts: nothing is written.
     let file = dir.join("check.yaml");
     std::fs::write(&file, &cases[0].0).unwrap();

@@ -1431,3 +1431,71 @@ fn namespaces_go_when_the_tool_is_killed_and_stale_ones_at_the_next_start() {
     third.end_with("-INT");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `upstream_protocol: http2`: HAProxy, Envoy, Traefik and Caddy reach the backends over
+/// HTTP/2 (every answer says so in the header the backend's HTTP/2 side alone sets),
+/// HTTP/2 end to end over TLS included;
+/// nginx, which has no HTTP/2 upstream for HTTP, is refused before anything starts.
+#[test]
+fn an_http2_upstream_reaches_the_backends_over_http2() {
+    use ingressbench_lab::backend::PROTOCOL_HEADER;
+    use ingressbench_lab::model::UpstreamProtocol;
+
+    let mut spec = LabSpec::simple(vec![ProxyKind::Nginx], 2, BIN.into());
+    spec.tuning.upstream_protocol = UpstreamProtocol::Http2;
+    let refused = Lab::up(spec).err().expect("nginx with an HTTP/2 upstream");
+    assert!(
+        refused.to_string().contains("nginx") && refused.to_string().contains("grpc_pass"),
+        "{refused}"
+    );
+
+    let kinds = [
+        ProxyKind::Haproxy,
+        ProxyKind::Envoy,
+        ProxyKind::Traefik,
+        ProxyKind::Caddy,
+    ];
+    let mut spec = LabSpec::simple(kinds.to_vec(), 2, BIN.into());
+    spec.tuning.upstream_protocol = UpstreamProtocol::Http2;
+    let lab = Lab::up(spec).unwrap_or_else(|e| panic!("HTTP/2 upstream lab: {e}"));
+    for (proxy, kind) in lab.proxies().iter().zip(kinds) {
+        for (protocol, https) in [(Protocol::Http1, false), (Protocol::Http2, true)] {
+            let url = if https {
+                format!("https://app.test:{}/", proxy.https_port().unwrap())
+            } else {
+                format!("http://127.0.0.1:{}/", proxy.http_port())
+            };
+            let mut plan = Plan::new(Target::parse(&url).unwrap());
+            plan.protocol = protocol;
+            plan.mode = Mode::Closed;
+            plan.connections = 2;
+            plan.length = Length::Requests(200);
+            plan.timeout = Duration::from_secs(5);
+            plan.backend_header = PROTOCOL_HEADER.to_owned();
+            if https {
+                plan.tls.cacert = Some(lab.certs().unwrap().ca.clone());
+                plan.resolve = vec![Resolve::parse(&format!(
+                    "app.test:{}:127.0.0.1",
+                    proxy.https_port().unwrap()
+                ))
+                .unwrap()];
+            }
+            let s = run(&plan, Arc::new(AtomicBool::new(false)), &mut NoObserver)
+                .unwrap()
+                .summary;
+            assert_eq!(
+                s.outcomes.get("200"),
+                Some(&200),
+                "{kind} {protocol:?} downstream: {:?} {:?}",
+                s.outcomes,
+                s.failure_details
+            );
+            assert_eq!(
+                s.backends.get("HTTP/2"),
+                Some(&200),
+                "{kind} {protocol:?} downstream: the backends were asked over {:?}",
+                s.backends
+            );
+        }
+    }
+}
