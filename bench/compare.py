@@ -16,7 +16,8 @@ ratio of each tool to ingressbench; nothing here asserts a timing.
                                          # highest rate one sustains with lag p99 under 1 ms
     python3 bench/compare.py h2-closed   # HTTP/2 (h2c): 10 connections x 100 streams, closed loop,
                                          # against h2load and oha --http2
-    python3 bench/compare.py h2-open     # HTTP/2 (h2c) open loop at 20,000 req/s over 10 connections
+    python3 bench/compare.py h2-open     # HTTP/2 (h2c) open loop at 20,000 req/s over 10 connections,
+                                         # beside the h2 crate alone (examples/h2_floor.rs)
     python3 bench/compare.py all --duration 5
 
 Needs nginx (scripts/install-deps.sh) and the peers (../shared/tools/install-peers.sh);
@@ -417,17 +418,35 @@ def h2_closed(nginx, seconds, tmp, conns=10, streams=100):
     return rows
 
 
+H2_FLOOR = os.path.join(ROOT, "target", "release", "examples", "h2_floor")
+
+
+def run_h2_floor(conns, seconds, url, rate):
+    """The h2 crate on tokio with nothing of ingressbench's
+    (crates/ingressbench-load/examples/h2_floor.rs): the floor under its HTTP/2 path."""
+    if not os.access(H2_FLOOR, os.X_OK):
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "ingressbench-load", "--example", "h2_floor"],
+                       cwd=ROOT, check=True)
+    addr = url.split("//")[1].rstrip("/")
+    text, cpu, _ = measure([H2_FLOOR, addr, str(rate), str(seconds), str(conns)])
+    answered, total = (int(x) for x in text.split()[0:3:2])
+    return {"requests": total, "ok": answered, "rate": answered / seconds, "p50_us": None, "p99_us": None,
+            "cpu": cpu}
+
+
 def h2_open(nginx, seconds, tmp, rate=20000, conns=10, streams=100, grids=("500us", "1ms")):
     args = ["--http2", "-R", str(rate), "-c", str(conns), "--streams", str(streams), "-d", f"{seconds}s"]
     rows = {"ingressbench": run_ingressbench(args, nginx.h2_url, tmp)}
     for grid in grids:
         rows[f"ingressbench --batch-window {grid}"] = run_ingressbench(args + ["--batch-window", grid], nginx.h2_url, tmp)
+    rows["h2 crate alone (examples/h2_floor.rs)"] = run_h2_floor(conns, seconds, nginx.h2_url, rate)
     rows["h2load --rps"] = run_h2load(conns, streams, seconds, nginx.h2_url, rate=rate) if find("h2load") else None
     rows["oha --http2 --latency-correction"] = (
         run_oha(conns, seconds, nginx.h2_url, rate=rate, http2_parallel=streams) if find("oha") else None)
     table(f"HTTP/2 (h2c) open loop at {rate:,} req/s, {conns} connections (up to {streams} streams each), {seconds} s",
           rows, "CPU/request", "lower CPU per request is better; achieved rate should be within 0.5% of the target "
-          "(h2load's --rps paces each connection on its own and reports no percentiles)")
+          "(h2load's --rps paces each connection on its own and reports no percentiles; the h2 crate alone paces "
+          "on tokio's 1 ms timer and measures nothing)")
     return rows
 
 

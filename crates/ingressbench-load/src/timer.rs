@@ -190,6 +190,10 @@ impl Clock for PreciseClock {
                 rustix::io::read(fd.get_ref(), &mut expirations).map_err(io::Error::from)
             }) {
                 Ok(_) => {
+                    // The read emptied the timer, which stays unreadable until it is
+                    // armed again: without this the next sleep would first read it in
+                    // vain (a wasted system call per wake-up).
+                    guard.clear_ready();
                     self.last_wake = Instant::now();
                     return;
                 }
