@@ -394,6 +394,40 @@ fn scaled(d: Duration, factor: f64) -> Duration {
     d.mul_f64(factor)
 }
 
+/// Scaled down (`--quick`), the time after a cell's last timed event shrinks with the rest,
+/// to 0.3 s in `churn.yaml`, and a change applied slowly (a reload) delays the events
+/// behind it past the load's end, which fails the cell. So a scaled load runs at least
+/// this long after its last timed event (or the whole unscaled tail, if shorter).
+const QUICK_EVENT_TAIL: Duration = Duration::from_secs(1);
+
+/// How long a cell's measured load of `duration` runs, scaled by `factor`.
+fn measured_length(duration: Duration, cell: &Cell, factor: f64) -> Duration {
+    let length = scaled(duration, factor).max(Duration::from_millis(200));
+    if factor >= 1.0 {
+        return length;
+    }
+    let last_event = cell
+        .events
+        .iter()
+        .filter_map(|e| match e.timing {
+            Timing::At(at) => Some(at),
+            Timing::Every {
+                first,
+                every,
+                times,
+            } => Some(first + every * times.saturating_sub(1)),
+            Timing::BeforeRequest { .. } => None,
+        })
+        .max();
+    match last_event {
+        Some(last) if last < duration => {
+            let tail = (duration - last).min(QUICK_EVENT_TAIL);
+            length.max(scaled(last, factor) + tail)
+        }
+        _ => length,
+    }
+}
+
 fn dur(field: &str, v: &Option<String>) -> Result<Option<Duration>, String> {
     v.as_deref()
         .map(|s| parse_duration(s).map_err(|e| format!("{field}: {e}")))
@@ -1302,7 +1336,7 @@ fn plan_for(
     };
     plan.threads = l.threads.unwrap_or(1);
     plan.length = match (dur("load.duration", &l.duration)?, l.requests) {
-        (Some(d), _) => Length::Duration(scaled(d, factor).max(Duration::from_millis(200))),
+        (Some(d), _) => Length::Duration(measured_length(d, cell, factor)),
         (None, Some(n)) => Length::Requests(n),
         (None, None) => return Err("load: no duration or requests".into()),
     };
@@ -1607,4 +1641,43 @@ fn machine() -> Value {
         .trim()
         .to_owned();
     json!({ "cpu_model": cpu, "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "kernel": kernel })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn cell(events: &str) -> Cell {
+        let text = format!(
+            "name: t\ntargets: [nginx]\nload: {{ mode: open, rate: 100, duration: 300s }}\n{events}"
+        );
+        crate::expand::expand(&text, Path::new("s.yaml"), &[], false)
+            .unwrap()
+            .remove(0)
+    }
+
+    #[test]
+    fn a_scaled_load_keeps_a_tail_after_its_last_event() {
+        let secs = |d: Duration| (d.as_secs_f64() * 1000.0).round() / 1000.0;
+        let s = Duration::from_secs;
+        // churn.yaml's shape: the last event 10 s before the end.
+        let churn = cell(
+            "events: [{ at: 30s, every: 60s, times: 3, scale: 4 }, { at: 290s, config: revert }]\n",
+        );
+        assert_eq!(secs(measured_length(s(300), &churn, 1.0)), 300.0);
+        // 0.03: 9 s of load, the last event at 8.7 s; it gets 1 s after it, not 0.3 s.
+        assert_eq!(secs(measured_length(s(300), &churn, 0.03)), 9.7);
+        // The last of a repeated event counts (220 s: 6.6 + 1 is under 9 s).
+        let repeated = cell("events: [{ at: 100s, every: 60s, times: 3, scale: 4 }]\n");
+        assert_eq!(secs(measured_length(s(300), &repeated, 0.03)), 9.0);
+        let late = cell("events: [{ at: 280s, every: 10s, times: 2, scale: 4 }]\n");
+        assert_eq!(secs(measured_length(s(300), &late, 0.03)), 9.7);
+        // A tail already shorter than that is kept as written.
+        let at_end = cell("events: [{ at: 299.5s, reload: true }]\n");
+        assert_eq!(secs(measured_length(s(300), &at_end, 0.03)), 9.485);
+        // No timed event: scaled as before.
+        assert_eq!(secs(measured_length(s(300), &cell(""), 0.03)), 9.0);
+    }
 }
