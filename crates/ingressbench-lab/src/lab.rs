@@ -605,6 +605,9 @@ impl Lab {
                 args.extend([flag.to_owned(), path.display().to_string()]);
             }
         }
+        // A replica that takes the name of one removed earlier appends to its log: only
+        // what this process writes tells its address.
+        let logged_before = std::fs::metadata(&log).map_or(0, |m| m.len());
         let mut child = OwnedChild::spawn_with_env(
             &format!("backend {name}"),
             &self.spec.backend_binary,
@@ -615,7 +618,7 @@ impl Lab {
             node.netns.as_deref(),
         )?;
         self.watch(child.pid());
-        let addr = wait_for_address(&mut child, &log)?;
+        let addr = wait_for_address(&mut child, &log, logged_before)?;
         // The proxies (or the sidecar, with a hop) call the backends; with a node per
         // replica, the link is the first replica's (the same unless `between` says).
         let caller = if self.spec.hop.is_some() {
@@ -1444,12 +1447,14 @@ fn private_dir() -> Result<PathBuf, LabError> {
     Ok(dir)
 }
 
-/// Reads the `listening on ADDR` line a backend writes first.
-fn wait_for_address(child: &mut OwnedChild, log: &Path) -> Result<SocketAddr, LabError> {
+/// Reads the `listening on ADDR` line a backend writes first, in its log from byte `from`
+/// (what it appended).
+fn wait_for_address(child: &mut OwnedChild, log: &Path, from: u64) -> Result<SocketAddr, LabError> {
     let started = Instant::now();
     loop {
-        if let Ok(text) = std::fs::read_to_string(log) {
-            if let Some(addr) = text
+        if let Ok(bytes) = std::fs::read(log) {
+            let ours = bytes.get(usize::try_from(from).unwrap_or(usize::MAX)..);
+            if let Some(addr) = String::from_utf8_lossy(ours.unwrap_or_default())
                 .lines()
                 .find_map(|l| l.strip_prefix("listening on "))
                 .and_then(|a| a.trim().parse().ok())

@@ -250,6 +250,26 @@ fn routes_and_changes(kind: ProxyKind) {
     eprintln!("{kind}: scale down took effect after {took:?}");
     removed.into_iter().for_each(|b| b.drain());
 
+    // 3 -> 4 again: the new replica takes the removed one's name (and its log file), and
+    // is reached at its own address, without errors (an earlier lab read the address the
+    // removed replica had logged, which failed every request sent to the new one).
+    lab.scale("echo", 4).unwrap();
+    lab.sync_proxies().unwrap();
+    let took = time_until(
+        &lab,
+        |s| s.backends.contains_key("echo-4") && s.requests.errors == 0,
+        Duration::from_secs(10),
+    );
+    eprintln!("{kind}: second scale up took effect after {took:?}");
+    let (_, removed) = lab.scale("echo", 3).unwrap();
+    lab.sync_proxies().unwrap();
+    time_until(
+        &lab,
+        |s| !s.backends.contains_key("echo-4") && s.requests.errors == 0,
+        Duration::from_secs(10),
+    );
+    removed.into_iter().for_each(|b| b.drain());
+
     // A response header, CORS and a rewrite take effect, then revert.
     lab.set_overlay(Overlay {
         response_header: Some(("X-Lab".into(), "on".into())),
