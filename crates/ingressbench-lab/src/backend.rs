@@ -5,12 +5,12 @@
 //! Every response names the backend in an `x-backend` header, the protocol it was asked
 //! over in [`PROTOCOL_HEADER`] (so what a proxy speaks to its upstreams can be seen), and
 //! echoes the path it was asked for in `x-echo-path` (so a path rewrite by a proxy can be
-//! seen). It can be made
-//! slow (fixed, uniform or lognormal latency), return errors at a rate, or stop answering
-//! periodically (a stall), or on demand through its control endpoint ([`serve_control`]:
-//! `POST /stall?for=2s`). `/healthz` answers 200 while serving and 503 while draining.
-//! When `shutdown` completes it drains: it stops accepting, finishes the requests in
-//! flight (answering them with `Connection: close`), closes idle connections and returns.
+//! seen). It can be made slow (fixed, uniform or lognormal latency), return errors at a
+//! rate, or stop answering periodically (a stall), or on demand through its control
+//! endpoint ([`serve_control`]: `POST /stall?for=2s`). `/healthz` answers 200 while
+//! serving and 503 while draining. When `shutdown` completes it drains: it stops
+//! accepting, finishes the requests in flight (answering them with `Connection: close`),
+//! closes idle connections and returns.
 
 use std::future::Future;
 use std::io;

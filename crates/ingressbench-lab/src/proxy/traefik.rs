@@ -125,15 +125,15 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
             );
         }
     }
+    // `h2c://`: HTTP/2 with prior knowledge to the backends.
+    let scheme = match table.tuning.upstream_protocol {
+        UpstreamProtocol::Http1 => "http",
+        UpstreamProtocol::Http2 => "h2c",
+    };
     let services: Map<String, Value> = table
         .pools
         .iter()
         .map(|p| {
-            // `h2c://`: HTTP/2 with prior knowledge to the backend.
-            let scheme = match table.tuning.upstream_protocol {
-                UpstreamProtocol::Http1 => "http",
-                UpstreamProtocol::Http2 => "h2c",
-            };
             let servers: Vec<Value> = p
                 .endpoints
                 .iter()
