@@ -56,9 +56,9 @@ fn load(lab: &Lab, https: bool, n: u64, path: &str) -> Summary {
         .summary
 }
 
-/// The remote ports of established TCP connections to local port `port` (IPv4), as the
-/// kernel lists the server's sockets.
-fn peers_of(port: u16) -> std::collections::BTreeSet<u16> {
+/// The remote port of each established TCP connection to local port `port` (IPv4), as
+/// the kernel lists the server's sockets.
+fn peers_of(port: u16) -> Vec<u16> {
     let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
     table
         .lines()
@@ -862,16 +862,7 @@ fn a_stalled_backend_answers_only_after_the_stall() {
 
 /// Established TCP connections whose local port is `port` (IPv4, from /proc/net/tcp).
 fn established_to(port: u16) -> usize {
-    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
-    table
-        .lines()
-        .skip(1)
-        .filter(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let local_port = fields[1].rsplit(':').next().unwrap();
-            u16::from_str_radix(local_port, 16).unwrap() == port && fields[3] == "01"
-        })
-        .count()
+    peers_of(port).len()
 }
 
 /// Opens `n` kept-alive connections to the lab's entry, one request each, and counts the
