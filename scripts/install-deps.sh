@@ -9,6 +9,8 @@
 #         minutes the first time, nothing after)
 #   go:   the local cluster's ingress controllers' parts: the Gateway API CRDs, Contour
 #         and HAProxy Ingress (scripts/controllers.sh; about 3 minutes the first time)
+#   user: the system user `ingressbench`, which the lab's proxies and backends run as
+#         when the tool runs as root (no login, no home; docs/ARCHITECTURE.md)
 #   rust: a stable toolchain if cargo is missing
 # Idempotent: what is already there is kept. Prints what it installed.
 set -euo pipefail
@@ -41,6 +43,11 @@ for svc in nginx haproxy caddy etcd; do
     systemctl stop "$svc" >/dev/null 2>&1 || true
   fi
 done
+
+if ! id -u ingressbench >/dev/null 2>&1; then
+  echo "install-deps: useradd --system ingressbench (the lab's processes run as it)"
+  useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin ingressbench
+fi
 
 if [ ! -x .venv/bin/pip ]; then
   echo "install-deps: python3 -m venv .venv"

@@ -468,7 +468,10 @@ impl State {
             &env,
             &self.options.dir,
             &log,
-            place.netns.as_deref(),
+            ingressbench_lab::process::RunAs {
+                netns: place.netns.as_deref(),
+                user: None,
+            },
         )?);
         self.live().insert(format!("{namespace}_{name}"));
         running.ip = place.ip;

@@ -31,6 +31,9 @@ pub const DEFAULT_BODY_BYTES: usize = 615;
 /// The response header naming the protocol a request reached the backend over
 /// (`HTTP/1.1` or `HTTP/2`).
 pub const PROTOCOL_HEADER: &str = "x-backend-protocol";
+/// The response header giving how many bytes of request body the backend received
+/// (present only when there were any), so what a proxy passed on can be checked.
+pub const BODY_HEADER: &str = "x-received-body-bytes";
 /// A request head larger than this gets 431 and the connection is closed.
 const HEAD_LIMIT: usize = 64 * 1024;
 
@@ -473,6 +476,9 @@ impl Connection {
         let mut buf = Vec::with_capacity(4096);
         let mut out = Vec::with_capacity(1024);
         let mut answered = 0;
+        // Body bytes of the request being read that were already dropped: a body is
+        // counted as it comes, never held (any size, in bounded memory).
+        let mut dropped = 0;
         loop {
             // HTTP/2's preface (or what may still become it) is no HTTP/1.1 request.
             let maybe_http2 = answered == 0 && http2::may_be_preface(&buf);
@@ -485,8 +491,13 @@ impl Connection {
                     break;
                 }
                 let request = match parse_request(&buf) {
-                    Ok(Some(r)) if buf.len() >= r.head_len + r.body_len => r,
-                    Ok(_) => break,
+                    Ok(Some(r)) if buf.len() + dropped >= r.head_len + r.body_len => r,
+                    Ok(Some(r)) => {
+                        dropped += buf.len() - r.head_len;
+                        buf.truncate(r.head_len);
+                        break;
+                    }
+                    Ok(None) => break,
                     Err(status) => {
                         let _ = stream
                             .write_all(&simple_response(status, "bad request\n", true))
@@ -502,7 +513,8 @@ impl Connection {
                     return answered;
                 }
                 answered += 1;
-                buf.drain(..request.head_len + request.body_len);
+                buf.drain(..request.head_len + request.body_len - dropped);
+                dropped = 0;
                 if close || *self.drain.borrow() {
                     let _ = stream.shutdown().await;
                     return answered;
@@ -580,6 +592,12 @@ impl Connection {
         // The path is echoed as received, minus anything that could break the header.
         out.extend(path.iter().copied().filter(|b| b.is_ascii_graphic()));
         out.extend_from_slice(b"\r\n");
+        if request.body_len > 0 {
+            out.extend_from_slice(BODY_HEADER.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(request.body_len.to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
         if close {
             out.extend_from_slice(b"Connection: close\r\n");
         }

@@ -1,7 +1,7 @@
 //! A certificate authority and a server certificate generated for each lab, so that TLS is
 //! real (full handshakes, verified chains) without touching the system's trust store.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
@@ -109,6 +109,30 @@ fn write(path: &Path, contents: &str, mode: u32) -> Result<(), LabError> {
         path: path.to_owned(),
         source,
     };
-    std::fs::write(path, contents).map_err(io)?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(io)
+    // Created with its mode, so that a key is never readable by others, not even for a
+    // moment (the mode is set again for a file that was there before).
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)
+        .map_err(io)?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(io)?;
+    std::io::Write::write_all(&mut file, contents.as_bytes()).map_err(io)
+}
+
+impl LabCerts {
+    /// Every file, for handing them to the user that serves them.
+    pub fn files(&self) -> [&Path; 6] {
+        [
+            &self.ca,
+            &self.cert,
+            &self.key,
+            &self.combined,
+            &self.client_cert,
+            &self.client_key,
+        ]
+    }
 }

@@ -81,6 +81,14 @@ pub enum LabError {
         /// Why it failed.
         source: std::io::Error,
     },
+    /// The user the lab's processes run as (when the tool runs as root) is missing.
+    #[error("the lab runs its processes as an unprivileged user of their own, so that no other local user reaches them, and cannot: {reason}; fix: {fix}")]
+    LabUser {
+        /// What is wrong.
+        reason: String,
+        /// The command that fixes it.
+        fix: String,
+    },
     /// A lab file could not be read or does not describe a lab.
     #[error("{}{}: {message}", path.display(), location.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
     LabFile {

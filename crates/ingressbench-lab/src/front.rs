@@ -7,7 +7,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::process::{free_port, OwnedChild};
+use crate::process::{free_port, OwnedChild, RunAs};
 use crate::proxy::{Binaries, ProxyKind};
 use crate::topology::Node;
 use crate::LabError;
@@ -58,20 +58,21 @@ impl Front {
             http,
             https_port.map(|p| (node.ip, p).into()).zip(https),
         );
-        std::fs::write(&config, text).map_err(|source| LabError::Io {
-            action: "writing",
-            path: config.clone(),
-            source,
-        })?;
+        crate::proxy::write_atomically(&config, &text)?;
         let args = vec!["-W".into(), "-f".into(), config.display().to_string()];
+        let user = crate::identity::lab_identity()?;
+        let program = crate::identity::runnable(&binary, user, &dir.join("bin"))?;
         let mut child = OwnedChild::spawn_with_env(
             "front (haproxy, TCP mode)",
-            &binary,
+            &program,
             &args,
             &[],
             &dir,
             &dir.join("front.log"),
-            node.netns.as_deref(),
+            RunAs {
+                netns: node.netns.as_deref(),
+                user,
+            },
         )?;
         spawned(child.pid());
         child.wait_listening((node.ip, http_port).into(), START_TIMEOUT)?;

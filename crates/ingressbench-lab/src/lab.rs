@@ -15,7 +15,7 @@ use crate::model::{
     check_name, Generation, Overlay, Pool, Route, RouteTable, Tuning, UpstreamProtocol,
     GENERATION_HEADER, SIDECAR_GENERATION_HEADER,
 };
-use crate::process::OwnedChild;
+use crate::process::{OwnedChild, RunAs};
 use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions, UpstreamMtls};
 use crate::reaper::Reaper;
 use crate::relay::Relay;
@@ -394,7 +394,12 @@ impl Lab {
         let mtls = lab.spec.hop.as_ref().is_some_and(|h| h.mtls);
         if lab.spec.tls || mtls {
             let hosts: Vec<String> = lab.spec.routes.iter().map(|r| r.host.clone()).collect();
-            lab.certs = Some(certs::generate(&lab.dir, &hosts)?);
+            let certs = certs::generate(&lab.dir, &hosts)?;
+            certs
+                .files()
+                .into_iter()
+                .try_for_each(crate::identity::own)?;
+            lab.certs = Some(certs);
         }
         for pool in lab.spec.pools.clone() {
             for _ in 0..pool.replicas {
@@ -608,14 +613,20 @@ impl Lab {
         // A replica that takes the name of one removed earlier appends to its log: only
         // what this process writes tells its address.
         let logged_before = std::fs::metadata(&log).map_or(0, |m| m.len());
+        let user = crate::identity::lab_identity()?;
+        let program =
+            crate::identity::runnable(&self.spec.backend_binary, user, &self.dir.join("bin"))?;
         let mut child = OwnedChild::spawn_with_env(
             &format!("backend {name}"),
-            &self.spec.backend_binary,
+            &program,
             &args,
             &[],
             &self.dir,
             &log,
-            node.netns.as_deref(),
+            RunAs {
+                netns: node.netns.as_deref(),
+                user,
+            },
         )?;
         self.watch(child.pid());
         let addr = wait_for_address(&mut child, &log, logged_before)?;
@@ -1444,6 +1455,7 @@ fn private_dir() -> Result<PathBuf, LabError> {
             source,
         }
     })?;
+    crate::identity::own(&dir)?;
     Ok(dir)
 }
 

@@ -20,6 +20,7 @@ pub mod backend;
 pub mod certs;
 mod error;
 pub mod front;
+pub mod identity;
 pub mod kernel;
 mod lab;
 pub mod labfile;

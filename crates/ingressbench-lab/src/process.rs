@@ -26,6 +26,16 @@ pub const LAB_DIR_ENV: &str = "INGRESSBENCH_LAB_DIR";
 /// How much of a log a failure message quotes.
 const LOG_TAIL_BYTES: u64 = 4096;
 
+/// Where and as whom a child runs: the network namespace it enters (none: the tool's) and
+/// the user it runs as (none: the tool's).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RunAs<'a> {
+    /// The network namespace's path (`/run/netns/NAME`).
+    pub netns: Option<&'a Path>,
+    /// The user and group.
+    pub user: Option<crate::identity::Identity>,
+}
+
 /// A running child the lab owns.
 #[derive(Debug)]
 pub struct OwnedChild {
@@ -44,11 +54,12 @@ impl OwnedChild {
         dir: &Path,
         log: &Path,
     ) -> Result<Self, LabError> {
-        Self::spawn_with_env(name, program, args, &[], dir, log, None)
+        Self::spawn_with_env(name, program, args, &[], dir, log, RunAs::default())
     }
 
     /// Like [`OwnedChild::spawn`], with extra environment variables, in the network
-    /// namespace at `netns` if one is given (entered with util-linux `nsenter`).
+    /// namespace and as the user `run_as` names (entered with util-linux `nsenter`, then
+    /// `setpriv`).
     pub fn spawn_with_env(
         name: &str,
         program: &Path,
@@ -56,7 +67,7 @@ impl OwnedChild {
         env: &[(String, String)],
         dir: &Path,
         log: &Path,
-        netns: Option<&Path>,
+        run_as: RunAs<'_>,
     ) -> Result<Self, LabError> {
         let start_error = |source: io::Error| LabError::Spawn {
             name: name.to_owned(),
@@ -70,7 +81,7 @@ impl OwnedChild {
             .map_err(start_error)?;
         let err = out.try_clone().map_err(start_error)?;
         // nsenter and setpriv each exec the next, so the child's pid is the program's.
-        let mut command = match netns {
+        let mut command = match run_as.netns {
             Some(ns) => {
                 let mut c = Command::new("nsenter");
                 c.arg(format!("--net={}", ns.display()))
@@ -79,6 +90,17 @@ impl OwnedChild {
             }
             None => Command::new("setpriv"),
         };
+        if let Some(who) = run_as.user {
+            // Its home is its directory: the tool's (root's) is closed to it, and programs
+            // look there for configuration (Traefik stats ~/.config/traefik.toml).
+            command.env("HOME", dir);
+            command.args([
+                format!("--reuid={}", who.uid),
+                format!("--regid={}", who.gid),
+                "--clear-groups".into(),
+                "--no-new-privs".into(),
+            ]);
+        }
         let child = command
             .args(["--pdeathsig", "KILL", "--"])
             .arg(program)

@@ -139,7 +139,7 @@ impl LocalCluster {
             &[("PATH".to_owned(), path.to_string_lossy().into_owned())],
             &home,
             &self.dir.join("haproxy-ingress.log"),
-            None,
+            ingressbench_lab::process::RunAs::default(),
         )?;
         let local = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         let started = Instant::now();

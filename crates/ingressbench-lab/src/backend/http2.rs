@@ -127,9 +127,11 @@ impl Connection {
         // The path without its query, as over HTTP/1.1.
         let path = request.uri().path().to_owned();
         let head = request.method() == http::Method::HEAD;
-        // The request body, if any, is read and dropped (its window given back).
+        // The request body, if any, is read, counted and dropped (its window given back).
         let mut body_in = request.into_body();
+        let mut received = 0;
         while let Some(Ok(chunk)) = body_in.data().await {
+            received += chunk.len();
             let _ = body_in.flow_control().release_capacity(chunk.len());
         }
         self.wait_before_answering().await;
@@ -163,6 +165,9 @@ impl Connection {
                 .header(super::PROTOCOL_HEADER, "HTTP/2");
             let echoed: String = path.chars().filter(char::is_ascii_graphic).collect();
             answer = answer.header("x-echo-path", echoed);
+            if received > 0 {
+                answer = answer.header(super::BODY_HEADER, received);
+            }
         }
         let Ok(answer) = answer.body(()) else {
             return false;

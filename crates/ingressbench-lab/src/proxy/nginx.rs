@@ -79,6 +79,10 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
         let _ = writeln!(c, "  keepalive_requests {n};");
     }
     let _ = writeln!(c, "  keepalive_timeout 75s;");
+    // No request body limit, as the other four have none by default (nginx's own is
+    // 1 MiB: a 413 there would measure a default, not the proxy). Bodies over the
+    // buffer go to tmp/body, which is the lab user's.
+    let _ = writeln!(c, "  client_max_body_size 0;");
     let _ = writeln!(c, "  proxy_http_version 1.1;");
     let _ = writeln!(
         c,

@@ -308,3 +308,38 @@ fn the_control_endpoint_holds_every_answer_for_the_time_asked() {
     let held = started.elapsed();
     assert!(held >= Duration::from_millis(1000), "held {held:?}");
 }
+
+#[test]
+fn a_body_of_any_size_is_counted_as_it_comes_and_the_next_request_still_parses() {
+    let backend = Backend::start(&["--listen", "127.0.0.1:0", "--name", "big"]);
+    // 3 MiB (far over the head limit), written slowly enough to arrive in many reads,
+    // then a pipelined request on the same connection.
+    let bytes = 3 * 1024 * 1024;
+    let mut s = TcpStream::connect(backend.addr).unwrap();
+    write!(
+        s,
+        "POST /up HTTP/1.1\r\nHost: b\r\nContent-Length: {bytes}\r\n\r\n"
+    )
+    .unwrap();
+    for chunk in vec![b'y'; bytes].chunks(100_000) {
+        s.write_all(chunk).unwrap();
+    }
+    s.write_all(b"GET /after HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    let answers: Vec<&str> = out.matches("HTTP/1.1 200 OK").collect();
+    assert_eq!(answers.len(), 2, "{out}");
+    assert!(
+        out.contains(&format!(
+            "{}: {bytes}\r\n",
+            ingressbench_lab::backend::BODY_HEADER
+        )),
+        "{out}"
+    );
+    assert!(out.contains("x-echo-path: /after"), "{out}");
+    assert_eq!(
+        out.matches(ingressbench_lab::backend::BODY_HEADER).count(),
+        1
+    );
+}

@@ -13,4 +13,5 @@ mod kernel;
 mod lab;
 mod report;
 mod run;
+mod trust;
 mod workers;
