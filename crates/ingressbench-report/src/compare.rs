@@ -26,9 +26,11 @@ pub fn pairs<'a>(a: &'a [Condition], b: &'a [Condition]) -> Vec<(&'a Condition, 
 }
 
 /// Why a comparison of `a` (from the runs `a_runs`) with `b` (from `b_runs`) cannot be
-/// trusted to judge: a run that did not complete, a condition measured on one side only,
-/// a metric that `metrics` need and that is not a number on either side of a pair. A gate
-/// must fail on any of these rather than pass on what is missing.
+/// trusted to judge: a run that did not complete, a cell recorded as done whose files
+/// cannot be read (its figures would be missing from its condition's), a condition
+/// measured on one side only, a metric that `metrics` need and that is not a number on
+/// either side of a pair. A gate must fail on any of these rather than pass on what is
+/// missing.
 pub fn cannot_judge(
     runs: &[&RunResults],
     (a, b): (&[&Condition], &[&Condition]),
@@ -40,6 +42,15 @@ pub fn cannot_judge(
         let status = run.record["status"].as_str().unwrap_or("unknown");
         if status != "complete" {
             why.push(format!("{} is {status}, not complete", run.dir.display()));
+        }
+        for cell in run.cells.iter().filter(|c| !c.unreadable.is_empty()) {
+            why.push(format!(
+                "{}: {} was recorded as {} but cannot be read: {}",
+                run.dir.display(),
+                cell.label(),
+                cell.status,
+                cell.unreadable.join("; ")
+            ));
         }
     }
     let at = |c: &Condition| {

@@ -8,7 +8,7 @@ use std::path::Path;
 use ingressbench_stats::HistogramUs;
 
 use crate::analysis::{self, groups, Condition, Difference, METRICS};
-use crate::results::{read_samples, resolves_inside, CellResults, RunResults, SampleRow};
+use crate::results::{read_samples, CellResults, RunResults, SampleRow};
 use crate::svg::{esc, short, Axis, Plot, ERROR_COLOUR, PALETTE};
 
 /// At most this many points per latency-over-time panel (errors first); statistics always
@@ -16,6 +16,8 @@ use crate::svg::{esc, short, Axis, Plot, ERROR_COLOUR, PALETTE};
 const MAX_POINTS: usize = 4000;
 /// Configuration files shown at most this long.
 const MAX_CONFIG_BYTES: usize = 64 * 1024;
+/// How many configuration files a report shows at most per target.
+const MAX_CONFIG_FILES: usize = 64;
 
 /// A rendered report.
 pub struct Report {
@@ -204,11 +206,10 @@ fn first_cell<'a>(run: &'a RunResults, c: &Condition) -> Option<&'a CellResults>
 /// A cell's sampled requests (none if it has no samples file, or one that leads out of
 /// the results directory).
 fn samples_of(run: &RunResults, cell: &CellResults) -> Vec<SampleRow> {
-    cell.dir
-        .as_ref()
-        .map(|d| d.join("samples.csv.gz"))
-        .filter(|p| resolves_inside(&run.root, p).is_ok())
-        .and_then(|p| read_samples(&p).ok())
+    let sent = cell.number(&["requests", "total"]).unwrap_or(0.0)
+        + cell.number(&["requests", "warmup"]).unwrap_or(0.0);
+    cell.file_parts("samples.csv.gz")
+        .and_then(|parts| read_samples(&run.root, &parts, sent as u64).ok())
         .unwrap_or_default()
 }
 
@@ -940,10 +941,13 @@ fn measured_section(run: &RunResults) -> String {
         if shown.contains(&c.target.as_str()) {
             continue;
         }
-        let Some(dir) = c.dir.as_ref().map(|d| d.join("proxy")) else {
+        let Some(name) = c.dir_name.as_deref() else {
             continue;
         };
-        let files = config_files(&run.root, &dir);
+        if !crate::files::is_dir_in(&run.root, &["cells", name, "proxy"]) {
+            continue;
+        }
+        let files = config_files(&run.root.join("cells").join(name).join("proxy"));
         if files.is_empty() {
             continue;
         }
@@ -963,11 +967,15 @@ fn measured_section(run: &RunResults) -> String {
     out
 }
 
-/// Configuration files (not logs) under `dir`, each cut to [`MAX_CONFIG_BYTES`].
-fn config_files(root: &Path, dir: &Path) -> Vec<(String, String)> {
+/// Configuration files (not logs) under `dir`, each cut to [`MAX_CONFIG_BYTES`], at most
+/// [`MAX_CONFIG_FILES`] of them; no link followed, only regular files read.
+fn config_files(dir: &Path) -> Vec<(String, String)> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
+        if out.len() >= MAX_CONFIG_FILES {
+            break;
+        }
         let Ok(entries) = std::fs::read_dir(&d) else {
             continue;
         };
@@ -978,7 +986,7 @@ fn config_files(root: &Path, dir: &Path) -> Vec<(String, String)> {
             let is_link = p
                 .symlink_metadata()
                 .is_ok_and(|m| m.file_type().is_symlink());
-            if is_link || resolves_inside(root, &p).is_err() {
+            if is_link || out.len() >= MAX_CONFIG_FILES {
                 continue;
             }
             if p.is_dir() {
@@ -987,7 +995,9 @@ fn config_files(root: &Path, dir: &Path) -> Vec<(String, String)> {
                 .extension()
                 .is_some_and(|e| ["conf", "cfg", "json", "yaml"].iter().any(|x| e == *x))
             {
-                let mut text = std::fs::read_to_string(&p).unwrap_or_default();
+                let Some(mut text) = crate::files::read_prefix(&p, MAX_CONFIG_BYTES + 1) else {
+                    continue;
+                };
                 if text.len() > MAX_CONFIG_BYTES {
                     let mut cut = MAX_CONFIG_BYTES;
                     while !text.is_char_boundary(cut) {

@@ -16,6 +16,7 @@
 
 pub mod analysis;
 pub mod compare;
+pub mod files;
 pub mod hgrm;
 pub mod hlog;
 pub mod html;

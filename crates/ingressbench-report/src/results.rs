@@ -1,12 +1,16 @@
 //! Reading a results directory (docs/RESULTS.md) back, or a single `load --json` output:
-//! what a report and a comparison are made from. Missing or unreadable parts are noted,
-//! not fatal, so that an incomplete run still gets a report.
+//! what a report and a comparison are made from. A directory may come from elsewhere, so
+//! every file goes through [`crate::files`] (no link, regular files, sizes bounded by the
+//! run's own counts). A cell the run recorded as done is read whole or marked
+//! [`CellResults::unreadable`] with the reasons, never left out in silence: a report
+//! shows it as such and a gate cannot judge without it. Missing parts of cells that never
+//! finished are noted, not fatal, so that an incomplete run still gets a report.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use crate::files;
 use crate::hlog::Interval;
 
 /// A run as read from disk.
@@ -39,6 +43,11 @@ pub struct CellResults {
     pub status: String,
     /// Its directory, if it has one.
     pub dir: Option<PathBuf>,
+    /// Its directory's name under `cells/`, if it has one.
+    pub dir_name: Option<String>,
+    /// Why files of a cell recorded as done could not be read (each names the file and
+    /// the rule it broke); its figures are then none of the run's.
+    pub unreadable: Vec<String>,
     /// Its `summary.json`.
     pub summary: Option<Value>,
     /// The proxy's version.
@@ -61,6 +70,27 @@ pub struct CellResults {
 }
 
 impl CellResults {
+    /// Where `file` of this cell is, as path parts under the results directory.
+    pub fn file_parts<'a>(&'a self, file: &'a str) -> Option<[&'a str; 3]> {
+        self.dir_name.as_deref().map(|d| ["cells", d, file])
+    }
+
+    /// The cell in words: `haproxy at load.rate=500, repeat 2 (cell 7)`.
+    pub fn label(&self) -> String {
+        let settings = self.settings_label();
+        let at = if settings.is_empty() {
+            String::new()
+        } else {
+            format!(" at {settings}")
+        };
+        format!(
+            "{}{at}, repeat {} (cell {})",
+            self.target,
+            self.repeat + 1,
+            self.index
+        )
+    }
+
     /// The settings as one label (`load.rate=500`), empty without a matrix.
     pub fn settings_label(&self) -> String {
         self.settings
@@ -87,13 +117,16 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
         return read_single(path);
     }
     let run_json = path.join("run.json");
-    let text = std::fs::read_to_string(&run_json).map_err(|e| {
-        format!(
-            "{}: cannot read it ({e}); give a results directory (from `ingressbench run`) or a `load --json` file",
-            run_json.display()
-        )
+    let text = files::read_in(
+        path,
+        &["run.json"],
+        files::RUN_RECORD_LIMIT,
+        "a run record's",
+    )
+    .map_err(|e| {
+        format!("{e}; give a results directory (from `ingressbench run`) or a `load --json` file")
     })?;
-    let record: Value = serde_json::from_str(&text)
+    let record: Value = serde_json::from_slice(&text)
         .map_err(|e| format!("{}: not a run record: {e}", run_json.display()))?;
     let listed = record
         .get("cells")
@@ -110,7 +143,7 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             run_json.display()
         ));
     }
-    // Every file read must be inside the results directory, whatever run.json says and
+    // Every file is read from the results directory down, whatever run.json says and
     // whatever links it holds.
     let root = path
         .canonicalize()
@@ -132,7 +165,7 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
                     run_json.display()
                 ))
             }
-            d => d.map(|d| path.join("cells").join(d)),
+            d => d,
         };
         let mut cell = CellResults {
             index: c["index"].as_u64().map_or(i, |x| x as usize),
@@ -147,7 +180,9 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
                 })
                 .unwrap_or_default(),
             status: c["status"].as_str().unwrap_or("pending").to_owned(),
-            dir: dir.clone(),
+            dir: dir.map(|d| path.join("cells").join(d)),
+            dir_name: dir.map(str::to_owned),
+            unreadable: Vec::new(),
             summary: None,
             proxy_version: c["proxy_version"].as_str().map(str::to_owned),
             windows: Vec::new(),
@@ -158,12 +193,20 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             workers: None,
             error: c["error"].as_str().map(str::to_owned),
         };
-        match (&dir, cell.status.as_str()) {
-            (Some(dir), "done" | "interrupted") => {
-                load_cell_files(&mut cell, &root, dir, &mut notes)
+        match (dir, cell.status.as_str()) {
+            (Some(_), "done" | "interrupted") => {
+                load_cell_files(&mut cell, &root);
+                notes.extend(
+                    cell.unreadable
+                        .iter()
+                        .map(|why| format!("{}: {why}", cell.label())),
+                );
             }
+            (None, "done" | "interrupted") => cell
+                .unreadable
+                .push("run.json gives it no directory".to_owned()),
             // Started but never finished: its run was killed, crashed or stopped twice.
-            (Some(dir), "pending") => recover_cell(&mut cell, &root, dir, &mut notes),
+            (Some(_), "pending") => recover_cell(&mut cell, &root, &mut notes),
             _ => {}
         }
         cells.push(cell);
@@ -182,57 +225,130 @@ fn is_plain_name(d: &str) -> bool {
     !d.is_empty() && d != "." && d != ".." && !d.contains(['/', '\\', '\0'])
 }
 
-/// Whether `path` resolves (links followed) inside `root` (a canonical path); if not, why.
-/// Whatever a results directory holds, nothing outside it is read into a report.
-pub fn resolves_inside(root: &Path, path: &Path) -> Result<(), String> {
-    match path.canonicalize() {
-        Ok(real) if real.starts_with(root) => Ok(()),
-        Ok(real) => Err(format!(
-            "{}: not read, it leads out of the results directory (to {})",
-            path.display(),
-            real.display()
-        )),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+/// What one window of a cell's interval log may take at most: a V2-deflate histogram in
+/// base64 and its outcomes comment (a real one takes a few KiB).
+const HLOG_BYTES_PER_WINDOW: u64 = 256 << 10;
+
+/// The lines a cell's per-second files may hold: a window each second of the load, with
+/// room for the warm-up and the end.
+fn seconds_allowed(duration_s: f64, measure_from_s: f64) -> u64 {
+    (duration_s.max(0.0) + measure_from_s.max(0.0))
+        .min(1e9)
+        .ceil() as u64
+        + 60
+}
+
+/// The figures of a summary that a report and a gate read, checked: its duration and
+/// how many answered requests its latency counts. An error names what is missing.
+fn summary_figures(summary: &Value) -> Result<(f64, u64), String> {
+    let number = |path: &[&str]| {
+        path.iter()
+            .try_fold(summary, |v, key| v.get(key))
+            .and_then(Value::as_f64)
+            .filter(|x| x.is_finite() && *x >= 0.0)
+            .ok_or_else(|| {
+                format!(
+                    "summary.json is not a load summary: no number at {}",
+                    path.join(".")
+                )
+            })
+    };
+    for path in [
+        &["requests", "total"][..],
+        &["requests", "errors"],
+        &["latency_us", "p50"],
+        &["latency_us", "p99"],
+        &["latency_us", "mean"],
+        &["latency_us", "max"],
+    ] {
+        number(path)?;
+    }
+    Ok((
+        number(&["duration_s"])?,
+        number(&["latency_us", "count"])? as u64,
+    ))
+}
+
+/// Reads a cell the run recorded as done: its summary (which must be one), its interval
+/// log (whole, and holding every answered request the summary counts), its impact and
+/// workers records when present, and its CPU readings. Any of these that cannot be read
+/// makes the cell unreadable, its figures none of the run's.
+fn load_cell_files(cell: &mut CellResults, root: &Path) {
+    let mut why = Vec::new();
+    let dir_name = cell.dir_name.clone().unwrap_or_default();
+    let read = |file: &str, limit: u64, allows: &str| {
+        files::read_in(root, &["cells", &dir_name, file], limit, allows)
+    };
+    let summary = read("summary.json", files::CELL_JSON_LIMIT, "a summary's").and_then(|b| {
+        let value: Value =
+            serde_json::from_slice(&b).map_err(|e| format!("summary.json is not JSON: {e}"))?;
+        let figures = summary_figures(&value)?;
+        Ok((value, figures))
+    });
+    let (value, (duration_s, answered)) = match summary {
+        Ok(both) => both,
+        Err(e) => {
+            cell.unreadable.push(e);
+            return;
+        }
+    };
+    let windows = seconds_allowed(duration_s, cell.measure_from_s);
+    let hlog = read(
+        "latency.hlog",
+        windows * HLOG_BYTES_PER_WINDOW,
+        &format!("the {windows} one-second windows of the cell's duration"),
+    )
+    .and_then(|bytes| crate::hlog::read(&bytes).map_err(|e| format!("latency.hlog: {e}")));
+    match hlog {
+        Ok(w) => {
+            let counted: u64 = w.iter().map(|i| i.histogram.count()).sum();
+            if counted != answered {
+                why.push(format!(
+                    "latency.hlog holds {counted} answered requests and the summary counts {answered} (cut, or not this cell's)"
+                ));
+            }
+            cell.windows = w;
+        }
+        Err(e) => why.push(e),
+    }
+    for (file, slot) in [("impact.json", 0), ("workers.json", 1)] {
+        let Some(parts) = cell.file_parts(file) else {
+            continue;
+        };
+        if !files::exists_in(root, &parts) {
+            continue;
+        }
+        match read(file, files::CELL_JSON_LIMIT, "a cell record's")
+            .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| format!("{file}: {e}")))
+        {
+            Ok(Value::Array(entries)) if slot == 0 => cell.impact = entries,
+            Ok(v) if slot == 1 => cell.workers = Some(v),
+            Ok(_) => why.push(format!("{file} is not a list of events")),
+            Err(e) => why.push(e),
+        }
+    }
+    cell.proxy_cpu = usage_readings(cell, root, windows);
+    if why.is_empty() {
+        cell.summary = Some(value);
+    } else {
+        cell.windows.clear();
+        cell.impact.clear();
+        cell.workers = None;
+        cell.unreadable = why;
     }
 }
 
-/// Reads a cell's files, each only if it resolves inside `root` (the results directory,
-/// canonical).
-fn load_cell_files(cell: &mut CellResults, root: &Path, dir: &Path, notes: &mut Vec<String>) {
-    let inside = |p: &Path| resolves_inside(root, p);
-    let summary = dir.join("summary.json");
-    match inside(&summary).and_then(|()| read_json(&summary)) {
-        Ok(v) => cell.summary = Some(v),
-        Err(e) => notes.push(e),
-    }
-    let hlog = dir.join("latency.hlog");
-    if let Err(e) = inside(&hlog) {
-        notes.push(e);
-        return;
-    }
-    match std::fs::read(&hlog) {
-        Ok(bytes) => match crate::hlog::read(&bytes) {
-            Ok(w) => cell.windows = w,
-            Err(e) => notes.push(format!("{}: {e}", hlog.display())),
-        },
-        Err(e) => notes.push(format!("{}: {e}", hlog.display())),
-    }
-    let impact = dir.join("impact.json");
-    if let Ok(Value::Array(entries)) = inside(&impact).and_then(|()| read_json(&impact)) {
-        cell.impact = entries;
-    }
-    let workers = dir.join("workers.json");
-    if workers.exists() {
-        match inside(&workers).and_then(|()| read_json(&workers)) {
-            Ok(v) => cell.workers = Some(v),
-            Err(e) => notes.push(e),
-        }
-    }
-    let usage = dir.join("usage.jsonl");
-    if let Ok(text) =
-        inside(&usage).and_then(|()| std::fs::read_to_string(&usage).map_err(|e| e.to_string()))
+/// The proxies' CPU over time from a cell's `usage.jsonl` (one reading a second; none
+/// when it is missing or unreadable: it is a chart, not a figure a gate reads).
+fn usage_readings(cell: &CellResults, root: &Path, seconds: u64) -> Vec<(f64, f64)> {
+    let Some(parts) = cell.file_parts("usage.jsonl") else {
+        return Vec::new();
+    };
+    match files::Lines::open(root, &parts, seconds + 1)
+        .map(|lines| lines.collect::<Result<Vec<_>, _>>())
     {
-        cell.proxy_cpu = cpu_rates(&text, "proxy");
+        Ok(Ok(lines)) => cpu_rates(&lines.join("\n"), "proxy"),
+        _ => Vec::new(),
     }
 }
 
@@ -265,16 +381,22 @@ pub const CUT_SHORT: &str = "interrupted";
 /// by a second Ctrl-C: what it wrote as it went (the interval log) is read back, its summary
 /// rebuilt and the cell marked interrupted. A cell that never started has no log and stays
 /// pending.
-fn recover_cell(cell: &mut CellResults, root: &Path, dir: &Path, notes: &mut Vec<String>) {
-    let hlog = dir.join("latency.hlog");
-    if !hlog.exists() {
+fn recover_cell(cell: &mut CellResults, root: &Path, notes: &mut Vec<String>) {
+    let Some(parts) = cell.file_parts("latency.hlog") else {
+        return;
+    };
+    if !files::exists_in(root, &parts) {
         return;
     }
-    let partial = resolves_inside(root, &hlog)
-        .and_then(|()| std::fs::read(&hlog).map_err(|e| format!("{}: {e}", hlog.display())))
-        .and_then(|bytes| {
-            crate::hlog::read_partial(&bytes).map_err(|e| format!("{}: {e}", hlog.display()))
-        });
+    // A cell cut short has no summary to bound its log by: a day of windows.
+    const DAY: u64 = 86_400;
+    let partial = files::read_in(
+        root,
+        &parts,
+        DAY * HLOG_BYTES_PER_WINDOW,
+        "a day of one-second windows",
+    )
+    .and_then(|bytes| crate::hlog::read_partial(&bytes).map_err(|e| format!("latency.hlog: {e}")));
     let partial = match partial {
         Ok(p) => p,
         Err(e) => {
@@ -288,12 +410,7 @@ fn recover_cell(cell: &mut CellResults, root: &Path, dir: &Path, notes: &mut Vec
     cell.status = CUT_SHORT.to_owned();
     cell.summary = Some(summary);
     cell.windows = partial.intervals;
-    let usage = dir.join("usage.jsonl");
-    if let Ok(text) = resolves_inside(root, &usage)
-        .and_then(|()| std::fs::read_to_string(&usage).map_err(|e| e.to_string()))
-    {
-        cell.proxy_cpu = cpu_rates(&text, "proxy");
-    }
+    cell.proxy_cpu = usage_readings(cell, root, cell.windows.len() as u64 + 60);
 }
 
 /// The summary of a cell cut short, from its interval log: requests answered and their
@@ -384,29 +501,48 @@ pub fn cpu_rates(usage_jsonl: &str, role: &str) -> Vec<(f64, f64)> {
         .collect()
 }
 
-fn read_json(path: &Path) -> Result<Value, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-/// A single `load --json` output as a run of one cell.
+/// A single `load --json` output as a run of one cell (and the interval log of the same
+/// stem beside it, when there is one, which must then be whole).
 fn read_single(path: &Path) -> Result<RunResults, String> {
-    let summary = read_json(path)?;
-    if summary.get("latency_us").is_none() {
-        return Err(format!(
-            "{}: not a `load --json` summary (no latency_us); give a results directory or a summary file",
-            path.display()
-        ));
-    }
-    let mut notes = Vec::new();
-    let hlog = path.with_extension("hlog");
-    let windows = match std::fs::read(&hlog) {
-        Ok(bytes) => crate::hlog::read(&bytes).unwrap_or_else(|e| {
-            notes.push(format!("{}: {e}", hlog.display()));
-            Vec::new()
-        }),
-        Err(_) => Vec::new(),
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+    let file = |p: &Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
     };
+    let bytes = files::read_in(&dir, &[&file(path)], files::CELL_JSON_LIMIT, "a summary's")?;
+    let not_summary = |e: String| {
+        format!(
+            "{}: not a `load --json` summary ({e}); give a results directory or a summary file",
+            path.display()
+        )
+    };
+    let summary: Value = serde_json::from_slice(&bytes).map_err(|e| not_summary(e.to_string()))?;
+    let (duration_s, _) = summary_figures(&summary).map_err(not_summary)?;
+    let mut notes = Vec::new();
+    let mut unreadable = Vec::new();
+    let hlog = path.with_extension("hlog");
+    let mut windows = Vec::new();
+    if hlog.symlink_metadata().is_ok() {
+        let seconds = seconds_allowed(duration_s, 0.0);
+        match files::read_in(
+            &dir,
+            &[&file(&hlog)],
+            seconds * HLOG_BYTES_PER_WINDOW,
+            &format!("the {seconds} one-second windows of the run's duration"),
+        )
+        .and_then(|b| crate::hlog::read(&b).map_err(|e| format!("{}: {e}", hlog.display())))
+        {
+            Ok(w) => windows = w,
+            Err(e) => {
+                notes.push(e.clone());
+                unreadable.push(e);
+            }
+        }
+    }
     let name = path
         .file_stem()
         .map_or("load".into(), |s| s.to_string_lossy().into_owned());
@@ -416,10 +552,6 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
         "command": Value::Null,
         "tool_version": summary.get("tool_version").cloned().unwrap_or(Value::Null),
     });
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
     let root = dir
         .canonicalize()
         .map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -434,7 +566,9 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
             settings: Vec::new(),
             status: "done".into(),
             dir: None,
-            summary: Some(summary),
+            dir_name: None,
+            summary: unreadable.is_empty().then_some(summary),
+            unreadable,
             proxy_version: None,
             windows,
             impact: Vec::new(),
@@ -466,16 +600,11 @@ pub struct SampleRow {
     pub generations: [u32; 2],
 }
 
-/// Reads a `samples.csv` or `samples.csv.gz` file (docs/RESULTS.md), in file order.
-pub fn read_samples(path: &Path) -> std::io::Result<Vec<SampleRow>> {
-    let file = std::fs::File::open(path)?;
-    let reader: Box<dyn BufRead> = if path.extension().is_some_and(|e| e == "gz") {
-        Box::new(BufReader::new(flate2::read::GzDecoder::new(file)))
-    } else {
-        Box::new(BufReader::new(file))
-    };
+/// Reads a `samples.csv` or `samples.csv.gz` file (docs/RESULTS.md), `root/parts…`, in
+/// file order, refusing one of more than `max_rows` rows (the requests its cell sent).
+pub fn read_samples(root: &Path, parts: &[&str], max_rows: u64) -> Result<Vec<SampleRow>, String> {
     let mut rows = Vec::new();
-    let mut lines = reader.lines();
+    let mut lines = files::Lines::open(root, parts, max_rows.saturating_add(1))?;
     // Files written before the generation columns existed end at connection_reused.
     let header = lines.next().transpose()?.unwrap_or_default();
     let after_backend = if header.ends_with("sidecar_generation") {
@@ -527,7 +656,8 @@ mod tests {
         std::fs::write(&old, format!("{header}\n{row}\n")).unwrap();
         let new = dir.join("new.csv");
         std::fs::write(&new, format!("{}\n{row},4,\n", crate::samples::HEADER)).unwrap();
-        let (old, new) = (read_samples(&old).unwrap(), read_samples(&new).unwrap());
+        let read = |name: &str| read_samples(&dir, &[name], 10).unwrap();
+        let (old, new) = (read("old.csv"), read("new.csv"));
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(old[0].backend, "b,\"x\"");
         assert_eq!(old[0].generations, [0, 0]);

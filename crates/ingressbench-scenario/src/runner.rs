@@ -1509,8 +1509,7 @@ fn write_impact(
     (measure_from, start): (Instant, Instant),
 ) -> Result<(), String> {
     let shift = measure_from.saturating_duration_since(start).as_secs_f64();
-    let points = crate::impact::read_samples(&dir.join("samples.csv.gz"), shift)
-        .map_err(|e| e.to_string())?;
+    let points = crate::impact::read_samples(dir, shift)?;
     // The end of the last window: the end of measurement, or the last sample if one was
     // sent later (a sequential load's last request goes out at its end); inclusive.
     let end = points

@@ -17,8 +17,9 @@ use crate::UsageError;
 
 /// Seed of the bootstrap: the same results give the same report.
 const SEED: u64 = 0x1b_e5c4;
-/// `compare --fail-if` could not judge: a run incomplete, a condition on one side only,
-/// a metric that is not a number. (1: a condition held; 2: usage.)
+/// `compare --fail-if` could not judge: a run incomplete, a cell recorded as done that
+/// cannot be read, a condition on one side only, a metric that is not a number; it wins
+/// over a condition that held. (1: a condition held; 2: usage.)
 const EXIT_CANNOT_JUDGE: u8 = 3;
 
 fn read(path: &Path) -> Result<RunResults> {
@@ -35,12 +36,32 @@ pub(crate) fn report(args: ReportArgs) -> Result<ExitCode> {
     } else {
         args.path.join("report.html")
     };
-    std::fs::write(&out, &report.html)
+    ingressbench_report::files::replace_file(&out, report.html.as_bytes())
         .with_context(|| format!("cannot write {}", out.display()))?;
     let took = started.elapsed();
     let mut stdout = std::io::stdout().lock();
     for line in &report.headline {
         writeln!(stdout, "{}", terminal::printable(line))?;
+    }
+    let unreadable: Vec<_> = run
+        .cells
+        .iter()
+        .filter(|c| !c.unreadable.is_empty())
+        .collect();
+    if !unreadable.is_empty() {
+        writeln!(
+            stdout,
+            "UNREADABLE: {} of the cells the run recorded as done cannot be read, and are in none of the figures:",
+            unreadable.len()
+        )?;
+        for c in unreadable {
+            writeln!(
+                stdout,
+                "  {}: {}",
+                terminal::printable(&c.label()),
+                terminal::printable(&c.unreadable.join("; "))
+            )?;
+        }
     }
     if !report.warnings.is_empty() {
         writeln!(
@@ -108,6 +129,14 @@ fn chromium() -> Result<PathBuf> {
 fn write_pngs(dir: &Path, charts: &[(String, String)]) -> Result<usize> {
     let browser = chromium()?;
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    // The results directory may come from elsewhere: its charts/ must be a directory, not
+    // a link that would send what is written somewhere else.
+    if !dir.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+        anyhow::bail!(
+            "{} is not a directory (a link?): not writing charts through it; remove it and run again",
+            dir.display()
+        );
+    }
     let mut written = 0;
     for (i, (name, svg)) in charts.iter().enumerate() {
         let stem: String = name
@@ -116,7 +145,7 @@ fn write_pngs(dir: &Path, charts: &[(String, String)]) -> Result<usize> {
             .collect();
         let base = dir.join(format!("{:02}-{}", i + 1, stem.trim_matches('-')));
         let svg_path = base.with_extension("svg");
-        std::fs::write(&svg_path, svg)?;
+        ingressbench_report::files::replace_file(&svg_path, svg.as_bytes())?;
         let (w, h) = svg_size(svg);
         let png = base.with_extension("png");
         let args = [
@@ -321,10 +350,12 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
             writeln!(out, "{}", terminal::printable(line))?;
         }
     }
-    Ok(if !failures.is_empty() {
-        ExitCode::from(1)
-    } else if !fail_ifs.is_empty() && !unjudged.is_empty() {
+    // What could not be seen comes first: a condition that held on part of the cells was
+    // judged on figures that are not the run's.
+    Ok(if !fail_ifs.is_empty() && !unjudged.is_empty() {
         ExitCode::from(EXIT_CANNOT_JUDGE)
+    } else if !failures.is_empty() {
+        ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
     })

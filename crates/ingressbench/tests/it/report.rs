@@ -112,7 +112,8 @@ fn cell(target: &str, repeat: u32, p99: u64, errors: u64) -> FakeCell<'_> {
         settings: &[],
         repeat,
         status: "done",
-        summary: Some(summary(p99 / 4, p99, errors, 10_000, "")),
+        // As many answered requests as the interval log's 4 windows of 400 hold.
+        summary: Some(summary(p99 / 4, p99, errors, 1600, "")),
         latencies: (0..400).map(|k| 100 + k * p99 / 400).collect(),
         backend: "echo-1",
         impact: serde_json::json!([]),
@@ -223,7 +224,7 @@ fn a_gate_fails_closed_on_what_it_cannot_see() {
         (&missing, "haproxy was measured in the baseline only"),
         (
             &garbage,
-            "errors of nginx in the other run cannot be computed",
+            "nginx, repeat 1 (cell 0) was recorded as done but cannot be read: summary.json is not a load summary: no number at requests.total",
         ),
     ] {
         let out = gate(other, &["--fail-if", "errors > 0"]);
@@ -311,7 +312,7 @@ fn hostile_strings_in_results_produce_no_markup() {
     let mut c = cell(evil, 0, 900, 2);
     c.settings = &evil_settings;
     c.backend = "\"<svg onload=alert(3)>\"";
-    c.summary = Some(summary(200, 900, 2, 1000, evil));
+    c.summary = Some(summary(200, 900, 2, 1600, evil));
     c.impact = serde_json::json!([{ "what": evil, "requested_s": 1.0, "took_effect_basis": evil }]);
     let mut pending = cell("</style><script>x</script>", 0, 900, 0);
     pending.status = "pending";
@@ -359,7 +360,8 @@ fn a_million_sample_run_gives_a_small_report_from_every_request() {
     // One cell whose statistics come from its interval log, with a million samples.
     let mut c = cell("nginx", 0, 5000, 0);
     c.latencies = (0..1_000_000u64).map(|k| 100 + (k * 7919) % 4900).collect();
-    c.summary = Some(summary(2550, 4950, 0, 1_000_000, ""));
+    // Its interval log holds the million in each of 4 windows.
+    c.summary = Some(summary(2550, 4950, 0, 4_000_000, ""));
     fake_run(&dir, "", &[c]);
     let started = Instant::now();
     let out = ib(&["report", dir.to_str().unwrap()]);
@@ -543,5 +545,148 @@ fn a_single_load_output_gets_a_report_too() {
         "{html:.300}"
     );
     assert!(!json.exists());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_gate_cannot_judge_a_run_with_a_done_cell_it_cannot_read() {
+    let dir = scratch("report-unreadable");
+    let base = dir.join("base");
+    std::fs::create_dir_all(&base).unwrap();
+    fake_run(
+        &base,
+        "",
+        &(0..3)
+            .map(|r| cell("nginx", r, 1000, 0))
+            .collect::<Vec<_>>(),
+    );
+    // Each way one repeat of a +215% candidate (with 3 errors) can be broken.
+    type Break = fn(&Path);
+    let breaks: [(&str, Break, &str); 8] = [
+        (
+            "summary deleted",
+            |p| std::fs::remove_file(p.join("summary.json")).unwrap(),
+            "No such file",
+        ),
+        (
+            "summary empty",
+            |p| std::fs::write(p.join("summary.json"), "").unwrap(),
+            "summary.json is not JSON",
+        ),
+        (
+            "summary {}",
+            |p| std::fs::write(p.join("summary.json"), "{}").unwrap(),
+            "no number at requests.total",
+        ),
+        (
+            "summary a link",
+            |p| {
+                let real = p.join("real.json");
+                std::fs::rename(p.join("summary.json"), &real).unwrap();
+                std::os::unix::fs::symlink(&real, p.join("summary.json")).unwrap();
+            },
+            "is a link",
+        ),
+        (
+            "hlog cut",
+            |p| {
+                let log = std::fs::read(p.join("latency.hlog")).unwrap();
+                let last = log[..log.len() - 1]
+                    .iter()
+                    .rposition(|b| *b == b'\n')
+                    .unwrap();
+                std::fs::write(p.join("latency.hlog"), &log[..=last]).unwrap();
+            },
+            "latency.hlog holds 1200 answered requests and the summary counts 1600",
+        ),
+        (
+            "hlog garbage line",
+            |p| {
+                let mut log = std::fs::read(p.join("latency.hlog")).unwrap();
+                log.extend_from_slice(b"1.0,2.0,not,a line\n");
+                std::fs::write(p.join("latency.hlog"), log).unwrap();
+            },
+            "latency.hlog",
+        ),
+        (
+            "hlog a FIFO",
+            |p| {
+                std::fs::remove_file(p.join("latency.hlog")).unwrap();
+                assert!(Command::new("mkfifo")
+                    .arg(p.join("latency.hlog"))
+                    .status()
+                    .unwrap()
+                    .success());
+            },
+            "not a regular file",
+        ),
+        (
+            "cell directory a link",
+            |p| {
+                let moved = p.with_extension("moved");
+                std::fs::rename(p, &moved).unwrap();
+                std::os::unix::fs::symlink(&moved, p).unwrap();
+            },
+            "is a link",
+        ),
+    ];
+    for (i, (what, break_it, says)) in breaks.into_iter().enumerate() {
+        let other = dir.join(format!("other-{i}"));
+        std::fs::create_dir_all(&other).unwrap();
+        fake_run(
+            &other,
+            "",
+            &(0..3)
+                .map(|r| cell("nginx", r, 3150, 3))
+                .collect::<Vec<_>>(),
+        );
+        break_it(&other.join("cells").join("001-cell"));
+        for gate in ["p99 > +50%", "errors > 0"] {
+            let out = ib(&[
+                "compare",
+                base.to_str().unwrap(),
+                other.to_str().unwrap(),
+                "--fail-if",
+                gate,
+            ]);
+            let t = text(&out);
+            assert_eq!(out.status.code(), Some(3), "{what}, {gate}: {t}");
+            assert!(t.contains("CANNOT JUDGE: "), "{what}: {t}");
+            assert!(
+                t.contains("nginx, repeat 2 (cell 1) was recorded as done but cannot be read"),
+                "{what}: {t}"
+            );
+            assert!(t.contains(says), "{what}: `{says}` not in {t}");
+        }
+        // The report says so too, and draws nothing from that cell.
+        let out = ib(&["report", other.to_str().unwrap()]);
+        let t = text(&out);
+        assert!(out.status.success(), "{what}: {t}");
+        assert!(t.contains("UNREADABLE: 1 of the cells"), "{what}: {t}");
+        assert!(t.contains("nginx, repeat 2 (cell 1): "), "{what}: {t}");
+        let html = std::fs::read_to_string(other.join("report.html")).unwrap();
+        assert!(
+            html.contains("nginx, repeat 2 (cell 1)"),
+            "{what}: the report does not name it"
+        );
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_report_written_into_a_directory_from_elsewhere_replaces_a_link_rather_than_following_it() {
+    let dir = scratch("report-link-out");
+    let run = dir.join("run");
+    std::fs::create_dir_all(&run).unwrap();
+    fake_run(&run, "", &[cell("nginx", 0, 1000, 0)]);
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "keep me").unwrap();
+    std::os::unix::fs::symlink(&victim, run.join("report.html")).unwrap();
+    let out = ib(&["report", run.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    let report = run.join("report.html");
+    assert!(!report.symlink_metadata().unwrap().file_type().is_symlink());
+    assert!(std::fs::read_to_string(report).unwrap().contains("<html"));
     let _ = std::fs::remove_dir_all(dir);
 }
