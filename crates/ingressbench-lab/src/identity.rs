@@ -103,10 +103,12 @@ pub(crate) fn runnable(
     let Some(who) = who else {
         return Ok(binary.to_owned());
     };
-    let binary = binary.canonicalize().unwrap_or_else(|_| binary.to_owned());
-    if reachable(&binary, who) {
-        return Ok(binary);
+    // Judged where it really is; named as the caller named it.
+    let real = binary.canonicalize().unwrap_or_else(|_| binary.to_owned());
+    if reachable(&real, who) {
+        return Ok(binary.to_owned());
     }
+    let binary = real;
     let name = binary.file_name().unwrap_or_default();
     let staged = stage.join(name);
     if staged.exists() {

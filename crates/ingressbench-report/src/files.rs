@@ -155,6 +155,8 @@ pub struct Lines {
     shown: String,
     max_lines: u64,
     read: u64,
+    /// An error was given: the lines end there.
+    failed: bool,
 }
 
 impl Lines {
@@ -177,6 +179,7 @@ impl Lines {
             shown,
             max_lines,
             read: 0,
+            failed: false,
         })
     }
 }
@@ -185,6 +188,17 @@ impl Iterator for Lines {
     type Item = Result<String, String>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        let line = self.next_line();
+        self.failed |= matches!(line, Some(Err(_)));
+        line
+    }
+}
+
+impl Lines {
+    fn next_line(&mut self) -> Option<Result<String, String>> {
+        if self.failed {
+            return None;
+        }
         let mut line = Vec::new();
         let got = (&mut self.reader)
             .take(LINE_LIMIT as u64 + 1)

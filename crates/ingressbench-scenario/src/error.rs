@@ -32,6 +32,15 @@ pub enum ScenarioError {
         /// Who holds it, as its lock file says (process id and command).
         holder: String,
     },
+    /// The results directory holds something this tool did not make where it would write
+    /// or delete: it is left alone.
+    #[error("{}: not touched: {why}; remove it yourself if it can go, or give another --out", path.display())]
+    NotOurs {
+        /// What is there.
+        path: PathBuf,
+        /// Why it is not taken for the tool's own.
+        why: String,
+    },
     /// The results directory cannot be written.
     #[error("{}: cannot write results: {source}", path.display())]
     Write {

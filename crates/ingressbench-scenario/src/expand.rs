@@ -283,6 +283,9 @@ fn set_path(tree: &mut Value, path: &str, value: Value) -> Result<(), String> {
     Ok(())
 }
 
+/// The longest target name, in characters.
+const MAX_TARGET_NAME: usize = 100;
+
 /// Checks what the types cannot: that the load, the events and the targets make sense
 /// together. Returns the validated events.
 fn check(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, ScenarioError> {
@@ -303,6 +306,14 @@ fn check(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, ScenarioError> {
         return Err(bad("targets: name at least one system to compare".into()));
     }
     let mut names: Vec<String> = s.targets.iter().map(Target::name).collect();
+    // A name is printed, stored in run.json and part of its cells' directory names.
+    if let Some(name) = names.iter().find(|n| {
+        n.is_empty() || n.chars().count() > MAX_TARGET_NAME || n.chars().any(char::is_control)
+    }) {
+        return Err(bad(format!(
+            "targets: the name {name:?} cannot be stored or printed as it is; give 1-{MAX_TARGET_NAME} characters with no control characters (a line break, a tab, an escape)"
+        )));
+    }
     names.sort();
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
         return Err(bad(format!(
@@ -660,6 +671,8 @@ mod tests {
             ("name: ../../victim\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\n", "name: \"../../victim\" cannot name a results directory"),
             ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\ncontroller: { propagation_delay: later }\n", "controller.propagation_delay: `later` is not a duration"),
             ("targets: [nginx]\nload: { rate: 5, duration: 1s }\n", "missing field `name`"),
+            ("name: t\ntargets: [{ proxy: nginx, name: \"a\\u001b[2Jb\" }]\nload: { rate: 5, duration: 1s }\n", "targets: the name \"a\\u{1b}[2Jb\" cannot be stored or printed"),
+            (&format!("name: t\ntargets: [{{ proxy: nginx, name: {} }}]\nload: {{ rate: 5, duration: 1s }}\n", "x".repeat(5000)), "give 1-100 characters"),
             ("name: t\ntargets: [nginx]\nload: [1, 2]\n", "load: invalid type: sequence"),
             ("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 1s }\nmatrix: { a: [1,2,3,4,5,6,7,8,9,10], b: [1,2,3,4,5,6,7,8,9,10], c: [1,2,3,4,5,6,7,8,9,10], d: [1,2,3,4,5,6,7,8,9,10,11] }\n", "matrix: 11000 cells"),
         ];

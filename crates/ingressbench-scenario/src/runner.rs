@@ -158,18 +158,14 @@ pub fn run(
     if !options.resume {
         clear_previous_run(&options.dir, options.force)?;
     }
-    std::fs::create_dir_all(options.dir.join("cells")).map_err(io)?;
+    real_dir(&options.dir.join("cells"))?;
     let factor = if options.quick {
         quick_factor(cells)
     } else {
         1.0
     };
     let previous: Option<Value> = if options.resume {
-        let text = std::fs::read_to_string(&path).map_err(io)?;
-        Some(
-            serde_json::from_str(&text)
-                .map_err(|e| ScenarioError::at(&path, format!("not a run record: {e}")))?,
-        )
+        Some(own_record(&options.dir)?)
     } else {
         None
     };
@@ -237,10 +233,17 @@ pub fn run(
         ));
         let dir = options.dir.join("cells").join(cell_dir_name(cell));
         // A cell that did not finish (an earlier attempt, resumed) starts over; what the
-        // earlier attempt measured is kept beside it and listed.
-        if dir.exists() {
+        // earlier attempt measured is kept beside it and listed. What no run of this
+        // directory made is not touched.
+        if dir.symlink_metadata().is_ok() {
             let previous_entry = previous.as_ref().map(|p| &p["cells"][cell.index]);
-            match keep_attempt(&dir, previous_entry).map_err(io)? {
+            if previous_entry.is_none_or(|e| e["dir"].as_str() != Some(&cell_dir_name(cell))) {
+                return Err(ScenarioError::NotOurs {
+                    path: dir,
+                    why: "no run record of this directory lists it".into(),
+                });
+            }
+            match keep_attempt(&options.dir, &dir, previous_entry).map_err(io)? {
                 Some((attempt, said)) => {
                     progress(&format!("  {said}"));
                     let entry = &mut record["cells"][cell.index];
@@ -330,14 +333,17 @@ pub fn run(
 }
 
 /// Refuses a results directory that holds a run (its run.json), or with `force` removes
-/// that run: its run.json and its cells, nothing else.
+/// that run: its run.json and the cells it lists (with their kept earlier attempts),
+/// nothing else. A run.json this tool did not write is not taken for a run of its own.
 fn clear_previous_run(dir: &Path, force: bool) -> Result<(), ScenarioError> {
     let path = dir.join("run.json");
-    let Ok(text) = std::fs::read_to_string(&path) else {
+    if path.symlink_metadata().is_err() {
         return Ok(());
-    };
+    }
+    let record = own_record(dir);
     if !force {
-        let status = serde_json::from_str::<Value>(&text)
+        let status = record
+            .as_ref()
             .ok()
             .and_then(|v| v["status"].as_str().map(str::to_owned))
             .unwrap_or_else(|| "unreadable".to_owned());
@@ -346,6 +352,11 @@ fn clear_previous_run(dir: &Path, force: bool) -> Result<(), ScenarioError> {
             status,
         });
     }
+    let record = record?;
+    let cells = dir.join("cells");
+    if cells.symlink_metadata().is_ok() {
+        real_dir(&cells)?;
+    }
     let remove = |p: &Path, result: std::io::Result<()>| match result {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ScenarioError::Write {
             path: p.to_owned(),
@@ -353,9 +364,87 @@ fn clear_previous_run(dir: &Path, force: bool) -> Result<(), ScenarioError> {
         }),
         _ => Ok(()),
     };
-    remove(&path, std::fs::remove_file(&path))?;
-    let cells = dir.join("cells");
-    remove(&cells, std::fs::remove_dir_all(&cells))
+    for name in listed_dirs(&record) {
+        // A link is removed, never what it leads to.
+        let cell = cells.join(name);
+        let result = match cell.symlink_metadata() {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&cell),
+            Ok(_) => std::fs::remove_file(&cell),
+            Err(e) => Err(e),
+        };
+        remove(&cell, result)?;
+    }
+    let _ = std::fs::remove_dir(&cells);
+    remove(&path, std::fs::remove_file(&path))
+}
+
+/// The run record in `dir` if this tool wrote it: a JSON object with its version and a
+/// list of cells, each in a directory of a plain name. Else why not.
+fn own_record(dir: &Path) -> Result<Value, ScenarioError> {
+    let path = dir.join("run.json");
+    let not_ours = |why: String| ScenarioError::NotOurs {
+        path: path.clone(),
+        why,
+    };
+    let bytes = ingressbench_report::files::read_in(
+        dir,
+        &["run.json"],
+        ingressbench_report::files::RUN_RECORD_LIMIT,
+        "a run record's",
+    )
+    .map_err(not_ours)?;
+    let record: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| not_ours(format!("it is not a run record ({e})")))?;
+    let plain = |d: &Value| {
+        d.as_str().is_some_and(|d| {
+            !d.is_empty() && d != "." && d != ".." && !d.contains(['/', '\\', '\0'])
+        })
+    };
+    let cells = record["cells"].as_array();
+    let ours = record["tool_version"].is_string()
+        && cells.is_some_and(|c| c.iter().all(|c| plain(&c["dir"])));
+    if !ours {
+        return Err(not_ours(
+            "it was not written by `ingressbench run` (no tool_version, or cells without a directory of a plain name)".into(),
+        ));
+    }
+    Ok(record)
+}
+
+/// The cell directories a run record lists: each cell's and its earlier attempts'.
+fn listed_dirs(record: &Value) -> Vec<&str> {
+    let mut dirs = Vec::new();
+    for cell in record["cells"].as_array().into_iter().flatten() {
+        dirs.extend(cell["dir"].as_str());
+        for attempt in cell["earlier_attempts"].as_array().into_iter().flatten() {
+            dirs.extend(
+                attempt["dir"]
+                    .as_str()
+                    .filter(|d| !d.contains(['/', '\\']) && *d != ".." && *d != "."),
+            );
+        }
+    }
+    dirs
+}
+
+/// Makes `path` a directory (if missing), refusing one that is a link or not a
+/// directory: what a run writes below it must stay in the results directory.
+fn real_dir(path: &Path) -> Result<(), ScenarioError> {
+    match path.symlink_metadata() {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(m) if m.file_type().is_symlink() => Err(ScenarioError::NotOurs {
+            path: path.to_owned(),
+            why: "it is a link, and a run writes only inside its results directory".into(),
+        }),
+        Ok(_) => Err(ScenarioError::NotOurs {
+            path: path.to_owned(),
+            why: "it is not a directory".into(),
+        }),
+        Err(_) => std::fs::create_dir(path).map_err(|source| ScenarioError::Write {
+            path: path.to_owned(),
+            source,
+        }),
+    }
 }
 
 struct CellDone {
@@ -375,10 +464,13 @@ struct CellDone {
     line: String,
 }
 
+/// The directory of a cell: its index and label, the label cut to fit a file name (the
+/// index keeps it unique).
 fn cell_dir_name(cell: &Cell) -> String {
     let label: String = cell
         .label()
         .chars()
+        .take(200)
         .map(|c| {
             if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
                 c
@@ -1436,9 +1528,23 @@ impl SiteCache {
 /// `NAME.attempt-K` (the first K free) if it measured anything, and describes it: its
 /// summary (the one run.json kept for a cell stopped by Ctrl-C, else one rebuilt from its
 /// interval log) and where it went, and a line to print. `None` if there was nothing to keep.
-fn keep_attempt(dir: &Path, previous: Option<&Value>) -> std::io::Result<Option<(Value, String)>> {
-    use ingressbench_report::{hlog, results};
-    let Ok(bytes) = std::fs::read(dir.join("latency.hlog")) else {
+fn keep_attempt(
+    results_dir: &Path,
+    dir: &Path,
+    previous: Option<&Value>,
+) -> std::io::Result<Option<(Value, String)>> {
+    use ingressbench_report::{files, hlog, results};
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // No link followed, and a day of one-second windows at most.
+    let Ok(bytes) = files::read_in(
+        results_dir,
+        &["cells", &name, "latency.hlog"],
+        86_400 << 18,
+        "a day of one-second windows",
+    ) else {
         return Ok(None);
     };
     let recorded = previous
@@ -1453,13 +1559,9 @@ fn keep_attempt(dir: &Path, previous: Option<&Value>) -> std::io::Result<Option<
     let Some(summary) = recorded.or_else(rebuilt) else {
         return Ok(None);
     };
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
     let kept = (1..)
         .map(|k| format!("{name}.attempt-{k}"))
-        .find(|n| !dir.with_file_name(n).exists())
+        .find(|n| dir.with_file_name(n).symlink_metadata().is_err())
         .unwrap_or_default();
     std::fs::rename(dir, dir.with_file_name(&kept))?;
     let said = format!(
@@ -1609,13 +1711,25 @@ fn change_for(action: &Action, s: &crate::Scenario) -> Change {
     }
 }
 
+/// Writes a run record: into a new file beside it, renamed over it (a link there is
+/// replaced, never followed). When the disk is full, the record is written over itself
+/// instead (its own blocks are freed first), so that it can still say how the run ended.
 fn write_json(path: &Path, value: &Value) -> std::io::Result<()> {
-    let tmp = path.with_extension("json.tmp");
-    std::fs::write(
-        &tmp,
-        serde_json::to_string_pretty(value).unwrap_or_default(),
-    )?;
-    std::fs::rename(tmp, path)
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    match ingressbench_report::files::replace_file(path, text.as_bytes()) {
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(path)?;
+            file.set_len(0)?;
+            file.write_all(text.as_bytes())?;
+            file.sync_data()
+        }
+        other => other,
+    }
 }
 
 fn now_unix() -> f64 {

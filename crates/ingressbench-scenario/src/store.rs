@@ -4,6 +4,7 @@
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
@@ -13,36 +14,40 @@ use ingressbench_report::hlog::HlogWriter;
 use ingressbench_report::samples::SampleWriter;
 use ingressbench_stats::{Sample, Window};
 
-/// The lock a writer holds on a results directory (`.lock` in it, `flock`ed) while it
-/// writes: a second writer is refused with the first one's process id and command,
-/// instead of both writing the same files. The kernel releases it when the holder exits,
-/// however it exits, so a killed run leaves nothing to clean up.
+/// The lock a writer holds on a results directory while it writes: the directory itself
+/// is `flock`ed (so deleting a file cannot let a second writer in beside the first), and
+/// `.lock` in it names the holder: a second writer is refused with the first one's
+/// process id and command, instead of both writing the same files. The kernel releases
+/// the lock when the holder exits, however it exits, so a killed run leaves nothing to
+/// clean up.
 #[derive(Debug)]
 pub struct ResultsLock {
+    _dir: std::os::fd::OwnedFd,
     _file: File,
 }
 
 impl ResultsLock {
     /// Takes the lock of `dir` (created if missing), or says who holds it.
     pub fn acquire(dir: &Path) -> Result<Self, crate::ScenarioError> {
-        use rustix::fs::{flock, FlockOperation};
+        use rustix::fs::{flock, FlockOperation, Mode, OFlags};
         let path = dir.join(".lock");
         let write_error = |source| crate::ScenarioError::Write {
             path: path.clone(),
             source,
         };
         std::fs::create_dir_all(dir).map_err(write_error)?;
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(write_error)?;
-        match flock(&file, FlockOperation::NonBlockingLockExclusive) {
+        let locked = rustix::fs::open(
+            dir,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| write_error(e.into()))?;
+        match flock(&locked, FlockOperation::NonBlockingLockExclusive) {
             Ok(()) => {}
             Err(rustix::io::Errno::WOULDBLOCK) => {
-                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                let holder = ingressbench_report::files::read_in(dir, &[".lock"], 4096, "a lock's")
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
                 let holder = holder.trim();
                 return Err(crate::ScenarioError::ResultsLocked {
                     dir: dir.to_owned(),
@@ -55,6 +60,15 @@ impl ResultsLock {
             }
             Err(e) => return Err(write_error(e.into())),
         }
+        // Never through a link: a `.lock` that leads elsewhere is not truncated.
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .custom_flags(OFlags::NOFOLLOW.bits() as i32)
+            .open(&path)
+            .map_err(write_error)?;
         let command: Vec<String> = std::env::args().collect();
         file.set_len(0)
             .and_then(|()| {
@@ -67,7 +81,10 @@ impl ResultsLock {
             })
             .and_then(|()| file.flush())
             .map_err(write_error)?;
-        Ok(Self { _file: file })
+        Ok(Self {
+            _dir: locked,
+            _file: file,
+        })
     }
 }
 

@@ -172,7 +172,9 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
         force: args.force,
         live: tty.then(|| {
             Arc::new(|l: &Live| {
-                eprint!(
+                use std::io::Write;
+                let _ = write!(
+                    std::io::stderr(),
                     "\r\x1b[2K[cell {}/{} {}] {} elapsed, ~{} left | {:.0} req/s  p99 {}  errors {}",
                     l.cell,
                     l.cells,
@@ -194,24 +196,28 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
     let outcome = ingressbench_scenario::runner::run(&cells, &options, |line| {
         // Over the live line, if there is one.
         let clear = if tty { "\r\x1b[2K" } else { "" };
-        eprintln!("{clear}{line}");
+        crate::signals::say(&format!("{clear}{line}"));
     })
     .map_err(|e| match e {
         // Where the results would go is the user's to change: a usage error.
-        e @ (ScenarioError::ResultsExist { .. } | ScenarioError::ResultsLocked { .. }) => {
-            anyhow::Error::from(UsageError(e.into()))
-        }
+        e @ (ScenarioError::ResultsExist { .. }
+        | ScenarioError::ResultsLocked { .. }
+        | ScenarioError::NotOurs { .. }) => anyhow::Error::from(UsageError(e.into())),
         e => e.into(),
     })?;
-    println!(
-        "{}: {} of {} cells; results in {}",
-        outcome.status,
-        outcome.done,
-        outcome.total,
-        outcome.dir.display()
-    );
+    {
+        use std::io::Write;
+        let _ = writeln!(
+            std::io::stdout(),
+            "{}: {} of {} cells; results in {}",
+            outcome.status,
+            outcome.done,
+            outcome.total,
+            outcome.dir.display()
+        );
+    }
     if let Some(error) = &outcome.error {
-        eprintln!("error: {error}");
+        crate::signals::say(&format!("error: {error}"));
     }
     Ok(match outcome.status {
         // The run stopped on the input (a cluster file's image no node can run).

@@ -1,5 +1,6 @@
-//! Ctrl-C and SIGTERM: the first asks the run to stop and keep what it measured, a second
-//! one exits at once.
+//! Ctrl-C, SIGTERM and SIGHUP (the terminal went away): the first asks the run to stop
+//! and keep what it measured, a second one exits at once. Nothing here fails for want of
+//! a terminal to write to.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use std::sync::Arc;
 /// Exit status of a process ended by SIGINT, by shell convention.
 const EXIT_INTERRUPTED: i32 = 130;
 
-/// Sets the returned flag on the first SIGINT or SIGTERM; exits on the second.
+/// Sets the returned flag on the first SIGINT, SIGTERM or SIGHUP; exits on the second.
 pub(crate) fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     let stop = Arc::new(AtomicBool::new(false));
     let flag = stop.clone();
@@ -17,21 +18,33 @@ pub(crate) fn stop_flag() -> anyhow::Result<Arc<AtomicBool>> {
     std::thread::Builder::new().name("ib-signals".into()).spawn(move || {
         runtime.block_on(async move {
             use tokio::signal::unix::{signal, SignalKind};
-            let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+            let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
+                signal(SignalKind::interrupt()),
+                signal(SignalKind::terminate()),
+                signal(SignalKind::hangup()),
+            ) else {
                 return;
             };
             for _ in 0..2 {
                 tokio::select! {
                     _ = int.recv() => {}
                     _ = term.recv() => {}
+                    _ = hup.recv() => {}
                 }
                 if flag.swap(true, Ordering::SeqCst) {
-                    eprintln!("\ninterrupted again: exiting now");
+                    say("\ninterrupted again: exiting now");
                     std::process::exit(EXIT_INTERRUPTED);
                 }
-                eprintln!("\ninterrupted: stopping cleanly and keeping what was measured (Ctrl-C again to quit now)");
+                say("\ninterrupted: stopping cleanly and keeping what was measured (Ctrl-C again to quit now)");
             }
         });
     })?;
     Ok(stop)
+}
+
+/// A line on standard error, or nothing if there is none to write to (a terminal that
+/// hung up): `eprintln!` would panic there and lose the run.
+pub(crate) fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
 }

@@ -77,12 +77,13 @@ fn a_results_directory_that_holds_a_run_is_refused_unless_forced() {
         "{said}"
     );
     assert_eq!(std::fs::read(out.join("run.json")).unwrap(), before);
-    // --force replaces it: a new run, its own cells only.
+    // --force replaces it: a new run; it removes the cells the old run listed, and
+    // nothing it did not make.
     std::fs::create_dir_all(out.join("cells").join("999-stale")).unwrap();
     let forced = run(&file, &["--out", out.to_str().unwrap(), "--force"], &dir);
     assert!(forced.status.success(), "{}", text(&forced));
     assert_ne!(std::fs::read(out.join("run.json")).unwrap(), before);
-    assert!(!out.join("cells").join("999-stale").exists());
+    assert!(out.join("cells").join("999-stale").exists());
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -135,14 +136,16 @@ fn a_second_writer_is_refused_while_the_first_runs_and_the_first_completes() {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
-    // Neither a second run, nor --force, nor --resume may write it meanwhile.
+    // Neither a second run, nor --force, nor --resume may write it meanwhile, even with
+    // the lock file deleted (the directory itself is what is locked).
+    std::fs::remove_file(out.join(".lock")).unwrap();
     for extra in [vec!["--force"], vec![]] {
         let mut args = vec!["--out", out.to_str().unwrap()];
         args.extend(extra);
         let second = run(&file, &args, &dir);
         assert_eq!(second.status.code(), Some(2), "{}", text(&second));
         assert!(
-            text(&second).contains(&format!("is being written by process {}", first.id())),
+            text(&second).contains("is being written by"),
             "{}",
             text(&second)
         );
@@ -826,5 +829,144 @@ fn an_event_that_cannot_be_applied_fails_its_cell_and_is_not_shown_as_applied() 
         "{}",
         text(&report)
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A copy of a finished run's directory, `out`, for tampering with.
+fn finished_run(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let file = scenario(dir, name, "300ms");
+    let out = dir.join(name);
+    let done = run(&file, &["--out", out.to_str().unwrap()], dir);
+    assert!(done.status.success(), "{}", text(&done));
+    (file, out)
+}
+
+#[test]
+fn a_results_directory_from_elsewhere_is_written_and_deleted_only_where_the_tool_made_it() {
+    let dir = scratch("hostile-store");
+    let outside = dir.join("outside");
+    let precious = outside.join("000-up");
+    std::fs::create_dir_all(&precious).unwrap();
+    std::fs::write(precious.join("keep"), "precious").unwrap();
+    let intact = || {
+        assert_eq!(
+            std::fs::read_to_string(precious.join("keep")).unwrap(),
+            "precious"
+        );
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
+        assert_eq!(std::fs::read_dir(&precious).unwrap().count(), 1);
+    };
+    let refused = |out: &Output, says: &str| {
+        assert_eq!(out.status.code(), Some(2), "{}", text(out));
+        assert!(text(out).contains(says), "`{says}` not in {}", text(out));
+    };
+
+    // --force on a run.json this tool did not write: nothing deleted.
+    let (file, foreign) = finished_run(&dir, "foreign");
+    std::fs::write(
+        foreign.join("run.json"),
+        r#"{"precious": true, "cells": [{"dir": "000-up"}]}"#,
+    )
+    .unwrap();
+    let out = run(
+        &file,
+        &["--out", foreign.to_str().unwrap(), "--force"],
+        &dir,
+    );
+    refused(&out, "it was not written by `ingressbench run`");
+    assert!(foreign
+        .join("cells")
+        .join("000-up")
+        .join("summary.json")
+        .exists());
+
+    // cells/ a link: neither a new run (forced or not) nor --resume writes or deletes
+    // through it.
+    let (file, linked) = finished_run(&dir, "linked");
+    std::fs::remove_dir_all(linked.join("cells")).unwrap();
+    std::os::unix::fs::symlink(&outside, linked.join("cells")).unwrap();
+    let out = run(&file, &["--out", linked.to_str().unwrap(), "--force"], &dir);
+    refused(
+        &out,
+        "it is a link, and a run writes only inside its results directory",
+    );
+    intact();
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(linked.join("run.json")).unwrap()).unwrap();
+    record["status"] = "incomplete".into();
+    record["cells"][0]["status"] = "pending".into();
+    std::fs::write(linked.join("run.json"), record.to_string()).unwrap();
+    let resume = Command::new(BIN)
+        .args(["run", "--resume", linked.to_str().unwrap()])
+        .output()
+        .unwrap();
+    refused(&resume, "it is a link");
+    intact();
+    let fresh = dir.join("fresh");
+    std::fs::create_dir_all(&fresh).unwrap();
+    std::os::unix::fs::symlink(&outside, fresh.join("cells")).unwrap();
+    refused(
+        &run(&file, &["--out", fresh.to_str().unwrap()], &dir),
+        "it is a link",
+    );
+    intact();
+
+    // A cell directory that no run record lists (in a directory with no run): left.
+    let planted = dir.join("planted");
+    std::fs::create_dir_all(planted.join("cells").join("000-up")).unwrap();
+    std::fs::write(planted.join("cells").join("000-up").join("keep"), "x").unwrap();
+    refused(
+        &run(&file, &["--out", planted.to_str().unwrap()], &dir),
+        "no run record of this directory lists it",
+    );
+    assert!(planted.join("cells").join("000-up").join("keep").exists());
+
+    // A .lock that leads elsewhere is not truncated.
+    let victim = dir.join("victim.txt");
+    std::fs::write(&victim, "keep me").unwrap();
+    let locked = dir.join("locked");
+    std::fs::create_dir_all(&locked).unwrap();
+    std::os::unix::fs::symlink(&victim, locked.join(".lock")).unwrap();
+    let out = run(&file, &["--out", locked.to_str().unwrap()], &dir);
+    assert!(!out.status.success(), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_hang_up_ends_the_run_as_incomplete_and_keeps_what_was_measured() {
+    let dir = scratch("hostile-hup");
+    let file = scenario(&dir, "hup", "20s");
+    let out = dir.join("out");
+    let mut child = spawn_run(&file, &out);
+    // Once the cell has measured a few windows, the terminal goes away.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let hlog = out.join("cells").join("000-up").join("latency.hlog");
+    while std::fs::read_to_string(&hlog).map_or(0, |l| l.matches("#outcomes").count()) < 2 {
+        assert!(Instant::now() < deadline, "the cell never measured");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "stopped as by Ctrl-C");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(record["status"], "incomplete", "{record}");
+    assert_eq!(record["cells"][0]["status"], "interrupted", "{record}");
+    assert!(
+        record["cells"][0]["summary"]["requests"].as_u64().unwrap() >= 50,
+        "{record}"
+    );
+    let left: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temporary files left: {left:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
