@@ -355,11 +355,17 @@ pub(crate) fn summarize(
     target_rate_per_s: Option<f64>,
     interrupted: bool,
 ) -> Summary {
-    // From the first measured request's intended time to the last one's end: a generator
-    // that fell behind stretches this span and so shows as a shortfall in the rate.
-    let measured_ns = recorder
-        .span_ns()
-        .map_or(0, |(first, last)| last.saturating_sub(first));
+    // Open loop: the span the schedule covered (first intended send to one slot after the
+    // last), so that answers still coming in after the last send do not count as a
+    // shortfall; every request due was either sent or counted `not_sent`, and only those
+    // make the rate short. Otherwise: from the first request's intended time to the last
+    // one's end.
+    let measured_ns = match target_rate_per_s {
+        Some(rate) => recorder.schedule_span_ns(rate).unwrap_or(0),
+        None => recorder
+            .span_ns()
+            .map_or(0, |(first, last)| last.saturating_sub(first)),
+    };
     let mode = match plan.mode {
         Mode::Open { .. } => LoadMode::Open,
         Mode::Closed => LoadMode::Closed,

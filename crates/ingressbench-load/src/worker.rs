@@ -302,13 +302,20 @@ impl Worker {
         seq < self.warmup_requests || intended_ns < self.shared.warmup_ns
     }
 
+    /// Records a request; with sampling on, keeps it in the sampled stream if the random
+    /// sample chooses it or it failed (every failure, so that errors around events are
+    /// exact; requests never sent are only counted).
     fn record(&self, sample: &Sample) {
         self.recorder.borrow_mut().record(sample);
-        if !sample.warmup
-            && self.sample_threshold > 0
-            && self.next_random() <= self.sample_threshold
-        {
-            self.samples.borrow_mut().push(*sample);
+        if sample.warmup || self.sample_threshold == 0 {
+            return;
+        }
+        let chosen = self.next_random() <= self.sample_threshold;
+        let failed = !sample.outcome.is_ok() && sample.outcome != Outcome::NotSent;
+        if chosen || failed {
+            let mut kept = *sample;
+            kept.in_sample = chosen;
+            self.samples.borrow_mut().push(kept);
         }
     }
 

@@ -139,6 +139,34 @@ fn open_loop_sends_at_the_target_rate() {
     );
 }
 
+#[test]
+fn the_achieved_rate_is_over_the_schedule_not_the_answers_wind_down() {
+    // Answers are held to just before each whole second of the server's clock, so the last
+    // ones come up to a second after the last request went out on time.
+    let server = serve(
+        Behavior::Stall {
+            every: Duration::from_secs(1),
+            stall_for: Duration::from_millis(990),
+        },
+        None,
+    );
+    let mut p = plan(&server.url("http"));
+    p.mode = Mode::Open { rate_per_s: 100.0 };
+    p.connections = 150;
+    p.length = Length::Duration(Duration::from_millis(1500));
+    let report = go(&p);
+    let s = &report.summary;
+    assert_eq!(s.requests.total, 150, "{:?}", s.outcomes);
+    assert_eq!(s.outcomes.get("200"), Some(&150));
+    assert!((s.rate.achieved_per_s - 100.0).abs() < 0.1, "{:?}", s.rate);
+    assert!((s.duration_s - 1.5).abs() < 0.01, "{}", s.duration_s);
+    assert!(
+        !s.warnings.iter().any(|w| w.contains("RATE SHORT")),
+        "{:?}",
+        s.warnings
+    );
+}
+
 fn outcomes_of(behavior: Behavior, n: u64, timeout: Duration) -> LoadReport {
     let server = serve(behavior, None);
     let mut p = plan(&server.url("http"));

@@ -623,13 +623,26 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
         let samples = samples_of(run, cell);
         let _ = write!(
             out,
-            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th>controller reported (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th>errors (est.)</th><th title=\"HTTP/2: GOAWAY frames received in the event's window, on how many connections, and how long after the event the first came\">GOAWAYs (connections; first after s)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
+            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th>controller reported (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th title=\"Every failed request in the event's window: exact (runs before every failure was kept show an estimate from the sample, marked est.)\">errors</th><th title=\"HTTP/2: GOAWAY frames received in the event's window, on how many connections, and how long after the event the first came\">GOAWAYs (connections; first after s)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
             esc(&c.target),
             esc(&c.settings)
         );
         for (i, e) in cell.impact.iter().enumerate() {
             let num = |k: &str| e[k].as_f64().map_or("-".to_owned(), |v| format!("{v:.3}"));
             let at = e["requested_s"].as_f64().unwrap_or(0.0);
+            let errors = match (e["errors"].as_u64(), e["estimated_errors"].as_f64()) {
+                (Some(n), _) => n.to_string(),
+                (None, Some(n)) => format!("~{n:.0} est."),
+                (None, None) => "-".into(),
+            };
+            let longest = match e["longest_failure_run_basis"].as_str() {
+                Some("sampled") => {
+                    format!("{} (between sampled successes)", num("longest_failure_run"))
+                }
+                _ => e["longest_failure_run"]
+                    .as_u64()
+                    .map_or("-".into(), |n| n.to_string()),
+            };
             // A change no answer showed before the next event or the load's end says how
             // long the traffic was watched for it.
             let took_effect = match (e["took_effect_s"].as_f64(), e["window_s"].as_f64()) {
@@ -686,11 +699,11 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
                 part("requested_s", "reported_s"),
                 part("applied_s", "took_effect_s"),
                 mixed_ms,
-                num("estimated_errors"),
+                errors,
                 esc(&goaways),
                 num("first_error_after_s"),
                 num("last_error_after_s"),
-                num("longest_failure_run"),
+                longest,
                 num("max_latency_ms"),
                 num("p99_ms_5s_before"),
                 num("p99_ms_5s_after"),
@@ -704,7 +717,7 @@ fn events_section(run: &RunResults, conditions: &[Condition]) -> String {
     if out.is_empty() {
         return String::new();
     }
-    format!("<section><h2>Events</h2><p class=\"note\">Each event with its times (seconds from the start of measurement), the control plane's part (asked until the proxies were told: the lab's propagation delay, or in a cluster until the Service's EndpointSlices showed it), when the controller reported a route change in the route's status (Gateway API), and the proxy's part (told until the traffic showed it; a change no answer showed before the next event or the load's end says how long it was watched for), and what it did to the sampled requests after it (docs/RESULTS.md); the strip shows failed requests per 100 ms around it. A route change or reload took effect with the first answer that carried its configuration generation; old and new answers mixed until the last answer of an earlier one. Proxy CPU is read once a second from /proc (10 ms ticks): the mean before the event, the highest second in the 5 s after it, and what those 5 s cost beyond the rate before.</p>{out}</section>")
+    format!("<section><h2>Events</h2><p class=\"note\">Each event with its times (seconds from the start of measurement), the control plane's part (asked until the proxies were told: the lab's propagation delay, or in a cluster until the Service's EndpointSlices showed it), when the controller reported a route change in the route's status (Gateway API), and the proxy's part (told until the traffic showed it; a change no answer showed before the next event or the load's end says how long it was watched for), and what it did to the requests after it (docs/RESULTS.md): errors, their first and last and the longest run of consecutive failures are exact, from every failed request (kept whatever the sample rate); latency from the sampled requests. The strip shows failed requests per 100 ms around it. A route change or reload took effect with the first answer that carried its configuration generation; old and new answers mixed until the last answer of an earlier one. Proxy CPU is read once a second from /proc (10 ms ticks): the mean before the event, the highest second in the 5 s after it, and what those 5 s cost beyond the rate before.</p>{out}</section>")
 }
 
 /// A 100-bar strip of sampled failures per 100 ms, from 2 s before `at_s` to 8 s after

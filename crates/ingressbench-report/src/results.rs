@@ -598,6 +598,9 @@ pub struct SampleRow {
     /// The generations the answer carried (`generation`, `sidecar_generation`; 0: none,
     /// or a file written before these columns existed).
     pub generations: [u32; 2],
+    /// Whether the random sample chose it; a failed request is kept whatever the
+    /// sample rate (files written before that was so hold only chosen ones).
+    pub in_sample: bool,
 }
 
 /// Reads a `samples.csv` or `samples.csv.gz` file (docs/RESULTS.md), `root/parts…`, in
@@ -605,9 +608,12 @@ pub struct SampleRow {
 pub fn read_samples(root: &Path, parts: &[&str], max_rows: u64) -> Result<Vec<SampleRow>, String> {
     let mut rows = Vec::new();
     let mut lines = files::Lines::open(root, parts, max_rows.saturating_add(1))?;
-    // Files written before the generation columns existed end at connection_reused.
+    // Files written before the generation columns existed end at connection_reused,
+    // before every failure was kept at sidecar_generation.
     let header = lines.next().transpose()?.unwrap_or_default();
-    let after_backend = if header.ends_with("sidecar_generation") {
+    let after_backend = if header.ends_with("in_sample") {
+        4
+    } else if header.ends_with("sidecar_generation") {
         3
     } else {
         1
@@ -637,6 +643,7 @@ pub fn read_samples(root: &Path, parts: &[&str], max_rows: u64) -> Result<Vec<Sa
             outcome: f[11].to_owned(),
             backend,
             generations: [generation(2), generation(3)],
+            in_sample: after_backend < 4 || tail.get(4) == Some(&"1"),
         });
     }
     Ok(rows)
@@ -647,23 +654,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn samples_with_and_without_generation_columns_read_alike() {
+    fn samples_of_every_column_set_read_alike() {
         let dir = std::env::temp_dir().join(format!("ib-samples-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let row = "1.000000,1.000200,0.005200,0.000100,0,0.0001,0,0.0001,0.0036,0.005,850,200,200,\"b,\"\"x\"\"\",0";
+        // Before the generation columns, before `in_sample`, and now (a failure kept
+        // outside the random sample).
         let old = dir.join("old.csv");
-        let header = crate::samples::HEADER.replace(",generation,sidecar_generation", "");
+        let header = crate::samples::HEADER.replace(",generation,sidecar_generation,in_sample", "");
         std::fs::write(&old, format!("{header}\n{row}\n")).unwrap();
+        let mid = dir.join("mid.csv");
+        let header = crate::samples::HEADER.replace(",in_sample", "");
+        std::fs::write(&mid, format!("{header}\n{row},4,\n")).unwrap();
         let new = dir.join("new.csv");
-        std::fs::write(&new, format!("{}\n{row},4,\n", crate::samples::HEADER)).unwrap();
+        std::fs::write(&new, format!("{}\n{row},4,,0\n", crate::samples::HEADER)).unwrap();
         let read = |name: &str| read_samples(&dir, &[name], 10).unwrap();
-        let (old, new) = (read("old.csv"), read("new.csv"));
+        let (old, mid, new) = (read("old.csv"), read("mid.csv"), read("new.csv"));
         let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(old[0].backend, "b,\"x\"");
+        for rows in [&old, &mid, &new] {
+            assert_eq!(rows[0].backend, "b,\"x\"");
+            assert!(rows[0].ok && (rows[0].latency_s - 0.0052).abs() < 1e-9);
+        }
         assert_eq!(old[0].generations, [0, 0]);
-        assert_eq!(new[0].backend, "b,\"x\"");
+        assert_eq!(mid[0].generations, [4, 0]);
         assert_eq!(new[0].generations, [4, 0]);
-        assert!(old[0].ok && (new[0].latency_s - 0.0052).abs() < 1e-9);
+        assert!(old[0].in_sample && mid[0].in_sample && !new[0].in_sample);
     }
 
     #[test]

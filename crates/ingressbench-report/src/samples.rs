@@ -6,7 +6,7 @@ use std::io::{self, Write};
 use ingressbench_stats::{Outcome, Sample};
 
 /// The header row.
-pub const HEADER: &str = "intended_at_s,sent_at_s,latency_s,scheduler_lag_s,time_namelookup,time_connect,time_appconnect,time_pretransfer,time_starttransfer,time_total,size_download,outcome,status,backend,connection_reused,generation,sidecar_generation";
+pub const HEADER: &str = "intended_at_s,sent_at_s,latency_s,scheduler_lag_s,time_namelookup,time_connect,time_appconnect,time_pretransfer,time_starttransfer,time_total,size_download,outcome,status,backend,connection_reused,generation,sidecar_generation,in_sample";
 
 /// Writes sampled requests as CSV rows.
 pub struct SampleWriter<W: Write> {
@@ -48,7 +48,7 @@ impl<W: Write> SampleWriter<W> {
             };
             writeln!(
                 self.out,
-                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
                 secs(s.intended_at_ns),
                 secs(s.sent_at_ns),
                 secs(s.latency_ns()),
@@ -66,6 +66,7 @@ impl<W: Write> SampleWriter<W> {
                 u8::from(s.connection_reused),
                 generation(0),
                 generation(1),
+                u8::from(s.in_sample),
             )?;
         }
         Ok(())
@@ -130,7 +131,7 @@ mod tests {
         assert_eq!(lines.next(), Some(HEADER));
         assert_eq!(
             lines.next(),
-            Some("1.000000,1.000200,0.005200,0.000100,0.000000,0.000100,0.002100,0.002100,0.003600,0.005000,850,200,200,\"b,\"\"x\"\"\",0,4,")
+            Some("1.000000,1.000200,0.005200,0.000100,0.000000,0.000100,0.002100,0.002100,0.003600,0.005000,850,200,200,\"b,\"\"x\"\"\",0,4,,0")
         );
     }
 

@@ -33,24 +33,40 @@ fn p99_ms(points: &[&Point]) -> Option<f64> {
 
 /// The impact of an event at `t_s` (seconds from the start of measurement) whose window
 /// of effect ends at `until_s` (the next event, or 15 s later, whichever is first).
-/// Counts are of sampled requests; `sample_rate` scales them to estimates of all requests.
-pub fn impact(points: &[Point], t_s: f64, until_s: f64, sample_rate: f64) -> Value {
+/// `points` hold every failed request (kept whatever the sample rate) and the random
+/// sample (`in_sample`). Errors are exact: their count and outcomes, the first and the
+/// last, and, under open-loop load (`slot_s`, the schedule's spacing), the longest run of
+/// consecutive failed requests; without a schedule that run is read between sampled
+/// successes (`longest_failure_run_basis: "sampled"`). What needs successes (requests,
+/// latency) comes from the random sample; `sample_rate` scales its counts.
+pub fn impact(
+    points: &[Point],
+    t_s: f64,
+    until_s: f64,
+    sample_rate: f64,
+    slot_s: Option<f64>,
+) -> Value {
     let within = |from: f64, to: f64| {
         points
             .iter()
             .filter(move |p| p.at_s >= from && p.at_s < to)
             .collect::<Vec<_>>()
     };
+    let sampled = |from: f64, to: f64| {
+        let mut w = within(from, to);
+        w.retain(|p| p.in_sample);
+        w
+    };
     let after = within(t_s, until_s);
     let failed: Vec<&&Point> = after.iter().filter(|p| !p.ok).collect();
-    let mut longest = 0;
-    let mut run = 0;
-    for p in &after {
-        run = if p.ok { 0 } else { run + 1 };
-        longest = longest.max(run);
-    }
-    let max_ms = after
+    let (longest, basis) = match slot_s {
+        Some(slot) => (longest_run_on_schedule(&failed, slot), "schedule"),
+        None => (longest_run_between(&after), "sampled"),
+    };
+    let after_sampled = sampled(t_s, until_s);
+    let max_ms = after_sampled
         .iter()
+        .chain(&failed.iter().map(|p| **p).collect::<Vec<_>>())
         .map(|p| p.latency_s * 1e3)
         .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
     let scale = if sample_rate > 0.0 {
@@ -62,20 +78,52 @@ pub fn impact(points: &[Point], t_s: f64, until_s: f64, sample_rate: f64) -> Val
     for p in &failed {
         *by_outcome.entry(p.outcome.as_str()).or_default() += 1;
     }
+    let sampled_errors = after_sampled.iter().filter(|p| !p.ok).count();
     json!({
-        "sampled_errors_by_outcome": by_outcome,
+        "errors": failed.len(),
+        "errors_by_outcome": by_outcome,
         "window_s": until_s - t_s,
-        "sampled_requests": after.len(),
-        "sampled_errors": failed.len(),
-        "estimated_errors": (failed.len() as f64 * scale).round(),
+        "sampled_requests": after_sampled.len(),
+        "estimated_requests": (after_sampled.len() as f64 * scale).round(),
+        "sampled_errors": sampled_errors,
         "first_error_after_s": failed.first().map(|p| p.at_s - t_s),
         "last_error_after_s": failed.last().map(|p| p.at_s - t_s),
         "longest_failure_run": longest,
+        "longest_failure_run_basis": basis,
         "max_latency_ms": max_ms,
-        "p99_ms_5s_before": p99_ms(&within(t_s - 5.0, t_s)),
-        "p99_ms_5s_after": p99_ms(&within(t_s, t_s + 5.0)),
-        "p99_ms_5_to_15s_after": p99_ms(&within(t_s + 5.0, t_s + 15.0)),
+        "p99_ms_5s_before": p99_ms(&sampled(t_s - 5.0, t_s)),
+        "p99_ms_5s_after": p99_ms(&sampled(t_s, t_s + 5.0)),
+        "p99_ms_5_to_15s_after": p99_ms(&sampled(t_s + 5.0, t_s + 15.0)),
     })
+}
+
+/// The longest run of failed requests in consecutive slots of an open-loop schedule
+/// (`failed` in order of intended time, every one of the window's).
+fn longest_run_on_schedule(failed: &[&&Point], slot_s: f64) -> u64 {
+    let mut longest = 0;
+    let mut run = 0;
+    let mut last: Option<f64> = None;
+    for p in failed {
+        // The next slot is `slot_s` on; half a slot either way absorbs rounding.
+        run = match last {
+            Some(at) if p.at_s - at < 1.5 * slot_s => run + 1,
+            _ => 1,
+        };
+        longest = longest.max(run);
+        last = Some(p.at_s);
+    }
+    longest
+}
+
+/// The longest run of failed requests with no sampled success between them.
+fn longest_run_between(points: &[&Point]) -> u64 {
+    let mut longest = 0;
+    let mut run = 0;
+    for p in points {
+        run = if p.ok { 0 } else { run + 1 };
+        longest = longest.max(run);
+    }
+    longest
 }
 
 /// Adds the HTTP/2 GOAWAYs the client received in `[t_s, until_s)` to an event's figures:
@@ -194,12 +242,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn figures_match_the_samples() {
-        // One request every 10 ms for 20 s; errors from 10.0 s to 10.5 s, slow after.
+    fn errors_are_exact_from_every_failure_and_the_rest_is_from_the_sample() {
+        // One request every 10 ms for 20 s; errors from 10.0 s to 10.5 s but one success
+        // at 10.25 s; slow from 10 s to 12 s. Half the requests are in the random sample
+        // (the even ones); every failure is kept.
         let points: Vec<Point> = (0..2000)
             .map(|i| {
                 let at_s = i as f64 * 0.01;
-                let ok = !(10.0..10.5).contains(&at_s);
+                let ok = !(10.0..10.5).contains(&at_s) || i == 1025;
                 let latency_s = if (10.0..12.0).contains(&at_s) {
                     0.05
                 } else {
@@ -209,25 +259,27 @@ mod tests {
                     at_s,
                     latency_s,
                     ok,
-                    outcome: String::new(),
+                    outcome: if ok { "200" } else { "502" }.into(),
                     backend: String::new(),
                     generations: [0, 0],
+                    in_sample: i % 2 == 0,
                 }
             })
+            .filter(|p| p.in_sample || !p.ok)
             .collect();
-        let v = impact(&points, 9.95, 15.0, 0.5);
-        assert_eq!(v["sampled_errors"], 50);
-        assert_eq!(v["estimated_errors"], 100.0);
-        assert_eq!(
-            v["sampled_errors_by_outcome"]
-                .as_object()
-                .unwrap()
-                .values()
-                .map(|n| n.as_u64().unwrap())
-                .sum::<u64>(),
-            50
-        );
-        assert_eq!(v["longest_failure_run"], 50);
+        let v = impact(&points, 9.95, 15.0, 0.5, Some(0.01));
+        assert_eq!(v["errors"], 49);
+        assert_eq!(v["errors_by_outcome"]["502"], 49);
+        assert_eq!(v["sampled_errors"], 25);
+        assert_eq!(v["sampled_requests"], 252);
+        assert_eq!(v["estimated_requests"], 504.0);
+        // On the schedule the unsampled success at 10.25 s splits the run: 25 then 24.
+        assert_eq!(v["longest_failure_run"], 25);
+        assert_eq!(v["longest_failure_run_basis"], "schedule");
+        // Without one, only sampled successes split runs.
+        let between = impact(&points, 9.95, 15.0, 0.5, None);
+        assert_eq!(between["longest_failure_run"], 49);
+        assert_eq!(between["longest_failure_run_basis"], "sampled");
         assert!((v["first_error_after_s"].as_f64().unwrap() - 0.05).abs() < 1e-9);
         assert!((v["last_error_after_s"].as_f64().unwrap() - 0.54).abs() < 1e-9);
         assert!((v["max_latency_ms"].as_f64().unwrap() - 50.0).abs() < 1e-9);
@@ -256,6 +308,7 @@ mod tests {
                     outcome: "200".into(),
                     backend: backend.into(),
                     generations: [0, 0],
+                    in_sample: true,
                 }
             })
             .collect();

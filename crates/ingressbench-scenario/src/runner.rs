@@ -1631,7 +1631,12 @@ fn write_impact(
                 .as_secs_f64()
         });
         let until = next.unwrap_or(f64::MAX).min(t + 15.0).min(end.max(t));
-        let mut figures = crate::impact::impact(&points, t, until, sample_rate);
+        let slot_s = summary
+            .rate
+            .target_per_s
+            .filter(|r| *r > 0.0)
+            .map(|r| 1.0 / r);
+        let mut figures = crate::impact::impact(&points, t, until, sample_rate, slot_s);
         crate::impact::add_goaways(&mut figures, &summary.goaways, shift, t, until);
         let (effect, basis) =
             crate::impact::took_effect(&points, t, until, &rec.started, &rec.removed);

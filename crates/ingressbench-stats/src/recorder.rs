@@ -237,6 +237,7 @@ pub struct Recorder {
     reused_requests: u64,
     warmup_requests: u64,
     first_intended_ns: Option<u64>,
+    last_intended_ns: u64,
     last_done_ns: u64,
     window: Window,
     finished_windows: Vec<Window>,
@@ -268,6 +269,7 @@ impl Recorder {
             reused_requests: 0,
             warmup_requests: 0,
             first_intended_ns: None,
+            last_intended_ns: 0,
             last_done_ns: 0,
             window: Window::new(0, window_ns),
             finished_windows: Vec::new(),
@@ -340,6 +342,7 @@ impl Recorder {
             Some(t) => t.min(sample.intended_at_ns),
             None => sample.intended_at_ns,
         });
+        self.last_intended_ns = self.last_intended_ns.max(sample.intended_at_ns);
         self.last_done_ns = self.last_done_ns.max(sample.done_at_ns);
     }
 
@@ -527,6 +530,7 @@ impl Recorder {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        self.last_intended_ns = self.last_intended_ns.max(other.last_intended_ns);
         self.last_done_ns = self.last_done_ns.max(other.last_done_ns);
     }
 
@@ -625,6 +629,20 @@ impl Recorder {
             .map(|first| (first, self.last_done_ns))
     }
 
+    /// How long the open-loop schedule of `rate_per_s` that the measured requests belong
+    /// to ran: from the first one's intended time to one slot after the last one's, so
+    /// that `n` requests due `1/rate` apart span `n/rate` (the answers' wind-down after
+    /// the last send is not in it). `None` without a measured request.
+    pub fn schedule_span_ns(&self, rate_per_s: f64) -> Option<u64> {
+        let slot_ns = if rate_per_s > 0.0 {
+            (1e9 / rate_per_s) as u64
+        } else {
+            0
+        };
+        self.first_intended_ns
+            .map(|first| self.last_intended_ns.saturating_sub(first) + slot_ns)
+    }
+
     /// Adds a window's latency and outcomes: all that is known of a worker that stopped
     /// before handing over its recorder. Its span grows to cover the window.
     pub fn absorb_window(&mut self, window: &Window) {
@@ -633,6 +651,7 @@ impl Recorder {
         if window.outcomes.total() > 0 {
             let (start, end) = (window.start_ns(), window.end_ns());
             self.first_intended_ns = Some(self.first_intended_ns.map_or(start, |f| f.min(start)));
+            self.last_intended_ns = self.last_intended_ns.max(end);
             self.last_done_ns = self.last_done_ns.max(end);
         }
     }
@@ -694,6 +713,7 @@ impl Recorder {
             counters,
             goaways: self.goaways.clone(),
             first_intended_ns: self.first_intended_ns,
+            last_intended_ns: self.last_intended_ns,
             last_done_ns: self.last_done_ns,
         }
     }
@@ -749,6 +769,7 @@ impl Recorder {
         r.reused_requests = counter("reused_requests");
         r.warmup_requests = counter("warmup_requests");
         r.first_intended_ns = w.first_intended_ns;
+        r.last_intended_ns = w.last_intended_ns;
         r.last_done_ns = w.last_done_ns;
         Ok(r)
     }
@@ -779,6 +800,29 @@ mod tests {
         s.done_at_ns = done_ms * 1_000_000;
         s.outcome = outcome;
         s
+    }
+
+    #[test]
+    fn the_schedule_span_is_its_slots_whatever_the_wind_down() {
+        // 1,000 requests due every 10 ms (100 req/s), the last answered 150 ms late.
+        let mut r = Recorder::new(1_000_000_000);
+        for j in 0..1000 {
+            let done = if j == 999 { j * 10 + 150 } else { j * 10 + 1 };
+            r.record(&sample(j * 10, j * 10, done, Outcome::Status(200)));
+        }
+        assert_eq!(r.schedule_span_ns(100.0), Some(10_000_000_000));
+        // The span to the last answer is longer by the wind-down.
+        assert_eq!(r.span_ns(), Some((0, 10_140_000_000)));
+        // Split over two recorders (two workers' stripes), merged: the same.
+        let (mut even, mut odd) = (Recorder::new(1_000_000_000), Recorder::new(1_000_000_000));
+        for j in 0..1000 {
+            let half = if j % 2 == 0 { &mut even } else { &mut odd };
+            half.record(&sample(j * 10, j * 10, j * 10 + 1, Outcome::Status(200)));
+        }
+        assert_eq!(even.schedule_span_ns(50.0), Some(10_000_000_000));
+        even.merge(&odd);
+        assert_eq!(even.schedule_span_ns(100.0), Some(10_000_000_000));
+        assert_eq!(Recorder::new(1).schedule_span_ns(100.0), None);
     }
 
     #[test]

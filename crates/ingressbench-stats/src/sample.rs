@@ -62,6 +62,11 @@ pub struct Sample {
     pub retried_after: Option<Outcome>,
     /// Whether it belongs to the warm-up and is excluded from results.
     pub warmup: bool,
+    /// Whether the random sample chose it. A failed request is kept in the sampled
+    /// stream whatever the sample rate (errors around events are counted exactly from
+    /// them); this tells the random sample, from which figures of successes are
+    /// estimated, apart.
+    pub in_sample: bool,
 }
 
 impl Sample {
@@ -82,6 +87,7 @@ impl Sample {
             connection_reused: false,
             retried_after: None,
             warmup: false,
+            in_sample: false,
         }
     }
 

@@ -95,6 +95,7 @@ pub struct SampleWire(
     bool,
     Option<String>,
     bool,
+    bool,
 );
 
 impl SampleWire {
@@ -125,6 +126,7 @@ impl SampleWire {
             s.connection_reused,
             s.retried_after.map(|o| o.name().into_owned()),
             s.warmup,
+            s.in_sample,
         )
     }
 
@@ -156,6 +158,7 @@ impl SampleWire {
             connection_reused: self.3,
             retried_after: self.4.as_deref().map(outcome).transpose()?,
             warmup: self.5,
+            in_sample: self.6,
         })
     }
 }
@@ -186,6 +189,9 @@ pub struct RecorderWire {
     pub goaways: Vec<crate::Goaway>,
     /// First intended send time of a measured request, if any.
     pub first_intended_ns: Option<u64>,
+    /// Last intended send time of one.
+    #[serde(default)]
+    pub last_intended_ns: u64,
     /// Last end of one.
     pub last_done_ns: u64,
 }

@@ -820,3 +820,61 @@ events:
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn every_failed_request_is_kept_so_errors_around_events_are_exact_at_a_one_percent_sample() {
+    // Backends fail 2% of requests at random; 1% of requests are sampled; the events'
+    // windows together cover the whole measured load.
+    let (dir, out) = run_ok(
+        "exact-errors",
+        "
+name: exact-errors
+targets: [nginx]
+backends: [{ name: echo, replicas: 2, backend: { error_rate: 0.02 } }]
+load: { mode: open, rate: 500, connections: 10, duration: 3s, sample_rate: 0.01 }
+events:
+  - { at: 0s, scale: 3 }
+  - { at: 1500ms, scale: 2 }
+",
+    );
+    let cell = out.join("cells").join("000-nginx");
+    let summary = json(&cell.join("summary.json"));
+    let errors = summary["requests"]["errors"].as_u64().unwrap();
+    assert!(
+        errors >= 10,
+        "a 2% error rate over 1,500 requests: {summary}"
+    );
+    let rows = ingressbench_report::results::read_samples(&cell, &["samples.csv.gz"], u64::MAX - 1)
+        .unwrap();
+    let failed = rows.iter().filter(|r| !r.ok).count() as u64;
+    assert_eq!(failed, errors, "every failure is in the samples file");
+    let chosen = rows.iter().filter(|r| r.in_sample).count();
+    assert!(chosen < 100, "{chosen} chosen at 1% of 1,500");
+    let impact = json(&cell.join("impact.json"));
+    let per_event: Vec<u64> = impact
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["errors"].as_u64().unwrap())
+        .collect();
+    assert_eq!(per_event.iter().sum::<u64>(), errors, "{impact}");
+    for e in impact.as_array().unwrap() {
+        assert_eq!(e["longest_failure_run_basis"], "schedule", "{e}");
+        assert!(e["longest_failure_run"].as_u64().unwrap() >= 1, "{e}");
+    }
+    // The report's events table shows the exact counts.
+    let report = Command::new(BIN).arg("report").arg(&out).output().unwrap();
+    assert!(report.status.success());
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    for n in &per_event {
+        assert!(
+            html.contains(&format!("<td>{n}</td>")),
+            "{n} not in the events table"
+        );
+    }
+    assert!(
+        !html.contains(" est.<"),
+        "no estimate where every failure is kept"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
