@@ -484,10 +484,20 @@ matrix: { load.rate: [100, 200] }
     );
     let record: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
-    let cpu = record["cells"][0]["usage"]["by_role"]["proxy"]["cpu_ms_per_1000_requests"]
-        .as_f64()
-        .unwrap();
-    assert!(cpu > 0.0, "{}", record["cells"][0]["usage"]);
+    // A number for every cell; /proc counts CPU in 10 ms ticks, which a cell of 300
+    // requests to nginx can stay under (seen once in CI-like load), so more than zero is
+    // asked of the run's cells together.
+    let cpu: Vec<f64> = record["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            c["usage"]["by_role"]["proxy"]["cpu_ms_per_1000_requests"]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{}", c["usage"]))
+        })
+        .collect();
+    assert!(cpu.iter().sum::<f64>() > 0.0, "{cpu:?}");
     for chart in &charts {
         let share = ink(chart);
         assert!(share > 0.01, "{}: {share} of pixels inked", chart.display());
