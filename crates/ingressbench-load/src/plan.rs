@@ -260,6 +260,11 @@ impl std::fmt::Debug for RequestGate {
     }
 }
 
+/// The most requests per second one worker thread could ever send: one per microsecond
+/// of CPU, ten times the best measured (docs/PERFORMANCE.md), so that no rate a machine
+/// could keep is refused.
+pub(crate) const MAX_RATE_PER_THREAD: f64 = 1_000_000.0;
+
 impl Plan {
     /// A plan with the defaults: 10 s of closed-loop load over 10 connections, one thread.
     pub fn new(target: Target) -> Self {
@@ -337,6 +342,24 @@ impl Plan {
                 return bad(
                     "-R/--rate",
                     format!("{rate_per_s} is not a positive number of requests per second"),
+                );
+            }
+            // Whatever the connections, each request costs its thread CPU to release,
+            // send and read: past this no schedule can be kept, only counted as not sent.
+            let threads = self.threads.max(1) * self.share.of.max(1);
+            let most = threads as f64 * MAX_RATE_PER_THREAD;
+            if rate_per_s > most {
+                return bad(
+                    "-R/--rate",
+                    format!(
+                        "{rate_per_s} req/s is one request every {:.3} us; a worker thread spends \
+                         more than {:.0} us of CPU on each request it sends (docs/PERFORMANCE.md \
+                         measures 11-24 us here), so {threads} thread(s) can send at most \
+                         {most:.0} req/s, whatever the connections. Lower -R, or add --threads \
+                         or --workers (processes)",
+                        1e6 / rate_per_s,
+                        1e6 / MAX_RATE_PER_THREAD
+                    ),
                 );
             }
         }
@@ -481,6 +504,21 @@ mod tests {
         assert!(plan.validate().is_ok());
         plan.mode = Mode::Open { rate_per_s: 0.0 };
         assert!(plan.validate().unwrap_err().to_string().contains("--rate"));
+        // A rate past what the threads (of every worker process) could send.
+        plan.mode = Mode::Open {
+            rate_per_s: 1_500_000.0,
+        };
+        let err = plan.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("1 thread(s) can send at most 1000000 req/s"),
+            "{err}"
+        );
+        plan.threads = 2;
+        assert!(plan.validate().is_ok());
+        plan.threads = 1;
+        plan.share = Share { index: 0, of: 2 };
+        assert!(plan.validate().is_ok());
+        plan.share = Share::WHOLE;
         plan.mode = Mode::Closed;
         plan.threads = 20;
         assert!(plan

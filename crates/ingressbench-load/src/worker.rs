@@ -304,15 +304,15 @@ impl Worker {
 
     /// Records a request; with sampling on, keeps it in the sampled stream if the random
     /// sample chooses it or it failed (every failure, so that errors around events are
-    /// exact; requests never sent are only counted).
+    /// exact). Requests never sent are only counted: they have no times to show, and a
+    /// rate no schedule could keep makes millions of them a second.
     fn record(&self, sample: &Sample) {
         self.recorder.borrow_mut().record(sample);
-        if sample.warmup || self.sample_threshold == 0 {
+        if sample.warmup || self.sample_threshold == 0 || sample.outcome == Outcome::NotSent {
             return;
         }
         let chosen = self.next_random() <= self.sample_threshold;
-        let failed = !sample.outcome.is_ok() && sample.outcome != Outcome::NotSent;
-        if chosen || failed {
+        if chosen || !sample.outcome.is_ok() {
             let mut kept = *sample;
             kept.in_sample = chosen;
             self.samples.borrow_mut().push(kept);

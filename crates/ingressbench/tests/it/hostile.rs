@@ -348,24 +348,29 @@ fn peak_rss_kib(child: &mut std::process::Child) -> u64 {
 
 #[test]
 fn a_rate_the_target_cannot_take_keeps_memory_flat_and_says_what_was_offered() {
-    // Every request beyond the two in flight waits, and the schedule asks for three
-    // million a second.
+    // Every request beyond the two in flight waits, and the schedule asks for 900,000 a
+    // second, every request sampled (those never sent are counted, not written).
     let addr = silent_server();
     let dir = scratch("hostile-rate");
     let json = dir.join("out.json");
+    let samples = dir.join("samples.csv.gz");
     let mut load = Command::new(BIN)
         .args([
             "load",
             "-R",
-            "3000000",
+            "900000",
             "-c",
             "2",
             "-d",
             "4s",
             "--timeout",
             "1s",
-            "--json",
+            "--sample-rate",
+            "1",
+            "--samples",
         ])
+        .arg(&samples)
+        .arg("--json")
         .arg(&json)
         .arg(format!("http://{addr}/"))
         .stdout(Stdio::null())
@@ -395,6 +400,31 @@ fn a_rate_the_target_cannot_take_keeps_memory_flat_and_says_what_was_offered() {
             .any(|w| w.as_str().unwrap().starts_with("RATE SHORT OF TARGET")),
         "{summary}"
     );
+    // Past what any number of connections could carry: refused before anything is sent,
+    // with the arithmetic.
+    for (rate, threads, most) in [("3000000", "1", "1000000"), ("10000000", "2", "2000000")] {
+        let out = Command::new(BIN)
+            .args([
+                "load",
+                "-R",
+                rate,
+                "--threads",
+                threads,
+                "-c",
+                "4",
+                "-d",
+                "1s",
+            ])
+            .arg(format!("http://{addr}/"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(
+            text(&out).contains(&format!("thread(s) can send at most {most} req/s")),
+            "{}",
+            text(&out)
+        );
+    }
     let _ = std::fs::remove_dir_all(dir);
 }
 
