@@ -311,21 +311,24 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         }
         Err(e) => why.push(e),
     }
-    for (file, slot) in [("impact.json", 0), ("workers.json", 1)] {
-        let Some(parts) = cell.file_parts(file) else {
-            continue;
-        };
-        if !files::exists_in(root, &parts) {
-            continue;
-        }
-        match read(file, files::CELL_JSON_LIMIT, "a cell record's")
-            .and_then(|b| serde_json::from_slice::<Value>(&b).map_err(|e| format!("{file}: {e}")))
-        {
-            Ok(Value::Array(entries)) if slot == 0 => cell.impact = entries,
-            Ok(v) if slot == 1 => cell.workers = Some(v),
-            Ok(_) => why.push(format!("{file} is not a list of events")),
-            Err(e) => why.push(e),
-        }
+    // Present or not as the run had events or workers; when present, read whole.
+    let optional = |file: &str| {
+        files::exists_in(root, &["cells", &dir_name, file]).then(|| {
+            read(file, files::CELL_JSON_LIMIT, "a cell record's").and_then(|b| {
+                serde_json::from_slice::<Value>(&b).map_err(|e| format!("{file}: {e}"))
+            })
+        })
+    };
+    match optional("impact.json") {
+        Some(Ok(Value::Array(entries))) => cell.impact = entries,
+        Some(Ok(_)) => why.push("impact.json is not a list of events".into()),
+        Some(Err(e)) => why.push(e),
+        None => {}
+    }
+    match optional("workers.json") {
+        Some(Ok(v)) => cell.workers = Some(v),
+        Some(Err(e)) => why.push(e),
+        None => {}
     }
     cell.proxy_cpu = usage_readings(cell, root, windows);
     if why.is_empty() {

@@ -64,9 +64,9 @@ pub fn impact(
         None => (longest_run_between(&after), "sampled"),
     };
     let after_sampled = sampled(t_s, until_s);
-    let max_ms = after_sampled
+    // Every row is in the sample or a failure (or both): the window's rows are both.
+    let max_ms = after
         .iter()
-        .chain(&failed.iter().map(|p| **p).collect::<Vec<_>>())
         .map(|p| p.latency_s * 1e3)
         .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
     let scale = if sample_rate > 0.0 {
