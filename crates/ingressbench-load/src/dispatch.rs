@@ -24,6 +24,8 @@ pub(crate) struct Retry {
     pub(crate) after: ingressbench_stats::Outcome,
     /// When it started.
     pub(crate) first_sent_ns: u64,
+    /// Attempts made so far (at least 1).
+    pub(crate) attempts: u8,
 }
 
 /// A queue of released tickets and the connections waiting for one. Single-threaded (one

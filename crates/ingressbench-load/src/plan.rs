@@ -189,7 +189,8 @@ pub struct Plan {
     pub max_requests_per_connection: Option<u64>,
     /// What to do when a reused connection fails before any byte of the answer.
     pub retry: RetryPolicy,
-    /// Limit for a whole request: connect, TLS, write and read.
+    /// Limit for a whole request, from its intended send time: waiting for a free
+    /// connection, connect, TLS, write and read.
     pub timeout: Duration,
     /// TLS options for `https://` targets.
     pub tls: TlsOptions,
@@ -215,6 +216,12 @@ pub struct Plan {
     /// When the run starts (the first request is due, warm-up included); `None` starts it
     /// right away. A caller that times other things against the run (events) sets it.
     pub start: Option<std::time::Instant>,
+    /// With keep-alive and no fixed `start`: start the schedule once every connection is
+    /// open (or failed), as wrk does, so that opening thousands of them is not counted
+    /// as the generator falling behind; how long it took is the summary's connect ramp.
+    /// `false` starts at once, and requests due meanwhile wait for connections still
+    /// opening (what a connect storm costs the first requests).
+    pub wait_for_connections: bool,
     /// Sequential load: called before each request with its number (from 0, warm-up
     /// included); the request waits until it returns. A caller uses it to act in
     /// lock-step with requests (kill a backend, send a request, repeat).
@@ -265,6 +272,9 @@ impl std::fmt::Debug for RequestGate {
 /// could keep is refused.
 pub(crate) const MAX_RATE_PER_THREAD: f64 = 1_000_000.0;
 
+/// The longest `--timeout`: a day (a request's deadline is a time, and must be one).
+const MAX_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+
 impl Plan {
     /// A plan with the defaults: 10 s of closed-loop load over 10 connections, one thread.
     pub fn new(target: Target) -> Self {
@@ -293,6 +303,7 @@ impl Plan {
             window: Duration::from_secs(1),
             batch_window: BatchWindow::Auto,
             start: None,
+            wait_for_connections: true,
             gate: None,
             share: Share::WHOLE,
         }
@@ -443,6 +454,15 @@ impl Plan {
         }
         if self.timeout.is_zero() {
             return bad("--timeout", "must be longer than 0".to_owned());
+        }
+        if self.timeout > MAX_TIMEOUT {
+            return bad(
+                "--timeout",
+                format!(
+                    "{:?} is longer than a day, the most a request may wait",
+                    self.timeout
+                ),
+            );
         }
         if !(0.0..=1.0).contains(&self.sample_rate) {
             return bad(

@@ -130,7 +130,15 @@ pub fn run(
         },
     };
 
-    let start = plan.start.unwrap_or_else(|| Instant::now() + START_DELAY);
+    let launched = Instant::now();
+    // A fixed start (events or other processes are timed against it) is kept; else the
+    // run starts once the workers' connections are open, when the plan says to wait.
+    let wait = plan.start.is_none() && plan.wait_for_connections && plan.keepalive;
+    let (start_tx, start_rx) = tokio::sync::watch::channel(match plan.start {
+        Some(start) => Some(start),
+        None if wait => None,
+        None => Some(launched + START_DELAY),
+    });
     let warmup_ns = match plan.warmup {
         Warmup::Duration(d) => nanos(d),
         _ => 0,
@@ -139,12 +147,11 @@ pub fn run(
         Warmup::Requests(n) => n,
         _ => 0,
     };
-    let end = match plan.length {
-        Length::Duration(d) => Some(start + Duration::from_nanos(warmup_ns) + d),
+    let end_ns = match plan.length {
+        Length::Duration(d) => Some(warmup_ns.saturating_add(nanos(d))),
         Length::Requests(_) => None,
     };
     let shared = Arc::new(Shared {
-        start,
         request,
         head_request: plan.request.is_head(),
         timeout: plan.timeout,
@@ -156,7 +163,7 @@ pub fn run(
         sample_rate: plan.sample_rate,
         window_ns: nanos(plan.window),
         warmup_ns,
-        end,
+        end_ns,
         stop: stop.clone(),
         batch_window: plan.batch_window,
         gate: plan.gate.clone(),
@@ -178,16 +185,13 @@ pub fn run(
             Length::Duration(_) => None,
         };
         let feed = match plan.mode {
-            Mode::Open { rate_per_s } => {
-                let end_ns = end.map(|e| nanos(e - start));
-                Feed::Open(Schedule::new(
-                    rate_per_s,
-                    (index * share.of + share.index) as u64,
-                    stripes,
-                    total_requests,
-                    end_ns,
-                ))
-            }
+            Mode::Open { rate_per_s } => Feed::Open(Schedule::new(
+                rate_per_s,
+                (index * share.of + share.index) as u64,
+                stripes,
+                total_requests,
+                end_ns,
+            )),
             Mode::Closed => Feed::Loop {
                 budget: total_requests.map(mine),
                 pause: None,
@@ -209,6 +213,7 @@ pub fn run(
             },
             seed: 0x9E37_79B9_7F4A_7C15
                 ^ ((index * share.of + share.index) as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9),
+            start: start_rx.clone(),
         };
         let connector = Connector::new(address(), tls.clone());
         let (shared, tx) = (shared.clone(), tx.clone());
@@ -223,8 +228,14 @@ pub fn run(
     let mut windows = WindowMerger::new(workers);
     let mut cumulative = HistogramUs::new();
     let (mut requests, mut errors) = (0u64, 0u64);
+    let mut ramp = Ramp::default();
     loop {
-        match rx.recv_timeout(Duration::from_millis(200)) {
+        let opening = wait && start_tx.borrow().is_none();
+        if opening && ramp.over(workers, launched, plan, &stop) {
+            let _ = start_tx.send(Some(Instant::now() + START_DELAY));
+        }
+        match rx.recv_timeout(Duration::from_millis(if opening { 1 } else { 200 })) {
+            Ok(Message::Opened { at }) => ramp.opened(at),
             Ok(Message::Samples { samples, backends }) => observer.samples(&samples, &backends),
             Ok(Message::Windows {
                 worker,
@@ -267,9 +278,72 @@ pub fn run(
     }
     let recorder = merged.unwrap_or_else(|| Recorder::new(nanos(plan.window)));
     let interrupted = stop.load(std::sync::atomic::Ordering::Relaxed);
-    let summary = summarize(&recorder, plan, plan.rate_per_s(), interrupted);
+    let mut summary = summarize(&recorder, plan, plan.rate_per_s(), interrupted);
+    let start = (*start_tx.borrow()).unwrap_or(launched);
+    ramp.report(&mut summary, plan, launched, start, wait);
     Ok(LoadReport { recorder, summary })
 }
+
+/// Keep-alive runs open their connections before the first request is due; the workers
+/// say when theirs are.
+#[derive(Default)]
+struct Ramp {
+    workers_done: usize,
+    last: Option<Instant>,
+}
+
+impl Ramp {
+    fn opened(&mut self, at: Instant) {
+        self.workers_done += 1;
+        self.last = Some(self.last.map_or(at, |last| last.max(at)));
+    }
+
+    /// Whether the run may start: every worker's connections are open (or failed), or
+    /// the run was stopped meanwhile, or a timeout and more passed (each connect is
+    /// bounded by the timeout, so only a lost worker gets here).
+    fn over(&self, workers: usize, launched: Instant, plan: &Plan, stop: &AtomicBool) -> bool {
+        self.workers_done >= workers
+            || stop.load(std::sync::atomic::Ordering::Relaxed)
+            || launched.elapsed() > plan.timeout + Duration::from_secs(1)
+    }
+
+    /// Puts how long opening took in `summary`, and warns when the connections were
+    /// still opening after the first request was due (a fixed start did not wait).
+    fn report(
+        &self,
+        summary: &mut Summary,
+        plan: &Plan,
+        launched: Instant,
+        start: Instant,
+        waited: bool,
+    ) {
+        let Some(last) = self.last.filter(|_| plan.keepalive) else {
+            return;
+        };
+        summary.connect_ramp_ms =
+            Some(last.saturating_duration_since(launched).as_secs_f64() * 1e3);
+        let late = last.saturating_duration_since(start);
+        if !waited && late > LATE_RAMP {
+            // The lag it caused is the ramp's, not the generator's: say it once, as that.
+            summary
+                .warnings
+                .retain(|w| !w.starts_with("GENERATOR FELL BEHIND"));
+            summary.warnings.push(format!(
+                "CONNECT RAMP: the {} connections were still opening {:.0} ms after the first request was due; \
+                 requests due meanwhile waited for them, so the first latencies and the scheduler lag (p99 {} us) \
+                 include the connect storm, not a slow server or generator. Let the run wait for them (drop \
+                 --no-connect-wait), start later, or open fewer connections",
+                plan.connections,
+                late.as_secs_f64() * 1e3,
+                summary.scheduler_lag_us.p99
+            ));
+        }
+    }
+}
+
+/// How long after the first request was due connections may still be opening before
+/// the summary says so (a few timer ticks).
+const LATE_RAMP: Duration = Duration::from_millis(5);
 
 /// Merges the workers' windows of the same interval and hands them out in order, once
 /// every worker has closed that interval or will send no more.

@@ -36,11 +36,14 @@ pub(crate) enum Message {
         samples: Vec<Sample>,
         backends: Vec<String>,
     },
+    /// Every connection the worker opens before the start is open (or failed).
+    Opened {
+        at: Instant,
+    },
 }
 
 /// What every worker shares (read-only).
 pub(crate) struct Shared {
-    pub(crate) start: Instant,
     pub(crate) request: Vec<u8>,
     pub(crate) head_request: bool,
     pub(crate) timeout: Duration,
@@ -54,7 +57,8 @@ pub(crate) struct Shared {
     pub(crate) sample_rate: f64,
     pub(crate) window_ns: u64,
     pub(crate) warmup_ns: u64,
-    pub(crate) end: Option<Instant>,
+    /// When the run ends, from its start (warm-up and duration), if it has a duration.
+    pub(crate) end_ns: Option<u64>,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) gate: Option<crate::RequestGate>,
     pub(crate) batch_window: crate::BatchWindow,
@@ -80,6 +84,8 @@ pub(crate) struct Assignment {
     pub(crate) feed: Feed,
     pub(crate) warmup_requests: u64,
     pub(crate) seed: u64,
+    /// The run's start, once the coordinator has set it.
+    pub(crate) start: tokio::sync::watch::Receiver<Option<Instant>>,
 }
 
 enum Source {
@@ -95,6 +101,13 @@ enum Source {
 
 struct Worker {
     shared: Arc<Shared>,
+    /// When the first request is due (warm-up included): what every time is counted
+    /// from. Set by [`Worker::begin`]; until then, when the worker was made.
+    start: Cell<Instant>,
+    start_set: tokio::sync::watch::Receiver<Option<Instant>>,
+    /// Connections still opening before the start, and a wake-up when one is done.
+    opening: Cell<usize>,
+    opened: tokio::sync::Notify,
     index: usize,
     connector: Connector,
     source: Source,
@@ -133,6 +146,7 @@ pub(crate) fn run(
         feed,
         warmup_requests,
         seed,
+        start,
     } = assignment;
     let (source, schedule) = match feed {
         Feed::Open(schedule) => (Source::Open(Dispatch::default()), Some(schedule)),
@@ -151,9 +165,14 @@ pub(crate) fn run(
     } else {
         (shared.sample_rate * u64::MAX as f64) as u64
     };
+    let preopened = if shared.keepalive { connections } else { 0 };
     let worker = Rc::new(Worker {
         recorder: RefCell::new(Recorder::new(shared.window_ns)),
         shared,
+        start: Cell::new(Instant::now()),
+        start_set: start,
+        opening: Cell::new(preopened),
+        opened: tokio::sync::Notify::new(),
         index,
         connector,
         source,
@@ -167,9 +186,6 @@ pub(crate) fn run(
     });
     let local = LocalSet::new();
     local.block_on(&runtime, async {
-        let flusher = tokio::task::spawn_local(flush_loop(worker.clone()));
-        let pacer =
-            schedule.map(|schedule| tokio::task::spawn_local(pace(worker.clone(), schedule)));
         let tasks: Vec<_> = (0..connections)
             .map(|i| match worker.shared.http2 {
                 Some(_) => tokio::task::spawn_local(http2::connection_loop(
@@ -179,6 +195,16 @@ pub(crate) fn run(
                 None => tokio::task::spawn_local(connection_loop(worker.clone())),
             })
             .collect();
+        // Each connection task opens its connection first; the coordinator hears when
+        // they all have, and says when the run starts.
+        while worker.opening.get() > 0 {
+            worker.opened.notified().await;
+        }
+        let _ = worker.tx.send(Message::Opened { at: Instant::now() });
+        worker.begin().await;
+        let flusher = tokio::task::spawn_local(flush_loop(worker.clone()));
+        let pacer =
+            schedule.map(|schedule| tokio::task::spawn_local(pace(worker.clone(), schedule)));
         let handles: Vec<_> = tasks.iter().map(|t| t.abort_handle()).collect();
         let stopper = tokio::task::spawn_local(abandon_after_stop(worker.clone(), handles));
         let mut panicked = None;
@@ -215,7 +241,24 @@ pub(crate) fn run(
 
 impl Worker {
     fn now_ns(&self) -> u64 {
-        nanos(Instant::now().saturating_duration_since(self.shared.start))
+        nanos(Instant::now().saturating_duration_since(self.start.get()))
+    }
+
+    /// Waits for the coordinator to say when the run starts, and returns that time.
+    async fn begin(&self) -> Instant {
+        let mut set = self.start_set.clone();
+        if let Ok(start) = set.wait_for(Option::is_some).await {
+            if let Some(start) = *start {
+                self.start.set(start);
+            }
+        }
+        self.start.get()
+    }
+
+    /// One connection opened before the start is open (or failed).
+    fn preopened(&self) {
+        self.opening.set(self.opening.get().saturating_sub(1));
+        self.opened.notify_one();
     }
 
     /// Hands the sampled requests kept so far to the coordinator, with the names their
@@ -239,7 +282,35 @@ impl Worker {
     }
 
     fn past_end(&self, now: Instant) -> bool {
-        self.shared.end.is_some_and(|end| now >= end)
+        self.shared
+            .end_ns
+            .is_some_and(|end| now >= self.start.get() + Duration::from_nanos(end))
+    }
+
+    /// When `ticket`'s request gives up. The timeout runs from its intended send time,
+    /// as the user it stands for waits: a request that waited for a free connection has
+    /// that much less time on the wire, none fails later than its timeout after it was
+    /// due, and a run ends at most one timeout after its last request was due.
+    fn deadline(&self, ticket: &Ticket) -> Instant {
+        self.start.get() + Duration::from_nanos(ticket.intended_ns) + self.shared.timeout
+    }
+
+    /// `ticket` as a `not_sent` sample if its deadline passed before a connection was
+    /// free to send it (every connection was busy for a whole timeout).
+    fn expired(&self, ticket: Ticket) -> Option<Sample> {
+        if Instant::now() < self.deadline(&ticket) {
+            return None;
+        }
+        let timeout = self.shared.timeout;
+        self.recorder
+            .borrow_mut()
+            .note_failure_detail(Outcome::NotSent, || {
+                format!(
+                    "requests waited their whole --timeout {timeout:?} for a free connection and were never sent: \
+                     every connection was busy (the server held its answers, or -c is too low for the rate)"
+                )
+            });
+        Some(not_sent(ticket, self.now_ns()))
     }
 
     async fn next_ticket(&self) -> Option<Ticket> {
@@ -400,6 +471,9 @@ impl Worker {
         parser: &mut ResponseParser,
         opened: &mut Option<Phases>,
     ) -> Sample {
+        if let Some(expired) = self.expired(ticket) {
+            return expired;
+        }
         let mut sample = Sample::new(ticket.intended_ns);
         sample.seq = ticket.seq;
         sample.released_at_ns = ticket.released_ns;
@@ -407,7 +481,7 @@ impl Worker {
         let preopened = opened.take().filter(|_| conn.is_some());
         let reused = conn.is_some() && preopened.is_none();
         let sent = Instant::now();
-        sample.sent_at_ns = nanos(sent.saturating_duration_since(self.shared.start));
+        sample.sent_at_ns = nanos(sent.saturating_duration_since(self.start.get()));
         let mut stage = Stage::Connecting;
         let mut write_at = sent;
         let mut progress = Exchange {
@@ -453,7 +527,7 @@ impl Worker {
                 return Ok(outcome);
             }
         };
-        let result = tokio::time::timeout_at((sent + self.shared.timeout).into(), attempt).await;
+        let result = tokio::time::timeout_at(self.deadline(&ticket).into(), attempt).await;
         let done = Instant::now();
         sample.retried_after = retried_after;
         sample.connection_reused = reused && retried_after.is_none();
@@ -476,7 +550,7 @@ impl Worker {
                 self.recorder
                     .borrow_mut()
                     .note_failure_detail(sample.outcome, || {
-                        format!("connecting to {to} took longer than --timeout {timeout:?}")
+                        format!("connecting to {to} did not end within --timeout {timeout:?} of the request's intended send time")
                     });
             }
             Outcome::Refused | Outcome::DnsError | Outcome::ConnectError | Outcome::TlsError => {
@@ -488,7 +562,7 @@ impl Worker {
             }
             _ => {}
         }
-        sample.done_at_ns = nanos(done.saturating_duration_since(self.shared.start));
+        sample.done_at_ns = nanos(done.saturating_duration_since(self.start.get()));
         sample.bytes = progress.bytes;
         if let Some(first) = progress.first_byte {
             sample.phases.ttfb_ns = nanos(first.saturating_duration_since(write_at));
@@ -545,8 +619,10 @@ async fn connection_loop(worker: Rc<Worker>) {
             conn = Some(stream);
             opened = Some(phases);
         }
+        worker.preopened();
     }
-    tokio::time::sleep_until(worker.shared.start.into()).await;
+    let start = worker.begin().await;
+    tokio::time::sleep_until(start.into()).await;
     while let Some(ticket) = worker.next_ticket_watching(&mut conn, &mut opened).await {
         worker.in_flight.set(worker.in_flight.get() + 1);
         let sample = worker
@@ -563,7 +639,7 @@ async fn pace(worker: Rc<Worker>, schedule: Schedule) {
     let Source::Open(dispatch) = &worker.source else {
         return;
     };
-    match PreciseClock::new(worker.shared.start, worker.shared.batch_window) {
+    match PreciseClock::new(worker.start.get(), worker.shared.batch_window) {
         Ok(mut clock) => release(&worker, dispatch, schedule, &mut clock).await,
         Err(_) => {
             release(
@@ -616,14 +692,14 @@ async fn release_schedule(
     clock: &mut impl Clock,
 ) {
     for (seq, intended_ns) in schedule {
-        let due = worker.shared.start + Duration::from_nanos(intended_ns);
+        let due = worker.start.get() + Duration::from_nanos(intended_ns);
         if clock.now() < due {
             clock.sleep_until(due).await;
         }
         if worker.stopped() {
             return;
         }
-        let released_ns = nanos(clock.now().saturating_duration_since(worker.shared.start));
+        let released_ns = nanos(clock.now().saturating_duration_since(worker.start.get()));
         let ticket = Ticket {
             seq,
             intended_ns,
@@ -666,9 +742,8 @@ pub(crate) mod tests {
     use super::*;
     use crate::timer::TokioClock;
 
-    fn shared(start: Instant) -> Arc<Shared> {
+    fn shared() -> Arc<Shared> {
         Arc::new(Shared {
-            start,
             request: Vec::new(),
             head_request: false,
             timeout: Duration::from_secs(1),
@@ -680,7 +755,7 @@ pub(crate) mod tests {
             sample_rate: 0.0,
             window_ns: 1_000_000_000,
             warmup_ns: 0,
-            end: None,
+            end_ns: None,
             stop: Arc::new(AtomicBool::new(false)),
             batch_window: crate::BatchWindow::Fixed(Duration::from_micros(100)),
             gate: None,
@@ -694,8 +769,13 @@ pub(crate) mod tests {
     async fn pacer_releases_each_request_at_its_intended_time() {
         let start = tokio::time::Instant::now().into_std();
         let (tx, _rx) = std::sync::mpsc::channel();
+        let (_set, start_set) = tokio::sync::watch::channel(Some(start));
         let worker = Worker {
-            shared: shared(start),
+            shared: shared(),
+            start: Cell::new(start),
+            start_set,
+            opening: Cell::new(0),
+            opened: tokio::sync::Notify::new(),
             index: 0,
             connector: Connector::new(
                 crate::connection::Address::Fixed("127.0.0.1:9".parse().unwrap(), "a test"),

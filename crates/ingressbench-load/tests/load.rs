@@ -11,7 +11,7 @@ use ingressbench_load::{
     RetryPolicy, Target, TlsOptions, Warmup,
 };
 use ingressbench_stats::{Outcome, Sample, Window};
-use support::http2::{serve_goaway, serve_h2, H2Behavior};
+use support::http2::{serve_goaway, serve_goaway_at_once, serve_h2, H2Behavior};
 use support::{closed_port, serve, test_tls, Behavior};
 
 fn go(plan: &Plan) -> LoadReport {
@@ -212,6 +212,77 @@ fn silence_past_the_timeout_is_a_read_timeout_recorded_at_its_time() {
         r.summary.time_to_failure_us
     );
     assert_eq!(r.summary.latency_us.count, 0);
+}
+
+/// Open loop, one connection, a server that never answers: the timeout runs from each
+/// request's intended send time, so none fails later than its timeout after it was due.
+/// Each request waits for the connection until the one before it times out, and then has
+/// only the rest of its own timeout on the wire (before, it had a whole timeout there:
+/// the 20th failed about 10 timeouts after it was due, and the run lasted as long).
+#[test]
+fn a_request_times_out_one_timeout_after_it_was_due() {
+    let server = serve(Behavior::Silent, None);
+    let mut p = plan(&server.url("http"));
+    p.mode = Mode::Open { rate_per_s: 20.0 };
+    p.connections = 1;
+    p.length = Length::Duration(Duration::from_secs(1));
+    p.timeout = Duration::from_millis(500);
+    p.sample_rate = 1.0;
+    let mut seen = Collect::default();
+    let s = run(&p, Arc::new(AtomicBool::new(false)), &mut seen)
+        .unwrap()
+        .summary;
+    let timed_out = s.outcomes.get("read_timeout").copied().unwrap_or(0);
+    let never_sent = s.outcomes.get("not_sent").copied().unwrap_or(0);
+    assert_eq!(timed_out + never_sent, 20, "{:?}", s.outcomes);
+    let failed: Vec<&Sample> = seen
+        .samples
+        .iter()
+        .filter(|x| x.outcome == Outcome::ReadTimeout)
+        .collect();
+    assert_eq!(failed.len() as u64, timed_out);
+    // The bound leaves half a timeout for a slow machine; the old behaviour is a whole
+    // timeout over from the second request on.
+    for x in &failed {
+        let after_due = x.done_at_ns - x.intended_at_ns;
+        assert!(
+            (500_000_000..750_000_000).contains(&after_due),
+            "request {} failed {after_due} ns after it was due",
+            x.seq
+        );
+    }
+    // The later ones waited for the connection most of their timeout.
+    let waited = failed
+        .iter()
+        .filter(|x| x.sent_at_ns - x.intended_at_ns > 300_000_000)
+        .count();
+    assert!(
+        waited >= 10,
+        "{waited} of {timed_out} waited for the connection"
+    );
+}
+
+/// 1,500 keep-alive connections and no warm-up: the schedule starts once they are all
+/// open, and how long that took is the connect ramp (before, the schedule started while
+/// they were opening and the ramp was reported as the generator falling behind). With a
+/// start fixed at once (as events or other processes need), the ramp is said as such.
+#[test]
+fn the_schedule_waits_for_the_connections_and_says_how_long_they_took() {
+    let connections = 1500;
+    ingressbench_load::ensure_descriptors(3 * connections).unwrap();
+    let server = serve(answer("b1"), None);
+    for fixed_start in [false, true] {
+        let mut p = plan(&server.url("http"));
+        p.mode = Mode::Open { rate_per_s: 1500.0 };
+        p.connections = connections;
+        p.length = Length::Duration(Duration::from_secs(1));
+        p.start = fixed_start.then(Instant::now);
+        let s = go(&p).summary;
+        assert_eq!(s.requests.ok, 1500, "{:?}", s.outcomes);
+        assert!(s.connect_ramp_ms.is_some_and(|ms| ms > 0.0), "{s:?}");
+        let said = s.warnings.iter().any(|w| w.starts_with("CONNECT RAMP"));
+        assert_eq!(said, fixed_start, "{:?}", s.warnings);
+    }
 }
 
 #[test]
@@ -841,15 +912,16 @@ fn a_stream_reset_is_counted_under_its_code_at_its_time() {
 }
 
 /// A server that refuses every stream (REFUSED_STREAM: never processed, so sent again):
-/// each request goes again until its timeout, counted from its first attempt, then ends
-/// as `rst_stream:refused_stream`, counted as retried; the run ends.
+/// each request goes four times in all (at once, then after 10 and 20 ms), then ends as
+/// what the server said, `rst_stream:refused_stream`, counted as retried, well before its
+/// timeout (before: sent again and again until the timeout, then counted as a timeout).
 #[test]
-fn streams_refused_every_time_end_at_their_timeout() {
+fn streams_refused_every_time_end_as_refused_after_four_attempts() {
     let server = serve_h2(H2Behavior::ResetEvery { nth: 1, code: 7 }, None);
     let mut p = http2_plan(&server.url("http"));
     p.connections = 1;
     p.length = Length::Requests(5);
-    p.timeout = Duration::from_millis(300);
+    p.timeout = Duration::from_secs(10);
     let s = go(&p).summary;
     assert_eq!(
         s.outcomes.get("rst_stream:refused_stream"),
@@ -858,13 +930,50 @@ fn streams_refused_every_time_end_at_their_timeout() {
         s.outcomes
     );
     assert_eq!(s.retries.after.get("rst_stream:refused_stream"), Some(&5));
-    // Each was sent more than once before its timeout.
-    assert!(server.seen.streams.load(Ordering::Relaxed) > 5);
-    assert!(
-        s.time_to_failure_us.p50 >= 300_000,
-        "{}",
-        s.time_to_failure_us.p50
+    assert_eq!(server.seen.streams.load(Ordering::Relaxed), 5 * 4);
+}
+
+/// A server that answers every connection with GOAWAY(last-stream-id 0): each request is
+/// tried on at most four connections, then ends as `goaway_unprocessed` (before: 14,438
+/// connections for 20 requests in 2 s, ending as timeouts).
+#[test]
+fn a_server_that_goes_away_at_once_is_not_stormed() {
+    let server = serve_goaway_at_once();
+    let mut p = http2_plan(&server.url("http"));
+    p.connections = 2;
+    p.length = Length::Requests(20);
+    p.timeout = Duration::from_secs(5);
+    let s = go(&p).summary;
+    assert_eq!(
+        s.outcomes.get("goaway_unprocessed"),
+        Some(&20),
+        "{:?} {:?}",
+        s.outcomes,
+        s.failure_details
     );
+    assert_eq!(s.retries.after.get("goaway_unprocessed"), Some(&20));
+    let accepts = server.seen.accepts.load(Ordering::Relaxed);
+    // Four attempts for each request, and the two connections opened before the start.
+    assert!(
+        accepts <= 20 * 4 + 2,
+        "{accepts} connections for 20 requests"
+    );
+}
+
+/// A server that never opens its flow-control window: every POST body waits for window
+/// until the request times out, and each wait is counted (before: 0 stalls).
+#[test]
+fn a_body_that_never_gets_window_is_counted_as_a_stall() {
+    let server = serve_h2(H2Behavior::NeverOpenWindow, None);
+    let mut p = http2_plan(&server.url("http"));
+    p.connections = 1;
+    p.length = Length::Requests(3);
+    p.timeout = Duration::from_millis(300);
+    p.request.method = "POST".to_owned();
+    p.request.body = vec![b'x'; 1000];
+    let s = go(&p).summary;
+    assert_eq!(s.outcomes.get("read_timeout"), Some(&3), "{:?}", s.outcomes);
+    assert_eq!(s.connection_events.flow_control_stalls, 3);
 }
 
 /// The stall server of `coordinated_omission_is_corrected`, over HTTP/2 with 2 connections

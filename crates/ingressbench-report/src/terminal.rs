@@ -28,9 +28,13 @@ pub fn render(summary: &Summary, title: &str) -> String {
             String::new()
         },
     );
+    let ramp = s
+        .connect_ramp_ms
+        .map(|ms| format!(" (opening them took {ms:.0} ms)"))
+        .unwrap_or_default();
     let _ = writeln!(
         out,
-        "  {} connections opened, {} requests on reused connections, {} received",
+        "  {} connections opened{ramp}, {} requests on reused connections, {} received",
         group(s.connections_opened),
         group(s.reused_requests),
         bytes(s.bytes_received)

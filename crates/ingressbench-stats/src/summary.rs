@@ -235,6 +235,10 @@ pub struct Summary {
     pub backend_latency_us: BTreeMap<String, PhaseSummary>,
     /// Connections opened during the measured part.
     pub connections_opened: u64,
+    /// Keep-alive runs open every connection before the first request is due: how long
+    /// that took, from the run's launch to the last one open (or failed), in ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connect_ramp_ms: Option<f64>,
     /// Requests sent over an already used connection.
     pub reused_requests: u64,
     /// Retries and their causes.
@@ -330,6 +334,7 @@ impl Summary {
                 .map(|b| (b.name.clone(), PhaseSummary::of(&b.latency)))
                 .collect(),
             connections_opened: recorder.connections_opened(),
+            connect_ramp_ms: None,
             reused_requests: recorder.reused_requests(),
             retries: RetrySummary {
                 policy: ctx.retry_policy.to_owned(),

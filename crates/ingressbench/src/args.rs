@@ -443,6 +443,11 @@ pub(crate) struct LoadArgs {
     #[arg(long)]
     pub(crate) no_keepalive: bool,
 
+    /// Start the schedule at once instead of once every connection is open: requests
+    /// due meanwhile wait for connections still opening (to measure a connect storm).
+    #[arg(long)]
+    pub(crate) no_connect_wait: bool,
+
     /// Close each connection after this many requests.
     #[arg(long, value_name = "N")]
     pub(crate) max_requests_per_connection: Option<u64>,

@@ -133,6 +133,7 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
         (None, None) => Warmup::None,
     };
     plan.keepalive = !args.no_keepalive;
+    plan.wait_for_connections = !args.no_connect_wait;
     if args.http2 {
         plan.protocol = ingressbench_load::Protocol::Http2;
     }

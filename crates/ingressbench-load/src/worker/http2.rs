@@ -369,12 +369,49 @@ struct Pending {
 }
 
 impl Worker {
+    /// After an attempt of `ticket` that ended as `failed` without the server processing
+    /// it: the ticket to send again and how long to wait first, or `None` when its
+    /// attempts are spent or the wait would reach its deadline (it then ends as `failed`).
+    fn again(&self, ticket: Ticket, failed: &Sample) -> Option<(Ticket, Duration)> {
+        let mut retry = ticket.retry.unwrap_or(Retry {
+            after: failed.outcome,
+            first_sent_ns: failed.sent_at_ns,
+            attempts: 0,
+        });
+        retry.attempts += 1;
+        let wait = resend_wait(retry.attempts);
+        if retry.attempts >= MAX_ATTEMPTS || Instant::now() + wait >= self.deadline(&ticket) {
+            return None;
+        }
+        Some((
+            Ticket {
+                retry: Some(retry),
+                ..ticket
+            },
+            wait,
+        ))
+    }
+
+    /// Records a request that ended, or hands one to go again back after its wait.
+    async fn settle(&self, exchanged: Exchanged) {
+        match exchanged {
+            Exchanged::Done(sample) => self.record(&sample),
+            Exchanged::Again(ticket, wait) => {
+                if !wait.is_zero() {
+                    tokio::time::sleep(wait).await;
+                }
+                self.give_back(ticket);
+            }
+        }
+        self.in_flight.set(self.in_flight.get() - 1);
+    }
+
     /// Records the GOAWAYs `conn`'s watch saw since the last call.
     fn note_goaways(&self, conn: &Conn) {
         let goaways = conn.watch.goaways.borrow();
         for (at, frame, sent, in_flight) in goaways.iter().skip(conn.goaways_recorded.get()) {
             self.recorder.borrow_mut().record_goaway(Goaway {
-                at_ns: nanos(at.saturating_duration_since(self.shared.start)),
+                at_ns: nanos(at.saturating_duration_since(self.start.get())),
                 connection: conn.id,
                 last_stream_id: frame.last_stream_id,
                 code: frame.code,
@@ -515,7 +552,7 @@ impl Worker {
         sample.warmup = ticket.warmup;
         sample.sent_at_ns = match ticket.retry {
             Some(retry) => retry.first_sent_ns,
-            None => nanos(pending.sent_at.saturating_duration_since(self.shared.start)),
+            None => nanos(pending.sent_at.saturating_duration_since(self.start.get())),
         };
         sample.retried_after = ticket.retry.map(|r| r.after);
         sample
@@ -550,8 +587,10 @@ pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
             conn.opened.set(Some(phases));
             ready = Some(conn);
         }
+        worker.preopened();
     }
-    tokio::time::sleep_until(worker.shared.start.into()).await;
+    let start = worker.begin().await;
+    tokio::time::sleep_until(start.into()).await;
     loop {
         let (conn, first) = match ready.take() {
             Some(conn) => (conn, None),
@@ -563,6 +602,10 @@ pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
                     }
                     return;
                 };
+                if let Some(expired) = worker.expired(ticket) {
+                    worker.record(&expired);
+                    continue;
+                }
                 let pending = Pending {
                     ticket,
                     sent_at: Instant::now(),
@@ -570,7 +613,7 @@ pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
                 worker.in_flight.set(worker.in_flight.get() + 1);
                 let mut phases = Phases::default();
                 let open = worker.open_http2(next_id(), &mut phases);
-                let deadline = pending.sent_at + worker.shared.timeout;
+                let deadline = worker.deadline(&pending.ticket);
                 let opened = tokio::time::timeout_at(deadline.into(), open).await;
                 match opened {
                     Ok(Ok(conn)) => {
@@ -589,7 +632,7 @@ pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
                             worker.connect_failure(&pending, Outcome::ConnectTimeout, phases);
                         let (to, timeout) = (worker.connector.describe(), worker.shared.timeout);
                         worker.recorder.borrow_mut().note_failure_detail(Outcome::ConnectTimeout, || {
-                            format!("connecting to {to} (TCP, TLS and the HTTP/2 preface) took longer than --timeout {timeout:?}")
+                            format!("connecting to {to} (TCP, TLS and the HTTP/2 preface) did not end within --timeout {timeout:?} of the request's intended send time")
                         });
                         worker.record(&sample);
                         worker.in_flight.set(worker.in_flight.get() - 1);
@@ -678,6 +721,10 @@ async fn run_streams(
         let Some(ticket) = ticket else {
             return true;
         };
+        if let Some(expired) = worker.expired(ticket) {
+            worker.record(&expired);
+            continue;
+        }
         let pending = Pending {
             ticket,
             sent_at: Instant::now(),
@@ -692,8 +739,21 @@ async fn run_streams(
 fn start_stream(worker: &Rc<Worker>, conn: &Rc<Conn>, live: &Rc<Live>, pending: Pending) {
     let sent = match open_stream(worker, conn, pending) {
         Ok(sent) => sent,
-        Err(ticket) => {
-            worker.give_back(ticket);
+        // Never on the wire: it goes again (policy or not), within its attempts.
+        Err(failed) => {
+            let (ticket, sample) = *failed;
+            let exchanged = match worker.again(ticket, &sample) {
+                Some((ticket, wait)) => Exchanged::Again(ticket, wait),
+                None => Exchanged::Done(sample),
+            };
+            live.count.set(live.count.get() + 1);
+            worker.in_flight.set(worker.in_flight.get() + 1);
+            let (worker, live) = (worker.clone(), live.clone());
+            tokio::task::spawn_local(async move {
+                worker.settle(exchanged).await;
+                live.count.set(live.count.get() - 1);
+                live.ended.notify();
+            });
             return;
         }
     };
@@ -702,15 +762,12 @@ fn start_stream(worker: &Rc<Worker>, conn: &Rc<Conn>, live: &Rc<Live>, pending: 
     worker.in_flight.set(worker.in_flight.get() + 1);
     let (worker, conn, live) = (worker.clone(), conn.clone(), live.clone());
     tokio::task::spawn_local(async move {
-        match finish_stream(&worker, &conn, sent).await {
-            Exchanged::Done(sample) => worker.record(&sample),
-            Exchanged::Again(ticket) => worker.give_back(ticket),
-        }
-        worker.in_flight.set(worker.in_flight.get() - 1);
+        let exchanged = finish_stream(&worker, &conn, sent).await;
         conn.busy.set(conn.busy.get() - 1);
-        live.count.set(live.count.get() - 1);
         worker.note_goaways(&conn);
         conn.watch.changed.notify();
+        worker.settle(exchanged).await;
+        live.count.set(live.count.get() - 1);
         live.ended.notify();
     });
 }
@@ -718,8 +775,26 @@ fn start_stream(worker: &Rc<Worker>, conn: &Rc<Conn>, live: &Rc<Live>, pending: 
 /// What became of one stream.
 enum Exchanged {
     Done(Sample),
-    /// The request goes back to be sent on another connection.
-    Again(Ticket),
+    /// The request goes back, after this wait, to be sent on another connection.
+    Again(Ticket, Duration),
+}
+
+/// Attempts in all for a request the server did not process (the first and three
+/// resends), each within the request's timeout. Go's HTTP/2 client makes up to 7, a
+/// second and more apart; a benchmark's timeout is shorter, and a server that refuses a
+/// request four times in a row will not take it on the fifth: the request then fails
+/// as what the server said, not as a timeout.
+const MAX_ATTEMPTS: u8 = 4;
+
+/// How long a request waits before it goes again after `attempts` attempts: at once
+/// after the first (a GOAWAY at a reload is routine, and the next connection takes it),
+/// then 10 ms, then 20 ms, so that a server refusing everything is not stormed with new
+/// connections and streams.
+fn resend_wait(attempts: u8) -> Duration {
+    match attempts {
+        0 | 1 => Duration::ZERO,
+        n => Duration::from_millis(10 << (n - 2).min(6)),
+    }
 }
 
 /// A stream on its way: what its task waits on.
@@ -732,8 +807,13 @@ struct Sent {
 }
 
 /// Opens a stream for `pending` on `conn` and queues its request (no wait). A
-/// connection that takes no new stream gives the ticket back, and takes no more.
-fn open_stream(worker: &Worker, conn: &Conn, pending: Pending) -> Result<Sent, Ticket> {
+/// connection that takes no new stream gives the ticket back, with the request as it
+/// failed there (never sent), and takes no more.
+fn open_stream(
+    worker: &Worker,
+    conn: &Conn,
+    pending: Pending,
+) -> Result<Sent, Box<(Ticket, Sample)>> {
     let http2 = worker.shared.http2.as_ref().expect("an HTTP/2 run");
     let mut sample = worker.sample_for(&pending);
     let write_at = Instant::now();
@@ -749,7 +829,13 @@ fn open_stream(worker: &Worker, conn: &Conn, pending: Pending) -> Result<Sent, T
         Err(_) => {
             conn.refused.set(true);
             conn.watch.changed.notify();
-            return Err(pending.ticket);
+            sample.outcome = if conn.watch.last_goaway().is_some() {
+                Outcome::GoawayUnprocessed
+            } else {
+                Outcome::ResetBeforeWrite
+            };
+            sample.done_at_ns = worker.now_ns();
+            return Err(Box::new((pending.ticket, sample)));
         }
     };
     let opened = conn.opened.take();
@@ -791,9 +877,13 @@ async fn finish_stream(worker: &Worker, conn: &Conn, sent: Sent) -> Exchanged {
     let mut first_byte = None;
     let mut backend = None;
     let mut generations = [0u32; ingressbench_stats::GENERATION_SLOTS];
+    let stall = Stall {
+        worker,
+        since: Cell::new(None),
+    };
     let attempt = async {
         if !end_of_stream {
-            send_body(worker, &mut body_out, &http2.body).await?;
+            send_body(&stall, &mut body_out, &http2.body).await?;
         }
         let answer = response.await?;
         first_byte = Some(Instant::now());
@@ -818,15 +908,11 @@ async fn finish_stream(worker: &Worker, conn: &Conn, sent: Sent) -> Exchanged {
         }
         Ok::<u16, h2::Error>(status)
     };
-    // The timeout runs from the first attempt: sending again never extends it (a server
-    // that refuses every stream ends each request at its timeout, not never).
-    let first_sent = match pending.ticket.retry {
-        Some(retry) => worker.shared.start + Duration::from_nanos(retry.first_sent_ns),
-        None => pending.sent_at,
-    };
-    let deadline = first_sent + worker.shared.timeout;
+    // The timeout runs from the intended send time: sending again never extends it.
+    let deadline = worker.deadline(&pending.ticket);
     let result = tokio::time::timeout_at(deadline.into(), attempt).await;
     let done = Instant::now();
+    stall.end();
     watch.in_flight.set(watch.in_flight.get() - 1);
     sample.outcome = match result {
         Ok(Ok(status)) => Outcome::Status(status),
@@ -841,17 +927,14 @@ async fn finish_stream(worker: &Worker, conn: &Conn, sent: Sent) -> Exchanged {
         Outcome::GoawayUnprocessed | Outcome::RstStream(REFUSED_STREAM)
     );
     let raced = sample.outcome == Outcome::Eof && first_byte.is_none() && sample.connection_reused;
-    let again = (unprocessed && http2.retry_unprocessed && done < deadline)
+    sample.done_at_ns = nanos(done.saturating_duration_since(worker.start.get()));
+    let again = (unprocessed && http2.retry_unprocessed)
         || (raced && worker.shared.retry && pending.ticket.retry.is_none());
     if again {
-        let mut ticket = pending.ticket;
-        ticket.retry.get_or_insert(Retry {
-            after: sample.outcome,
-            first_sent_ns: sample.sent_at_ns,
-        });
-        return Exchanged::Again(ticket);
+        if let Some((ticket, wait)) = worker.again(pending.ticket, &sample) {
+            return Exchanged::Again(ticket, wait);
+        }
     }
-    sample.done_at_ns = nanos(done.saturating_duration_since(worker.shared.start));
     sample.bytes = bytes;
     if let Some(first) = first_byte {
         sample.phases.ttfb_ns = nanos(first.saturating_duration_since(write_at));
@@ -869,34 +952,54 @@ const REFUSED_STREAM: u8 = 7;
 
 /// Sends the request body as the server's flow-control window allows; a body that has to
 /// wait for window is counted with how long it waited.
+/// A body that never gets window (the request times out, or its stream ends, while it
+/// waits) is counted too, by [`Stall::end`] when the attempt is over.
 async fn send_body(
-    worker: &Worker,
+    stall: &Stall<'_>,
     out: &mut h2::SendStream<Bytes>,
     body: &Bytes,
 ) -> Result<(), h2::Error> {
     let mut rest = body.clone();
-    let mut stalled_since: Option<Instant> = None;
     out.reserve_capacity(rest.len());
     while !rest.is_empty() {
         if out.capacity() == 0 {
-            stalled_since.get_or_insert_with(Instant::now);
+            stall.begin();
             match std::future::poll_fn(|cx| out.poll_capacity(cx)).await {
                 Some(Ok(_)) => continue,
                 Some(Err(e)) => return Err(e),
-                None => return Ok(()),
+                None => break,
             }
         }
         let n = out.capacity().min(rest.len());
         let chunk = rest.split_to(n);
         out.send_data(chunk, rest.is_empty())?;
     }
-    if let Some(since) = stalled_since {
-        worker
-            .recorder
-            .borrow_mut()
-            .record_flow_control_stall(nanos(since.elapsed()));
-    }
+    stall.end();
     Ok(())
+}
+
+/// When a request body first waited for flow-control window, until the wait is counted.
+struct Stall<'a> {
+    worker: &'a Worker,
+    since: Cell<Option<Instant>>,
+}
+
+impl Stall<'_> {
+    fn begin(&self) {
+        if self.since.get().is_none() {
+            self.since.set(Some(Instant::now()));
+        }
+    }
+
+    /// Counts the wait, if there was one and it is not counted yet.
+    fn end(&self) {
+        if let Some(since) = self.since.take() {
+            self.worker
+                .recorder
+                .borrow_mut()
+                .record_flow_control_stall(nanos(since.elapsed()));
+        }
+    }
 }
 
 /// The outcome of a stream that ended in an error.

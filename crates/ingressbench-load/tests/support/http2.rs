@@ -24,6 +24,9 @@ pub enum H2Behavior {
     },
     /// Resets every `nth` stream (counted over the server) with `code`; answers the rest.
     ResetEvery { nth: u64, code: u32 },
+    /// Announces a stream window of 0 and never opens it, nor answers: a request body
+    /// never goes out.
+    NeverOpenWindow,
 }
 
 /// What an HTTP/2 test server saw.
@@ -103,15 +106,16 @@ async fn serve_h2_connection<T>(io: T, behavior: H2Behavior, seen: Arc<H2Seen>, 
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let Ok(mut conn) = h2::server::Builder::new()
-        .max_concurrent_streams(1000)
-        .handshake::<_, Bytes>(io)
-        .await
-    else {
+    let mut builder = h2::server::Builder::new();
+    builder.max_concurrent_streams(1000);
+    if let H2Behavior::NeverOpenWindow = behavior {
+        builder.initial_window_size(0);
+    }
+    let Ok(mut conn) = builder.handshake::<_, Bytes>(io).await else {
         return;
     };
     let open = Arc::new(AtomicU64::new(0));
-    while let Some(Ok((_request, mut respond))) = conn.accept().await {
+    while let Some(Ok((request, mut respond))) = conn.accept().await {
         let n = seen.streams.fetch_add(1, Ordering::Relaxed) + 1;
         let now_open = open.fetch_add(1, Ordering::Relaxed) + 1;
         seen.max_concurrent.fetch_max(now_open, Ordering::Relaxed);
@@ -126,6 +130,12 @@ where
                         tokio::time::sleep(*stall_for - into).await;
                     }
                     "stall".to_owned()
+                }
+                H2Behavior::NeverOpenWindow => {
+                    // Holds the body unread (so no window opens) and never answers.
+                    let _held = (request, respond);
+                    std::future::pending::<()>().await;
+                    return;
                 }
                 H2Behavior::ResetEvery { nth, code } => {
                     if n.is_multiple_of(*nth) {
@@ -185,6 +195,59 @@ pub fn serve_goaway(hold: usize, last_stream_id: u32) -> H2Server {
     }
 }
 
+/// A server (h2c) that answers every connection's preface with its SETTINGS and a
+/// GOAWAY(last-stream-id 0, NO_ERROR) at once, then reads what comes (counting the
+/// streams opened anyway) until the client closes.
+pub fn serve_goaway_at_once() -> H2Server {
+    let runtime = runtime();
+    let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(H2Seen::default());
+    let s = seen.clone();
+    runtime.spawn(async move {
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else {
+                return;
+            };
+            s.accepts.fetch_add(1, Ordering::Relaxed);
+            let seen = s.clone();
+            tokio::spawn(async move {
+                let mut preface = [0u8; 24];
+                if tcp.read_exact(&mut preface).await.is_err() {
+                    return;
+                }
+                let mut out = frame(0x4, 0, 0, &[0, 3, 0, 0, 0, 100]);
+                out.extend(frame(0x7, 0, 0, &[0; 8]));
+                if tcp.write_all(&out).await.is_err() {
+                    return;
+                }
+                while let Ok((kind, _, _, _)) = read_frame(&mut tcp).await {
+                    if kind == 0x1 {
+                        seen.streams.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    H2Server {
+        addr,
+        seen,
+        _runtime: runtime,
+    }
+}
+
+/// The next frame: its type, flags, stream and payload.
+async fn read_frame(tcp: &mut tokio::net::TcpStream) -> std::io::Result<(u8, u8, u32, Vec<u8>)> {
+    let mut header = [0u8; 9];
+    tcp.read_exact(&mut header).await?;
+    let len =
+        (usize::from(header[0]) << 16) | (usize::from(header[1]) << 8) | usize::from(header[2]);
+    let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
+    let mut payload = vec![0u8; len];
+    tcp.read_exact(&mut payload).await?;
+    Ok((header[3], header[4], stream, payload))
+}
+
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
@@ -213,14 +276,7 @@ async fn raw_connection(
         .await?;
     let mut held = Vec::new();
     loop {
-        let mut header = [0u8; 9];
-        tcp.read_exact(&mut header).await?;
-        let len =
-            (usize::from(header[0]) << 16) | (usize::from(header[1]) << 8) | usize::from(header[2]);
-        let (kind, flags) = (header[3], header[4]);
-        let stream = u32::from_be_bytes([header[5], header[6], header[7], header[8]]) & 0x7fff_ffff;
-        let mut payload = vec![0u8; len];
-        tcp.read_exact(&mut payload).await?;
+        let (kind, flags, stream, payload) = read_frame(&mut tcp).await?;
         match kind {
             0x4 if flags & 0x1 == 0 => tcp.write_all(&frame(0x4, 0x1, 0, &[])).await?,
             0x6 if flags & 0x1 == 0 => tcp.write_all(&frame(0x6, 0x1, 0, &payload)).await?,
