@@ -189,8 +189,8 @@ pub struct Plan {
     pub max_requests_per_connection: Option<u64>,
     /// What to do when a reused connection fails before any byte of the answer.
     pub retry: RetryPolicy,
-    /// Limit for a whole request, from its intended send time: waiting for a free
-    /// connection, connect, TLS, write and read.
+    /// Limit for a request from its send: connect, TLS, write and read (HTTP/2: its
+    /// resends too). A wait for a free connection is not in it.
     pub timeout: Duration,
     /// TLS options for `https://` targets.
     pub tls: TlsOptions,

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use crate::cluster_site::{ClusterSite, Shape};
 use crate::model::{Action, ConfigChange, LoadFrom, LoadModeFile, Target, Timing};
 use crate::site::{CellFailure, Entry, LabSite, Site, Upstream};
-use crate::store::{ProgressFn, ResultsLock, Streams};
+use crate::store::{is_full, ProgressFn, ResultsLock, Streams};
 use crate::usage::UsageLog;
 use crate::{Cell, ScenarioError};
 
@@ -154,7 +154,11 @@ pub fn run(
     let path = options.dir.join("run.json");
     let io = |e: std::io::Error| ScenarioError::at(&path, format!("cannot write results: {e}"));
     // Held until the run returns: one writer per results directory.
-    let _lock = ResultsLock::acquire(&options.dir)?;
+    let lock = ResultsLock::acquire(&options.dir)?;
+    let save = |record: &Value| {
+        lock.write_even_if_full(|| write_json(&path, record))
+            .map_err(io)
+    };
     if !options.resume {
         clear_previous_run(&options.dir, options.force)?;
     }
@@ -204,7 +208,7 @@ pub fn run(
         }
         record["resumed_by"] = json!(options.command);
     }
-    write_json(&path, &record).map_err(io)?;
+    save(&record)?;
     let mut outcome = RunOutcome {
         dir: options.dir.clone(),
         done: 0,
@@ -277,7 +281,7 @@ pub fn run(
                 });
             }) as ProgressFn
         });
-        let result = run_cell(cell, &dir, options, factor, live, &mut sites);
+        let result = run_cell(cell, &dir, options, factor, live, &mut sites, &lock);
         let entry = &mut record["cells"][cell.index];
         match result {
             Ok(done) => {
@@ -306,9 +310,14 @@ pub fn run(
                     entry["usage"] = u;
                 }
                 progress(&format!("  {}", done.line));
+                if let Some(why) = done.cut_short {
+                    entry["error"] = json!(why);
+                    outcome.error = Some(format!("cell {} ({}): {why}", cell.index, cell.label()));
+                    record["error"] = json!(outcome.error);
+                }
                 if done.interrupted {
                     outcome.status = "incomplete";
-                    write_json(&path, &record).map_err(io)?;
+                    save(&record)?;
                     break;
                 }
                 outcome.done += 1;
@@ -320,15 +329,15 @@ pub fn run(
                 outcome.input_error = input;
                 outcome.error = Some(format!("cell {} ({}): {e}", cell.index, cell.label()));
                 record["error"] = json!(outcome.error);
-                write_json(&path, &record).map_err(io)?;
+                save(&record)?;
                 break;
             }
         }
-        write_json(&path, &record).map_err(io)?;
+        save(&record)?;
     }
     record["status"] = json!(outcome.status);
     record["finished_at_unix_s"] = json!(now_unix());
-    write_json(&path, &record).map_err(io)?;
+    save(&record)?;
     Ok(outcome)
 }
 
@@ -461,6 +470,8 @@ struct CellDone {
     measure_from_s: f64,
     proxy_version: Option<String>,
     interrupted: bool,
+    /// Why the cell stopped before its end other than Ctrl-C (the disk filled).
+    cut_short: Option<String>,
     line: String,
 }
 
@@ -555,6 +566,7 @@ fn run_cell(
     factor: f64,
     live: Option<ProgressFn>,
     sites: &mut SiteCache,
+    lock: &ResultsLock,
 ) -> Result<CellDone, CellFailure> {
     let l = &cell.scenario.load;
     let host = l
@@ -596,18 +608,20 @@ fn run_cell(
         env!("CARGO_PKG_VERSION"),
         cell.label()
     );
+    // The load stops when the run is stopped (Ctrl-C), when a part of the site dies, or
+    // when what it measures cannot be written (a full disk).
+    let cell_stop = Arc::new(AtomicBool::new(false));
     let mut streams = Streams::new(
         Some(&dir.join("latency.hlog")),
         Some(&dir.join("samples.csv.gz")),
         &comment,
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())?
+    .stop_on_error(cell_stop.clone());
     if let Some(live) = live {
         streams = streams.on_progress(live);
     }
     let gate = timeline.gate(&mut plan);
-    // The load stops when the run is stopped (Ctrl-C), or when a part of the site dies.
-    let cell_stop = Arc::new(AtomicBool::new(false));
     site.start_measuring();
     let load = spawn_load(
         plan,
@@ -661,23 +675,42 @@ fn run_cell(
         usage_log = None;
     }
     let report = report.map_err(|e| e.to_string())?;
-    streams
-        .finish(&report.summary.warnings)
-        .map_err(|e| e.to_string())?;
+    // A full disk cut the interval log or the samples: the load stopped there, and what
+    // it measured is still written (the reserve makes room), the cell kept as cut short.
+    let cut_short = match streams.finish(&report.summary.warnings) {
+        Ok(()) => None,
+        Err(e) if is_full(&e) => {
+            lock.free_reserve();
+            Some(format!(
+                "the disk filled while the cell was measured ({e}); the load stopped there and what it measured \
+                 is kept (summary.json; the interval log and samples as far as they were written): free space, \
+                 then run again with --resume"
+            ))
+        }
+        Err(e) => return Err(e.to_string().into()),
+    };
     let summary = serde_json::to_value(&report.summary).map_err(|e| e.to_string())?;
-    write_json(&dir.join("summary.json"), &summary).map_err(|e| e.to_string())?;
-    let mut hgrm = std::fs::File::create(dir.join("latency.hgrm")).map_err(|e| e.to_string())?;
-    ingressbench_report::hgrm::write(&mut hgrm, report.recorder.latency())
-        .map_err(|e| e.to_string())?;
+    let full = |e: std::io::Error| e.to_string();
+    lock.write_even_if_full(|| write_json(&dir.join("summary.json"), &summary))
+        .map_err(full)?;
+    lock.write_even_if_full(|| {
+        let mut hgrm = std::fs::File::create(dir.join("latency.hgrm"))?;
+        ingressbench_report::hgrm::write(&mut hgrm, report.recorder.latency())
+    })
+    .map_err(full)?;
     let record = site.record(dir);
-    write_impact(
+    let impact = write_impact(
         site.records(),
         dir,
         &report.summary,
         usage_log.as_ref(),
         l.sample_rate,
         (measure_from, start),
-    )?;
+    );
+    // Cut samples make no event's impact: none is written then.
+    if cut_short.is_none() {
+        impact?;
+    }
     if let Some(why) = went_wrong {
         return Err(why.into());
     }
@@ -715,7 +748,8 @@ fn run_cell(
         lab_reused: reused,
         measure_from_s: measure_from.saturating_duration_since(start).as_secs_f64(),
         proxy_version: entry.proxy_version,
-        interrupted: s.interrupted,
+        interrupted: s.interrupted || cut_short.is_some(),
+        cut_short,
         line,
     })
 }

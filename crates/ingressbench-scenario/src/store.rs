@@ -20,11 +20,21 @@ use ingressbench_stats::{Sample, Window};
 /// process id and command, instead of both writing the same files. The kernel releases
 /// the lock when the holder exits, however it exits, so a killed run leaves nothing to
 /// clean up.
+///
+/// The holder also keeps [`RESERVE_BYTES`] of the disk in `.reserve`, given back when a
+/// write finds the disk full: the cell in progress and run.json can then still record
+/// what was measured and why the run stopped. Removed when the lock is dropped.
 #[derive(Debug)]
 pub struct ResultsLock {
     _dir: std::os::fd::OwnedFd,
     _file: File,
+    reserve: PathBuf,
+    reserved: std::cell::Cell<bool>,
 }
+
+/// Room kept for the records that end a run (a cell's summary, hgrm and impact, and
+/// run.json: tens of KiB for a run of a hundred cells).
+pub const RESERVE_BYTES: u64 = 256 << 10;
 
 impl ResultsLock {
     /// Takes the lock of `dir` (created if missing), or says who holds it.
@@ -81,10 +91,79 @@ impl ResultsLock {
             })
             .and_then(|()| file.flush())
             .map_err(write_error)?;
+        let reserve = dir.join(".reserve");
+        take_reserve(&reserve).map_err(|source| crate::ScenarioError::Write {
+            path: reserve.clone(),
+            source: io::Error::new(
+                source.kind(),
+                format!(
+                    "cannot keep {} KiB for the run's last records ({source}): free space on that disk",
+                    RESERVE_BYTES >> 10
+                ),
+            ),
+        })?;
         Ok(Self {
             _dir: locked,
             _file: file,
+            reserve,
+            reserved: std::cell::Cell::new(true),
         })
+    }
+
+    /// Gives the reserved room back to the disk; `false` if it was given already.
+    pub fn free_reserve(&self) -> bool {
+        self.reserved.replace(false) && std::fs::remove_file(&self.reserve).is_ok()
+    }
+
+    /// Runs `write`; if it finds the disk full, gives the reserve back and runs it once
+    /// more.
+    pub fn write_even_if_full<T>(&self, mut write: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+        match write() {
+            Err(e) if is_full(&e) && self.free_reserve() => write(),
+            other => other,
+        }
+    }
+}
+
+impl Drop for ResultsLock {
+    fn drop(&mut self) {
+        self.free_reserve();
+    }
+}
+
+/// Whether `e` says the disk is full.
+pub fn is_full(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::StorageFull || e.kind() == io::ErrorKind::QuotaExceeded
+}
+
+/// Writes `.reserve` (never through a link), its blocks allocated: `fallocate` where the
+/// file system has it, else written out (a sparse file would reserve nothing).
+fn take_reserve(path: &Path) -> io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)?;
+    let allocated =
+        rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, RESERVE_BYTES);
+    match allocated {
+        Ok(()) => Ok(()),
+        Err(e) if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::DQUOT => {
+            let _ = std::fs::remove_file(path);
+            Err(e.into())
+        }
+        Err(_) => {
+            let block = [0xA5u8; 4096];
+            let mut out = BufWriter::new(file);
+            let written = (0..RESERVE_BYTES / 4096)
+                .try_for_each(|_| out.write_all(&block))
+                .and_then(|()| out.flush());
+            if written.is_err() {
+                let _ = std::fs::remove_file(path);
+            }
+            written
+        }
     }
 }
 
@@ -137,6 +216,8 @@ pub struct Streams {
     samples: Option<(PathBuf, SampleWriter<SamplesOut>)>,
     progress: Option<ProgressFn>,
     error: Option<io::Error>,
+    /// Set at the first write error: the load stops (what it measured so far is kept).
+    stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Streams {
@@ -172,7 +253,15 @@ impl Streams {
             samples,
             progress: None,
             error: None,
+            stop: None,
         })
+    }
+
+    /// Sets `stop` at the first write error (a full disk): a load that cannot be written
+    /// down ends there.
+    pub fn stop_on_error(mut self, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.stop = Some(stop);
+        self
     }
 
     /// Calls `f` with the state of the run after every window.
@@ -184,6 +273,9 @@ impl Streams {
     fn keep(&mut self, result: io::Result<()>) {
         if let Err(e) = result {
             self.error.get_or_insert(e);
+            if let Some(stop) = &self.stop {
+                stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            }
         }
     }
 

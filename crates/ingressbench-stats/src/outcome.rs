@@ -26,12 +26,12 @@ pub enum Outcome {
     ResetAfterWrite,
     /// The peer closed the connection cleanly before the response was complete.
     Eof,
-    /// No complete response within the timeout (from the request's intended send time).
+    /// No complete response within the timeout after the request was sent.
     ReadTimeout,
     /// The response could not be parsed as HTTP/1.x.
     Malformed,
-    /// The request was due but never sent: every connection was busy until the run
-    /// ended, or until its whole timeout (which runs from its intended time) had passed.
+    /// The request was due but never sent: every connection was busy until the run ended
+    /// (and one timeout after).
     NotSent,
     /// HTTP/2: the server reset the stream (`RST_STREAM`) with this error code (RFC 9113
     /// §7; codes past 0xd count as 0xe, `other`).

@@ -223,7 +223,9 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
         // The run stopped on the input (a cluster file's image no node can run).
         _ if outcome.input_error => ExitCode::from(2),
         "complete" => ExitCode::SUCCESS,
-        "incomplete" => ExitCode::from(130),
+        // Stopped by the user (Ctrl-C, a hang-up); one stopped by the run's own trouble
+        // (a full disk) says why and fails.
+        "incomplete" if outcome.error.is_none() => ExitCode::from(130),
         _ => ExitCode::FAILURE,
     })
 }

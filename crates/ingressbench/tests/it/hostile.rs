@@ -963,6 +963,80 @@ fn a_results_directory_from_elsewhere_is_written_and_deleted_only_where_the_tool
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A file system mounted for a test, unmounted when dropped.
+struct Mounted(PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// A disk that fills mid-cell (a 512 KiB tmpfs as --out, every request sampled): the
+/// load stops there, the cell is `interrupted` with what it measured (its summary in
+/// run.json and summary.json, written in the room the run reserved), run.json ends
+/// `incomplete` with the reason and the fix, the exit code is a failure (not Ctrl-C's),
+/// and no temporary or reserve file is left. Before: the cell `failed` with nothing of
+/// what it measured.
+#[test]
+fn a_full_disk_ends_the_run_as_incomplete_and_keeps_what_was_measured() {
+    let dir = scratch("hostile-full");
+    let file = dir.join("scenario.yaml");
+    let addr = crate::common::server();
+    std::fs::write(
+        &file,
+        format!(
+            "name: full\ntargets: [{{ upstream: \"http://{addr}/\", name: up }}]\nload: {{ mode: open, rate: 3000, connections: 4, duration: 30s, sample_rate: 1.0 }}\n"
+        ),
+    )
+    .unwrap();
+    let small = dir.join("small");
+    std::fs::create_dir_all(&small).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=512k", "tmpfs"])
+        .arg(&small)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mounting a tmpfs needs root");
+    let _mounted = Mounted(small.clone());
+    let out = small.join("out");
+    let started = Instant::now();
+    let run = run(&file, &["--out", out.to_str().unwrap()], &dir);
+    assert!(
+        started.elapsed() < Duration::from_secs(25),
+        "the load stopped when the disk filled, not at its end"
+    );
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run));
+    assert!(text(&run).contains("the disk filled"), "{}", text(&run));
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(record["status"], "incomplete", "{record}");
+    assert!(
+        record["error"].as_str().unwrap().contains("--resume"),
+        "{record}"
+    );
+    let cell = &record["cells"][0];
+    assert_eq!(cell["status"], "interrupted", "{record}");
+    assert!(
+        cell["summary"]["requests"].as_u64().unwrap() > 1000,
+        "{record}"
+    );
+    let summary: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(out.join("cells").join("000-up").join("summary.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(summary["requests"]["total"], cell["summary"]["requests"]);
+    let left: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp") || n == ".reserve")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    drop(_mounted);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn a_hang_up_ends_the_run_as_incomplete_and_keeps_what_was_measured() {
     let dir = scratch("hostile-hup");
