@@ -4,9 +4,7 @@ use std::path::Path;
 
 use serde_yaml_ng::Value;
 
-use ingressbench_lab::proxy::ProxyKind;
-
-use crate::model::{EventSpec, LoadModeFile, Scenario, Target};
+use crate::model::{EventSpec, Scenario, Target};
 use crate::ScenarioError;
 
 /// More cells than this is a mistake, not an experiment.
@@ -169,7 +167,7 @@ pub fn expand(
                     ScenarioError::at(path, format!("with {what}: {e}"))
                 }
             })?;
-            let events = check(&scenario, path)?;
+            let events = crate::check::scenario(&scenario, path)?;
             for target in &scenario.targets {
                 let cell = Cell {
                     index: cells.len(),
@@ -180,7 +178,7 @@ pub fn expand(
                     events: events.clone(),
                 };
                 // What the cell would find wrong when it starts, found now.
-                crate::runner::check_cell(&cell).map_err(|e| {
+                crate::check::cell(&cell).map_err(|e| {
                     ScenarioError::at(path, format!("cell {} ({}): {e}", cell.index, cell.label()))
                 })?;
                 cells.push(cell);
@@ -281,200 +279,6 @@ fn set_path(tree: &mut Value, path: &str, value: Value) -> Result<(), String> {
     }
     *node = value;
     Ok(())
-}
-
-/// The longest target name, in characters.
-const MAX_TARGET_NAME: usize = 100;
-
-/// Checks what the types cannot: that the load, the events and the targets make sense
-/// together. Returns the validated events.
-fn check(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, ScenarioError> {
-    let bad = |m: String| ScenarioError::at(path, m);
-    // The name becomes part of the results directory's path: it must stay a name.
-    let name_ok = s.name.len() <= 64
-        && s.name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && s.name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if !name_ok {
-        return Err(bad(format!(
-            "name: {:?} cannot name a results directory; use 1-64 letters, digits, '-', '_' or '.', starting with a letter or digit",
-            s.name
-        )));
-    }
-    if s.targets.is_empty() {
-        return Err(bad("targets: name at least one system to compare".into()));
-    }
-    let mut names: Vec<String> = s.targets.iter().map(Target::name).collect();
-    // A name is printed, stored in run.json and part of its cells' directory names.
-    if let Some(name) = names.iter().find(|n| {
-        n.is_empty() || n.chars().count() > MAX_TARGET_NAME || n.chars().any(char::is_control)
-    }) {
-        return Err(bad(format!(
-            "targets: the name {name:?} cannot be stored or printed as it is; give 1-{MAX_TARGET_NAME} characters with no control characters (a line break, a tab, an escape)"
-        )));
-    }
-    names.sort();
-    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-        return Err(bad(format!(
-            "targets: two targets are called `{}`; give one a `name`",
-            w[0]
-        )));
-    }
-    for target in &s.targets {
-        if let Target::Proxy { front, hop, .. } = target {
-            if front.as_ref().is_some_and(|f| f.replicas == 0) {
-                return Err(bad(format!(
-                    "targets: `{}`: front.replicas is 0; a front needs at least one proxy behind it",
-                    target.name()
-                )));
-            }
-            if let Some(hop) = hop.as_ref().filter(|h| h.proxy != ProxyKind::Envoy) {
-                return Err(bad(format!(
-                    "targets: `{}`: hop.proxy is `{}`; the sidecar is envoy (as in Istio, OSM and Consul)",
-                    target.name(),
-                    hop.proxy
-                )));
-            }
-        }
-    }
-    let pools: Vec<&str> = s.backends.iter().map(|p| p.name.as_str()).collect();
-    s.topology
-        .to_topology()
-        .and_then(|t| t.check_between(&pools))
-        .map_err(&bad)?;
-    let l = &s.load;
-    let path_ok = l.path.starts_with('/')
-        && l.path.len() <= 2048
-        && l.path.bytes().all(|b| b.is_ascii_graphic());
-    if !path_ok {
-        return Err(bad(format!(
-            "load.path: {:?} is not a request path; write one that starts with `/` and has no spaces or control characters, e.g. /api/v1?x=1",
-            l.path
-        )));
-    }
-    match (l.mode, l.rate) {
-        (LoadModeFile::Open, None) => {
-            return Err(bad(
-                "load.rate: open-loop load needs a rate (requests per second)".into(),
-            ))
-        }
-        (LoadModeFile::Open, Some(r)) if !(r.is_finite() && r > 0.0) => {
-            return Err(bad(format!("load.rate: {r} is not a positive rate")))
-        }
-        (LoadModeFile::Closed | LoadModeFile::Sequential, Some(_)) => {
-            return Err(bad(
-                "load.rate: only open-loop load has a rate (mode: open)".into(),
-            ));
-        }
-        _ => {}
-    }
-    if l.mode == LoadModeFile::Sequential && l.connections.is_some_and(|c| c != 1) {
-        return Err(bad(
-            "load.connections: sequential load uses one connection".into()
-        ));
-    }
-    if l.mode != LoadModeFile::Sequential && l.interval.is_some() {
-        return Err(bad(
-            "load.interval: only sequential load pauses between requests".into(),
-        ));
-    }
-    match (&l.duration, l.requests) {
-        (Some(_), Some(_)) => {
-            return Err(bad("load: give `duration` or `requests`, not both".into()))
-        }
-        (None, None) => {
-            return Err(bad(
-                "load: give a `duration` (60s) or a number of `requests`".into(),
-            ))
-        }
-        _ => {}
-    }
-    if l.warmup.is_some() && l.warmup_requests.is_some() {
-        return Err(bad(
-            "load: give `warmup` or `warmup_requests`, not both".into()
-        ));
-    }
-    for (field, value) in [
-        ("load.duration", &l.duration),
-        ("load.warmup", &l.warmup),
-        ("load.interval", &l.interval),
-        ("load.timeout", &l.timeout),
-        (
-            "controller.propagation_delay",
-            &s.controller.propagation_delay,
-        ),
-    ] {
-        if let Some(v) = value {
-            ingressbench_stats::parse_duration(v).map_err(|e| bad(format!("{field}: {e}")))?;
-        }
-    }
-    let protocol = match l.protocol.as_deref() {
-        None => ingressbench_load::Protocol::Http1,
-        Some(p) => ingressbench_load::Protocol::parse(p).ok_or_else(|| {
-            bad(format!(
-                "load.protocol: `{p}` is not a protocol; use http1 or http2"
-            ))
-        })?,
-    };
-    if let Some(streams) = l.streams {
-        if protocol != ingressbench_load::Protocol::Http2 {
-            return Err(bad(
-                "load.streams: streams are HTTP/2's; set load.protocol: http2".to_owned(),
-            ));
-        }
-        if !(1..=ingressbench_load::MAX_STREAMS).contains(&streams) {
-            return Err(bad(format!(
-                "load.streams: {streams} is not between 1 and {}",
-                ingressbench_load::MAX_STREAMS
-            )));
-        }
-    }
-    if protocol == ingressbench_load::Protocol::Http2 && !s.tls {
-        let nginx = s.targets.iter().find(|t| {
-            matches!(
-                t,
-                Target::Proxy {
-                    kind: ProxyKind::Nginx,
-                    hop: None,
-                    front: None,
-                    ..
-                }
-            )
-        });
-        if let Some(t) = nginx {
-            return Err(bad(format!(
-                "load.protocol: http2 without TLS is h2c, which nginx serves only instead of HTTP/1.1 on a port (prior knowledge); the lab's `{}` speaks HTTP/2 over TLS: set tls: true",
-                t.name()
-            )));
-        }
-    }
-    if let Some(policy) = &l.retry {
-        if ingressbench_load::RetryPolicy::parse(policy).is_none() {
-            return Err(bad(format!(
-                "load.retry: `{policy}` is not a retry policy; use none, idempotent or always"
-            )));
-        }
-    }
-    if !(0.0..=1.0).contains(&l.sample_rate) {
-        return Err(bad(format!(
-            "load.sample_rate: {} is not between 0 and 1",
-            l.sample_rate
-        )));
-    }
-    let mut events = Vec::new();
-    for (i, e) in s.events.iter().enumerate() {
-        let spec = e.validate(i).map_err(&bad)?;
-        if matches!(spec.timing, crate::Timing::BeforeRequest { .. })
-            && l.mode != LoadModeFile::Sequential
-        {
-            return Err(bad(format!(
-                "events[{i}]: `before_request` needs sequential load (load.mode: sequential)"
-            )));
-        }
-        events.push(spec);
-    }
-    Ok(events)
 }
 
 #[cfg(test)]

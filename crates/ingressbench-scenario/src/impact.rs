@@ -1,9 +1,16 @@
 //! What each event did to the requests around it, computed from a cell's samples.
 
 use std::path::Path;
+use std::time::Instant;
 
+use ingressbench_lab::ChangeRecord;
 use ingressbench_stats::GenerationSummary;
+use ingressbench_stats::Summary;
 use serde_json::{json, Value};
+
+use crate::record::write_json;
+use crate::timeline::offset;
+use crate::usage::UsageLog;
 
 /// A sampled request (times in seconds from the start of measurement).
 pub use ingressbench_report::results::SampleRow as Point;
@@ -235,6 +242,89 @@ pub fn generation_effect(
 
 fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
+}
+
+/// Asks the lab for event `index`'s change and logs it in `events.jsonl`. A change the
+/// lab cannot make is logged as such and is the cell's failure.
+/// Writes `impact.json`: for every event fired, what it did to the sampled requests in the
+/// window after it (until the next event, at most 15 s).
+/// `times` are the start of measurement and the load's start.
+pub(crate) fn write_impact(
+    records: &[ChangeRecord],
+    dir: &Path,
+    summary: &Summary,
+    usage: Option<&UsageLog>,
+    sample_rate: f64,
+    (measure_from, start): (Instant, Instant),
+) -> Result<(), String> {
+    let shift = measure_from.saturating_duration_since(start).as_secs_f64();
+    let points = crate::impact::read_samples(dir, shift)?;
+    // The end of the last window: the end of measurement, or the last sample if one was
+    // sent later (a sequential load's last request goes out at its end); inclusive.
+    let end = points
+        .iter()
+        .map(|p| p.at_s)
+        .fold(summary.duration_s, f64::max)
+        + 1e-6;
+    let mut out = Vec::new();
+    for (i, rec) in records.iter().enumerate() {
+        let t = rec
+            .requested_at
+            .saturating_duration_since(measure_from)
+            .as_secs_f64();
+        let next = records.get(i + 1).map(|r| {
+            r.requested_at
+                .saturating_duration_since(measure_from)
+                .as_secs_f64()
+        });
+        let until = next.unwrap_or(f64::MAX).min(t + 15.0).min(end.max(t));
+        let slot_s = summary
+            .rate
+            .target_per_s
+            .filter(|r| *r > 0.0)
+            .map(|r| 1.0 / r);
+        let mut figures = crate::impact::impact(&points, t, until, sample_rate, slot_s);
+        crate::impact::add_goaways(&mut figures, &summary.goaways, shift, t, until);
+        let (effect, basis) =
+            crate::impact::took_effect(&points, t, until, &rec.started, &rec.removed);
+        figures["what"] = json!(rec.what);
+        figures["requested_s"] = json!(t);
+        figures["applied_s"] = json!(rec.applied_at.map(|a| offset(a, measure_from)));
+        if let Some(at) = rec.endpoints_at {
+            // The control plane's part: when the Service's EndpointSlices showed it.
+            figures["endpoints_s"] = json!(offset(at, measure_from));
+        }
+        if let Some(at) = rec.reported_at {
+            // When the controller said it had it (an HTTPRoute's status).
+            figures["reported_s"] = json!(offset(at, measure_from));
+        }
+        figures["took_effect_s"] = json!(effect.map(|e| t + e));
+        figures["took_effect_basis"] = json!(basis);
+        // Route changes and reloads: read from the generation every answer carries.
+        let by_hop: Vec<Value> = rec
+            .generations
+            .iter()
+            .map(|(header, g)| {
+                crate::impact::generation_effect(&summary.generations, header, *g, shift)
+            })
+            .collect();
+        if let Some(proxies) = by_hop.first() {
+            figures["took_effect_s"] = proxies["took_effect_s"].clone();
+            figures["took_effect_basis"] = json!(format!(
+                "first answer carrying generation {} ({})",
+                proxies["generation"],
+                proxies["header"].as_str().unwrap_or_default()
+            ));
+            figures["last_old_answer_s"] = proxies["last_old_answer_s"].clone();
+            figures["mixed_window_s"] = proxies["mixed_window_s"].clone();
+            figures["generations"] = Value::Array(by_hop);
+        }
+        if let Some(usage) = usage {
+            figures["cpu"] = usage.around(t);
+        }
+        out.push(figures);
+    }
+    write_json(&dir.join("impact.json"), &Value::Array(out)).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -20,14 +20,20 @@
 //! assert_eq!(cells[4].repeat, 1);
 //! ```
 
+mod cell;
+mod check;
 pub mod cluster_site;
 mod error;
 mod expand;
 pub mod impact;
+mod load;
 mod model;
+mod options;
+mod record;
 pub mod runner;
 mod site;
 pub mod store;
+mod timeline;
 mod usage;
 
 pub use error::ScenarioError;

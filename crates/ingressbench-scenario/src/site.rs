@@ -12,10 +12,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use ingressbench_lab::kernel::ListenCounters;
+use ingressbench_lab::labfile::LabFile;
 use ingressbench_lab::usage::Part;
 use ingressbench_lab::{Change, ChangeRecord, Lab};
 use ingressbench_load::TlsOptions;
 use serde_json::{json, Value};
+
+use crate::model::Target;
+use crate::Cell;
 
 /// How the load reaches a site.
 pub(crate) struct Entry {
@@ -322,4 +326,50 @@ fn copy_config_files(from: &Path, to: &Path) {
             }
         }
     }
+}
+
+/// The lab a proxy target needs; `None` for an upstream URL.
+pub(crate) fn lab_file(cell: &Cell) -> Option<LabFile> {
+    let s = &cell.scenario;
+    let Target::Proxy {
+        kind,
+        update,
+        workers,
+        keepalive_requests,
+        upstream_keepalive,
+        listen_backlog,
+        upstream_protocol,
+        sysctls,
+        front,
+        hop,
+        ..
+    } = &cell.target
+    else {
+        return None;
+    };
+    let mut tuning = s.tuning.clone();
+    tuning.workers = workers.or(tuning.workers);
+    tuning.keepalive_requests = keepalive_requests.or(tuning.keepalive_requests);
+    tuning.upstream_keepalive = upstream_keepalive.or(tuning.upstream_keepalive);
+    tuning.listen_backlog = listen_backlog.or(tuning.listen_backlog);
+    tuning.upstream_protocol = upstream_protocol.or(tuning.upstream_protocol);
+    tuning
+        .sysctls
+        .extend(sysctls.iter().map(|(k, v)| (k.clone(), v.clone())));
+    Some(LabFile {
+        proxies: vec![*kind],
+        backends: if s.backends.is_empty() {
+            ingressbench_lab::labfile::default_pools()
+        } else {
+            s.backends.clone()
+        },
+        routes: s.routes.clone(),
+        tls: s.tls,
+        tuning,
+        overlay: s.overlay.clone(),
+        haproxy_update: update.unwrap_or_default(),
+        front: front.clone(),
+        hop: hop.clone(),
+        topology: s.topology.clone(),
+    })
 }

@@ -1,0 +1,423 @@
+//! One cell, in the four steps `run_cell` names: bring its site up (a lab, kept between
+//! cells that differ only in their load; or the cluster), plan and start its load
+//! ([`crate::load`]), drive its timeline beside the load ([`crate::timeline`]), and collect
+//! what it measured (summary.json, latency.hgrm, impact.json). Not the run loop
+//! ([`crate::runner`]) nor what a site does ([`crate::site`], [`crate::cluster_site`]).
+
+use std::fs::OpenOptions;
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ingressbench_lab::Lab;
+use serde_json::{json, Value};
+
+use crate::cluster_site::{ClusterSite, Shape};
+use crate::impact::write_impact;
+use crate::load::{dur, load_plan, spawn_load, LoadThread, Senders};
+use crate::model::{LoadFrom, Target};
+use crate::options::RunOptions;
+use crate::record::write_json;
+use crate::site::{lab_file, CellFailure, LabSite, Site, Upstream};
+use crate::store::{is_full, ProgressFn, ResultsLock, Streams};
+use crate::timeline::{unfired, Driver, Gate, Timeline};
+use crate::usage::UsageLog;
+use crate::Cell;
+
+/// How long the lab and load get before the first request is due.
+const START_DELAY: Duration = Duration::from_millis(300);
+/// How long before its start a load from the cluster's pods is set going (`load.start_margin`
+/// changes it): the time the cluster has to schedule and start them.
+const CLUSTER_START_MARGIN: Duration = Duration::from_secs(5);
+
+/// What a cell returns to the run loop: its record in run.json and a line to print.
+pub(crate) struct CellDone {
+    pub(crate) summary: Value,
+    pub(crate) link_overhead_us: Option<Value>,
+    /// The kernel each proxy ran with, and its listen queues' drops in the cell.
+    pub(crate) kernel: Option<Value>,
+    pub(crate) topology: Option<Value>,
+    /// How a cluster cell's routes were made.
+    pub(crate) routes: Option<Value>,
+    /// What the lab's processes spent (see `usage.rs`).
+    pub(crate) usage: Option<Value>,
+    pub(crate) lab_reused: bool,
+    pub(crate) measure_from_s: f64,
+    pub(crate) proxy_version: Option<String>,
+    pub(crate) interrupted: bool,
+    /// Why the cell stopped before its end other than Ctrl-C (the disk filled).
+    pub(crate) cut_short: Option<String>,
+    pub(crate) line: String,
+}
+
+/// Runs one cell into `dir`: bring its site up, start its load, drive its timeline beside
+/// the load, collect what it measured. A site without events is kept in `sites` for the
+/// next cell that needs the same.
+pub(crate) fn run_cell(
+    cell: &Cell,
+    dir: &Path,
+    options: &RunOptions,
+    factor: f64,
+    live: Option<ProgressFn>,
+    sites: &mut SiteCache,
+    lock: &ResultsLock,
+) -> Result<CellDone, CellFailure> {
+    let SiteUp {
+        mut site,
+        key,
+        reused,
+    } = bring_up(cell, options, sites)?;
+    let mut load = start_load(cell, dir, site.as_mut(), options, factor, live)?;
+    let beside = drive(cell, dir, site.as_mut(), &mut load, &options.stop)?;
+    let mut done = collect(cell, dir, site.as_mut(), load, beside, lock)?;
+    done.lab_reused = reused;
+    // Only cells without events share sites, so a kept site is as it started.
+    if let (Some(key), true) = (key, cell.events.is_empty()) {
+        sites.put(key, site);
+    }
+    Ok(done)
+}
+
+/// A cell's load on its way, and what the rest of the cell needs of it.
+struct Started {
+    thread: LoadThread,
+    timeline: Timeline,
+    gate: Option<Gate>,
+    /// Set to stop the load (Ctrl-C, a dead part, a full disk).
+    stop: Arc<AtomicBool>,
+    /// When the load starts (warm-up included), and when measurement does.
+    start: Instant,
+    measure_from: Instant,
+    proxy_version: Option<String>,
+}
+
+/// Plans the cell's load against its site and sets it going, from this machine (one
+/// process, or `workers` of them) or from the cluster's pods (given time to start), its
+/// windows and samples streamed into `dir`.
+fn start_load(
+    cell: &Cell,
+    dir: &Path,
+    site: &mut dyn Site,
+    options: &RunOptions,
+    factor: f64,
+    live: Option<ProgressFn>,
+) -> Result<Started, CellFailure> {
+    let l = &cell.scenario.load;
+    let host = l
+        .host
+        .clone()
+        .unwrap_or_else(|| ingressbench_lab::certs::DEFAULT_TLS_NAME.to_owned());
+    let workers = l.workers.unwrap_or(1);
+    let (entry, senders, delay) = match l.from {
+        LoadFrom::Here => (
+            site.entry(cell.scenario.tls, &host, &l.path)?,
+            match workers {
+                1 => Senders::One,
+                _ => Senders::Local(workers, options.backend_binary.clone()),
+            },
+            START_DELAY,
+        ),
+        LoadFrom::Cluster => {
+            let request = (cell.scenario.tls, host.as_str(), l.path.as_str());
+            let (entry, job) = site.cluster_load(request, workers, l.placement.as_ref())?;
+            let margin = dur("load.start_margin", &l.start_margin)?;
+            (
+                entry,
+                Senders::Cluster(job, workers),
+                margin.unwrap_or(CLUSTER_START_MARGIN),
+            )
+        }
+    };
+    let (mut plan, start, measure_from) = load_plan(cell, &entry, (&host, delay), factor)?;
+    let timeline = Timeline::of(cell, factor)?;
+    let comment = format!(
+        "ingressbench {} cell {}\nvalues in microseconds",
+        env!("CARGO_PKG_VERSION"),
+        cell.label()
+    );
+    // The load stops when the run is stopped (Ctrl-C), when a part of the site dies, or
+    // when what it measures cannot be written (a full disk).
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut streams = Streams::new(
+        Some(&dir.join("latency.hlog")),
+        Some(&dir.join("samples.csv.gz")),
+        &comment,
+    )
+    .map_err(|e| e.to_string())?
+    .stop_on_error(stop.clone());
+    if let Some(live) = live {
+        streams = streams.on_progress(live);
+    }
+    let gate = timeline.gate(&mut plan);
+    site.start_measuring();
+    let thread = spawn_load(plan, senders, site.client_netns(), stop.clone(), streams)?;
+    Ok(Started {
+        thread,
+        timeline,
+        gate,
+        stop,
+        start,
+        measure_from,
+        proxy_version: entry.proxy_version,
+    })
+}
+
+/// What ran beside the load: what the site's parts spent, what went wrong with the site,
+/// and how often each event fired.
+struct Beside {
+    usage: Option<UsageLog>,
+    went_wrong: Option<String>,
+    fired: Vec<u32>,
+}
+
+/// Until the load ends: fires the timeline's events into the site, watches its parts
+/// and what they spend (see [`Driver`]).
+fn drive(
+    cell: &Cell,
+    dir: &Path,
+    site: &mut dyn Site,
+    load: &mut Started,
+    run_stop: &AtomicBool,
+) -> Result<Beside, CellFailure> {
+    let events = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("events.jsonl"))
+        .map_err(|e| e.to_string())?;
+    // What the parts spend is a side figure: if its file cannot be written, the cell
+    // goes on without it (the load is already running; latency is what it measures).
+    let usage = UsageLog::new(
+        &dir.join("usage.jsonl"),
+        site.usage_parts(),
+        load.start,
+        load.measure_from,
+    )
+    .ok();
+    let mut driver = Driver {
+        cell,
+        site,
+        measure_from: load.measure_from,
+        events,
+        usage,
+        fired: vec![0; cell.events.len()],
+        reported: 0,
+        went_wrong: None,
+        stop: load.stop.clone(),
+    };
+    driver.drive(&load.thread, &mut load.timeline, load.gate.take(), run_stop);
+    Ok(Beside {
+        usage: driver.usage,
+        went_wrong: driver.went_wrong,
+        fired: driver.fired,
+    })
+}
+
+/// Once the load has ended: writes what the cell measured (workers.json, summary.json,
+/// latency.hgrm, impact.json) and says whether the cell holds: a part that died, an event
+/// that never fired or a file that cannot be written fails it; a full disk cuts it short.
+fn collect(
+    cell: &Cell,
+    dir: &Path,
+    site: &mut dyn Site,
+    load: Started,
+    beside: Beside,
+    lock: &ResultsLock,
+) -> Result<CellDone, CellFailure> {
+    let Beside {
+        usage: mut usage_log,
+        went_wrong,
+        fired,
+    } = beside;
+    let (report, workers_json, streams) = load
+        .thread
+        .join()
+        .map_err(|_| "the load thread panicked".to_owned())?;
+    if let Some(workers) = &workers_json {
+        write_json(&dir.join("workers.json"), workers).map_err(|e| e.to_string())?;
+    }
+    if usage_log
+        .as_mut()
+        .is_some_and(|u| u.read_now(Instant::now()).is_err())
+    {
+        usage_log = None;
+    }
+    let report = report.map_err(|e| e.to_string())?;
+    let cut_short = write_measured(dir, &report, streams, lock)?;
+    let record = site.record(dir);
+    let impact = write_impact(
+        site.records(),
+        dir,
+        &report.summary,
+        usage_log.as_ref(),
+        cell.scenario.load.sample_rate,
+        (load.measure_from, load.start),
+    );
+    // Cut samples make no event's impact: none is written then.
+    if cut_short.is_none() {
+        impact?;
+    }
+    if let Some(why) = went_wrong {
+        return Err(why.into());
+    }
+    let s = &report.summary;
+    // An event that never fired would leave a report of a scenario that did not happen.
+    if !s.interrupted {
+        if let Some(why) = unfired(cell, &fired, s.requests.total) {
+            return Err(why.into());
+        }
+    }
+    Ok(CellDone {
+        summary: json!({ "requests": s.requests.total, "errors": s.requests.errors, "min_us": s.latency_us.min, "p50_us": s.latency_us.p50, "p99_us": s.latency_us.p99, "max_us": s.latency_us.max }),
+        link_overhead_us: record.link_overhead_us,
+        kernel: record.kernel,
+        topology: record.topology,
+        routes: record.routes,
+        usage: usage_log.map(|u| u.summary(s.requests.total)),
+        lab_reused: false,
+        measure_from_s: load
+            .measure_from
+            .saturating_duration_since(load.start)
+            .as_secs_f64(),
+        proxy_version: load.proxy_version,
+        interrupted: s.interrupted || cut_short.is_some(),
+        cut_short,
+        line: one_line(s),
+    })
+}
+
+/// Closes the streamed files and writes summary.json and latency.hgrm. A full disk cut
+/// the interval log or the samples: the load stopped there, what it measured is still
+/// written (the reserve makes room), and why is returned.
+fn write_measured(
+    dir: &Path,
+    report: &ingressbench_load::LoadReport,
+    mut streams: Streams,
+    lock: &ResultsLock,
+) -> Result<Option<String>, String> {
+    let cut_short = match streams.finish(&report.summary.warnings) {
+        Ok(()) => None,
+        Err(e) if is_full(&e) => {
+            lock.free_reserve();
+            Some(format!(
+                "the disk filled while the cell was measured ({e}); the load stopped there and what it measured \
+                 is kept (summary.json; the interval log and samples as far as they were written): free space, \
+                 then run again with --resume"
+            ))
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    let summary = serde_json::to_value(&report.summary).map_err(|e| e.to_string())?;
+    lock.write_even_if_full(|| write_json(&dir.join("summary.json"), &summary))
+        .map_err(|e| e.to_string())?;
+    lock.write_even_if_full(|| {
+        let mut hgrm = std::fs::File::create(dir.join("latency.hgrm"))?;
+        ingressbench_report::hgrm::write(&mut hgrm, report.recorder.latency())
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(cut_short)
+}
+
+/// The line printed when a cell ends.
+fn one_line(s: &ingressbench_stats::Summary) -> String {
+    format!(
+        "{} requests, {} errors, p50 {:.2} ms, p99 {:.2} ms{}",
+        s.requests.total,
+        s.requests.errors,
+        s.latency_us.p50 as f64 / 1e3,
+        s.latency_us.p99 as f64 / 1e3,
+        if s.warnings.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} warnings)", s.warnings.len())
+        }
+    )
+}
+
+/// A cell's system under test, as [`bring_up`] found it.
+struct SiteUp {
+    site: Box<dyn Site>,
+    /// What it is kept under between cells (`None`: it is not kept).
+    key: Option<String>,
+    /// Kept from an earlier cell.
+    reused: bool,
+}
+
+/// The system under test of a cell: a site kept from an earlier cell with the same one
+/// (only cells without events share them), or a new one.
+fn bring_up(
+    cell: &Cell,
+    options: &RunOptions,
+    sites: &mut SiteCache,
+) -> Result<SiteUp, CellFailure> {
+    if let Some(cluster) = &options.cluster {
+        let shape = Shape::of(cell);
+        let site = ClusterSite::up(cluster, &cell.target.name(), cell.index, shape)?;
+        return Ok(SiteUp {
+            site: Box::new(site),
+            key: None,
+            reused: false,
+        });
+    }
+    let Some(file) = lab_file(cell) else {
+        return match &cell.target {
+            Target::Upstream { url, .. } => Ok(SiteUp {
+                site: Box::new(Upstream { url: url.clone() }),
+                key: None,
+                reused: false,
+            }),
+            Target::Proxy { .. } => Err("a proxy target without a lab".into()),
+            Target::Cluster { name } => Err(CellFailure {
+                message: format!(
+                    "target `{name}` is placed by a cluster file: run with --cluster FILE"
+                ),
+                input: true,
+            }),
+        };
+    };
+    let key = format!("{:?}", (&cell.target, &file));
+    if cell.events.is_empty() {
+        if let Some(site) = sites.take(&key) {
+            return Ok(SiteUp {
+                site,
+                key: Some(key),
+                reused: true,
+            });
+        }
+    }
+    let spec = file
+        .to_spec(
+            Path::new("scenario"),
+            options.backend_binary.clone(),
+            options.binaries.clone(),
+        )
+        .map_err(|e| e.to_string())?;
+    let lab = Lab::up(spec).map_err(|e| e.to_string())?;
+    Ok(SiteUp {
+        site: Box::new(LabSite::new(lab)),
+        key: Some(key),
+        reused: false,
+    })
+}
+
+/// Sites kept up between cells that differ only in their load (a sweep over rates and
+/// connections), so that each cell does not pay for a lab's start; at most
+/// [`SiteCache::MAX`], the oldest torn down first.
+#[derive(Default)]
+pub(crate) struct SiteCache(Vec<(String, Box<dyn Site>)>);
+
+impl SiteCache {
+    const MAX: usize = 10;
+
+    fn take(&mut self, key: &str) -> Option<Box<dyn Site>> {
+        let i = self.0.iter().position(|(k, _)| k == key)?;
+        Some(self.0.remove(i).1)
+    }
+
+    fn put(&mut self, key: String, site: Box<dyn Site>) {
+        if self.0.len() == Self::MAX {
+            self.0.remove(0);
+        }
+        self.0.push((key, site));
+    }
+}

@@ -1,0 +1,190 @@
+//! What a cluster cell refuses before anything is made: targets the cluster file does
+//! not hold, events cluster mode cannot make, route changes a controller cannot express
+//! (`route_refusals`, also for `cluster check`).
+
+use ingressbench_cluster::file::{ClusterFile, ClusterTarget};
+use ingressbench_cluster::routes::{self, gateway, Can, Routing};
+use ingressbench_lab::model::Overlay;
+
+use super::ClusterOptions;
+
+/// Checks, before anything is made, that every cell can run in the cluster the file
+/// describes: its target placed (a target the file does not name is an error, never
+/// skipped), plain HTTP, and only the events cluster mode makes through the API.
+pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), String> {
+    let names: Vec<String> = cells.iter().map(|c| c.target.name()).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let unplaced = file.unplaced(&names);
+    if !unplaced.is_empty() {
+        return Err(format!(
+            "the cluster file does not place target(s) {}: add each under `targets:` with its ingress_class and address (the cluster file says where, the scenario what)",
+            unplaced.join(", ")
+        ));
+    }
+    for cell in cells {
+        let placed = &file.targets[&cell.target.name()];
+        let (http, https) = placed.addresses();
+        let needed = if cell.scenario.tls { https } else { http };
+        if placed.service.is_none() && needed.is_none() {
+            return Err(format!(
+                "cell {} ({}): the scenario is over {} but the cluster file gives target `{}` no {}; add it (or run with --set tls={})",
+                cell.index,
+                cell.label(),
+                if cell.scenario.tls { "TLS" } else { "plain HTTP" },
+                cell.target.name(),
+                if cell.scenario.tls { "`tls_address: https://…`" } else { "`address: http://…`" },
+                !cell.scenario.tls
+            ));
+        }
+        if cell.scenario.topology != ingressbench_lab::labfile::TopologyFile::default() {
+            return Err(format!(
+                "cell {} ({}): `topology` (placement, client path, links) is the lab's emulation; in a cluster the pods run where its scheduler puts them and the client on this machine: run with --set topology.placement=affinity --set topology.client=internal (and no links)",
+                cell.index,
+                cell.label()
+            ));
+        }
+        if cell.scenario.tls && placed.gateway.is_some() {
+            match &placed.ca {
+                None => return Err(format!(
+                    "cell {} ({}): the scenario is over TLS and target `{}` is a Gateway, whose HTTPS listener presents the certificate its owner gave it; add `ca:` (the CA certificate that signed it) to the target in the cluster file (or run with --set tls=false)",
+                    cell.index,
+                    cell.label(),
+                    cell.target.name()
+                )),
+                Some(ca) if !ca.is_file() => return Err(format!(
+                    "cell {} ({}): target `{}`'s `ca:` {} is not a file: give the CA certificate (PEM) that signed the Gateway's HTTPS listener certificate",
+                    cell.index,
+                    cell.label(),
+                    cell.target.name(),
+                    ca.display()
+                )),
+                Some(_) => {}
+            }
+        }
+        if crate::timeline::Timeline::of(cell, 1.0)?.delays_changes() {
+            return Err(format!(
+                "cell {} ({}): a propagation_delay is the lab's stand-in for a slow controller; in a cluster the real control plane's delay is measured: run with --set controller.propagation_delay=0s (and no event's own)",
+                cell.index,
+                cell.label()
+            ));
+        }
+        for (i, e) in cell.events.iter().enumerate() {
+            if matches!(e.action, crate::model::Action::Reload) {
+                return Err(format!(
+                    "events[{i}]: a reload has no meaning in cluster mode: the controller applies what the API holds (scale, kill, terminate, stall_backend and config events are made through it)"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A target's routes as its controller takes them.
+pub(super) struct Routed {
+    /// The controller (IngressClass `spec.controller`, GatewayClass `controllerName`).
+    pub(super) controller: String,
+    /// Its name and what of a route change it can express (none: a controller the tool
+    /// has no profile for, whose routes take no changes).
+    pub(super) support: Option<(&'static str, Can)>,
+    pub(super) routing: Routing,
+}
+
+/// Asks the cluster which controller serves a target's routes.
+pub(super) fn route_support(
+    options: &ClusterOptions,
+    placed: &ClusterTarget,
+) -> Result<Routed, String> {
+    let controller = ingressbench_cluster::deploy::route_controller(
+        &options.kubeconfig,
+        options.context.as_deref(),
+        placed,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(match (&placed.ingress_class, &placed.gateway) {
+        (Some(class), _) => {
+            let profile = routes::profile(&controller);
+            Routed {
+                controller,
+                support: profile.map(|p| (p.name, p.can)),
+                routing: Routing::Ingress {
+                    class: class.clone(),
+                    profile,
+                },
+            }
+        }
+        (None, Some(g)) => {
+            let implementation = gateway::support(&controller);
+            Routed {
+                controller,
+                support: Some((implementation.name, implementation.can)),
+                routing: Routing::Gateway {
+                    parent: g.clone(),
+                    implementation,
+                },
+            }
+        }
+        (None, None) => return Err("the target names neither ingress_class nor gateway".into()),
+    })
+}
+
+/// The targets whose controllers cannot express a route change their cells ask for, each
+/// with why (the first such cell's), found before anything is made: the command refuses
+/// them, naming the controller and the change. Asks the cluster once per target.
+pub fn route_refusals(
+    options: &ClusterOptions,
+    cells: &[crate::Cell],
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let mut asked = std::collections::BTreeMap::new();
+    let mut refused = std::collections::BTreeMap::new();
+    for cell in cells {
+        let changes = crate::timeline::route_changes(cell);
+        let target = cell.target.name();
+        if changes.is_empty() || refused.contains_key(&target) {
+            continue;
+        }
+        let Some(placed) = options.file.targets.get(&target) else {
+            continue;
+        };
+        if !asked.contains_key(&target) {
+            asked.insert(target.clone(), route_support(options, placed)?);
+        }
+        let routed: &Routed = &asked[&target];
+        if let Err(e) = refuse_unexpressible(&target, &routed.controller, routed.support, &changes)
+        {
+            refused.insert(
+                target,
+                format!("cell {} ({}): {e}", cell.index, cell.label()),
+            );
+        }
+    }
+    Ok(refused)
+}
+
+pub(super) fn refuse_unexpressible(
+    target: &str,
+    controller: &str,
+    support: Option<(&str, Can)>,
+    changes: &[Overlay],
+) -> Result<(), String> {
+    let Some((name, can)) = support else {
+        return Err(format!(
+            "target `{target}`: its routes are served by `{controller}`, for which the tool knows no way to make route changes (it knows {}, and the Gateway API); run the scenario without `config` events for it, or route it through a Gateway",
+            routes::PROFILES
+                .iter()
+                .map(|p| format!("{} through {}", p.name, p.means))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+    };
+    for change in changes {
+        let missing = can.missing(change);
+        if !missing.is_empty() {
+            return Err(format!(
+                "target `{target}`: {name} (`{controller}`) cannot express {} of the route change `{}`; drop it from the scenario's events for this target (--set targets=[…] runs the others)",
+                missing.join(" or "),
+                change.describe()
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! A cell's events made through the cluster's API as a person or a pipeline would make
+//! them, and their times: requested, seen in the EndpointSlices (the control plane's
+//! part), reported in an HTTPRoute's status (the controller's).
+
+use std::time::Instant;
+
+use ingressbench_cluster::deploy::PodState;
+use ingressbench_cluster::routes::{self, gateway, Routing};
+use ingressbench_lab::model::GENERATION_HEADER;
+use ingressbench_lab::{Change, ChangeRecord};
+
+use super::{ClusterSite, Expect, HEARTBEAT_EVERY, ROUTE_STATUS_TIMEOUT, STATUS_EVERY};
+
+impl ClusterSite {
+    /// Makes `change` through the API (a scale, a kill, a route change, …) and records it;
+    /// its index among the records.
+    pub(super) fn apply(&mut self, change: Change) -> Result<usize, String> {
+        let kill = matches!(change, Change::Kill(_));
+        match change {
+            Change::Scale { pool, replicas } => {
+                let now: Vec<String> = self.live_pods()?.into_iter().map(|p| p.name).collect();
+                let before = now.len();
+                let asked = Instant::now();
+                self.run
+                    .scale(i32::try_from(replicas).map_err(|e| e.to_string())?)
+                    .map_err(|e| e.to_string())?;
+                let index = self.record(
+                    format!("scale {pool} {before}->{replicas}"),
+                    Vec::new(),
+                    Expect::Ready(replicas),
+                    asked,
+                );
+                self.before.push((index, now));
+                Ok(index)
+            }
+            Change::Kill(name) | Change::Terminate(name) => {
+                let pod = self.pick(name.as_deref())?;
+                let asked = Instant::now();
+                self.run
+                    .delete_pod(&pod.name, kill.then_some(0))
+                    .map_err(|e| e.to_string())?;
+                let verb = if kill { "kill" } else { "terminate" };
+                let expect = match pod.ip {
+                    Some(ip) => Expect::Gone(ip),
+                    None => Expect::Ready(0),
+                };
+                Ok(self.record(
+                    format!("{verb} {}", pod.name),
+                    vec![pod.name],
+                    expect,
+                    asked,
+                ))
+            }
+            Change::Overlay(overlay) => {
+                let generation = self
+                    .generation
+                    .ok_or("the cell was made without route changes")?
+                    + 1;
+                let asked = Instant::now();
+                self.run
+                    .apply(&routes::render(
+                        self.run.objects(),
+                        Some(generation),
+                        &overlay,
+                    ))
+                    .map_err(|e| e.to_string())?;
+                self.generation = Some(generation);
+                // Applied when the API stored it; the traffic shows when the proxies had
+                // it, and an HTTPRoute's status when its controller says it did.
+                let index = self.applied(
+                    overlay.describe(),
+                    asked,
+                    vec![(GENERATION_HEADER, generation)],
+                );
+                if matches!(self.run.objects().routing, Routing::Gateway { .. }) {
+                    self.reporting.push(index);
+                }
+                Ok(index)
+            }
+            Change::Stall { backend, duration } => {
+                let pod = self.pick(backend.as_deref())?;
+                let asked = Instant::now();
+                self.run
+                    .stall_pod(&pod.name, duration)
+                    .map_err(|e| e.to_string())?;
+                // Applied when the backend said so (through the API server's proxy).
+                Ok(self.applied(
+                    format!("stall {} for {duration:?}", pod.name),
+                    asked,
+                    Vec::new(),
+                ))
+            }
+            Change::Reload => Err(
+                "a reload has no meaning in cluster mode: the controller applies what the API holds (route changes are `config` events)"
+                    .into(),
+            ),
+        }
+    }
+
+    /// Moves pending changes on: when the EndpointSlices show them, when the controller
+    /// reports a route change, and the namespace's heartbeat.
+    pub(super) fn advance(&mut self) -> Result<(), String> {
+        let now = Instant::now();
+        if now.duration_since(self.beat_at) >= HEARTBEAT_EVERY {
+            self.beat_at = now;
+            self.run.heartbeat().map_err(|e| e.to_string())?;
+        }
+        self.read_route_status(now)?;
+        // Each pending change is shown by the first set the watch delivered after it was
+        // asked that has it.
+        let mut done = Vec::new();
+        for (i, (index, expect, asked)) in self.pending.iter().enumerate() {
+            let shown = self
+                .endpoints
+                .since(*asked)
+                .into_iter()
+                .filter(|(at, _)| at > asked)
+                .find(|(_, set)| match expect {
+                    Expect::Ready(n) => set.len() == *n,
+                    Expect::Gone(ip) => !set.contains(ip),
+                });
+            if let Some((at, _)) = shown {
+                done.push(i);
+                self.records[*index].endpoints_at = Some(at);
+                self.records[*index].applied_at = Some(at);
+            }
+        }
+        for i in done.into_iter().rev() {
+            let (index, _, _) = self.pending.remove(i);
+            if let Some(at) = self.before.iter().position(|(k, _)| *k == index) {
+                let (_, before) = self.before.remove(at);
+                let pods = self.run.pods().map_err(|e| e.to_string())?;
+                let live = |name: &String| pods.iter().any(|p| &p.name == name && !p.terminating);
+                // A scale-up's new pods; a scale-down's pods the Deployment chose to stop.
+                self.records[index].started = pods
+                    .iter()
+                    .filter(|p| p.ready && !before.contains(&p.name))
+                    .map(|p| p.name.clone())
+                    .collect();
+                self.records[index].removed = before.iter().filter(|n| !live(n)).cloned().collect();
+            }
+        }
+        Ok(())
+    }
+
+    /// The pool's pods not being deleted, by name.
+    pub(super) fn live_pods(&self) -> Result<Vec<PodState>, String> {
+        let pods = self.run.pods().map_err(|e| e.to_string())?;
+        Ok(pods.into_iter().filter(|p| !p.terminating).collect())
+    }
+
+    /// The pod an event names: `POOL-N` is the N-th by name of the pods not being deleted,
+    /// `None` one of them at random.
+    pub(super) fn pick(&self, name: Option<&str>) -> Result<PodState, String> {
+        let pods = self.live_pods()?;
+        if pods.is_empty() {
+            return Err("no pod of the pool is running".into());
+        }
+        let index = match name {
+            None => {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default()
+                    .subsec_nanos() as usize
+                    % pods.len()
+            }
+            Some(n) => n
+                .rsplit_once('-')
+                .and_then(|(_, k)| k.parse::<usize>().ok())
+                .and_then(|k| k.checked_sub(1))
+                .filter(|k| *k < pods.len())
+                .ok_or_else(|| format!("`{n}`: the pool has {} pods", pods.len()))?,
+        };
+        Ok(pods[index].clone())
+    }
+
+    /// Records a change asked at `asked` that is applied now (no EndpointSlice shows it).
+    pub(super) fn applied(
+        &mut self,
+        what: String,
+        asked: Instant,
+        generations: Vec<(&'static str, u32)>,
+    ) -> usize {
+        self.records.push(ChangeRecord {
+            what,
+            requested_at: asked,
+            applied_at: Some(Instant::now()),
+            endpoints_at: None,
+            mechanisms: Vec::new(),
+            started: Vec::new(),
+            removed: Vec::new(),
+            generations,
+            reported_at: None,
+        });
+        self.records.len() - 1
+    }
+
+    pub(super) fn record(
+        &mut self,
+        what: String,
+        removed: Vec<String>,
+        expect: Expect,
+        asked: Instant,
+    ) -> usize {
+        // Requested when the tool sent it (the call then succeeded): the control plane
+        // can publish the change before the API's answer is back here.
+        self.records.push(ChangeRecord {
+            what,
+            requested_at: asked,
+            applied_at: None,
+            endpoints_at: None,
+            mechanisms: Vec::new(),
+            started: Vec::new(),
+            removed,
+            generations: Vec::new(),
+            reported_at: None,
+        });
+        let index = self.records.len() - 1;
+        self.pending.push((index, expect, asked));
+        index
+    }
+
+    /// For the oldest route change not yet reported: reads the routes' status (at most
+    /// every [`STATUS_EVERY`]) and records when the controller reported the change's
+    /// generation. A condition false for it is an error at once (the controller judged
+    /// that very generation; waiting would let a later change hide it), as is no report
+    /// within [`ROUTE_STATUS_TIMEOUT`].
+    pub(super) fn read_route_status(&mut self, now: Instant) -> Result<(), String> {
+        let (Some(&index), Routing::Gateway { parent, .. }) =
+            (self.reporting.first(), &self.run.objects().routing)
+        else {
+            return Ok(());
+        };
+        if now.duration_since(self.status_at) < STATUS_EVERY {
+            return Ok(());
+        }
+        self.status_at = now;
+        let what = self.records[index].what.clone();
+        match self.route_verdict(parent)? {
+            None => {
+                self.records[index].reported_at = Some(now);
+                self.reporting.remove(0);
+            }
+            Some((name, gateway::Verdict::Refused(why))) => {
+                return Err(format!(
+                    "HTTPRoute {}/{name} refused the change `{what}`: {why}",
+                    self.run.name()
+                ));
+            }
+            Some((name, why)) => {
+                let asked = self.records[index].requested_at;
+                if now.duration_since(asked) >= ROUTE_STATUS_TIMEOUT {
+                    return Err(format!(
+                        "HTTPRoute {}/{name}: the controller did not report the change `{what}` within {} s ({why:?})",
+                        self.run.name(),
+                        ROUTE_STATUS_TIMEOUT.as_secs()
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}

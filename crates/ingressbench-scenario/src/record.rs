@@ -1,0 +1,328 @@
+//! run.json and the cells' directories: what a run writes about itself (the tool, the
+//! machine, each cell's status), how it reads its own record back, and what `--force` and
+//! `--resume` may delete or move: only what a run of this tool made and listed. Not the
+//! files a cell streams while it runs ([`crate::store`]).
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use crate::options::RunOptions;
+use crate::{Cell, ScenarioError};
+
+/// Refuses a results directory that holds a run (its run.json), or with `force` removes
+/// that run: its run.json and the cells it lists (with their kept earlier attempts),
+/// nothing else. A run.json this tool did not write is not taken for a run of its own.
+pub(crate) fn clear_previous_run(dir: &Path, force: bool) -> Result<(), ScenarioError> {
+    let path = dir.join("run.json");
+    if path.symlink_metadata().is_err() {
+        return Ok(());
+    }
+    let record = own_record(dir);
+    if !force {
+        let status = record
+            .as_ref()
+            .ok()
+            .and_then(|v| v["status"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| "unreadable".to_owned());
+        return Err(ScenarioError::ResultsExist {
+            dir: dir.to_owned(),
+            status,
+        });
+    }
+    let record = record?;
+    let cells = dir.join("cells");
+    if cells.symlink_metadata().is_ok() {
+        real_dir(&cells)?;
+    }
+    let remove = |p: &Path, result: std::io::Result<()>| match result {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(ScenarioError::Write {
+            path: p.to_owned(),
+            source: e,
+        }),
+        _ => Ok(()),
+    };
+    for name in listed_dirs(&record) {
+        // A link is removed, never what it leads to.
+        let cell = cells.join(name);
+        let result = match cell.symlink_metadata() {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&cell),
+            Ok(_) => std::fs::remove_file(&cell),
+            Err(e) => Err(e),
+        };
+        remove(&cell, result)?;
+    }
+    let _ = std::fs::remove_dir(&cells);
+    remove(&path, std::fs::remove_file(&path))
+}
+
+/// The run record in `dir` if this tool wrote it: a JSON object with its version and a
+/// list of cells, each in a directory of a plain name. Else why not.
+pub(crate) fn own_record(dir: &Path) -> Result<Value, ScenarioError> {
+    let path = dir.join("run.json");
+    let not_ours = |why: String| ScenarioError::NotOurs {
+        path: path.clone(),
+        why,
+    };
+    let bytes = ingressbench_report::files::read_in(
+        dir,
+        &["run.json"],
+        ingressbench_report::files::RUN_RECORD_LIMIT,
+        "a run record's",
+    )
+    .map_err(not_ours)?;
+    let record: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| not_ours(format!("it is not a run record ({e})")))?;
+    let plain = |d: &Value| {
+        d.as_str().is_some_and(|d| {
+            !d.is_empty() && d != "." && d != ".." && !d.contains(['/', '\\', '\0'])
+        })
+    };
+    let cells = record["cells"].as_array();
+    let ours = record["tool_version"].is_string()
+        && cells.is_some_and(|c| c.iter().all(|c| plain(&c["dir"])));
+    if !ours {
+        return Err(not_ours(
+            "it was not written by `ingressbench run` (no tool_version, or cells without a directory of a plain name)".into(),
+        ));
+    }
+    Ok(record)
+}
+
+/// The cell directories a run record lists: each cell's and its earlier attempts'.
+fn listed_dirs(record: &Value) -> Vec<&str> {
+    let mut dirs = Vec::new();
+    for cell in record["cells"].as_array().into_iter().flatten() {
+        dirs.extend(cell["dir"].as_str());
+        for attempt in cell["earlier_attempts"].as_array().into_iter().flatten() {
+            dirs.extend(
+                attempt["dir"]
+                    .as_str()
+                    .filter(|d| !d.contains(['/', '\\']) && *d != ".." && *d != "."),
+            );
+        }
+    }
+    dirs
+}
+
+/// Makes `path` a directory (if missing), refusing one that is a link or not a
+/// directory: what a run writes below it must stay in the results directory.
+pub(crate) fn real_dir(path: &Path) -> Result<(), ScenarioError> {
+    match path.symlink_metadata() {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(m) if m.file_type().is_symlink() => Err(ScenarioError::NotOurs {
+            path: path.to_owned(),
+            why: "it is a link, and a run writes only inside its results directory".into(),
+        }),
+        Ok(_) => Err(ScenarioError::NotOurs {
+            path: path.to_owned(),
+            why: "it is not a directory".into(),
+        }),
+        Err(_) => std::fs::create_dir(path).map_err(|source| ScenarioError::Write {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// The directory of a cell: its index and label, the label cut to fit a file name (the
+/// index keeps it unique).
+pub(crate) fn cell_dir_name(cell: &Cell) -> String {
+    let label: String = cell
+        .label()
+        .chars()
+        .take(200)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{:03}-{label}", cell.index)
+}
+
+/// The record a run starts with: what was run, where and how, and every cell `pending`;
+/// resumed, the cells the earlier attempt finished (and its start time and command) are
+/// kept from `previous`.
+pub(crate) fn new_record(
+    cells: &[Cell],
+    options: &RunOptions,
+    factor: f64,
+    previous: Option<&Value>,
+) -> Value {
+    let mut record = json!({
+        "scenario": cells.first().map(|c| c.scenario.name.clone()).unwrap_or_default(),
+        "status": "running",
+        "error": Value::Null,
+        "tool_version": env!("CARGO_PKG_VERSION"),
+        "command": options.command,
+        "quick": options.quick,
+        "quick_factor": factor,
+        "sets": options.sets.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
+        "machine": machine(),
+        "started_at_unix_s": now_unix(),
+        "scenario_text": options.scenario_text,
+        "cells": cells.iter().map(|c| json!({
+            "index": c.index, "repeat": c.repeat, "target": c.target.name(),
+            "settings": c.settings.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+            "status": "pending", "dir": cell_dir_name(c),
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(previous) = previous {
+        for key in ["started_at_unix_s", "command"] {
+            record[key] = previous[key].clone();
+        }
+        for (i, cell) in previous["cells"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            if cell["status"] == "done" && record["cells"][i]["dir"] == cell["dir"] {
+                record["cells"][i] = cell.clone();
+            }
+        }
+        record["resumed_by"] = json!(options.command);
+    }
+    record
+}
+
+/// Why a cell's directory could not be made ready.
+pub(crate) enum Fresh {
+    /// It is not this tool's to touch.
+    NotOurs(ScenarioError),
+    Io(std::io::Error),
+}
+
+/// Makes `dir` ready for `cell`. A directory an earlier attempt left (a resumed run)
+/// starts over: what it measured is moved aside and listed (returned: the cell's
+/// `earlier_attempts` and a line to print), an empty one is removed. A directory no run
+/// record of this results directory lists is not touched.
+pub(crate) fn fresh_cell_dir(
+    results_dir: &Path,
+    dir: &Path,
+    cell: &Cell,
+    previous_entry: Option<&Value>,
+) -> Result<Option<(Value, String)>, Fresh> {
+    let mut kept = None;
+    if dir.symlink_metadata().is_ok() {
+        if previous_entry.is_none_or(|e| e["dir"].as_str() != Some(&cell_dir_name(cell))) {
+            return Err(Fresh::NotOurs(ScenarioError::NotOurs {
+                path: dir.to_owned(),
+                why: "no run record of this directory lists it".into(),
+            }));
+        }
+        match keep_attempt(results_dir, dir, previous_entry).map_err(Fresh::Io)? {
+            Some((attempt, said)) => {
+                let mut attempts = previous_entry
+                    .and_then(|e| e["earlier_attempts"].as_array().cloned())
+                    .unwrap_or_default();
+                attempts.push(attempt);
+                kept = Some((Value::Array(attempts), said));
+            }
+            None => std::fs::remove_dir_all(dir).map_err(Fresh::Io)?,
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(Fresh::Io)?;
+    Ok(kept)
+}
+
+/// Moves the directory of a cell an earlier attempt left unfinished to
+/// `NAME.attempt-K` (the first K free) if it measured anything, and describes it: its
+/// summary (the one run.json kept for a cell stopped by Ctrl-C, else one rebuilt from its
+/// interval log) and where it went, and a line to print. `None` if there was nothing to keep.
+fn keep_attempt(
+    results_dir: &Path,
+    dir: &Path,
+    previous: Option<&Value>,
+) -> std::io::Result<Option<(Value, String)>> {
+    use ingressbench_report::{files, hlog, results};
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    // No link followed, and a day of one-second windows at most.
+    let Ok(bytes) = files::read_in(
+        results_dir,
+        &["cells", &name, "latency.hlog"],
+        86_400 << 18,
+        "a day of one-second windows",
+    ) else {
+        return Ok(None);
+    };
+    let recorded = previous
+        .filter(|p| p["status"] == "interrupted")
+        .map(|p| p["summary"].clone())
+        .filter(|s| !s.is_null());
+    let rebuilt = || {
+        hlog::read_partial(&bytes)
+            .ok()
+            .and_then(|p| results::rebuild_summary(&p))
+    };
+    let Some(summary) = recorded.or_else(rebuilt) else {
+        return Ok(None);
+    };
+    let kept = (1..)
+        .map(|k| format!("{name}.attempt-{k}"))
+        .find(|n| dir.with_file_name(n).symlink_metadata().is_err())
+        .unwrap_or_default();
+    std::fs::rename(dir, dir.with_file_name(&kept))?;
+    let said = format!(
+        "an earlier attempt was cut short after {:.0} s ({} requests answered, p99 {} us); kept in cells/{kept}, running the cell again",
+        summary["duration_s"].as_f64().unwrap_or_default(),
+        summary["latency_us"]["count"],
+        summary["latency_us"]["p99"]
+    );
+    Ok(Some((
+        json!({ "dir": kept, "status": "interrupted", "summary": summary }),
+        said,
+    )))
+}
+
+/// Writes a run record: into a new file beside it, renamed over it (a link there is
+/// replaced, never followed). When the disk is full, the record is written over itself
+/// instead (its own blocks are freed first), so that it can still say how the run ended.
+pub(crate) fn write_json(path: &Path, value: &Value) -> std::io::Result<()> {
+    let text = serde_json::to_string_pretty(value).unwrap_or_default();
+    match ingressbench_report::files::replace_file(path, text.as_bytes()) {
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                .open(path)?;
+            file.set_len(0)?;
+            file.write_all(text.as_bytes())?;
+            file.sync_data()
+        }
+        other => other,
+    }
+}
+
+pub(crate) fn now_unix() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+fn machine() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_owned())
+        })
+        .unwrap_or_default();
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    json!({ "cpu_model": cpu, "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "kernel": kernel })
+}

@@ -1,0 +1,333 @@
+//! A cell's events in time, and what runs beside its load: [`Timeline`] says when each
+//! event fires (at a time, or in lock-step before a request), [`Driver`] fires them into
+//! the site, watches the site's parts and writes events.jsonl as changes apply. Used by
+//! the cell and by the sites (the cluster asks whether changes are delayed, and which
+//! routes the events bring); it imports neither the runner nor a site's implementation.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ingressbench_lab::model::Overlay;
+use ingressbench_lab::Change;
+use ingressbench_load::{Plan, RequestGate};
+use serde_json::{json, Value};
+
+use crate::load::{dur, scaled, LoadThread};
+use crate::model::{Action, ConfigChange, Timing};
+use crate::site::Site;
+use crate::usage::UsageLog;
+use crate::Cell;
+
+/// How often the runner checks that the lab's parts are still running.
+const ALIVE_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+/// A cell's events in time: timed firings (offset from the start of measurement, event,
+/// propagation delay), in order, and lock-step ones (first request, every, times, event,
+/// delay).
+pub(crate) struct Timeline {
+    firings: Vec<(Duration, usize, Duration)>,
+    next: usize,
+    lockstep: Vec<(u64, u64, u32, usize, Duration)>,
+}
+
+impl Timeline {
+    /// Whether any change is held back by a propagation delay (the lab's stand-in for a
+    /// slow controller).
+    pub(crate) fn delays_changes(&self) -> bool {
+        self.firings.iter().any(|(_, _, delay)| !delay.is_zero())
+            || self.lockstep.iter().any(|l| !l.4.is_zero())
+    }
+
+    pub(crate) fn of(cell: &Cell, factor: f64) -> Result<Self, String> {
+        let controller_delay = scaled(
+            dur(
+                "controller.propagation_delay",
+                &cell.scenario.controller.propagation_delay,
+            )?
+            .unwrap_or_default(),
+            factor,
+        );
+        let mut firings = Vec::new();
+        let mut lockstep = Vec::new();
+        for (i, e) in cell.events.iter().enumerate() {
+            let delay = e
+                .propagation_delay
+                .map_or(controller_delay, |d| scaled(d, factor));
+            match &e.timing {
+                Timing::At(at) => firings.push((scaled(*at, factor), i, delay)),
+                Timing::Every {
+                    first,
+                    every,
+                    times,
+                } => {
+                    for k in 0..*times {
+                        firings.push((scaled(*first + *every * k, factor), i, delay));
+                    }
+                }
+                Timing::BeforeRequest {
+                    first,
+                    every,
+                    times,
+                } => lockstep.push((*first, *every, *times, i, delay)),
+            }
+        }
+        firings.sort_by_key(|f| f.0);
+        Ok(Self {
+            firings,
+            next: 0,
+            lockstep,
+        })
+    }
+
+    /// With lock-step events, a gate on the plan: the load asks before each request (its
+    /// sequence number) and waits for the answer.
+    pub(crate) fn gate(&self, plan: &mut Plan) -> Option<Gate> {
+        if self.lockstep.is_empty() {
+            return None;
+        }
+        let (request_tx, request_rx) = std::sync::mpsc::channel::<u64>();
+        let (ack_tx, ack_rx) = std::sync::mpsc::channel::<()>();
+        let ack_rx = std::sync::Mutex::new(ack_rx);
+        plan.gate = Some(RequestGate(Arc::new(move |seq| {
+            if request_tx.send(seq).is_ok() {
+                if let Ok(ack) = ack_rx.lock() {
+                    let _ = ack.recv();
+                }
+            }
+        })));
+        Some(Gate {
+            requests: request_rx,
+            ack: ack_tx,
+            warmup_requests: 0,
+        })
+    }
+
+    /// The timed firings due by `now`.
+    fn due(&mut self, now: Instant, measure_from: Instant) -> Vec<(Duration, usize, Duration)> {
+        let mut due = Vec::new();
+        while self.next < self.firings.len() && measure_from + self.firings[self.next].0 <= now {
+            due.push(self.firings[self.next]);
+            self.next += 1;
+        }
+        due
+    }
+
+    /// The lock-step events to fire before measured request `number` (from 1).
+    fn before_request(&self, number: u64) -> Vec<(usize, Duration)> {
+        self.lockstep
+            .iter()
+            .filter(|&&(first, every, times, _, _)| {
+                number
+                    .checked_sub(first)
+                    .filter(|d| d % every == 0)
+                    .map(|d| d / every)
+                    .is_some_and(|k| k < u64::from(times))
+            })
+            .map(|&(_, _, _, index, delay)| (index, delay))
+            .collect()
+    }
+}
+
+/// The runner's side of lock-step events: the load's requests, and the answer it waits
+/// for.
+pub(crate) struct Gate {
+    pub(crate) requests: std::sync::mpsc::Receiver<u64>,
+    pub(crate) ack: std::sync::mpsc::Sender<()>,
+    /// Requests before these are warm-up and fire nothing.
+    pub(crate) warmup_requests: u64,
+}
+
+/// What runs beside the load: the site's liveness, its changes and the events.
+pub(crate) struct Driver<'a> {
+    pub(crate) cell: &'a Cell,
+    pub(crate) site: &'a mut dyn Site,
+    pub(crate) measure_from: Instant,
+    pub(crate) events: std::fs::File,
+    pub(crate) usage: Option<UsageLog>,
+    /// How many times each event fired.
+    pub(crate) fired: Vec<u32>,
+    /// Records already written to `events.jsonl` as applied.
+    pub(crate) reported: usize,
+    /// Why the cell must fail (a part of the site exited, an event could not be applied):
+    /// the load stops, what was measured is kept, and the cell is not done.
+    pub(crate) went_wrong: Option<String>,
+    pub(crate) stop: Arc<AtomicBool>,
+}
+
+impl Driver<'_> {
+    /// Until the load ends: stops it on Ctrl-C or a dead part, fires events when due, and
+    /// writes each change as it is applied.
+    pub(crate) fn drive(
+        &mut self,
+        load: &LoadThread,
+        timeline: &mut Timeline,
+        mut gate: Option<Gate>,
+        run_stop: &AtomicBool,
+    ) {
+        if let Some(g) = gate.as_mut() {
+            g.warmup_requests = self.cell.scenario.load.warmup_requests.unwrap_or(0);
+        }
+        let mut checked_at = Instant::now();
+        while !load.is_finished() {
+            let now = Instant::now();
+            if run_stop.load(Ordering::Relaxed) {
+                self.stop.store(true, Ordering::Relaxed);
+            }
+            // A proxy (or front, sidecar, backend) that dies is not the system under test
+            // any more: stop, keep what was measured, and fail the cell.
+            if self.went_wrong.is_none() && now.duration_since(checked_at) >= ALIVE_CHECK_INTERVAL {
+                checked_at = now;
+                if let Err(e) = self.site.check_alive() {
+                    self.fail(format!(
+                        "{:.3} s into the cell: {e}",
+                        crate::usage::signed_offset(now, self.measure_from)
+                    ));
+                }
+            }
+            if self.usage.as_mut().is_some_and(|u| u.poll(now).is_err()) {
+                self.usage = None;
+            }
+            for (due, index, delay) in timeline.due(now, self.measure_from) {
+                self.fire(index, delay, ("due_s", json!(due.as_secs_f64())));
+            }
+            if let Some(g) = &gate {
+                while let Ok(seq) = g.requests.try_recv() {
+                    // Measured requests count from 1; warm-up requests fire nothing.
+                    if let Some(number) = seq.checked_sub(g.warmup_requests).map(|n| n + 1) {
+                        for (index, delay) in timeline.before_request(number) {
+                            self.fire(index, delay, ("due_request", json!(number)));
+                        }
+                    }
+                    let _ = g.ack.send(());
+                }
+            }
+            if let Err(e) = self.site.tick() {
+                // A change the proxies were told and did not take.
+                self.fail(format!(
+                    "{:.3} s into the cell, a change could not be applied: {e}",
+                    crate::usage::signed_offset(Instant::now(), self.measure_from)
+                ));
+            }
+            self.write_applied();
+            std::thread::sleep(Duration::from_millis(if gate.is_some() { 1 } else { 5 }));
+        }
+    }
+
+    /// Stops the load and fails the cell (the first reason is kept).
+    fn fail(&mut self, why: String) {
+        self.went_wrong.get_or_insert(why);
+        self.stop.store(true, Ordering::Relaxed);
+    }
+
+    /// Fires event `index`: asks the site for its change and writes it to `events.jsonl`.
+    fn fire(&mut self, index: usize, delay: Duration, due: (&str, Value)) {
+        self.fired[index] += 1;
+        let change = change_for(&self.cell.events[index].action, &self.cell.scenario);
+        let measure_from = self.measure_from;
+        let (mut line, failed) = match self.site.request(change, delay) {
+            Ok(r) => {
+                let rec = &self.site.records()[r];
+                let generations: Vec<Value> = rec
+                    .generations
+                    .iter()
+                    .map(|(header, g)| json!({ "header": header, "generation": g }))
+                    .collect();
+                (
+                    json!({ "event": index, "what": rec.what, "requested_s": offset(rec.requested_at, measure_from),
+                            "propagation_delay_s": delay.as_secs_f64(), "started": rec.started, "removed": rec.removed,
+                            "generations": generations }),
+                    None,
+                )
+            }
+            Err(e) => (
+                json!({ "event": index, "error": e }),
+                Some(format!(
+                    "events[{index}] could not be applied {:.3} s into the cell: {e}",
+                    crate::usage::signed_offset(Instant::now(), measure_from)
+                )),
+            ),
+        };
+        line[due.0] = due.1;
+        let _ = writeln!(self.events, "{line}").and_then(|()| self.events.flush());
+        if let Some(why) = failed {
+            self.fail(why);
+        }
+    }
+
+    /// Writes each change the site applied since the last call to `events.jsonl`.
+    fn write_applied(&mut self) {
+        let records = self.site.records();
+        for rec in &records[self.reported..] {
+            let Some(applied) = rec.applied_at else { break };
+            let mechanisms: Vec<String> = rec
+                .mechanisms
+                .iter()
+                .map(|(k, m)| format!("{k}: {m}"))
+                .collect();
+            let mut line = json!({ "what": rec.what, "applied_s": offset(applied, self.measure_from), "mechanisms": mechanisms });
+            if let Some(at) = rec.endpoints_at {
+                line["endpoints_s"] = json!(offset(at, self.measure_from));
+            }
+            let _ = writeln!(self.events, "{line}").and_then(|()| self.events.flush());
+            self.reported += 1;
+        }
+    }
+}
+
+pub(crate) fn offset(t: Instant, measure_from: Instant) -> f64 {
+    t.saturating_duration_since(measure_from).as_secs_f64()
+}
+
+/// Fires event `index` of `cell` now and writes its `events.jsonl` line.
+/// `due` is `("due_s", seconds)` for a timed event or `("due_request", n)` for a lock-step one.
+/// Says which event fired fewer times than planned (the run ended first), if one did.
+pub(crate) fn unfired(cell: &Cell, fired: &[u32], requests: u64) -> Option<String> {
+    cell.events.iter().zip(fired).enumerate().find_map(|(i, (e, n))| {
+        let planned = match e.timing {
+            Timing::At(_) => 1,
+            Timing::Every { times, .. } | Timing::BeforeRequest { times, .. } => times,
+        };
+        (*n < planned).then(|| {
+            format!(
+                "events[{i}] fired {n} of {planned} times: the load ended first ({requests} requests); make load.duration (or load.requests) longer, or the event earlier"
+            )
+        })
+    })
+}
+
+/// The lab change an action asks for.
+/// The route changes a cell's events ask for, in order (a revert as the routes it
+/// restores).
+pub(crate) fn route_changes(cell: &Cell) -> Vec<Overlay> {
+    cell.events
+        .iter()
+        .filter_map(|e| match change_for(&e.action, &cell.scenario) {
+            Change::Overlay(o) => Some(o),
+            _ => None,
+        })
+        .collect()
+}
+
+fn change_for(action: &Action, s: &crate::Scenario) -> Change {
+    let pool = s
+        .backends
+        .first()
+        .map_or_else(|| "echo".to_owned(), |p| p.name.clone());
+    match action {
+        Action::Scale(n) => Change::Scale { pool, replicas: *n },
+        Action::Kill(name) => Change::Kill(name.clone()),
+        Action::Terminate(name) => Change::Terminate(name.clone()),
+        Action::Config(ConfigChange::Set(o)) => Change::Overlay(Overlay {
+            response_header: o.response_header.clone(),
+            cors_origin: o.cors_origin.clone(),
+            rewrite: o.rewrite.clone(),
+        }),
+        Action::Config(ConfigChange::Revert) => Change::Overlay(s.overlay.to_overlay()),
+        Action::Reload => Change::Reload,
+        Action::StallBackend { backend, duration } => Change::Stall {
+            backend: backend.clone(),
+            duration: *duration,
+        },
+    }
+}
