@@ -386,156 +386,197 @@ impl Lab {
         }
     }
 
+    /// Starts every part, in the order each needs the one before: the client's node
+    /// (first, so that on loopback it is 127.0.0.1), certificates, backends, the sidecar,
+    /// the proxies, the L4 front, and the links the client's traffic crosses.
     fn start_all(&mut self) -> Result<(), LabError> {
-        let lab = self;
-        let topology = lab.spec.topology.clone();
-        // The client's node comes first, so that on loopback it is 127.0.0.1.
-        lab.node(&topology.client)?;
-        let mtls = lab.spec.hop.as_ref().is_some_and(|h| h.mtls);
-        if lab.spec.tls || mtls {
-            let hosts: Vec<String> = lab.spec.routes.iter().map(|r| r.host.clone()).collect();
-            let certs = certs::generate(&lab.dir, &hosts)?;
+        let topology = self.spec.topology.clone();
+        self.node(&topology.client)?;
+        self.start_certs()?;
+        for pool in self.spec.pools.clone() {
+            for _ in 0..pool.replicas {
+                self.start_backend(&pool)?;
+            }
+        }
+        self.table().validate()?;
+        if self.spec.hop.is_some() {
+            self.start_sidecar(&topology)?;
+        }
+        self.start_proxies(&topology)?;
+        if self.spec.front.is_some() {
+            self.start_front(&topology)?;
+        }
+        if let Some((http, https)) = self.direct_entry() {
+            self.link_entry(&topology, http, https)?;
+        }
+        Ok(())
+    }
+
+    /// The lab's CA and certificates, over TLS or for the sidecar's mutual TLS, owned by
+    /// the lab's user.
+    fn start_certs(&mut self) -> Result<(), LabError> {
+        let mtls = self.spec.hop.as_ref().is_some_and(|h| h.mtls);
+        if self.spec.tls || mtls {
+            let hosts: Vec<String> = self.spec.routes.iter().map(|r| r.host.clone()).collect();
+            let certs = certs::generate(&self.dir, &hosts)?;
             certs
                 .files()
                 .into_iter()
                 .try_for_each(crate::identity::own)?;
-            lab.certs = Some(certs);
+            self.certs = Some(certs);
         }
-        for pool in lab.spec.pools.clone() {
-            for _ in 0..pool.replicas {
-                lab.start_backend(&pool)?;
-            }
-        }
-        lab.table().validate()?;
-        if lab.spec.hop.is_some() {
-            let mut options = lab.spec.proxy_options.clone();
-            options.upstream_mtls = match (&lab.certs, mtls) {
-                (Some(c), true) => Some(UpstreamMtls {
-                    ca: c.ca.clone(),
-                    cert: c.client_cert.clone(),
-                    key: c.client_key.clone(),
-                }),
-                _ => None,
-            };
-            let node = lab.node(&topology.sidecar)?;
-            let table = lab.sidecar_table();
-            let reaper = lab.reaper.as_mut();
-            let sidecar = Proxy::start(
-                ProxyKind::Envoy,
-                &node,
-                &lab.spec.binaries,
-                &lab.dir.join("sidecar"),
-                &table,
-                None,
-                &options,
-                |pid| {
-                    if let Some(r) = reaper {
-                        r.watch(pid);
-                    }
-                },
-            )?;
-            let at = sidecar.http_addr();
-            lab.sidecar = Some(sidecar);
-            lab.sidecar_relay = lab.link(&topology.proxy_node(1), &node, at, "the sidecar")?;
-        }
-        let table = lab.proxies_table();
-        lab.told_proxies = Some(table.clone());
-        let replicas = lab.spec.front.unwrap_or(1);
-        for kind in lab.spec.proxies.clone() {
+        Ok(())
+    }
+
+    /// The sidecar (an Envoy between the proxies and the backends), and the link to it.
+    fn start_sidecar(&mut self, topology: &Topology) -> Result<(), LabError> {
+        let mtls = self.spec.hop.as_ref().is_some_and(|h| h.mtls);
+        let mut options = self.spec.proxy_options.clone();
+        options.upstream_mtls = match (&self.certs, mtls) {
+            (Some(c), true) => Some(UpstreamMtls {
+                ca: c.ca.clone(),
+                cert: c.client_cert.clone(),
+                key: c.client_key.clone(),
+            }),
+            _ => None,
+        };
+        let node = self.node(&topology.sidecar)?;
+        let table = self.sidecar_table();
+        let reaper = self.reaper.as_mut();
+        let sidecar = Proxy::start(
+            ProxyKind::Envoy,
+            &node,
+            &self.spec.binaries,
+            &self.dir.join("sidecar"),
+            &table,
+            None,
+            &options,
+            |pid| {
+                if let Some(r) = reaper {
+                    r.watch(pid);
+                }
+            },
+        )?;
+        let at = sidecar.http_addr();
+        self.sidecar = Some(sidecar);
+        self.sidecar_relay = self.link(&topology.proxy_node(1), &node, at, "the sidecar")?;
+        Ok(())
+    }
+
+    /// Each proxy of the spec, `front` replicas of each (one without a front), every one
+    /// told the same routing table.
+    fn start_proxies(&mut self, topology: &Topology) -> Result<(), LabError> {
+        let table = self.proxies_table();
+        self.told_proxies = Some(table.clone());
+        let replicas = self.spec.front.unwrap_or(1);
+        for kind in self.spec.proxies.clone() {
             for replica in 1..=replicas {
-                let node = lab.node(&topology.proxy_node(replica))?;
-                let tls = lab
+                let node = self.node(&topology.proxy_node(replica))?;
+                let tls = self
                     .certs
                     .as_ref()
                     .map(|c| (c.cert.as_path(), c.key.as_path(), c.combined.as_path()));
                 // Replicas of a proxy live in directories of their own.
                 let dir = if replicas > 1 {
-                    lab.dir.join(format!("replica-{replica}"))
+                    self.dir.join(format!("replica-{replica}"))
                 } else {
-                    lab.dir.clone()
+                    self.dir.clone()
                 };
-                let reaper = lab.reaper.as_mut();
+                let reaper = self.reaper.as_mut();
                 let proxy = Proxy::start(
                     kind,
                     &node,
-                    &lab.spec.binaries,
+                    &self.spec.binaries,
                     &dir,
                     &table,
                     tls,
-                    &lab.spec.proxy_options,
+                    &self.spec.proxy_options,
                     |pid| {
                         if let Some(r) = reaper {
                             r.watch(pid);
                         }
                     },
                 )?;
-                lab.proxies.push(proxy);
-                lab.proxy_nodes.push(node.name);
+                self.proxies.push(proxy);
+                self.proxy_nodes.push(node.name);
             }
         }
-        if lab.spec.front.is_some() {
-            let front_node = lab.node(&topology.front)?;
-            // The front reaches each replica through the link between their nodes.
-            let targets: Vec<(String, SocketAddr, Option<SocketAddr>)> = lab
-                .proxies
-                .iter()
-                .zip(&lab.proxy_nodes)
-                .map(|(p, n)| (n.clone(), p.http_addr(), p.https_addr()))
-                .collect();
-            let mut reach = |node: &str, addr: SocketAddr| -> Result<SocketAddr, LabError> {
-                let node = lab.node(node)?;
-                Ok(
-                    match lab.link(&topology.front, &node, addr, "a proxy replica")? {
-                        Some(relay) => {
-                            let at = relay.addr();
-                            lab.front_relays.push(relay);
-                            at
-                        }
-                        None => addr,
-                    },
-                )
-            };
-            let mut http = Vec::new();
-            let mut https = Some(Vec::new());
-            for (node, plain, tls) in &targets {
-                http.push(reach(node, *plain)?);
-                https = match (https, tls) {
-                    (Some(mut all), Some(at)) => {
-                        all.push(reach(node, *at)?);
-                        Some(all)
+        Ok(())
+    }
+
+    /// The L4 front before the proxy replicas, reaching each through the link between
+    /// their nodes.
+    fn start_front(&mut self, topology: &Topology) -> Result<(), LabError> {
+        let front_node = self.node(&topology.front)?;
+        // The front reaches each replica through the link between their nodes.
+        let targets: Vec<(String, SocketAddr, Option<SocketAddr>)> = self
+            .proxies
+            .iter()
+            .zip(&self.proxy_nodes)
+            .map(|(p, n)| (n.clone(), p.http_addr(), p.https_addr()))
+            .collect();
+        let mut reach = |node: &str, addr: SocketAddr| -> Result<SocketAddr, LabError> {
+            let node = self.node(node)?;
+            Ok(
+                match self.link(&topology.front, &node, addr, "a proxy replica")? {
+                    Some(relay) => {
+                        let at = relay.addr();
+                        self.front_relays.push(relay);
+                        at
                     }
-                    _ => None,
-                };
-            }
-            let reaper = lab.reaper.as_mut();
-            let front = Front::start(
-                &lab.spec.binaries,
-                &front_node,
-                &lab.dir,
-                &http,
-                https.as_deref(),
-                |pid| {
-                    if let Some(r) = reaper {
-                        r.watch(pid);
-                    }
+                    None => addr,
                 },
-            )?;
-            lab.front = Some(front);
-        }
-        if let Some((http, https)) = lab.direct_entry() {
-            let entry_node = if lab.front.is_some() {
-                topology.front.clone()
-            } else {
-                topology.proxy_node(1)
+            )
+        };
+        let mut http = Vec::new();
+        let mut https = Some(Vec::new());
+        for (node, plain, tls) in &targets {
+            http.push(reach(node, *plain)?);
+            https = match (https, tls) {
+                (Some(mut all), Some(at)) => {
+                    all.push(reach(node, *at)?);
+                    Some(all)
+                }
+                _ => None,
             };
-            let entry = lab.node(&entry_node)?;
-            if let Some(relay) = lab.link(&topology.client, &entry, http, "the entry")? {
-                let https = match https {
-                    Some(at) => lab.link(&topology.client, &entry, at, "the entry")?,
-                    None => None,
-                };
-                lab.entry_relays = Some((relay, https));
-            }
+        }
+        let reaper = self.reaper.as_mut();
+        let front = Front::start(
+            &self.spec.binaries,
+            &front_node,
+            &self.dir,
+            &http,
+            https.as_deref(),
+            |pid| {
+                if let Some(r) = reaper {
+                    r.watch(pid);
+                }
+            },
+        )?;
+        self.front = Some(front);
+        Ok(())
+    }
+
+    /// The link from the client's node to where its traffic enters (the front, or the
+    /// first proxy), when the topology puts one there.
+    fn link_entry(
+        &mut self,
+        topology: &Topology,
+        http: SocketAddr,
+        https: Option<SocketAddr>,
+    ) -> Result<(), LabError> {
+        let entry_node = if self.front.is_some() {
+            topology.front.clone()
+        } else {
+            topology.proxy_node(1)
+        };
+        let entry = self.node(&entry_node)?;
+        if let Some(relay) = self.link(&topology.client, &entry, http, "the entry")? {
+            let https = match https {
+                Some(at) => self.link(&topology.client, &entry, at, "the entry")?,
+                None => None,
+            };
+            self.entry_relays = Some((relay, https));
         }
         Ok(())
     }

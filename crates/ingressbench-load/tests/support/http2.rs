@@ -165,6 +165,41 @@ where
 /// `last_stream_id`, answers the held streams up to that id, and closes. Later
 /// connections answer every stream at once.
 pub fn serve_goaway(hold: usize, last_stream_id: u32) -> H2Server {
+    serve_raw(move |tcp, accepted, seen| async move {
+        let hold = (accepted == 0).then_some((hold, last_stream_id));
+        let _ = raw_connection(tcp, hold, &seen).await;
+    })
+}
+
+/// A server (h2c) that answers every connection's preface with its SETTINGS and a
+/// GOAWAY(last-stream-id 0, NO_ERROR) at once, then reads what comes (counting the
+/// streams opened anyway) until the client closes.
+pub fn serve_goaway_at_once() -> H2Server {
+    serve_raw(|mut tcp, _, seen| async move {
+        let mut preface = [0u8; 24];
+        if tcp.read_exact(&mut preface).await.is_err() {
+            return;
+        }
+        let mut out = frame(0x4, 0, 0, &[0, 3, 0, 0, 0, 100]);
+        out.extend(frame(0x7, 0, 0, &[0; 8]));
+        if tcp.write_all(&out).await.is_err() {
+            return;
+        }
+        while let Ok((kind, _, _, _)) = read_frame(&mut tcp).await {
+            if kind == 0x1 {
+                seen.streams.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    })
+}
+
+/// A server that hands each accepted connection (with how many came before it) to
+/// `serve`, on a task of its own; accepts are counted.
+fn serve_raw<F, Fut>(serve: F) -> H2Server
+where
+    F: Fn(tokio::net::TcpStream, u64, Arc<H2Seen>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     let runtime = runtime();
     let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap();
@@ -175,58 +210,9 @@ pub fn serve_goaway(hold: usize, last_stream_id: u32) -> H2Server {
             let Ok((tcp, _)) = listener.accept().await else {
                 return;
             };
-            let first = s.accepts.fetch_add(1, Ordering::Relaxed) == 0;
+            let accepted = s.accepts.fetch_add(1, Ordering::Relaxed);
             let _ = tcp.set_nodelay(true);
-            let seen = s.clone();
-            tokio::spawn(async move {
-                let hold = if first {
-                    Some((hold, last_stream_id))
-                } else {
-                    None
-                };
-                let _ = raw_connection(tcp, hold, &seen).await;
-            });
-        }
-    });
-    H2Server {
-        addr,
-        seen,
-        _runtime: runtime,
-    }
-}
-
-/// A server (h2c) that answers every connection's preface with its SETTINGS and a
-/// GOAWAY(last-stream-id 0, NO_ERROR) at once, then reads what comes (counting the
-/// streams opened anyway) until the client closes.
-pub fn serve_goaway_at_once() -> H2Server {
-    let runtime = runtime();
-    let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let seen = Arc::new(H2Seen::default());
-    let s = seen.clone();
-    runtime.spawn(async move {
-        loop {
-            let Ok((mut tcp, _)) = listener.accept().await else {
-                return;
-            };
-            s.accepts.fetch_add(1, Ordering::Relaxed);
-            let seen = s.clone();
-            tokio::spawn(async move {
-                let mut preface = [0u8; 24];
-                if tcp.read_exact(&mut preface).await.is_err() {
-                    return;
-                }
-                let mut out = frame(0x4, 0, 0, &[0, 3, 0, 0, 0, 100]);
-                out.extend(frame(0x7, 0, 0, &[0; 8]));
-                if tcp.write_all(&out).await.is_err() {
-                    return;
-                }
-                while let Ok((kind, _, _, _)) = read_frame(&mut tcp).await {
-                    if kind == 0x1 {
-                        seen.streams.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
+            tokio::spawn(serve(tcp, accepted, s.clone()));
         }
     });
     H2Server {

@@ -5,49 +5,51 @@
 //! Deployment, delete a pod), and everything goes with the namespace, on every exit path.
 //! Whatever a run of the tool left behind is found again by its label, never by name
 //! ([`cleanup`]).
+//!
+//! The objects themselves are built in `objects.rs`; the EndpointSlice watch that times a
+//! change is `endpoints.rs`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use futures_util::StreamExt;
-use ingressbench_lab::certs::DEFAULT_TLS_NAME;
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
-use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Namespace, ObjectFieldSelector,
-    Pod, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, Service, ServicePort,
-    ServiceSpec, Sysctl,
-};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::networking::v1::{
-    HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
-    IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort,
-};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::api::{
-    DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
-};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
 use crate::ClusterError;
 
+mod endpoints;
+mod objects;
+
+use endpoints::ready_addresses;
+pub use endpoints::EndpointsWatch;
+use objects::{deployment, labels, pool_selector, service, tls_secret};
+pub(crate) use objects::{ingress_object, tls_secret_name, POOL_LABEL};
+
 /// The label every object of the tool carries (`app.kubernetes.io/managed-by`).
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+
 /// Its value.
 pub const TOOL: &str = "ingressbench";
+
 /// The label with the run's id.
 pub const RUN_LABEL: &str = "ingressbench.dev/run";
+
 /// The annotation with the run's heartbeat (Unix seconds), refreshed while it runs.
 pub const HEARTBEAT: &str = "ingressbench.dev/heartbeat";
+
 /// The annotation naming the process that made the namespace (`BOOT_ID/PID`): a run
 /// killed on this machine is known to be gone at once, without waiting for its heartbeat.
 pub const OWNER: &str = "ingressbench.dev/owner";
+
 /// A namespace of the tool whose heartbeat is older than this was left by a run that is
 /// gone.
 pub const STALE_AFTER: Duration = Duration::from_secs(120);
+
 /// Container waiting reasons that mean a pod will not start without a change.
 pub const CANNOT_START: &[&str] = &[
     "ErrImageNotKnown",
@@ -58,8 +60,10 @@ pub const CANNOT_START: &[&str] = &[
     "CrashLoopBackOff",
     "SysctlForbidden",
 ];
+
 /// The port the backends listen on.
 pub const BACKEND_PORT: i32 = 8080;
+
 /// The port of the backends' control endpoint (`POST /stall?for=2s`), reached through
 /// the API server's pod proxy, never through the Service.
 pub const CONTROL_PORT: i32 = 8081;
@@ -449,187 +453,6 @@ pub fn service_selector(
     })
 }
 
-/// Each ready set of addresses the watch saw, with the instant it arrived.
-type EndpointsLog = Vec<(Instant, Vec<String>)>;
-
-/// The ready addresses of a Service's EndpointSlices, as a watch delivers them: every
-/// set the control plane published, with the instant it arrived. What the control plane
-/// tells the ingress controllers, timed when it told it, not when someone polled.
-pub struct EndpointsWatch {
-    log: Arc<Mutex<EndpointsLog>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl EndpointsWatch {
-    /// Every set seen from `since` on, oldest first: the one in force at `since`, then
-    /// each that came after.
-    pub fn since(&self, since: Instant) -> Vec<(Instant, Vec<String>)> {
-        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        let first = log.iter().rposition(|(at, _)| *at <= since).unwrap_or(0);
-        log[first..].to_vec()
-    }
-}
-
-impl Drop for EndpointsWatch {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl RunNamespace {
-    /// Starts watching the pool's EndpointSlices on a thread of its own (a list, then a
-    /// watch from its version, again whenever the watch ends); returns once the first set
-    /// is known.
-    pub fn watch_endpoints(
-        &self,
-        kubeconfig: &Path,
-        context: Option<&str>,
-    ) -> Result<EndpointsWatch, ClusterError> {
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), ClusterError>>();
-        let kubeconfig = kubeconfig.to_owned();
-        let context = context.map(str::to_owned);
-        let namespace = self.objects.namespace.clone();
-        let selector = format!("kubernetes.io/service-name={}", self.objects.pool);
-        let (log_w, stop_w) = (log.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("ib-endpoints".into())
-            .spawn(move || {
-                let watched = async {
-                    let client = crate::api::client(&kubeconfig, context.as_deref()).await?;
-                    let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
-                    let mut told = Some(ready_tx.clone());
-                    while !stop_w.load(Ordering::Relaxed) {
-                        let result = watch_once(&api, &selector, &log_w, &stop_w, &mut || {
-                            if let Some(tx) = told.take() {
-                                let _ = tx.send(Ok(()));
-                            }
-                        })
-                        .await;
-                        match result {
-                            // Before the first list: nothing to watch.
-                            Err(e) if told.is_some() => return Err(e),
-                            // Later: the watch expired or broke; list and watch again.
-                            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-                            Ok(()) => {}
-                        }
-                    }
-                    Ok(())
-                };
-                let result = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| ClusterError::Api(e.to_string()))
-                    .and_then(|runtime| runtime.block_on(watched));
-                if let Err(e) = result {
-                    let _ = ready_tx.send(Err(e));
-                }
-            })
-            .map_err(|e| ClusterError::Api(format!("starting the endpoints watch: {e}")))?;
-        let watch = EndpointsWatch {
-            log,
-            stop,
-            thread: Some(thread),
-        };
-        match ready_rx.recv_timeout(Duration::from_secs(10)) {
-            Ok(Ok(())) => Ok(watch),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(ClusterError::Api(
-                "the EndpointSlice watch did not start within 10 s".into(),
-            )),
-        }
-    }
-}
-
-/// Lists the slices and logs their ready set, then watches from the list's version,
-/// logging the set after every change, until the watch ends, `stop`, or an error.
-async fn watch_once(
-    api: &Api<EndpointSlice>,
-    selector: &str,
-    log: &Mutex<EndpointsLog>,
-    stop: &AtomicBool,
-    listed: &mut dyn FnMut(),
-) -> Result<(), ClusterError> {
-    let list = api
-        .list(&ListParams::default().labels(selector))
-        .await
-        .map_err(|e| api_error("listing endpoint slices", e))?;
-    let mut slices: BTreeMap<String, Vec<String>> = list
-        .items
-        .iter()
-        .map(|s| {
-            (
-                s.metadata.name.clone().unwrap_or_default(),
-                ready_addresses(s),
-            )
-        })
-        .collect();
-    let record = |slices: &BTreeMap<String, Vec<String>>| {
-        let mut all: Vec<String> = slices.values().flatten().cloned().collect();
-        all.sort();
-        all.dedup();
-        let mut log = log.lock().unwrap_or_else(|p| p.into_inner());
-        if log.last().is_none_or(|(_, last)| *last != all) {
-            log.push((Instant::now(), all));
-        }
-    };
-    record(&slices);
-    listed();
-    let version = list.metadata.resource_version.unwrap_or_default();
-    let params = WatchParams::default().labels(selector).timeout(60);
-    let mut stream = api
-        .watch(&params, &version)
-        .await
-        .map_err(|e| api_error("watching endpoint slices", e))?
-        .boxed();
-    loop {
-        // Woken at least every 200 ms to see `stop`.
-        let next = tokio::time::timeout(Duration::from_millis(200), stream.next()).await;
-        if stop.load(Ordering::Relaxed) {
-            return Ok(());
-        }
-        let event = match next {
-            Err(_) => continue,
-            Ok(None) => return Ok(()),
-            Ok(Some(e)) => e.map_err(|e| api_error("watching endpoint slices", e))?,
-        };
-        match event {
-            WatchEvent::Added(s) | WatchEvent::Modified(s) => {
-                slices.insert(
-                    s.metadata.name.clone().unwrap_or_default(),
-                    ready_addresses(&s),
-                );
-            }
-            WatchEvent::Deleted(s) => {
-                slices.remove(&s.metadata.name.clone().unwrap_or_default());
-            }
-            WatchEvent::Bookmark(_) => continue,
-            WatchEvent::Error(e) => {
-                return Err(ClusterError::Api(format!(
-                    "watching endpoint slices: {}",
-                    e.message
-                )))
-            }
-        }
-        record(&slices);
-    }
-}
-
-/// The ready addresses of one slice.
-fn ready_addresses(slice: &EndpointSlice) -> Vec<String> {
-    slice
-        .endpoints
-        .iter()
-        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(false))
-        .flat_map(|e| e.addresses.iter().cloned())
-        .collect()
-}
-
 /// Deletes every namespace of the tool left by a run that is gone: its heartbeat older
 /// than [`STALE_AFTER`], or its owner a process of this machine that is not running. Only
 /// namespaces with the tool's label are looked at. Returns their names.
@@ -743,245 +566,6 @@ async fn apply_here(
     crate::api::apply(client, &objects).await
 }
 
-/// The labels of every object of the run.
-fn labels(o: &RunObjects) -> BTreeMap<String, String> {
-    BTreeMap::from([
-        (MANAGED_BY.to_owned(), TOOL.to_owned()),
-        (RUN_LABEL.to_owned(), o.run_id.clone()),
-    ])
-}
-
-/// The label with a pod's pool.
-pub(crate) const POOL_LABEL: &str = "app.kubernetes.io/name";
-
-/// A pool's pods' labels.
-fn pool_labels(o: &RunObjects, pool: &str) -> BTreeMap<String, String> {
-    let mut l = labels(o);
-    l.insert(POOL_LABEL.into(), pool.to_owned());
-    l
-}
-
-fn pool_selector(pool: &str) -> String {
-    format!("{POOL_LABEL}={pool}")
-}
-
-/// Metadata of an object named after the (first) pool.
-fn meta(o: &RunObjects, labels: BTreeMap<String, String>) -> ObjectMeta {
-    named(o, &o.pool, labels)
-}
-
-fn named(o: &RunObjects, name: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
-    ObjectMeta {
-        name: Some(name.to_owned()),
-        namespace: Some(o.namespace.clone()),
-        labels: Some(labels),
-        ..ObjectMeta::default()
-    }
-}
-
-fn deployment(o: &RunObjects, pool: &str, replicas: i32) -> Deployment {
-    let field = |path: &str| EnvVarSource {
-        field_ref: Some(ObjectFieldSelector {
-            field_path: path.to_owned(),
-            ..ObjectFieldSelector::default()
-        }),
-        ..EnvVarSource::default()
-    };
-    let mut args: Vec<String> = [
-        "backend",
-        "--listen",
-        &format!("0.0.0.0:{BACKEND_PORT}"),
-        "--name",
-        "$(POD_NAME)",
-        "--control",
-        &format!("0.0.0.0:{CONTROL_PORT}"),
-    ]
-    .iter()
-    .map(|s| (*s).to_owned())
-    .collect();
-    args.extend(o.backend_args.iter().cloned());
-    let container = Container {
-        name: "backend".into(),
-        image: Some(o.image.clone()),
-        args: Some(args),
-        env: Some(vec![EnvVar {
-            name: "POD_NAME".into(),
-            value_from: Some(field("metadata.name")),
-            ..EnvVar::default()
-        }]),
-        ports: Some(vec![
-            ContainerPort {
-                container_port: BACKEND_PORT,
-                name: Some("http".into()),
-                ..ContainerPort::default()
-            },
-            ContainerPort {
-                container_port: CONTROL_PORT,
-                name: Some("control".into()),
-                ..ContainerPort::default()
-            },
-        ]),
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/healthz".into()),
-                port: IntOrString::String("http".into()),
-                ..HTTPGetAction::default()
-            }),
-            period_seconds: Some(1),
-            ..Probe::default()
-        }),
-        ..Container::default()
-    };
-    let security_context = (!o.sysctls.is_empty()).then(|| PodSecurityContext {
-        sysctls: Some(
-            o.sysctls
-                .iter()
-                .map(|(name, value)| Sysctl {
-                    name: name.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
-        ),
-        ..PodSecurityContext::default()
-    });
-    Deployment {
-        metadata: named(o, pool, labels(o)),
-        spec: Some(DeploymentSpec {
-            replicas: Some(replicas),
-            selector: LabelSelector {
-                match_labels: Some(BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())])),
-                ..LabelSelector::default()
-            },
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(pool_labels(o, pool)),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    termination_grace_period_seconds: Some(o.grace_s),
-                    security_context,
-                    ..PodSpec::default()
-                }),
-            },
-            ..DeploymentSpec::default()
-        }),
-        ..Deployment::default()
-    }
-}
-
-fn service(o: &RunObjects, pool: &str) -> Service {
-    Service {
-        metadata: named(o, pool, labels(o)),
-        spec: Some(ServiceSpec {
-            selector: Some(BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())])),
-            ports: Some(vec![ServicePort {
-                name: Some("http".into()),
-                port: 80,
-                target_port: Some(IntOrString::String("http".into())),
-                ..ServicePort::default()
-            }]),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    }
-}
-
-/// The run's Ingress of class `class`, with `annotations`, as the API takes it.
-pub(crate) fn ingress_object(
-    o: &RunObjects,
-    class: &str,
-    annotations: BTreeMap<String, String>,
-) -> serde_json::Value {
-    serde_json::to_value(ingress(o, class, annotations)).unwrap_or_default()
-}
-
-fn ingress<'a>(o: &'a RunObjects, class: &str, annotations: BTreeMap<String, String>) -> Ingress {
-    let backend = |pool: &str| IngressBackend {
-        service: Some(IngressServiceBackend {
-            name: pool.to_owned(),
-            port: Some(ServiceBackendPort {
-                number: Some(80),
-                ..ServiceBackendPort::default()
-            }),
-        }),
-        ..IngressBackend::default()
-    };
-    // One rule per host, its paths in it; `*` is a rule without a host, or over TLS one
-    // for the name the certificate gives a catch-all (controllers differ on which
-    // certificate a TLS entry without hosts serves: HAProxy Ingress keeps its own).
-    let host_of = |h: &'a str| match (h, &o.tls) {
-        ("*", Some(_)) => DEFAULT_TLS_NAME,
-        _ => h,
-    };
-    let mut by_host: BTreeMap<&str, Vec<HTTPIngressPath>> = BTreeMap::new();
-    for r in &o.routes {
-        by_host
-            .entry(host_of(&r.host))
-            .or_default()
-            .push(HTTPIngressPath {
-                path: Some(r.prefix.clone()),
-                path_type: "Prefix".into(),
-                backend: backend(&r.pool),
-            });
-    }
-    let rules = by_host
-        .into_iter()
-        .map(|(host, paths)| IngressRule {
-            host: (host != "*").then(|| host.to_owned()),
-            http: Some(HTTPIngressRuleValue { paths }),
-        })
-        .collect();
-    let mut metadata = meta(o, labels(o));
-    if !annotations.is_empty() {
-        metadata.annotations = Some(annotations);
-    }
-    // TLS for every host.
-    let hosts: Vec<String> = o
-        .routes
-        .iter()
-        .map(|r| host_of(&r.host).to_owned())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let tls = o.tls.as_ref().map(|_| {
-        vec![IngressTLS {
-            hosts: (!hosts.is_empty()).then_some(hosts),
-            secret_name: Some(tls_secret_name(o)),
-        }]
-    });
-    Ingress {
-        metadata,
-        spec: Some(IngressSpec {
-            ingress_class_name: Some(class.to_owned()),
-            rules: Some(rules),
-            tls,
-            ..IngressSpec::default()
-        }),
-        ..Ingress::default()
-    }
-}
-
-pub(crate) fn tls_secret_name(o: &RunObjects) -> String {
-    format!("{}-tls", o.pool)
-}
-
-/// The routes' certificate as a `kubernetes.io/tls` Secret.
-fn tls_secret(o: &RunObjects) -> Option<Secret> {
-    let (cert, key) = o.tls.as_ref()?;
-    let mut metadata = meta(o, labels(o));
-    metadata.name = Some(tls_secret_name(o));
-    Some(Secret {
-        metadata,
-        type_: Some("kubernetes.io/tls".into()),
-        string_data: Some(BTreeMap::from([
-            ("tls.crt".to_owned(), cert.clone()),
-            ("tls.key".to_owned(), key.clone()),
-        ])),
-        ..Secret::default()
-    })
-}
-
 /// This process as an owner: the machine's boot id and the pid.
 fn owner() -> String {
     format!("{}/{}", boot_id(), std::process::id())
@@ -1022,168 +606,4 @@ fn api_error(action: &str, e: kube::Error) -> ClusterError {
         _ => "",
     };
     ClusterError::Api(format!("{action}: {e}{fix}"))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn objects() -> RunObjects {
-        RunObjects {
-            namespace: "ib-run-1".into(),
-            run_id: "run-1".into(),
-            pool: "echo".into(),
-            replicas: 3,
-            image: "ingressbench".into(),
-            backend_args: vec!["--latency".into(), "1ms".into()],
-            other_pools: vec![("api".into(), 2)],
-            routes: [
-                ("app.test", "/", "echo"),
-                ("app.test", "/api", "api"),
-                ("*", "/", "echo"),
-            ]
-            .map(|(host, prefix, pool)| Route {
-                host: host.into(),
-                prefix: prefix.into(),
-                pool: pool.into(),
-            })
-            .to_vec(),
-            routing: crate::routes::Routing::Ingress {
-                class: "traefik".into(),
-                profile: Some(&crate::routes::traefik::PROFILE),
-            },
-            generation: Some(1),
-            cors_origins: Vec::new(),
-            sysctls: BTreeMap::from([("net.core.somaxconn".into(), "1024".into())]),
-            grace_s: 5,
-            tls: Some(("CERT".into(), "KEY".into())),
-        }
-    }
-
-    fn ingress_of(o: &RunObjects) -> Ingress {
-        ingress(
-            o,
-            "traefik",
-            BTreeMap::from([("a.example/b".into(), "c".into())]),
-        )
-    }
-
-    #[test]
-    fn every_object_carries_the_tools_label_and_the_run() {
-        let o = objects();
-        for meta in [
-            &deployment(&o, "echo", 3).metadata,
-            &service(&o, "api").metadata,
-            &ingress_of(&o).metadata,
-            &tls_secret(&o).unwrap().metadata,
-        ] {
-            let labels = meta.labels.as_ref().unwrap();
-            assert_eq!(labels[MANAGED_BY], TOOL);
-            assert_eq!(labels[RUN_LABEL], "run-1");
-        }
-    }
-
-    #[test]
-    fn routes_become_one_rule_per_host_to_their_pools_and_sysctls_the_pods_security_context() {
-        let o = RunObjects {
-            tls: None,
-            ..objects()
-        };
-        let rules = ingress_of(&o).spec.unwrap().rules.unwrap();
-        assert_eq!(rules.len(), 2);
-        let app = rules
-            .iter()
-            .find(|r| r.host.as_deref() == Some("app.test"))
-            .unwrap();
-        let services: Vec<(&str, &str)> = app
-            .http
-            .as_ref()
-            .unwrap()
-            .paths
-            .iter()
-            .map(|p| {
-                let service = p.backend.service.as_ref().unwrap();
-                (p.path.as_deref().unwrap(), service.name.as_str())
-            })
-            .collect();
-        assert_eq!(services, [("/", "echo"), ("/api", "api")]);
-        // Each pool its own Deployment and Service, selecting its own pods.
-        let api = deployment(&o, "api", 2);
-        assert_eq!(api.metadata.name.as_deref(), Some("api"));
-        let spec = api.spec.unwrap();
-        assert_eq!(spec.replicas, Some(2));
-        assert_eq!(
-            spec.template.metadata.unwrap().labels.unwrap()[POOL_LABEL],
-            "api"
-        );
-        assert_eq!(
-            service(&o, "api").spec.unwrap().selector.unwrap()[POOL_LABEL],
-            "api"
-        );
-        assert!(
-            rules.iter().any(|r| r.host.is_none()),
-            "`*` is a rule without a host"
-        );
-        // Over TLS, the rule of the name the certificate gives a catch-all.
-        let tls_rules = ingress_of(&objects()).spec.unwrap().rules.unwrap();
-        assert_eq!(tls_rules.len(), 1);
-        assert_eq!(tls_rules[0].host.as_deref(), Some("app.test"));
-        assert_eq!(tls_rules[0].http.as_ref().unwrap().paths.len(), 3);
-        let pod = deployment(&o, "echo", 3)
-            .spec
-            .unwrap()
-            .template
-            .spec
-            .unwrap();
-        let sysctls = pod.security_context.unwrap().sysctls.unwrap();
-        assert_eq!(sysctls[0].name, "net.core.somaxconn");
-        let args = pod.containers[0].args.clone().unwrap();
-        assert_eq!(
-            &args[..5],
-            [
-                "backend",
-                "--listen",
-                "0.0.0.0:8080",
-                "--name",
-                "$(POD_NAME)"
-            ]
-        );
-        assert_eq!(&args[5..7], ["--control", "0.0.0.0:8081"]);
-        assert_eq!(&args[7..], ["--latency", "1ms"]);
-    }
-
-    #[test]
-    fn tls_names_the_secret_for_the_named_hosts_and_annotations_reach_the_ingress() {
-        let o = objects();
-        let ingress = ingress_of(&o);
-        let tls = ingress.spec.unwrap().tls.unwrap();
-        // `*` over TLS: the name its certificate gives a catch-all.
-        assert_eq!(tls[0].hosts.as_deref(), Some(&["app.test".to_owned()][..]));
-        assert_eq!(tls[0].secret_name.as_deref(), Some("echo-tls"));
-        assert_eq!(ingress.metadata.annotations.unwrap()["a.example/b"], "c");
-        let secret = tls_secret(&o).unwrap();
-        assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
-        assert_eq!(secret.string_data.unwrap()["tls.key"], "KEY");
-        let plain = RunObjects { tls: None, ..o };
-        assert!(tls_secret(&plain).is_none());
-        assert!(ingress_of(&plain).spec.unwrap().tls.is_none());
-    }
-
-    #[test]
-    fn the_routes_are_the_profiles_objects_then_the_ingress_with_its_annotations() {
-        let o = objects();
-        let first = crate::routes::render(&o, o.generation, &Default::default());
-        let kinds: Vec<&str> = first.iter().map(|v| v["kind"].as_str().unwrap()).collect();
-        assert_eq!(kinds, ["Middleware", "Middleware", "Ingress"]);
-        let ingress = &first[2];
-        assert_eq!(ingress["apiVersion"], "networking.k8s.io/v1");
-        assert_eq!(ingress["spec"]["ingressClassName"], "traefik");
-        assert!(ingress["metadata"]["annotations"]
-            ["traefik.ingress.kubernetes.io/router.middlewares"]
-            .is_string());
-        // Without route changes: the Ingress alone, no annotations.
-        let plain = crate::routes::render(&o, None, &Default::default());
-        assert_eq!(plain.len(), 1);
-        assert!(plain[0]["metadata"].get("annotations").is_none());
-    }
 }

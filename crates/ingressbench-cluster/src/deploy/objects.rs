@@ -1,0 +1,429 @@
+//! The Kubernetes objects of a run, built from [`RunObjects`] without calling anything:
+//! the pools' Deployments and Services, the Ingress and its TLS Secret, and the labels
+//! and metadata every object carries.
+
+use std::collections::BTreeMap;
+
+use ingressbench_lab::certs::DEFAULT_TLS_NAME;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
+    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, Service, ServicePort, ServiceSpec,
+    Sysctl,
+};
+use k8s_openapi::api::networking::v1::{
+    HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
+    IngressServiceBackend, IngressSpec, IngressTLS, ServiceBackendPort,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
+use super::{RunObjects, BACKEND_PORT, CONTROL_PORT, MANAGED_BY, RUN_LABEL, TOOL};
+
+/// The labels of every object of the run.
+pub(crate) fn labels(o: &RunObjects) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY.to_owned(), TOOL.to_owned()),
+        (RUN_LABEL.to_owned(), o.run_id.clone()),
+    ])
+}
+
+/// The label with a pod's pool.
+pub(crate) const POOL_LABEL: &str = "app.kubernetes.io/name";
+
+/// A pool's pods' labels.
+pub(crate) fn pool_labels(o: &RunObjects, pool: &str) -> BTreeMap<String, String> {
+    let mut l = labels(o);
+    l.insert(POOL_LABEL.into(), pool.to_owned());
+    l
+}
+
+pub(crate) fn pool_selector(pool: &str) -> String {
+    format!("{POOL_LABEL}={pool}")
+}
+
+/// Metadata of an object named after the (first) pool.
+pub(crate) fn meta(o: &RunObjects, labels: BTreeMap<String, String>) -> ObjectMeta {
+    named(o, &o.pool, labels)
+}
+
+pub(crate) fn named(o: &RunObjects, name: &str, labels: BTreeMap<String, String>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.to_owned()),
+        namespace: Some(o.namespace.clone()),
+        labels: Some(labels),
+        ..ObjectMeta::default()
+    }
+}
+
+pub(crate) fn deployment(o: &RunObjects, pool: &str, replicas: i32) -> Deployment {
+    let field = |path: &str| EnvVarSource {
+        field_ref: Some(ObjectFieldSelector {
+            field_path: path.to_owned(),
+            ..ObjectFieldSelector::default()
+        }),
+        ..EnvVarSource::default()
+    };
+    let mut args: Vec<String> = [
+        "backend",
+        "--listen",
+        &format!("0.0.0.0:{BACKEND_PORT}"),
+        "--name",
+        "$(POD_NAME)",
+        "--control",
+        &format!("0.0.0.0:{CONTROL_PORT}"),
+    ]
+    .iter()
+    .map(|s| (*s).to_owned())
+    .collect();
+    args.extend(o.backend_args.iter().cloned());
+    let container = Container {
+        name: "backend".into(),
+        image: Some(o.image.clone()),
+        args: Some(args),
+        env: Some(vec![EnvVar {
+            name: "POD_NAME".into(),
+            value_from: Some(field("metadata.name")),
+            ..EnvVar::default()
+        }]),
+        ports: Some(vec![
+            ContainerPort {
+                container_port: BACKEND_PORT,
+                name: Some("http".into()),
+                ..ContainerPort::default()
+            },
+            ContainerPort {
+                container_port: CONTROL_PORT,
+                name: Some("control".into()),
+                ..ContainerPort::default()
+            },
+        ]),
+        readiness_probe: Some(Probe {
+            http_get: Some(HTTPGetAction {
+                path: Some("/healthz".into()),
+                port: IntOrString::String("http".into()),
+                ..HTTPGetAction::default()
+            }),
+            period_seconds: Some(1),
+            ..Probe::default()
+        }),
+        ..Container::default()
+    };
+    let security_context = (!o.sysctls.is_empty()).then(|| PodSecurityContext {
+        sysctls: Some(
+            o.sysctls
+                .iter()
+                .map(|(name, value)| Sysctl {
+                    name: name.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+        ),
+        ..PodSecurityContext::default()
+    });
+    Deployment {
+        metadata: named(o, pool, labels(o)),
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector {
+                match_labels: Some(BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())])),
+                ..LabelSelector::default()
+            },
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pool_labels(o, pool)),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    termination_grace_period_seconds: Some(o.grace_s),
+                    security_context,
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+pub(crate) fn service(o: &RunObjects, pool: &str) -> Service {
+    Service {
+        metadata: named(o, pool, labels(o)),
+        spec: Some(ServiceSpec {
+            selector: Some(BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())])),
+            ports: Some(vec![ServicePort {
+                name: Some("http".into()),
+                port: 80,
+                target_port: Some(IntOrString::String("http".into())),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    }
+}
+
+/// The run's Ingress of class `class`, with `annotations`, as the API takes it.
+pub(crate) fn ingress_object(
+    o: &RunObjects,
+    class: &str,
+    annotations: BTreeMap<String, String>,
+) -> serde_json::Value {
+    serde_json::to_value(ingress(o, class, annotations)).unwrap_or_default()
+}
+
+pub(crate) fn ingress<'a>(
+    o: &'a RunObjects,
+    class: &str,
+    annotations: BTreeMap<String, String>,
+) -> Ingress {
+    let backend = |pool: &str| IngressBackend {
+        service: Some(IngressServiceBackend {
+            name: pool.to_owned(),
+            port: Some(ServiceBackendPort {
+                number: Some(80),
+                ..ServiceBackendPort::default()
+            }),
+        }),
+        ..IngressBackend::default()
+    };
+    // One rule per host, its paths in it; `*` is a rule without a host, or over TLS one
+    // for the name the certificate gives a catch-all (controllers differ on which
+    // certificate a TLS entry without hosts serves: HAProxy Ingress keeps its own).
+    let host_of = |h: &'a str| match (h, &o.tls) {
+        ("*", Some(_)) => DEFAULT_TLS_NAME,
+        _ => h,
+    };
+    let mut by_host: BTreeMap<&str, Vec<HTTPIngressPath>> = BTreeMap::new();
+    for r in &o.routes {
+        by_host
+            .entry(host_of(&r.host))
+            .or_default()
+            .push(HTTPIngressPath {
+                path: Some(r.prefix.clone()),
+                path_type: "Prefix".into(),
+                backend: backend(&r.pool),
+            });
+    }
+    let rules = by_host
+        .into_iter()
+        .map(|(host, paths)| IngressRule {
+            host: (host != "*").then(|| host.to_owned()),
+            http: Some(HTTPIngressRuleValue { paths }),
+        })
+        .collect();
+    let mut metadata = meta(o, labels(o));
+    if !annotations.is_empty() {
+        metadata.annotations = Some(annotations);
+    }
+    // TLS for every host.
+    let hosts: Vec<String> = o
+        .routes
+        .iter()
+        .map(|r| host_of(&r.host).to_owned())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let tls = o.tls.as_ref().map(|_| {
+        vec![IngressTLS {
+            hosts: (!hosts.is_empty()).then_some(hosts),
+            secret_name: Some(tls_secret_name(o)),
+        }]
+    });
+    Ingress {
+        metadata,
+        spec: Some(IngressSpec {
+            ingress_class_name: Some(class.to_owned()),
+            rules: Some(rules),
+            tls,
+            ..IngressSpec::default()
+        }),
+        ..Ingress::default()
+    }
+}
+
+pub(crate) fn tls_secret_name(o: &RunObjects) -> String {
+    format!("{}-tls", o.pool)
+}
+
+/// The routes' certificate as a `kubernetes.io/tls` Secret.
+pub(crate) fn tls_secret(o: &RunObjects) -> Option<Secret> {
+    let (cert, key) = o.tls.as_ref()?;
+    let mut metadata = meta(o, labels(o));
+    metadata.name = Some(tls_secret_name(o));
+    Some(Secret {
+        metadata,
+        type_: Some("kubernetes.io/tls".into()),
+        string_data: Some(BTreeMap::from([
+            ("tls.crt".to_owned(), cert.clone()),
+            ("tls.key".to_owned(), key.clone()),
+        ])),
+        ..Secret::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Route;
+    use super::*;
+
+    fn objects() -> RunObjects {
+        RunObjects {
+            namespace: "ib-run-1".into(),
+            run_id: "run-1".into(),
+            pool: "echo".into(),
+            replicas: 3,
+            image: "ingressbench".into(),
+            backend_args: vec!["--latency".into(), "1ms".into()],
+            other_pools: vec![("api".into(), 2)],
+            routes: [
+                ("app.test", "/", "echo"),
+                ("app.test", "/api", "api"),
+                ("*", "/", "echo"),
+            ]
+            .map(|(host, prefix, pool)| Route {
+                host: host.into(),
+                prefix: prefix.into(),
+                pool: pool.into(),
+            })
+            .to_vec(),
+            routing: crate::routes::Routing::Ingress {
+                class: "traefik".into(),
+                profile: Some(&crate::routes::traefik::PROFILE),
+            },
+            generation: Some(1),
+            cors_origins: Vec::new(),
+            sysctls: BTreeMap::from([("net.core.somaxconn".into(), "1024".into())]),
+            grace_s: 5,
+            tls: Some(("CERT".into(), "KEY".into())),
+        }
+    }
+
+    fn ingress_of(o: &RunObjects) -> Ingress {
+        ingress(
+            o,
+            "traefik",
+            BTreeMap::from([("a.example/b".into(), "c".into())]),
+        )
+    }
+
+    #[test]
+    fn every_object_carries_the_tools_label_and_the_run() {
+        let o = objects();
+        for meta in [
+            &deployment(&o, "echo", 3).metadata,
+            &service(&o, "api").metadata,
+            &ingress_of(&o).metadata,
+            &tls_secret(&o).unwrap().metadata,
+        ] {
+            let labels = meta.labels.as_ref().unwrap();
+            assert_eq!(labels[MANAGED_BY], TOOL);
+            assert_eq!(labels[RUN_LABEL], "run-1");
+        }
+    }
+
+    #[test]
+    fn routes_become_one_rule_per_host_to_their_pools_and_sysctls_the_pods_security_context() {
+        let o = RunObjects {
+            tls: None,
+            ..objects()
+        };
+        let rules = ingress_of(&o).spec.unwrap().rules.unwrap();
+        assert_eq!(rules.len(), 2);
+        let app = rules
+            .iter()
+            .find(|r| r.host.as_deref() == Some("app.test"))
+            .unwrap();
+        let services: Vec<(&str, &str)> = app
+            .http
+            .as_ref()
+            .unwrap()
+            .paths
+            .iter()
+            .map(|p| {
+                let service = p.backend.service.as_ref().unwrap();
+                (p.path.as_deref().unwrap(), service.name.as_str())
+            })
+            .collect();
+        assert_eq!(services, [("/", "echo"), ("/api", "api")]);
+        // Each pool its own Deployment and Service, selecting its own pods.
+        let api = deployment(&o, "api", 2);
+        assert_eq!(api.metadata.name.as_deref(), Some("api"));
+        let spec = api.spec.unwrap();
+        assert_eq!(spec.replicas, Some(2));
+        assert_eq!(
+            spec.template.metadata.unwrap().labels.unwrap()[POOL_LABEL],
+            "api"
+        );
+        assert_eq!(
+            service(&o, "api").spec.unwrap().selector.unwrap()[POOL_LABEL],
+            "api"
+        );
+        assert!(
+            rules.iter().any(|r| r.host.is_none()),
+            "`*` is a rule without a host"
+        );
+        // Over TLS, the rule of the name the certificate gives a catch-all.
+        let tls_rules = ingress_of(&objects()).spec.unwrap().rules.unwrap();
+        assert_eq!(tls_rules.len(), 1);
+        assert_eq!(tls_rules[0].host.as_deref(), Some("app.test"));
+        assert_eq!(tls_rules[0].http.as_ref().unwrap().paths.len(), 3);
+        let pod = deployment(&o, "echo", 3)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let sysctls = pod.security_context.unwrap().sysctls.unwrap();
+        assert_eq!(sysctls[0].name, "net.core.somaxconn");
+        let args = pod.containers[0].args.clone().unwrap();
+        assert_eq!(
+            &args[..5],
+            [
+                "backend",
+                "--listen",
+                "0.0.0.0:8080",
+                "--name",
+                "$(POD_NAME)"
+            ]
+        );
+        assert_eq!(&args[5..7], ["--control", "0.0.0.0:8081"]);
+        assert_eq!(&args[7..], ["--latency", "1ms"]);
+    }
+
+    #[test]
+    fn tls_names_the_secret_for_the_named_hosts_and_annotations_reach_the_ingress() {
+        let o = objects();
+        let ingress = ingress_of(&o);
+        let tls = ingress.spec.unwrap().tls.unwrap();
+        // `*` over TLS: the name its certificate gives a catch-all.
+        assert_eq!(tls[0].hosts.as_deref(), Some(&["app.test".to_owned()][..]));
+        assert_eq!(tls[0].secret_name.as_deref(), Some("echo-tls"));
+        assert_eq!(ingress.metadata.annotations.unwrap()["a.example/b"], "c");
+        let secret = tls_secret(&o).unwrap();
+        assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+        assert_eq!(secret.string_data.unwrap()["tls.key"], "KEY");
+        let plain = RunObjects { tls: None, ..o };
+        assert!(tls_secret(&plain).is_none());
+        assert!(ingress_of(&plain).spec.unwrap().tls.is_none());
+    }
+
+    #[test]
+    fn the_routes_are_the_profiles_objects_then_the_ingress_with_its_annotations() {
+        let o = objects();
+        let first = crate::routes::render(&o, o.generation, &Default::default());
+        let kinds: Vec<&str> = first.iter().map(|v| v["kind"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["Middleware", "Middleware", "Ingress"]);
+        let ingress = &first[2];
+        assert_eq!(ingress["apiVersion"], "networking.k8s.io/v1");
+        assert_eq!(ingress["spec"]["ingressClassName"], "traefik");
+        assert!(ingress["metadata"]["annotations"]
+            ["traefik.ingress.kubernetes.io/router.middlewares"]
+            .is_string());
+        // Without route changes: the Ingress alone, no annotations.
+        let plain = crate::routes::render(&o, None, &Default::default());
+        assert_eq!(plain.len(), 1);
+        assert!(plain[0]["metadata"].get("annotations").is_none());
+    }
+}
