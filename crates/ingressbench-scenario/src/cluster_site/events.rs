@@ -2,11 +2,11 @@
 //! them, and their times: requested, seen in the EndpointSlices (the control plane's
 //! part), reported in an HTTPRoute's status (the controller's).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ingressbench_cluster::deploy::PodState;
 use ingressbench_cluster::routes::{self, gateway, Routing};
-use ingressbench_lab::model::GENERATION_HEADER;
+use ingressbench_lab::model::{Overlay, GENERATION_HEADER};
 use ingressbench_lab::{Change, ChangeRecord};
 
 use super::{ClusterSite, Expect, HEARTBEAT_EVERY, ROUTE_STATUS_TIMEOUT, STATUS_EVERY};
@@ -15,86 +15,99 @@ impl ClusterSite {
     /// Makes `change` through the API (a scale, a kill, a route change, …) and records it;
     /// its index among the records.
     pub(super) fn apply(&mut self, change: Change) -> Result<usize, String> {
-        let kill = matches!(change, Change::Kill(_));
         match change {
-            Change::Scale { pool, replicas } => {
-                let now: Vec<String> = self.live_pods()?.into_iter().map(|p| p.name).collect();
-                let before = now.len();
-                let asked = Instant::now();
-                self.run
-                    .scale(i32::try_from(replicas).map_err(|e| e.to_string())?)
-                    .map_err(|e| e.to_string())?;
-                let index = self.record(
-                    format!("scale {pool} {before}->{replicas}"),
-                    Vec::new(),
-                    Expect::Ready(replicas),
-                    asked,
-                );
-                self.before.push((index, now));
-                Ok(index)
-            }
-            Change::Kill(name) | Change::Terminate(name) => {
-                let pod = self.pick(name.as_deref())?;
-                let asked = Instant::now();
-                self.run
-                    .delete_pod(&pod.name, kill.then_some(0))
-                    .map_err(|e| e.to_string())?;
-                let verb = if kill { "kill" } else { "terminate" };
-                let expect = match pod.ip {
-                    Some(ip) => Expect::Gone(ip),
-                    None => Expect::Ready(0),
-                };
-                Ok(self.record(
-                    format!("{verb} {}", pod.name),
-                    vec![pod.name],
-                    expect,
-                    asked,
-                ))
-            }
-            Change::Overlay(overlay) => {
-                let generation = self
-                    .generation
-                    .ok_or("the cell was made without route changes")?
-                    + 1;
-                let asked = Instant::now();
-                self.run
-                    .apply(&routes::render(
-                        self.run.objects(),
-                        Some(generation),
-                        &overlay,
-                    ))
-                    .map_err(|e| e.to_string())?;
-                self.generation = Some(generation);
-                // Applied when the API stored it; the traffic shows when the proxies had
-                // it, and an HTTPRoute's status when its controller says it did.
-                let index = self.applied(
-                    overlay.describe(),
-                    asked,
-                    vec![(GENERATION_HEADER, generation)],
-                );
-                if matches!(self.run.objects().routing, Routing::Gateway { .. }) {
-                    self.reporting.push(index);
-                }
-                Ok(index)
-            }
-            Change::Stall { backend, duration } => {
-                let pod = self.pick(backend.as_deref())?;
-                let asked = Instant::now();
-                self.run
-                    .stall_pod(&pod.name, duration)
-                    .map_err(|e| e.to_string())?;
-                // Applied when the backend said so (through the API server's proxy).
-                Ok(self.applied(
-                    format!("stall {} for {duration:?}", pod.name),
-                    asked,
-                    Vec::new(),
-                ))
-            }
+            Change::Scale { pool, replicas } => self.scale(&pool, replicas),
+            Change::Kill(name) => self.delete_pod(name.as_deref(), true),
+            Change::Terminate(name) => self.delete_pod(name.as_deref(), false),
+            Change::Overlay(overlay) => self.change_routes(&overlay),
+            Change::Stall { backend, duration } => self.stall(backend.as_deref(), duration),
             Change::Reload => Err(
                 "a reload has no meaning in cluster mode: the controller applies what the API holds (route changes are `config` events)"
                     .into(),
             ),
         }
+    }
+
+    /// Scales the pool's Deployment; done when the EndpointSlices show that many ready.
+    fn scale(&mut self, pool: &str, replicas: usize) -> Result<usize, String> {
+        let now: Vec<String> = self.live_pods()?.into_iter().map(|p| p.name).collect();
+        let before = now.len();
+        let asked = Instant::now();
+        self.run
+            .scale(i32::try_from(replicas).map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+        let index = self.record(
+            format!("scale {pool} {before}->{replicas}"),
+            Vec::new(),
+            Expect::Ready(replicas),
+            asked,
+        );
+        self.before.push((index, now));
+        Ok(index)
+    }
+
+    /// Deletes a pod (`name`, or one at random): at once (`kill`, a crash) or with its
+    /// grace period (a drain); done when its address leaves the ready endpoints.
+    fn delete_pod(&mut self, name: Option<&str>, kill: bool) -> Result<usize, String> {
+        let pod = self.pick(name)?;
+        let asked = Instant::now();
+        self.run
+            .delete_pod(&pod.name, kill.then_some(0))
+            .map_err(|e| e.to_string())?;
+        let verb = if kill { "kill" } else { "terminate" };
+        let expect = match pod.ip {
+            Some(ip) => Expect::Gone(ip),
+            None => Expect::Ready(0),
+        };
+        Ok(self.record(
+            format!("{verb} {}", pod.name),
+            vec![pod.name],
+            expect,
+            asked,
+        ))
+    }
+
+    /// Applies the routes of the next generation with `overlay`. Applied when the API
+    /// stored it; the traffic shows when the proxies had it, and an HTTPRoute's status
+    /// when its controller says it did.
+    fn change_routes(&mut self, overlay: &Overlay) -> Result<usize, String> {
+        let generation = self
+            .generation
+            .ok_or("the cell was made without route changes")?
+            + 1;
+        let asked = Instant::now();
+        self.run
+            .apply(&routes::render(
+                self.run.objects(),
+                Some(generation),
+                overlay,
+            ))
+            .map_err(|e| e.to_string())?;
+        self.generation = Some(generation);
+        let index = self.applied(
+            overlay.describe(),
+            asked,
+            vec![(GENERATION_HEADER, generation)],
+        );
+        if matches!(self.run.objects().routing, Routing::Gateway { .. }) {
+            self.reporting.push(index);
+        }
+        Ok(index)
+    }
+
+    /// Stops a backend pod (`backend`, or one at random) answering for `duration`;
+    /// applied when the backend said so (through the API server's proxy).
+    fn stall(&mut self, backend: Option<&str>, duration: Duration) -> Result<usize, String> {
+        let pod = self.pick(backend)?;
+        let asked = Instant::now();
+        self.run
+            .stall_pod(&pod.name, duration)
+            .map_err(|e| e.to_string())?;
+        Ok(self.applied(
+            format!("stall {} for {duration:?}", pod.name),
+            asked,
+            Vec::new(),
+        ))
     }
 
     /// Moves pending changes on: when the EndpointSlices show them, when the controller

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ingressbench_cluster::deploy::{Route, RunNamespace, RunObjects, CANNOT_START};
+use ingressbench_cluster::deploy::{PodState, Route, RunNamespace, RunObjects, CANNOT_START};
 use ingressbench_cluster::file::ClusterTarget;
 use ingressbench_cluster::routes::{gateway, Routing};
 use ingressbench_lab::certs::DEFAULT_TLS_NAME;
@@ -159,71 +159,9 @@ impl ClusterSite {
         let o = self.run.objects();
         let mut last = String::from("nothing asked yet");
         while Instant::now() < deadline {
-            let pods = self.run.all_pods().map_err(|e| e.to_string())?;
-            // A pod that cannot start will not start later: say so now.
-            if let Some((pod, why)) = pods.iter().find_map(|p| {
-                let w = p.waiting.as_deref()?;
-                CANNOT_START
-                    .iter()
-                    .any(|r| w.starts_with(r))
-                    .then_some((&p.name, w))
-            }) {
-                return Err(CellFailure {
-                    message: format!(
-                        "pod {}/{pod} cannot start: {why}; set `image:` in the cluster file to an image of ingressbench the cluster's nodes can pull (docs/CLUSTER.md)",
-                        o.namespace
-                    ),
-                    input: true,
-                });
-            }
-            let ready = |pool: &str| pods.iter().filter(|p| p.ready && p.pool == pool).count();
-            let endpoints = self.run.ready_endpoints().map_err(|e| e.to_string())?;
-            let short = o
-                .other_pools
-                .iter()
-                .map(|(pool, n)| (pool.as_str(), usize::try_from(*n).unwrap_or(0)))
-                .find(|(pool, n)| ready(pool) < *n);
-            if ready(&o.pool) < replicas || endpoints.len() < replicas {
-                last = format!(
-                    "{} of {replicas} pods ready, {} in the EndpointSlices",
-                    ready(&o.pool),
-                    endpoints.len()
-                );
-            } else if let Some((pool, n)) = short {
-                last = format!("{} of {n} pods of pool {pool} ready", ready(pool));
-            } else {
-                let answered = o.routes.iter().all(|r| {
-                    let (host, path) = (r.host.as_str(), r.prefix.as_str());
-                    let host = if host == "*" { DEFAULT_TLS_NAME } else { host };
-                    match ask(&self.door, host, path) {
-                        Some((b, _)) if !pods.iter().any(|p| p.name == b && p.pool == r.pool) => {
-                            last = format!(
-                                "{host}{path} answered by `{b}`, not one of this run's pods of pool {}",
-                                r.pool
-                            );
-                            false
-                        }
-                        // With route changes, the first generation's Middlewares in force.
-                        Some((_, g))
-                            if self.generation.is_some()
-                                && g.as_deref() != Some(&FIRST_GENERATION.to_string()) =>
-                        {
-                            last = format!("{host}{path} answered without the run's Middlewares ({GENERATION_HEADER}: {g:?})");
-                            false
-                        }
-                        Some(_) => true,
-                        None => {
-                            last = format!(
-                                "{host}{path} not answered by a backend through {}",
-                                self.door.address
-                            );
-                            false
-                        }
-                    }
-                });
-                if answered {
-                    return Ok(());
-                }
+            match self.not_routing(replicas)? {
+                None => return Ok(()),
+                Some(why) => last = why,
             }
             std::thread::sleep(Duration::from_millis(200));
         }
@@ -238,6 +176,74 @@ impl ClusterSite {
                 Routing::Gateway { parent, .. } => format!("Gateway {parent}"),
             }
         )))
+    }
+
+    /// What keeps the cell from routing now (`None`: nothing); a pod that cannot start
+    /// is an error at once, since it will not start later.
+    fn not_routing(&self, replicas: usize) -> Result<Option<String>, CellFailure> {
+        let o = self.run.objects();
+        let pods = self.run.all_pods().map_err(|e| e.to_string())?;
+        if let Some((pod, why)) = pods.iter().find_map(|p| {
+            let w = p.waiting.as_deref()?;
+            CANNOT_START
+                .iter()
+                .any(|r| w.starts_with(r))
+                .then_some((&p.name, w))
+        }) {
+            return Err(CellFailure {
+                message: format!(
+                    "pod {}/{pod} cannot start: {why}; set `image:` in the cluster file to an image of ingressbench the cluster's nodes can pull (docs/CLUSTER.md)",
+                    o.namespace
+                ),
+                input: true,
+            });
+        }
+        let ready = |pool: &str| pods.iter().filter(|p| p.ready && p.pool == pool).count();
+        let endpoints = self.run.ready_endpoints().map_err(|e| e.to_string())?;
+        let short = o
+            .other_pools
+            .iter()
+            .map(|(pool, n)| (pool.as_str(), usize::try_from(*n).unwrap_or(0)))
+            .find(|(pool, n)| ready(pool) < *n);
+        if ready(&o.pool) < replicas || endpoints.len() < replicas {
+            return Ok(Some(format!(
+                "{} of {replicas} pods ready, {} in the EndpointSlices",
+                ready(&o.pool),
+                endpoints.len()
+            )));
+        }
+        if let Some((pool, n)) = short {
+            return Ok(Some(format!(
+                "{} of {n} pods of pool {pool} ready",
+                ready(pool)
+            )));
+        }
+        Ok(o.routes.iter().find_map(|r| self.unanswered(r, &pods)))
+    }
+
+    /// Why route `r` is not answered as it should be through the controller (by a pod of
+    /// its pool, with the run's first generation when routes change), or `None`.
+    fn unanswered(&self, r: &Route, pods: &[PodState]) -> Option<String> {
+        let (host, path) = (r.host.as_str(), r.prefix.as_str());
+        let host = if host == "*" { DEFAULT_TLS_NAME } else { host };
+        match ask(&self.door, host, path) {
+            Some((b, _)) if !pods.iter().any(|p| p.name == b && p.pool == r.pool) => Some(format!(
+                "{host}{path} answered by `{b}`, not one of this run's pods of pool {}",
+                r.pool
+            )),
+            // With route changes, the first generation's Middlewares in force.
+            Some((_, g))
+                if self.generation.is_some()
+                    && g.as_deref() != Some(&FIRST_GENERATION.to_string()) =>
+            {
+                Some(format!("{host}{path} answered without the run's Middlewares ({GENERATION_HEADER}: {g:?})"))
+            }
+            Some(_) => None,
+            None => Some(format!(
+                "{host}{path} not answered by a backend through {}",
+                self.door.address
+            )),
+        }
     }
 }
 
