@@ -70,8 +70,7 @@ pub(crate) fn run_cell(
     } = bring_up(cell, options, sites)?;
     let mut load = start_load(cell, dir, site.as_mut(), options, factor, live)?;
     let beside = drive(cell, dir, site.as_mut(), &mut load, &options.stop)?;
-    let mut done = collect(cell, dir, site.as_mut(), load, beside, lock)?;
-    done.lab_reused = reused;
+    let done = collect(cell, dir, site.as_mut(), (load, beside, reused), lock)?;
     // Only cells without events share sites, so a kept site is as it started.
     if let (Some(key), true) = (key, cell.events.is_empty()) {
         sites.put(key, site);
@@ -220,8 +219,7 @@ fn collect(
     cell: &Cell,
     dir: &Path,
     site: &mut dyn Site,
-    load: Started,
-    beside: Beside,
+    (load, beside, reused): (Started, Beside, bool),
     lock: &ResultsLock,
 ) -> Result<CellDone, CellFailure> {
     let Beside {
@@ -274,7 +272,7 @@ fn collect(
         topology: record.topology,
         routes: record.routes,
         usage: usage_log.map(|u| u.summary(s.requests.total)),
-        lab_reused: false,
+        lab_reused: reused,
         measure_from_s: load
             .measure_from
             .saturating_duration_since(load.start)

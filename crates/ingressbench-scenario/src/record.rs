@@ -283,24 +283,13 @@ fn keep_attempt(
 }
 
 /// Writes a run record: into a new file beside it, renamed over it (a link there is
-/// replaced, never followed). When the disk is full, the record is written over itself
-/// instead (its own blocks are freed first), so that it can still say how the run ended.
+/// replaced, never followed), so that a write that fails leaves the old record whole.
+/// A full disk is met by the results lock's reserve ([`ResultsLock::write_even_if_full`]).
+///
+/// [`ResultsLock::write_even_if_full`]: crate::store::ResultsLock::write_even_if_full
 pub(crate) fn write_json(path: &Path, value: &Value) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(value).unwrap_or_default();
-    match ingressbench_report::files::replace_file(path, text.as_bytes()) {
-        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOSPC.raw_os_error()) => {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                .open(path)?;
-            file.set_len(0)?;
-            file.write_all(text.as_bytes())?;
-            file.sync_data()
-        }
-        other => other,
-    }
+    ingressbench_report::files::replace_file(path, text.as_bytes())
 }
 
 pub(crate) fn now_unix() -> f64 {

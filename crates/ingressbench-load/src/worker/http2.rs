@@ -552,12 +552,18 @@ impl Worker {
         sample.seq = ticket.seq;
         sample.released_at_ns = ticket.released_ns;
         sample.warmup = ticket.warmup;
-        sample.sent_at_ns = match ticket.retry {
-            Some(retry) => retry.first_sent_ns,
-            None => nanos(pending.sent_at.saturating_duration_since(self.start.get())),
-        };
+        sample.sent_at_ns = self.first_sent_ns(pending);
         sample.retried_after = ticket.retry.map(|r| r.after);
         sample
+    }
+
+    /// When `pending`'s request was first sent: its latency's send and its timeout run
+    /// from there, whatever resends followed.
+    fn first_sent_ns(&self, pending: &Pending) -> u64 {
+        match pending.ticket.retry {
+            Some(retry) => retry.first_sent_ns,
+            None => nanos(pending.sent_at.saturating_duration_since(self.start.get())),
+        }
     }
 }
 
@@ -611,10 +617,7 @@ pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
                 worker.in_flight.set(worker.in_flight.get() + 1);
                 let mut phases = Phases::default();
                 let open = worker.open_http2(next_id(), &mut phases);
-                let deadline = match pending.ticket.retry {
-                    Some(retry) => worker.deadline(retry.first_sent_ns),
-                    None => pending.sent_at + worker.shared.timeout,
-                };
+                let deadline = worker.deadline(worker.first_sent_ns(&pending));
                 let opened = tokio::time::timeout_at(deadline.into(), open).await;
                 match opened {
                     Ok(Ok(conn)) => {
