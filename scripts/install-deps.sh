@@ -11,22 +11,35 @@
 #         and HAProxy Ingress (scripts/controllers.sh; about 3 minutes the first time)
 #   user: the system user `ingressbench`, which the lab's proxies and backends run as
 #         when the tool runs as root (no login, no home; docs/ARCHITECTURE.md)
+#   apt:  buildah, umoci (the image of scripts/image.sh, which the local cluster's pods
+#         run)
 #   rust: a stable toolchain if cargo is missing
+# With --lab, only what the lab needs (the proxies, build tools, the user; what
+# scripts/demo.sh runs): no chromium, no local cluster, no image tools.
 # Idempotent: what is already there is kept. Prints what it installed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+lab_only=
+case "${1:-}" in
+  --lab) lab_only=1 ;;
+  "") ;;
+  *) echo "install-deps: unknown argument $1 (--lab: only what the lab needs)" >&2; exit 2 ;;
+esac
 
 ENVOY_VERSION=1.40.0
 TRAEFIK_VERSION=3.7.15
 
 need_apt=()
-for pair in nginx:nginx haproxy:haproxy caddy:caddy cc:build-essential curl:curl ip:iproute2 python3:python3 script:bsdutils setpriv:util-linux chromium:chromium etcd:etcd-server; do
+wanted="nginx:nginx haproxy:haproxy caddy:caddy cc:build-essential curl:curl ip:iproute2 python3:python3 script:bsdutils setpriv:util-linux"
+[ -n "$lab_only" ] || wanted="$wanted chromium:chromium etcd:etcd-server buildah:buildah umoci:umoci"
+for pair in $wanted; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 # HAProxy Ingress's Lua scripts (run by Debian's haproxy in the local cluster) need it.
-dpkg -s lua-json >/dev/null 2>&1 || need_apt+=(lua-json)
+[ -n "$lab_only" ] || dpkg -s lua-json >/dev/null 2>&1 || need_apt+=(lua-json)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "install-deps: apt-get install ${need_apt[*]}"
   if [ "$(id -u)" -ne 0 ]; then
@@ -66,12 +79,17 @@ if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   exit 1
 fi
 
+for b in nginx haproxy caddy; do printf '  %-8s %s\n' "$b" "$(command -v $b)"; done
+for b in envoy traefik; do printf '  %-8s %s\n' "$b" "$(ls .venv/bin/$b 2>/dev/null || echo "missing in .venv/bin")"; done
+if [ -n "$lab_only" ]; then
+  echo "install-deps: the lab only (--lab): the local cluster and the image tools are left for: bash scripts/install-deps.sh"
+  exit 0
+fi
+
 echo "install-deps: the local cluster's control plane (scripts/kube-binaries.sh)"
 kube_bin=$(bash scripts/kube-binaries.sh)
 echo "install-deps: the local cluster's ingress controllers (scripts/controllers.sh)"
 controllers=$(bash scripts/controllers.sh)
 
-for b in nginx haproxy caddy; do printf '  %-8s %s\n' "$b" "$(command -v $b)"; done
-for b in envoy traefik; do printf '  %-8s %s\n' "$b" "$(ls .venv/bin/$b 2>/dev/null || echo "missing in .venv/bin")"; done
 printf '  %-8s %s\n' kube "$kube_bin"
 echo "$controllers" | while read -r name dir; do printf '  %-8s %s\n' "$name" "$dir"; done

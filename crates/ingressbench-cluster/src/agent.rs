@@ -4,7 +4,9 @@
 //! own (an address from 198.18.0.0/15: the API refuses loopback addresses in
 //! EndpointSlices). It reports the pod Running, then Ready once its readiness probe
 //! passes; on deletion it sends SIGTERM, waits the grace period, sends SIGKILL, and removes
-//! the pod. Images map to local binaries (`ingressbench` is this tool).
+//! the pod. An image is run from its unpacked root filesystem (chrooted, as the pod's or
+//! the image's user: [`crate::image`]), or, where no image was built, as a local binary
+//! (`ingressbench` is this tool). Every start is recorded in [`RAN`] in its directory.
 //!
 //! It polls the API every [`POLL`] rather than watching: one list of a few dozen pods is
 //! cheap on a local API server, and the code stays a loop a reader can follow. Its
@@ -45,9 +47,22 @@ pub struct AgentOptions {
     pub nodes: usize,
     /// Where pods' logs go.
     pub dir: PathBuf,
-    /// Images it can run, by name (without tag or registry), and the binary for each.
-    pub images: BTreeMap<String, PathBuf>,
+    /// Images it can run, by name (without tag or registry), and what runs for each.
+    pub images: BTreeMap<String, Runs>,
 }
+
+/// What the agent runs for an image.
+#[derive(Clone, Debug)]
+pub enum Runs {
+    /// The image itself, unpacked.
+    Image(Box<crate::image::Image>),
+    /// A local binary with the container's arguments (where no image was built).
+    Binary(PathBuf),
+}
+
+/// The file in the agent's directory with a line per container started: the pod, the
+/// image, whether it ran from the image's root filesystem, its digest, user and command.
+pub const RAN: &str = "ran.jsonl";
 
 /// The running agent; stopping it (or dropping it) kills its pods.
 #[derive(Debug)]
@@ -384,7 +399,7 @@ impl State {
                 .is_some_and(|p| p != "Always"),
             ended: false,
         };
-        let Some(binary) = self.binary_for(&image) else {
+        let Some(runs) = self.runs_for(&image) else {
             let known: Vec<&String> = self.options.images.keys().collect();
             self.report_waiting(
                 &namespace,
@@ -393,7 +408,7 @@ impl State {
                 &image,
                 "ErrImageNotKnown",
                 &format!(
-                    "the ingressbench node agent runs local binaries, not images; it knows {known:?}, not `{image}`"
+                    "the ingressbench node agent runs the images it was given ({known:?}), not `{image}`"
                 ),
             )
             .await?;
@@ -449,22 +464,30 @@ impl State {
                 return Ok(());
             }
         }
-        let env = environment(container, pod, place.ip, &node);
+        let mut env = environment(container, pod, place.ip, &node);
         let log = self.options.dir.join(format!("{namespace}_{name}.log"));
-        // `$(VAR)` in args is the container's variable, as the kubelet expands it.
-        let args: Vec<String> = container
-            .args
-            .iter()
-            .flatten()
-            .map(|a| {
-                env.iter()
-                    .fold(a.clone(), |a, (k, v)| a.replace(&format!("$({k})"), v))
-            })
-            .collect();
+        // As the kubelet: a container that must not run as root and would is not started.
+        if let Runs::Image(unpacked) = &runs {
+            if user_of(unpacked, pod, container).0 == 0 && non_root_asked(pod, container) {
+                self.report_waiting(
+                    &namespace,
+                    &name,
+                    &container.name,
+                    &image,
+                    "CreateContainerConfigError",
+                    "container has runAsNonRoot and image will run as root",
+                )
+                .await?;
+                self.pods.push(running);
+                return Ok(());
+            }
+        }
+        let (program, argv, record) = command_line(&runs, pod, container, &mut env);
+        self.record_start(&namespace, &name, &image, record);
         running.child = Some(OwnedChild::spawn_with_env(
             &format!("pod {namespace}/{name}"),
-            &binary,
-            &args,
+            &program,
+            &argv,
             &env,
             &self.options.dir,
             &log,
@@ -508,11 +531,32 @@ impl State {
         self.live().remove(&format!("{namespace}_{name}"));
     }
 
-    fn binary_for(&self, image: &str) -> Option<PathBuf> {
+    fn runs_for(&self, image: &str) -> Option<Runs> {
         // `registry/path/name:tag` → `name`.
         let name = image.rsplit('/').next().unwrap_or(image);
         let name = name.split([':', '@']).next().unwrap_or(name);
         self.options.images.get(name).cloned()
+    }
+
+    /// Appends what pod `namespace/name` runs to [`RAN`].
+    fn record_start(
+        &self,
+        namespace: &str,
+        name: &str,
+        image: &str,
+        mut record: serde_json::Value,
+    ) {
+        use std::io::Write;
+        record["pod"] = json!(format!("{namespace}/{name}"));
+        record["pod_image"] = json!(image);
+        let path = self.options.dir.join(RAN);
+        if let Ok(mut f) = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(&path)
+        {
+            let _ = writeln!(f, "{record}");
+        }
     }
 
     /// Reports pod `i` Running, ready or not.
@@ -636,6 +680,105 @@ impl State {
         }
         self.nodes.remove();
     }
+}
+
+/// What runs for a container, as the kubelet would run it: the program, its arguments
+/// and the record of it for [`RAN`]. From an image, the container's command line runs
+/// inside the image's root filesystem through [`crate::image::ENTER_COMMAND`], with the
+/// image's environment put under `env`.
+fn command_line(
+    runs: &Runs,
+    pod: &Pod,
+    container: &Container,
+    env: &mut Vec<(String, String)>,
+) -> (PathBuf, Vec<String>, serde_json::Value) {
+    // `$(VAR)` in command and args is the container's variable, as the kubelet
+    // expands it.
+    let expand = |list: &Option<Vec<String>>| -> Option<Vec<String>> {
+        list.as_ref().map(|l| {
+            l.iter()
+                .map(|a| {
+                    env.iter()
+                        .fold(a.clone(), |a, (k, v)| a.replace(&format!("$({k})"), v))
+                })
+                .collect()
+        })
+    };
+    let (command, args) = (expand(&container.command), expand(&container.args));
+    match runs {
+        Runs::Binary(binary) => {
+            let argv = args.unwrap_or_default();
+            let record = json!({ "ran": "binary", "binary": binary, "argv": argv });
+            (binary.clone(), argv, record)
+        }
+        Runs::Image(image) => {
+            let argv = image.argv(command.as_deref(), args.as_deref());
+            let (uid, gid) = user_of(image, pod, container);
+            let record = json!({
+                "ran": "image", "image": image.reference, "digest": image.digest,
+                "rootfs": image.rootfs, "user": format!("{uid}:{gid}"), "argv": argv,
+            });
+            // The image's environment, the container's over it.
+            let own: Vec<String> = env.iter().map(|(k, _)| k.clone()).collect();
+            env.splice(
+                0..0,
+                image.env.iter().filter(|(k, _)| !own.contains(k)).cloned(),
+            );
+            let enter = crate::image::ENTER_COMMAND
+                .iter()
+                .map(|s| (*s).to_owned())
+                .chain([
+                    "--root".into(),
+                    image.rootfs.display().to_string(),
+                    "--user".into(),
+                    format!("{uid}:{gid}"),
+                    "--workdir".into(),
+                    container
+                        .working_dir
+                        .clone()
+                        .unwrap_or(image.workdir.clone()),
+                    "--".into(),
+                ])
+                .chain(argv)
+                .collect();
+            (image.launcher.clone(), enter, record)
+        }
+    }
+}
+
+/// Who a container of `image` runs as: its security context's user, else the image's,
+/// else root.
+fn user_of(image: &crate::image::Image, pod: &Pod, container: &Container) -> (u32, u32) {
+    run_as(pod, container).unwrap_or(image.user.unwrap_or((0, 0)))
+}
+
+/// Whether the container's or the pod's security context says `runAsNonRoot: true`.
+fn non_root_asked(pod: &Pod, container: &Container) -> bool {
+    let own = container
+        .security_context
+        .as_ref()
+        .and_then(|c| c.run_as_non_root);
+    let pod_wide = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|c| c.run_as_non_root);
+    own.or(pod_wide).unwrap_or(false)
+}
+
+/// The user and group the pod's or the container's security context asks for (the
+/// container's over the pod's), if it names a user.
+fn run_as(pod: &Pod, container: &Container) -> Option<(u32, u32)> {
+    let pod_context = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    let own = container.security_context.as_ref();
+    let uid = own
+        .and_then(|c| c.run_as_user)
+        .or(pod_context.and_then(|c| c.run_as_user))?;
+    let gid = own
+        .and_then(|c| c.run_as_group)
+        .or(pod_context.and_then(|c| c.run_as_group))
+        .unwrap_or(uid);
+    Some((u32::try_from(uid).ok()?, u32::try_from(gid).ok()?))
 }
 
 /// The container's environment: plain values and the pod fields `fieldRef` can name.

@@ -11,6 +11,7 @@ pub mod check;
 pub mod deploy;
 mod error;
 pub mod file;
+pub mod image;
 pub mod local;
 mod logs;
 pub mod routes;

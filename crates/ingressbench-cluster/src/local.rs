@@ -62,8 +62,12 @@ pub struct LocalOptions {
     pub etcd: PathBuf,
     /// How many nodes the node agent registers (none: no pod runs).
     pub nodes: usize,
-    /// Images the node agent can run, and the binary for each.
-    pub images: BTreeMap<String, PathBuf>,
+    /// Images the node agent can run, and what runs for each (where no image was built:
+    /// this tool's binary for `ingressbench`).
+    pub images: BTreeMap<String, crate::agent::Runs>,
+    /// The OCI image layout and tag of the `ingressbench` image (what
+    /// `scripts/image.sh` builds): unpacked, the pods run from it instead of the binary.
+    pub image: Option<(PathBuf, String)>,
     /// The ingress controller to run beside the control plane, if any.
     pub traefik: Option<TraefikOptions>,
     /// The Gateway API's CRDs (a folder of YAML files): with them, Traefik's Gateway
@@ -97,7 +101,10 @@ impl LocalOptions {
             .unwrap_or_else(|| cache().join(format!("kube/v{KUBE_VERSION}")));
         let mut images = BTreeMap::new();
         if let Ok(exe) = std::env::current_exe() {
-            images.insert(crate::agent::IMAGE.to_owned(), exe);
+            images.insert(
+                crate::agent::IMAGE.to_owned(),
+                crate::agent::Runs::Binary(exe),
+            );
         }
         let traefik = ingressbench_lab::proxy::Binaries::discover()
             .locate(ingressbench_lab::proxy::ProxyKind::Traefik)
@@ -116,6 +123,9 @@ impl LocalOptions {
             etcd: PathBuf::from("etcd"),
             nodes: 2,
             images,
+            image: Some(cache().join("image"))
+                .filter(|l| l.join("index.json").is_file())
+                .map(|l| (l, "latest".to_owned())),
             traefik,
             contour: gateway_crds
                 .is_some()
@@ -301,11 +311,21 @@ impl LocalCluster {
         if options.nodes > 0 {
             let pods = dir.join("pods");
             std::fs::create_dir_all(&pods).map_err(|e| io(&pods, e))?;
+            let mut images = options.images.clone();
+            if let Some((layout, tag)) = &options.image {
+                let launcher =
+                    std::env::current_exe().map_err(|e| io(Path::new("/proc/self/exe"), e))?;
+                let image = crate::image::Image::unpack(layout, tag, &dir.join("image"), launcher)?;
+                images.insert(
+                    crate::agent::IMAGE.to_owned(),
+                    crate::agent::Runs::Image(Box::new(image)),
+                );
+            }
             cluster.agent = Some(Agent::start(AgentOptions {
                 kubeconfig: cluster.kubeconfig.clone(),
                 nodes: options.nodes,
                 dir: pods,
-                images: options.images.clone(),
+                images,
             })?);
         }
         let gateway_secret = match &options.gateway_crds {
@@ -509,7 +529,9 @@ impl LocalCluster {
     /// their IngressClass and through their Gateway (whose HTTPS listeners present a
     /// certificate from the CA the file gives as `ca:`).
     pub fn cluster_file(&self) -> Option<String> {
-        let mut text = String::from("targets:\n");
+        // The context `cluster local up` adds to the user's kubeconfig (and its own
+        // kubeconfig's): a run goes to this cluster whichever context is current.
+        let mut text = String::from("context: ingressbench-local\ntargets:\n");
         let mut target = |name: &str, how: String, http: SocketAddr, https: SocketAddr| {
             text.push_str(&format!(
                 "  {name}: {{ {how}, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"

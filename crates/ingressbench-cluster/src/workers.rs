@@ -216,10 +216,13 @@ impl LoadJob {
             "restartPolicy": "Never",
             "automountServiceAccountToken": false,
             "terminationGracePeriodSeconds": GRACE_S,
+            // As the backends: what the "restricted" Pod Security Standard asks.
+            "securityContext": { "runAsNonRoot": true, "seccompProfile": { "type": "RuntimeDefault" } },
             "containers": [{
                 "name": CONTAINER,
                 "image": self.image,
                 "args": ["worker"],
+                "securityContext": { "allowPrivilegeEscalation": false, "capabilities": { "drop": ["ALL"] } },
                 "env": [
                     { "name": PLAN_ENV, "value": plan },
                     { "name": POD_ENV, "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },

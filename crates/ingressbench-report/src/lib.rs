@@ -17,6 +17,7 @@
 pub mod analysis;
 pub mod compare;
 pub mod files;
+pub mod headline;
 pub mod hgrm;
 pub mod hlog;
 pub mod html;

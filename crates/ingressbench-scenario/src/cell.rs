@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 use ingressbench_lab::Lab;
 use serde_json::{json, Value};
 
+#[cfg(feature = "cluster")]
 use crate::cluster_site::{ClusterSite, Shape};
 use crate::impact::write_impact;
-use crate::load::{dur, load_plan, spawn_load, LoadThread, Senders};
+use crate::load::{load_plan, spawn_load, LoadThread, Senders};
 use crate::model::{LoadFrom, Target};
 use crate::options::RunOptions;
 use crate::record::write_json;
@@ -29,6 +30,7 @@ use crate::Cell;
 const START_DELAY: Duration = Duration::from_millis(300);
 /// How long before its start a load from the cluster's pods is set going (`load.start_margin`
 /// changes it): the time the cluster has to schedule and start them.
+#[cfg(feature = "cluster")]
 const CLUSTER_START_MARGIN: Duration = Duration::from_secs(5);
 
 /// What a cell returns to the run loop: its record in run.json and a line to print.
@@ -117,15 +119,23 @@ fn start_load(
             },
             START_DELAY,
         ),
+        #[cfg(feature = "cluster")]
         LoadFrom::Cluster => {
             let request = (cell.scenario.tls, host.as_str(), l.path.as_str());
             let (entry, job) = site.cluster_load(request, workers, l.placement.as_ref())?;
-            let margin = dur("load.start_margin", &l.start_margin)?;
+            let margin = crate::load::dur("load.start_margin", &l.start_margin)?;
             (
                 entry,
                 Senders::Cluster(job, workers),
                 margin.unwrap_or(CLUSTER_START_MARGIN),
             )
+        }
+        #[cfg(not(feature = "cluster"))]
+        LoadFrom::Cluster => {
+            return Err(CellFailure {
+                message: "load.from: cluster needs cluster mode, which this build leaves out (build with: cargo build --release -p ingressbench)".into(),
+                input: true,
+            })
         }
     };
     let (mut plan, start, measure_from) = load_plan(cell, &entry, (&host, delay), factor)?;
@@ -348,6 +358,11 @@ fn bring_up(
     options: &RunOptions,
     sites: &mut SiteCache,
 ) -> Result<SiteUp, CellFailure> {
+    #[cfg(not(feature = "cluster"))]
+    if let Some(cluster) = &options.cluster {
+        match *cluster {}
+    }
+    #[cfg(feature = "cluster")]
     if let Some(cluster) = &options.cluster {
         let shape = Shape::of(cell);
         let site = ClusterSite::up(cluster, &cell.target.name(), cell.index, shape)?;

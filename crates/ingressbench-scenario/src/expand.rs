@@ -50,6 +50,32 @@ pub fn names_cluster_targets(text: &str) -> bool {
         .is_some_and(|t| t.iter().any(|t| t.get("cluster").is_some()))
 }
 
+/// The settings of the scenario's own (lab) targets that a cluster cannot take, which
+/// running it against a cluster file's targets would drop: `target NAME: front` and the
+/// like. `run --cluster` refuses such a scenario rather than measure something else under
+/// its name.
+pub fn lab_only_target_settings(text: &str) -> Vec<String> {
+    let targets = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text)
+        .ok()
+        .and_then(|v| v.get("targets")?.as_sequence().cloned())
+        .unwrap_or_default();
+    let mut found = Vec::new();
+    for t in &targets {
+        let Some(map) = t.as_mapping() else { continue };
+        let name = t
+            .get("name")
+            .or_else(|| t.get("proxy"))
+            .and_then(|n| n.as_str())
+            .unwrap_or("?");
+        for key in crate::model::LAB_ONLY_TARGET_KEYS {
+            if map.contains_key(key) {
+                found.push(format!("target {name}: {key}"));
+            }
+        }
+    }
+    found
+}
+
 /// Parses `text` (the file at `path`), applies `sets` (`path`, `value` pairs, as
 /// `--set`) and, with `quick`, the file's `quick` section, checks everything, and returns
 /// the cells in running order: every repeat runs every combination, and within a
@@ -290,6 +316,50 @@ mod tests {
 
     fn run(text: &str) -> Result<Vec<Cell>, String> {
         expand(text, Path::new("s.yaml"), &[], false).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_cluster_target_refuses_what_only_the_lab_builds_and_says_why() {
+        let err = run("name: t\ntargets: [{ cluster: contour, hop: { proxy: envoy, mtls: true } }]\nload: { rate: 5, duration: 1s }\n").unwrap_err();
+        assert!(
+            err.contains("cluster target `contour` takes no `hop`"),
+            "{err}"
+        );
+        assert!(err.contains("mesh"), "{err}");
+        let err = run("name: t\ntargets: [{ cluster: contour, workers: 2 }]\nload: { rate: 5, duration: 1s }\n").unwrap_err();
+        assert!(err.contains("takes no `workers`"), "{err}");
+        // A lab scenario whose targets would be replaced names what would be lost.
+        let closed_loop = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scenarios/closed-loop.yaml"
+        ))
+        .unwrap();
+        assert_eq!(
+            lab_only_target_settings(&closed_loop),
+            [
+                "target nginx-behind-l4: front",
+                "target haproxy-behind-l4: front"
+            ]
+        );
+        assert!(lab_only_target_settings(BASE).is_empty());
+    }
+
+    #[cfg(feature = "cluster")]
+    #[test]
+    fn a_cluster_cell_refuses_the_labs_tuning_before_anything_starts() {
+        let file = ingressbench_cluster::file::ClusterFile::parse(
+            "targets:\n  contour: { ingress_class: contour, address: \"http://127.0.0.1:1\" }\n",
+        )
+        .unwrap();
+        let cells = run("name: t\ntargets: [{ cluster: contour }]\ntls: false\ntuning: { upstream_keepalive: 100 }\nload: { rate: 5, duration: 1s }\n").unwrap();
+        let err = crate::cluster_site::check_cells(&cells, &file).unwrap_err();
+        assert!(err.contains("tuning.upstream_keepalive"), "{err}");
+        assert!(
+            err.contains("--set tuning.upstream_keepalive=null"),
+            "{err}"
+        );
+        let cells = run("name: t\ntargets: [{ cluster: contour }]\ntls: false\nload: { rate: 5, duration: 1s }\n").unwrap();
+        crate::cluster_site::check_cells(&cells, &file).unwrap();
     }
 
     #[test]

@@ -22,6 +22,7 @@
 
 mod cell;
 mod check;
+#[cfg(feature = "cluster")]
 pub mod cluster_site;
 mod error;
 mod expand;
@@ -37,8 +38,9 @@ mod timeline;
 mod usage;
 
 pub use error::ScenarioError;
-pub use expand::{expand, names_cluster_targets, Cell};
+pub use expand::{expand, lab_only_target_settings, names_cluster_targets, Cell};
 pub use model::{
     ConfigChange, EventFile, EventSpec, LoadFile, LoadFrom, LoadModeFile, NodePlacement,
     PlacementFile, Scenario, Target, Timing,
 };
+pub use options::ClusterOptions;

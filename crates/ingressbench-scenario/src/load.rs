@@ -11,6 +11,7 @@ use ingressbench_load::{
     parse_duration, parse_header, Length, Mode, Plan, RequestSpec, Resolve, RetryPolicy,
     Target as Url, Warmup,
 };
+#[cfg(feature = "cluster")]
 use serde_json::{json, Value};
 
 use crate::model::{LoadModeFile, Timing};
@@ -96,6 +97,7 @@ pub(crate) enum Senders {
     /// This many local processes of this program (this tool).
     Local(usize, PathBuf),
     /// This many pods of this Job.
+    #[cfg(feature = "cluster")]
     Cluster(ingressbench_cluster::workers::LoadJob, usize),
 }
 
@@ -137,6 +139,7 @@ pub(crate) fn spawn_load(
                         fleet::run_local(&plan, workers, &binary, stop, &mut streams)
                             .map(with_workers)
                     }
+                    #[cfg(feature = "cluster")]
                     Senders::Cluster(job, workers) => {
                         run_in_cluster(&plan, job, workers, stop, &mut streams).map(
                             |(fleet, cluster)| {
@@ -162,6 +165,7 @@ pub(crate) fn spawn_load(
 /// environment (its CA's certificates in it: the pods do not share this machine's files),
 /// and merges what their logs carry; the Job is deleted once they are done. Also says
 /// where the pods ran beside the backends, as the API said when they started.
+#[cfg(feature = "cluster")]
 fn run_in_cluster(
     plan: &Plan,
     job: ingressbench_cluster::workers::LoadJob,
@@ -193,6 +197,7 @@ fn run_in_cluster(
 }
 
 /// Where a load Job's pods and the backends ran.
+#[cfg(feature = "cluster")]
 fn job_placement(running: &ingressbench_cluster::workers::RunningJob) -> Value {
     json!({
         "job": ingressbench_cluster::workers::JOB_NAME,

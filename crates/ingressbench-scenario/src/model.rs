@@ -147,6 +147,20 @@ impl Target {
     }
 }
 
+/// A proxy target's settings of the lab's own: a controller in a cluster is configured by
+/// its own objects, and cluster mode does not build a front or a sidecar hop yet.
+pub(crate) const LAB_ONLY_TARGET_KEYS: [&str; 9] = [
+    "update",
+    "workers",
+    "keepalive_requests",
+    "upstream_keepalive",
+    "listen_backlog",
+    "upstream_protocol",
+    "sysctls",
+    "front",
+    "hop",
+];
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TargetMap {
@@ -164,6 +178,17 @@ struct TargetMap {
     sysctls: SysctlsFile,
     front: Option<FrontFile>,
     hop: Option<HopFile>,
+}
+
+/// Why a cluster target refuses a lab setting, and what to do instead.
+pub(crate) fn cluster_refusal(key: &str) -> &'static str {
+    match key {
+        "front" => "an L4 front before the controller is the cloud load balancer in front of its Service; cluster mode does not build one yet, so reach the controller through its own Service of type LoadBalancer (`service:` in the cluster file) or run the front in the lab",
+        "hop" => "a sidecar beside each backend is a mesh; cluster mode does not inject one yet: run the hop in the lab, or install the mesh in the cluster and name its controller",
+        "sysctls" => "the controller's pods are not the tool's to change; the scenario's `tuning.sysctls` go to the backend pods",
+        "update" => "a controller takes endpoint changes its own way",
+        _ => "a controller's proxy is configured by the controller (its ConfigMap, flags or annotations), not by the tool: set it there, and name the setting in the target's name",
+    }
 }
 
 impl<'de> Deserialize<'de> for Target {
@@ -201,7 +226,26 @@ impl<'de> Deserialize<'de> for Target {
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Target, A::Error> {
                 let m = TargetMap::deserialize(de::value::MapAccessDeserializer::new(map))?;
                 match (m.proxy, m.upstream, m.cluster) {
-                    (None, None, Some(name)) => Ok(Target::Cluster { name }),
+                    (None, None, Some(name)) => {
+                        let given = [
+                            ("update", m.update.is_some()),
+                            ("workers", m.workers.is_some()),
+                            ("keepalive_requests", m.keepalive_requests.is_some()),
+                            ("upstream_keepalive", m.upstream_keepalive.is_some()),
+                            ("listen_backlog", m.listen_backlog.is_some()),
+                            ("upstream_protocol", m.upstream_protocol.is_some()),
+                            ("sysctls", !m.sysctls.is_empty()),
+                            ("front", m.front.is_some()),
+                            ("hop", m.hop.is_some()),
+                        ];
+                        if let Some((key, _)) = given.iter().find(|(_, set)| *set) {
+                            return Err(de::Error::custom(format!(
+                                "cluster target `{name}` takes no `{key}`: {}",
+                                cluster_refusal(key)
+                            )));
+                        }
+                        Ok(Target::Cluster { name })
+                    }
                     (Some(kind), None, None) => Ok(Target::Proxy {
                         kind,
                         name: m.name,

@@ -35,8 +35,17 @@ pub struct RunOptions {
     /// Told the state of the cell in progress about once a second.
     pub live: Option<LiveFn>,
     /// Run each cell in a Kubernetes cluster instead of a lab (`--cluster`).
-    pub cluster: Option<crate::cluster_site::ClusterOptions>,
+    pub cluster: Option<ClusterOptions>,
 }
+
+/// Where `--cluster` sends the cells.
+#[cfg(feature = "cluster")]
+pub use crate::cluster_site::ClusterOptions;
+
+/// Without the `cluster` feature no cluster can be named: a type with no values.
+#[cfg(not(feature = "cluster"))]
+#[derive(Clone, Debug)]
+pub enum ClusterOptions {}
 
 /// What [`RunOptions::live`] is called with.
 pub type LiveFn = Arc<dyn Fn(&Live) + Send + Sync>;

@@ -118,6 +118,7 @@ pub(crate) trait Site {
     /// The load from pods of the site's cluster: how they reach it (`tls`, `host`,
     /// `path` as for [`Site::entry`]) and the Job of `workers` pods placed as `placement`
     /// says that will send it.
+    #[cfg(feature = "cluster")]
     fn cluster_load(
         &self,
         _request: (bool, &str, &str),

@@ -34,6 +34,7 @@ pub(crate) struct Timeline {
 impl Timeline {
     /// Whether any change is held back by a propagation delay (the lab's stand-in for a
     /// slow controller).
+    #[cfg(feature = "cluster")]
     pub(crate) fn delays_changes(&self) -> bool {
         self.firings.iter().any(|(_, _, delay)| !delay.is_zero())
             || self.lockstep.iter().any(|l| !l.4.is_zero())

@@ -50,7 +50,9 @@ pub(crate) enum Command {
 pub(crate) enum ClusterCommand {
     /// Check a cluster before a run: the API answers, every verb a run uses is allowed,
     /// each target's ingress class exists and its address answers.
-    #[command(after_help = "Example:\n  ingressbench cluster check examples/cluster-local.yaml")]
+    #[command(
+        after_help = "Examples:\n  ingressbench cluster check local\n  ingressbench cluster check my-aks.yaml --context my-aks"
+    )]
     Check(ClusterCheckArgs),
     /// Delete what runs of this tool left in a cluster (namespaces labelled as its own
     /// whose heartbeat is older than two minutes), and nothing else.
@@ -63,7 +65,8 @@ pub(crate) enum ClusterCommand {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ClusterCheckArgs {
-    /// The cluster file (which controller each target is, and where it is reached).
+    /// The cluster file (which controller each target is, and where it is reached);
+    /// `local` is the file of the local cluster `cluster local up` started.
     pub(crate) file: PathBuf,
     /// The kubeconfig (default: $KUBECONFIG, else ~/.kube/config).
     #[arg(long, value_name = "PATH")]
@@ -87,7 +90,7 @@ pub(crate) struct ClusterCleanupArgs {
 pub(crate) enum LocalCommand {
     /// Start it in the background and print the kubeconfig to use.
     #[command(
-        after_help = "Example:\n  ingressbench cluster local up && export KUBECONFIG=$(ingressbench cluster local kubeconfig)"
+        after_help = "Example:\n  ingressbench cluster local up && kubectl get nodes && ingressbench run scenarios/churn.yaml --quick --cluster local"
     )]
     Up(LocalUpArgs),
     /// Stop it and remove everything it made.
@@ -97,6 +100,26 @@ pub(crate) enum LocalCommand {
     /// (internal) Run the control plane in the foreground until SIGTERM.
     #[command(hide = true)]
     Serve(LocalUpArgs),
+    /// (internal) Run a container's command inside its image's root filesystem as its
+    /// user (the node agent starts it in the pod's network namespace).
+    #[command(hide = true)]
+    Enter(EnterArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct EnterArgs {
+    /// The image's root filesystem.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) root: PathBuf,
+    /// The user and group, numeric.
+    #[arg(long, value_name = "UID:GID")]
+    pub(crate) user: String,
+    /// The working directory inside the root filesystem.
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub(crate) workdir: String,
+    /// The command and its arguments.
+    #[arg(last = true, required = true)]
+    pub(crate) argv: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -104,24 +127,33 @@ pub(crate) struct LocalUpArgs {
     #[command(flatten)]
     pub(crate) local: LocalArgs,
     /// Where Traefik, the cluster's ingress controller, takes HTTP traffic on 127.0.0.1
-    /// (examples/cluster-local.yaml points at the default; 0 picks a free port).
-    #[arg(long, value_name = "PORT", default_value_t = 18080)]
+    /// (0, the default, picks a free port; the cluster file `up` writes gives the ports
+    /// taken).
+    #[arg(long, value_name = "PORT", default_value_t = 0)]
     pub(crate) http_port: u16,
     /// Where Traefik takes HTTPS traffic on 127.0.0.1 (0 picks a free port).
-    #[arg(long, value_name = "PORT", default_value_t = 18443)]
+    #[arg(long, value_name = "PORT", default_value_t = 0)]
     pub(crate) https_port: u16,
     /// Where Contour's Envoy takes HTTP traffic on 127.0.0.1 (0 picks a free port; above
     /// 8000: Contour listens on a Gateway listener's port + 8000).
-    #[arg(long, value_name = "PORT", default_value_t = 18090)]
+    #[arg(long, value_name = "PORT", default_value_t = 0)]
     pub(crate) contour_port: u16,
     /// Where HAProxy Ingress's haproxy takes HTTP traffic on 127.0.0.1 (0 picks a free
     /// port).
-    #[arg(long, value_name = "PORT", default_value_t = 18190)]
+    #[arg(long, value_name = "PORT", default_value_t = 0)]
     pub(crate) haproxy_ingress_port: u16,
     /// Where HAProxy Ingress's haproxy takes HTTPS traffic on 127.0.0.1 (0 picks a free
     /// port).
-    #[arg(long, value_name = "PORT", default_value_t = 18191)]
+    #[arg(long, value_name = "PORT", default_value_t = 0)]
     pub(crate) haproxy_ingress_https_port: u16,
+    /// The OCI image layout the pods run from (`DIR` or `DIR:TAG`, tag `latest` by
+    /// default), as `scripts/image.sh` writes it; default: ~/.cache/ingressbench/image
+    /// when it is there.
+    #[arg(long, value_name = "LAYOUT[:TAG]", conflicts_with = "no_image")]
+    pub(crate) image: Option<String>,
+    /// Run the pods from this binary, not from an image.
+    #[arg(long)]
+    pub(crate) no_image: bool,
     /// How many nodes the node agent registers (pods are spread over them by the real
     /// scheduler).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=16))]
@@ -131,7 +163,7 @@ pub(crate) struct LocalUpArgs {
 #[derive(Debug, clap::Args)]
 pub(crate) struct LocalArgs {
     /// Where the cluster lives (certificates, kubeconfig, etcd's data, logs).
-    #[arg(long, value_name = "DIR", default_value_os_t = crate::cluster_cmd::default_dir())]
+    #[arg(long, value_name = "DIR", default_value_os_t = local_cluster_dir())]
     pub(crate) dir: PathBuf,
 }
 
@@ -152,6 +184,9 @@ pub(crate) struct ReportArgs {
     /// Relative differences smaller than this are no measurable difference (e.g. 1%).
     #[arg(long, value_name = "PERCENT", default_value = "1%", value_parser = parse_percent)]
     pub(crate) noise_floor: f64,
+    /// The target the others are judged against (default: the first at each setting).
+    #[arg(long, value_name = "TARGET")]
+    pub(crate) baseline: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -215,7 +250,8 @@ pub(crate) struct RunArgs {
     #[command(flatten)]
     pub(crate) bins: ProxyBinArgs,
     /// Run each cell in a Kubernetes cluster: the cluster file says which controller each
-    /// target is and where it is reached (docs/CLUSTER.md).
+    /// target is and where it is reached (docs/CLUSTER.md); `local` is the file of the
+    /// local cluster `cluster local up` started.
     #[arg(long, value_name = "CLUSTER.yaml", conflicts_with = "resume")]
     pub(crate) cluster: Option<std::path::PathBuf>,
     /// With --cluster: the kubeconfig (default: $KUBECONFIG, else ~/.kube/config).
@@ -537,6 +573,11 @@ use ingressbench_load::BatchWindow;
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     ingressbench_load::parse_duration(s)
+}
+
+/// Where the local cluster lives unless `--dir` says.
+pub(crate) fn local_cluster_dir() -> PathBuf {
+    std::env::temp_dir().join("ingressbench-cluster-local")
 }
 
 #[cfg(test)]

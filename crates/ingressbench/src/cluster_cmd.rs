@@ -23,11 +23,6 @@ const UP_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long `down` waits for `serve` to stop everything before killing it.
 const DOWN_GRACE: Duration = Duration::from_secs(30);
 
-/// Where the local cluster lives unless `--dir` says.
-pub(crate) fn default_dir() -> PathBuf {
-    std::env::temp_dir().join("ingressbench-cluster-local")
-}
-
 pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
     match command {
         ClusterCommand::Check(args) => check(&args),
@@ -54,6 +49,18 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         ClusterCommand::Local(LocalCommand::Serve(args)) => serve(&args.local.dir, &args),
+        ClusterCommand::Local(LocalCommand::Enter(args)) => {
+            let user = args
+                .user
+                .split_once(':')
+                .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)))
+                .ok_or_else(|| UsageError(anyhow::anyhow!("--user takes UID:GID")))?;
+            let failed =
+                ingressbench_cluster::image::enter(&args.root, user, &args.workdir, &args.argv);
+            eprintln!("error: {failed}");
+            // As a container runtime says a command it could not run.
+            Ok(ExitCode::from(127))
+        }
     }
 }
 
@@ -79,8 +86,9 @@ pub(crate) fn chosen_kubeconfig(flag: Option<&Path>) -> Result<PathBuf> {
 }
 
 fn check(args: &ClusterCheckArgs) -> Result<ExitCode> {
-    let mut file = ingressbench_cluster::file::ClusterFile::read(&args.file)
-        .map_err(|e| UsageError(e.into()))?;
+    let mut file =
+        ingressbench_cluster::file::ClusterFile::read(&crate::cluster_run::named(&args.file))
+            .map_err(|e| UsageError(e.into()))?;
     if args.context.is_some() {
         file.context = args.context.clone();
     }
@@ -146,6 +154,27 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         ))
         .into());
     }
+    let ports = [
+        ("--http-port", args.http_port),
+        ("--https-port", args.https_port),
+        ("--contour-port", args.contour_port),
+        ("--haproxy-ingress-port", args.haproxy_ingress_port),
+        (
+            "--haproxy-ingress-https-port",
+            args.haproxy_ingress_https_port,
+        ),
+    ];
+    for (flag, port) in ports.into_iter().filter(|(_, p)| *p != 0) {
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_err() {
+            return Err(UsageError(anyhow::anyhow!(
+                "port {port} on 127.0.0.1 ({flag}) is taken{}; give another, or leave {flag} out for a free one",
+                holder(port)
+                    .map(|(pid, name)| format!(" by process {pid} ({name})"))
+                    .unwrap_or_default()
+            ))
+            .into());
+        }
+    }
     // Whatever a serve that was SIGKILLed left.
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -166,6 +195,11 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         .arg(args.haproxy_ingress_https_port.to_string())
         .arg("--nodes")
         .arg(args.nodes.to_string())
+        .args(args.image.iter().flat_map(|i| ["--image", i]))
+        .args(args.no_image.then_some("--no-image"))
+        // The user's KUBECONFIG names their clusters, not this one; Traefik reads the
+        // variable before its own flags and would watch the user's cluster instead.
+        .env_remove("KUBECONFIG")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
@@ -181,7 +215,14 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
                 server.trim(),
                 started.elapsed().as_secs_f64()
             );
-            println!("export KUBECONFIG={}", kubeconfig(dir).display());
+            // As kind does: usable without a flag, and `down` takes it out again.
+            match crate::user_kubeconfig::users() {
+                Some(theirs) => println!(
+                    "{}",
+                    crate::user_kubeconfig::add(dir, &kubeconfig(dir), &theirs)?
+                ),
+                None => println!("export KUBECONFIG={}", kubeconfig(dir).display()),
+            }
             if dir.join("cluster.yaml").is_file() {
                 let text = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap_or_default();
                 let targets: Vec<&str> = text
@@ -193,6 +234,9 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
                     targets.join(", "),
                     dir.join("cluster.yaml").display()
                 );
+            }
+            if let Ok(runs) = std::fs::read_to_string(dir.join("pods-run")) {
+                println!("pods run {runs}");
             }
             println!("stop it with: ingressbench cluster local down");
             return Ok(ExitCode::SUCCESS);
@@ -223,6 +267,24 @@ fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
     std::fs::write(dir.join("serve.pid"), std::process::id().to_string())?;
     let mut options = LocalOptions::discover(dir.join("cluster"));
     options.nodes = usize::from(args.nodes);
+    if args.no_image {
+        options.image = None;
+    }
+    if let Some(spec) = &args.image {
+        // `DIR:TAG`, unless the whole of it is a directory.
+        let (layout, tag) = match spec.rsplit_once(':') {
+            Some((l, t)) if !Path::new(spec).is_dir() => (l, t),
+            _ => (spec.as_str(), "latest"),
+        };
+        options.image = Some((PathBuf::from(layout), tag.to_owned()));
+    }
+    std::fs::write(
+        dir.join("pods-run"),
+        match &options.image {
+            Some((layout, tag)) => format!("the image {}:{tag}", layout.display()),
+            None => "this binary (no image: scripts/image.sh builds one)".into(),
+        },
+    )?;
     match options.traefik.as_mut() {
         Some(t) => (t.http_port, t.https_port) = (args.http_port, args.https_port),
         None => {
@@ -262,7 +324,43 @@ fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The process listening on TCP `port` (its pid and name), from /proc: the socket's inode
+/// in /proc/net/tcp{,6}, then the process with a descriptor on it (one this user may see).
+fn holder(port: u16) -> Option<(u32, String)> {
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|t| t.lines().skip(1).map(str::to_owned).collect::<Vec<_>>())
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields.get(1)?.rsplit(':').next()?;
+            // State 0A: listening.
+            (u16::from_str_radix(local_port, 16).ok()? == port && fields.get(3) == Some(&"0A"))
+                .then(|| fields.get(9).map(|s| (*s).to_owned()))?
+        })
+        .collect();
+    let sockets: Vec<String> = inodes.iter().map(|i| format!("socket:[{i}]")).collect();
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find_map(|pid| {
+            let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+            fds.flatten()
+                .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+                .any(|target| sockets.iter().any(|s| target.as_os_str() == s.as_str()))
+                .then(|| {
+                    let name =
+                        std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                    (pid, name.trim().to_owned())
+                })
+        })
+}
+
 fn down(dir: &Path) -> Result<ExitCode> {
+    if let Some(said) = crate::user_kubeconfig::remove(dir)? {
+        println!("{said}");
+    }
     let Some(pid) = serving(dir) else {
         if dir.exists() {
             // A serve that was SIGKILLed took its processes with it; only files remain.

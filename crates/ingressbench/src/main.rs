@@ -4,12 +4,16 @@
 
 mod args;
 mod backend_cmd;
+#[cfg(feature = "cluster")]
 mod cluster_cmd;
+mod cluster_run;
 mod lab_cmd;
 mod load_cmd;
 mod report_cmd;
 mod scenario_cmd;
 mod signals;
+#[cfg(feature = "cluster")]
+mod user_kubeconfig;
 
 use std::process::ExitCode;
 
@@ -34,6 +38,16 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// What a build without cluster mode (`cargo build --no-default-features`, the lab alone,
+/// as `scripts/demo.sh` builds it) says when asked for it.
+#[cfg(not(feature = "cluster"))]
+pub(crate) fn no_cluster() -> anyhow::Error {
+    UsageError(anyhow::anyhow!(
+        "this ingressbench was built for the lab alone (without the `cluster` feature); for cluster mode build it with: cargo build --release -p ingressbench"
+    ))
+    .into()
+}
+
 /// Raises the soft limit on open files to the hard limit, as a load generator holding
 /// thousands of connections needs (the soft limit is often 1024); proxies and backends
 /// inherit it. A failure leaves the limit as it was: runs that need more say so then.
@@ -57,7 +71,10 @@ fn main() -> ExitCode {
         Command::Run(args) => scenario_cmd::run_scenario(args),
         Command::Report(args) => report_cmd::report(args),
         Command::Compare(args) => report_cmd::compare(args),
+        #[cfg(feature = "cluster")]
         Command::Cluster(command) => cluster_cmd::run(command),
+        #[cfg(not(feature = "cluster"))]
+        Command::Cluster(_) => Err(no_cluster()),
         Command::Worker => load_cmd::worker(),
     };
     match result {

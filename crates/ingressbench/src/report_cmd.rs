@@ -28,60 +28,19 @@ fn read(path: &Path) -> Result<RunResults> {
 
 /// `ingressbench report PATH`.
 pub(crate) fn report(args: ReportArgs) -> Result<ExitCode> {
-    let started = Instant::now();
     let run = read(&args.path)?;
-    let report = ingressbench_report::html::render(&run, args.noise_floor);
-    let out = if args.path.is_file() {
-        args.path.with_extension("html")
-    } else {
-        args.path.join("report.html")
-    };
-    ingressbench_report::files::replace_file(&out, report.html.as_bytes())
-        .with_context(|| format!("cannot write {}", out.display()))?;
-    let took = started.elapsed();
-    let mut stdout = std::io::stdout().lock();
-    for line in &report.headline {
-        writeln!(stdout, "{}", terminal::printable(line))?;
-    }
-    let unreadable: Vec<_> = run
-        .cells
-        .iter()
-        .filter(|c| !c.unreadable.is_empty())
-        .collect();
-    if !unreadable.is_empty() {
-        writeln!(
-            stdout,
-            "UNREADABLE: {} of the cells the run recorded as done cannot be read, and are in none of the figures:",
-            unreadable.len()
-        )?;
-        for c in unreadable {
-            writeln!(
-                stdout,
-                "  {}: {}",
-                terminal::printable(&c.label()),
-                terminal::printable(&c.unreadable.join("; "))
-            )?;
+    if let Some(baseline) = &args.baseline {
+        if !run.cells.iter().any(|c| &c.target == baseline) {
+            let targets: std::collections::BTreeSet<&str> =
+                run.cells.iter().map(|c| c.target.as_str()).collect();
+            return Err(UsageError(anyhow::anyhow!(
+                "--baseline {baseline}: the run has no such target (it has {})",
+                targets.into_iter().collect::<Vec<_>>().join(", ")
+            ))
+            .into());
         }
     }
-    if !report.warnings.is_empty() {
-        writeln!(
-            stdout,
-            "{} warnings (see the report):",
-            report.warnings.len()
-        )?;
-        for w in report.warnings.iter().take(5) {
-            writeln!(stdout, "  {}", terminal::printable(w))?;
-        }
-    }
-    writeln!(
-        stdout,
-        "report: {} ({} KiB, {} charts, written in {:.2} s)",
-        out.display(),
-        report.html.len() / 1024,
-        report.charts.len(),
-        took.as_secs_f64()
-    )?;
-    drop(stdout);
+    let (report, out) = write_report(&args.path, &run, args.noise_floor, args.baseline.as_deref())?;
     if args.png {
         let dir = out.with_file_name("charts");
         let written = write_pngs(&dir, &report.charts)?;
@@ -184,6 +143,79 @@ fn svg_size(svg: &str) -> (u32, u32) {
             .map_or(800, |v| v.ceil() as u32)
     };
     (attr("width"), attr("height"))
+}
+
+/// Renders the report of the results at `path` and writes it beside them; prints the
+/// headline table, the unreadable cells, the warnings by kind (one line each) and where
+/// the report is.
+pub(crate) fn write_report(
+    path: &Path,
+    run: &RunResults,
+    noise_floor: f64,
+    baseline: Option<&str>,
+) -> Result<(ingressbench_report::html::Report, PathBuf)> {
+    let started = Instant::now();
+    let report = ingressbench_report::html::render(run, noise_floor, baseline);
+    let out = if path.is_file() {
+        path.with_extension("html")
+    } else {
+        path.join("report.html")
+    };
+    ingressbench_report::files::replace_file(&out, report.html.as_bytes())
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    let took = started.elapsed();
+    let mut stdout = std::io::stdout().lock();
+    for line in report.table.lines() {
+        writeln!(stdout, "{}", terminal::printable(line))?;
+    }
+    let unreadable: Vec<_> = run
+        .cells
+        .iter()
+        .filter(|c| !c.unreadable.is_empty())
+        .collect();
+    if !unreadable.is_empty() {
+        writeln!(
+            stdout,
+            "UNREADABLE: {} of the cells the run recorded as done cannot be read, and are in none of the figures:",
+            unreadable.len()
+        )?;
+        for c in unreadable {
+            writeln!(
+                stdout,
+                "  {}: {}",
+                terminal::printable(&c.label()),
+                terminal::printable(&c.unreadable.join("; "))
+            )?;
+        }
+    }
+    if !report.warning_groups.is_empty() {
+        writeln!(
+            stdout,
+            "{} warnings, by kind (the report lists each):",
+            report.warnings.len()
+        )?;
+        for (first, members) in &report.warning_groups {
+            let mut line: String = first.chars().take(150).collect();
+            if first.chars().count() > 150 {
+                line.push('…');
+            }
+            writeln!(
+                stdout,
+                "  {} × {}",
+                members.len(),
+                terminal::printable(&line)
+            )?;
+        }
+    }
+    writeln!(
+        stdout,
+        "report: {} ({} KiB, {} charts, written in {:.2} s)",
+        out.display(),
+        report.html.len() / 1024,
+        report.charts.len(),
+        took.as_secs_f64()
+    )?;
+    Ok((report, out))
 }
 
 /// `ingressbench compare A [B]`.

@@ -65,7 +65,10 @@ pub(crate) fn parse_sets(raw: &[String]) -> Result<Vec<(String, String)>> {
 }
 
 /// `ingressbench run FILE`.
-pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
+pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
+    if let Some(path) = args.cluster.as_mut() {
+        *path = crate::cluster_run::named(path);
+    }
     // What an earlier run killed with its reaper left (processes, namespaces, private
     // keys) goes before anything else starts, whether or not this run starts a lab.
     ingressbench_lab::remove_leftovers();
@@ -89,7 +92,7 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
                 .map_err(UsageError)?;
             let mut sets = parse_sets(&args.sets)?;
             if let Some(cluster) = &args.cluster {
-                implicit = cluster_targets(cluster, &text, &mut sets)?;
+                implicit = crate::cluster_run::targets(cluster, &text, &mut sets)?;
             }
             (text, file.clone(), sets, args.quick, args.out.clone())
         }
@@ -100,44 +103,14 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
     let mut cells = ingressbench_scenario::expand(&text, &file, &sets, quick)
         .map_err(|e| UsageError(e.into()))?;
     let cluster = match &args.cluster {
-        Some(path) => {
-            let options = cluster_options(path, &args, &cells)?;
-            let refused = ingressbench_scenario::cluster_site::route_refusals(&options, &cells)
-                .map_err(|e| UsageError(anyhow::anyhow!(e)))?;
-            // A target the command or the scenario named is refused; of the cluster
-            // file's own, those that cannot express the changes are left out, saying why.
-            let kept: Vec<String> = options
-                .file
-                .targets
-                .keys()
-                .filter(|t| !refused.contains_key(*t))
-                .cloned()
-                .collect();
-            match refused.values().next() {
-                Some(message) if !implicit || kept.is_empty() => {
-                    return Err(UsageError(anyhow::anyhow!(
-                        "{message} (--cluster {})",
-                        path.display()
-                    ))
-                    .into())
-                }
-                Some(_) => {
-                    for (target, message) in &refused {
-                        eprintln!("left out: {target}: {message}");
-                    }
-                    let kept: Vec<String> = kept
-                        .iter()
-                        .map(|n| format!("{{ cluster: {n:?} }}"))
-                        .collect();
-                    sets.retain(|(k, _)| k != "targets");
-                    sets.push(("targets".into(), format!("[{}]", kept.join(", "))));
-                    cells = ingressbench_scenario::expand(&text, &file, &sets, quick)
-                        .map_err(|e| UsageError(e.into()))?;
-                }
-                None => {}
-            }
-            Some(options)
-        }
+        Some(path) => Some(crate::cluster_run::prepare(
+            path,
+            &args,
+            (&text, &file, quick),
+            implicit,
+            &mut sets,
+            &mut cells,
+        )?),
         None => {
             if let Some(cell) = cells
                 .iter()
@@ -216,6 +189,18 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
             outcome.dir.display()
         );
     }
+    if outcome.done > 0 {
+        // The headline table and the report, as `ingressbench report DIR` writes them.
+        let written = ingressbench_report::results::read(&outcome.dir)
+            .map_err(|e| anyhow::anyhow!(e))
+            .and_then(|run| crate::report_cmd::write_report(&outcome.dir, &run, 0.01, None));
+        if let Err(e) = written {
+            crate::signals::say(&format!(
+                "warning: no report ({e:#}); `ingressbench report {}` tries again",
+                outcome.dir.display()
+            ));
+        }
+    }
     if let Some(error) = &outcome.error {
         crate::signals::say(&format!("error: {error}"));
     }
@@ -230,36 +215,6 @@ pub(crate) fn run_scenario(args: RunArgs) -> Result<ExitCode> {
     })
 }
 
-/// With `--cluster`, a scenario written for the lab (its targets proxies) runs against
-/// every target of the cluster file, unless `--set targets=…` chooses; one that names
-/// `{ cluster: NAME }` targets runs those. Made a `--set`, recorded with the run so that
-/// `--resume` runs the same. Whether it chose the targets.
-fn cluster_targets(
-    path: &std::path::Path,
-    scenario: &str,
-    sets: &mut Vec<(String, String)>,
-) -> Result<bool> {
-    if ingressbench_scenario::names_cluster_targets(scenario)
-        || sets.iter().any(|(k, _)| k == "targets")
-    {
-        return Ok(false);
-    }
-    let file =
-        ingressbench_cluster::file::ClusterFile::read(path).map_err(|e| UsageError(e.into()))?;
-    let names: Vec<String> = file
-        .targets
-        .keys()
-        .map(|n| format!("{{ cluster: {n:?} }}"))
-        .collect();
-    eprintln!(
-        "targets: those of {} ({}); --set 'targets=[{{ cluster: NAME }}]' chooses",
-        path.display(),
-        file.targets.keys().cloned().collect::<Vec<_>>().join(", ")
-    );
-    sets.push(("targets".into(), format!("[{}]", names.join(", "))));
-    Ok(true)
-}
-
 /// `1m05s`, `42s`.
 fn clock(d: Duration) -> String {
     let s = d.as_secs();
@@ -271,63 +226,7 @@ fn clock(d: Duration) -> String {
 }
 
 /// The current UTC time as `YYYYMMDDTHHMMSSZ`.
-/// Where `--cluster` sends the cells: the file read, each cell checked against it (before
-/// anything is made), the kubeconfig and context chosen, and what earlier runs of the
-/// tool left in that cluster removed.
-fn cluster_options(
-    path: &std::path::Path,
-    args: &RunArgs,
-    cells: &[ingressbench_scenario::Cell],
-) -> Result<ingressbench_scenario::cluster_site::ClusterOptions> {
-    let file =
-        ingressbench_cluster::file::ClusterFile::read(path).map_err(|e| UsageError(e.into()))?;
-    ingressbench_scenario::cluster_site::check_cells(cells, &file)
-        .map_err(|e| UsageError(anyhow::anyhow!("{e} (--cluster {})", path.display())))?;
-    let kubeconfig = crate::cluster_cmd::chosen_kubeconfig(args.kubeconfig.as_deref())?;
-    let mut file = file;
-    if args.context.is_some() {
-        file.context = args.context.clone();
-    }
-    let context = file.context.clone();
-    // What `cluster check` checks, before anything is made: the API, every verb, each
-    // class, each address.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let failed: Vec<String> = runtime
-        .block_on(ingressbench_cluster::check::check(&file, &kubeconfig))
-        .into_iter()
-        .filter(|f| !f.ok)
-        .map(|f| format!("FAIL {}: {}", f.what, f.detail))
-        .collect();
-    if !failed.is_empty() {
-        return Err(UsageError(anyhow::anyhow!(
-            "{} is not ready for this run (as `ingressbench cluster check` says):\n  {}",
-            path.display(),
-            failed.join("\n  ")
-        ))
-        .into());
-    }
-    let removed = ingressbench_cluster::deploy::cleanup(&kubeconfig, context.as_deref())
-        .map_err(|e| UsageError(e.into()))?;
-    for name in removed {
-        eprintln!("deleted namespace {name}, left by a run that is gone");
-    }
-    let run_id = utc_stamp()
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .collect::<String>()
-        .to_ascii_lowercase();
-    let options = ingressbench_scenario::cluster_site::ClusterOptions {
-        file,
-        kubeconfig,
-        context,
-        run_id,
-    };
-    Ok(options)
-}
-
-fn utc_stamp() -> String {
+pub(crate) fn utc_stamp() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
-    PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret, Service, ServicePort, ServiceSpec,
-    Sysctl,
+    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
+    Secret, SecurityContext, Service, ServicePort, ServiceSpec, Sysctl,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
@@ -107,18 +107,34 @@ pub(crate) fn deployment(o: &RunObjects, pool: &str, replicas: i32) -> Deploymen
             period_seconds: Some(1),
             ..Probe::default()
         }),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            ..SecurityContext::default()
+        }),
         ..Container::default()
     };
-    let security_context = (!o.sysctls.is_empty()).then(|| PodSecurityContext {
-        sysctls: Some(
+    // What the "restricted" Pod Security Standard asks (a namespace that enforces it
+    // admits these pods): not root (the image's user, 65532), no privilege to gain, no
+    // capability, the runtime's seccomp profile.
+    let security_context = Some(PodSecurityContext {
+        run_as_non_root: Some(true),
+        seccomp_profile: Some(SeccompProfile {
+            type_: "RuntimeDefault".into(),
+            ..SeccompProfile::default()
+        }),
+        sysctls: (!o.sysctls.is_empty()).then(|| {
             o.sysctls
                 .iter()
                 .map(|(name, value)| Sysctl {
                     name: name.clone(),
                     value: value.clone(),
                 })
-                .collect(),
-        ),
+                .collect()
+        }),
         ..PodSecurityContext::default()
     });
     Deployment {

@@ -52,10 +52,16 @@ pub(super) fn proxy_cpu_chart(
     plot.line(&cell.proxy_cpu, colour, 1.6, false);
     for (i, e) in cell.impact.iter().enumerate() {
         if let Some(at) = e["requested_s"].as_f64() {
-            plot.marker(at, &format!("{}", i + 1), 0);
+            plot.marker(at, &event_label(i, e), i % 3);
         }
     }
     Some(plot.finish(&format!("Proxy CPU over time: {title}")))
+}
+
+/// An event's marker label: its number and what it did in a few words (`3 scale 3→4`).
+fn event_label(i: usize, e: &serde_json::Value) -> String {
+    let what = e["what"].as_str().unwrap_or("event");
+    format!("{} {}", i + 1, crate::headline::short_event(what))
 }
 
 pub(super) fn timeline(
@@ -115,8 +121,8 @@ pub(super) fn timeline(
     let p99: Vec<(f64, f64)> = windows.iter().map(|w| (w.0, w.2)).collect();
     plot.line(&p50, "#333", 1.2, false);
     plot.line(&p99, "#333", 1.2, true);
-    // Events by name when there is room for their labels, else by number (as numbered
-    // in the events table).
+    // Every event by its number (as in the events table) and what it did; labels that
+    // would overlap go on rows of their own.
     let times: Vec<f64> = cell
         .impact
         .iter()
@@ -131,21 +137,17 @@ pub(super) fn timeline(
         let Some(at) = e["requested_s"].as_f64() else {
             continue;
         };
-        let label = if crowded {
-            format!("{}", i + 1)
-        } else {
-            format!("{} {}", i + 1, e["what"].as_str().unwrap_or("event"))
-        };
+        let label = event_label(i, e);
         match marks.last_mut() {
             Some((x, l)) if (plot.px(*x) - plot.px(at)).abs() < 6.0 => {
-                l.push_str(if crowded { "," } else { "; " });
+                l.push_str("; ");
                 l.push_str(&label);
             }
             _ => marks.push((at, label)),
         }
     }
     for (row, (at, label)) in marks.iter().enumerate() {
-        plot.marker(*at, label, if crowded { 0 } else { row });
+        plot.marker(*at, label, if crowded { row % 3 } else { row });
     }
     plot.legend(&[
         ("request".into(), colour.to_owned()),

@@ -36,17 +36,27 @@ pub struct Report {
     pub charts: Vec<(String, String)>,
     /// The headline, one sentence per group of settings.
     pub headline: Vec<String>,
+    /// The headline as a table, for a terminal ([`crate::headline::text`]).
+    pub table: String,
+    /// The warnings grouped by kind: the kind and its warnings.
+    pub warning_groups: Vec<(String, Vec<String>)>,
     /// Warnings (generator behind, failed cells, too few requests, unreadable files).
     pub warnings: Vec<String>,
 }
 
 /// Renders the report of `run`; `noise_floor` (0.01 for 1%) is the smallest relative
 /// difference that counts.
-pub fn render(run: &RunResults, noise_floor: f64) -> Report {
-    let conditions = analysis::conditions(run, 0x1b_e5c4);
+pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Report {
+    let mut conditions = analysis::conditions(run, 0x1b_e5c4);
+    if let Some(baseline) = baseline {
+        // The baseline first at each setting: the differences are from it.
+        conditions.sort_by_key(|c| c.target != baseline);
+    }
     let diffs = analysis::differences(&conditions, noise_floor);
     let headline = analysis::headline(&conditions, &diffs);
     let warnings = warnings(run);
+    let warning_groups = crate::headline::group_warnings(&warnings);
+    let rows = crate::headline::rows(run, &conditions, &diffs);
     let colours = target_colours(&conditions);
     let mut charts = Vec::new();
     let mut body = String::new();
@@ -62,20 +72,31 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
         run.cells.iter().filter(|c| c.summary.is_some()).count(),
         run.cells.len()
     );
-    // Headline.
-    body.push_str("<section><h2>Headline</h2><ul class=\"headline\">");
-    for line in &headline {
-        let _ = write!(body, "<li>{}</li>", esc(line));
-    }
-    body.push_str("</ul><p class=\"note\">p99 of latency from each request's intended send time, over every measured request of a cell; intervals are 95% bootstrap intervals over repeats (or over one-second windows of a single run). A difference whose interval reaches inside the noise floor is called no measurable difference.</p>");
-    if !warnings.is_empty() {
+    // Headline: the table, then the warnings by kind, then the sentences.
+    body.push_str("<section><h2>Headline</h2>");
+    body.push_str(&crate::headline::html(&rows, &|s: &str| esc(s).to_string()));
+    body.push_str("<p class=\"note\">Latency from each request's intended send time, over every measured request; in brackets the 95% bootstrap interval over repeats (or over one-second windows of a single run). The verdict is p99's against the first target at the same settings (or <code>report --baseline</code>'s); a difference whose interval reaches inside the noise floor is no measurable difference. Errors: every failed request, with the events (numbered as in the charts and the events table) whose window had the most. Took effect: from each event's request until the traffic showed it, per kind, median / worst over every repeat.</p>");
+    if !warning_groups.is_empty() {
         body.push_str("<div class=\"warnings\"><h3>Warnings</h3><ul>");
-        for w in &warnings {
-            let _ = write!(body, "<li>{}</li>", esc(w));
+        for (kind, members) in &warning_groups {
+            let _ = write!(
+                body,
+                "<li><details><summary>{} × {}</summary><ul>",
+                members.len(),
+                esc(kind)
+            );
+            for w in members {
+                let _ = write!(body, "<li>{}</li>", esc(w));
+            }
+            body.push_str("</ul></details></li>");
         }
         body.push_str("</ul></div>");
     }
-    body.push_str("</section>");
+    body.push_str("<ul class=\"headline\">");
+    for line in &headline {
+        let _ = write!(body, "<li>{}</li>", esc(line));
+    }
+    body.push_str("</ul></section>");
     // Where it ran.
     if let Some((html, diagrams)) = crate::topology::section(run) {
         body.push_str(&html);
@@ -183,11 +204,13 @@ pub fn render(run: &RunResults, noise_floor: f64) -> Report {
         html,
         charts,
         headline,
+        table: crate::headline::text(&rows),
+        warning_groups,
         warnings,
     }
 }
 
-const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:1000px;margin:1em auto;padding:0 1em;color:#222;line-height:1.4}h1{margin-bottom:.2em}h2{border-bottom:1px solid #ccc;margin-top:1.6em}figure{margin:.6em 0}figcaption{font-weight:600;font-size:.9em}svg{max-width:100%;height:auto}.note{color:#555;font-size:.85em}.warnings{background:#fff4e5;border-left:4px solid #e69f00;padding:.2em 1em}.status-incomplete,.status-failed,.status-cut-short{color:#b00}.bars{display:flex;flex-wrap:wrap;gap:4px}table{border-collapse:collapse;font-size:.85em;margin:.6em 0}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#f5f5f5}td.l,th.l{text-align:left}pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.8em;max-height:30em}.scale input{margin-left:1em}.swatch{display:inline-block;width:.8em;height:.8em;margin:0 .3em 0 .8em}.scale .lin{display:none}#ylin:checked~figure .lin{display:block}#ylin:checked~figure .log{display:none}@media print{.scale input,.scale label{display:none}details{display:block}details>*{display:block}}";
+const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:1000px;margin:1em auto;padding:0 1em;color:#222;line-height:1.4}h1{margin-bottom:.2em}h2{border-bottom:1px solid #ccc;margin-top:1.6em}figure{margin:.6em 0}figcaption{font-weight:600;font-size:.9em}svg{max-width:100%;height:auto}.note{color:#555;font-size:.85em}.warnings{background:#fff4e5;border-left:4px solid #e69f00;padding:.2em 1em}.headline-table td.good{background:#e3f4e1}.headline-table td.bad{background:#fbe3e1}.headline-table td.same{color:#555}.status-incomplete,.status-failed,.status-cut-short{color:#b00}.bars{display:flex;flex-wrap:wrap;gap:4px}table{border-collapse:collapse;font-size:.85em;margin:.6em 0}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#f5f5f5}td.l,th.l{text-align:left}pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.8em;max-height:30em}.scale input{margin-left:1em}.swatch{display:inline-block;width:.8em;height:.8em;margin:0 .3em 0 .8em}.scale .lin{display:none}#ylin:checked~figure .lin{display:block}#ylin:checked~figure .log{display:none}@media print{.scale input,.scale label{display:none}details{display:block}details>*{display:block}}";
 
 fn description(run: &RunResults) -> String {
     let text = run.record["scenario_text"].as_str().unwrap_or_default();

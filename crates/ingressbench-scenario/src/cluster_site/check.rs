@@ -61,6 +61,23 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
                 Some(_) => {}
             }
         }
+        let t = &cell.scenario.tuning;
+        let knobs = [
+            ("workers", t.workers.is_some()),
+            ("keepalive_requests", t.keepalive_requests.is_some()),
+            ("upstream_keepalive", t.upstream_keepalive.is_some()),
+            ("listen_backlog", t.listen_backlog.is_some()),
+            ("upstream_protocol", t.upstream_protocol.is_some()),
+            ("nodes", !t.nodes.is_empty()),
+        ];
+        if let Some((knob, _)) = knobs.iter().find(|(_, set)| *set) {
+            return Err(format!(
+                "cell {} ({}): tuning.{knob} tunes the lab's proxies, and a cluster's controller takes none of it from the tool: {} (run with --set tuning.{knob}=null)",
+                cell.index,
+                cell.label(),
+                crate::model::cluster_refusal(knob)
+            ));
+        }
         if crate::timeline::Timeline::of(cell, 1.0)?.delays_changes() {
             return Err(format!(
                 "cell {} ({}): a propagation_delay is the lab's stand-in for a slow controller; in a cluster the real control plane's delay is measured: run with --set controller.propagation_delay=0s (and no event's own)",

@@ -309,3 +309,72 @@ fn the_scenario_schema_accepts_every_shipped_scenario_and_rejects_what_the_tool_
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The demo's set-up, from a fresh tree: `install-deps.sh --lab` installs and checks what
+/// the lab needs and nothing of the local cluster (no Go build, nothing in the cache the
+/// cluster's scripts fill), and says what it left for the test command.
+#[test]
+fn the_demo_installs_the_lab_alone_and_builds_no_part_of_the_cluster() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let tree = scratch("demo-setup");
+    // A fresh tree: the scripts, and the project's .venv (its pinned Envoy and Traefik,
+    // which the script checks by version) rather than a download of them.
+    let copied = Command::new("cp")
+        .arg("-r")
+        .arg(root.join("scripts"))
+        .arg(&tree)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    std::os::unix::fs::symlink(
+        root.join(".venv").canonicalize().unwrap(),
+        tree.join(".venv"),
+    )
+    .unwrap();
+    // A `go` that says it was called: the cluster's parts are Go builds.
+    let bin = tree.join("fake-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let marker = tree.join("go-was-called");
+    std::fs::write(
+        bin.join("go"),
+        format!("#!/bin/sh\ntouch {}\nexit 1\n", marker.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        bin.join("go"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let cache = tree.join("cache");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .arg(tree.join("scripts/install-deps.sh"))
+        .arg("--lab")
+        .env("PATH", path)
+        .env("INGRESSBENCH_CACHE", &cache)
+        .output()
+        .unwrap();
+    let said = crate::common::text(&out);
+    assert!(out.status.success(), "{said}");
+    for part in ["nginx", "haproxy", "caddy", "envoy", "traefik"] {
+        assert!(
+            said.lines().any(|l| l.trim_start().starts_with(part)),
+            "{part}: {said}"
+        );
+    }
+    assert!(said.contains("the lab only (--lab)"), "{said}");
+    assert!(
+        !said.contains("kube-binaries.sh") && !said.contains("controllers.sh"),
+        "{said}"
+    );
+    assert!(!marker.exists(), "the lab's set-up ran go: {said}");
+    assert!(
+        !cache.exists(),
+        "the lab's set-up filled the cluster's cache: {said}"
+    );
+    let _ = std::fs::remove_dir_all(&tree);
+}

@@ -9,24 +9,45 @@ use std::process::{Command, Output};
 use crate::common::{cells_of, text, BIN};
 
 fn local(verb: &str, dir: &Path) -> Output {
-    let mut command = Command::new(BIN);
-    command.args(["cluster", "local", verb, "--dir"]).arg(dir);
-    if verb == "up" {
-        // Tests run side by side: Traefik on a free port, not the default.
-        command.args([
-            "--http-port",
-            "0",
-            "--https-port",
-            "0",
-            "--contour-port",
-            "0",
-            "--haproxy-ingress-port",
-            "0",
-            "--haproxy-ingress-https-port",
-            "0",
-        ]);
-    }
-    command.output().unwrap()
+    Command::new(BIN)
+        .args(["cluster", "local", verb, "--dir"])
+        .arg(dir)
+        // `up` adds its context to the user's kubeconfig: the test's own, not root's.
+        .env("KUBECONFIG", users_kubeconfig(dir))
+        .output()
+        .unwrap()
+}
+
+/// The kubeconfig that stands for the user's in a test of the cluster in `dir`.
+fn users_kubeconfig(dir: &Path) -> std::path::PathBuf {
+    dir.with_extension("kubeconfig")
+}
+
+/// A port that is taken is refused before anything starts, naming the process that holds
+/// it; nothing is left behind.
+#[test]
+fn cluster_local_up_refuses_a_taken_port_and_names_who_holds_it() {
+    let dir = std::env::temp_dir().join(format!("ib-cluster-taken-{}", std::process::id()));
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().port();
+    let up = Command::new(BIN)
+        .args(["cluster", "local", "up", "--https-port"])
+        .arg(port.to_string())
+        .arg("--dir")
+        .arg(&dir)
+        .env("KUBECONFIG", users_kubeconfig(&dir))
+        .output()
+        .unwrap();
+    assert_eq!(up.status.code(), Some(2), "{}", text(&up));
+    let said = text(&up);
+    assert!(
+        said.contains(&format!(
+            "port {port} on 127.0.0.1 (--https-port) is taken by process {}",
+            std::process::id()
+        )),
+        "{said}"
+    );
+    assert!(!dir.exists() && !users_kubeconfig(&dir).exists());
 }
 
 /// Runs `down` when dropped, so that a failing test leaves no cluster behind.
@@ -92,15 +113,57 @@ fn processes_with(needle: &str) -> Vec<u32> {
 fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     let dir = std::env::temp_dir().join(format!("ib-cluster-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let up = local("up", &dir);
+    // The ports the local cluster used to take by default: `up` takes free ones.
+    let _taken = std::net::TcpListener::bind("127.0.0.1:18080");
+    // The user's kubeconfig, with a context of their own.
+    let users = users_kubeconfig(&dir);
+    std::fs::write(
+        &users,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: { server: https://prod.invalid }\nusers:\n- name: me\n  user: { token: x }\ncontexts:\n- name: prod\n  context: { cluster: prod, user: me }\ncurrent-context: prod\n",
+    )
+    .unwrap();
+    // The image a user would push, built from the binary under test.
+    let layout = dir.with_extension("image");
+    let image = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scripts/image.sh"
+        ))
+        .args(["--binary", BIN, "--out"])
+        .arg(&layout)
+        .output()
+        .unwrap();
+    assert!(image.status.success(), "{}", text(&image));
+    let up = Command::new(BIN)
+        .args(["cluster", "local", "up", "--dir"])
+        .arg(&dir)
+        .arg("--image")
+        .arg(&layout)
+        .env("KUBECONFIG", &users)
+        .output()
+        .unwrap();
     let _down = Down(dir.clone());
     assert!(up.status.success(), "{}", text(&up));
-    let config = dir.join("cluster/kubeconfig");
     assert!(
-        text(&up).contains(&format!("export KUBECONFIG={}", config.display())),
+        text(&up).contains(&format!("pods run the image {}:latest", layout.display())),
         "{}",
         text(&up)
     );
+    assert!(
+        text(&up).contains("added context ingressbench-local") && text(&up).contains("was prod"),
+        "{}",
+        text(&up)
+    );
+    // The cluster is reached with no flag: `cluster check` on its file, through the
+    // user's kubeconfig.
+    let check = Command::new(BIN)
+        .args(["cluster", "check"])
+        .arg(dir.join("cluster.yaml"))
+        .env("KUBECONFIG", &users)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check));
+    let config = dir.join("cluster/kubeconfig");
     let path = local("kubeconfig", &dir);
     assert_eq!(
         String::from_utf8_lossy(&path.stdout).trim(),
@@ -124,6 +187,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     the_shipped_scenarios_run_against_every_controller_of_the_cluster(&dir);
     each_controller_routes_and_takes_route_changes_the_way_its_api_does(&dir);
     load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(&dir);
+    every_pod_ran_from_the_image(&dir, &layout);
     let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
     let down = local("down", &dir);
     assert!(down.status.success(), "{}", text(&down));
@@ -138,6 +202,14 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         String::from_utf8_lossy(&namespaces.stdout)
     );
     assert!(!dir.exists());
+    // The user's kubeconfig is as it was: their context current, ours gone.
+    let users = std::fs::read_to_string(users_kubeconfig(&dir)).unwrap();
+    assert!(
+        users.contains("current-context: prod") && !users.contains("ingressbench-local"),
+        "{users}"
+    );
+    let _ = std::fs::remove_file(users_kubeconfig(&dir));
+    let _ = std::fs::remove_dir_all(&layout);
     let none = local("down", &dir);
     assert_eq!(none.status.code(), Some(2), "{}", text(&none));
     assert!(
@@ -145,6 +217,54 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         "{}",
         text(&none)
     );
+}
+
+/// What the node agent recorded of every container it started: each ran from the image's
+/// unpacked root filesystem (the digest of the layout's manifest), as the image's user,
+/// backends and load workers alike; and the tool in that root filesystem is this one.
+fn every_pod_ran_from_the_image(dir: &Path, layout: &Path) {
+    let index: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(layout.join("index.json")).unwrap()).unwrap();
+    let digest = index["manifests"][0]["digest"].as_str().unwrap().to_owned();
+    let ran = std::fs::read_to_string(dir.join("cluster/pods/ran.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> = ran
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for r in &records {
+        assert_eq!(r["ran"], "image", "{r}");
+        assert_eq!(r["digest"], digest.as_str(), "{r}");
+        assert_eq!(r["user"], "65532:65532", "{r}");
+        assert_eq!(r["argv"][0], "/usr/local/bin/ingressbench", "{r}");
+    }
+    let ran_as = |what: &str| records.iter().filter(|r| r["argv"][1] == what).count();
+    assert!(ran_as("backend") >= 4, "{ran}");
+    assert!(ran_as("worker") >= 3, "{ran}");
+    let rootfs = dir.join("cluster/image/rootfs");
+    let version = Command::new(BIN)
+        .args(["cluster", "local", "enter", "--root"])
+        .arg(&rootfs)
+        .args([
+            "--user",
+            "65532:65532",
+            "--",
+            "/usr/local/bin/ingressbench",
+            "--version",
+        ])
+        .output()
+        .unwrap();
+    let ours = Command::new(BIN).arg("--version").output().unwrap();
+    assert!(version.status.success(), "{}", text(&version));
+    assert_eq!(version.stdout, ours.stdout);
+}
+
+/// The message of the first pod whose container waits for `reason`.
+fn waiting_because(pods: &[k8s_openapi::api::core::v1::Pod], reason: &str) -> Option<String> {
+    pods.iter().find_map(|p| {
+        let status = p.status.as_ref()?.container_statuses.as_ref()?.first()?;
+        let waiting = status.state.as_ref()?.waiting.clone()?;
+        (waiting.reason.as_deref() == Some(reason)).then(|| waiting.message.unwrap_or_default())
+    })
 }
 
 /// Pods of `app=echo` in `default`: (name, ip, ready).
@@ -310,23 +430,30 @@ fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletio
                 .list(&kube::api::ListParams::default().labels("app=nginx"))
                 .await
                 .ok()?;
-            list.items.iter().find_map(|p| {
-                let waiting = p
-                    .status
-                    .as_ref()?
-                    .container_statuses
-                    .as_ref()?
-                    .first()?
-                    .state
-                    .as_ref()?
-                    .waiting
-                    .clone()?;
-                (waiting.reason.as_deref() == Some("ErrImageNotKnown")).then_some(waiting.message)
-            })
+            waiting_because(&list.items, "ErrImageNotKnown")
         })
-        .await
-        .unwrap_or_default();
+        .await;
         assert!(message.contains("nginx:1.27") && message.contains("ingressbench"), "{message}");
+        // A container that must not run as root and would (runAsUser 0) is not started,
+        // as the kubelet refuses it.
+        let mut as_root = deployment("as-root", "ingressbench");
+        let template = as_root.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+        template.security_context = Some(k8s_openapi::api::core::v1::PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(0),
+            ..Default::default()
+        });
+        deployments.create(&PostParams::default(), &as_root).await.unwrap();
+        let refused = wait_for("the root container refused", async || {
+            let list = unknown
+                .list(&kube::api::ListParams::default().labels("app=as-root"))
+                .await
+                .ok()?;
+            waiting_because(&list.items, "CreateContainerConfigError")
+        })
+        .await;
+        assert!(refused.contains("runAsNonRoot"), "{refused}");
+        deployments.delete("as-root", &DeleteParams::default()).await.unwrap();
         // A Job's pods run to completion: exit 0 is Succeeded, anything else Failed, and
         // the Job controller sees it; an Indexed Job's pods get their completion index.
         use k8s_openapi::api::batch::v1::Job;

@@ -6,6 +6,7 @@
 
 mod backend;
 mod cli;
+#[cfg(feature = "cluster")]
 mod cluster;
 mod common;
 mod hostile;

@@ -373,7 +373,96 @@ fn a_million_sample_run_gives_a_small_report_from_every_request() {
     // Points are thinned for display only: p99 comes from all of them (the windows).
     let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
     assert!(html.matches("<circle").count() <= 2 * 4000, "points drawn");
-    assert!(text(&out).contains("nginx p99 4.9"), "{}", text(&out));
+    let printed = text(&out);
+    let row = printed
+        .lines()
+        .find(|l| l.starts_with("nginx"))
+        .unwrap_or("");
+    assert!(row.contains(" 4.9"), "{printed}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The headline table of a known run, cell by cell: p50 and p99, the verdict against the
+/// baseline (the first target, or `--baseline`), the errors with the event they fell in,
+/// the event kind's took-effect times and the proxy's CPU; warnings grouped by kind.
+#[test]
+fn the_headline_table_gives_each_targets_figures_verdict_errors_and_events() {
+    let dir = scratch("report-headline");
+    let impact = |errors: u64| {
+        serde_json::json!([
+            { "what": "scale echo 3->4", "requested_s": 2.0, "took_effect_s": 2.4, "errors": errors },
+            { "what": "CORS https://a.example", "requested_s": 3.0, "took_effect_s": 3.1, "errors": 0 },
+        ])
+    };
+    let mut cells = Vec::new();
+    for repeat in 0..3 {
+        let mut fast = cell("nginx", repeat, 1000, 0);
+        fast.impact = impact(0);
+        cells.push(fast);
+        let mut slow = cell("envoy", repeat, 2000, 5);
+        slow.impact = impact(5);
+        slow.summary = Some(summary(500, 2000, 5, 1600, "CONNECT RAMP: the 10 connections were still opening 12 ms after the first request was due"));
+        cells.push(slow);
+    }
+    fake_run(&dir, "", &cells);
+    let mut record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("run.json")).unwrap()).unwrap();
+    for c in record["cells"].as_array_mut().unwrap() {
+        let cpu = if c["target"] == "nginx" { 12.0 } else { 30.0 };
+        c["usage"] =
+            serde_json::json!({ "by_role": { "proxy": { "cpu_ms_per_1000_requests": cpu } } });
+    }
+    std::fs::write(dir.join("run.json"), record.to_string()).unwrap();
+    let out = ib(&["report", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = text(&out);
+    let row = |target: &str| {
+        printed
+            .lines()
+            .find(|l| l.starts_with(target))
+            .unwrap_or_else(|| panic!("no row for {target}: {printed}"))
+            .to_owned()
+    };
+    let nginx = row("nginx");
+    assert!(nginx.contains("0.250") && nginx.contains("1.00"), "{nginx}");
+    assert!(
+        nginx.contains("baseline") && nginx.contains("12 ms"),
+        "{nginx}"
+    );
+    assert!(
+        nginx.contains("scale ×3 0.40/0.40") && nginx.contains("route change ×3 0.10/0.10"),
+        "{nginx}"
+    );
+    let envoy = row("envoy");
+    assert!(envoy.contains("worse +100%"), "{envoy}");
+    assert!(envoy.contains("15 of 4800 (1 scale 3→4: 5)"), "{envoy}");
+    assert!(envoy.contains("30 ms"), "{envoy}");
+    // Three cells' warnings of one kind: one line.
+    assert!(
+        printed.contains("3 × CONNECT RAMP: the 10 connections"),
+        "{printed}"
+    );
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    assert!(
+        html.contains("<td class=\"l bad\">worse +100%</td>"),
+        "{html:.3000}"
+    );
+    assert!(
+        html.contains("<summary>3 × CONNECT RAMP: the 10 connections"),
+        "{html:.3000}"
+    );
+    // Against envoy, nginx is the better one.
+    let out = ib(&["report", dir.to_str().unwrap(), "--baseline", "envoy"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed = text(&out);
+    let nginx = printed
+        .lines()
+        .find(|l| l.starts_with("nginx"))
+        .unwrap_or("");
+    assert!(nginx.contains("better -50%"), "{printed}");
+    let none = ib(&["report", dir.to_str().unwrap(), "--baseline", "traefik"]);
+    assert_eq!(none.status.code(), Some(2), "{}", text(&none));
+    assert!(text(&none).contains("has envoy, nginx"), "{}", text(&none));
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -424,9 +513,23 @@ matrix: { load.rate: [100, 200] }
     let report = ib(&["report", out.to_str().unwrap(), "--png"]);
     assert!(report.status.success(), "{}", text(&report));
     let printed = text(&report);
+    // The headline table: a row per target and rate, the first target the baseline.
+    let rows: Vec<&str> = printed
+        .lines()
+        .filter(|l| l.starts_with("nginx") || l.starts_with("haproxy"))
+        .collect();
+    assert_eq!(rows.len(), 4, "{printed}");
     assert!(
-        printed.contains("At load.rate=100: nginx p99 "),
+        rows[0].contains("load.rate=100") && rows[0].contains("baseline"),
         "{printed}"
+    );
+    // Its scale event is named in the table's took-effect column and on the charts.
+    assert!(rows[0].contains("scale ×1"), "{printed}");
+    assert!(
+        std::fs::read_to_string(out.join("report.html"))
+            .unwrap()
+            .contains("1 scale 2→3"),
+        "the event's marker is labelled with what it did"
     );
     let html = out.join("report.html");
     // The page loads in a real browser with nothing logged to its console.

@@ -1,0 +1,229 @@
+//! Images for the local cluster's node agent: an OCI image layout (what
+//! `scripts/image.sh` writes, or `buildah push … oci:DIR:TAG`) unpacked with umoci into a
+//! root filesystem, with the image's configuration (entrypoint, command, environment,
+//! user, working directory) read from the layout itself, and the way a container of it is
+//! started: chrooted into that root filesystem as the pod's user ([`enter`]), so that a
+//! pod runs exactly what a user pushes to a registry.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+use crate::ClusterError;
+
+/// The hidden command of this tool that [`enter`]s a root filesystem and runs a
+/// container's command there (the node agent starts it in the pod's network namespace).
+pub const ENTER_COMMAND: [&str; 3] = ["cluster", "local", "enter"];
+
+/// An image unpacked for the agent.
+#[derive(Clone, Debug)]
+pub struct Image {
+    /// The layout and tag it came from (`DIR:TAG`).
+    pub reference: String,
+    /// The digest of its manifest (`sha256:…`).
+    pub digest: String,
+    /// Its root filesystem.
+    pub rootfs: PathBuf,
+    /// `ENTRYPOINT` (a container's `command` replaces it).
+    pub entrypoint: Vec<String>,
+    /// `CMD` (a container's `args` replace it).
+    pub cmd: Vec<String>,
+    /// `ENV`, as `NAME=value`.
+    pub env: Vec<(String, String)>,
+    /// `USER`, numeric (`uid` or `uid:gid`); none: root.
+    pub user: Option<(u32, u32)>,
+    /// `WORKDIR` (default `/`).
+    pub workdir: String,
+    /// This tool, which [`enter`]s the root filesystem for the container.
+    pub launcher: PathBuf,
+}
+
+impl Image {
+    /// The image tagged `tag` in the OCI layout `layout`, unpacked under `into` (which
+    /// must not exist) with umoci.
+    pub fn unpack(
+        layout: &Path,
+        tag: &str,
+        into: &Path,
+        launcher: PathBuf,
+    ) -> Result<Image, ClusterError> {
+        let bad = |message: String| ClusterError::File {
+            path: layout.to_owned(),
+            message,
+        };
+        let index = read_json(&layout.join("index.json"))?;
+        let manifest = index["manifests"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+            .ok_or_else(|| {
+                bad(format!(
+                    "no image tagged `{tag}` in this OCI layout (build one: bash scripts/image.sh --out {})",
+                    layout.display()
+                ))
+            })?;
+        let digest = manifest["digest"].as_str().unwrap_or_default().to_owned();
+        let manifest = read_json(&blob(layout, &digest).map_err(&bad)?)?;
+        let config_digest = manifest["config"]["digest"].as_str().unwrap_or_default();
+        let config = read_json(&blob(layout, config_digest).map_err(&bad)?)?;
+        let config = &config["config"];
+        let strings = |v: &Value| -> Vec<String> {
+            v.as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        };
+        let user = match config["User"].as_str().unwrap_or("") {
+            "" => None,
+            spec => Some(numeric_user(spec).ok_or_else(|| {
+                bad(format!(
+                    "USER `{spec}` is not numeric (uid or uid:gid): a FROM scratch image has no /etc/passwd to look a name up in"
+                ))
+            })?),
+        };
+        let output = Command::new("umoci")
+            .args(["unpack", "--image"])
+            .arg(format!("{}:{tag}", layout.display()))
+            .arg(into)
+            .output()
+            .map_err(|e| ClusterError::Missing {
+                what: format!("umoci ({e})"),
+                looked: PathBuf::from("PATH"),
+                fix: "apt-get install umoci (bash scripts/install-deps.sh)".into(),
+            })?;
+        if !output.status.success() {
+            return Err(bad(format!(
+                "umoci unpack failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            )));
+        }
+        Ok(Image {
+            reference: format!("{}:{tag}", layout.display()),
+            digest,
+            rootfs: into.join("rootfs"),
+            entrypoint: strings(&config["Entrypoint"]),
+            cmd: strings(&config["Cmd"]),
+            env: strings(&config["Env"])
+                .into_iter()
+                .filter_map(|kv| kv.split_once('=').map(|(k, v)| (k.into(), v.into())))
+                .collect(),
+            user,
+            workdir: config["WorkingDir"]
+                .as_str()
+                .filter(|w| !w.is_empty())
+                .unwrap_or("/")
+                .to_owned(),
+            launcher,
+        })
+    }
+
+    /// What a container of this image runs, as the kubelet decides it: its `command`
+    /// replaces the entrypoint, its `args` the image's command.
+    pub fn argv(&self, command: Option<&[String]>, args: Option<&[String]>) -> Vec<String> {
+        match command {
+            Some(command) => command.iter().chain(args.unwrap_or(&[])).cloned().collect(),
+            None => self
+                .entrypoint
+                .iter()
+                .chain(args.unwrap_or(&self.cmd))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+fn numeric_user(spec: &str) -> Option<(u32, u32)> {
+    match spec.split_once(':') {
+        Some((u, g)) => Some((u.parse().ok()?, g.parse().ok()?)),
+        None => {
+            let u = spec.parse().ok()?;
+            Some((u, u))
+        }
+    }
+}
+
+/// The blob `sha256:HEX` of a layout.
+fn blob(layout: &Path, digest: &str) -> Result<PathBuf, String> {
+    let (algorithm, hex) = digest
+        .split_once(':')
+        .filter(|(_, h)| !h.is_empty() && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| format!("`{digest}` is not a digest"))?;
+    Ok(layout.join("blobs").join(algorithm).join(hex))
+}
+
+fn read_json(path: &Path) -> Result<Value, ClusterError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ClusterError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| ClusterError::File {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+/// Runs `argv` inside `rootfs` as `uid:gid` (no supplementary groups, no new privileges),
+/// in `workdir`: chroot, drop to the user, ask to be killed when the parent (the node
+/// agent) goes, exec. Called single-threaded, as root, by the hidden
+/// [`ENTER_COMMAND`]; returns only on failure.
+pub fn enter(rootfs: &Path, (uid, gid): (u32, u32), workdir: &str, argv: &[String]) -> String {
+    use std::os::unix::process::CommandExt;
+    let Some((program, args)) = argv.split_first() else {
+        return "no command to run: the image has no ENTRYPOINT or CMD and the container no command".into();
+    };
+    let steps = || -> std::io::Result<()> {
+        rustix::process::chroot(rootfs)?;
+        std::env::set_current_dir(workdir)?;
+        let gid = rustix::process::Gid::from_raw(gid);
+        rustix::thread::set_thread_groups(&[gid])?;
+        rustix::thread::set_thread_res_gid(gid, gid, gid)?;
+        let uid = rustix::process::Uid::from_raw(uid);
+        rustix::thread::set_thread_res_uid(uid, uid, uid)?;
+        rustix::thread::set_no_new_privs(true)?;
+        // After the change of user, which clears it.
+        rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+        Ok(())
+    };
+    if let Err(e) = steps() {
+        return format!("cannot enter {} as {uid}:{gid}: {e}", rootfs.display());
+    }
+    let e = Command::new(program).args(args).exec();
+    format!("cannot run {program} in the image: {e}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_containers_command_and_args_replace_the_images_as_the_kubelet_does() {
+        let image = Image {
+            reference: "x:y".into(),
+            digest: String::new(),
+            rootfs: PathBuf::new(),
+            entrypoint: vec!["/bin/tool".into()],
+            cmd: vec!["serve".into()],
+            env: Vec::new(),
+            user: None,
+            workdir: "/".into(),
+            launcher: PathBuf::new(),
+        };
+        let v = |s: &[&str]| s.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(image.argv(None, None), v(&["/bin/tool", "serve"]));
+        assert_eq!(
+            image.argv(None, Some(&v(&["worker"]))),
+            v(&["/bin/tool", "worker"])
+        );
+        assert_eq!(
+            image.argv(Some(&v(&["/bin/other"])), None),
+            v(&["/bin/other"])
+        );
+        assert_eq!(numeric_user("65532:65532"), Some((65532, 65532)));
+        assert_eq!(numeric_user("10"), Some((10, 10)));
+        assert_eq!(numeric_user("nobody"), None);
+        assert!(blob(Path::new("/l"), "sha256:../../etc").is_err());
+    }
+}

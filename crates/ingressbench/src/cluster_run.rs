@@ -1,0 +1,204 @@
+//! What `run --cluster FILE` does before the first cell: the cluster file's targets when
+//! the scenario names none, each cell checked against the file and the cluster (as
+//! `cluster check` does), what earlier runs left removed, and the targets that cannot
+//! express the scenario's route changes refused or left out. A build without the
+//! `cluster` feature (`scripts/demo.sh`'s, the lab alone) has the same two calls, which
+//! say how to get cluster mode.
+
+#[cfg(feature = "cluster")]
+pub(crate) use with_cluster::{prepare, targets};
+
+/// The cluster file `--cluster` names: `local` (when no file has that name) is the one the
+/// local cluster wrote in its directory.
+pub(crate) fn named(path: &std::path::Path) -> std::path::PathBuf {
+    if path == std::path::Path::new("local") && !path.exists() {
+        return crate::args::local_cluster_dir().join("cluster.yaml");
+    }
+    path.to_owned()
+}
+#[cfg(not(feature = "cluster"))]
+pub(crate) use without_cluster::{prepare, targets};
+
+#[cfg(feature = "cluster")]
+mod with_cluster {
+    use std::path::Path;
+
+    use anyhow::Result;
+    use ingressbench_scenario::ClusterOptions;
+
+    use crate::args::RunArgs;
+    use crate::UsageError;
+
+    /// The cluster options of the run, `cells` and `sets` narrowed to the cluster file's
+    /// targets that can run the scenario when the file chose them (`implicit`).
+    pub(crate) fn prepare(
+        path: &Path,
+        args: &RunArgs,
+        (text, file, quick): (&str, &Path, bool),
+        implicit: bool,
+        sets: &mut Vec<(String, String)>,
+        cells: &mut Vec<ingressbench_scenario::Cell>,
+    ) -> Result<ClusterOptions> {
+        let options = options(path, args, cells)?;
+        let refused = ingressbench_scenario::cluster_site::route_refusals(&options, cells)
+            .map_err(|e| UsageError(anyhow::anyhow!(e)))?;
+        // A target the command or the scenario named is refused; of the cluster
+        // file's own, those that cannot express the changes are left out, saying why.
+        let kept: Vec<String> = options
+            .file
+            .targets
+            .keys()
+            .filter(|t| !refused.contains_key(*t))
+            .cloned()
+            .collect();
+        match refused.values().next() {
+            Some(message) if !implicit || kept.is_empty() => {
+                return Err(
+                    UsageError(anyhow::anyhow!("{message} (--cluster {})", path.display())).into(),
+                )
+            }
+            Some(_) => {
+                for (target, message) in &refused {
+                    eprintln!("left out: {target}: {message}");
+                }
+                let kept: Vec<String> = kept
+                    .iter()
+                    .map(|n| format!("{{ cluster: {n:?} }}"))
+                    .collect();
+                sets.retain(|(k, _)| k != "targets");
+                sets.push(("targets".into(), format!("[{}]", kept.join(", "))));
+                *cells = ingressbench_scenario::expand(text, file, sets, quick)
+                    .map_err(|e| UsageError(e.into()))?;
+            }
+            None => {}
+        }
+        Ok(options)
+    }
+
+    /// With `--cluster`, a scenario written for the lab (its targets proxies) runs against
+    /// every target of the cluster file, unless `--set targets=…` chooses; one that names
+    /// `{ cluster: NAME }` targets runs those. Made a `--set`, recorded with the run so that
+    /// `--resume` runs the same. Whether it chose the targets.
+    pub(crate) fn targets(
+        path: &std::path::Path,
+        scenario: &str,
+        sets: &mut Vec<(String, String)>,
+    ) -> Result<bool> {
+        if ingressbench_scenario::names_cluster_targets(scenario)
+            || sets.iter().any(|(k, _)| k == "targets")
+        {
+            return Ok(false);
+        }
+        // The scenario's own targets go; a setting of theirs a cluster cannot take would
+        // go with them, silently, and the results would carry a wrong label.
+        let dropped = ingressbench_scenario::lab_only_target_settings(scenario);
+        if !dropped.is_empty() {
+            return Err(UsageError(anyhow::anyhow!(
+                "with --cluster, the scenario's targets are replaced by the cluster file's, and these settings of theirs would be lost: {}; a cluster's controllers take none of them from the tool (docs/CLUSTER.md). Run it in the lab, or name cluster targets with --set 'targets=[{{ cluster: NAME }}]'",
+                dropped.join(", ")
+            ))
+            .into());
+        }
+        let file = ingressbench_cluster::file::ClusterFile::read(path)
+            .map_err(|e| UsageError(e.into()))?;
+        let names: Vec<String> = file
+            .targets
+            .keys()
+            .map(|n| format!("{{ cluster: {n:?} }}"))
+            .collect();
+        eprintln!(
+            "targets: those of {} ({}); --set 'targets=[{{ cluster: NAME }}]' chooses",
+            path.display(),
+            file.targets.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+        sets.push(("targets".into(), format!("[{}]", names.join(", "))));
+        Ok(true)
+    }
+
+    /// Where `--cluster` sends the cells: the file read, each cell checked against it (before
+    /// anything is made), the kubeconfig and context chosen, and what earlier runs of the
+    /// tool left in that cluster removed.
+    fn options(
+        path: &std::path::Path,
+        args: &RunArgs,
+        cells: &[ingressbench_scenario::Cell],
+    ) -> Result<ingressbench_scenario::cluster_site::ClusterOptions> {
+        let file = ingressbench_cluster::file::ClusterFile::read(path)
+            .map_err(|e| UsageError(e.into()))?;
+        ingressbench_scenario::cluster_site::check_cells(cells, &file)
+            .map_err(|e| UsageError(anyhow::anyhow!("{e} (--cluster {})", path.display())))?;
+        let kubeconfig = crate::cluster_cmd::chosen_kubeconfig(args.kubeconfig.as_deref())?;
+        let mut file = file;
+        if args.context.is_some() {
+            file.context = args.context.clone();
+        }
+        let context = file.context.clone();
+        // What `cluster check` checks, before anything is made: the API, every verb, each
+        // class, each address.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let failed: Vec<String> = runtime
+            .block_on(ingressbench_cluster::check::check(&file, &kubeconfig))
+            .into_iter()
+            .filter(|f| !f.ok)
+            .map(|f| format!("FAIL {}: {}", f.what, f.detail))
+            .collect();
+        if !failed.is_empty() {
+            return Err(UsageError(anyhow::anyhow!(
+                "{} is not ready for this run (as `ingressbench cluster check` says):\n  {}",
+                path.display(),
+                failed.join("\n  ")
+            ))
+            .into());
+        }
+        let removed = ingressbench_cluster::deploy::cleanup(&kubeconfig, context.as_deref())
+            .map_err(|e| UsageError(e.into()))?;
+        for name in removed {
+            eprintln!("deleted namespace {name}, left by a run that is gone");
+        }
+        let run_id = crate::scenario_cmd::utc_stamp()
+            .chars()
+            .filter(char::is_ascii_alphanumeric)
+            .collect::<String>()
+            .to_ascii_lowercase();
+        let options = ingressbench_scenario::cluster_site::ClusterOptions {
+            file,
+            kubeconfig,
+            context,
+            run_id,
+        };
+        Ok(options)
+    }
+}
+
+#[cfg(not(feature = "cluster"))]
+mod without_cluster {
+    use std::path::Path;
+
+    use anyhow::Result;
+    use ingressbench_scenario::ClusterOptions;
+
+    use crate::args::RunArgs;
+
+    /// Cluster mode is not in this build.
+    pub(crate) fn prepare(
+        _path: &Path,
+        _args: &RunArgs,
+        _scenario: (&str, &Path, bool),
+        _implicit: bool,
+        _sets: &mut Vec<(String, String)>,
+        _cells: &mut Vec<ingressbench_scenario::Cell>,
+    ) -> Result<ClusterOptions> {
+        Err(crate::no_cluster())
+    }
+
+    /// Cluster mode is not in this build.
+    pub(crate) fn targets(
+        _path: &Path,
+        _scenario: &str,
+        _sets: &mut Vec<(String, String)>,
+    ) -> Result<bool> {
+        Err(crate::no_cluster())
+    }
+}
