@@ -71,7 +71,7 @@ pub fn rows(run: &RunResults, conditions: &[Condition], diffs: &[Difference]) ->
                         .enumerate()
                         .filter_map(|(i, e)| {
                             let n = e["errors"].as_u64().filter(|n| *n > 0)?;
-                            Some((format!("{} {}", i + 1, short_event(what(e))), n))
+                            Some((format!("#{} {}", i + 1, short_event(what(e))), n))
                         })
                         .collect()
                 })
@@ -178,29 +178,45 @@ pub fn event_kind(what: &str) -> String {
 
 /// The table as HTML (every string escaped by the caller's `esc`).
 pub fn html(rows: &[Row], esc: &dyn Fn(&str) -> String) -> String {
-    let with_settings = rows.iter().any(|r| !r.settings.is_empty());
-    let mut out = String::from("<table class=\"headline-table\"><tr><th class=\"l\">target</th>");
+    let settings = varying_settings(rows);
+    let with_settings = settings.iter().any(|s| !s.is_empty());
+    let mut out = String::from("<table class=\"headline-table\">");
+    let shared = shared_settings(rows);
+    if !shared.is_empty() {
+        out.push_str(&format!("<caption>every row at {}</caption>", esc(&shared)));
+    }
+    out.push_str("<tr><th class=\"l\">target</th>");
     if with_settings {
         out.push_str("<th class=\"l\">settings</th>");
     }
     out.push_str("<th>p50 (ms)</th><th>p99 (ms)</th><th class=\"l\">p99 against the baseline</th><th class=\"l\">errors (events they fell in)</th><th class=\"l\">took effect: median / worst (s)</th><th title=\"the proxies' CPU per 1,000 requests\">proxy CPU / 1k req</th></tr>");
-    for r in rows {
+    // A value over its interval, the interval small.
+    let figure = |e: &Estimate| match estimate(e).split_once(" (") {
+        Some((value, interval)) => format!(
+            "{}<br><span class=\"ci\">{}</span>",
+            esc(value),
+            esc(interval.trim_end_matches(')'))
+        ),
+        None => esc(&estimate(e)),
+    };
+    for (r, settings) in rows.iter().zip(&settings) {
         let (class, verdict) = verdict_words(r);
         out.push_str(&format!(
             "<tr><td class=\"l\"><b>{}</b></td>",
             esc(&r.target)
         ));
         if with_settings {
-            out.push_str(&format!("<td class=\"l\">{}</td>", esc(&r.settings)));
+            out.push_str(&format!("<td class=\"l\">{}</td>", esc(settings)));
         }
+        let took: Vec<String> = took_effect(r).split("; ").map(esc).collect();
         out.push_str(&format!(
-            "<td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td class=\"l{}\">{}</td><td class=\"l\">{}</td><td>{}</td></tr>",
-            esc(&estimate(&r.p50)),
-            esc(&estimate(&r.p99)),
+            "<td>{}</td><td>{}</td><td class=\"l {class}\">{}</td><td class=\"l{}\">{}</td><td class=\"l nowrap\">{}</td><td>{}</td></tr>",
+            figure(&r.p50),
+            figure(&r.p99),
             esc(&verdict),
             if r.errors > 0 { " bad" } else { "" },
             esc(&errors(r)),
-            esc(&took_effect(r)),
+            took.join("<br>"),
             esc(&cpu(r)),
         ));
     }
@@ -208,9 +224,46 @@ pub fn html(rows: &[Row], esc: &dyn Fn(&str) -> String) -> String {
     out
 }
 
+/// The settings every row shares (`load.rate=500`), if there are rows.
+fn shared_settings(rows: &[Row]) -> String {
+    let Some(first) = rows.first() else {
+        return String::new();
+    };
+    first
+        .settings
+        .split_whitespace()
+        .filter(|part| {
+            rows.iter()
+                .all(|r| r.settings.split_whitespace().any(|p| p == *part))
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Each row's settings without the parts every row shares (`load.protocol=http1` when
+/// every row is at `load.rate=500`).
+fn varying_settings(rows: &[Row]) -> Vec<String> {
+    let parts: Vec<Vec<&str>> = rows
+        .iter()
+        .map(|r| r.settings.split_whitespace().collect())
+        .collect();
+    let shared = |part: &&str| parts.iter().all(|p| p.contains(part));
+    parts
+        .iter()
+        .map(|p| {
+            p.iter()
+                .filter(|part| !shared(part))
+                .copied()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
+}
+
 /// The table as text for a terminal: one line per row, columns aligned.
 pub fn text(rows: &[Row]) -> String {
-    let with_settings = rows.iter().any(|r| !r.settings.is_empty());
+    let settings = varying_settings(rows);
+    let with_settings = settings.iter().any(|s| !s.is_empty());
     let mut table: Vec<Vec<String>> = vec![[
         "target",
         "settings",
@@ -224,10 +277,10 @@ pub fn text(rows: &[Row]) -> String {
     .iter()
     .map(|s| (*s).to_owned())
     .collect()];
-    for r in rows {
+    for (r, settings) in rows.iter().zip(settings) {
         table.push(vec![
             r.target.clone(),
-            r.settings.clone(),
+            settings,
             estimate(&r.p50),
             estimate(&r.p99),
             verdict_words(r).1,
@@ -251,16 +304,18 @@ pub fn text(rows: &[Row]) -> String {
                 .unwrap_or(0)
         })
         .collect();
-    table
-        .iter()
-        .map(|row| {
+    let shared = shared_settings(rows);
+    let caption = (!shared.is_empty()).then(|| format!("every row at {shared}"));
+    caption
+        .into_iter()
+        .chain(table.iter().map(|row| {
             let cells: Vec<String> = row
                 .iter()
                 .zip(&widths)
                 .map(|(cell, w)| format!("{cell:<w$}"))
                 .collect();
             cells.join("  ").trim_end().to_owned()
-        })
+        }))
         .collect::<Vec<_>>()
         .join("\n")
 }

@@ -175,6 +175,7 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
             .into());
         }
     }
+    build_missing_parts()?;
     // Whatever a serve that was SIGKILLed left.
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
@@ -322,6 +323,77 @@ fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
     drop(cluster);
     let _ = std::fs::remove_dir_all(dir);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Builds what the local cluster needs and the cache lacks, as `scripts/test.sh` would
+/// (the control plane, the controllers), once, saying what and for how long; found through
+/// the project's scripts (in the working directory or above it, or above this binary).
+/// Without the scripts the cluster's own start says what is missing.
+fn build_missing_parts() -> Result<()> {
+    let options = LocalOptions::discover(PathBuf::new());
+    let kube = [
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+    ]
+    .iter()
+    .any(|b| !options.kube_bin.join(b).is_file());
+    let controllers = options.gateway_crds.is_none()
+        || options.contour.is_none()
+        || options.haproxy_ingress.is_none();
+    let parts = [
+        (
+            kube,
+            "kube-binaries.sh",
+            format!("the control plane (Kubernetes v{KUBE_VERSION}: kube-apiserver, kube-controller-manager, kube-scheduler)"),
+            "6 to 11 minutes on 2 cores",
+        ),
+        (
+            controllers,
+            "controllers.sh",
+            "the controllers (the Gateway API's CRDs, Contour, HAProxy Ingress)".to_owned(),
+            "about 3 minutes",
+        ),
+    ];
+    for (missing, script, what, takes) in parts {
+        if !missing {
+            continue;
+        }
+        let Some(path) = project_script(script) else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        println!(
+            "building {what} from the Go module proxy, once ({takes}; cached by version): {}",
+            path.display()
+        );
+        let built = Command::new("bash")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .status()
+            .with_context(|| format!("running {}", path.display()))?;
+        if !built.success() {
+            anyhow::bail!(
+                "building {what} failed ({built}; its output is above); fix that and run `ingressbench cluster local up` again, or run {} yourself",
+                path.display()
+            );
+        }
+        println!("built {what} in {:.0} s", started.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
+/// `scripts/NAME` of the project: in the working directory or one above it, or above
+/// this binary (`target/release/ingressbench`).
+fn project_script(name: &str) -> Option<PathBuf> {
+    let cwd = std::env::current_dir().ok();
+    let exe = std::env::current_exe().ok();
+    cwd.iter()
+        .chain(exe.iter())
+        .flat_map(|start| start.ancestors())
+        .map(|dir| dir.join("scripts").join(name))
+        .find(|p| p.is_file())
 }
 
 /// The process listening on TCP `port` (its pid and name), from /proc: the socket's inode

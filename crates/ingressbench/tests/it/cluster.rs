@@ -50,6 +50,57 @@ fn cluster_local_up_refuses_a_taken_port_and_names_who_holds_it() {
     assert!(!dir.exists() && !users_kubeconfig(&dir).exists());
 }
 
+/// On a machine where the cache lacks the control plane, the first `up` builds it with
+/// the project's script, saying what and how long it takes; here with a `go` that fails,
+/// so that the test takes a second: the failure names the script and nothing is left.
+#[test]
+fn cluster_local_up_builds_what_the_cache_lacks_and_says_so() {
+    let scratch = crate::common::scratch("cluster-build");
+    let bin = scratch.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(
+        bin.join("go"),
+        "#!/bin/sh\necho 'go: no network here' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        bin.join("go"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let dir = scratch.join("cluster");
+    let up = Command::new(BIN)
+        .args(["cluster", "local", "up", "--dir"])
+        .arg(&dir)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .env("INGRESSBENCH_CACHE", scratch.join("empty-cache"))
+        .env(
+            "PATH",
+            format!(
+                "{}:{}",
+                bin.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+        )
+        .env("KUBECONFIG", scratch.join("kubeconfig"))
+        .output()
+        .unwrap();
+    let said = text(&up);
+    assert!(!up.status.success(), "{said}");
+    assert!(
+        said.contains("building the control plane (Kubernetes v1.33.13")
+            && said.contains("6 to 11 minutes"),
+        "{said}"
+    );
+    assert!(said.contains("scripts/kube-binaries.sh"), "{said}");
+    assert!(said.contains("failed"), "{said}");
+    assert!(
+        !dir.exists() && !scratch.join("kubeconfig").exists(),
+        "{said}"
+    );
+    let _ = std::fs::remove_dir_all(&scratch);
+}
+
 /// Runs `down` when dropped, so that a failing test leaves no cluster behind.
 struct Down(std::path::PathBuf);
 
@@ -144,6 +195,11 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         .unwrap();
     let _down = Down(dir.clone());
     assert!(up.status.success(), "{}", text(&up));
+    assert!(
+        !text(&up).contains("building "),
+        "all of it was in the cache: {}",
+        text(&up)
+    );
     assert!(
         text(&up).contains(&format!("pods run the image {}:latest", layout.display())),
         "{}",

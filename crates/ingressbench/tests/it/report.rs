@@ -435,7 +435,7 @@ fn the_headline_table_gives_each_targets_figures_verdict_errors_and_events() {
     );
     let envoy = row("envoy");
     assert!(envoy.contains("worse +100%"), "{envoy}");
-    assert!(envoy.contains("15 of 4800 (1 scale 3→4: 5)"), "{envoy}");
+    assert!(envoy.contains("15 of 4800 (#1 scale 3→4: 5)"), "{envoy}");
     assert!(envoy.contains("30 ms"), "{envoy}");
     // Three cells' warnings of one kind: one line.
     assert!(
