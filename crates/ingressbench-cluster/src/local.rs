@@ -42,6 +42,14 @@ const GATEWAY_TLS_NAMES: [&str; 2] = ["app.test", "*.app.test"];
 /// The Secret (in each Gateway's namespace) with the Gateways' certificate.
 const GATEWAY_TLS_SECRET: &str = "gateway-tls";
 
+/// The controllers' LoadBalancer Services: Traefik's, Contour's Envoy's, HAProxy
+/// Ingress's (name, namespace).
+pub const LB_TRAEFIK: (&str, &str) = ("traefik", "kube-system");
+/// See [`LB_TRAEFIK`].
+pub const LB_CONTOUR: (&str, &str) = ("envoy", "projectcontour");
+/// See [`LB_TRAEFIK`].
+pub const LB_HAPROXY_INGRESS: (&str, &str) = ("haproxy-ingress", "ingress-haproxy");
+
 /// How long the API server may take to answer (3-4 s here; etcd's first start is slower).
 const API_READY_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -167,6 +175,9 @@ pub struct LocalCluster {
     gateway_ca: Option<PathBuf>,
     /// Where HAProxy Ingress's haproxy takes plain HTTP and HTTPS, if it runs.
     haproxy_ingress: Option<(SocketAddr, SocketAddr)>,
+    /// The cloud load balancers' stand-ins: one L4 front per controller's LoadBalancer
+    /// Service (its name and namespace, and the front).
+    load_balancers: Vec<(String, String, ingressbench_lab::front::Front)>,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -215,6 +226,7 @@ impl LocalCluster {
             contour: None,
             gateway_ca: None,
             haproxy_ingress: None,
+            load_balancers: Vec::new(),
         };
         let files = Files::write(dir)?;
         // etcd.
@@ -352,6 +364,19 @@ impl LocalCluster {
         if let Some(haproxy_ingress) = &options.haproxy_ingress {
             cluster.haproxy_ingress = Some(cluster.start_haproxy_ingress(haproxy_ingress, &files)?);
         }
+        let controllers = [
+            (LB_TRAEFIK, cluster.ingress.map(|(h, s)| [h, s])),
+            (LB_CONTOUR, cluster.contour),
+            (
+                LB_HAPROXY_INGRESS,
+                cluster.haproxy_ingress.map(|(h, s)| [h, s]),
+            ),
+        ];
+        for (n, ((name, namespace), at)) in (1u8..).zip(controllers) {
+            if let Some(at) = at {
+                cluster.load_balancer(name, namespace, at, n)?;
+            }
+        }
         Ok(cluster)
     }
 
@@ -427,7 +452,6 @@ impl LocalCluster {
         self.parts.push(traefik);
         let local = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         self.ingress = Some((local(http), local(https)));
-        runtime.block_on(self.expose_traefik(http, https))?;
         if let Some(secret) = gateway_secret {
             runtime.block_on(self.make_gateway(http, https, secret))?;
             self.gateway = true;
@@ -565,6 +589,13 @@ impl LocalCluster {
             let class = format!("ingress_class: {}", haproxy_ingress::CLASS);
             target("haproxy-ingress", class, http, https);
         }
+        // Each controller is also reached through its LoadBalancer Service, whose address
+        // is an L4 front (a cloud load balancer's stand-in): a target with `service:`.
+        for (name, namespace, _, _) in self.load_balancers() {
+            text.push_str(&format!(
+                "# through a load balancer: service: {{ name: {name}, namespace: {namespace} }}\n"
+            ));
+        }
         // The controllers listen on the host's loopback: load pods reach them from the
         // nodes' network.
         text.push_str("workers: { host_network: true }\n");
@@ -572,32 +603,68 @@ impl LocalCluster {
             .then_some(text)
     }
 
-    /// Service `kube-system/traefik` of type LoadBalancer with Traefik's two ports, its
-    /// status given 127.0.0.1 as a cloud's load-balancer controller would give an address:
-    /// what a cluster file's `service:` reads.
-    async fn expose_traefik(&self, http: u16, https: u16) -> Result<(), ClusterError> {
+    /// A Service of type LoadBalancer for a controller, and the stand-in of the cloud's
+    /// network load balancer before it: an L4 front (HAProxy in TCP mode, the lab's front)
+    /// on an address of its own (127.0.1.`n`) passing connections to the controller's
+    /// plain and TLS ports `at`, with that address in the Service's status as a cloud's
+    /// load-balancer controller writes it. What a cluster file's `service:` reads, so a
+    /// target placed by its Service is reached through the extra hop a cloud puts there.
+    fn load_balancer(
+        &mut self,
+        name: &str,
+        namespace: &str,
+        at: [SocketAddr; 2],
+        n: u8,
+    ) -> Result<(), ClusterError> {
         use k8s_openapi::api::core::v1::Service;
         use kube::api::{Patch, PatchParams};
+        let node = ingressbench_lab::topology::Node {
+            name: format!("lb-{name}"),
+            ip: std::net::Ipv4Addr::new(127, 0, 1, n).into(),
+            netns: None,
+        };
+        let dir = self.dir.join(format!("lb-{name}"));
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let front = ingressbench_lab::front::Front::start(
+            &ingressbench_lab::proxy::Binaries::discover(),
+            &node,
+            &dir,
+            &at[..1],
+            Some(&at[1..]),
+            |_| {},
+        )?;
+        let (http, https) = (front.http_addr(), front.https_addr().unwrap_or(at[1]));
         let service = serde_json::json!({
             "apiVersion": "v1", "kind": "Service",
-            "metadata": { "name": "traefik", "namespace": "kube-system" },
+            "metadata": { "name": name, "namespace": namespace },
             "spec": { "type": "LoadBalancer", "allocateLoadBalancerNodePorts": false,
-                "ports": [{ "name": "web", "port": http }, { "name": "websecure", "port": https }] },
+                "ports": [{ "name": "http", "port": http.port() }, { "name": "https", "port": https.port() }] },
         });
-        crate::api::apply_all(&self.kubeconfig, &[service]).await?;
-        let status = serde_json::json!({ "status": { "loadBalancer": { "ingress": [{ "ip": "127.0.0.1" }] } } });
-        let api: kube::Api<Service> = kube::Api::namespaced(
-            crate::api::client(&self.kubeconfig, None).await?,
-            "kube-system",
-        );
-        api.patch_status("traefik", &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .map(|_| ())
-            .map_err(|e| {
-                ClusterError::Api(format!(
-                    "giving Service kube-system/traefik its address: {e}"
-                ))
-            })
+        self.load_balancers
+            .push((name.to_owned(), namespace.to_owned(), front));
+        let status = serde_json::json!({ "status": { "loadBalancer": { "ingress": [{ "ip": http.ip().to_string() }] } } });
+        runtime()?.block_on(async {
+            crate::api::apply_all(&self.kubeconfig, &[service]).await?;
+            let api: kube::Api<Service> =
+                kube::Api::namespaced(crate::api::client(&self.kubeconfig, None).await?, namespace);
+            api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+                .await
+                .map(|_| ())
+                .map_err(|e| {
+                    ClusterError::Api(format!(
+                        "giving Service {namespace}/{name} its load balancer's address: {e}"
+                    ))
+                })
+        })
+    }
+
+    /// The controllers' LoadBalancer Services (name, namespace) and where each one's
+    /// stand-in takes plain HTTP and TLS.
+    pub fn load_balancers(&self) -> Vec<(String, String, SocketAddr, Option<SocketAddr>)> {
+        self.load_balancers
+            .iter()
+            .map(|(n, ns, f)| (n.clone(), ns.clone(), f.http_addr(), f.https_addr()))
+            .collect()
     }
 
     /// Waits until every custom resource definition named is `Established` (its kind
@@ -647,7 +714,15 @@ impl LocalCluster {
 
     /// The process ids of the control plane's parts, by name.
     pub fn processes(&self) -> Vec<(&str, u32)> {
-        self.parts.iter().map(|p| (p.name(), p.pid())).collect()
+        let fronts = self
+            .load_balancers
+            .iter()
+            .map(|(name, _, f)| (name.as_str(), f.pid()));
+        self.parts
+            .iter()
+            .map(|p| (p.name(), p.pid()))
+            .chain(fronts)
+            .collect()
     }
 
     /// An error naming the first part that exited, with how and its log's end.
@@ -658,7 +733,8 @@ impl LocalCluster {
                 _ => Err(ClusterError::Api("the node agent stopped".into())),
             };
         }
-        for part in &mut self.parts {
+        let fronts = self.load_balancers.iter_mut().map(|(_, _, f)| f.child());
+        for part in self.parts.iter_mut().chain(fronts) {
             if let Some(status) = part.try_wait() {
                 return Err(part.not_ready(format!("exited with {status}")).into());
             }
@@ -704,6 +780,9 @@ impl Drop for LocalCluster {
     fn drop(&mut self) {
         if let Some(agent) = self.agent.take() {
             let _ = agent.stop();
+        }
+        for (_, _, front) in self.load_balancers.drain(..) {
+            front.stop(Duration::from_secs(1));
         }
         // The scheduler and controllers first, then the API server, then etcd.
         while let Some(mut part) = self.parts.pop() {

@@ -13,7 +13,7 @@ use serde_json::Value;
 use ingressbench_stats::compare::{Estimate, Verdict};
 
 use crate::analysis::{metric_index, ms, Condition, Difference};
-use crate::results::RunResults;
+use crate::results::{CellResults, RunResults};
 
 /// One row: a target at one setting, over its repeats.
 #[derive(Debug)]
@@ -56,52 +56,14 @@ pub fn rows(run: &RunResults, conditions: &[Condition], diffs: &[Difference]) ->
     conditions
         .iter()
         .map(|c| {
-            let cells: Vec<_> = c.cells.iter().filter_map(|&i| run.cells.get(i)).collect();
+            let cells: Vec<&CellResults> =
+                c.cells.iter().filter_map(|&i| run.cells.get(i)).collect();
             let count = |path: &[&str]| -> u64 {
                 cells
                     .iter()
                     .filter_map(|cell| cell.number(path))
                     .sum::<f64>() as u64
             };
-            let mut error_events: Vec<(String, u64)> = cells
-                .first()
-                .map(|cell| {
-                    cell.impact
-                        .iter()
-                        .enumerate()
-                        .filter_map(|(i, e)| {
-                            let n = e["errors"].as_u64().filter(|n| *n > 0)?;
-                            Some((format!("#{} {}", i + 1, short_event(what(e))), n))
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            error_events.sort_by_key(|e| std::cmp::Reverse(e.1));
-            let mut by_kind: BTreeMap<String, (usize, Vec<f64>)> = BTreeMap::new();
-            for e in cells.iter().flat_map(|cell| cell.impact.iter()) {
-                let slot = by_kind.entry(event_kind(what(e))).or_default();
-                slot.0 += 1;
-                if let (Some(at), Some(seen)) =
-                    (e["requested_s"].as_f64(), e["took_effect_s"].as_f64())
-                {
-                    slot.1.push((seen - at).max(0.0));
-                }
-            }
-            let took_effect = by_kind
-                .into_iter()
-                .map(|(kind, (n, mut times))| {
-                    times.sort_by(f64::total_cmp);
-                    let figures = (!times.is_empty())
-                        .then(|| (times[times.len() / 2], times[times.len() - 1]));
-                    (kind, n, figures)
-                })
-                .collect();
-            let cpu: Vec<f64> = cells
-                .iter()
-                .filter_map(|cell| {
-                    cell.usage.as_ref()?["by_role"]["proxy"]["cpu_ms_per_1000_requests"].as_f64()
-                })
-                .collect();
             let verdict = diffs
                 .iter()
                 .find(|d| d.metric == "p99" && d.settings == c.settings && d.other == c.target)
@@ -113,13 +75,61 @@ pub fn rows(run: &RunResults, conditions: &[Condition], diffs: &[Difference]) ->
                 p99: c.metrics[p99],
                 errors: count(&["requests", "errors"]),
                 requests: count(&["requests", "total"]),
-                error_events,
-                took_effect,
-                cpu_per_1k: (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64),
+                error_events: cells.first().map(|c| error_events(c)).unwrap_or_default(),
+                took_effect: took_effect_by_kind(&cells),
+                cpu_per_1k: mean_cpu(&cells),
                 verdict,
             }
         })
         .collect()
+}
+
+/// The events of `cell` with errors in their window, most first.
+fn error_events(cell: &CellResults) -> Vec<(String, u64)> {
+    let mut events: Vec<(String, u64)> = cell
+        .impact
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| {
+            let n = e["errors"].as_u64().filter(|n| *n > 0)?;
+            Some((format!("#{} {}", i + 1, short_event(what(e))), n))
+        })
+        .collect();
+    events.sort_by_key(|e| std::cmp::Reverse(e.1));
+    events
+}
+
+/// Per kind of event over every cell: how many, and the median and worst time from the
+/// request to the traffic showing it.
+fn took_effect_by_kind(cells: &[&CellResults]) -> Vec<TookEffect> {
+    let mut by_kind: BTreeMap<String, (usize, Vec<f64>)> = BTreeMap::new();
+    for e in cells.iter().flat_map(|cell| cell.impact.iter()) {
+        let slot = by_kind.entry(event_kind(what(e))).or_default();
+        slot.0 += 1;
+        if let (Some(at), Some(seen)) = (e["requested_s"].as_f64(), e["took_effect_s"].as_f64()) {
+            slot.1.push((seen - at).max(0.0));
+        }
+    }
+    by_kind
+        .into_iter()
+        .map(|(kind, (n, mut times))| {
+            times.sort_by(f64::total_cmp);
+            let figures =
+                (!times.is_empty()).then(|| (times[times.len() / 2], times[times.len() - 1]));
+            (kind, n, figures)
+        })
+        .collect()
+}
+
+/// The proxies' CPU per 1,000 requests, the mean over the cells that measured it.
+fn mean_cpu(cells: &[&CellResults]) -> Option<f64> {
+    let cpu: Vec<f64> = cells
+        .iter()
+        .filter_map(|cell| {
+            cell.usage.as_ref()?["by_role"]["proxy"]["cpu_ms_per_1000_requests"].as_f64()
+        })
+        .collect();
+    (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64)
 }
 
 fn what(e: &Value) -> &str {

@@ -47,6 +47,8 @@ pub(crate) struct CellDone {
     pub(crate) lab_reused: bool,
     pub(crate) measure_from_s: f64,
     pub(crate) proxy_version: Option<String>,
+    /// Where the load went: the URL, and the address its name was sent to.
+    pub(crate) entry: Value,
     pub(crate) interrupted: bool,
     /// Why the cell stopped before its end other than Ctrl-C (the disk filled).
     pub(crate) cut_short: Option<String>,
@@ -91,6 +93,7 @@ struct Started {
     start: Instant,
     measure_from: Instant,
     proxy_version: Option<String>,
+    entry: Value,
 }
 
 /// Plans the cell's load against its site and sets it going, from this machine (one
@@ -168,6 +171,10 @@ fn start_load(
         stop,
         start,
         measure_from,
+        entry: serde_json::json!({
+            "url": entry.url,
+            "address": entry.tls.as_ref().and_then(|(_, at)| *at).map(|a| a.to_string()),
+        }),
         proxy_version: entry.proxy_version,
     })
 }
@@ -288,6 +295,7 @@ fn collect(
             .saturating_duration_since(load.start)
             .as_secs_f64(),
         proxy_version: load.proxy_version,
+        entry: load.entry,
         interrupted: s.interrupted || cut_short.is_some(),
         cut_short,
         line: one_line(s),

@@ -183,7 +183,7 @@ struct TargetMap {
 /// Why a cluster target refuses a lab setting, and what to do instead.
 pub(crate) fn cluster_refusal(key: &str) -> &'static str {
     match key {
-        "front" => "an L4 front before the controller is the cloud load balancer in front of its Service; cluster mode does not build one yet, so reach the controller through its own Service of type LoadBalancer (`service:` in the cluster file) or run the front in the lab",
+        "front" => "an L4 front before a controller is the load balancer of its Service of type LoadBalancer: place the target by `service: { name, namespace }` in the cluster file and its traffic goes through it (the local cluster gives each controller one, an L4 front of its own; docs/CLUSTER.md)",
         "hop" => "a sidecar beside each backend is a mesh; cluster mode does not inject one yet: run the hop in the lab, or install the mesh in the cluster and name its controller",
         "sysctls" => "the controller's pods are not the tool's to change; the scenario's `tuning.sysctls` go to the backend pods",
         "update" => "a controller takes endpoint changes its own way",

@@ -200,6 +200,7 @@ fn note_done(entry: &mut Value, done: CellDone) -> Option<String> {
     });
     entry["summary"] = done.summary;
     entry["proxy_version"] = json!(done.proxy_version);
+    entry["entry"] = done.entry;
     entry["lab_reused"] = json!(done.lab_reused);
     entry["measure_from_s"] = json!(done.measure_from_s);
     let optional = [

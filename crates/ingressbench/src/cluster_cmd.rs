@@ -176,7 +176,8 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         }
     }
     build_missing_parts()?;
-    // Whatever a serve that was SIGKILLed left.
+    // Whatever a serve that was SIGKILLed left, its context in the user's kubeconfig too.
+    let _ = crate::user_kubeconfig::remove(dir);
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let log_path = dir.join("serve.log");
@@ -217,12 +218,15 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
                 started.elapsed().as_secs_f64()
             );
             // As kind does: usable without a flag, and `down` takes it out again.
-            match crate::user_kubeconfig::users() {
-                Some(theirs) => println!(
-                    "{}",
-                    crate::user_kubeconfig::add(dir, &kubeconfig(dir), &theirs)?
+            let added = crate::user_kubeconfig::users()
+                .ok_or_else(|| anyhow::anyhow!("no HOME and no KUBECONFIG"))
+                .and_then(|theirs| crate::user_kubeconfig::add(dir, &kubeconfig(dir), &theirs));
+            match added {
+                Ok(said) => println!("{said}"),
+                Err(e) => println!(
+                    "kubeconfig: not added to yours ({e:#}); use: export KUBECONFIG={}",
+                    kubeconfig(dir).display()
                 ),
-                None => println!("export KUBECONFIG={}", kubeconfig(dir).display()),
             }
             if dir.join("cluster.yaml").is_file() {
                 let text = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap_or_default();

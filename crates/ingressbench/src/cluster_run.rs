@@ -8,6 +8,9 @@
 #[cfg(feature = "cluster")]
 pub(crate) use with_cluster::{prepare, targets};
 
+#[cfg(not(feature = "cluster"))]
+pub(crate) use without_cluster::{prepare, targets};
+
 /// The cluster file `--cluster` names: `local` (when no file has that name) is the one the
 /// local cluster wrote in its directory.
 pub(crate) fn named(path: &std::path::Path) -> std::path::PathBuf {
@@ -16,8 +19,6 @@ pub(crate) fn named(path: &std::path::Path) -> std::path::PathBuf {
     }
     path.to_owned()
 }
-#[cfg(not(feature = "cluster"))]
-pub(crate) use without_cluster::{prepare, targets};
 
 #[cfg(feature = "cluster")]
 mod with_cluster {

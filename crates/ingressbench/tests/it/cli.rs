@@ -332,25 +332,9 @@ fn the_demo_installs_the_lab_alone_and_builds_no_part_of_the_cluster() {
     )
     .unwrap();
     // A `go` that says it was called: the cluster's parts are Go builds.
-    let bin = tree.join("fake-bin");
-    std::fs::create_dir_all(&bin).unwrap();
     let marker = tree.join("go-was-called");
-    std::fs::write(
-        bin.join("go"),
-        format!("#!/bin/sh\ntouch {}\nexit 1\n", marker.display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        bin.join("go"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let path = crate::common::fake_go(&tree, &format!("touch {}\nexit 1", marker.display()));
     let cache = tree.join("cache");
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
     let out = Command::new("bash")
         .arg(tree.join("scripts/install-deps.sh"))
         .arg("--lab")

@@ -56,32 +56,14 @@ fn cluster_local_up_refuses_a_taken_port_and_names_who_holds_it() {
 #[test]
 fn cluster_local_up_builds_what_the_cache_lacks_and_says_so() {
     let scratch = crate::common::scratch("cluster-build");
-    let bin = scratch.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    std::fs::write(
-        bin.join("go"),
-        "#!/bin/sh\necho 'go: no network here' >&2\nexit 1\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(
-        bin.join("go"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let path = crate::common::fake_go(&scratch, "echo 'go: no network here' >&2\nexit 1");
     let dir = scratch.join("cluster");
     let up = Command::new(BIN)
         .args(["cluster", "local", "up", "--dir"])
         .arg(&dir)
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
         .env("INGRESSBENCH_CACHE", scratch.join("empty-cache"))
-        .env(
-            "PATH",
-            format!(
-                "{}:{}",
-                bin.display(),
-                std::env::var("PATH").unwrap_or_default()
-            ),
-        )
+        .env("PATH", path)
         .env("KUBECONFIG", scratch.join("kubeconfig"))
         .output()
         .unwrap();
@@ -109,6 +91,9 @@ impl Drop for Down {
         if self.0.exists() {
             let _ = local("down", &self.0);
         }
+        // The image and the user's kubeconfig the test made beside it.
+        let _ = std::fs::remove_dir_all(self.0.with_extension("image"));
+        let _ = std::fs::remove_file(users_kubeconfig(&self.0));
     }
 }
 
@@ -164,6 +149,7 @@ fn processes_with(needle: &str) -> Vec<u32> {
 fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     let dir = std::env::temp_dir().join(format!("ib-cluster-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    let _down = Down(dir.clone());
     // The ports the local cluster used to take by default: `up` takes free ones.
     let _taken = std::net::TcpListener::bind("127.0.0.1:18080");
     // The user's kubeconfig, with a context of their own.
@@ -193,7 +179,6 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         .env("KUBECONFIG", &users)
         .output()
         .unwrap();
-    let _down = Down(dir.clone());
     assert!(up.status.success(), "{}", text(&up));
     assert!(
         !text(&up).contains("building "),
@@ -264,8 +249,6 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         users.contains("current-context: prod") && !users.contains("ingressbench-local"),
         "{users}"
     );
-    let _ = std::fs::remove_file(users_kubeconfig(&dir));
-    let _ = std::fs::remove_dir_all(&layout);
     let none = local("down", &dir);
     assert_eq!(none.status.code(), Some(2), "{}", text(&none));
     assert!(
@@ -671,16 +654,23 @@ fn cluster_check_says_what_is_missing(dir: &Path) {
         text(&out)
     );
     assert!(said.contains("ok   traefik: address"), "{said}");
-    // The same controller found through its LoadBalancer Service's status.
+    // The same controller found through its LoadBalancer Service's status: the address
+    // of the load balancer's stand-in (an L4 front of its own), not Traefik's.
     let by_service = dir.join("by-service.yaml");
     std::fs::write(&by_service, SERVICE_FILE).unwrap();
     let out = check(&by_service, &admin);
     assert!(out.status.success(), "{}", text(&out));
-    let http = traefik_http(dir);
     assert!(
-        text(&out).contains(&format!("ok   traefik: address: http://{http} accepts")),
-        "{}\n{http}",
+        text(&out).contains("ok   traefik: address: http://127.0.1.1:")
+            && !text(&out).contains(&traefik_http(dir)),
+        "{}",
         text(&out)
+    );
+    assert!(
+        std::fs::read_to_string(&file).unwrap().contains(
+            "# through a load balancer: service: { name: envoy, namespace: projectcontour }"
+        ),
+        "the cluster file names every controller's load balancer"
     );
     // A class no controller serves.
     let out = check(&unserved_class(dir), &admin);
@@ -1159,6 +1149,37 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
         "{}",
         text(&churn)
     );
+    // Traefik, placed by its LoadBalancer Service, was loaded through the load
+    // balancer's stand-in (the Service's HTTPS port, on 127.0.1.1); the others not.
+    let lb_https = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let client = ingressbench_cluster::api::client(&kubeconfig, None)
+            .await
+            .unwrap();
+        let services: kube::Api<k8s_openapi::api::core::v1::Service> =
+            kube::Api::namespaced(client, "kube-system");
+        let lb = services.get("traefik").await.unwrap();
+        let ip = lb.status.unwrap().load_balancer.unwrap().ingress.unwrap()[0]
+            .ip
+            .clone();
+        assert_eq!(ip.as_deref(), Some("127.0.1.1"));
+        let ports = lb.spec.unwrap().ports.unwrap();
+        ports
+            .iter()
+            .find(|p| p.name.as_deref() == Some("https"))
+            .unwrap()
+            .port
+    });
+    let record = json_of(&out, "run.json");
+    for c in record["cells"].as_array().unwrap() {
+        let address = c["entry"]["address"].as_str().unwrap_or("").to_owned();
+        let through_lb = c["target"] == "traefik";
+        assert_eq!(
+            address == format!("127.0.1.1:{lb_https}"),
+            through_lb,
+            "{}: {address}",
+            c["target"]
+        );
+    }
     for cell in &cells {
         let impact = json_of(cell, "impact.json").as_array().unwrap().clone();
         assert_eq!(impact.len(), 10, "{cell:?}: 6 scales and 4 route changes");

@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Output;
 
 /// The binary under test.
@@ -138,4 +138,19 @@ pub(crate) fn from_samples(path: &std::path::Path) -> (u64, ingressbench_stats::
 /// which at most moves a figure by one unit of the histogram's resolution.
 pub(crate) fn close(merged: u64, union: u64) -> bool {
     merged.abs_diff(union) <= 1.max(union / 1000)
+}
+
+/// A directory `bin` under `dir` holding a `go` that runs `script` (a shell body), and a
+/// PATH with it first: for tests of what the set-up builds with Go.
+pub(crate) fn fake_go(dir: &Path, script: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let bin = dir.join("fake-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::write(bin.join("go"), format!("#!/bin/sh\n{script}\n")).unwrap();
+    std::fs::set_permissions(bin.join("go"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
 }
