@@ -1,12 +1,15 @@
 //! The node agent: what stands in for the kubelet on the local cluster, where there is no
 //! container runtime. It registers its nodes and renews their leases, and runs every pod
-//! the scheduler binds to one of them as a local process in a network namespace of its
-//! own (an address from 198.18.0.0/15: the API refuses loopback addresses in
-//! EndpointSlices). It reports the pod Running, then Ready once its readiness probe
-//! passes; on deletion it sends SIGTERM, waits the grace period, sends SIGKILL, and removes
-//! the pod. An image is run from its unpacked root filesystem (chrooted, as the pod's or
-//! the image's user: [`crate::image`]), or, where no image was built, as a local binary
-//! (`ingressbench` is this tool). Every start is recorded in [`RAN`] in its directory.
+//! the scheduler binds to one of them: each of its containers a local process, together
+//! in a network namespace of their own (an address from 198.18.0.0/15: the API refuses
+//! loopback addresses in EndpointSlices), with the environment the kubelet gives them
+//! (values, fields, Secrets). It reports the pod Running, then Ready once every
+//! container's readiness probe passes; on deletion it sends SIGTERM, waits the grace
+//! period, sends SIGKILL, and removes the pod. An image is run from its unpacked root
+//! filesystem (chrooted, as the pod's or the image's user: [`crate::image`]), or, where
+//! no image was built and for a mesh's sidecar (`envoy`), as a local binary
+//! (`ingressbench` is this tool), as the security context's user. Every start is
+//! recorded in [`RAN`] in its directory.
 //!
 //! It polls the API every [`POLL`] rather than watching: one list of a few dozen pods is
 //! cheap on a local API server, and the code stays a loop a reader can follow. Its
@@ -22,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use ingressbench_lab::process::OwnedChild;
 use ingressbench_lab::topology::{Isolation, Nodes};
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::api::core::v1::{Container, Node, Pod, Secret};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -143,23 +146,72 @@ struct Running {
     namespace: String,
     name: String,
     uid: String,
-    /// The container's name and image, as reported in its status.
-    container: String,
-    image: String,
     ip: IpAddr,
-    /// `None`: it could not be started (an image the agent does not know).
-    child: Option<OwnedChild>,
-    probe: Option<SocketAddr>,
-    probe_path: String,
+    /// Its containers, in the pod's order (none started: it could not be, and is
+    /// waiting with the reason reported).
+    containers: Vec<ContainerRun>,
     ready: bool,
     /// Set once its deletion began: when to stop waiting for it to exit.
     deadline: Option<Instant>,
     /// Whether it runs to completion (restart policy `Never` or `OnFailure`, a Job's
     /// pods): its exit is reported as the pod's end, `Succeeded` or `Failed`.
     runs_to_completion: bool,
-    /// Whether its process has ended (and, if it runs to completion, that was
+    /// Whether its processes have all ended (and, if it runs to completion, that was
     /// reported).
     ended: bool,
+    /// Whether a container of a pod that should keep running has exited (and that was
+    /// reported, as the kubelet's `CrashLoopBackOff`).
+    crashed: bool,
+}
+
+/// One container of a pod: its process, and its readiness probe.
+struct ContainerRun {
+    /// The container's name and image, as reported in its status.
+    name: String,
+    image: String,
+    child: OwnedChild,
+    probe: Option<SocketAddr>,
+    probe_path: String,
+    /// Its log.
+    log: PathBuf,
+    /// How it ended, once it has.
+    exit: Option<std::process::ExitStatus>,
+}
+
+impl ContainerRun {
+    /// Its exit code, as a container runtime gives it (a signal is 128 + its number).
+    fn code(&self) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        self.exit.map(|s| {
+            s.code()
+                .or_else(|| s.signal().map(|n| 128 + n))
+                .unwrap_or(1)
+        })
+    }
+}
+
+impl Running {
+    fn signal_all(&self, signal: rustix::process::Signal) {
+        for c in &self.containers {
+            let _ = c.child.signal(signal);
+        }
+    }
+
+    fn kill_all(&mut self) {
+        for c in &mut self.containers {
+            c.child.terminate(Duration::ZERO);
+        }
+    }
+
+    /// Whether every container's process has ended (noting how each did).
+    fn all_exited(&mut self) -> bool {
+        for c in &mut self.containers {
+            if c.exit.is_none() {
+                c.exit = c.child.try_wait();
+            }
+        }
+        self.containers.iter().all(|c| c.exit.is_some())
+    }
 }
 
 struct State {
@@ -307,9 +359,7 @@ impl State {
                         .max(0) as u64;
                     let running = &mut self.pods[i];
                     running.deadline = Some(Instant::now() + Duration::from_secs(grace));
-                    if let Some(child) = &running.child {
-                        let _ = child.signal(rustix::process::Signal::TERM);
-                    }
+                    running.signal_all(rustix::process::Signal::TERM);
                 }
                 _ => {}
             }
@@ -320,13 +370,11 @@ impl State {
         while i < self.pods.len() {
             let r = &mut self.pods[i];
             let gone = !listed_uids.contains(&r.uid);
-            let exited = r.child.as_mut().is_none_or(|c| c.try_wait().is_some());
+            let exited = r.all_exited();
             let overdue = r.deadline.is_some_and(|d| Instant::now() >= d);
             if gone || (r.deadline.is_some() && (exited || overdue)) {
                 let mut r = self.pods.remove(i);
-                if let Some(mut child) = r.child.take() {
-                    child.terminate(Duration::ZERO);
-                }
+                r.kill_all();
                 self.log_complete(&r.namespace, &r.name);
                 self.nodes.release(&r.uid);
                 if !gone {
@@ -336,34 +384,46 @@ impl State {
             }
             i += 1;
         }
-        // Pods whose process has ended: their log is complete, and those that run to
-        // completion are reported ended (those of other restart policies stay as they
-        // are: the agent restarts nothing).
+        // Pods whose processes have all ended: their logs are complete, and those that
+        // run to completion are reported ended (those of other restart policies stay as
+        // they are: the agent restarts nothing).
         for i in 0..self.pods.len() {
             let r = &mut self.pods[i];
-            if r.ended {
+            if r.ended || r.containers.is_empty() || !r.all_exited() {
                 continue;
             }
-            let Some(status) = r.child.as_mut().and_then(|c| c.try_wait()) else {
-                continue;
-            };
             r.ended = true;
             let (namespace, name) = (r.namespace.clone(), r.name.clone());
             self.log_complete(&namespace, &name);
             if self.pods[i].runs_to_completion && self.pods[i].deadline.is_none() {
-                self.report_end(i, status).await?;
+                self.report_end(i).await?;
             }
         }
-        // Readiness.
+        // A container of a pod that should keep running has exited: the kubelet would
+        // restart it and report `CrashLoopBackOff`; the agent restarts nothing, and says so
+        // once, with how it ended and its last words.
         for i in 0..self.pods.len() {
-            let r = &self.pods[i];
-            if r.ready || r.ended || r.deadline.is_some() || r.child.is_none() {
+            let r = &mut self.pods[i];
+            if r.crashed || r.runs_to_completion || r.deadline.is_some() {
                 continue;
             }
-            let passes = match self.pods[i].probe {
+            r.all_exited();
+            if r.containers.iter().any(|c| c.exit.is_some()) {
+                r.crashed = true;
+                r.ready = false;
+                self.report_crash(i).await?;
+            }
+        }
+        // Readiness: every container's probe passes.
+        for i in 0..self.pods.len() {
+            let r = &self.pods[i];
+            if r.ready || r.ended || r.crashed || r.deadline.is_some() || r.containers.is_empty() {
+                continue;
+            }
+            let passes = r.containers.iter().all(|c| match c.probe {
                 None => true,
-                Some(addr) => http_ok(addr, &self.pods[i].probe_path),
-            };
+                Some(addr) => http_ok(addr, &c.probe_path),
+            });
             if passes {
                 self.pods[i].ready = true;
                 self.report_pod(i, true).await?;
@@ -372,50 +432,70 @@ impl State {
         Ok(())
     }
 
-    /// Starts a pod's first container in a namespace of its own and reports it Running.
+    /// Starts a pod's containers in a network namespace of its own and reports it
+    /// Running. A container that cannot start (an image the agent does not know, a
+    /// user its security context forbids) keeps the whole pod waiting, with the reason.
     async fn start(&mut self, pod: &Pod) -> Result<(), ClusterError> {
         let (namespace, name) = (pod_ns(pod).to_owned(), pod_name(pod).to_owned());
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let spec = pod.spec.as_ref();
         let node = spec.and_then(|s| s.node_name.clone()).unwrap_or_default();
-        let Some(container) = spec.and_then(|s| s.containers.first()) else {
+        let containers: &[Container] = spec.map_or(&[], |s| &s.containers);
+        let Some(first) = containers.first() else {
             return Ok(());
         };
-        let image = container.image.clone().unwrap_or_default();
         let mut running = Running {
             namespace: namespace.clone(),
             name: name.clone(),
             uid: uid.clone(),
-            container: container.name.clone(),
-            image: image.clone(),
             ip: IpAddr::from([0, 0, 0, 0]),
-            child: None,
-            probe: None,
-            probe_path: String::new(),
+            containers: Vec::new(),
             ready: false,
             deadline: None,
             runs_to_completion: spec
                 .and_then(|s| s.restart_policy.as_deref())
                 .is_some_and(|p| p != "Always"),
             ended: false,
+            crashed: false,
         };
-        let Some(runs) = self.runs_for(&image) else {
-            let known: Vec<&String> = self.options.images.keys().collect();
-            self.report_waiting(
-                &namespace,
-                &name,
-                &container.name,
-                &image,
-                "ErrImageNotKnown",
-                &format!(
-                    "the ingressbench node agent runs the images it was given ({known:?}), not `{image}`"
-                ),
-            )
-            .await?;
-            // Known, so that it is not tried again every poll.
-            self.pods.push(running);
-            return Ok(());
-        };
+        // What runs for each container, or why one cannot.
+        let mut plans = Vec::new();
+        for container in containers {
+            let image = container.image.clone().unwrap_or_default();
+            let refusal = match self.runs_for(&image) {
+                None => Err((
+                    "ErrImageNotKnown",
+                    format!(
+                        "the ingressbench node agent runs the images it was given ({:?}), not `{image}`",
+                        self.options.images.keys().collect::<Vec<_>>()
+                    ),
+                )),
+                // As the kubelet: a container that must not run as root and would is not
+                // started.
+                Some(runs) if runs_as_root(&runs, pod, container) && non_root_asked(pod, container) => Err((
+                    "CreateContainerConfigError",
+                    "container has runAsNonRoot and image will run as root".to_owned(),
+                )),
+                Some(runs) => Ok(runs),
+            };
+            match refusal {
+                Ok(runs) => plans.push((container, image, runs)),
+                Err((reason, message)) => {
+                    self.report_waiting(
+                        &namespace,
+                        &name,
+                        &container.name,
+                        &image,
+                        reason,
+                        &message,
+                    )
+                    .await?;
+                    // Known, so that it is not tried again every poll.
+                    self.pods.push(running);
+                    return Ok(());
+                }
+            }
+        }
         // A pod on the host's network shares the node's namespace (and the node's
         // address, 127.0.0.1); any other gets a namespace of its own.
         let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
@@ -428,98 +508,135 @@ impl State {
         } else {
             self.nodes.get(&uid, &mut |_| {})?
         };
-        // The pod's sysctls, in its own network namespace, as the kubelet sets them in the
-        // pod's sandbox; one the kernel will not take keeps the pod from starting.
-        let sysctls: ingressbench_lab::kernel::Sysctls = spec
-            .and_then(|s| s.security_context.as_ref())
-            .and_then(|c| c.sysctls.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|s| (s.name.clone(), s.value.clone()))
-            .collect();
-        if !sysctls.is_empty() {
-            let refused =
-                ingressbench_lab::kernel::check_namespaced(sysctls.keys().map(String::as_str))
-                    .and_then(|()| match place.netns.as_deref() {
-                        Some(ns) => ingressbench_lab::kernel::apply(&name, ns, &sysctls),
-                        // As the kubelet refuses them: they would change the node's own.
-                        None => Err(ingressbench_lab::LabError::Kernel {
-                            node: name.clone(),
-                            setting: sysctls.keys().cloned().collect::<Vec<_>>().join(", "),
-                            reason: "a pod on the host's network cannot set namespaced sysctls"
-                                .into(),
-                        }),
-                    });
-            if let Err(e) = refused {
-                self.report_waiting(
-                    &namespace,
-                    &name,
-                    &container.name,
-                    &image,
-                    "SysctlForbidden",
-                    &e.to_string(),
-                )
-                .await?;
-                self.pods.push(running);
-                return Ok(());
-            }
+        if let Err(e) = pod_sysctls(pod, &place) {
+            let image = first.image.clone().unwrap_or_default();
+            self.report_waiting(
+                &namespace,
+                &name,
+                &first.name,
+                &image,
+                "SysctlForbidden",
+                &e,
+            )
+            .await?;
+            self.pods.push(running);
+            return Ok(());
         }
-        let mut env = environment(container, pod, place.ip, &node);
-        let log = self.options.dir.join(format!("{namespace}_{name}.log"));
-        // As the kubelet: a container that must not run as root and would is not started.
-        if let Runs::Image(unpacked) = &runs {
-            if user_of(unpacked, pod, container).0 == 0 && non_root_asked(pod, container) {
+        let secrets = match self.secrets_for(pod).await {
+            Ok(s) => s,
+            Err(message) => {
+                let image = first.image.clone().unwrap_or_default();
                 self.report_waiting(
                     &namespace,
                     &name,
-                    &container.name,
+                    &first.name,
                     &image,
                     "CreateContainerConfigError",
-                    "container has runAsNonRoot and image will run as root",
+                    &message,
                 )
                 .await?;
                 self.pods.push(running);
                 return Ok(());
             }
-        }
-        let (program, argv, record) = command_line(&runs, pod, container, &mut env);
-        self.record_start(&namespace, &name, &image, record);
-        running.child = Some(OwnedChild::spawn_with_env(
-            &format!("pod {namespace}/{name}"),
-            &program,
-            &argv,
-            &env,
-            &self.options.dir,
-            &log,
-            ingressbench_lab::process::RunAs {
-                netns: place.netns.as_deref(),
-                user: None,
-            },
-        )?);
-        self.live().insert(format!("{namespace}_{name}"));
+        };
         running.ip = place.ip;
-        if let Some(http) = container
-            .readiness_probe
-            .as_ref()
-            .and_then(|p| p.http_get.as_ref())
-        {
-            use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-            // A named port is the container's port of that name.
-            let port = match &http.port {
-                IntOrString::Int(p) => *p as u16,
-                IntOrString::String(named) => container
-                    .ports
-                    .iter()
-                    .flatten()
-                    .find(|p| p.name.as_deref() == Some(named.as_str()))
-                    .map_or(0, |p| p.container_port as u16),
+        for (i, (container, image, runs)) in plans.into_iter().enumerate() {
+            let mut env = environment(container, pod, place.ip, &node, &secrets);
+            // The first container's log is the pod's; the others' have their own.
+            let log = match i {
+                0 => self.options.dir.join(format!("{namespace}_{name}.log")),
+                _ => self
+                    .options
+                    .dir
+                    .join(format!("{namespace}_{name}_{}.log", container.name)),
             };
-            running.probe = Some(SocketAddr::new(place.ip, port));
-            running.probe_path = http.path.clone().unwrap_or_else(|| "/".into());
+            let (program, argv, mut record) = command_line(&runs, pod, container, &mut env);
+            // A local binary runs as the user the security context names (an image's
+            // container drops to its user itself, inside its root filesystem).
+            let user = match runs {
+                Runs::Binary(_) => run_as(pod, container)
+                    .map(|(uid, gid)| ingressbench_lab::identity::Identity { uid, gid }),
+                Runs::Image(_) => None,
+            };
+            if let Some(u) = &user {
+                record["user"] = json!(format!("{}:{}", u.uid, u.gid));
+            }
+            self.record_start(&namespace, &name, &container.name, &image, record);
+            let child = OwnedChild::spawn_with_env(
+                &format!("pod {namespace}/{name} container {}", container.name),
+                &program,
+                &argv,
+                &env,
+                &self.options.dir,
+                &log,
+                ingressbench_lab::process::RunAs {
+                    netns: place.netns.as_deref(),
+                    user,
+                },
+            );
+            let child = match child {
+                Ok(c) => c,
+                Err(e) => {
+                    running.kill_all();
+                    return Err(e.into());
+                }
+            };
+            let (probe, probe_path) = probe_of(container, place.ip);
+            running.containers.push(ContainerRun {
+                name: container.name.clone(),
+                image,
+                child,
+                probe,
+                probe_path,
+                log,
+                exit: None,
+            });
         }
+        self.live().insert(format!("{namespace}_{name}"));
         self.pods.push(running);
         let last = self.pods.len() - 1;
         self.report_pod(last, false).await
+    }
+
+    /// The Secrets the pod's containers take variables from (`secretKeyRef`), by name:
+    /// read from the API as the kubelet reads them. A missing Secret or key is the
+    /// kubelet's `CreateContainerConfigError`.
+    async fn secrets_for(
+        &self,
+        pod: &Pod,
+    ) -> Result<BTreeMap<String, BTreeMap<String, String>>, String> {
+        let mut out: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+        let refs = pod
+            .spec
+            .iter()
+            .flat_map(|s| &s.containers)
+            .flat_map(|c| c.env.iter().flatten())
+            .filter_map(|v| v.value_from.as_ref()?.secret_key_ref.as_ref());
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), pod_ns(pod));
+        for r in refs {
+            if !out.contains_key(&r.name) {
+                let secret = api
+                    .get(&r.name)
+                    .await
+                    .map_err(|e| format!("secret \"{}\": {e}", r.name))?;
+                let data = secret
+                    .data
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+                    .collect();
+                out.insert(r.name.clone(), data);
+            }
+            if !out[&r.name].contains_key(&r.key) && r.optional != Some(true) {
+                return Err(format!(
+                    "couldn't find key {} in Secret {}/{}",
+                    r.key,
+                    pod_ns(pod),
+                    r.name
+                ));
+            }
+        }
+        Ok(out)
     }
 
     fn live(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
@@ -543,11 +660,13 @@ impl State {
         &self,
         namespace: &str,
         name: &str,
+        container: &str,
         image: &str,
         mut record: serde_json::Value,
     ) {
         use std::io::Write;
         record["pod"] = json!(format!("{namespace}/{name}"));
+        record["container"] = json!(container);
         record["pod_image"] = json!(image);
         let path = self.options.dir.join(RAN);
         if let Ok(mut f) = std::fs::File::options()
@@ -576,45 +695,82 @@ impl State {
                 { "type": "ContainersReady", "status": flag, "lastTransitionTime": now },
                 { "type": "Ready", "status": flag, "lastTransitionTime": now },
             ],
-            "containerStatuses": [{
-                "name": r.container, "ready": ready, "started": true, "restartCount": 0,
-                "image": r.image, "imageID": r.image,
+            "containerStatuses": r.containers.iter().map(|c| json!({
+                "name": c.name, "ready": ready, "started": true, "restartCount": 0,
+                "image": c.image, "imageID": c.image,
                 "state": { "running": { "startedAt": now } },
-            }],
+            })).collect::<Vec<_>>(),
         }});
         self.patch_pod_status(i, &status).await
     }
 
-    /// Reports pod `i`'s container ended with `status`: the pod `Succeeded` on exit 0,
-    /// `Failed` otherwise (a signal is exit 128 + its number, as a container runtime says).
-    async fn report_end(
-        &self,
-        i: usize,
-        status: std::process::ExitStatus,
-    ) -> Result<(), ClusterError> {
-        use std::os::unix::process::ExitStatusExt;
+    /// Reports pod `i` not ready, each container that has exited waiting in
+    /// `CrashLoopBackOff` (its exit code as its last state, the message naming it and
+    /// its log's last line), the others running.
+    async fn report_crash(&self, i: usize) -> Result<(), ClusterError> {
         let r = &self.pods[i];
-        let code = status
-            .code()
-            .or_else(|| status.signal().map(|s| 128 + s))
-            .unwrap_or(1);
         let now = now();
-        let (phase, reason) = if code == 0 {
-            ("Succeeded", "Completed")
+        let statuses: Vec<serde_json::Value> = r
+            .containers
+            .iter()
+            .map(|c| {
+                let mut status = json!({
+                    "name": c.name, "ready": false, "started": c.exit.is_none(),
+                    "restartCount": 0, "image": c.image, "imageID": c.image,
+                    "state": { "running": { "startedAt": now } },
+                });
+                if let Some(code) = c.code() {
+                    let last = last_line(&c.log);
+                    status["state"] = json!({ "waiting": { "reason": "CrashLoopBackOff",
+                        "message": format!("container {} exited with code {code}; its log ends: {last}", c.name) } });
+                    status["lastState"] = json!({ "terminated": {
+                        "exitCode": code, "reason": "Error", "finishedAt": now } });
+                }
+                status
+            })
+            .collect();
+        let status = json!({ "status": {
+            "conditions": [
+                { "type": "ContainersReady", "status": "False", "lastTransitionTime": now },
+                { "type": "Ready", "status": "False", "lastTransitionTime": now },
+            ],
+            "containerStatuses": statuses,
+        }});
+        self.patch_pod_status(i, &status).await
+    }
+
+    /// Reports pod `i`'s containers ended: the pod `Succeeded` when each exited 0,
+    /// `Failed` otherwise (a signal is exit 128 + its number, as a container runtime
+    /// says).
+    async fn report_end(&self, i: usize) -> Result<(), ClusterError> {
+        let r = &self.pods[i];
+        let now = now();
+        let code_of = |c: &ContainerRun| c.code().unwrap_or(1);
+        let phase = if r.containers.iter().all(|c| code_of(c) == 0) {
+            "Succeeded"
         } else {
-            ("Failed", "Error")
+            "Failed"
         };
+        let statuses: Vec<serde_json::Value> = r
+            .containers
+            .iter()
+            .map(|c| {
+                let code = code_of(c);
+                let reason = if code == 0 { "Completed" } else { "Error" };
+                json!({
+                    "name": c.name, "ready": false, "started": false, "restartCount": 0,
+                    "image": c.image, "imageID": c.image,
+                    "state": { "terminated": { "exitCode": code, "reason": reason, "finishedAt": now } },
+                })
+            })
+            .collect();
         let status = json!({ "status": {
             "phase": phase,
             "conditions": [
                 { "type": "ContainersReady", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now },
                 { "type": "Ready", "status": "False", "reason": "PodCompleted", "lastTransitionTime": now },
             ],
-            "containerStatuses": [{
-                "name": r.container, "ready": false, "started": false, "restartCount": 0,
-                "image": r.image, "imageID": r.image,
-                "state": { "terminated": { "exitCode": code, "reason": reason, "finishedAt": now } },
-            }],
+            "containerStatuses": statuses,
         }});
         self.patch_pod_status(i, &status).await
     }
@@ -674,12 +830,22 @@ impl State {
     /// Kills every pod (the agent is stopping) and removes their namespaces.
     async fn stop_all(&mut self) {
         for mut r in self.pods.drain(..) {
-            if let Some(mut child) = r.child.take() {
-                child.terminate(Duration::ZERO);
-            }
+            r.kill_all();
         }
         self.nodes.remove();
     }
+}
+
+/// The last line of a log (at most 300 characters of it), or `(empty)`.
+fn last_line(log: &std::path::Path) -> String {
+    let text = std::fs::read(log).unwrap_or_default();
+    let tail = &text[text.len().saturating_sub(4096)..];
+    let line = String::from_utf8_lossy(tail)
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().chars().take(300).collect::<String>());
+    line.unwrap_or_else(|| "(empty)".into())
 }
 
 /// What runs for a container, as the kubelet would run it: the program, its arguments
@@ -752,6 +918,15 @@ fn user_of(image: &crate::image::Image, pod: &Pod, container: &Container) -> (u3
     run_as(pod, container).unwrap_or(image.user.unwrap_or((0, 0)))
 }
 
+/// Whether the container would run as root: an image's user (or its security
+/// context's), or a local binary with no user named.
+fn runs_as_root(runs: &Runs, pod: &Pod, container: &Container) -> bool {
+    match runs {
+        Runs::Image(image) => user_of(image, pod, container).0 == 0,
+        Runs::Binary(_) => run_as(pod, container).is_none_or(|(uid, _)| uid == 0),
+    }
+}
+
 /// Whether the container's or the pod's security context says `runAsNonRoot: true`.
 fn non_root_asked(pod: &Pod, container: &Container) -> bool {
     let own = container
@@ -781,41 +956,116 @@ fn run_as(pod: &Pod, container: &Container) -> Option<(u32, u32)> {
     Some((u32::try_from(uid).ok()?, u32::try_from(gid).ok()?))
 }
 
-/// The container's environment: plain values and the pod fields `fieldRef` can name.
-fn environment(container: &Container, pod: &Pod, ip: IpAddr, node: &str) -> Vec<(String, String)> {
+/// The container's environment: plain values, keys of `secrets` (by Secret name) that
+/// `secretKeyRef` names, and the pod fields `fieldRef` can name.
+fn environment(
+    container: &Container,
+    pod: &Pod,
+    ip: IpAddr,
+    node: &str,
+    secrets: &BTreeMap<String, BTreeMap<String, String>>,
+) -> Vec<(String, String)> {
     let mut env = Vec::new();
     for var in container.env.iter().flatten() {
-        let value = match (&var.value, &var.value_from) {
-            (Some(v), _) => v.clone(),
-            (None, Some(from)) => match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
-                Some("metadata.name") => pod_name(pod).to_owned(),
-                Some("metadata.namespace") => pod_ns(pod).to_owned(),
-                Some("metadata.uid") => pod.metadata.uid.clone().unwrap_or_default(),
-                Some("status.podIP") => ip.to_string(),
-                Some("spec.nodeName") => node.to_owned(),
-                // `metadata.annotations['key']`, `metadata.labels['key']` (a Job's
-                // completion index comes this way).
-                Some(path) => {
-                    let item = |prefix: &str| {
-                        path.strip_prefix(prefix)
-                            .and_then(|rest| rest.strip_suffix("']"))
-                            .map(str::to_owned)
-                    };
-                    let m = &pod.metadata;
-                    match (item("metadata.annotations['"), item("metadata.labels['")) {
-                        (Some(key), _) => m.annotations.as_ref().and_then(|a| a.get(&key)).cloned(),
-                        (_, Some(key)) => m.labels.as_ref().and_then(|l| l.get(&key)).cloned(),
-                        _ => None,
+        let secret = var
+            .value_from
+            .as_ref()
+            .and_then(|f| f.secret_key_ref.as_ref());
+        let value = match (&var.value, &var.value_from, secret) {
+            (Some(v), _, _) => v.clone(),
+            (None, _, Some(r)) => secrets
+                .get(&r.name)
+                .and_then(|data| data.get(&r.key))
+                .cloned()
+                .unwrap_or_default(),
+            (None, Some(from), None) => {
+                match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
+                    Some("metadata.name") => pod_name(pod).to_owned(),
+                    Some("metadata.namespace") => pod_ns(pod).to_owned(),
+                    Some("metadata.uid") => pod.metadata.uid.clone().unwrap_or_default(),
+                    Some("status.podIP") => ip.to_string(),
+                    Some("spec.nodeName") => node.to_owned(),
+                    // `metadata.annotations['key']`, `metadata.labels['key']` (a Job's
+                    // completion index comes this way).
+                    Some(path) => {
+                        let item = |prefix: &str| {
+                            path.strip_prefix(prefix)
+                                .and_then(|rest| rest.strip_suffix("']"))
+                                .map(str::to_owned)
+                        };
+                        let m = &pod.metadata;
+                        match (item("metadata.annotations['"), item("metadata.labels['")) {
+                            (Some(key), _) => {
+                                m.annotations.as_ref().and_then(|a| a.get(&key)).cloned()
+                            }
+                            (_, Some(key)) => m.labels.as_ref().and_then(|l| l.get(&key)).cloned(),
+                            _ => None,
+                        }
+                        .unwrap_or_default()
                     }
-                    .unwrap_or_default()
+                    None => String::new(),
                 }
-                None => String::new(),
-            },
+            }
             _ => String::new(),
         };
         env.push((var.name.clone(), value));
     }
     env
+}
+
+/// Sets the pod's sysctls in its own network namespace, as the kubelet sets them in the
+/// pod's sandbox; one the kernel will not take (or any, on the host's network, where
+/// they would change the node's own) is the reason the pod does not start.
+fn pod_sysctls(pod: &Pod, place: &ingressbench_lab::topology::Node) -> Result<(), String> {
+    let sysctls: ingressbench_lab::kernel::Sysctls = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|c| c.sysctls.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|s| (s.name.clone(), s.value.clone()))
+        .collect();
+    if sysctls.is_empty() {
+        return Ok(());
+    }
+    let name = pod_name(pod);
+    ingressbench_lab::kernel::check_namespaced(sysctls.keys().map(String::as_str))
+        .and_then(|()| match place.netns.as_deref() {
+            Some(ns) => ingressbench_lab::kernel::apply(name, ns, &sysctls),
+            None => Err(ingressbench_lab::LabError::Kernel {
+                node: name.to_owned(),
+                setting: sysctls.keys().cloned().collect::<Vec<_>>().join(", "),
+                reason: "a pod on the host's network cannot set namespaced sysctls".into(),
+            }),
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// Where a container's HTTP readiness probe asks, and its path (a named port is the
+/// container's port of that name).
+fn probe_of(container: &Container, ip: IpAddr) -> (Option<SocketAddr>, String) {
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let Some(http) = container
+        .readiness_probe
+        .as_ref()
+        .and_then(|p| p.http_get.as_ref())
+    else {
+        return (None, String::new());
+    };
+    let port = match &http.port {
+        IntOrString::Int(p) => *p as u16,
+        IntOrString::String(named) => container
+            .ports
+            .iter()
+            .flatten()
+            .find(|p| p.name.as_deref() == Some(named.as_str()))
+            .map_or(0, |p| p.container_port as u16),
+    };
+    (
+        Some(SocketAddr::new(ip, port)),
+        http.path.clone().unwrap_or_else(|| "/".into()),
+    )
 }
 
 fn pod_ns(pod: &Pod) -> &str {

@@ -56,6 +56,9 @@ pub const NEEDED: &[(&str, &str, &str)] = &[
     ("traefik.io", "middlewares", "create"),
     ("traefik.io", "middlewares", "delete"),
     ("traefik.io", "middlewares", "patch"),
+    ("traefik.io", "serverstransports", "create"),
+    ("traefik.io", "serverstransports", "delete"),
+    ("traefik.io", "serverstransports", "patch"),
 ];
 
 /// One thing checked.
@@ -115,8 +118,41 @@ pub async fn check(file: &ClusterFile, kubeconfig: &Path) -> Vec<Finding> {
         if let Some(ca) = &target.ca {
             out.push(ca_finding(name, ca));
         }
+        if let Some(secret) = &target.mesh_client {
+            out.push(mesh_client_finding(&client, name, secret).await);
+        }
     }
     out
+}
+
+/// Whether the run can read the `ca.crt` of a target's `mesh_client` Secret (the CA of
+/// the client certificate its controller presents to a mesh's sidecars). Reading it is
+/// granted for that one Secret, not by deploy/rbac.yaml: the fix says how.
+async fn mesh_client_finding(client: &Client, target: &str, secret: &ServiceRef) -> Finding {
+    let what = format!("{target}: mesh_client");
+    let (ns, name) = (&secret.namespace, &secret.name);
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+    match ask(secrets.get_opt(name)).await {
+        Ok(Some(s)) if s.data.as_ref().is_some_and(|d| d.contains_key("ca.crt")) => {
+            finding(what, true, format!("secret {ns}/{name} has ca.crt"))
+        }
+        Ok(Some(_)) => finding(
+            what,
+            false,
+            format!("secret {ns}/{name} has no ca.crt; the sidecars need the CA of the controller's client certificate there"),
+        ),
+        Ok(None) => finding(
+            what,
+            false,
+            format!("no secret {ns}/{name}; name the Secret of the controller's client certificate (Contour: tls.envoy-client-certificate), or drop mesh_client"),
+        ),
+        Err(e) if e.contains("403") => finding(
+            what,
+            false,
+            format!("{e}: a run reads this one Secret's ca.crt; grant it with: kubectl create role ingressbench-mesh-client -n {ns} --verb=get --resource=secrets --resource-name={name} && kubectl create rolebinding ingressbench-mesh-client -n {ns} --role=ingressbench-mesh-client --serviceaccount=ingressbench-system:ingressbench"),
+        ),
+        Err(e) => finding(what, false, e),
+    }
 }
 
 /// Whether a gateway target's `ca:` is a PEM certificate the run can trust.

@@ -42,6 +42,9 @@ pub struct ClusterFile {
     /// The image the backend pods run.
     #[serde(default = "default_image")]
     pub image: String,
+    /// The image of the Envoy sidecar a scenario's `hop` puts beside each backend.
+    #[serde(default = "default_sidecar_image")]
+    pub sidecar_image: String,
     /// Each target of the scenario: how its controller is selected and reached.
     pub targets: BTreeMap<String, ClusterTarget>,
     /// How the pods of `load.from: cluster` run here.
@@ -90,6 +93,12 @@ pub struct ClusterTarget {
     /// certificate is the run's own, in a Secret it makes).
     #[serde(default)]
     pub ca: Option<PathBuf>,
+    /// The `kubernetes.io/tls` Secret with the client certificate the controller is
+    /// configured to present to every upstream (Contour's `tls.envoy-client-certificate`),
+    /// whose `ca.crt` a mesh's sidecars then accept: what a `hop` with mutual TLS needs of a
+    /// controller that takes no certificate per route.
+    #[serde(default)]
+    pub mesh_client: Option<ServiceRef>,
 }
 
 impl ClusterTarget {
@@ -159,7 +168,7 @@ impl std::fmt::Display for GatewayRef {
     }
 }
 
-/// A Service by name.
+/// An object (a Service, a Secret) by name and namespace.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceRef {
@@ -167,6 +176,10 @@ pub struct ServiceRef {
     pub name: String,
     /// Its namespace.
     pub namespace: String,
+}
+
+fn default_sidecar_image() -> String {
+    crate::deploy::mesh::SIDECAR_IMAGE.into()
 }
 
 fn default_prefix() -> String {

@@ -114,6 +114,12 @@ impl LocalOptions {
                 crate::agent::Runs::Binary(exe),
             );
         }
+        // A mesh's sidecar image is the Envoy the lab runs.
+        if let Ok(envoy) = ingressbench_lab::proxy::Binaries::discover()
+            .locate(ingressbench_lab::proxy::ProxyKind::Envoy)
+        {
+            images.insert("envoy".to_owned(), crate::agent::Runs::Binary(envoy));
+        }
         let traefik = ingressbench_lab::proxy::Binaries::discover()
             .locate(ingressbench_lab::proxy::ProxyKind::Traefik)
             .ok()
@@ -581,7 +587,11 @@ impl LocalCluster {
             }
         }
         if let Some([http, https]) = self.contour {
-            target("contour", "ingress_class: contour".into(), http, https);
+            let (secret, namespace) = contour::MESH_CLIENT_SECRET;
+            let how = format!(
+                "ingress_class: contour, mesh_client: {{ name: {secret}, namespace: {namespace} }}"
+            );
+            target("contour", how, http, https);
             let how = gateway(CONTOUR_GATEWAY, CONTOUR_GATEWAY_TLS_LISTENER);
             target("contour-gateway", how, http, https);
         }

@@ -3,8 +3,9 @@
 //! it at the node's InternalIP and `status.daemonEndpoints.kubeletEndpoint.Port` and asks
 //! `GET /containerLogs/NS/POD/CONTAINER?follow=true` over HTTPS; with no
 //! `--kubelet-certificate-authority` it does not check the certificate, so the endpoint
-//! presents a self-signed one. It serves each pod's log file from its start (a pod has one
-//! container and one log) and, when asked to follow, goes on until the pod's process has
+//! presents a self-signed one. It serves a container's log file from its start (the
+//! first container's is the pod's, `NS_POD.log`; another's `NS_POD_CONTAINER.log`) and,
+//! when asked to follow, goes on until the pod's processes have
 //! ended and its last bytes are sent. `tailLines` and `limitBytes` are honoured;
 //! `timestamps` is not (the file holds no times).
 //!
@@ -113,6 +114,8 @@ fn tls_config() -> Result<rustls::ServerConfig, String> {
 struct Ask {
     /// `NS_POD`.
     key: String,
+    /// The container's name.
+    container: String,
     follow: bool,
     tail_lines: Option<usize>,
     limit_bytes: Option<u64>,
@@ -122,17 +125,18 @@ struct Ask {
 fn parse_target(target: &str) -> Option<Ask> {
     let (path, query) = target.split_once('?').unwrap_or((target, ""));
     let mut parts = path.strip_prefix("/containerLogs/")?.split('/');
-    let (ns, pod, _container) = (parts.next()?, parts.next()?, parts.next()?);
+    let (ns, pod, container) = (parts.next()?, parts.next()?, parts.next()?);
     let safe = |s: &str| {
         !s.is_empty()
             && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
     };
-    if parts.next().is_some() || !safe(ns) || !safe(pod) {
+    if parts.next().is_some() || !safe(ns) || !safe(pod) || !safe(container) {
         return None;
     }
     let mut ask = Ask {
         key: format!("{ns}_{pod}"),
+        container: container.to_owned(),
         follow: false,
         tail_lines: None,
         limit_bytes: None,
@@ -180,7 +184,13 @@ fn serve(
     let Some(ask) = parse_target(target) else {
         return respond(&mut stream, "404 Not Found", b"not a container log\n");
     };
-    let path = dir.join(format!("{}.log", ask.key));
+    // A pod's first container writes the pod's log; any other, a log of its own.
+    let own = dir.join(format!("{}_{}.log", ask.key, ask.container));
+    let path = if own.is_file() {
+        own
+    } else {
+        dir.join(format!("{}.log", ask.key))
+    };
     let Ok(mut file) = std::fs::File::open(&path) else {
         return respond(&mut stream, "404 Not Found", b"no log for this pod\n");
     };
@@ -268,6 +278,7 @@ mod tests {
             ask,
             Ask {
                 key: "ns-1_worker-0-abc".into(),
+                container: "worker".into(),
                 follow: true,
                 tail_lines: Some(5),
                 limit_bytes: None

@@ -40,9 +40,16 @@ pub fn generate(dir: &Path, hosts: &[String]) -> Result<LabCerts, LabError> {
     let mut ca_params =
         CertificateParams::new(Vec::<String>::new()).map_err(|e| fail(e.to_string()))?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // A name of its own (from its key): a verifier finds an issuer by name, and two of
+    // the tool's CAs trusted together (a mesh's sidecars accept the run's clients and a
+    // controller's own) must not be taken for each other.
+    let id: String = ca_key.public_key_raw()[1..7]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     ca_params
         .distinguished_name
-        .push(DnType::CommonName, "ingressbench lab CA");
+        .push(DnType::CommonName, format!("ingressbench lab CA {id}"));
     let ca_cert = ca_params
         .self_signed(&ca_key)
         .map_err(|e| fail(e.to_string()))?;

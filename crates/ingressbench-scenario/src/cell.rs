@@ -373,7 +373,8 @@ fn bring_up(
     #[cfg(feature = "cluster")]
     if let Some(cluster) = &options.cluster {
         let shape = Shape::of(cell);
-        let site = ClusterSite::up(cluster, &cell.target.name(), cell.index, shape)?;
+        let placed = cell.target.file_key();
+        let site = ClusterSite::up(cluster, &placed, cell.index, shape)?;
         return Ok(SiteUp {
             site: Box::new(site),
             key: None,
@@ -388,7 +389,7 @@ fn bring_up(
                 reused: false,
             }),
             Target::Proxy { .. } => Err("a proxy target without a lab".into()),
-            Target::Cluster { name } => Err(CellFailure {
+            Target::Cluster { name, .. } => Err(CellFailure {
                 message: format!(
                     "target `{name}` is placed by a cluster file: run with --cluster FILE"
                 ),

@@ -216,20 +216,20 @@ pub(crate) fn scenario(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, Scen
         )));
     }
     for target in &s.targets {
-        if let Target::Proxy { front, hop, .. } = target {
+        if let Target::Proxy { front, .. } = target {
             if front.as_ref().is_some_and(|f| f.replicas == 0) {
                 return Err(bad(format!(
                     "targets: `{}`: front.replicas is 0; a front needs at least one proxy behind it",
                     target.name()
                 )));
             }
-            if let Some(hop) = hop.as_ref().filter(|h| h.proxy != ProxyKind::Envoy) {
-                return Err(bad(format!(
-                    "targets: `{}`: hop.proxy is `{}`; the sidecar is envoy (as in Istio, OSM and Consul)",
-                    target.name(),
-                    hop.proxy
-                )));
-            }
+        }
+        if let Some(hop) = target.hop().filter(|h| h.proxy != ProxyKind::Envoy) {
+            return Err(bad(format!(
+                "targets: `{}`: hop.proxy is `{}`; the sidecar is envoy (as in Istio, OSM and Consul)",
+                target.name(),
+                hop.proxy
+            )));
         }
     }
     let pools: Vec<&str> = s.backends.iter().map(|p| p.name.as_str()).collect();

@@ -134,6 +134,15 @@ pub fn expand(
                 format!("{source} {key}: the matrix is not a field to set; set the field itself (--set load.rate=500) to run one value of it"),
             ));
         }
+        if key == "repeat" {
+            // Read from the file before the sets: the set replaces it (over quick's).
+            base.repeat = value
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| {
+                    ScenarioError::at(path, format!("{source} repeat: give a whole number"))
+                })?;
+        }
         set_path(&mut tree, &key, value)
             .map_err(|m| ScenarioError::at(path, format!("{source} {key}: {m}")))?;
     }
@@ -320,12 +329,17 @@ mod tests {
 
     #[test]
     fn a_cluster_target_refuses_what_only_the_lab_builds_and_says_why() {
-        let err = run("name: t\ntargets: [{ cluster: contour, hop: { proxy: envoy, mtls: true } }]\nload: { rate: 5, duration: 1s }\n").unwrap_err();
-        assert!(
-            err.contains("cluster target `contour` takes no `hop`"),
-            "{err}"
-        );
-        assert!(err.contains("mesh"), "{err}");
+        // A hop it takes (a sidecar in its backends' pods), under a name of its own.
+        let cells = run("name: t\ntargets: [{ cluster: contour }, { cluster: contour, name: contour-mesh, hop: { proxy: envoy, mtls: true } }]\nload: { rate: 5, duration: 1s }\n").unwrap();
+        assert_eq!(cells[1].target.name(), "contour-mesh");
+        assert_eq!(cells[1].target.placed(), Some("contour"));
+        assert!(cells[1].target.hop().unwrap().mtls);
+        assert!(cells[0].target.hop().is_none());
+        let err = run("name: t\ntargets: [{ cluster: contour, hop: { proxy: nginx } }]\nload: { rate: 5, duration: 1s }\n").unwrap_err();
+        assert!(err.contains("the sidecar is envoy"), "{err}");
+        let err = run("name: t\ntargets: [{ cluster: contour, front: { replicas: 2 } }]\nload: { rate: 5, duration: 1s }\n").unwrap_err();
+        assert!(err.contains("takes no `front`"), "{err}");
+        assert!(err.contains("service:"), "{err}");
         let err = run("name: t\ntargets: [{ cluster: contour, workers: 2 }]\nload: { rate: 5, duration: 1s }\n").unwrap_err();
         assert!(err.contains("takes no `workers`"), "{err}");
         // A lab scenario whose targets would be replaced names what would be lost.
@@ -360,6 +374,15 @@ mod tests {
         );
         let cells = run("name: t\ntargets: [{ cluster: contour }]\ntls: false\nload: { rate: 5, duration: 1s }\n").unwrap();
         crate::cluster_site::check_cells(&cells, &file).unwrap();
+        // A cluster target under a name of its own is looked up by the file's.
+        let cells = run("name: t\ntargets: [{ cluster: contour, name: in-mesh, hop: { proxy: envoy } }]\ntls: false\nload: { rate: 5, duration: 1s }\n").unwrap();
+        crate::cluster_site::check_cells(&cells, &file).unwrap();
+        let cells = run("name: t\ntargets: [{ cluster: contour-gateway, name: contour }]\ntls: false\nload: { rate: 5, duration: 1s }\n").unwrap();
+        let err = crate::cluster_site::check_cells(&cells, &file).unwrap_err();
+        assert!(
+            err.contains("does not place target(s) contour-gateway"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -412,6 +435,27 @@ mod tests {
         assert_eq!(cells[8].repeat, 1);
         assert_eq!(cells[2].scenario.tuning.keepalive_requests, Some(10000));
         assert_eq!(cells[5].scenario.load.rate, Some(500.0));
+    }
+
+    #[test]
+    fn a_set_repeat_replaces_the_files_and_quicks() {
+        let text = format!("{BASE}repeat: 5\nquick: {{ repeat: 2 }}\n");
+        let sets = [("repeat".to_owned(), "3".to_owned())];
+        for quick in [false, true] {
+            let cells = expand(&text, Path::new("t.yaml"), &sets, quick).unwrap();
+            assert_eq!(
+                cells.iter().map(|c| c.repeat).max(),
+                Some(2),
+                "quick {quick}"
+            );
+        }
+        let bad = [("repeat".to_owned(), "many".to_owned())];
+        let err = expand(&text, Path::new("t.yaml"), &bad, false).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("--set repeat: give a whole number"),
+            "{err}"
+        );
     }
 
     #[test]

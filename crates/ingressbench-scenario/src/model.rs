@@ -123,8 +123,13 @@ pub enum Target {
     /// A controller a cluster file places (`{ cluster: NAME }`; what `run --cluster`
     /// runs when the command line does not choose targets).
     Cluster {
-        /// Its name in the cluster file and the results.
+        /// Its name in the results (default: the cluster file's).
         name: String,
+        /// Its name in the cluster file.
+        placed: String,
+        /// A sidecar in every backend pod: the backends in a mesh, which the controller
+        /// reaches from outside it (with mutual TLS: given a client certificate).
+        hop: Option<HopFile>,
     },
     /// A URL the lab does not manage (a cloud load balancer, a cluster ingress).
     Upstream {
@@ -142,13 +147,39 @@ impl Target {
             Target::Proxy { kind, name, .. } => {
                 name.clone().unwrap_or_else(|| kind.name().to_owned())
             }
-            Target::Upstream { name, .. } | Target::Cluster { name } => name.clone(),
+            Target::Upstream { name, .. } | Target::Cluster { name, .. } => name.clone(),
+        }
+    }
+
+    /// Its name in the cluster file, for a cluster target.
+    pub fn placed(&self) -> Option<&str> {
+        match self {
+            Target::Cluster { placed, .. } => Some(placed),
+            _ => None,
+        }
+    }
+
+    /// What a cluster file places it by: a cluster target's `cluster:` name, any other
+    /// target's own name (`--set targets=[traefik]` names the file's `traefik`).
+    pub fn file_key(&self) -> String {
+        match self {
+            Target::Cluster { placed, .. } => placed.clone(),
+            _ => self.name(),
+        }
+    }
+
+    /// Its sidecar hop, if it has one.
+    pub fn hop(&self) -> Option<&HopFile> {
+        match self {
+            Target::Proxy { hop, .. } | Target::Cluster { hop, .. } => hop.as_ref(),
+            Target::Upstream { .. } => None,
         }
     }
 }
 
-/// A proxy target's settings of the lab's own: a controller in a cluster is configured by
-/// its own objects, and cluster mode does not build a front or a sidecar hop yet.
+/// A proxy target's settings of the lab's own (a controller in a cluster is configured
+/// by its own objects, and reached through its Service's load balancer), and its hop,
+/// which a cluster target takes as its own.
 pub(crate) const LAB_ONLY_TARGET_KEYS: [&str; 9] = [
     "update",
     "workers",
@@ -184,7 +215,7 @@ struct TargetMap {
 pub(crate) fn cluster_refusal(key: &str) -> &'static str {
     match key {
         "front" => "an L4 front before a controller is the load balancer of its Service of type LoadBalancer: place the target by `service: { name, namespace }` in the cluster file and its traffic goes through it (the local cluster gives each controller one, an L4 front of its own; docs/CLUSTER.md)",
-        "hop" => "a sidecar beside each backend is a mesh; cluster mode does not inject one yet: run the hop in the lab, or install the mesh in the cluster and name its controller",
+        "hop" => "the lab's hop is a sidecar beside its proxy; a cluster target takes one of its own, an Envoy sidecar in every backend pod: `{ cluster: NAME, name: NAME-in-mesh, hop: { proxy: envoy, mtls: true } }` (docs/CLUSTER.md, \"A mesh\")",
         "sysctls" => "the controller's pods are not the tool's to change; the scenario's `tuning.sysctls` go to the backend pods",
         "update" => "a controller takes endpoint changes its own way",
         _ => "a controller's proxy is configured by the controller (its ConfigMap, flags or annotations), not by the tool: set it there, and name the setting in the target's name",
@@ -236,7 +267,6 @@ impl<'de> Deserialize<'de> for Target {
                             ("upstream_protocol", m.upstream_protocol.is_some()),
                             ("sysctls", !m.sysctls.is_empty()),
                             ("front", m.front.is_some()),
-                            ("hop", m.hop.is_some()),
                         ];
                         if let Some((key, _)) = given.iter().find(|(_, set)| *set) {
                             return Err(de::Error::custom(format!(
@@ -244,7 +274,11 @@ impl<'de> Deserialize<'de> for Target {
                                 cluster_refusal(key)
                             )));
                         }
-                        Ok(Target::Cluster { name })
+                        Ok(Target::Cluster {
+                            name: m.name.unwrap_or_else(|| name.clone()),
+                            placed: name,
+                            hop: m.hop,
+                        })
                     }
                     (Some(kind), None, None) => Ok(Target::Proxy {
                         kind,

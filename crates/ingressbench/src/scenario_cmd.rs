@@ -123,6 +123,15 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
                 ))
                 .into());
             }
+            if let Some(cell) = cells.iter().find(|c| c.target.placed().is_some()) {
+                return Err(UsageError(anyhow::anyhow!(
+                    "cell {} ({}): target `{}` is a controller a cluster file places: run with --cluster FILE (`ingressbench cluster local up` makes one; --cluster local names it)",
+                    cell.index,
+                    cell.label(),
+                    cell.target.name()
+                ))
+                .into());
+            }
             None
         }
     };
@@ -182,7 +191,7 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
         use std::io::Write;
         let _ = writeln!(
             std::io::stdout(),
-            "{}: {} of {} cells; results in {}",
+            "{}: {} of {} cells done; results in {}",
             outcome.status,
             outcome.done,
             outcome.total,

@@ -23,6 +23,7 @@ use kube::{Api, Client};
 use crate::ClusterError;
 
 mod endpoints;
+pub mod mesh;
 mod objects;
 
 use endpoints::ready_addresses;
@@ -104,6 +105,8 @@ pub struct RunObjects {
     /// The routes' certificate (chain) and key, PEM: a `kubernetes.io/tls` Secret the
     /// Ingress names for its hosts.
     pub tls: Option<(String, String)>,
+    /// A sidecar in every backend pod, and how the controller reaches it.
+    pub mesh: Option<mesh::Mesh>,
 }
 
 /// A route of the run: requests for `host` (`*`: any) under `prefix` go to `pool`.
@@ -430,6 +433,31 @@ pub fn lookup_service(
     })
 }
 
+/// The value of `key` in Secret `secret` (as text).
+pub fn secret_value(
+    kubeconfig: &Path,
+    context: Option<&str>,
+    secret: &crate::file::ServiceRef,
+    key: &str,
+) -> Result<String, ClusterError> {
+    crate::local::runtime()?.block_on(async {
+        let client = crate::api::client(kubeconfig, context).await?;
+        let api: Api<Secret> = Api::namespaced(client, &secret.namespace);
+        let what = format!("secret {}/{}", secret.namespace, secret.name);
+        let found = api
+            .get(&secret.name)
+            .await
+            .map_err(|e| api_error(&format!("reading {what}"), e))?;
+        found
+            .data
+            .and_then(|d| {
+                d.get(key)
+                    .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+            })
+            .ok_or_else(|| ClusterError::Api(format!("{what} has no `{key}`")))
+    })
+}
+
 /// The labels Service `service` selects its pods by (none: it has no selector: its
 /// endpoints are made by hand, or the controller runs outside the cluster's pods).
 pub fn service_selector(
@@ -537,14 +565,26 @@ async fn create_objects(client: &Client, o: &RunObjects) -> Result<(), ClusterEr
             .await
             .map_err(|e| api_error(&format!("creating service {pool}"), e))?;
     }
+    for secret in mesh::secrets(o) {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .create(&post, &secret)
+            .await
+            .map_err(|e| api_error(&format!("creating secret {name}"), e))?;
+    }
     if let Some(secret) = tls_secret(o) {
         Api::<Secret>::namespaced(client.clone(), ns)
             .create(&post, &secret)
             .await
             .map_err(|e| api_error(&format!("creating secret {}-tls", o.pool), e))?;
     }
-    // The routes (as the run's first generation), as every later change: one apply.
-    let routes = crate::routes::render(o, o.generation, &Default::default());
+    // What makes the controller reach the mesh's sidecars (Traefik's ServersTransports),
+    // then the routes (as the run's first generation), as every later change: one apply.
+    let mut routes: Vec<serde_json::Value> = std::iter::once(&o.pool)
+        .chain(o.other_pools.iter().map(|(name, _)| name))
+        .flat_map(|pool| crate::routes::mesh_rendered(o, pool).objects)
+        .collect();
+    routes.extend(crate::routes::render(o, o.generation, &Default::default()));
     apply_here(client, o, &routes).await
 }
 

@@ -151,7 +151,9 @@ pub(crate) fn deployment(o: &RunObjects, pool: &str, replicas: i32) -> Deploymen
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    containers: vec![container],
+                    containers: std::iter::once(container)
+                        .chain(o.mesh.as_ref().map(super::mesh::sidecar))
+                        .collect(),
                     termination_grace_period_seconds: Some(o.grace_s),
                     security_context,
                     ..PodSpec::default()
@@ -163,15 +165,23 @@ pub(crate) fn deployment(o: &RunObjects, pool: &str, replicas: i32) -> Deploymen
     }
 }
 
+/// A pool's Service: port 80 to the backends' port, or with a mesh to their sidecars',
+/// annotated as the run's controller needs to reach them.
 pub(crate) fn service(o: &RunObjects, pool: &str) -> Service {
+    let mut metadata = named(o, pool, labels(o));
+    let annotations = crate::routes::mesh_rendered(o, pool).annotations;
+    if !annotations.is_empty() {
+        metadata.annotations = Some(annotations);
+    }
+    let target = if o.mesh.is_some() { "mesh" } else { "http" };
     Service {
-        metadata: named(o, pool, labels(o)),
+        metadata,
         spec: Some(ServiceSpec {
             selector: Some(BTreeMap::from([(POOL_LABEL.to_owned(), pool.to_owned())])),
             ports: Some(vec![ServicePort {
                 name: Some("http".into()),
                 port: 80,
-                target_port: Some(IntOrString::String("http".into())),
+                target_port: Some(IntOrString::String(target.into())),
                 ..ServicePort::default()
             }]),
             ..ServiceSpec::default()
@@ -313,7 +323,124 @@ mod tests {
             sysctls: BTreeMap::from([("net.core.somaxconn".into(), "1024".into())]),
             grace_s: 5,
             tls: Some(("CERT".into(), "KEY".into())),
+            mesh: None,
         }
+    }
+
+    #[test]
+    fn a_mesh_puts_a_sidecar_in_each_pod_and_the_service_before_it() {
+        let o = RunObjects {
+            mesh: Some(crate::deploy::mesh::Mesh {
+                image: "envoyproxy/envoy:v1".into(),
+                tls: Some(crate::deploy::mesh::MeshTls {
+                    sidecar: ("C".into(), "K".into()),
+                    client_cas: "CAS".into(),
+                    client: ("c".into(), "k".into()),
+                    ca: "CA".into(),
+                }),
+            }),
+            routing: crate::routes::Routing::Ingress {
+                class: "haproxy".into(),
+                profile: Some(&crate::routes::haproxy_ingress::PROFILE),
+            },
+            ..objects()
+        };
+        let pod = deployment(&o, "api", 2)
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
+        let names: Vec<&str> = pod.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["backend", "envoy"]);
+        assert_eq!(
+            pod.containers[1].image.as_deref(),
+            Some("envoyproxy/envoy:v1")
+        );
+        let svc = service(&o, "api");
+        assert_eq!(
+            svc.spec.unwrap().ports.unwrap()[0].target_port,
+            Some(IntOrString::String("mesh".into()))
+        );
+        let annotations = svc.metadata.annotations.unwrap();
+        assert_eq!(
+            annotations["haproxy-ingress.github.io/secure-verify-hostname"],
+            "api.ib-run-1.svc"
+        );
+        assert_eq!(
+            annotations["haproxy-ingress.github.io/secure-crt-secret"],
+            crate::deploy::mesh::CLIENT_SECRET
+        );
+        let secrets = crate::deploy::mesh::secrets(&o);
+        let data = |i: usize| secrets[i].string_data.clone().unwrap();
+        assert_eq!(
+            data(0)["ca.crt"],
+            "CAS",
+            "the sidecars accept the clients' CAs"
+        );
+        assert_eq!(
+            data(1)["ca.crt"],
+            "CA",
+            "the controller checks the sidecars' CA"
+        );
+        assert_eq!(secrets[1].type_.as_deref(), Some("kubernetes.io/tls"));
+        // Without a mesh: the backends' port, no annotation, no Secret.
+        let plain = objects();
+        let svc = service(&plain, "api");
+        assert!(svc.metadata.annotations.is_none());
+        assert_eq!(
+            svc.spec.unwrap().ports.unwrap()[0].target_port,
+            Some(IntOrString::String("http".into()))
+        );
+        assert!(crate::deploy::mesh::secrets(&plain).is_empty());
+    }
+
+    #[test]
+    fn traefik_and_contour_reach_the_sidecars_their_own_ways() {
+        let mesh = crate::deploy::mesh::Mesh {
+            image: "envoy".into(),
+            tls: Some(crate::deploy::mesh::MeshTls {
+                sidecar: ("C".into(), "K".into()),
+                client_cas: "CAS".into(),
+                client: ("c".into(), "k".into()),
+                ca: "CA".into(),
+            }),
+        };
+        let traefik = RunObjects {
+            mesh: Some(mesh.clone()),
+            ..objects()
+        };
+        let r = crate::routes::mesh_rendered(&traefik, "echo");
+        assert_eq!(r.objects[0]["kind"], "ServersTransport");
+        assert_eq!(r.objects[0]["spec"]["serverName"], "echo.ib-run-1.svc");
+        assert_eq!(
+            r.annotations["traefik.ingress.kubernetes.io/service.serverstransport"],
+            "ib-run-1-ib-mesh-echo@kubernetescrd"
+        );
+        let contour = RunObjects {
+            mesh: Some(mesh),
+            generation: None,
+            routing: crate::routes::Routing::Ingress {
+                class: "contour".into(),
+                profile: Some(&crate::routes::contour::PROFILE),
+            },
+            ..objects()
+        };
+        // HTTPProxies (an Ingress cannot ask for the upstream's validation), no headers.
+        let routes = crate::routes::render(&contour, None, &Default::default());
+        assert!(routes.iter().all(|r| r["kind"] == "HTTPProxy"));
+        let service = &routes[0]["spec"]["routes"][0]["services"][0];
+        assert_eq!(service["protocol"], "tls");
+        assert_eq!(
+            service["validation"]["caSecret"],
+            crate::deploy::mesh::CLIENT_SECRET
+        );
+        assert!(
+            routes[0]["spec"]["routes"][0]["responseHeadersPolicy"]["set"]
+                .as_array()
+                .unwrap()
+                .is_empty()
+        );
     }
 
     fn ingress_of(o: &RunObjects) -> Ingress {

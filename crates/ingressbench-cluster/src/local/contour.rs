@@ -28,6 +28,11 @@ pub const GATEWAY: (&str, &str, &str) = ("contour", "projectcontour", "web");
 pub const GATEWAY_TLS_LISTENER: &str = "websecure";
 /// The namespace Contour's own objects live in.
 const NAMESPACE: &str = "projectcontour";
+
+/// The Secret (in Contour's namespace) with the client certificate its Envoy presents to
+/// every upstream that asks for one (`tls.envoy-client-certificate`), as OSM gives Contour
+/// one to reach the pods of its mesh; the cluster file names it as `mesh_client`.
+pub(super) const MESH_CLIENT_SECRET: (&str, &str) = ("ingressbench-mesh-client", NAMESPACE);
 /// A Gateway listener's port + this is where Contour has Envoy listen.
 const ENVOY_PORT_OFFSET: u16 = 8000;
 
@@ -102,10 +107,9 @@ impl LocalCluster {
             listener_port(envoy_ports[0])?,
             listener_port(envoy_ports[1])?,
         ];
-        runtime.block_on(crate::api::apply_all(
-            &self.kubeconfig,
-            &objects(listener_ports, gateway_secret),
-        ))?;
+        let mut objects = objects(listener_ports, gateway_secret);
+        objects.push(self.mesh_client_secret()?);
+        runtime.block_on(crate::api::apply_all(&self.kubeconfig, &objects))?;
         // Contour, with its own kubeconfig and a config naming its Gateway.
         let kubeconfig = self.dir.join("contour.kubeconfig");
         files.kubeconfig(&kubeconfig, &self.server, &files.contour_token)?;
@@ -114,7 +118,10 @@ impl LocalCluster {
         let (name, namespace, _) = GATEWAY;
         std::fs::write(
             &config,
-            format!("gateway:\n  gatewayRef: {{ name: {name}, namespace: {namespace} }}\nnetwork:\n  admin-port: {admin}\n"),
+            format!(
+                "gateway:\n  gatewayRef: {{ name: {name}, namespace: {namespace} }}\nnetwork:\n  admin-port: {admin}\ntls:\n  envoy-client-certificate: {{ name: {}, namespace: {} }}\n",
+                MESH_CLIENT_SECRET.0, MESH_CLIENT_SECRET.1
+            ),
         )
         .map_err(|e| io(&config, e))?;
         let port = |p: u16| p.to_string();
@@ -201,6 +208,24 @@ impl LocalCluster {
         }
         self.contour = Some(envoy_ports.map(local));
         Ok(())
+    }
+}
+
+impl LocalCluster {
+    /// A CA of its own and a client certificate from it, in `mesh-client/`: the Secret
+    /// [`MESH_CLIENT_SECRET`] (`ca.crt` the CA, which a mesh's sidecars then accept).
+    fn mesh_client_secret(&self) -> Result<Value, ClusterError> {
+        let dir = self.dir.join("mesh-client");
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let certs = ingressbench_lab::certs::generate(&dir, &["contour.projectcontour".into()])?;
+        let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| io(p, e));
+        let (name, namespace) = MESH_CLIENT_SECRET;
+        Ok(json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": { "name": name, "namespace": namespace },
+            "stringData": { "tls.crt": read(&certs.client_cert)?, "tls.key": read(&certs.client_key)?,
+                            "ca.crt": read(&certs.ca)? },
+        }))
     }
 }
 

@@ -10,7 +10,7 @@ use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use ingressbench_lab::model::Overlay;
 use serde_json::{json, Value};
 
-use super::{Can, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
+use super::{Can, MeshWay, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
 use crate::deploy::RunObjects;
 
 /// The `spec.controller` of Contour's IngressClass.
@@ -24,10 +24,23 @@ pub const PROFILE: Profile = Profile {
     can: Can::ALL,
     render: |_, _, _| Rendered::default(),
     routes: Some(httpproxies),
+    mesh: Some(MeshWay {
+        render: |_, _| Rendered::default(),
+        own_client_certificate: true,
+    }),
 };
 
-/// The run's HTTPProxies of class `class` for generation `generation` of `overlay`.
-fn httpproxies(o: &RunObjects, class: &str, generation: u32, overlay: &Overlay) -> Vec<Value> {
+/// The run's HTTPProxies of class `class` for generation `generation` of `overlay`. With
+/// a mesh over mutual TLS, each route's service is reached over TLS and its certificate
+/// checked against the mesh's CA for the Service's name (`upstreamValidation`); the
+/// client certificate Envoy presents is Contour's own configuration
+/// (`tls.envoy-client-certificate`).
+fn httpproxies(
+    o: &RunObjects,
+    class: &str,
+    generation: Option<u32>,
+    overlay: &Overlay,
+) -> Vec<Value> {
     let mut hosts: BTreeMap<&str, Vec<(&str, &str)>> = BTreeMap::new();
     for r in &o.routes {
         let host = if r.host == "*" {
@@ -37,14 +50,22 @@ fn httpproxies(o: &RunObjects, class: &str, generation: u32, overlay: &Overlay) 
         };
         hosts.entry(host).or_default().push((&r.prefix, &r.pool));
     }
-    let set: Vec<Value> = super::response_headers(Some(generation), overlay)
+    let set: Vec<Value> = super::response_headers(generation, overlay)
         .into_iter()
         .map(|(name, value)| json!({ "name": name, "value": value }))
         .collect();
     let route = |prefix: &str, pool: &str, rewrite: Option<&str>| {
+        let mut service = json!({ "name": pool, "port": 80 });
+        if super::mesh_tls(o) {
+            service["protocol"] = json!("tls");
+            service["validation"] = json!({
+                "caSecret": crate::deploy::mesh::CLIENT_SECRET,
+                "subjectName": crate::deploy::mesh::service_name(o, pool),
+            });
+        }
         let mut r = json!({
             "conditions": [{ "prefix": prefix }],
-            "services": [{ "name": pool, "port": 80 }],
+            "services": [service],
             "responseHeadersPolicy": { "set": set },
         });
         if let Some(to) = rewrite {

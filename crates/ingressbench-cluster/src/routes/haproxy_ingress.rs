@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use ingressbench_lab::model::Overlay;
 
-use super::{Can, Profile, Rendered};
+use super::{Can, MeshWay, Profile, Rendered};
+use crate::deploy::RunObjects;
 
 /// The `spec.controller` of HAProxy Ingress's IngressClass.
 pub const CONTROLLER: &str = "haproxy-ingress.github.io/controller";
@@ -22,7 +23,33 @@ pub const PROFILE: Profile = Profile {
     can: Can::ALL,
     render,
     routes: None,
+    mesh: Some(MeshWay {
+        render: mesh,
+        own_client_certificate: false,
+    }),
 };
+
+/// The pool's Service annotations for a mesh: TLS to the sidecar with the run's client
+/// certificate (`secure-crt-secret`), its certificate checked against the mesh's CA
+/// (`secure-verify-ca-secret`) for the Service's name, which is also the SNI.
+fn mesh(o: &RunObjects, pool: &str) -> Rendered {
+    let name = crate::deploy::mesh::service_name(o, pool);
+    let secret = crate::deploy::mesh::CLIENT_SECRET;
+    let annotations = [
+        ("backend-protocol", "h1-ssl"),
+        ("secure-crt-secret", secret),
+        ("secure-verify-ca-secret", secret),
+        ("secure-verify-hostname", &name),
+        ("secure-sni", &name),
+    ]
+    .into_iter()
+    .map(|(k, v)| (format!("{PREFIX}/{k}"), v.to_owned()))
+    .collect();
+    Rendered {
+        annotations,
+        objects: Vec::new(),
+    }
+}
 
 fn render(_namespace: &str, generation: u32, overlay: &Overlay) -> Rendered {
     let mut lines: Vec<String> = super::response_headers(Some(generation), overlay)

@@ -25,6 +25,7 @@ pub const PROFILE: Profile = Profile {
     can: Can::ALL,
     render,
     routes: None,
+    mesh: None,
 };
 
 fn render(_namespace: &str, generation: u32, overlay: &Overlay) -> Rendered {

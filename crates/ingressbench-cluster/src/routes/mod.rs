@@ -80,12 +80,31 @@ pub struct Profile {
     /// `overlay` generation `generation`.
     pub render: fn(namespace: &str, generation: u32, overlay: &Overlay) -> Rendered,
     /// The controller's own route objects that replace the Ingress in a run with route
-    /// changes, of a class, for a generation of a change (none: the Ingress stays).
+    /// changes or a mesh, of a class, for a generation of a change (none: the Ingress
+    /// stays).
     pub routes: Option<RouteObjects>,
+    /// How it speaks mutual TLS to a mesh's sidecars (none: it cannot, and a mesh with
+    /// mutual TLS is refused for it).
+    pub mesh: Option<MeshWay>,
+}
+
+/// How a controller outside a mesh reaches the sidecars of the backends inside it, over
+/// mutual TLS (the OSM experiment's "given an mTLS certificate").
+#[derive(Debug)]
+pub struct MeshWay {
+    /// A pool's Service annotations and other objects that make it speak TLS to the
+    /// sidecars, check their certificate against the mesh's CA and present its client
+    /// certificate.
+    pub render: fn(o: &RunObjects, pool: &str) -> Rendered,
+    /// Whether the client certificate it presents is one of its own configuration, for
+    /// every upstream (Contour's `tls.envoy-client-certificate`): the cluster file names
+    /// its Secret (`mesh_client`), whose CA the sidecars then accept. Otherwise it
+    /// presents the run's ([`crate::deploy::mesh::CLIENT_SECRET`]).
+    pub own_client_certificate: bool,
 }
 
 /// A controller's own route objects for the run, its class, a generation and a change.
-pub type RouteObjects = fn(&RunObjects, &str, u32, &Overlay) -> Vec<Value>;
+pub type RouteObjects = fn(&RunObjects, &str, Option<u32>, &Overlay) -> Vec<Value>;
 
 /// What a profile renders for one generation.
 #[derive(Debug, Default)]
@@ -145,7 +164,7 @@ pub fn render(o: &RunObjects, generation: Option<u32>, overlay: &Overlay) -> Vec
                     routes: Some(routes),
                     ..
                 }),
-        } if generation.is_some() => routes(o, class, generation.unwrap_or_default(), overlay),
+        } if generation.is_some() || mesh_tls(o) => routes(o, class, generation, overlay),
         Routing::Ingress { class, profile } => {
             let rendered = match (generation, profile) {
                 (Some(g), Some(p)) => (p.render)(&o.namespace, g, overlay),
@@ -159,6 +178,26 @@ pub fn render(o: &RunObjects, generation: Option<u32>, overlay: &Overlay) -> Vec
             ));
             objects
         }
+    }
+}
+
+/// Whether the run's mesh speaks mutual TLS.
+pub(crate) fn mesh_tls(o: &RunObjects) -> bool {
+    o.mesh.as_ref().is_some_and(|m| m.tls.is_some())
+}
+
+/// The annotations of `pool`'s Service and the other objects that make the run's
+/// controller speak mutual TLS to the mesh's sidecars (none without it, or for a
+/// controller that cannot).
+pub fn mesh_rendered(o: &RunObjects, pool: &str) -> Rendered {
+    match &o.routing {
+        Routing::Ingress {
+            profile: Some(Profile {
+                mesh: Some(way), ..
+            }),
+            ..
+        } if mesh_tls(o) => (way.render)(o, pool),
+        _ => Rendered::default(),
     }
 }
 
@@ -241,6 +280,7 @@ pub(crate) fn test_objects(routes: &[(&str, &str)], routing: Routing) -> RunObje
         sysctls: BTreeMap::new(),
         grace_s: 1,
         tls: None,
+        mesh: None,
     }
 }
 

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use ingressbench_lab::model::Overlay;
 use serde_json::{json, Value};
 
-use super::{Can, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
+use super::{Can, MeshWay, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
+use crate::deploy::RunObjects;
 
 /// The `spec.controller` of Traefik's IngressClass.
 pub const CONTROLLER: &str = "traefik.io/ingress-controller";
@@ -23,7 +24,42 @@ pub const PROFILE: Profile = Profile {
     can: Can::ALL,
     render,
     routes: None,
+    mesh: Some(MeshWay {
+        render: mesh,
+        own_client_certificate: false,
+    }),
 };
+
+/// A pool's ServersTransport for a mesh, and its Service's annotations naming it: HTTPS
+/// to the sidecar, its certificate checked against the mesh's CA for the Service's name
+/// (also the SNI), the run's client certificate presented.
+fn mesh(o: &RunObjects, pool: &str) -> Rendered {
+    let name = format!("ib-mesh-{pool}");
+    let secret = crate::deploy::mesh::CLIENT_SECRET;
+    let transport = json!({
+        "apiVersion": "traefik.io/v1alpha1", "kind": "ServersTransport",
+        "metadata": { "name": name },
+        "spec": {
+            "serverName": crate::deploy::mesh::service_name(o, pool),
+            "rootCAs": [{ "secret": secret }],
+            "certificatesSecrets": [secret],
+        },
+    });
+    let annotations = BTreeMap::from([
+        (
+            "traefik.ingress.kubernetes.io/service.serversscheme".to_owned(),
+            "https".to_owned(),
+        ),
+        (
+            "traefik.ingress.kubernetes.io/service.serverstransport".to_owned(),
+            format!("{}-{name}@kubernetescrd", o.namespace),
+        ),
+    ]);
+    Rendered {
+        annotations,
+        objects: vec![transport],
+    }
+}
 
 fn render(namespace: &str, generation: u32, overlay: &Overlay) -> Rendered {
     Rendered {

@@ -12,7 +12,7 @@ use super::ClusterOptions;
 /// describes: its target placed (a target the file does not name is an error, never
 /// skipped), plain HTTP, and only the events cluster mode makes through the API.
 pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), String> {
-    let names: Vec<String> = cells.iter().map(|c| c.target.name()).collect();
+    let names: Vec<String> = cells.iter().map(|c| c.target.file_key()).collect();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let unplaced = file.unplaced(&names);
     if !unplaced.is_empty() {
@@ -22,7 +22,7 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
         ));
     }
     for cell in cells {
-        let placed = &file.targets[&cell.target.name()];
+        let placed = &file.targets[&cell.target.file_key()];
         let (http, https) = placed.addresses();
         let needed = if cell.scenario.tls { https } else { http };
         if placed.service.is_none() && needed.is_none() {
@@ -156,18 +156,27 @@ pub fn route_refusals(
     for cell in cells {
         let changes = crate::timeline::route_changes(cell);
         let target = cell.target.name();
-        if changes.is_empty() || refused.contains_key(&target) {
+        let mtls = cell.target.hop().is_some_and(|h| h.mtls);
+        if (changes.is_empty() && !mtls) || refused.contains_key(&target) {
             continue;
         }
-        let Some(placed) = options.file.targets.get(&target) else {
+        let key = cell.target.file_key();
+        let Some(placed) = options.file.targets.get(&key) else {
             continue;
         };
-        if !asked.contains_key(&target) {
-            asked.insert(target.clone(), route_support(options, placed)?);
+        if !asked.contains_key(&key) {
+            asked.insert(key.clone(), route_support(options, placed)?);
         }
-        let routed: &Routed = &asked[&target];
-        if let Err(e) = refuse_unexpressible(&target, &routed.controller, routed.support, &changes)
-        {
+        let routed: &Routed = &asked[&key];
+        let refusal = match changes.is_empty() {
+            true => Ok(()),
+            false => refuse_unexpressible(&target, &routed.controller, routed.support, &changes),
+        }
+        .and_then(|()| match mtls {
+            true => refuse_unmeshable(&target, placed, routed),
+            false => Ok(()),
+        });
+        if let Err(e) = refusal {
             refused.insert(
                 target,
                 format!("cell {} ({}): {e}", cell.index, cell.label()),
@@ -175,6 +184,40 @@ pub fn route_refusals(
         }
     }
     Ok(refused)
+}
+
+/// A target whose controller cannot reach a mesh's sidecars over mutual TLS: one the
+/// tool has no way for (a Gateway's routes, a controller without a profile that says
+/// how), or one whose client certificate is its own configuration when the cluster file
+/// does not name its Secret.
+pub(super) fn refuse_unmeshable(
+    target: &str,
+    placed: &ClusterTarget,
+    routed: &Routed,
+) -> Result<(), String> {
+    let way = match &routed.routing {
+        Routing::Ingress {
+            profile: Some(p), ..
+        } => p.mesh.as_ref().map(|w| (p.name, w)),
+        _ => None,
+    };
+    match way {
+        None => Err(format!(
+            "target `{target}`: the tool knows no way to give `{}` a client certificate for a mesh's sidecars through {} (it knows {}); run its hop with `mtls: false`, or without a hop",
+            routed.controller,
+            if placed.gateway.is_some() { "a Gateway's routes" } else { "its Ingress" },
+            routes::PROFILES
+                .iter()
+                .filter(|p| p.mesh.is_some())
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        Some((name, way)) if way.own_client_certificate && placed.mesh_client.is_none() => Err(format!(
+            "target `{target}`: {name} presents one client certificate to every upstream, set in its own configuration (`tls.envoy-client-certificate`); name that Secret in the cluster file as `mesh_client: {{ name, namespace }}` (its `ca.crt` is what the sidecars accept), as `cluster local up` does"
+        )),
+        Some(_) => Ok(()),
+    }
 }
 
 pub(super) fn refuse_unexpressible(

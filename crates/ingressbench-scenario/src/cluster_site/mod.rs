@@ -90,6 +90,16 @@ pub(crate) struct Shape {
     pub(crate) route_changes: Vec<Overlay>,
     /// Its load comes from pods placed beside the controller's.
     pub(crate) near_ingress: bool,
+    /// A sidecar in every backend pod (a mesh), with mutual TLS from the controller or
+    /// plain HTTP.
+    pub(crate) mesh: Option<MeshShape>,
+}
+
+/// What a mesh of a cell asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MeshShape {
+    /// Mutual TLS between the controller and the sidecars.
+    pub(crate) mtls: bool,
 }
 
 impl Shape {
@@ -139,6 +149,7 @@ impl Shape {
             near_ingress: s.load.from == LoadFrom::Cluster
                 && s.load.placement.as_ref().and_then(|p| p.node)
                     == Some(crate::model::NodePlacement::SameAsIngress),
+            mesh: cell.target.hop().map(|h| MeshShape { mtls: h.mtls }),
         }
     }
 }

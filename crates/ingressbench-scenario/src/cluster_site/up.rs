@@ -6,13 +6,14 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use ingressbench_cluster::deploy::mesh::{Mesh, MeshTls};
 use ingressbench_cluster::deploy::{PodState, Route, RunNamespace, RunObjects, CANNOT_START};
 use ingressbench_cluster::file::ClusterTarget;
 use ingressbench_cluster::routes::{gateway, Routing};
 use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use ingressbench_lab::model::GENERATION_HEADER;
 
-use super::check::{refuse_unexpressible, route_support, Routed};
+use super::check::{refuse_unexpressible, refuse_unmeshable, route_support, Routed};
 use super::{
     ClusterOptions, ClusterSite, Door, Inside, Shape, FIRST_GENERATION, REFUSED_GRACE,
     ROUTE_STATUS_TIMEOUT, ROUTING_TIMEOUT, STATUS_EVERY,
@@ -47,7 +48,8 @@ impl ClusterSite {
         let with_generations = !shape.route_changes.is_empty();
         let first_replicas = shape.pools.first().map_or(0, |p| p.1);
         let made_at = Instant::now();
-        let made = objects_for(options, namespace, routing, secret, shape)
+        let made = mesh_for(options, placed, &namespace, &shape)
+            .and_then(|mesh| objects_for(options, namespace, routing, secret, mesh, shape))
             .and_then(|objects| make(options, objects));
         let (run, endpoints) = match made {
             Ok(made) => made,
@@ -190,11 +192,17 @@ impl ClusterSite {
                 .any(|r| w.starts_with(r))
                 .then_some((&p.name, w))
         }) {
+            // An image the nodes cannot have is the cluster file's to fix; anything else
+            // (a crash, a missing Secret, a refused sysctl) is said as it is.
+            let fix = match ["ErrImage", "ImagePull", "InvalidImageName"]
+                .iter()
+                .any(|r| why.starts_with(r))
+            {
+                true => "; set `image:` in the cluster file to an image of ingressbench the cluster's nodes can pull (docs/CLUSTER.md)",
+                false => "",
+            };
             return Err(CellFailure {
-                message: format!(
-                    "pod {}/{pod} cannot start: {why}; set `image:` in the cluster file to an image of ingressbench the cluster's nodes can pull (docs/CLUSTER.md)",
-                    o.namespace
-                ),
+                message: format!("pod {}/{pod} cannot start: {why}{fix}", o.namespace),
                 input: true,
             });
         }
@@ -296,7 +304,8 @@ fn routing_for(
     placed: &ClusterTarget,
     shape: &Shape,
 ) -> Result<(Option<String>, Routing), CellFailure> {
-    if placed.gateway.is_none() && shape.route_changes.is_empty() {
+    let mtls = shape.mesh.is_some_and(|m| m.mtls);
+    if placed.gateway.is_none() && shape.route_changes.is_empty() && !mtls {
         let routing = Routing::Ingress {
             class: placed.ingress_class.clone().unwrap_or_default(),
             profile: None,
@@ -312,8 +321,19 @@ fn routing_for(
         support,
         routing,
     } = route_support(options, placed).map_err(|m| input(format!("target `{target}`: {m}")))?;
-    refuse_unexpressible(target, &controller, support, &shape.route_changes).map_err(input)?;
-    Ok((Some(controller), routing))
+    let routed = Routed {
+        controller,
+        support,
+        routing,
+    };
+    if !shape.route_changes.is_empty() {
+        refuse_unexpressible(target, &routed.controller, support, &shape.route_changes)
+            .map_err(input)?;
+    }
+    if mtls {
+        refuse_unmeshable(target, placed, &routed).map_err(input)?;
+    }
+    Ok((Some(routed.controller), routed.routing))
 }
 
 /// The cell's routing over TLS, and what the run keeps for it.
@@ -376,13 +396,67 @@ fn secure(
     }
 }
 
+/// The cell's mesh, if its target has a hop: the sidecar's image, and with mutual TLS a
+/// CA of the cell's own, the sidecars' certificate for every pool's Service from it,
+/// and the client certificate the controller presents: the run's, or the controller's
+/// own (the cluster file's `mesh_client`), whose CA the sidecars then accept as well.
+fn mesh_for(
+    options: &ClusterOptions,
+    placed: &ClusterTarget,
+    namespace: &str,
+    shape: &Shape,
+) -> Result<Option<Mesh>, String> {
+    let Some(asked) = shape.mesh else {
+        return Ok(None);
+    };
+    let image = options.file.sidecar_image.clone();
+    if !asked.mtls {
+        return Ok(Some(Mesh { image, tls: None }));
+    }
+    let pools: Vec<&str> = shape.pools.iter().map(|(p, _)| p.as_str()).collect();
+    let names = ingressbench_cluster::deploy::mesh::certificate_names(namespace, &pools);
+    let dir = std::env::temp_dir().join(format!("ingressbench-{namespace}-mesh"));
+    let made = std::fs::create_dir_all(&dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))
+        .and_then(|()| ingressbench_lab::certs::generate(&dir, &names).map_err(|e| e.to_string()))
+        .and_then(|certs| {
+            let read = |p: &std::path::Path| {
+                std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))
+            };
+            Ok(MeshTls {
+                sidecar: (read(&certs.cert)?, read(&certs.key)?),
+                client_cas: read(&certs.ca)?,
+                client: (read(&certs.client_cert)?, read(&certs.client_key)?),
+                ca: read(&certs.ca)?,
+            })
+        });
+    // The PEMs go into the cell's Secrets; no file of them stays.
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut tls = made?;
+    if let Some(secret) = &placed.mesh_client {
+        let theirs = ingressbench_cluster::deploy::secret_value(
+            &options.kubeconfig,
+            options.context.as_deref(),
+            secret,
+            "ca.crt",
+        )
+        .map_err(|e| format!("the cluster file's mesh_client: {e}"))?;
+        tls.client_cas.push_str(&theirs);
+    }
+    Ok(Some(Mesh {
+        image,
+        tls: Some(tls),
+    }))
+}
+
 /// The objects of the cell's namespace: its pools as Deployments and Services, its routes,
-/// the CORS origins its route changes name, its sysctls and certificate.
+/// the CORS origins its route changes name, its sysctls, certificate and mesh.
 fn objects_for(
     options: &ClusterOptions,
     namespace: String,
     routing: Routing,
     secret: Option<(String, String)>,
+    mesh: Option<Mesh>,
     shape: Shape,
 ) -> Result<RunObjects, String> {
     let pools = shape
@@ -416,6 +490,7 @@ fn objects_for(
         sysctls: shape.sysctls,
         grace_s: 10,
         tls: secret,
+        mesh,
     })
 }
 

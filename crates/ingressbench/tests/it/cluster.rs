@@ -226,6 +226,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     );
     a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(&dir);
     the_shipped_scenarios_run_against_every_controller_of_the_cluster(&dir);
+    the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tls(&dir);
     each_controller_routes_and_takes_route_changes_the_way_its_api_does(&dir);
     load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(&dir);
     every_pod_ran_from_the_image(&dir, &layout);
@@ -269,6 +270,11 @@ fn every_pod_ran_from_the_image(dir: &Path, layout: &Path) {
     let records: Vec<serde_json::Value> = ran
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // The mesh's sidecars run Envoy, which the image does not hold.
+    let records: Vec<&serde_json::Value> = records
+        .iter()
+        .filter(|r| r["container"] != "envoy")
         .collect();
     for r in &records {
         assert_eq!(r["ran"], "image", "{r}");
@@ -493,6 +499,26 @@ fn the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletio
         .await;
         assert!(refused.contains("runAsNonRoot"), "{refused}");
         deployments.delete("as-root", &DeleteParams::default()).await.unwrap();
+        // A container of a Deployment's pod that exits is reported as the kubelet does
+        // (the agent restarts nothing), with its exit code and its log's last line.
+        let mut crashes = deployment("crashes", "ingressbench");
+        let template = crashes.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+        template.containers[0].args =
+            Some(["scenario", "check", "/nonexistent/crash.yaml"].map(String::from).to_vec());
+        deployments.create(&PostParams::default(), &crashes).await.unwrap();
+        let crashed = wait_for("the exited container reported", async || {
+            let list = unknown
+                .list(&kube::api::ListParams::default().labels("app=crashes"))
+                .await
+                .ok()?;
+            waiting_because(&list.items, "CrashLoopBackOff")
+        })
+        .await;
+        assert!(
+            crashed.contains("container echo exited with code 2") && crashed.contains("crash.yaml"),
+            "{crashed}"
+        );
+        deployments.delete("crashes", &DeleteParams::default()).await.unwrap();
         // A Job's pods run to completion: exit 0 is Succeeded, anything else Failed, and
         // the Job controller sees it; an Indexed Job's pods get their completion index.
         use k8s_openapi::api::batch::v1::Job;
@@ -785,6 +811,7 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
             sysctls: [("net.core.somaxconn".to_owned(), "1234".to_owned())].into(),
             grace_s: 2,
             tls: None,
+            mesh: None,
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));
@@ -1328,6 +1355,110 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
             assert!(s.backend.starts_with(pool), "{cell:?}: {s:?}");
         }
     }
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
+}
+
+/// `scenarios/mesh.yaml` as shipped, in quick mode: each controller to its backend pods
+/// directly, and to the same pods with an Envoy sidecar in each that demands a client
+/// certificate. Every request of a cell in the mesh passed through one of its sidecars,
+/// which logged the certificate the controller presented; the sidecar ran as the user its
+/// security context names, in every backend pod of the mesh's cells and in no other; and
+/// a Gateway target, which has no way to present a certificate, is refused with the
+/// reason.
+fn the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tls(dir: &Path) {
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let pods = dir.join("cluster/pods");
+    let mesh = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/mesh.yaml");
+    let sidecar_logs = || -> Vec<String> {
+        std::fs::read_dir(&pods)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with("_envoy.log"))
+            .collect()
+    };
+    assert!(sidecar_logs().is_empty(), "{:?}", sidecar_logs());
+    let out = dir.join("mesh");
+    let run = run_in_cluster(&mesh, &cluster, &kubeconfig, &out)
+        .arg("--quick")
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let record = json_of(&out, "run.json");
+    let cells = record["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 6, "three controllers, in and out of the mesh");
+    // The sidecars' logs are whole once their pods are gone.
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
+    let logs = sidecar_logs();
+    for c in cells {
+        let cell = out.join("cells").join(c["dir"].as_str().unwrap());
+        assert_eq!(c["status"], "done", "{c}");
+        let summary = json_of(&cell, "summary.json");
+        assert_eq!(summary["requests"]["total"], 200, "{c}");
+        assert_eq!(summary["requests"]["errors"], 0, "{c}");
+        for s in samples_of(&cell) {
+            assert!(s.backend.starts_with("bookstore-"), "{c}: {s:?}");
+        }
+        // The cell's sidecars' logs: `NAMESPACE_POD_envoy.log`, the namespace ending in
+        // the cell's index.
+        let suffix = format!("-{}", c["index"]);
+        let own: Vec<&String> = logs
+            .iter()
+            .filter(|n| n.split('_').next().unwrap().ends_with(&suffix))
+            .collect();
+        let in_mesh = c["target"].as_str().unwrap().ends_with("-in-mesh");
+        if !in_mesh {
+            assert!(own.is_empty(), "{c}: {own:?}");
+            continue;
+        }
+        assert_eq!(own.len(), 2, "{c}: a sidecar in each of two pods: {own:?}");
+        let mut passed = 0;
+        for name in own {
+            let log = std::fs::read_to_string(pods.join(name)).unwrap();
+            for line in log.lines().filter(|l| l.starts_with("mesh ")) {
+                assert!(
+                    line.contains("client=\"CN=ingressbench lab sidecar\""),
+                    "{name}: {line}"
+                );
+                passed += usize::from(line.contains("\" 200 peer="));
+            }
+        }
+        assert!(passed >= 200, "{c}: {passed} requests through the sidecars");
+    }
+    // The sidecars ran as their security context's user, one per backend pod of the mesh.
+    let ran = std::fs::read_to_string(pods.join("ran.jsonl")).unwrap();
+    let sidecars: Vec<serde_json::Value> = ran
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|r| r["container"] == "envoy")
+        .collect();
+    assert_eq!(sidecars.len(), 6, "{ran}");
+    for r in &sidecars {
+        assert_eq!(r["user"], "65532:65532", "{r}");
+        assert_eq!(r["argv"][0], "--config-yaml", "{r}");
+    }
+    // Contour's Gateway: its routes have no way to a client certificate.
+    let gateway = dir.join("mesh-gateway.yaml");
+    std::fs::write(
+        &gateway,
+        std::fs::read_to_string(&mesh).unwrap().replace(
+            "{ cluster: contour, name: contour-in-mesh,",
+            "{ cluster: contour-gateway, name: contour-in-mesh,",
+        ),
+    )
+    .unwrap();
+    refused(
+        &gateway,
+        &cluster,
+        &kubeconfig,
+        &out,
+        "target `contour-in-mesh`: ",
+    );
+    refused(&gateway, &cluster, &kubeconfig, &out, "a Gateway's routes");
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())
     });
