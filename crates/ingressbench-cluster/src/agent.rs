@@ -508,33 +508,20 @@ impl State {
         } else {
             self.nodes.get(&uid, &mut |_| {})?
         };
-        if let Err(e) = pod_sysctls(pod, &place) {
-            let image = first.image.clone().unwrap_or_default();
-            self.report_waiting(
-                &namespace,
-                &name,
-                &first.name,
-                &image,
-                "SysctlForbidden",
-                &e,
-            )
-            .await?;
-            self.pods.push(running);
-            return Ok(());
-        }
-        let secrets = match self.secrets_for(pod).await {
+        // Its sysctls set and its Secrets read, or why not, as the kubelet says.
+        let ready = match pod_sysctls(pod, &place) {
+            Err(e) => Err(("SysctlForbidden", e)),
+            Ok(()) => self
+                .secrets_for(pod)
+                .await
+                .map_err(|e| ("CreateContainerConfigError", e)),
+        };
+        let secrets = match ready {
             Ok(s) => s,
-            Err(message) => {
+            Err((reason, message)) => {
                 let image = first.image.clone().unwrap_or_default();
-                self.report_waiting(
-                    &namespace,
-                    &name,
-                    &first.name,
-                    &image,
-                    "CreateContainerConfigError",
-                    &message,
-                )
-                .await?;
+                self.report_waiting(&namespace, &name, &first.name, &image, reason, &message)
+                    .await?;
                 self.pods.push(running);
                 return Ok(());
             }

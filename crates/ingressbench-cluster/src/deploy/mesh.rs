@@ -14,11 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction, Probe, Secret,
-    SecretKeySelector, SecurityContext,
-};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::api::core::v1::{Container, EnvVar, EnvVarSource, Secret, SecretKeySelector};
 use serde_json::{json, Value};
 
 use super::{objects, RunObjects, BACKEND_PORT};
@@ -125,37 +121,9 @@ pub(crate) fn sidecar(mesh: &Mesh) -> Container {
             "warning".into(),
         ]),
         env,
-        ports: Some(vec![
-            ContainerPort {
-                container_port: MESH_PORT,
-                name: Some("mesh".into()),
-                ..ContainerPort::default()
-            },
-            ContainerPort {
-                container_port: READY_PORT,
-                name: Some("mesh-ready".into()),
-                ..ContainerPort::default()
-            },
-        ]),
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/ready".into()),
-                port: IntOrString::String("mesh-ready".into()),
-                ..HTTPGetAction::default()
-            }),
-            period_seconds: Some(1),
-            ..Probe::default()
-        }),
-        security_context: Some(SecurityContext {
-            run_as_user: Some(SIDECAR_USER),
-            run_as_group: Some(SIDECAR_USER),
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                ..Capabilities::default()
-            }),
-            ..SecurityContext::default()
-        }),
+        ports: objects::named_ports(&[(MESH_PORT, "mesh"), (READY_PORT, "mesh-ready")]),
+        readiness_probe: objects::http_probe("/ready", "mesh-ready"),
+        security_context: objects::locked_down(Some(SIDECAR_USER)),
         ..Container::default()
     }
 }

@@ -86,35 +86,9 @@ pub(crate) fn deployment(o: &RunObjects, pool: &str, replicas: i32) -> Deploymen
             value_from: Some(field("metadata.name")),
             ..EnvVar::default()
         }]),
-        ports: Some(vec![
-            ContainerPort {
-                container_port: BACKEND_PORT,
-                name: Some("http".into()),
-                ..ContainerPort::default()
-            },
-            ContainerPort {
-                container_port: CONTROL_PORT,
-                name: Some("control".into()),
-                ..ContainerPort::default()
-            },
-        ]),
-        readiness_probe: Some(Probe {
-            http_get: Some(HTTPGetAction {
-                path: Some("/healthz".into()),
-                port: IntOrString::String("http".into()),
-                ..HTTPGetAction::default()
-            }),
-            period_seconds: Some(1),
-            ..Probe::default()
-        }),
-        security_context: Some(SecurityContext {
-            allow_privilege_escalation: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(vec!["ALL".into()]),
-                ..Capabilities::default()
-            }),
-            ..SecurityContext::default()
-        }),
+        ports: named_ports(&[(BACKEND_PORT, "http"), (CONTROL_PORT, "control")]),
+        readiness_probe: http_probe("/healthz", "http"),
+        security_context: locked_down(None),
         ..Container::default()
     };
     // What the "restricted" Pod Security Standard asks (a namespace that enforces it
@@ -286,6 +260,48 @@ pub(crate) fn tls_secret(o: &RunObjects) -> Option<Secret> {
             ("tls.key".to_owned(), key.clone()),
         ])),
         ..Secret::default()
+    })
+}
+
+/// A container's ports, each with its name.
+pub(crate) fn named_ports(ports: &[(i32, &str)]) -> Option<Vec<ContainerPort>> {
+    Some(
+        ports
+            .iter()
+            .map(|(port, name)| ContainerPort {
+                container_port: *port,
+                name: Some((*name).to_owned()),
+                ..ContainerPort::default()
+            })
+            .collect(),
+    )
+}
+
+/// A readiness probe: `GET path` on the named port, every second.
+pub(crate) fn http_probe(path: &str, port: &str) -> Option<Probe> {
+    Some(Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String(port.to_owned()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(1),
+        ..Probe::default()
+    })
+}
+
+/// A container's part of the restricted Pod Security Standard: no privilege to gain, no
+/// capability; as `user` (and its group) when given, else the image's.
+pub(crate) fn locked_down(user: Option<i64>) -> Option<SecurityContext> {
+    Some(SecurityContext {
+        run_as_user: user,
+        run_as_group: user,
+        allow_privilege_escalation: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(vec!["ALL".into()]),
+            ..Capabilities::default()
+        }),
+        ..SecurityContext::default()
     })
 }
 
