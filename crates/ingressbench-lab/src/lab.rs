@@ -289,6 +289,9 @@ pub enum Change {
     Overlay(Overlay),
     /// Push the current configuration again without a change (a reload).
     Reload,
+    /// Replace the routes with these (routes added, removed or sent elsewhere), in one
+    /// update of each proxy, its own way.
+    Routes(Vec<Route>),
     /// Freeze a backend (SIGSTOP) for a while, then let it go on (SIGCONT): a stuck
     /// process or a long GC pause. Its socket still accepts connections; nothing answers.
     /// The control plane does not notice, so the proxies are not told.
@@ -730,6 +733,11 @@ impl Lab {
         self.sidecar.as_ref()
     }
 
+    /// The routes in force.
+    pub fn routes(&self) -> &[Route] {
+        &self.spec.routes
+    }
+
     /// The route table for the backends now running.
     pub fn table(&self) -> RouteTable {
         let endpoints = |pool: &str| {
@@ -888,6 +896,17 @@ impl Lab {
                 self.set_overlay(overlay.clone());
                 generations.push((GENERATION_HEADER, self.generation));
                 (overlay.describe(), Vec::new(), Vec::new())
+            }
+            Change::Routes(routes) => {
+                let what = routes_change(&self.spec.routes, routes);
+                // Refused here, before anything changes, as an overlay is.
+                let mut next = self.spec.clone();
+                next.routes = routes.clone();
+                next.check(&[])?;
+                self.spec.routes = routes.clone();
+                self.generation += 1;
+                generations.push((GENERATION_HEADER, self.generation));
+                (what, Vec::new(), Vec::new())
             }
             Change::Reload => {
                 self.reload_due = true;
@@ -1524,5 +1543,19 @@ fn wait_for_address(child: &mut OwnedChild, log: &Path, from: u64) -> Result<Soc
             )));
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A routes change in words: `routes 1000->1100 (+100)`, `routes 1100->1000 (-100)`,
+/// `routes 1000 (12 changed)`.
+fn routes_change(before: &[Route], after: &[Route]) -> String {
+    let added = after.iter().filter(|r| !before.contains(r)).count();
+    let removed = before.iter().filter(|r| !after.contains(r)).count();
+    let (b, a) = (before.len(), after.len());
+    match (added, removed) {
+        (n, 0) => format!("routes {b}->{a} (+{n})"),
+        (0, n) => format!("routes {b}->{a} (-{n})"),
+        (n, m) if a == b => format!("routes {a} ({} changed)", n.max(m)),
+        (n, m) => format!("routes {b}->{a} (+{n}, -{m})"),
     }
 }

@@ -21,6 +21,10 @@ impl ClusterSite {
             Change::Terminate(name) => self.delete_pod(name.as_deref(), false),
             Change::Overlay(overlay) => self.change_routes(&overlay),
             Change::Stall { backend, duration } => self.stall(backend.as_deref(), duration),
+            Change::Routes(_) => Err(
+                "adding and removing routes is not made through the API yet: run it in the lab"
+                    .into(),
+            ),
             Change::Reload => Err(
                 "a reload has no meaning in cluster mode: the controller applies what the API holds (route changes are `config` events)"
                     .into(),

@@ -720,6 +720,81 @@ fn backend_for(lab: &Lab, host: &str, path: &str) -> String {
     backend.map_or(status, |b| b.trim().to_owned())
 }
 
+/// `n` generated routes from `first`: host `rN.scale.test` to pool `a` or `b` in turn.
+fn scale_routes(first: usize, n: usize) -> Vec<ingressbench_lab::model::Route> {
+    (first..first + n)
+        .map(|i| ingressbench_lab::model::Route {
+            host: format!("r{i}.scale.test"),
+            path_prefix: "/".into(),
+            pool: if i.is_multiple_of(2) { "a" } else { "b" }.into(),
+        })
+        .collect()
+}
+
+/// Whether route `i` of [`scale_routes`] answers from its pool.
+fn scale_route_serves(lab: &Lab, i: usize) -> bool {
+    let pool = if i.is_multiple_of(2) { "a-" } else { "b-" };
+    backend_for(lab, &format!("r{i}.scale.test"), "/").starts_with(pool)
+}
+
+#[test]
+fn every_proxy_takes_a_thousand_routes_and_a_hundred_more_in_one_change() {
+    for kind in ProxyKind::ALL {
+        let mut spec = two_host_spec(kind);
+        spec.tls = false;
+        spec.routes.extend(scale_routes(0, 1000));
+        let mut lab = Lab::up(spec).unwrap_or_else(|e| panic!("{kind}: {e}"));
+        for i in [0, 1, 499, 999] {
+            assert!(scale_route_serves(&lab, i), "{kind}: route {i}");
+        }
+        // A hundred more, in one update of the proxy, its own way.
+        let mut more = lab.routes().to_vec();
+        more.extend(scale_routes(1000, 100));
+        let record = lab
+            .request(ingressbench_lab::Change::Routes(more), Duration::ZERO)
+            .unwrap();
+        assert_eq!(lab.records()[record].what, "routes 1003->1103 (+100)");
+        let started = Instant::now();
+        let mut pending: Vec<usize> = (1000..1100).collect();
+        let mut existing_errors = 0;
+        while !pending.is_empty() {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "{kind}: routes {pending:?} never answered"
+            );
+            pending.retain(|i| !scale_route_serves(&lab, *i));
+            // The routes that were there keep answering, over new connections.
+            existing_errors += usize::from(!scale_route_serves(&lab, 7));
+            existing_errors += usize::from(!backend_for(&lab, "a.test", "/").starts_with("a-"));
+        }
+        eprintln!(
+            "{kind}: 100 routes added to 1,003 answered within {:?} ({})",
+            started.elapsed(),
+            lab.records()[record]
+                .mechanisms
+                .iter()
+                .map(|m| m.1)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        assert_eq!(
+            existing_errors, 0,
+            "{kind}: the routes already there failed"
+        );
+        // And removed: they answer 404, the others still serve.
+        let fewer: Vec<_> = lab.routes()[..1003].to_vec();
+        let record = lab
+            .request(ingressbench_lab::Change::Routes(fewer), Duration::ZERO)
+            .unwrap();
+        assert_eq!(lab.records()[record].what, "routes 1103->1003 (-100)");
+        poll(
+            || (1000..1100).all(|i| backend_for(&lab, &format!("r{i}.scale.test"), "/") == "404"),
+            Duration::from_secs(30),
+        );
+        assert!(scale_route_serves(&lab, 999), "{kind}");
+    }
+}
+
 #[test]
 fn every_proxy_routes_by_host_and_path_over_http_and_https() {
     for kind in ProxyKind::ALL {
