@@ -12,8 +12,8 @@ use crate::certs::{self, LabCerts};
 use crate::front::Front;
 use crate::kernel::{self, ListenCounters, NodeSysctls};
 use crate::model::{
-    check_name, Generation, Overlay, Pool, Route, RouteTable, Tuning, UpstreamProtocol,
-    GENERATION_HEADER, SIDECAR_GENERATION_HEADER,
+    check_name, generated_index, generated_route, Generation, Overlay, Pool, Route, RouteTable,
+    Tuning, UpstreamProtocol, GENERATED_DOMAIN, GENERATION_HEADER, SIDECAR_GENERATION_HEADER,
 };
 use crate::process::{OwnedChild, RunAs};
 use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions, UpstreamMtls};
@@ -292,6 +292,11 @@ pub enum Change {
     /// Replace the routes with these (routes added, removed or sent elsewhere), in one
     /// update of each proxy, its own way.
     Routes(Vec<Route>),
+    /// Add this many generated routes (`rN.routes.test`, after the last there is, over
+    /// the pools in turn), in one update.
+    AddRoutes(usize),
+    /// Remove this many generated routes (the last ones), in one update.
+    RemoveRoutes(usize),
     /// Freeze a backend (SIGSTOP) for a while, then let it go on (SIGCONT): a stuck
     /// process or a long GC pause. Its socket still accepts connections; nothing answers.
     /// The control plane does not notice, so the proxies are not told.
@@ -420,7 +425,17 @@ impl Lab {
     fn start_certs(&mut self) -> Result<(), LabError> {
         let mtls = self.spec.hop.as_ref().is_some_and(|h| h.mtls);
         if self.spec.tls || mtls {
-            let hosts: Vec<String> = self.spec.routes.iter().map(|r| r.host.clone()).collect();
+            // Generated routes, thousands of them, and any added later: one wildcard.
+            let mut hosts: Vec<String> = Vec::new();
+            for r in &self.spec.routes {
+                let host = match generated_index(r) {
+                    Some(_) => format!("*.{GENERATED_DOMAIN}"),
+                    None => r.host.clone(),
+                };
+                if !hosts.contains(&host) {
+                    hosts.push(host);
+                }
+            }
             let certs = certs::generate(&self.dir, &hosts)?;
             certs
                 .files()
@@ -738,6 +753,49 @@ impl Lab {
         &self.spec.routes
     }
 
+    /// The routes a change leaves in force.
+    fn routes_after(&self, change: &Change) -> Vec<Route> {
+        match change {
+            Change::Routes(routes) => routes.clone(),
+            Change::AddRoutes(n) => self.generated_routes_added(*n),
+            Change::RemoveRoutes(n) => self.generated_routes_removed(*n),
+            _ => self.spec.routes.clone(),
+        }
+    }
+
+    /// The routes with `n` more generated ones, numbered after the last there is.
+    fn generated_routes_added(&self, n: usize) -> Vec<Route> {
+        let next = self
+            .spec
+            .routes
+            .iter()
+            .filter_map(generated_index)
+            .max()
+            .map_or(0, |i| i + 1);
+        let pools: Vec<String> = self.spec.pools.iter().map(|p| p.name.clone()).collect();
+        let mut routes = self.spec.routes.clone();
+        routes.extend((next..next + n).map(|i| generated_route(i, &pools)));
+        routes
+    }
+
+    /// The routes without the `n` generated ones of the highest numbers.
+    fn generated_routes_removed(&self, n: usize) -> Vec<Route> {
+        let mut numbers: Vec<usize> = self
+            .spec
+            .routes
+            .iter()
+            .filter_map(generated_index)
+            .collect();
+        numbers.sort_unstable();
+        let gone = &numbers[numbers.len().saturating_sub(n)..];
+        self.spec
+            .routes
+            .iter()
+            .filter(|r| generated_index(r).is_none_or(|i| !gone.contains(&i)))
+            .cloned()
+            .collect()
+    }
+
     /// The route table for the backends now running.
     pub fn table(&self) -> RouteTable {
         let endpoints = |pool: &str| {
@@ -897,13 +955,14 @@ impl Lab {
                 generations.push((GENERATION_HEADER, self.generation));
                 (overlay.describe(), Vec::new(), Vec::new())
             }
-            Change::Routes(routes) => {
-                let what = routes_change(&self.spec.routes, routes);
+            Change::Routes(_) | Change::AddRoutes(_) | Change::RemoveRoutes(_) => {
+                let routes = self.routes_after(&change);
+                let what = routes_change(&self.spec.routes, &routes);
                 // Refused here, before anything changes, as an overlay is.
                 let mut next = self.spec.clone();
                 next.routes = routes.clone();
                 next.check(&[])?;
-                self.spec.routes = routes.clone();
+                self.spec.routes = routes;
                 self.generation += 1;
                 generations.push((GENERATION_HEADER, self.generation));
                 (what, Vec::new(), Vec::new())

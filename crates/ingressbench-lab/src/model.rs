@@ -25,6 +25,32 @@ pub struct Route {
     pub pool: String,
 }
 
+/// The domain of generated routes (route scale): route `i` is host `r{i}.routes.test`.
+pub const GENERATED_DOMAIN: &str = "routes.test";
+
+/// Generated route `i`: host `r{i}.routes.test`, every path, to `pools[i % pools.len()]`.
+pub fn generated_route(i: usize, pools: &[String]) -> Route {
+    Route {
+        host: format!("r{i}.{GENERATED_DOMAIN}"),
+        path_prefix: "/".into(),
+        pool: pools
+            .get(i % pools.len().max(1))
+            .cloned()
+            .unwrap_or_default(),
+    }
+}
+
+/// The index of a generated route (`None` for any other).
+pub fn generated_index(route: &Route) -> Option<usize> {
+    route
+        .host
+        .strip_prefix('r')?
+        .strip_suffix(GENERATED_DOMAIN)?
+        .strip_suffix('.')?
+        .parse()
+        .ok()
+}
+
 /// Route changes applied on top of the routes (and reverted by clearing them).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Overlay {
@@ -429,5 +455,19 @@ mod tests {
             let err = t.validate().unwrap_err().to_string();
             assert!(err.starts_with(&format!("invalid {field} ")), "{err}");
         }
+    }
+
+    #[test]
+    fn generated_routes_spread_over_the_pools_and_know_their_index() {
+        let pools = ["a".to_owned(), "b".to_owned()];
+        let r = generated_route(7, &pools);
+        assert_eq!((r.host.as_str(), r.pool.as_str()), ("r7.routes.test", "b"));
+        assert_eq!(generated_index(&r), Some(7));
+        let own = Route {
+            host: "r7.app.test".into(),
+            path_prefix: "/".into(),
+            pool: "a".into(),
+        };
+        assert_eq!(generated_index(&own), None);
     }
 }

@@ -26,6 +26,8 @@ use crate::{Cell, ScenarioError};
 /// The message names the scenario field and the fix.
 pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
     let s = &cell.scenario;
+    // Before the lab's routes are made: a count too large would take the memory first.
+    check_route_count(cell)?;
     let (url, pools) = match (lab_file(cell), &cell.target) {
         (Some(file), _) => {
             let spec = file
@@ -66,6 +68,38 @@ pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
         check_event(i, e, &pools, &plan.length)?;
     }
     Ok(())
+}
+
+/// The most generated routes a cell may hold at once: each is a line (or a block) of every
+/// proxy's configuration and a string in the tool's memory.
+const MAX_GENERATED_ROUTES: usize = 100_000;
+
+/// A cell whose generated routes could pass [`MAX_GENERATED_ROUTES`] (its `routes.count`
+/// and every `add_routes` as many times as it fires) is refused before anything starts.
+fn check_route_count(cell: &Cell) -> Result<(), String> {
+    let added: usize = cell
+        .events
+        .iter()
+        .map(|e| match e.action {
+            Action::AddRoutes(n) => n.saturating_mul(fired(&e.timing)),
+            _ => 0,
+        })
+        .fold(0, usize::saturating_add);
+    let most = cell.scenario.routes.count.saturating_add(added);
+    if most > MAX_GENERATED_ROUTES {
+        return Err(format!(
+            "routes: up to {most} generated routes (routes.count and every add_routes); at most {MAX_GENERATED_ROUTES} in a cell"
+        ));
+    }
+    Ok(())
+}
+
+/// How many times an event fires.
+fn fired(timing: &Timing) -> usize {
+    match timing {
+        Timing::At(_) => 1,
+        Timing::Every { times, .. } | Timing::BeforeRequest { times, .. } => *times as usize,
+    }
 }
 
 /// Where the load comes from: placement and start margin only for load from the
@@ -233,6 +267,17 @@ pub(crate) fn scenario(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, Scen
         }
     }
     let pools: Vec<&str> = s.backends.iter().map(|p| p.name.as_str()).collect();
+    if let Some(r) = s.routes.own.iter().find(|r| {
+        r.host
+            .to_ascii_lowercase()
+            .ends_with(&format!(".{}", ingressbench_lab::model::GENERATED_DOMAIN))
+    }) {
+        return Err(bad(format!(
+            "routes: host `{}` is in {}, the generated routes' domain; give the scenario's own routes another host",
+            r.host,
+            ingressbench_lab::model::GENERATED_DOMAIN
+        )));
+    }
     s.topology
         .to_topology()
         .and_then(|t| t.check_between(&pools))

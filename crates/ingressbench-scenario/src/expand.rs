@@ -438,6 +438,51 @@ mod tests {
     }
 
     #[test]
+    fn routes_take_a_count_of_generated_routes_on_top_of_their_own_and_a_matrix_varies_it() {
+        let text = "name: t\ntargets: [nginx]\nbackends: [{ name: a, replicas: 1 }, { name: b, replicas: 1 }]\nroutes: { count: 3, routes: [{ host: app.test, pool: a }] }\nload: { rate: 5, duration: 3s }\nmatrix: { routes.count: [10, 1000] }\nevents: [{ at: 1s, add_routes: 5 }, { at: 2s, remove_routes: 5 }]\n";
+        let cells = run(text).unwrap();
+        let counts: Vec<usize> = cells.iter().map(|c| c.scenario.routes.count).collect();
+        assert_eq!(counts, [10, 1000]);
+        let all = cells[0].scenario.routes.all(&["a".into(), "b".into()]);
+        assert_eq!(all.len(), 11);
+        assert_eq!(
+            (all[0].host.as_str(), all[2].host.as_str()),
+            ("app.test", "r1.routes.test")
+        );
+        assert_eq!(all[2].pool, "b");
+        assert_eq!(
+            cells[0].events[0].action,
+            crate::model::Action::AddRoutes(5)
+        );
+        assert_eq!(
+            cells[0].events[1].action,
+            crate::model::Action::RemoveRoutes(5)
+        );
+        // Today's list still reads as before.
+        let cells = run("name: t\ntargets: [nginx]\nroutes: [{ host: a.test, pool: echo }]\nload: { rate: 5, duration: 1s }\n").unwrap();
+        assert_eq!(
+            (
+                cells[0].scenario.routes.own.len(),
+                cells[0].scenario.routes.count
+            ),
+            (1, 0)
+        );
+        let err = run(
+            "name: t\ntargets: [nginx]\nroutes: { count: many }\nload: { rate: 5, duration: 1s }\n",
+        )
+        .unwrap_err();
+        assert!(err.contains("{ count: N, routes: [...] }"), "{err}");
+        // A count the machine would not hold is refused before a route is made.
+        let err = run("name: t\ntargets: [nginx]\nroutes: { count: 1000000000000 }\nload: { rate: 5, duration: 1s }\n").unwrap_err();
+        assert!(err.contains("at most 100000 in a cell"), "{err}");
+        let err = run("name: t\ntargets: [nginx]\nroutes: { count: 90000 }\nload: { rate: 5, duration: 30s }\nevents: [{ every: 1s, times: 20, add_routes: 1000 }]\n").unwrap_err();
+        assert!(err.contains("up to 110000 generated routes"), "{err}");
+        // An own route in the generated routes' domain would clash with them.
+        let err = run("name: t\ntargets: [nginx]\nroutes: [{ host: r1.routes.test, pool: echo }]\nload: { rate: 5, duration: 1s }\n").unwrap_err();
+        assert!(err.contains("the generated routes' domain"), "{err}");
+    }
+
+    #[test]
     fn a_set_repeat_replaces_the_files_and_quicks() {
         let text = format!("{BASE}repeat: 5\nquick: {{ repeat: 2 }}\n");
         let sets = [("repeat".to_owned(), "3".to_owned())];

@@ -26,9 +26,10 @@ pub struct Scenario {
     /// Backend pools, as in a lab file.
     #[serde(default)]
     pub backends: Vec<PoolFile>,
-    /// Routes, as in a lab file.
+    /// Routes, as in a lab file; or `{ count: N, routes: [...] }`: N generated routes
+    /// (`rN.routes.test`, over the pools in turn) on top of those.
     #[serde(default)]
-    pub routes: Vec<RouteFile>,
+    pub routes: RoutesFile,
     /// Terminate TLS (default true); load then goes over https.
     #[serde(default = "yes")]
     pub tls: bool,
@@ -459,6 +460,62 @@ pub struct EventFile {
     pub reload: Option<bool>,
     /// Make a backend stop answering for a while: `{ backend: NAME, for: 2s }`.
     pub stall_backend: Option<StallFile>,
+    /// Add this many generated routes, in one update of the proxy.
+    pub add_routes: Option<usize>,
+    /// Remove this many generated routes (the last added), in one update.
+    pub remove_routes: Option<usize>,
+}
+
+/// A scenario's routes: its own, and how many generated ones on top of them.
+#[derive(Clone, Debug, Default)]
+pub struct RoutesFile {
+    /// The scenario's own routes.
+    pub own: Vec<RouteFile>,
+    /// Generated routes (`rN.routes.test`, N from 0), over the pools in turn.
+    pub count: usize,
+}
+
+impl RoutesFile {
+    /// Every route: its own, then the generated ones over `pools`.
+    pub fn all(&self, pools: &[String]) -> Vec<RouteFile> {
+        let generated = (0..self.count).map(|i| {
+            let r = ingressbench_lab::model::generated_route(i, pools);
+            RouteFile {
+                host: r.host,
+                path_prefix: r.path_prefix,
+                pool: r.pool,
+            }
+        });
+        self.own.iter().cloned().chain(generated).collect()
+    }
+}
+
+impl<'de> Deserialize<'de> for RoutesFile {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Generated {
+            count: usize,
+            #[serde(default)]
+            routes: Vec<RouteFile>,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Either {
+            Own(Vec<RouteFile>),
+            Generated(Generated),
+        }
+        match Either::deserialize(d) {
+            Ok(Either::Own(own)) => Ok(Self { own, count: 0 }),
+            Ok(Either::Generated(g)) => Ok(Self {
+                own: g.routes,
+                count: g.count,
+            }),
+            Err(_) => Err(serde::de::Error::custom(
+                "routes: give a list of { host, path_prefix, pool }, or { count: N, routes: [...] } for N generated routes on top of them",
+            )),
+        }
+    }
 }
 
 /// A route change: an overlay, or `revert`.
@@ -561,6 +618,10 @@ pub enum Action {
     Config(ConfigChange),
     /// Reload without change.
     Reload,
+    /// Add generated routes.
+    AddRoutes(usize),
+    /// Remove generated routes.
+    RemoveRoutes(usize),
     /// Stall a backend for a while.
     StallBackend {
         /// `None`: at random.
@@ -600,10 +661,12 @@ impl EventFile {
             self.config.is_some(),
             self.reload.is_some(),
             self.stall_backend.is_some(),
+            self.add_routes.is_some(),
+            self.remove_routes.is_some(),
         ];
         if actions.iter().filter(|a| **a).count() != 1 {
             return Err(here(
-                "give exactly one action: scale, kill, terminate, config, reload or stall_backend"
+                "give exactly one action: scale, kill, terminate, config, reload, stall_backend, add_routes or remove_routes"
                     .into(),
             ));
         }
@@ -617,6 +680,10 @@ impl EventFile {
             Action::Config(c.clone())
         } else if self.reload == Some(true) {
             Action::Reload
+        } else if let Some(n) = self.add_routes {
+            Action::AddRoutes(n)
+        } else if let Some(n) = self.remove_routes {
+            Action::RemoveRoutes(n)
         } else if let Some(s) = &self.stall_backend {
             Action::StallBackend {
                 backend: random_or_name(&s.backend),

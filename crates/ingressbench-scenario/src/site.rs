@@ -357,14 +357,16 @@ pub(crate) fn lab_file(cell: &Cell) -> Option<LabFile> {
     tuning
         .sysctls
         .extend(sysctls.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let backends = if s.backends.is_empty() {
+        ingressbench_lab::labfile::default_pools()
+    } else {
+        s.backends.clone()
+    };
+    let pools: Vec<String> = backends.iter().map(|p| p.name.clone()).collect();
     Some(LabFile {
         proxies: vec![*kind],
-        backends: if s.backends.is_empty() {
-            ingressbench_lab::labfile::default_pools()
-        } else {
-            s.backends.clone()
-        },
-        routes: s.routes.clone(),
+        routes: s.routes.all(&pools),
+        backends,
         tls: s.tls,
         tuning,
         overlay: s.overlay.clone(),

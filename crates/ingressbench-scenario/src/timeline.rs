@@ -326,6 +326,8 @@ fn change_for(action: &Action, s: &crate::Scenario) -> Change {
         }),
         Action::Config(ConfigChange::Revert) => Change::Overlay(s.overlay.to_overlay()),
         Action::Reload => Change::Reload,
+        Action::AddRoutes(n) => Change::AddRoutes(*n),
+        Action::RemoveRoutes(n) => Change::RemoveRoutes(*n),
         Action::StallBackend { backend, duration } => Change::Stall {
             backend: backend.clone(),
             duration: *duration,

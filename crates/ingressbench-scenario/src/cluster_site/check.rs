@@ -22,6 +22,20 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
         ));
     }
     for cell in cells {
+        let generated = cell.scenario.routes.count > 0
+            || cell.events.iter().any(|e| {
+                matches!(
+                    e.action,
+                    crate::model::Action::AddRoutes(_) | crate::model::Action::RemoveRoutes(_)
+                )
+            });
+        if generated {
+            return Err(format!(
+                "cell {} ({}): generated routes (`routes.count`, add_routes, remove_routes) are not made in a cluster yet; run the scenario in the lab",
+                cell.index,
+                cell.label()
+            ));
+        }
         let placed = &file.targets[&cell.target.file_key()];
         let (http, https) = placed.addresses();
         let needed = if cell.scenario.tls { https } else { http };

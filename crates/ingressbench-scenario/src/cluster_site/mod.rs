@@ -121,10 +121,11 @@ impl Shape {
             prefix: prefix.to_owned(),
             pool: pool.to_owned(),
         };
-        let routes: Vec<ingressbench_cluster::deploy::Route> = if s.routes.is_empty() {
+        let routes: Vec<ingressbench_cluster::deploy::Route> = if s.routes.own.is_empty() {
             vec![route("*", "/", &pools[0].0)]
         } else {
             s.routes
+                .own
                 .iter()
                 .map(|r| route(&r.host, &r.path_prefix, &r.pool))
                 .collect()

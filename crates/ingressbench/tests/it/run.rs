@@ -477,6 +477,54 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Generated routes under load: each proxy starts with 500 of them beside the one the
+/// load goes to, takes 100 more and then loses them, each time in one update; both
+/// changes are timed from the traffic on the route that was there all along.
+#[test]
+fn generated_routes_are_added_and_removed_under_load() {
+    let dir = scratch("run-routes");
+    let file = dir.join("routes.yaml");
+    std::fs::write(
+        &file,
+        "
+name: routes
+targets: [nginx, envoy]
+tls: false
+backends: [{ name: echo, replicas: 2 }]
+routes: { count: 500, routes: [{ host: app.test, pool: echo }] }
+load: { mode: open, rate: 100, connections: 10, duration: 4s, host: app.test, sample_rate: 1 }
+events:
+  - { at: 1s, add_routes: 100 }
+  - { at: 2500ms, remove_routes: 100 }
+",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let run = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    for cell in ["000-nginx", "001-envoy"] {
+        let impact = json(&out.join("cells").join(cell).join("impact.json"));
+        assert_eq!(impact[0]["what"], "routes 501->601 (+100)", "{cell}");
+        assert_eq!(impact[1]["what"], "routes 601->501 (-100)", "{cell}");
+        for e in impact.as_array().unwrap() {
+            let requested = e["requested_s"].as_f64().unwrap();
+            let took = e["took_effect_s"].as_f64();
+            assert!(took.is_some_and(|t| t >= requested), "{cell}: {e}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn a_stalled_backend_shows_in_the_impact_and_the_live_line_shows_on_a_terminal() {
     let dir = scratch("run-stall");
