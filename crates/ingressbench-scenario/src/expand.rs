@@ -471,6 +471,17 @@ mod tests {
             "name: t\ntargets: [nginx]\nroutes: { count: many }\nload: { rate: 5, duration: 1s }\n",
         )
         .unwrap_err();
+        assert!(
+            err.contains("s.yaml:3:18: routes.count: invalid type: string \"many\""),
+            "{err}"
+        );
+        let err = run("name: t\ntargets: [nginx]\nroutes: [{ hots: a.test, pool: echo }]\nload: { rate: 5, duration: 1s }\n").unwrap_err();
+        assert!(
+            err.contains("s.yaml:3:12: routes[0]: unknown field `hots`"),
+            "{err}"
+        );
+        let err = run("name: t\ntargets: [nginx]\nroutes: 3\nload: { rate: 5, duration: 1s }\n")
+            .unwrap_err();
         assert!(err.contains("{ count: N, routes: [...] }"), "{err}");
         // A count the machine would not hold is refused before a route is made.
         let err = run("name: t\ntargets: [nginx]\nroutes: { count: 1000000000000 }\nload: { rate: 5, duration: 1s }\n").unwrap_err();

@@ -499,22 +499,27 @@ impl<'de> Deserialize<'de> for RoutesFile {
             #[serde(default)]
             routes: Vec<RouteFile>,
         }
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Either {
-            Own(Vec<RouteFile>),
-            Generated(Generated),
+        // Either form read from the file as it streams, so that a mistake inside one is
+        // named where it is (`5:5: unknown field `hots``), not as "matched neither".
+        struct Either;
+        impl<'de> de::Visitor<'de> for Either {
+            type Value = RoutesFile;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of { host, path_prefix, pool }, or { count: N, routes: [...] } for N generated routes on top of them")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, a: A) -> Result<RoutesFile, A::Error> {
+                let own = Vec::<RouteFile>::deserialize(de::value::SeqAccessDeserializer::new(a))?;
+                Ok(RoutesFile { own, count: 0 })
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, a: A) -> Result<RoutesFile, A::Error> {
+                let g = Generated::deserialize(de::value::MapAccessDeserializer::new(a))?;
+                Ok(RoutesFile {
+                    own: g.routes,
+                    count: g.count,
+                })
+            }
         }
-        match Either::deserialize(d) {
-            Ok(Either::Own(own)) => Ok(Self { own, count: 0 }),
-            Ok(Either::Generated(g)) => Ok(Self {
-                own: g.routes,
-                count: g.count,
-            }),
-            Err(_) => Err(serde::de::Error::custom(
-                "routes: give a list of { host, path_prefix, pool }, or { count: N, routes: [...] } for N generated routes on top of them",
-            )),
-        }
+        d.deserialize_any(Either)
     }
 }
 
