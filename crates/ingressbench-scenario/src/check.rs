@@ -81,7 +81,7 @@ fn check_route_count(cell: &Cell) -> Result<(), String> {
         .events
         .iter()
         .map(|e| match e.action {
-            Action::AddRoutes(n) => n.saturating_mul(fired(&e.timing)),
+            Action::AddRoutes(n) => n.saturating_mul(e.timing.times() as usize),
             _ => 0,
         })
         .fold(0, usize::saturating_add);
@@ -92,14 +92,6 @@ fn check_route_count(cell: &Cell) -> Result<(), String> {
         ));
     }
     Ok(())
-}
-
-/// How many times an event fires.
-fn fired(timing: &Timing) -> usize {
-    match timing {
-        Timing::At(_) => 1,
-        Timing::Every { times, .. } | Timing::BeforeRequest { times, .. } => *times as usize,
-    }
 }
 
 /// Where the load comes from: placement and start margin only for load from the

@@ -610,6 +610,16 @@ pub enum Timing {
     },
 }
 
+impl Timing {
+    /// How many times the event fires.
+    pub fn times(&self) -> u32 {
+        match self {
+            Timing::At(_) => 1,
+            Timing::Every { times, .. } | Timing::BeforeRequest { times, .. } => *times,
+        }
+    }
+}
+
 /// What an event does.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {

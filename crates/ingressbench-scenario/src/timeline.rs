@@ -280,15 +280,10 @@ pub(crate) fn offset(t: Instant, measure_from: Instant) -> f64 {
     t.saturating_duration_since(measure_from).as_secs_f64()
 }
 
-/// Fires event `index` of `cell` now and writes its `events.jsonl` line.
-/// `due` is `("due_s", seconds)` for a timed event or `("due_request", n)` for a lock-step one.
 /// Says which event fired fewer times than planned (the run ended first), if one did.
 pub(crate) fn unfired(cell: &Cell, fired: &[u32], requests: u64) -> Option<String> {
     cell.events.iter().zip(fired).enumerate().find_map(|(i, (e, n))| {
-        let planned = match e.timing {
-            Timing::At(_) => 1,
-            Timing::Every { times, .. } | Timing::BeforeRequest { times, .. } => times,
-        };
+        let planned = e.timing.times();
         (*n < planned).then(|| {
             format!(
                 "events[{i}] fired {n} of {planned} times: the load ended first ({requests} requests); make load.duration (or load.requests) longer, or the event earlier"
@@ -297,7 +292,6 @@ pub(crate) fn unfired(cell: &Cell, fired: &[u32], requests: u64) -> Option<Strin
     })
 }
 
-/// The lab change an action asks for.
 /// The route changes a cell's events ask for, in order (a revert as the routes it
 /// restores).
 pub(crate) fn route_changes(cell: &Cell) -> Vec<Overlay> {
@@ -310,6 +304,7 @@ pub(crate) fn route_changes(cell: &Cell) -> Vec<Overlay> {
         .collect()
 }
 
+/// The lab change an action asks for.
 fn change_for(action: &Action, s: &crate::Scenario) -> Change {
     let pool = s
         .backends

@@ -482,10 +482,8 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
 /// changes are timed from the traffic on the route that was there all along.
 #[test]
 fn generated_routes_are_added_and_removed_under_load() {
-    let dir = scratch("run-routes");
-    let file = dir.join("routes.yaml");
-    std::fs::write(
-        &file,
+    let (dir, out) = run_ok(
+        "run-routes",
         "
 name: routes
 targets: [nginx, envoy]
@@ -497,20 +495,6 @@ events:
   - { at: 1s, add_routes: 100 }
   - { at: 2500ms, remove_routes: 100 }
 ",
-    )
-    .unwrap();
-    let out = dir.join("out");
-    let run = Command::new(BIN)
-        .arg("run")
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
     );
     for cell in ["000-nginx", "001-envoy"] {
         let impact = json(&out.join("cells").join(cell).join("impact.json"));
