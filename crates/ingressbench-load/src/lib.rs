@@ -25,6 +25,7 @@ mod dispatch;
 mod error;
 pub mod fleet;
 mod plan;
+pub mod probe;
 mod request;
 mod response;
 mod run;
