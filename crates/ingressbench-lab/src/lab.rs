@@ -763,6 +763,22 @@ impl Lab {
         }
     }
 
+    /// The routes a route change would add and remove (`None` for any other change).
+    pub fn routes_delta(&self, change: &Change) -> Option<(Vec<Route>, Vec<Route>)> {
+        matches!(
+            change,
+            Change::Routes(_) | Change::AddRoutes(_) | Change::RemoveRoutes(_)
+        )
+        .then(|| {
+            let after = self.routes_after(change);
+            let (added, removed) = routes_delta(&self.spec.routes, &after);
+            (
+                added.into_iter().cloned().collect(),
+                removed.into_iter().cloned().collect(),
+            )
+        })
+    }
+
     /// The routes with `n` more generated ones, numbered after the last there is.
     fn generated_routes_added(&self, n: usize) -> Vec<Route> {
         let next = self
@@ -787,7 +803,10 @@ impl Lab {
             .filter_map(generated_index)
             .collect();
         numbers.sort_unstable();
-        let gone = &numbers[numbers.len().saturating_sub(n)..];
+        let gone: std::collections::HashSet<usize> = numbers[numbers.len().saturating_sub(n)..]
+            .iter()
+            .copied()
+            .collect();
         self.spec
             .routes
             .iter()
@@ -1607,9 +1626,20 @@ fn wait_for_address(child: &mut OwnedChild, log: &Path, from: u64) -> Result<Soc
 
 /// A routes change in words: `routes 1000->1100 (+100)`, `routes 1100->1000 (-100)`,
 /// `routes 1000 (12 changed)`.
+/// The routes in `after` and not in `before`, and those in `before` and not in `after`,
+/// in their order (linear: a change among 10,000 routes is one pass over each).
+fn routes_delta<'a>(before: &'a [Route], after: &'a [Route]) -> (Vec<&'a Route>, Vec<&'a Route>) {
+    let was: std::collections::HashSet<&Route> = before.iter().collect();
+    let is: std::collections::HashSet<&Route> = after.iter().collect();
+    (
+        after.iter().filter(|r| !was.contains(r)).collect(),
+        before.iter().filter(|r| !is.contains(r)).collect(),
+    )
+}
+
 fn routes_change(before: &[Route], after: &[Route]) -> String {
-    let added = after.iter().filter(|r| !before.contains(r)).count();
-    let removed = before.iter().filter(|r| !after.contains(r)).count();
+    let (added, removed) = routes_delta(before, after);
+    let (added, removed) = (added.len(), removed.len());
     let (b, a) = (before.len(), after.len());
     match (added, removed) {
         (n, 0) => format!("routes {b}->{a} (+{n})"),

@@ -15,7 +15,7 @@ pub struct Pool {
 }
 
 /// Requests for `host` whose path starts with `path_prefix` go to `pool`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Route {
     /// Host name (`*` for any).
     pub host: String,

@@ -276,7 +276,11 @@ fn add(
         let index = state.jobs[job].routes.len();
         // A route pending in an earlier job is given up there (its queue entry is
         // dropped when it comes round).
-        if state.pending_hosts.insert(route.host.clone(), (job, index)).is_some() {
+        if state
+            .pending_hosts
+            .insert(route.host.clone(), (job, index))
+            .is_some()
+        {
             settled.fetch_add(1, Ordering::Relaxed);
         }
         let request = format!(
@@ -394,6 +398,10 @@ enum Answer {
     Failed(Outcome),
 }
 
+/// Asks one route over the connection (opened if there is none). A kept-alive
+/// connection the proxy closed as the probe was sent on it (an old worker going away at a
+/// reload) is not the route's answer: the probe asks again once on a new connection, as
+/// clients do.
 async fn ask(
     addr: SocketAddr,
     stream: &mut Option<Stream>,
@@ -401,43 +409,60 @@ async fn ask(
     parser: &mut ResponseParser,
     buffer: &RefCell<Box<[u8]>>,
 ) -> Answer {
-    if stream.is_none() {
-        match tokio::time::timeout(PROBE_TIMEOUT, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => {
-                let _ = s.set_nodelay(true);
-                *stream = Some(Stream::Plain(s));
+    let mut retried = false;
+    loop {
+        let reused = stream.is_some();
+        if stream.is_none() {
+            match connect(addr).await {
+                Ok(s) => *stream = Some(s),
+                Err(outcome) => return Answer::Failed(outcome),
             }
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                return Answer::Failed(Outcome::Refused)
-            }
-            Ok(Err(_)) => return Answer::Failed(Outcome::ConnectError),
-            Err(_) => return Answer::Failed(Outcome::ConnectTimeout),
         }
+        let Some(s) = stream.as_mut() else {
+            return Answer::Failed(Outcome::NotSent);
+        };
+        parser.reset(false);
+        let mut progress = Exchange {
+            bytes: 0,
+            first_byte: None,
+            reusable: false,
+        };
+        let outcome = tokio::time::timeout(
+            PROBE_TIMEOUT,
+            exchange(s, &pending.request, parser, buffer, &mut progress),
+        )
+        .await
+        .unwrap_or(Outcome::ReadTimeout);
+        if !progress.reusable {
+            *stream = None;
+        }
+        let closed_under_us = matches!(
+            outcome,
+            Outcome::Eof | Outcome::ResetBeforeWrite | Outcome::ResetAfterWrite
+        ) && progress.first_byte.is_none();
+        if reused && closed_under_us && !retried {
+            retried = true;
+            continue;
+        }
+        return match outcome {
+            Outcome::Status(status) => Answer::Response {
+                status,
+                backend: parser.backend().map(<[u8]>::to_vec),
+            },
+            failed => Answer::Failed(failed),
+        };
     }
-    let Some(s) = stream.as_mut() else {
-        return Answer::Failed(Outcome::NotSent);
-    };
-    parser.reset(false);
-    let mut progress = Exchange {
-        bytes: 0,
-        first_byte: None,
-        reusable: false,
-    };
-    let outcome = tokio::time::timeout(
-        PROBE_TIMEOUT,
-        exchange(s, &pending.request, parser, buffer, &mut progress),
-    )
-    .await
-    .unwrap_or(Outcome::ReadTimeout);
-    if !progress.reusable {
-        *stream = None;
-    }
-    match outcome {
-        Outcome::Status(status) => Answer::Response {
-            status,
-            backend: parser.backend().map(<[u8]>::to_vec),
-        },
-        failed => Answer::Failed(failed),
+}
+
+async fn connect(addr: SocketAddr) -> Result<Stream, Outcome> {
+    match tokio::time::timeout(PROBE_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => {
+            let _ = s.set_nodelay(true);
+            Ok(Stream::Plain(s))
+        }
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => Err(Outcome::Refused),
+        Ok(Err(_)) => Err(Outcome::ConnectError),
+        Err(_) => Err(Outcome::ConnectTimeout),
     }
 }
 
@@ -502,7 +527,10 @@ mod tests {
             judge(&added, &answer(200, "echo-")),
             Verdict::Wrong("200 from another pool".into())
         );
-        assert_eq!(judge(&added, &answer(503, "")), Verdict::Wrong("503".into()));
+        assert_eq!(
+            judge(&added, &answer(503, "")),
+            Verdict::Wrong("503".into())
+        );
         assert_eq!(
             judge(&added, &Answer::Failed(Outcome::ResetAfterWrite)),
             Verdict::Wrong("reset_after_write".into())
@@ -516,6 +544,9 @@ mod tests {
         };
         assert_eq!(judge(&removed, &answer(404, "")), Verdict::Right);
         assert_eq!(judge(&removed, &answer(200, "echo-1")), Verdict::Before);
-        assert_eq!(judge(&removed, &answer(502, "")), Verdict::Wrong("502".into()));
+        assert_eq!(
+            judge(&removed, &answer(502, "")),
+            Verdict::Wrong("502".into())
+        );
     }
 }

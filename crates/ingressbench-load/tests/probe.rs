@@ -131,7 +131,9 @@ fn each_route_is_right_after_its_change_and_wrong_before_it() {
             continue;
         }
         let at = changed[&r.host];
-        let right = r.right_at.unwrap_or_else(|| panic!("{} never right", r.host));
+        let right = r
+            .right_at
+            .unwrap_or_else(|| panic!("{} never right", r.host));
         let wrong = r.last_wrong_at.expect("wrong before the change");
         assert_eq!(r.requested_at, requested);
         // The last wrong answer was served before the change; the first right one was
@@ -139,7 +141,11 @@ fn each_route_is_right_after_its_change_and_wrong_before_it() {
         assert!(wrong < at, "{}: last wrong after the change", r.host);
         assert!(right > wrong, "{r:?}");
     }
-    assert!(job.wrong.get("503").is_some_and(|n| *n >= 1), "{:?}", job.wrong);
+    assert!(
+        job.wrong.get("503").is_some_and(|n| *n >= 1),
+        "{:?}",
+        job.wrong
+    );
     assert_eq!(job.wrong.len(), 1, "{:?}", job.wrong);
 }
 

@@ -19,6 +19,7 @@ use crate::impact::write_impact;
 use crate::load::{load_plan, spawn_load, LoadThread, Senders};
 use crate::model::{LoadFrom, Target};
 use crate::options::RunOptions;
+use crate::propagation::RouteProbe;
 use crate::record::write_json;
 use crate::site::{lab_file, CellFailure, LabSite, Site, Upstream};
 use crate::store::{is_full, ProgressFn, ResultsLock, Streams};
@@ -94,6 +95,8 @@ struct Started {
     measure_from: Instant,
     proxy_version: Option<String>,
     entry: Value,
+    /// Probes the routes that events add or remove.
+    probe: Option<RouteProbe>,
 }
 
 /// Plans the cell's load against its site and sets it going, from this machine (one
@@ -162,6 +165,10 @@ fn start_load(
         streams = streams.on_progress(live);
     }
     let gate = timeline.gate(&mut plan);
+    let probe = match site.route_probe() {
+        Some(addr) => RouteProbe::start(cell, addr, site.client_netns()).transpose()?,
+        None => None,
+    };
     site.start_measuring();
     let thread = spawn_load(plan, senders, site.client_netns(), stop.clone(), streams)?;
     Ok(Started {
@@ -176,6 +183,7 @@ fn start_load(
             "address": entry.tls.as_ref().and_then(|(_, at)| *at).map(|a| a.to_string()),
         }),
         proxy_version: entry.proxy_version,
+        probe,
     })
 }
 
@@ -185,6 +193,9 @@ struct Beside {
     usage: Option<UsageLog>,
     went_wrong: Option<String>,
     fired: Vec<u32>,
+    probe: Option<RouteProbe>,
+    /// What an event going one route at a time left undone.
+    unfinished: Option<String>,
 }
 
 /// Until the load ends: fires the timeline's events into the site, watches its parts
@@ -220,12 +231,16 @@ fn drive(
         reported: 0,
         went_wrong: None,
         stop: load.stop.clone(),
+        probe: load.probe.take(),
+        sequence: None,
     };
     driver.drive(&load.thread, &mut load.timeline, load.gate.take(), run_stop);
     Ok(Beside {
+        unfinished: driver.unfinished(),
         usage: driver.usage,
         went_wrong: driver.went_wrong,
         fired: driver.fired,
+        probe: driver.probe,
     })
 }
 
@@ -243,6 +258,8 @@ fn collect(
         usage: mut usage_log,
         went_wrong,
         fired,
+        probe,
+        unfinished,
     } = beside;
     let (report, workers_json, streams) = load
         .thread
@@ -257,6 +274,10 @@ fn collect(
     {
         usage_log = None;
     }
+    let routes_line = match probe {
+        Some(probe) => probe_line(&probe.finish(dir, load.measure_from)?),
+        None => String::new(),
+    };
     let report = report.map_err(|e| e.to_string())?;
     let cut_short = write_measured(dir, &report, streams, lock)?;
     let record = site.record(dir);
@@ -272,7 +293,7 @@ fn collect(
     if cut_short.is_none() {
         impact?;
     }
-    if let Some(why) = went_wrong {
+    if let Some(why) = went_wrong.or(unfinished) {
         return Err(why.into());
     }
     let s = &report.summary;
@@ -298,7 +319,7 @@ fn collect(
         entry: load.entry,
         interrupted: s.interrupted || cut_short.is_some(),
         cut_short,
-        line: one_line(s),
+        line: one_line(s) + &routes_line,
     })
 }
 
@@ -332,6 +353,24 @@ fn write_measured(
     })
     .map_err(|e| e.to_string())?;
     Ok(cut_short)
+}
+
+/// What the route probe found, for the cell's line: per firing, routes right of those
+/// asked and the p99 and last time to a right answer.
+fn probe_line(firings: &Value) -> String {
+    let mut line = String::new();
+    for f in firings.as_array().into_iter().flatten() {
+        let ms = |v: &Value| v.as_f64().map_or("-".to_owned(), |m| format!("{m:.1} ms"));
+        line.push_str(&format!(
+            "; {}: {}/{} right, p99 {}, last {}",
+            f["what"].as_str().unwrap_or("routes"),
+            f["right"],
+            f["asked"],
+            ms(&f["time_to_right_ms"]["p99"]),
+            ms(&f["last_right_ms"]),
+        ));
+    }
+    line
 }
 
 /// The line printed when a cell ends.

@@ -30,6 +30,7 @@ pub mod impact;
 mod load;
 mod model;
 mod options;
+mod propagation;
 mod record;
 pub mod runner;
 mod site;

@@ -464,6 +464,9 @@ pub struct EventFile {
     pub add_routes: Option<usize>,
     /// Remove this many generated routes (the last added), in one update.
     pub remove_routes: Option<usize>,
+    /// With `add_routes` or `remove_routes`: one route per update, the next once the
+    /// last answers as it should (or is given up).
+    pub one_at_a_time: Option<bool>,
 }
 
 /// A scenario's routes: its own, and how many generated ones on top of them.
@@ -473,6 +476,46 @@ pub struct RoutesFile {
     pub own: Vec<RouteFile>,
     /// Generated routes (`rN.routes.test`, N from 0), over the pools in turn.
     pub count: usize,
+    /// How the routes that events add or remove are probed.
+    pub probe: ProbeFile,
+}
+
+/// How the routes that events add or remove are probed until they answer as the change
+/// says (`routes: { count: N, probe: { rate: 2000 } }`).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeFile {
+    /// Probes per second over every pending route (one in flight per route).
+    #[serde(default = "ProbeFile::default_rate")]
+    pub rate: f64,
+    /// Connections the probes share.
+    #[serde(default = "ProbeFile::default_connections")]
+    pub connections: usize,
+    /// A route not right this long after its change is named never right.
+    #[serde(default = "ProbeFile::default_give_up")]
+    pub give_up_after: String,
+}
+
+impl ProbeFile {
+    fn default_rate() -> f64 {
+        2000.0
+    }
+    fn default_connections() -> usize {
+        4
+    }
+    fn default_give_up() -> String {
+        "60s".into()
+    }
+}
+
+impl Default for ProbeFile {
+    fn default() -> Self {
+        Self {
+            rate: Self::default_rate(),
+            connections: Self::default_connections(),
+            give_up_after: Self::default_give_up(),
+        }
+    }
 }
 
 impl RoutesFile {
@@ -498,6 +541,8 @@ impl<'de> Deserialize<'de> for RoutesFile {
             count: usize,
             #[serde(default)]
             routes: Vec<RouteFile>,
+            #[serde(default)]
+            probe: ProbeFile,
         }
         // Either form read from the file as it streams, so that a mistake inside one is
         // named where it is (`5:5: unknown field `hots``), not as "matched neither".
@@ -509,13 +554,18 @@ impl<'de> Deserialize<'de> for RoutesFile {
             }
             fn visit_seq<A: de::SeqAccess<'de>>(self, a: A) -> Result<RoutesFile, A::Error> {
                 let own = Vec::<RouteFile>::deserialize(de::value::SeqAccessDeserializer::new(a))?;
-                Ok(RoutesFile { own, count: 0 })
+                Ok(RoutesFile {
+                    own,
+                    count: 0,
+                    probe: ProbeFile::default(),
+                })
             }
             fn visit_map<A: de::MapAccess<'de>>(self, a: A) -> Result<RoutesFile, A::Error> {
                 let g = Generated::deserialize(de::value::MapAccessDeserializer::new(a))?;
                 Ok(RoutesFile {
                     own: g.routes,
                     count: g.count,
+                    probe: g.probe,
                 })
             }
         }
@@ -655,6 +705,8 @@ pub struct EventSpec {
     pub action: Action,
     /// Delay before the proxies are told (`None`: the controller's).
     pub propagation_delay: Option<Duration>,
+    /// Routes added or removed one per update, each once the last is right.
+    pub one_at_a_time: bool,
 }
 
 fn duration(field: &str, v: &str) -> Result<Duration, String> {
@@ -762,10 +814,17 @@ impl EventFile {
             .map(|d| duration("propagation_delay", d))
             .transpose()
             .map_err(here)?;
+        let one_at_a_time = self.one_at_a_time == Some(true);
+        if one_at_a_time && !matches!(action, Action::AddRoutes(_) | Action::RemoveRoutes(_)) {
+            return Err(here(
+                "`one_at_a_time` goes with add_routes or remove_routes".into(),
+            ));
+        }
         Ok(EventSpec {
             timing,
             action,
             propagation_delay,
+            one_at_a_time,
         })
     }
 }

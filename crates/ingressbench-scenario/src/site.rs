@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use ingressbench_lab::kernel::ListenCounters;
 use ingressbench_lab::labfile::LabFile;
+use ingressbench_lab::model::Route;
 use ingressbench_lab::usage::Part;
 use ingressbench_lab::{Change, ChangeRecord, Lab};
 use ingressbench_load::TlsOptions;
@@ -99,6 +100,17 @@ pub(crate) trait Site {
 
     /// Asks for a change, to reach the proxies after `delay`; the index of its record.
     fn request(&mut self, change: Change, delay: Duration) -> Result<usize, String>;
+
+    /// Where the route probe asks the routes that events add or remove (plain HTTP), if
+    /// the site can say which routes a change makes.
+    fn route_probe(&self) -> Option<SocketAddr> {
+        None
+    }
+
+    /// The routes a change would add and remove, before it is asked for.
+    fn route_delta(&self, _change: &Change) -> Option<(Vec<Route>, Vec<Route>)> {
+        None
+    }
 
     /// Moves pending changes on (called every few milliseconds while the load runs).
     fn tick(&mut self) -> Result<(), String> {
@@ -231,6 +243,14 @@ impl Site for LabSite {
         self.lab.request(change, delay).map_err(|e| e.to_string())
     }
 
+    fn route_probe(&self) -> Option<SocketAddr> {
+        self.lab.entry().map(|(http, _)| http)
+    }
+
+    fn route_delta(&self, change: &Change) -> Option<(Vec<Route>, Vec<Route>)> {
+        self.lab.routes_delta(change)
+    }
+
     fn tick(&mut self) -> Result<(), String> {
         self.lab.tick().map_err(|e| e.to_string())
     }
@@ -315,7 +335,7 @@ fn copy_config_files(from: &Path, to: &Path) {
             if p.is_dir() {
                 stack.push(p);
             } else if p.extension().is_some_and(|e| {
-                ["conf", "cfg", "json", "yaml", "log"]
+                ["conf", "cfg", "json", "yaml", "log", "map"]
                     .iter()
                     .any(|x| e == *x)
             }) {

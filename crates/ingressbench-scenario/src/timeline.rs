@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 
 use crate::load::{dur, scaled, LoadThread};
 use crate::model::{Action, ConfigChange, Timing};
+use crate::propagation::{RouteProbe, Sequence};
 use crate::site::Site;
 use crate::usage::UsageLog;
 use crate::Cell;
@@ -154,6 +155,10 @@ pub(crate) struct Driver<'a> {
     /// the load stops, what was measured is kept, and the cell is not done.
     pub(crate) went_wrong: Option<String>,
     pub(crate) stop: Arc<AtomicBool>,
+    /// Probes the routes that events add or remove.
+    pub(crate) probe: Option<RouteProbe>,
+    /// The event going one route at a time, if one is.
+    pub(crate) sequence: Option<Sequence>,
 }
 
 impl Driver<'_> {
@@ -203,6 +208,7 @@ impl Driver<'_> {
                     let _ = g.ack.send(());
                 }
             }
+            self.next_step();
             if let Err(e) = self.site.tick() {
                 // A change the proxies were told and did not take.
                 self.fail(format!(
@@ -211,7 +217,8 @@ impl Driver<'_> {
                 ));
             }
             self.write_applied();
-            std::thread::sleep(Duration::from_millis(if gate.is_some() { 1 } else { 5 }));
+            let busy = gate.is_some() || self.sequence.is_some();
+            std::thread::sleep(Duration::from_millis(if busy { 1 } else { 5 }));
         }
     }
 
@@ -221,10 +228,85 @@ impl Driver<'_> {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    /// Fires event `index`: asks the site for its change and writes it to `events.jsonl`.
+    /// Fires event `index`: asks the site for its change (with `one_at_a_time`, for the
+    /// first route of it, the rest following as [`Driver::next_step`] finds each right).
     fn fire(&mut self, index: usize, delay: Duration, due: (&str, Value)) {
         self.fired[index] += 1;
-        let change = change_for(&self.cell.events[index].action, &self.cell.scenario);
+        let event = &self.cell.events[index];
+        let change = change_for(&event.action, &self.cell.scenario);
+        let what = describe_action(&event.action, event.one_at_a_time);
+        let one_at_a_time = match change {
+            Change::AddRoutes(n) if event.one_at_a_time => Some((n, Change::AddRoutes(1))),
+            Change::RemoveRoutes(n) if event.one_at_a_time => Some((n, Change::RemoveRoutes(1))),
+            _ => None,
+        };
+        let Some((planned, step)) = one_at_a_time else {
+            self.ask(index, change, delay, due, (&what, false));
+            return;
+        };
+        self.sequence = None;
+        if planned == 0 {
+            return;
+        }
+        self.ask(index, step.clone(), delay, due, (&what, false));
+        if let Some(probe) = self.probe.as_mut() {
+            probe.one_at_a_time(planned);
+        }
+        self.sequence = Some(Sequence {
+            event: index,
+            delay,
+            step,
+            planned,
+            left: planned - 1,
+        });
+    }
+
+    /// Asks for the next route of the event going one at a time, once the probe has
+    /// settled the last (without a probe, at once).
+    fn next_step(&mut self) {
+        let Some(seq) = self.sequence.as_mut() else {
+            return;
+        };
+        if seq.left == 0 {
+            self.sequence = None;
+            return;
+        }
+        if !self.probe.as_ref().is_none_or(RouteProbe::all_settled) {
+            return;
+        }
+        seq.left -= 1;
+        let (event, step, delay) = (seq.event, seq.step.clone(), seq.delay);
+        let number = seq.planned - seq.left;
+        self.ask(event, step, delay, ("step", json!(number)), ("", true));
+    }
+
+    /// What is left undone of an event going one route at a time when the load ended.
+    pub(crate) fn unfinished(&self) -> Option<String> {
+        let seq = self.sequence.as_ref().filter(|s| s.left > 0)?;
+        Some(format!(
+            "events[{}] asked for {} of its {} routes one at a time before the load ended: make load.duration longer, the event earlier, or add fewer routes",
+            seq.event,
+            seq.planned - seq.left,
+            seq.planned
+        ))
+    }
+
+    /// Asks the site for `change` on behalf of event `index` (the probe starting on the
+    /// routes it makes, as `what`, a new firing unless `continuing`) and writes it to
+    /// `events.jsonl`.
+    fn ask(
+        &mut self,
+        index: usize,
+        change: Change,
+        delay: Duration,
+        due: (&str, Value),
+        (what, continuing): (&str, bool),
+    ) {
+        if let Some(probe) = self.probe.as_mut() {
+            if let Some(delta) = self.site.route_delta(&change) {
+                probe.probe(index, what, delta, continuing);
+            }
+        }
         let measure_from = self.measure_from;
         let (mut line, failed) = match self.site.request(change, delay) {
             Ok(r) => {
@@ -252,6 +334,7 @@ impl Driver<'_> {
         line[due.0] = due.1;
         let _ = writeln!(self.events, "{line}").and_then(|()| self.events.flush());
         if let Some(why) = failed {
+            self.sequence = None;
             self.fail(why);
         }
     }
@@ -302,6 +385,19 @@ pub(crate) fn route_changes(cell: &Cell) -> Vec<Overlay> {
             _ => None,
         })
         .collect()
+}
+
+/// An event's action in words, for the route probe's record (`add 100 routes one at a
+/// time`).
+fn describe_action(action: &Action, one_at_a_time: bool) -> String {
+    let (verb, n) = match action {
+        Action::AddRoutes(n) => ("add", *n),
+        Action::RemoveRoutes(n) => ("remove", *n),
+        _ => return String::new(),
+    };
+    let s = if n == 1 { "" } else { "s" };
+    let how = if one_at_a_time { " one at a time" } else { "" };
+    format!("{verb} {n} route{s}{how}")
 }
 
 /// The lab change an action asks for.

@@ -1,6 +1,8 @@
 //! HAProxy: endpoint changes through the runtime API on the admin socket, into server
 //! slots allocated up front (as HAProxy's ingress controllers do); anything else (routes,
 //! headers, CORS, rewrites, more endpoints than slots) by a master-worker reload (SIGUSR2).
+//! Routes of a whole host are a map lookup (`hosts.map`), so 10,000 of them cost a tree
+//! search per request, not 10,000 rules.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -60,9 +62,11 @@ impl Haproxy {
             .collect();
     }
 
-    /// Renders `table` with fresh slots into haproxy.cfg and remembers it.
+    /// Renders `table` with fresh slots into haproxy.cfg (and its whole-host routes into
+    /// the hosts map it reads) and remembers it.
     fn write_config(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
         self.assign_slots_fresh(table);
+        write_atomically(&files.config_path(HOSTS_MAP), &hosts_map(table))?;
         write_atomically(
             &files.config_path("haproxy.cfg"),
             &self.render(files, table),
@@ -78,6 +82,7 @@ impl Haproxy {
         table: &RouteTable,
     ) -> Result<Update, LabError> {
         self.write_config(files, table)?;
+        let before = master_reloads(files)?;
         child
             .signal(rustix::process::Signal::USR2)
             .map_err(|e| LabError::Update {
@@ -85,8 +90,9 @@ impl Haproxy {
                 mechanism: "SIGUSR2 reload",
                 reason: e.to_string(),
             })?;
+        wait_for_reload(files, before)?;
         Ok(Update {
-            mechanism: "config rewrite + master-worker reload (SIGUSR2)",
+            mechanism: "config rewrite + master-worker reload (SIGUSR2), waited for",
         })
     }
 
@@ -198,7 +204,27 @@ impl Haproxy {
             let _ = writeln!(c, "  http-after-response set-header Access-Control-Allow-Methods \"GET, POST, PUT, DELETE, OPTIONS\"");
             let _ = writeln!(c, "  http-after-response set-header Vary Origin");
         }
+        // Routes of a whole host (path `/`) are one lookup in a map of host to backend, a
+        // tree whatever its size, as HAProxy's ingress controllers render them; the rest
+        // are rules in order. Whole-host routes come after a host's longer paths and before
+        // any host's, so the lookup goes there.
+        let mut looked_up = false;
         for route in table.ordered_routes() {
+            if by_host(route) {
+                if !looked_up {
+                    looked_up = true;
+                    let _ = writeln!(
+                        c,
+                        "  http-request set-var(txn.host_pool) req.hdr(host),field(1,:),lower,map_str({})",
+                        files.config_path(HOSTS_MAP).display()
+                    );
+                    let _ = writeln!(
+                        c,
+                        "  use_backend %[var(txn.host_pool)] if {{ var(txn.host_pool) -m found }}"
+                    );
+                }
+                continue;
+            }
             let host = if route.host == "*" {
                 String::new()
             } else {
@@ -250,6 +276,8 @@ impl Driver for Haproxy {
         self.write_config(files, table)?;
         let args = vec![
             "-W".into(),
+            "-S".into(),
+            format!("{},mode,600", master_socket(files).display()),
             "-f".into(),
             files.config_path("haproxy.cfg").display().to_string(),
         ];
@@ -279,6 +307,25 @@ impl Driver for Haproxy {
     }
 }
 
+/// The map of whole-host routes (host to backend), beside haproxy.cfg.
+const HOSTS_MAP: &str = "hosts.map";
+
+/// A route of a whole host (one name, every path): a line of the hosts map.
+fn by_host(route: &crate::model::Route) -> bool {
+    route.host != "*" && route.path_prefix == "/"
+}
+
+/// The hosts map: `host be_POOL` per whole-host route, in the routes' order (the first
+/// line of a host wins, as the first rule would).
+fn hosts_map(table: &RouteTable) -> String {
+    let mut map =
+        String::from("# Rendered by ingressbench: host -> backend, for routes of a whole host.\n");
+    for route in table.ordered_routes().into_iter().filter(|r| by_host(r)) {
+        let _ = writeln!(map, "{} be_{}", route.host.to_ascii_lowercase(), route.pool);
+    }
+    map
+}
+
 /// As many connections as the file-descriptor limit allows (two descriptors each, as
 /// HAProxy counts them), at most 50,000.
 pub(crate) fn max_connections() -> u64 {
@@ -286,6 +333,82 @@ pub(crate) fn max_connections() -> u64 {
         .maximum
         .unwrap_or(65_536);
     (limit.saturating_sub(200) / 2).clamp(256, 50_000)
+}
+
+/// The master CLI's socket, beside the admin socket (mode 600 in the lab's private
+/// directory, as the admin socket is).
+fn master_socket(files: &ProxyFiles) -> std::path::PathBuf {
+    files.admin_socket.with_file_name("master.sock")
+}
+
+/// The master's reloads so far, and how many of them failed (`show proc` on the master
+/// CLI; it answers once the master is in its loop, ready for the next signal).
+fn master_reloads(files: &ProxyFiles) -> Result<(u64, u64), LabError> {
+    let fail = |reason: String| LabError::Update {
+        kind: "haproxy".into(),
+        mechanism: "master CLI",
+        reason,
+    };
+    let path = master_socket(files);
+    let mut sock = UnixStream::connect(&path)
+        .map_err(|e| fail(format!("cannot connect to {}: {e}", path.display())))?;
+    sock.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| fail(e.to_string()))?;
+    sock.write_all(b"show proc\n")
+        .and_then(|()| sock.shutdown(std::net::Shutdown::Write))
+        .map_err(|e| fail(e.to_string()))?;
+    let mut answer = String::new();
+    sock.read_to_string(&mut answer)
+        .map_err(|e| fail(e.to_string()))?;
+    parse_master_reloads(&answer)
+        .ok_or_else(|| fail(format!("`show proc` named no master: {}", answer.trim())))
+}
+
+/// `30313  master  2 [failed: 0]  0d00h00m01s  2.6.12` -> (2, 0).
+fn parse_master_reloads(show_proc: &str) -> Option<(u64, u64)> {
+    let line = show_proc
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some("master"))?;
+    let mut fields = line.split_whitespace().skip(2);
+    let reloads = fields.next()?.parse().ok()?;
+    let failed = match (fields.next(), fields.next()) {
+        (Some("[failed:"), Some(n)) => n.trim_end_matches(']').parse().ok()?,
+        _ => 0,
+    };
+    Some((reloads, failed))
+}
+
+/// Waits until the master has counted a reload past `before` (at most 30 s): a reload
+/// asked for while the master still re-executes for the last one is lost (seen in the
+/// lab: the second of two SIGUSR2 50 ms apart, under load, never happened), so each
+/// reload is waited for, as HAProxy's controllers do. A reload the master counts as
+/// failed is an error naming the log.
+fn wait_for_reload(files: &ProxyFiles, before: (u64, u64)) -> Result<(), LabError> {
+    let fail = |reason: String| LabError::Update {
+        kind: "haproxy".into(),
+        mechanism: "SIGUSR2 reload",
+        reason,
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok((reloads, failed)) = master_reloads(files) {
+            if failed > before.1 {
+                return Err(fail(format!(
+                    "HAProxy's master counts the reload as failed; see {}",
+                    files.dir.join("proxy.log").display()
+                )));
+            }
+            if reloads > before.0 {
+                return Ok(());
+            }
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(fail(
+                "the master has not reloaded 30 s after SIGUSR2; see the proxy log".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Sends commands to the admin socket and checks the answer for errors.
@@ -320,4 +443,19 @@ fn admin_command(files: &ProxyFiles, commands: &str) -> Result<String, LabError>
         return Err(fail(format!("`{commands}` answered: {}", answer.trim())));
     }
     Ok(answer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_master_reload_count_is_read_from_show_proc() {
+        let answer = "#<PID>          <type>          <reloads>       <uptime>        <version>\n\
+                      30313           master          2 [failed: 1]   0d00h00m01s     2.6.12-1+deb12u4\n\
+                      # workers\n\
+                      30316           worker          0               0d00h00m01s     2.6.12-1+deb12u4\n";
+        assert_eq!(parse_master_reloads(answer), Some((2, 1)));
+        assert_eq!(parse_master_reloads("# workers\n1 worker 0\n"), None);
+    }
 }

@@ -505,7 +505,74 @@ events:
             let took = e["took_effect_s"].as_f64();
             assert!(took.is_some_and(|t| t >= requested), "{cell}: {e}");
         }
+        // The probe found each added route answering from its pool, and each removed one
+        // answering 404 again, every one by name with its time.
+        let routes = json(&out.join("cells").join(cell).join("routes.json"));
+        for (firing, what) in routes.as_array().unwrap().iter().zip(["add", "remove"]) {
+            assert_eq!(firing["what"], format!("{what} 100 routes"), "{cell}");
+            assert_eq!(firing["asked"], 100, "{cell}: {firing}");
+            assert_eq!(firing["right"], 100, "{cell}: {firing}");
+            assert_eq!(firing["never_right"], serde_json::json!([]), "{cell}");
+            let p50 = firing["time_to_right_ms"]["p50"].as_f64().unwrap();
+            let max = firing["time_to_right_ms"]["max"].as_f64().unwrap();
+            assert!(0.0 <= p50 && p50 <= max, "{cell}: {firing}");
+            assert_eq!(firing["cdf"].as_array().unwrap().len(), 100, "{cell}");
+        }
+        let csv = std::fs::read_to_string(out.join("cells").join(cell).join("routes.csv")).unwrap();
+        assert_eq!(csv.lines().count(), 201, "{cell}");
+        assert!(csv.contains(",r500.routes.test,"), "{cell}");
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn routes_come_one_at_a_time_and_a_route_never_programmed_is_named() {
+    // The second event's routes reach the proxy 30 s after the load has ended (the lab's
+    // controller held up): never right, by name. The first event's come one per reload.
+    let (dir, out) = run_ok(
+        "run-routes-probe",
+        "
+name: probe
+targets: [nginx]
+tls: false
+backends: [{ name: echo, replicas: 1 }]
+routes: { count: 2, routes: [{ host: app.test, pool: echo }] }
+load: { mode: open, rate: 50, connections: 4, duration: 3s, host: app.test }
+events:
+  - { at: 200ms, add_routes: 3, one_at_a_time: true }
+  - { at: 2s, add_routes: 2, propagation_delay: 30s }
+",
+    );
+    let cell = out.join("cells").join("000-nginx");
+    let routes = json(&cell.join("routes.json"));
+    let one = &routes[0];
+    assert_eq!(one["what"], "add 3 routes one at a time");
+    assert_eq!(one["one_at_a_time"], true);
+    assert_eq!(
+        (one["asked"].as_u64(), one["right"].as_u64()),
+        (Some(3), Some(3)),
+        "{one}"
+    );
+    // One route per reload: each asked for after the one before answered.
+    let csv = std::fs::read_to_string(cell.join("routes.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let firing0: Vec<&Vec<&str>> = rows.iter().filter(|r| r[1] == "0").collect();
+    assert_eq!(firing0.len(), 3, "{csv}");
+    for pair in firing0.windows(2) {
+        let right: f64 = pair[0][4].parse().unwrap();
+        let next_asked: f64 = pair[1][3].parse().unwrap();
+        assert!(next_asked >= right, "{csv}");
+    }
+    let held = &routes[1];
+    assert_eq!(held["right"], 0, "{held}");
+    assert_eq!(
+        held["never_right"],
+        serde_json::json!(["r5.routes.test", "r6.routes.test"])
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

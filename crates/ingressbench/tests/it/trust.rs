@@ -206,11 +206,14 @@ fn no_other_local_user_reaches_a_running_lab() {
 
     // ... and nobody else, however it asks: Caddy's admin API (which could load a
     // file_server over the lab's keys), Envoy's (which could fail its health checks),
-    // HAProxy's runtime API.
+    // HAProxy's runtime API and its master CLI (which could reload it or stop it).
+    let master = socket(ProxyKind::Haproxy).with_file_name("master.sock");
+    assert!(master.exists(), "{}", master.display());
     for path in [
         socket(ProxyKind::Caddy),
         socket(ProxyKind::Envoy),
         socket(ProxyKind::Haproxy),
+        master,
         sidecar_socket,
     ] {
         let path = path.display().to_string();

@@ -1,0 +1,256 @@
+//! When each route an event adds or removes first answers as it should, read by the route
+//! probe ([`ingressbench_load::probe`]) beside the open-loop load, and what the cell
+//! writes of it: `routes.json` (per event firing: the distribution of times to the first
+//! right answer, the time the last route became right, the figure's resolution, wrong
+//! answers by kind, routes never right by name) and `routes.csv` (one line per route).
+//!
+//! An event with `one_at_a_time` asks for its routes one per update, the next once the
+//! probe has settled the last (right, or given up), as gateway-api-bench's probe test
+//! does: each route's time is then read by one probe after another on that route alone.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ingressbench_lab::model::Route;
+use ingressbench_load::probe::{Expect, JobOutcome, ProbeOptions, ProbeRoute, Prober};
+use serde_json::{json, Value};
+
+use crate::model::Action;
+use crate::record::write_json;
+use crate::timeline::offset;
+use crate::Cell;
+
+/// Points of the CDF kept per firing (quantiles, evenly spaced).
+const CDF_POINTS: usize = 100;
+
+/// One firing of a route event, as probed.
+struct Firing {
+    event: usize,
+    what: String,
+    one_at_a_time: bool,
+    /// Routes the event asks for in all (one at a time: how many it would add).
+    planned: usize,
+}
+
+/// An event going one route at a time: what is left of it.
+pub(crate) struct Sequence {
+    pub(crate) event: usize,
+    pub(crate) delay: Duration,
+    /// The change of one step.
+    pub(crate) step: ingressbench_lab::Change,
+    /// Routes planned, and still to ask for.
+    pub(crate) planned: usize,
+    pub(crate) left: usize,
+}
+
+/// The route probe of a cell, and what it has been asked.
+pub(crate) struct RouteProbe {
+    prober: Prober,
+    firings: Vec<Firing>,
+    /// Routes handed to the probe so far.
+    asked: u64,
+}
+
+impl RouteProbe {
+    /// A probe through `addr` (plain HTTP), in `netns` when the client has one, if the
+    /// cell has route events.
+    pub(crate) fn start(
+        cell: &Cell,
+        addr: std::net::SocketAddr,
+        netns: Option<PathBuf>,
+    ) -> Option<Result<Self, String>> {
+        let routes = cell
+            .events
+            .iter()
+            .any(|e| matches!(e.action, Action::AddRoutes(_) | Action::RemoveRoutes(_)));
+        if !routes {
+            return None;
+        }
+        let p = &cell.scenario.routes.probe;
+        let give_up_after = match ingressbench_stats::parse_duration(&p.give_up_after) {
+            Ok(d) => d,
+            Err(e) => return Some(Err(format!("routes.probe.give_up_after: {e}"))),
+        };
+        let options = ProbeOptions {
+            rate_per_s: p.rate,
+            connections: p.connections,
+            give_up_after,
+        };
+        let before = move || {
+            netns.as_deref().map_or(Ok(()), |ns| {
+                ingressbench_lab::topology::enter_netns(ns).map_err(|e| {
+                    format!(
+                        "the route probe cannot enter the client's network namespace {}: {e}",
+                        ns.display()
+                    )
+                })
+            })
+        };
+        Some(Prober::start(addr, options, before).map(|prober| Self {
+            prober,
+            firings: Vec::new(),
+            asked: 0,
+        }))
+    }
+
+    /// Starts probing what `delta` (added, removed) changes, asked for now: a new firing
+    /// of `event`, or the next step of the last one (`continuing`).
+    pub(crate) fn probe(
+        &mut self,
+        event: usize,
+        what: &str,
+        delta: (Vec<Route>, Vec<Route>),
+        continuing: bool,
+    ) {
+        let (added, removed) = delta;
+        if !continuing || self.firings.is_empty() {
+            self.firings.push(Firing {
+                event,
+                what: what.to_owned(),
+                one_at_a_time: false,
+                planned: added.len() + removed.len(),
+            });
+        }
+        let routes: Vec<ProbeRoute> = added
+            .into_iter()
+            .map(|r| probe_route(r, |pool| Expect::Added { pool }))
+            .chain(
+                removed
+                    .into_iter()
+                    .map(|r| probe_route(r, |pool| Expect::Removed { pool })),
+            )
+            .collect();
+        self.asked += routes.len() as u64;
+        self.prober
+            .probe(self.firings.len() - 1, routes, Instant::now());
+    }
+
+    /// Marks the firing just begun as `planned` routes asked one at a time.
+    pub(crate) fn one_at_a_time(&mut self, planned: usize) {
+        if let Some(f) = self.firings.last_mut() {
+            f.one_at_a_time = true;
+            f.planned = planned;
+        }
+    }
+
+    /// Whether the probe has settled every route it was asked (the next of a sequence
+    /// may go).
+    pub(crate) fn all_settled(&self) -> bool {
+        self.prober.settled() >= self.asked
+    }
+
+    /// Stops the probe and writes `routes.json` and `routes.csv` into `dir`; returns the
+    /// firings' summaries.
+    pub(crate) fn finish(self, dir: &Path, measure_from: Instant) -> Result<Value, String> {
+        let jobs = self.prober.finish();
+        let mut csv = std::io::BufWriter::new(
+            std::fs::File::create(dir.join("routes.csv")).map_err(|e| e.to_string())?,
+        );
+        let mut lines = String::from("event,firing,host,requested_s,right_s,last_wrong_s,probes\n");
+        let mut firings = Vec::new();
+        for (i, firing) in self.firings.iter().enumerate() {
+            let job = jobs.get(i).cloned().unwrap_or_default();
+            for r in &job.routes {
+                let at = |t: Option<Instant>| {
+                    t.map_or(String::new(), |t| format!("{:.6}", offset(t, measure_from)))
+                };
+                lines.push_str(&format!(
+                    "{},{i},{},{:.6},{},{},{}\n",
+                    firing.event,
+                    r.host,
+                    offset(r.requested_at, measure_from),
+                    at(r.right_at),
+                    at(r.last_wrong_at),
+                    r.probes
+                ));
+            }
+            firings.push(summarize(firing, &job, measure_from));
+        }
+        csv.write_all(lines.as_bytes())
+            .and_then(|()| csv.flush())
+            .map_err(|e| e.to_string())?;
+        let value = Value::Array(firings);
+        write_json(&dir.join("routes.json"), &value).map_err(|e| e.to_string())?;
+        Ok(value)
+    }
+}
+
+fn probe_route(route: Route, expect: impl FnOnce(String) -> Expect) -> ProbeRoute {
+    ProbeRoute {
+        host: route.host,
+        path: route.path_prefix,
+        expect: expect(route.pool),
+    }
+}
+
+/// What one firing's routes did: the times to first right answer (p50/p90/p99/max and a
+/// CDF), when the last became right, the resolution, wrong answers, never right by name.
+fn summarize(firing: &Firing, job: &JobOutcome, measure_from: Instant) -> Value {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut times: Vec<f64> = Vec::new();
+    let mut resolution: Vec<f64> = Vec::new();
+    let mut never = Vec::new();
+    let mut last_right: Option<Instant> = None;
+    for r in &job.routes {
+        match r.right_at {
+            Some(right) => {
+                times.push(ms(right.saturating_duration_since(r.requested_at)));
+                let since = r.last_wrong_at.unwrap_or(r.requested_at);
+                resolution.push(ms(right.saturating_duration_since(since)));
+                last_right = Some(last_right.map_or(right, |l| l.max(right)));
+            }
+            None => never.push(r.host.clone()),
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    resolution.sort_by(f64::total_cmp);
+    let first_request = job.routes.iter().map(|r| r.requested_at).min();
+    let quantiles = |v: &[f64]| json!({ "p50": quantile(v, 0.5), "p90": quantile(v, 0.9), "p99": quantile(v, 0.99), "max": v.last() });
+    let cdf: Vec<Value> = (1..=CDF_POINTS.min(times.len()))
+        .map(|k| {
+            let q = k as f64 / CDF_POINTS.min(times.len()) as f64;
+            json!([quantile(&times, q), q])
+        })
+        .collect();
+    json!({
+        "event": firing.event,
+        "what": firing.what,
+        "one_at_a_time": firing.one_at_a_time,
+        "planned": firing.planned,
+        "asked": job.routes.len(),
+        "right": times.len(),
+        "requested_s": first_request.map(|t| offset(t, measure_from)),
+        "time_to_right_ms": quantiles(&times),
+        "last_right_ms": first_request.zip(last_right).map(|(f, l)| ms(l.saturating_duration_since(f))),
+        "resolution_ms": { "p50": quantile(&resolution, 0.5), "max": resolution.last() },
+        "wrong": job.wrong,
+        "probes": job.routes.iter().map(|r| u64::from(r.probes)).sum::<u64>(),
+        "never_right": never,
+        "cdf": cdf,
+    })
+}
+
+/// The nearest-rank quantile `q` of sorted `v` (`None` when empty).
+fn quantile(v: &[f64], q: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    let i = ((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1;
+    Some(v[i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), Some(50.0));
+        assert_eq!(quantile(&v, 0.99), Some(99.0));
+        assert_eq!(quantile(&v, 1.0), Some(100.0));
+        assert_eq!(quantile(&[], 0.5), None);
+        assert_eq!(quantile(&[7.0], 0.01), Some(7.0));
+    }
+}
