@@ -257,6 +257,22 @@ impl RouteTable {
         routes
     }
 
+    /// The routes grouped by host, hosts in the order their first route comes in
+    /// [`RouteTable::ordered_routes`] and each host's routes in that order (one pass: a
+    /// proxy's virtual hosts for 10,000 routes).
+    pub fn routes_by_host(&self) -> Vec<(&str, Vec<&Route>)> {
+        let mut hosts: Vec<(&str, Vec<&Route>)> = Vec::new();
+        let mut at: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+        for route in self.ordered_routes() {
+            let i = *at.entry(route.host.as_str()).or_insert_with(|| {
+                hosts.push((route.host.as_str(), Vec::new()));
+                hosts.len() - 1
+            });
+            hosts[i].1.push(route);
+        }
+        hosts
+    }
+
     /// The headers added to every answer: the overlay's, then the generation's.
     pub fn response_headers(&self) -> Vec<(&str, String)> {
         let overlay = self

@@ -36,6 +36,7 @@ mod tls;
 mod worker;
 
 pub use error::LoadError;
+pub use timer::thread_cpu;
 
 /// Entry points for fuzz targets (`fuzz/`) and benches (`benches/`); not part of the
 /// supported API.

@@ -106,12 +106,21 @@ pub struct JobOutcome {
     pub wrong: BTreeMap<String, u64>,
 }
 
+/// What the probe found, and what it cost.
+#[derive(Clone, Debug, Default)]
+pub struct ProbeReport {
+    /// Each job's outcome, by job number.
+    pub jobs: Vec<JobOutcome>,
+    /// The CPU time of the probe's thread, start to finish.
+    pub cpu: Duration,
+}
+
 /// The probe's thread. Dropping it stops it.
 pub struct Prober {
     jobs: mpsc::UnboundedSender<(usize, Vec<ProbeRoute>, Instant)>,
     stop: Arc<Notify>,
     settled: Arc<AtomicU64>,
-    thread: Option<std::thread::JoinHandle<Vec<JobOutcome>>>,
+    thread: Option<std::thread::JoinHandle<ProbeReport>>,
     /// What `before` said when the thread could not start.
     started: std::sync::mpsc::Receiver<Result<(), String>>,
 }
@@ -136,18 +145,25 @@ impl Prober {
                 .spawn(move || {
                     if let Err(e) = before() {
                         let _ = started_tx.send(Err(e));
-                        return Vec::new();
+                        return ProbeReport::default();
                     }
-                    let _ = started_tx.send(Ok(()));
                     let runtime = match tokio::runtime::Builder::new_current_thread()
                         .enable_all()
                         .build()
                     {
                         Ok(r) => r,
-                        Err(_) => return Vec::new(),
+                        Err(e) => {
+                            let _ = started_tx.send(Err(format!("the route probe's runtime: {e}")));
+                            return ProbeReport::default();
+                        }
                     };
+                    let _ = started_tx.send(Ok(()));
                     let local = tokio::task::LocalSet::new();
-                    local.block_on(&runtime, run(addr, options, rx, stop, settled))
+                    let jobs = local.block_on(&runtime, run(addr, options, rx, stop, settled));
+                    ProbeReport {
+                        jobs,
+                        cpu: crate::timer::thread_cpu(),
+                    }
                 })
                 .map_err(|e| e.to_string())?
         };
@@ -181,12 +197,12 @@ impl Prober {
     }
 
     /// Stops probing (routes still pending are never right) and returns each job's
-    /// outcome, by job number.
-    pub fn finish(mut self) -> Vec<JobOutcome> {
+    /// outcome, by job number, and the probe's CPU time.
+    pub fn finish(mut self) -> ProbeReport {
         self.join()
     }
 
-    fn join(&mut self) -> Vec<JobOutcome> {
+    fn join(&mut self) -> ProbeReport {
         self.stop.notify_one();
         self.thread
             .take()

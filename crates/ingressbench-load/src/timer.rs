@@ -77,7 +77,7 @@ impl AutoWindow {
 }
 
 /// CPU time this thread has used.
-fn thread_cpu() -> Duration {
+pub fn thread_cpu() -> Duration {
     let t = rustix::time::clock_gettime(ClockId::ThreadCPUTime);
     Duration::new(
         t.tv_sec.max(0) as u64,

@@ -121,7 +121,7 @@ fn each_route_is_right_after_its_change_and_wrong_before_it() {
     while prober.settled() < 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
-    let jobs = prober.finish();
+    let jobs = prober.finish().jobs;
     assert_eq!(jobs.len(), 1);
     let job = &jobs[0];
     for r in &job.routes {
@@ -182,7 +182,7 @@ fn a_later_change_takes_over_a_pending_route_and_the_rate_holds() {
         std::thread::sleep(Duration::from_millis(5));
     }
     let elapsed = started.elapsed();
-    let jobs = prober.finish();
+    let jobs = prober.finish().jobs;
     assert!(jobs[0].routes.iter().all(|r| r.right_at.is_none()));
     assert!(jobs[1].routes.iter().all(|r| r.right_at.is_some()));
     // No more probes than the rate allows over the time it ran (one slot of slack per

@@ -275,7 +275,7 @@ fn collect(
         usage_log = None;
     }
     let routes_line = match probe {
-        Some(probe) => probe_line(&probe.finish(dir, load.measure_from)?),
+        Some(probe) => probe_line(&probe.finish(dir, load.measure_from, usage_log.as_ref())?),
         None => String::new(),
     };
     let report = report.map_err(|e| e.to_string())?;
@@ -359,7 +359,7 @@ fn write_measured(
 /// asked and the p99 and last time to a right answer.
 fn probe_line(firings: &Value) -> String {
     let mut line = String::new();
-    for f in firings.as_array().into_iter().flatten() {
+    for f in firings["firings"].as_array().into_iter().flatten() {
         let ms = |v: &Value| v.as_f64().map_or("-".to_owned(), |m| format!("{m:.1} ms"));
         line.push_str(&format!(
             "; {}: {}/{} right, p99 {}, last {}",
@@ -368,6 +368,20 @@ fn probe_line(firings: &Value) -> String {
             f["asked"],
             ms(&f["time_to_right_ms"]["p99"]),
             ms(&f["last_right_ms"]),
+        ));
+    }
+    // The tool's own CPU for the route changes and the probe, against the time the steps
+    // took to be right: the tool must not be what is slow.
+    let took: f64 = firings["firings"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["last_right_ms"].as_f64())
+        .sum();
+    if let Some(tool) = firings["tool_cpu_ms"].as_f64().filter(|_| took > 0.0) {
+        line.push_str(&format!(
+            "; the tool's CPU for routes and probe {tool:.0} ms, {:.1}% of the {took:.0} ms its steps took",
+            tool / took * 100.0
         ));
     }
     line

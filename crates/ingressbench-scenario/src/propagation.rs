@@ -8,7 +8,6 @@
 //! probe has settled the last (right, or given up), as gateway-api-bench's probe test
 //! does: each route's time is then read by one probe after another on that route alone.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -19,6 +18,7 @@ use serde_json::{json, Value};
 use crate::model::Action;
 use crate::record::write_json;
 use crate::timeline::offset;
+use crate::usage::UsageLog;
 use crate::Cell;
 
 /// Points of the CDF kept per firing (quantiles, evenly spaced).
@@ -31,6 +31,8 @@ struct Firing {
     one_at_a_time: bool,
     /// Routes the event asks for in all (one at a time: how many it would add).
     planned: usize,
+    /// CPU time the tool spent making and applying its changes (on the driver's thread).
+    tool_cpu: Duration,
 }
 
 /// An event going one route at a time: what is left of it.
@@ -48,6 +50,9 @@ pub(crate) struct Sequence {
 pub(crate) struct RouteProbe {
     prober: Prober,
     firings: Vec<Firing>,
+    /// The probe's rate and connections, as asked.
+    rate: f64,
+    connections: usize,
     /// Routes handed to the probe so far.
     asked: u64,
 }
@@ -90,6 +95,8 @@ impl RouteProbe {
         Some(Prober::start(addr, options, before).map(|prober| Self {
             prober,
             firings: Vec::new(),
+            rate: options.rate_per_s,
+            connections: options.connections,
             asked: 0,
         }))
     }
@@ -110,6 +117,7 @@ impl RouteProbe {
                 what: what.to_owned(),
                 one_at_a_time: false,
                 planned: added.len() + removed.len(),
+                tool_cpu: Duration::ZERO,
             });
         }
         let routes: Vec<ProbeRoute> = added
@@ -126,6 +134,13 @@ impl RouteProbe {
             .probe(self.firings.len() - 1, routes, Instant::now());
     }
 
+    /// Adds CPU time the tool spent on the current firing's changes.
+    pub(crate) fn spent(&mut self, cpu: Duration) {
+        if let Some(f) = self.firings.last_mut() {
+            f.tool_cpu += cpu;
+        }
+    }
+
     /// Marks the firing just begun as `planned` routes asked one at a time.
     pub(crate) fn one_at_a_time(&mut self, planned: usize) {
         if let Some(f) = self.firings.last_mut() {
@@ -140,21 +155,23 @@ impl RouteProbe {
         self.prober.settled() >= self.asked
     }
 
-    /// Stops the probe and writes `routes.json` and `routes.csv` into `dir`; returns the
-    /// firings' summaries.
-    pub(crate) fn finish(self, dir: &Path, measure_from: Instant) -> Result<Value, String> {
-        let jobs = self.prober.finish();
-        let mut csv = std::io::BufWriter::new(
-            std::fs::File::create(dir.join("routes.csv")).map_err(|e| e.to_string())?,
-        );
+    /// Stops the probe and writes `routes.json` and `routes.csv` into `dir`; `usage` gives
+    /// the proxy's memory at each step. Returns what `routes.json` holds.
+    pub(crate) fn finish(
+        self,
+        dir: &Path,
+        measure_from: Instant,
+        usage: Option<&UsageLog>,
+    ) -> Result<Value, String> {
+        let report = self.prober.finish();
         let mut lines = String::from("event,firing,host,requested_s,right_s,last_wrong_s,probes\n");
         let mut firings = Vec::new();
         for (i, firing) in self.firings.iter().enumerate() {
-            let job = jobs.get(i).cloned().unwrap_or_default();
+            let job = report.jobs.get(i).cloned().unwrap_or_default();
+            let at = |t: Option<Instant>| {
+                t.map_or(String::new(), |t| format!("{:.6}", offset(t, measure_from)))
+            };
             for r in &job.routes {
-                let at = |t: Option<Instant>| {
-                    t.map_or(String::new(), |t| format!("{:.6}", offset(t, measure_from)))
-                };
                 lines.push_str(&format!(
                     "{},{i},{},{:.6},{},{},{}\n",
                     firing.event,
@@ -165,15 +182,45 @@ impl RouteProbe {
                     r.probes
                 ));
             }
-            firings.push(summarize(firing, &job, measure_from));
+            let mut summary = summarize(firing, &job, measure_from);
+            if let Some(usage) = usage {
+                // The proxy's memory just before this step, and just before the next (or
+                // at the end): what it holds at each number of routes.
+                let from = summary["requested_s"].as_f64().unwrap_or(0.0);
+                let next = self.firings.get(i + 1).and_then(|_| {
+                    report
+                        .jobs
+                        .get(i + 1)?
+                        .routes
+                        .first()
+                        .map(|r| offset(r.requested_at, measure_from))
+                });
+                summary["proxy_rss_bytes"] = json!({
+                    "before": usage.rss_before("proxy", from),
+                    "after": usage.rss_before("proxy", next.unwrap_or(f64::INFINITY)),
+                });
+            }
+            firings.push(summary);
         }
-        csv.write_all(lines.as_bytes())
-            .and_then(|()| csv.flush())
-            .map_err(|e| e.to_string())?;
-        let value = Value::Array(firings);
+        std::fs::write(dir.join("routes.csv"), lines).map_err(|e| e.to_string())?;
+        let tool_ms: f64 =
+            self.firings.iter().map(|f| ms(f.tool_cpu)).sum::<f64>() + ms(report.cpu);
+        let value = json!({
+            "probe": {
+                "rate": self.rate,
+                "connections": self.connections,
+                "cpu_ms": ms(report.cpu),
+            },
+            "tool_cpu_ms": tool_ms,
+            "firings": firings,
+        });
         write_json(&dir.join("routes.json"), &value).map_err(|e| e.to_string())?;
         Ok(value)
     }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
 }
 
 fn probe_route(route: Route, expect: impl FnOnce(String) -> Expect) -> ProbeRoute {
@@ -187,7 +234,6 @@ fn probe_route(route: Route, expect: impl FnOnce(String) -> Expect) -> ProbeRout
 /// What one firing's routes did: the times to first right answer (p50/p90/p99/max and a
 /// CDF), when the last became right, the resolution, wrong answers, never right by name.
 fn summarize(firing: &Firing, job: &JobOutcome, measure_from: Instant) -> Value {
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let mut times: Vec<f64> = Vec::new();
     let mut resolution: Vec<f64> = Vec::new();
     let mut never = Vec::new();
@@ -226,6 +272,7 @@ fn summarize(firing: &Firing, job: &JobOutcome, measure_from: Instant) -> Value 
         "resolution_ms": { "p50": quantile(&resolution, 0.5), "max": resolution.last() },
         "wrong": job.wrong,
         "probes": job.routes.iter().map(|r| u64::from(r.probes)).sum::<u64>(),
+        "tool_cpu_ms": ms(firing.tool_cpu),
         "never_right": never,
         "cdf": cdf,
     })

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ingressbench_lab::model::Overlay;
 use ingressbench_lab::Change;
-use ingressbench_load::{Plan, RequestGate};
+use ingressbench_load::{thread_cpu, Plan, RequestGate};
 use serde_json::{json, Value};
 
 use crate::load::{dur, scaled, LoadThread};
@@ -302,13 +302,22 @@ impl Driver<'_> {
         due: (&str, Value),
         (what, continuing): (&str, bool),
     ) {
+        let cpu = thread_cpu();
+        let mut probed = None;
         if let Some(probe) = self.probe.as_mut() {
             if let Some(delta) = self.site.route_delta(&change) {
                 probe.probe(index, what, delta, continuing);
+                probed = Some(probe);
             }
         }
         let measure_from = self.measure_from;
-        let (mut line, failed) = match self.site.request(change, delay) {
+        let requested = self.site.request(change, delay);
+        // The tool's own part of a route change: working out its routes, rendering and
+        // writing each proxy's configuration, the calls it makes (not their waits).
+        if let Some(probe) = probed {
+            probe.spent(thread_cpu().saturating_sub(cpu));
+        }
+        let (mut line, failed) = match requested {
             Ok(r) => {
                 let rec = &self.site.records()[r];
                 let generations: Vec<Value> = rec

@@ -114,6 +114,25 @@ impl UsageLog {
         Value::Object(figures)
     }
 
+    /// The resident memory of the parts with `role`, together, at the last reading
+    /// before `t_s` (the first reading when none is before it).
+    pub(crate) fn rss_before(&self, role: &str, t_s: f64) -> Option<u64> {
+        let reading = self
+            .readings
+            .iter()
+            .rev()
+            .find(|r| r.t_s < t_s)
+            .or(self.readings.first())?;
+        Some(
+            reading
+                .parts
+                .iter()
+                .filter(|p| p.role == role)
+                .map(|p| p.rss_bytes)
+                .sum(),
+        )
+    }
+
     fn roles(&self) -> Vec<&'static str> {
         let mut roles: Vec<&'static str> = Vec::new();
         for p in &self.parts {

@@ -201,18 +201,12 @@ fn eds(pool: &crate::model::Pool) -> Value {
 }
 
 fn rds(table: &RouteTable) -> Value {
-    let mut hosts: Vec<&str> = Vec::new();
-    for route in table.ordered_routes() {
-        if !hosts.contains(&route.host.as_str()) {
-            hosts.push(&route.host);
-        }
-    }
-    let virtual_hosts: Vec<Value> = hosts
-        .iter()
+    let virtual_hosts: Vec<Value> = table
+        .routes_by_host()
+        .into_iter()
         .enumerate()
-        .map(|(i, host)| {
-            let routes: Vec<Value> = table.ordered_routes().into_iter()
-                .filter(|r| r.host == *host)
+        .map(|(i, (host, routes))| {
+            let routes: Vec<Value> = routes.into_iter()
                 .map(|r| {
                     let mut action = json!({
                         "cluster": format!("pool_{}", r.pool),

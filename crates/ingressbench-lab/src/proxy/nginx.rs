@@ -128,18 +128,13 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
             );
         }
     };
-    let mut hosts: Vec<&str> = Vec::new();
-    for route in table.ordered_routes() {
-        if !hosts.contains(&route.host.as_str()) {
-            hosts.push(&route.host);
-        }
-    }
-    if !hosts.contains(&"*") {
+    let hosts = table.routes_by_host();
+    if !hosts.iter().any(|(host, _)| *host == "*") {
         let _ = writeln!(c, "  server {{");
         listen(&mut c, true);
         let _ = writeln!(c, "    server_name _;\n    return 404;\n  }}");
     }
-    for host in hosts {
+    for (host, routes) in hosts {
         let _ = writeln!(c, "  server {{");
         listen(&mut c, host == "*");
         let _ = writeln!(
@@ -147,11 +142,7 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
             "    server_name {};",
             if host == "*" { "_" } else { host }
         );
-        for route in table
-            .ordered_routes()
-            .into_iter()
-            .filter(|r| r.host == host)
-        {
+        for route in routes {
             let _ = writeln!(c, "    location {} {{", route.path_prefix);
             if let Some((from, to)) = &table.overlay.rewrite {
                 let _ = writeln!(c, "      rewrite ^{from}(.*)$ {to}$1 break;");

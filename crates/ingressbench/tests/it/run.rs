@@ -508,7 +508,9 @@ events:
         // The probe found each added route answering from its pool, and each removed one
         // answering 404 again, every one by name with its time.
         let routes = json(&out.join("cells").join(cell).join("routes.json"));
-        for (firing, what) in routes.as_array().unwrap().iter().zip(["add", "remove"]) {
+        let firings = routes["firings"].as_array().unwrap();
+        assert_eq!(firings.len(), 2, "{cell}: {routes}");
+        for (firing, what) in firings.iter().zip(["add", "remove"]) {
             assert_eq!(firing["what"], format!("{what} 100 routes"), "{cell}");
             assert_eq!(firing["asked"], 100, "{cell}: {firing}");
             assert_eq!(firing["right"], 100, "{cell}: {firing}");
@@ -517,7 +519,20 @@ events:
             let max = firing["time_to_right_ms"]["max"].as_f64().unwrap();
             assert!(0.0 <= p50 && p50 <= max, "{cell}: {firing}");
             assert_eq!(firing["cdf"].as_array().unwrap().len(), 100, "{cell}");
+            // The proxy's memory before and after the step, and the tool's own CPU for it.
+            for when in ["before", "after"] {
+                let rss = firing["proxy_rss_bytes"][when].as_u64();
+                assert!(rss.is_some_and(|b| b > 1 << 20), "{cell}: {firing}");
+            }
+            assert!(
+                firing["tool_cpu_ms"].as_f64().is_some_and(|t| t > 0.0),
+                "{cell}"
+            );
         }
+        assert!(
+            routes["probe"]["cpu_ms"].as_f64().is_some_and(|t| t > 0.0),
+            "{routes}"
+        );
         let csv = std::fs::read_to_string(out.join("cells").join(cell).join("routes.csv")).unwrap();
         assert_eq!(csv.lines().count(), 201, "{cell}");
         assert!(csv.contains(",r500.routes.test,"), "{cell}");
@@ -544,7 +559,7 @@ events:
 ",
     );
     let cell = out.join("cells").join("000-nginx");
-    let routes = json(&cell.join("routes.json"));
+    let routes = &json(&cell.join("routes.json"))["firings"];
     let one = &routes[0];
     assert_eq!(one["what"], "add 3 routes one at a time");
     assert_eq!(one["one_at_a_time"], true);
