@@ -297,6 +297,8 @@ pub enum Change {
     AddRoutes(usize),
     /// Remove this many generated routes (the last ones), in one update.
     RemoveRoutes(usize),
+    /// Add or remove generated routes until there are this many, in one update.
+    GeneratedRoutes(usize),
     /// Freeze a backend (SIGSTOP) for a while, then let it go on (SIGCONT): a stuck
     /// process or a long GC pause. Its socket still accepts connections; nothing answers.
     /// The control plane does not notice, so the proxies are not told.
@@ -759,6 +761,14 @@ impl Lab {
             Change::Routes(routes) => routes.clone(),
             Change::AddRoutes(n) => self.generated_routes_added(*n),
             Change::RemoveRoutes(n) => self.generated_routes_removed(*n),
+            Change::GeneratedRoutes(n) => {
+                let now = self.spec.routes.iter().filter_map(generated_index).count();
+                if *n >= now {
+                    self.generated_routes_added(n - now)
+                } else {
+                    self.generated_routes_removed(now - n)
+                }
+            }
             _ => self.spec.routes.clone(),
         }
     }
@@ -767,7 +777,10 @@ impl Lab {
     pub fn routes_delta(&self, change: &Change) -> Option<(Vec<Route>, Vec<Route>)> {
         matches!(
             change,
-            Change::Routes(_) | Change::AddRoutes(_) | Change::RemoveRoutes(_)
+            Change::Routes(_)
+                | Change::AddRoutes(_)
+                | Change::RemoveRoutes(_)
+                | Change::GeneratedRoutes(_)
         )
         .then(|| {
             let after = self.routes_after(change);
@@ -974,7 +987,10 @@ impl Lab {
                 generations.push((GENERATION_HEADER, self.generation));
                 (overlay.describe(), Vec::new(), Vec::new())
             }
-            Change::Routes(_) | Change::AddRoutes(_) | Change::RemoveRoutes(_) => {
+            Change::Routes(_)
+            | Change::AddRoutes(_)
+            | Change::RemoveRoutes(_)
+            | Change::GeneratedRoutes(_) => {
                 let routes = self.routes_after(&change);
                 let what = routes_change(&self.spec.routes, &routes);
                 // Refused here, before anything changes, as an overlay is.

@@ -233,6 +233,7 @@ fn drive(
         stop: load.stop.clone(),
         probe: load.probe.take(),
         sequence: None,
+        held: std::collections::VecDeque::new(),
     };
     driver.drive(&load.thread, &mut load.timeline, load.gate.take(), run_stop);
     Ok(Beside {

@@ -85,10 +85,24 @@ fn check_route_count(cell: &Cell) -> Result<(), String> {
             _ => 0,
         })
         .fold(0, usize::saturating_add);
-    let most = cell.scenario.routes.count.saturating_add(added);
+    let stepped = cell
+        .events
+        .iter()
+        .filter_map(|e| match &e.action {
+            Action::RouteSteps { to, .. } => to.iter().max().copied(),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    let most = cell
+        .scenario
+        .routes
+        .count
+        .saturating_add(added)
+        .max(stepped);
     if most > MAX_GENERATED_ROUTES {
         return Err(format!(
-            "routes: up to {most} generated routes (routes.count and every add_routes); at most {MAX_GENERATED_ROUTES} in a cell"
+            "routes: up to {most} generated routes (routes.count and every add_routes, or a route step); at most {MAX_GENERATED_ROUTES} in a cell"
         ));
     }
     Ok(())

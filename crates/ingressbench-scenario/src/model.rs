@@ -467,6 +467,19 @@ pub struct EventFile {
     /// With `add_routes` or `remove_routes`: one route per update, the next once the
     /// last answers as it should (or is given up).
     pub one_at_a_time: Option<bool>,
+    /// Generated routes to these counts in turn, each step in one update, the next once
+    /// the last step's routes answer as they should and `pause` has passed.
+    pub route_steps: Option<RouteStepsFile>,
+}
+
+/// `route_steps: { to: [50, 100, 300], pause: 2s }`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RouteStepsFile {
+    /// The generated route counts, in turn.
+    pub to: Vec<usize>,
+    /// How long each count is held once its routes are right (default 2s).
+    pub pause: Option<String>,
 }
 
 /// A scenario's routes: its own, and how many generated ones on top of them.
@@ -687,6 +700,13 @@ pub enum Action {
     AddRoutes(usize),
     /// Remove generated routes.
     RemoveRoutes(usize),
+    /// Generated routes to these counts in turn, each held `pause` once right.
+    RouteSteps {
+        /// The counts.
+        to: Vec<usize>,
+        /// How long each is held.
+        pause: Duration,
+    },
     /// Stall a backend for a while.
     StallBackend {
         /// `None`: at random.
@@ -730,10 +750,11 @@ impl EventFile {
             self.stall_backend.is_some(),
             self.add_routes.is_some(),
             self.remove_routes.is_some(),
+            self.route_steps.is_some(),
         ];
         if actions.iter().filter(|a| **a).count() != 1 {
             return Err(here(
-                "give exactly one action: scale, kill, terminate, config, reload, stall_backend, add_routes or remove_routes"
+                "give exactly one action: scale, kill, terminate, config, reload, stall_backend, add_routes, remove_routes or route_steps"
                     .into(),
             ));
         }
@@ -751,6 +772,15 @@ impl EventFile {
             Action::AddRoutes(n)
         } else if let Some(n) = self.remove_routes {
             Action::RemoveRoutes(n)
+        } else if let Some(steps) = &self.route_steps {
+            if steps.to.is_empty() {
+                return Err(here("route_steps.to: give at least one count".into()));
+            }
+            Action::RouteSteps {
+                to: steps.to.clone(),
+                pause: duration("route_steps.pause", steps.pause.as_deref().unwrap_or("2s"))
+                    .map_err(here)?,
+            }
         } else if let Some(s) = &self.stall_backend {
             Action::StallBackend {
                 backend: random_or_name(&s.backend),

@@ -35,15 +35,22 @@ struct Firing {
     tool_cpu: Duration,
 }
 
-/// An event going one route at a time: what is left of it.
+/// An event going a step at a time (one route at a time, or `route_steps`): what is
+/// left of it.
 pub(crate) struct Sequence {
     pub(crate) event: usize,
     pub(crate) delay: Duration,
-    /// The change of one step.
-    pub(crate) step: ingressbench_lab::Change,
-    /// Routes planned, and still to ask for.
+    /// The changes still to ask for: each with its name in `routes.json`, and whether it
+    /// goes on the firing before (one route at a time) or is a firing of its own.
+    pub(crate) steps: std::collections::VecDeque<(ingressbench_lab::Change, String, bool)>,
+    /// Steps in all.
     pub(crate) planned: usize,
-    pub(crate) left: usize,
+    /// What a step is, in the message when the load ends first (`routes`, `steps`).
+    pub(crate) unit: &'static str,
+    /// How long the routes of a step are held once right, before the next.
+    pub(crate) pause: Duration,
+    /// When the probe was first seen with the last step settled.
+    pub(crate) settled_at: Option<Instant>,
 }
 
 /// The route probe of a cell, and what it has been asked.
@@ -65,10 +72,12 @@ impl RouteProbe {
         addr: std::net::SocketAddr,
         netns: Option<PathBuf>,
     ) -> Option<Result<Self, String>> {
-        let routes = cell
-            .events
-            .iter()
-            .any(|e| matches!(e.action, Action::AddRoutes(_) | Action::RemoveRoutes(_)));
+        let routes = cell.events.iter().any(|e| {
+            matches!(
+                e.action,
+                Action::AddRoutes(_) | Action::RemoveRoutes(_) | Action::RouteSteps { .. }
+            )
+        });
         if !routes {
             return None;
         }
@@ -81,6 +90,7 @@ impl RouteProbe {
             rate_per_s: p.rate,
             connections: p.connections,
             give_up_after,
+            ..ProbeOptions::default()
         };
         let before = move || {
             netns.as_deref().map_or(Ok(()), |ns| {

@@ -4,6 +4,7 @@
 //! the cell and by the sites (the cluster asks whether changes are delayed, and which
 //! routes the events bring); it imports neither the runner nor a site's implementation.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -157,8 +158,10 @@ pub(crate) struct Driver<'a> {
     pub(crate) stop: Arc<AtomicBool>,
     /// Probes the routes that events add or remove.
     pub(crate) probe: Option<RouteProbe>,
-    /// The event going one route at a time, if one is.
+    /// The event going a step at a time, if one is.
     pub(crate) sequence: Option<Sequence>,
+    /// Route events due while a sequence went on: fired in turn once it is done.
+    pub(crate) held: VecDeque<(usize, Duration, (&'static str, Value))>,
 }
 
 impl Driver<'_> {
@@ -217,7 +220,7 @@ impl Driver<'_> {
                 ));
             }
             self.write_applied();
-            let busy = gate.is_some() || self.sequence.is_some();
+            let busy = gate.is_some() || self.sequence.is_some() || !self.held.is_empty();
             std::thread::sleep(Duration::from_millis(if busy { 1 } else { 5 }));
         }
     }
@@ -228,66 +231,126 @@ impl Driver<'_> {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    /// Fires event `index`: asks the site for its change (with `one_at_a_time`, for the
-    /// first route of it, the rest following as [`Driver::next_step`] finds each right).
-    fn fire(&mut self, index: usize, delay: Duration, due: (&str, Value)) {
-        self.fired[index] += 1;
+    /// Fires event `index`: asks the site for its change. An event that goes a step at a
+    /// time (`one_at_a_time`, `route_steps`) asks for its first step now and the rest as
+    /// [`Driver::next_step`] finds each right.
+    fn fire(&mut self, index: usize, delay: Duration, due: (&'static str, Value)) {
         let event = &self.cell.events[index];
-        let change = change_for(&event.action, &self.cell.scenario);
-        let what = describe_action(&event.action, event.one_at_a_time);
-        let one_at_a_time = match change {
-            Change::AddRoutes(n) if event.one_at_a_time => Some((n, Change::AddRoutes(1))),
-            Change::RemoveRoutes(n) if event.one_at_a_time => Some((n, Change::RemoveRoutes(1))),
-            _ => None,
-        };
-        let Some((planned, step)) = one_at_a_time else {
-            self.ask(index, change, delay, due, (&what, false));
-            return;
-        };
-        self.sequence = None;
-        if planned == 0 {
+        let routes = matches!(
+            event.action,
+            Action::AddRoutes(_) | Action::RemoveRoutes(_) | Action::RouteSteps { .. }
+        );
+        if routes && self.sequence.is_some() {
+            // One step at a time means the steps are measured alone: a route event due
+            // meanwhile waits for them.
+            self.held.push_back((index, delay, due));
             return;
         }
-        self.ask(index, step.clone(), delay, due, (&what, false));
-        if let Some(probe) = self.probe.as_mut() {
-            probe.one_at_a_time(planned);
+        self.fired[index] += 1;
+        let what = describe_action(&event.action, event.one_at_a_time);
+        let (mut steps, unit, pause): (VecDeque<(Change, String, bool)>, _, _) = match (
+            &event.action,
+            change_for(&event.action, &self.cell.scenario),
+        ) {
+            (Action::RouteSteps { to, pause }, _) => (
+                to.iter()
+                    .map(|n| (Change::GeneratedRoutes(*n), format!("to {n} routes"), false))
+                    .collect(),
+                "steps",
+                *pause,
+            ),
+            (_, Change::AddRoutes(n)) if event.one_at_a_time => (
+                (0..n)
+                    .map(|k| (Change::AddRoutes(1), what.clone(), k > 0))
+                    .collect(),
+                "routes",
+                Duration::ZERO,
+            ),
+            (_, Change::RemoveRoutes(n)) if event.one_at_a_time => (
+                (0..n)
+                    .map(|k| (Change::RemoveRoutes(1), what.clone(), k > 0))
+                    .collect(),
+                "routes",
+                Duration::ZERO,
+            ),
+            (_, change) => {
+                self.ask(index, change, delay, due, (&what, false));
+                return;
+            }
+        };
+        self.sequence = None;
+        let planned = steps.len();
+        let Some((first, first_what, _)) = steps.pop_front() else {
+            return;
+        };
+        self.ask(index, first, delay, due, (&first_what, false));
+        if event.one_at_a_time {
+            if let Some(probe) = self.probe.as_mut() {
+                probe.one_at_a_time(planned);
+            }
         }
         self.sequence = Some(Sequence {
             event: index,
             delay,
-            step,
+            steps,
             planned,
-            left: planned - 1,
+            unit,
+            pause,
+            settled_at: None,
         });
     }
 
-    /// Asks for the next route of the event going one at a time, once the probe has
-    /// settled the last (without a probe, at once).
+    /// Asks for the next step of the event going a step at a time, once the probe has
+    /// settled the last (without a probe, at once) and its pause has passed; with none
+    /// going, fires the next route event held for one.
     fn next_step(&mut self) {
+        let settled = self.probe.as_ref().is_none_or(RouteProbe::all_settled);
         let Some(seq) = self.sequence.as_mut() else {
+            // Route events held for a sequence go once its last routes are right.
+            if settled {
+                if let Some((index, delay, due)) = self.held.pop_front() {
+                    self.fire(index, delay, due);
+                }
+            }
             return;
         };
-        if seq.left == 0 {
+        if !settled {
+            seq.settled_at = None;
+            return;
+        }
+        if seq.steps.is_empty() {
             self.sequence = None;
             return;
         }
-        if !self.probe.as_ref().is_none_or(RouteProbe::all_settled) {
+        let now = Instant::now();
+        let settled_at = *seq.settled_at.get_or_insert(now);
+        if now < settled_at + seq.pause {
             return;
         }
-        seq.left -= 1;
-        let (event, step, delay) = (seq.event, seq.step.clone(), seq.delay);
-        let number = seq.planned - seq.left;
-        self.ask(event, step, delay, ("step", json!(number)), ("", true));
+        seq.settled_at = None;
+        let Some((step, what, continuing)) = seq.steps.pop_front() else {
+            return;
+        };
+        let (event, delay) = (seq.event, seq.delay);
+        let number = seq.planned - seq.steps.len();
+        self.ask(
+            event,
+            step,
+            delay,
+            ("step", json!(number)),
+            (&what, continuing),
+        );
     }
 
-    /// What is left undone of an event going one route at a time when the load ended.
+    /// What is left undone of an event going a step at a time when the load ended.
     pub(crate) fn unfinished(&self) -> Option<String> {
-        let seq = self.sequence.as_ref().filter(|s| s.left > 0)?;
+        let seq = self.sequence.as_ref().filter(|s| !s.steps.is_empty())?;
         Some(format!(
-            "events[{}] asked for {} of its {} routes one at a time before the load ended: make load.duration longer, the event earlier, or add fewer routes",
+            "events[{}] asked for {} of its {} {} before the load ended: make load.duration longer, the event earlier, or ask for fewer",
             seq.event,
-            seq.planned - seq.left,
-            seq.planned
+            seq.planned - seq.steps.len(),
+            seq.planned,
+            seq.unit
         ))
     }
 
@@ -428,6 +491,7 @@ fn change_for(action: &Action, s: &crate::Scenario) -> Change {
         Action::Reload => Change::Reload,
         Action::AddRoutes(n) => Change::AddRoutes(*n),
         Action::RemoveRoutes(n) => Change::RemoveRoutes(*n),
+        Action::RouteSteps { to, .. } => Change::GeneratedRoutes(to.first().copied().unwrap_or(0)),
         Action::StallBackend { backend, duration } => Change::Stall {
             backend: backend.clone(),
             duration: *duration,

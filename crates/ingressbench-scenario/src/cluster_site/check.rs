@@ -26,12 +26,14 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
             || cell.events.iter().any(|e| {
                 matches!(
                     e.action,
-                    crate::model::Action::AddRoutes(_) | crate::model::Action::RemoveRoutes(_)
+                    crate::model::Action::AddRoutes(_)
+                        | crate::model::Action::RemoveRoutes(_)
+                        | crate::model::Action::RouteSteps { .. }
                 )
             });
         if generated {
             return Err(format!(
-                "cell {} ({}): generated routes (`routes.count`, add_routes, remove_routes) are not made in a cluster yet; run the scenario in the lab",
+                "cell {} ({}): generated routes (`routes.count`, add_routes, remove_routes, route_steps) are not made in a cluster yet; run the scenario in the lab",
                 cell.index,
                 cell.label()
             ));

@@ -21,7 +21,10 @@ impl ClusterSite {
             Change::Terminate(name) => self.delete_pod(name.as_deref(), false),
             Change::Overlay(overlay) => self.change_routes(&overlay),
             Change::Stall { backend, duration } => self.stall(backend.as_deref(), duration),
-            Change::Routes(_) | Change::AddRoutes(_) | Change::RemoveRoutes(_) => Err(
+            Change::Routes(_)
+            | Change::AddRoutes(_)
+            | Change::RemoveRoutes(_)
+            | Change::GeneratedRoutes(_) => Err(
                 "adding and removing routes is not made through the API yet: run it in the lab"
                     .into(),
             ),
