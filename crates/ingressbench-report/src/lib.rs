@@ -24,6 +24,7 @@ pub mod html;
 mod kernel;
 mod protocols;
 pub mod results;
+mod routes;
 pub mod samples;
 pub mod svg;
 pub mod terminal;

@@ -56,6 +56,8 @@ pub struct CellResults {
     pub windows: Vec<Interval>,
     /// Its `impact.json` entries.
     pub impact: Vec<Value>,
+    /// Its `routes.json` (the route probe's figures per event firing), when it has one.
+    pub routes: Option<Value>,
     /// Seconds from the load's start to the start of measurement (the warm-up).
     pub measure_from_s: f64,
     /// What the lab's processes spent (`run.json`'s `usage`), if it was measured.
@@ -187,6 +189,7 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             proxy_version: c["proxy_version"].as_str().map(str::to_owned),
             windows: Vec::new(),
             impact: Vec::new(),
+            routes: None,
             measure_from_s: c["measure_from_s"].as_f64().unwrap_or(0.0),
             usage: c.get("usage").filter(|u| !u.is_null()).cloned(),
             proxy_cpu: Vec::new(),
@@ -330,6 +333,12 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         Some(Err(e)) => why.push(e),
         None => {}
     }
+    match optional("routes.json") {
+        Some(Ok(v)) if v["firings"].is_array() => cell.routes = Some(v),
+        Some(Ok(_)) => why.push("routes.json has no list of firings".into()),
+        Some(Err(e)) => why.push(e),
+        None => {}
+    }
     cell.proxy_cpu = usage_readings(cell, root, windows);
     if why.is_empty() {
         cell.summary = Some(value);
@@ -337,6 +346,7 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         cell.windows.clear();
         cell.impact.clear();
         cell.workers = None;
+        cell.routes = None;
         cell.unreadable = why;
     }
 }
@@ -575,6 +585,7 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
             proxy_version: None,
             windows,
             impact: Vec::new(),
+            routes: None,
             measure_from_s: 0.0,
             usage: None,
             proxy_cpu: Vec::new(),

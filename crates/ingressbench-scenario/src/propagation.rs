@@ -33,6 +33,8 @@ struct Firing {
     planned: usize,
     /// CPU time the tool spent making and applying its changes (on the driver's thread).
     tool_cpu: Duration,
+    /// Routes in force once its changes were asked for.
+    routes_after: Option<usize>,
 }
 
 /// An event going a step at a time (one route at a time, or `route_steps`): what is
@@ -128,6 +130,7 @@ impl RouteProbe {
                 one_at_a_time: false,
                 planned: added.len() + removed.len(),
                 tool_cpu: Duration::ZERO,
+                routes_after: None,
             });
         }
         let routes: Vec<ProbeRoute> = added
@@ -144,10 +147,12 @@ impl RouteProbe {
             .probe(self.firings.len() - 1, routes, Instant::now());
     }
 
-    /// Adds CPU time the tool spent on the current firing's changes.
-    pub(crate) fn spent(&mut self, cpu: Duration) {
+    /// Adds CPU time the tool spent on the current firing's change, after which the
+    /// site holds `routes`.
+    pub(crate) fn spent(&mut self, cpu: Duration, routes: Option<usize>) {
         if let Some(f) = self.firings.last_mut() {
             f.tool_cpu += cpu;
+            f.routes_after = routes;
         }
     }
 
@@ -274,6 +279,7 @@ fn summarize(firing: &Firing, job: &JobOutcome, measure_from: Instant) -> Value 
         "what": firing.what,
         "one_at_a_time": firing.one_at_a_time,
         "planned": firing.planned,
+        "routes_after": firing.routes_after,
         "asked": job.routes.len(),
         "right": times.len(),
         "requested_s": first_request.map(|t| offset(t, measure_from)),

@@ -112,6 +112,11 @@ pub(crate) trait Site {
         None
     }
 
+    /// The routes in force (own and generated), where the site keeps them.
+    fn route_count(&self) -> Option<usize> {
+        None
+    }
+
     /// Moves pending changes on (called every few milliseconds while the load runs).
     fn tick(&mut self) -> Result<(), String> {
         Ok(())
@@ -249,6 +254,10 @@ impl Site for LabSite {
 
     fn route_delta(&self, change: &Change) -> Option<(Vec<Route>, Vec<Route>)> {
         self.lab.routes_delta(change)
+    }
+
+    fn route_count(&self) -> Option<usize> {
+        Some(self.lab.routes().len())
     }
 
     fn tick(&mut self) -> Result<(), String> {

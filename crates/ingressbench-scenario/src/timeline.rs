@@ -235,17 +235,22 @@ impl Driver<'_> {
     /// time (`one_at_a_time`, `route_steps`) asks for its first step now and the rest as
     /// [`Driver::next_step`] finds each right.
     fn fire(&mut self, index: usize, delay: Duration, due: (&'static str, Value)) {
-        let event = &self.cell.events[index];
         let routes = matches!(
-            event.action,
+            self.cell.events[index].action,
             Action::AddRoutes(_) | Action::RemoveRoutes(_) | Action::RouteSteps { .. }
         );
-        if routes && self.sequence.is_some() {
+        if routes && (self.sequence.is_some() || !self.held.is_empty()) {
             // One step at a time means the steps are measured alone: a route event due
-            // meanwhile waits for them.
+            // meanwhile waits for them (and for the route events held before it).
             self.held.push_back((index, delay, due));
             return;
         }
+        self.fire_now(index, delay, due);
+    }
+
+    /// Fires event `index` now (see [`Driver::fire`]).
+    fn fire_now(&mut self, index: usize, delay: Duration, due: (&'static str, Value)) {
+        let event = &self.cell.events[index];
         self.fired[index] += 1;
         let what = describe_action(&event.action, event.one_at_a_time);
         let (mut steps, unit, pause): (VecDeque<(Change, String, bool)>, _, _) = match (
@@ -278,7 +283,6 @@ impl Driver<'_> {
                 return;
             }
         };
-        self.sequence = None;
         let planned = steps.len();
         let Some((first, first_what, _)) = steps.pop_front() else {
             return;
@@ -309,7 +313,7 @@ impl Driver<'_> {
             // Route events held for a sequence go once its last routes are right.
             if settled {
                 if let Some((index, delay, due)) = self.held.pop_front() {
-                    self.fire(index, delay, due);
+                    self.fire_now(index, delay, due);
                 }
             }
             return;
@@ -378,7 +382,7 @@ impl Driver<'_> {
         // The tool's own part of a route change: working out its routes, rendering and
         // writing each proxy's configuration, the calls it makes (not their waits).
         if let Some(probe) = probed {
-            probe.spent(thread_cpu().saturating_sub(cpu));
+            probe.spent(thread_cpu().saturating_sub(cpu), self.site.route_count());
         }
         let (mut line, failed) = match requested {
             Ok(r) => {

@@ -165,7 +165,11 @@ pub(crate) fn write_report(
         .with_context(|| format!("cannot write {}", out.display()))?;
     let took = started.elapsed();
     let mut stdout = std::io::stdout().lock();
-    for line in report.table.lines() {
+    for line in report
+        .table
+        .lines()
+        .chain(report.routes.iter().map(String::as_str))
+    {
         writeln!(stdout, "{}", terminal::printable(line))?;
     }
     let unreadable: Vec<_> = run

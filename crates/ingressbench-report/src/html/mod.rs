@@ -38,6 +38,8 @@ pub struct Report {
     pub headline: Vec<String>,
     /// The headline as a table, for a terminal ([`crate::headline::text`]).
     pub table: String,
+    /// The route-scale sentences, one per cell and step kind (also in `headline`).
+    pub routes: Vec<String>,
     /// The warnings grouped by kind: the kind and its warnings.
     pub warning_groups: Vec<(String, Vec<String>)>,
     /// Warnings (generator behind, failed cells, too few requests, unreadable files).
@@ -53,12 +55,16 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
         conditions.sort_by_key(|c| c.target != baseline);
     }
     let diffs = analysis::differences(&conditions, noise_floor);
-    let headline = analysis::headline(&conditions, &diffs);
+    let mut headline = analysis::headline(&conditions, &diffs);
     let warnings = warnings(run);
     let warning_groups = crate::headline::group_warnings(&warnings);
     let rows = crate::headline::rows(run, &conditions, &diffs);
     let colours = target_colours(&conditions);
     let mut charts = Vec::new();
+    // Route scale: its sentences join the headline's, its section follows the events.
+    let (routes_section, routes) = crate::routes::section(run, &colours, &mut charts)
+        .map_or((None, Vec::new()), |(html, lines)| (Some(html), lines));
+    headline.extend(routes.iter().cloned());
     let mut body = String::new();
     let name = run.record["scenario"].as_str().unwrap_or("run");
     let status = run.record["status"].as_str().unwrap_or("unknown");
@@ -172,6 +178,9 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
     }
     // Events.
     body.push_str(&events_section(run, &conditions));
+    if let Some(section) = &routes_section {
+        body.push_str(section);
+    }
     // Phases.
     if let Some((table, svg)) = phases(run, &conditions) {
         let _ = write!(
@@ -205,6 +214,7 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
         charts,
         headline,
         table: crate::headline::text(&rows),
+        routes,
         warning_groups,
         warnings,
     }

@@ -438,6 +438,9 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
         if file.ends_with("closed-loop.yaml") || file.ends_with("phases.yaml") {
             topology_recorded(&record);
         }
+        if file.ends_with("route-scale.yaml") {
+            route_steps_all_right(&out, &record);
+        }
         assert_eq!(record["cells"].as_array().unwrap().len(), cells);
         for cell in record["cells"].as_array().unwrap() {
             assert_eq!(cell["status"], "done", "{}: {cell}", file.display());
@@ -634,6 +637,47 @@ events:
     let max = stall["max_latency_ms"].as_f64().unwrap();
     assert!(max >= 800.0, "max latency after the stall: {max} ms");
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// route-scale in quick mode: in every cell the steps 10 -> 100 -> 1,000 -> 100 and then
+/// the two routes one at a time (held until the steps were done), each route right, each
+/// step's proxy memory read.
+fn route_steps_all_right(out: &Path, record: &serde_json::Value) {
+    for cell in record["cells"].as_array().unwrap() {
+        let name = cell["dir"].as_str().unwrap();
+        let routes = json(&out.join("cells").join(name).join("routes.json"));
+        let firings = routes["firings"].as_array().unwrap();
+        let shape: Vec<(&str, u64)> = firings
+            .iter()
+            .map(|f| (f["what"].as_str().unwrap(), f["right"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("to 100 routes", 90),
+                ("to 1000 routes", 900),
+                ("to 100 routes", 900),
+                ("add 2 routes one at a time", 2)
+            ],
+            "{name}: {routes}"
+        );
+        for f in firings {
+            assert_eq!(f["never_right"], serde_json::json!([]), "{name}: {f}");
+            assert!(
+                f["proxy_rss_bytes"]["after"]
+                    .as_u64()
+                    .is_some_and(|b| b > 0),
+                "{name}: {f}"
+            );
+        }
+        let steps_done = firings[2]["requested_s"].as_f64().unwrap()
+            + firings[2]["last_right_ms"].as_f64().unwrap() / 1e3;
+        let held = firings[3]["requested_s"].as_f64().unwrap();
+        assert!(
+            held >= steps_done,
+            "{name}: the held event went before the steps were right"
+        );
+    }
 }
 
 /// sequential-bursts: per target and host, anti-affinity adds the 0.3 ms cross-node link

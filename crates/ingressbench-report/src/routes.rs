@@ -1,0 +1,337 @@
+//! The route-scale section: for cells whose events added or removed routes, what the
+//! route probe found per step (each route's time to its first right answer, the
+//! resolution of that figure, wrong answers, routes never right), the errors on the
+//! routes that were there, the proxy's memory at each count, and the tool's own CPU; a
+//! chart of memory and of p99 time to right against the routes in force (a line per
+//! cell), and each cell's CDF per step. Also the headline's sentences on it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::results::{CellResults, RunResults};
+use crate::svg::{esc, short, Axis, Plot, PALETTE};
+
+/// The section and its headline sentences, or `None` when no cell probed routes. Charts
+/// go to `charts` under their names.
+pub(crate) fn section(
+    run: &RunResults,
+    colours: &BTreeMap<String, &str>,
+    charts: &mut Vec<(String, String)>,
+) -> Option<(String, Vec<String>)> {
+    let cells: Vec<(&CellResults, &Vec<Value>)> = run
+        .cells
+        .iter()
+        .filter_map(|c| Some((c, c.routes.as_ref()?["firings"].as_array()?)))
+        .filter(|(_, f)| !f.is_empty())
+        .collect();
+    if cells.is_empty() {
+        return None;
+    }
+    let mut html = String::from("<section><h2>Route scale</h2><p class=\"note\">Per step of each cell: the routes it added or removed, each probed beside the load until it answered as the change says (a 2xx from its pool after 404s; 404 after its pool's answers), timed from the change's request to the probe that first found it right. <em>Resolution</em> is the median gap between a route's last wrong answer and its first right one: the route became right within it (the pending routes over the probe's rate for a bulk step, under a millisecond one at a time). <em>Wrong</em>: answers that were neither the before nor the after. <em>Errors on existing routes</em>: the load's failed requests from the step's request to the next step's. Memory: the proxy's resident memory (every process) read just before the next step, once this step's routes were right. Tool CPU: what this tool spent rendering and applying the step (the probe's own CPU is in the cell's total).</p>");
+    let mut headline = Vec::new();
+    let colour = |c: &CellResults| {
+        colours
+            .get(&c.target)
+            .copied()
+            .unwrap_or(PALETTE[0])
+            .to_owned()
+    };
+    for (name, unit, figure) in [
+        (
+            "memory",
+            "proxy memory (MiB)",
+            rss_mib as fn(&Value) -> Option<f64>,
+        ),
+        (
+            "p99 to right",
+            "p99 time to first right answer (ms)",
+            p99_ms,
+        ),
+    ] {
+        if let Some(svg) = against_routes(&cells, unit, figure, &colour) {
+            let _ = write!(
+                html,
+                "<figure><figcaption>{} against routes in force</figcaption>{svg}</figure>",
+                esc(unit)
+            );
+            charts.push((format!("routes {name}"), svg));
+        }
+    }
+    for (cell, firings) in &cells {
+        let label = cell.label();
+        let _ = write!(html, "<h3>{}</h3>", esc(&label));
+        html.push_str(&table(cell, firings));
+        if let Some(svg) = cdf(firings, &label) {
+            html.push_str(&svg);
+            charts.push((format!("routes cdf {label}"), svg));
+        }
+        if let Some(routes) = &cell.routes {
+            let _ = write!(
+                html,
+                "<p class=\"note\">The tool's CPU for the route changes and the probe: {} ms (the probe {} ms, at {} probes/s over {} connections).</p>",
+                number(&routes["tool_cpu_ms"], 0),
+                number(&routes["probe"]["cpu_ms"], 0),
+                number(&routes["probe"]["rate"], 0),
+                number(&routes["probe"]["connections"], 0),
+            );
+        }
+        headline.extend(sentences(&label, firings));
+    }
+    html.push_str("</section>");
+    Some((html, headline))
+}
+
+fn rss_mib(f: &Value) -> Option<f64> {
+    f["proxy_rss_bytes"]["after"]
+        .as_f64()
+        .map(|b| b / (1024.0 * 1024.0))
+}
+
+fn p99_ms(f: &Value) -> Option<f64> {
+    f["time_to_right_ms"]["p99"].as_f64()
+}
+
+/// A figure of each step against the routes in force after it, a line per cell in step
+/// order (steps down come back along it); `None` with fewer than two points.
+fn against_routes(
+    cells: &[(&CellResults, &Vec<Value>)],
+    unit: &str,
+    figure: fn(&Value) -> Option<f64>,
+    colour: &dyn Fn(&CellResults) -> String,
+) -> Option<String> {
+    let lines: Vec<(&CellResults, Vec<(f64, f64)>)> = cells
+        .iter()
+        .map(|(c, firings)| {
+            let points = firings
+                .iter()
+                .filter(|f| f["one_at_a_time"] != true)
+                .filter_map(|f| Some((f["routes_after"].as_f64()?, figure(f)?)))
+                .filter(|(x, _)| *x > 0.0)
+                .collect();
+            (*c, points)
+        })
+        .collect();
+    let all: Vec<(f64, f64)> = lines.iter().flat_map(|l| l.1.iter().copied()).collect();
+    if all.len() < 2 {
+        return None;
+    }
+    let x = Axis::covering(all.iter().map(|p| p.0), true);
+    let y = Axis::covering(all.iter().map(|p| p.1).chain([0.0]), false);
+    let mut plot = Plot::new(900.0, 280.0, x, y);
+    plot.axes("routes in force (log)", unit, &|v| short(v));
+    let mut legend = Vec::new();
+    for (cell, points) in &lines {
+        if points.is_empty() {
+            continue;
+        }
+        let c = colour(cell);
+        plot.line(points, &c, 1.6, false);
+        plot.dots(points, &c, 2.5, 1.0);
+        legend.push((c, cell.label()));
+    }
+    plot.legend(&legend);
+    Some(plot.finish(&format!("{unit} against routes in force")))
+}
+
+/// A cell's steps as a table.
+fn table(cell: &CellResults, firings: &[Value]) -> String {
+    let mut t = String::from("<table><tr><th class=\"l\">step</th><th>routes after</th><th>asked</th><th>right</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th><th>last right ms</th><th>resolution ms</th><th class=\"l\">wrong</th><th class=\"l\">never right</th><th>errors on existing routes</th><th>memory MiB</th><th>tool CPU ms</th></tr>");
+    for (i, f) in firings.iter().enumerate() {
+        let from = f["requested_s"].as_f64().unwrap_or(f64::INFINITY);
+        let to = firings
+            .get(i + 1)
+            .and_then(|n| n["requested_s"].as_f64())
+            .unwrap_or(f64::INFINITY);
+        let errors: u64 = cell
+            .impact
+            .iter()
+            .filter(|e| {
+                e["requested_s"]
+                    .as_f64()
+                    .is_some_and(|r| r >= from - 1e-6 && r < to)
+            })
+            .filter_map(|e| e["errors"].as_u64())
+            .sum();
+        let wrong: Vec<String> = f["wrong"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{v} × {k}"))
+            .collect();
+        let never: Vec<&str> = f["never_right"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let never_cell = if never.is_empty() {
+            "0".to_owned()
+        } else {
+            format!(
+                "<details><summary>{}</summary>{}</details>",
+                never.len(),
+                esc(&never.join(" "))
+            )
+        };
+        let ms = |path: &str| number(&f["time_to_right_ms"][path], 1);
+        let _ = write!(
+            t,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{never_cell}</td><td>{errors}</td><td>{}</td><td>{}</td></tr>",
+            esc(f["what"].as_str().unwrap_or("")),
+            number(&f["routes_after"], 0),
+            number(&f["asked"], 0),
+            number(&f["right"], 0),
+            ms("p50"),
+            ms("p90"),
+            ms("p99"),
+            ms("max"),
+            number(&f["last_right_ms"], 1),
+            number(&f["resolution_ms"]["p50"], 2),
+            esc(&wrong.join(", ")),
+            rss_mib(f).map_or("-".to_owned(), |m| format!("{m:.0}")),
+            number(&f["tool_cpu_ms"], 1),
+        );
+    }
+    t.push_str("</table>");
+    t
+}
+
+/// Each step's CDF of time to right, a line per step.
+fn cdf(firings: &[Value], label: &str) -> Option<String> {
+    let lines: Vec<(String, Vec<(f64, f64)>)> = firings
+        .iter()
+        .map(|f| {
+            let points = f["cdf"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|p| Some((p[0].as_f64()?.max(0.001), p[1].as_f64()?)))
+                .collect();
+            (f["what"].as_str().unwrap_or("").to_owned(), points)
+        })
+        .filter(|(_, p): &(String, Vec<(f64, f64)>)| !p.is_empty())
+        .collect();
+    if lines.is_empty() {
+        return None;
+    }
+    let x = Axis::covering(lines.iter().flat_map(|l| l.1.iter().map(|p| p.0)), true);
+    let y = Axis {
+        min: 0.0,
+        max: 1.0,
+        log: false,
+    };
+    let mut plot = Plot::new(900.0, 240.0, x, y);
+    plot.axes(
+        "time to first right answer (ms, log)",
+        "fraction of the step's routes",
+        &|v| short(v),
+    );
+    let mut legend = Vec::new();
+    for (i, (what, points)) in lines.iter().enumerate() {
+        let colour = PALETTE[i % PALETTE.len()];
+        plot.line(points, colour, 1.4, false);
+        legend.push((colour.to_owned(), format!("{}. {what}", i + 1)));
+    }
+    plot.legend(&legend);
+    Some(plot.finish(&format!("time to first right answer per step, {label}")))
+}
+
+/// The headline's sentences for a cell: the bulk step nearest 1,000 routes, and the
+/// routes added one at a time.
+fn sentences(label: &str, firings: &[Value]) -> Vec<String> {
+    let mut out = Vec::new();
+    let bulk = firings
+        .iter()
+        .filter(|f| f["one_at_a_time"] != true)
+        .filter_map(|f| Some((f["routes_after"].as_f64()?, f)))
+        .min_by(|a, b| (a.0 - 1000.0).abs().total_cmp(&(b.0 - 1000.0).abs()));
+    if let Some((routes, f)) = bulk {
+        out.push(format!(
+            "{label}: at {} routes ({}), p99 time to first right answer {} ms (resolution {} ms), proxy memory {} MiB{}.",
+            number(&Value::from(routes), 0),
+            f["what"].as_str().unwrap_or(""),
+            number(&f["time_to_right_ms"]["p99"], 0),
+            number(&f["resolution_ms"]["p50"], 0),
+            rss_mib(f).map_or("-".to_owned(), |m| format!("{m:.0}")),
+            never_note(f),
+        ));
+    }
+    for f in firings.iter().filter(|f| f["one_at_a_time"] == true) {
+        out.push(format!(
+            "{label}: {} with {} present, p99 {} ms (resolution {} ms){}.",
+            f["what"].as_str().unwrap_or(""),
+            number(
+                &Value::from(
+                    f["routes_after"].as_f64().unwrap_or(0.0) - f["asked"].as_f64().unwrap_or(0.0)
+                ),
+                0
+            ),
+            number(&f["time_to_right_ms"]["p99"], 1),
+            number(&f["resolution_ms"]["p50"], 2),
+            never_note(f),
+        ));
+    }
+    out
+}
+
+fn never_note(f: &Value) -> String {
+    match f["never_right"].as_array().map_or(0, Vec::len) {
+        0 => String::new(),
+        n => format!(", {n} never right"),
+    }
+}
+
+/// A number with `decimals`, thousands grouped; `-` when absent.
+fn number(v: &Value, decimals: usize) -> String {
+    let Some(x) = v.as_f64() else {
+        return "-".into();
+    };
+    let text = format!("{x:.decimals$}");
+    let (whole, frac) = text
+        .split_once('.')
+        .map_or((text.as_str(), None), |(w, f)| (w, Some(f)));
+    let (sign, digits) = whole.strip_prefix('-').map_or(("", whole), |d| ("-", d));
+    let mut grouped = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            grouped.push(',');
+        }
+        grouped.push(ch);
+    }
+    match frac {
+        Some(f) => format!("{sign}{grouped}.{f}"),
+        None => format!("{sign}{grouped}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_grouped_by_thousands() {
+        assert_eq!(number(&Value::from(10000.0), 0), "10,000");
+        assert_eq!(number(&Value::from(1187.44), 1), "1,187.4");
+        assert_eq!(number(&Value::from(-999.0), 0), "-999");
+        assert_eq!(number(&Value::Null, 0), "-");
+    }
+
+    #[test]
+    fn the_headline_takes_the_bulk_step_nearest_a_thousand_routes() {
+        let firings: Vec<Value> = serde_json::from_str(
+            r#"[{"what":"to 100 routes","routes_after":101,"one_at_a_time":false,"time_to_right_ms":{"p99":30},"resolution_ms":{"p50":5},"proxy_rss_bytes":{"after":104857600},"never_right":[]},
+                {"what":"to 1000 routes","routes_after":1001,"one_at_a_time":false,"time_to_right_ms":{"p99":300},"resolution_ms":{"p50":50},"proxy_rss_bytes":{"after":209715200},"never_right":["r9.routes.test"]},
+                {"what":"add 2 routes one at a time","routes_after":1003,"asked":2,"one_at_a_time":true,"time_to_right_ms":{"p99":7.6},"resolution_ms":{"p50":0.5},"never_right":[]}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            sentences("envoy", &firings),
+            [
+                "envoy: at 1,001 routes (to 1000 routes), p99 time to first right answer 300 ms (resolution 50 ms), proxy memory 200 MiB, 1 never right.",
+                "envoy: add 2 routes one at a time with 1,001 present, p99 7.6 ms (resolution 0.50 ms)."
+            ]
+        );
+    }
+}
