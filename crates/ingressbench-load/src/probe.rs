@@ -5,8 +5,9 @@
 //! A route is probed by one request at a time (never two in flight for the same route),
 //! pending routes taken in turn, all of them within one rate for the whole probe so that
 //! probing 10,000 routes does not become a load of its own. Each route keeps the time of
-//! its first right answer and of the last wrong one before it: the route became right
-//! somewhere between the two, and that gap is the figure's resolution (the per-route
+//! its first right answer (and when that answer came back) and of the last wrong one
+//! before it: the route became right between the last wrong probe's send and the first
+//! right one's answer, and that gap is the figure's resolution (the per-route
 //! interval, 0.5 ms, when one route is pending; the pending count over the rate when many
 //! are). Answers that are neither the route's before nor its after (a 503 while a proxy
 //! reloads, a reset) are counted by kind; a kept-alive connection closed under a probe is
@@ -95,6 +96,9 @@ pub struct RouteOutcome {
     pub requested_at: Instant,
     /// When the probe that first found it right was sent.
     pub right_at: Option<Instant>,
+    /// When that probe's answer came back: the route became right after `last_wrong_at`
+    /// and before this.
+    pub right_answered_at: Option<Instant>,
     /// When the last probe that found it not yet right was sent (before `right_at`).
     pub last_wrong_at: Option<Instant>,
     /// Probes sent to it.
@@ -322,6 +326,7 @@ fn add(
             host: route.host,
             requested_at,
             right_at: None,
+            right_answered_at: None,
             last_wrong_at: None,
             probes: 0,
         });
@@ -352,6 +357,7 @@ async fn connection(
             continue;
         };
         let answer = ask(addr, &mut stream, &pending, &mut parser, &buffer).await;
+        let answered_at = Instant::now();
         let mut s = state.borrow_mut();
         let s = &mut *s;
         let expect = &s.expects[pending.job][pending.index];
@@ -362,6 +368,7 @@ async fn connection(
         match verdict {
             Verdict::Right => {
                 route.right_at = Some(sent_at);
+                route.right_answered_at = Some(answered_at);
                 s.pending_hosts.remove(&route.host);
                 settled.fetch_add(1, Ordering::Relaxed);
             }

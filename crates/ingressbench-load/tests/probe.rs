@@ -9,20 +9,15 @@ use std::time::{Duration, Instant};
 
 use ingressbench_load::probe::{Expect, ProbeOptions, ProbeRoute, Prober};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+
+mod support;
 
 /// What the server answers for a host: a status and the backend it names.
 type Table = Arc<Mutex<HashMap<String, (u16, &'static str)>>>;
 
 /// A keep-alive HTTP/1.1 server answering from `table` by `Host` (404 for an unknown host).
 fn server(table: Table) -> (SocketAddr, tokio::runtime::Runtime) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
-    let addr = listener.local_addr().unwrap();
+    let (runtime, listener, addr) = support::listen();
     runtime.spawn(async move {
         loop {
             let Ok((mut socket, _)) = listener.accept().await else {
@@ -136,10 +131,12 @@ fn each_route_is_right_after_its_change_and_wrong_before_it() {
             .unwrap_or_else(|| panic!("{} never right", r.host));
         let wrong = r.last_wrong_at.expect("wrong before the change");
         assert_eq!(r.requested_at, requested);
-        // The last wrong answer was served before the change; the first right one was
-        // asked for after the last wrong one.
+        // The change falls between the last wrong probe's send and the first right
+        // one's answer: the bracket the probe states as its resolution.
+        let answered = r.right_answered_at.expect("answered");
         assert!(wrong < at, "{}: last wrong after the change", r.host);
-        assert!(right > wrong, "{r:?}");
+        assert!(at <= answered, "{}: right before the change", r.host);
+        assert!(wrong < right && right <= answered, "{r:?}");
     }
     assert!(
         job.wrong.get("503").is_some_and(|n| *n >= 1),

@@ -258,7 +258,8 @@ fn summarize(firing: &Firing, job: &JobOutcome, measure_from: Instant) -> Value 
             Some(right) => {
                 times.push(ms(right.saturating_duration_since(r.requested_at)));
                 let since = r.last_wrong_at.unwrap_or(r.requested_at);
-                resolution.push(ms(right.saturating_duration_since(since)));
+                let until = r.right_answered_at.unwrap_or(right);
+                resolution.push(ms(until.saturating_duration_since(since)));
                 last_right = Some(last_right.map_or(right, |l| l.max(right)));
             }
             None => never.push(r.host.clone()),

@@ -118,8 +118,8 @@ fn test_tls_files(tag: &str, ca_pem: &str, cert: &[u8], key: &rcgen::KeyPair) ->
     }
 }
 
-/// Starts a server on 127.0.0.1:0 with its own runtime (two threads).
-pub fn serve(behavior: Behavior, tls: Option<Arc<rustls::ServerConfig>>) -> Server {
+/// A runtime of its own (two threads) and a listener on 127.0.0.1:0 in it.
+pub fn listen() -> (tokio::runtime::Runtime, TcpListener, SocketAddr) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -127,6 +127,12 @@ pub fn serve(behavior: Behavior, tls: Option<Arc<rustls::ServerConfig>>) -> Serv
         .unwrap();
     let listener = runtime.block_on(TcpListener::bind("127.0.0.1:0")).unwrap();
     let addr = listener.local_addr().unwrap();
+    (runtime, listener, addr)
+}
+
+/// Starts a server on 127.0.0.1:0 with its own runtime (two threads).
+pub fn serve(behavior: Behavior, tls: Option<Arc<rustls::ServerConfig>>) -> Server {
+    let (runtime, listener, addr) = listen();
     let accepts = Arc::new(AtomicU64::new(0));
     let requests = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
