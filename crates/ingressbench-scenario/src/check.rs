@@ -28,6 +28,7 @@ pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
     let s = &cell.scenario;
     // Before the lab's routes are made: a count too large would take the memory first.
     check_route_count(cell)?;
+    check_probe(&s.routes.probe)?;
     let (url, pools) = match (lab_file(cell), &cell.target) {
         (Some(file), _) => {
             let spec = file
@@ -106,6 +107,25 @@ fn check_route_count(cell: &Cell) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// The route probe's settings: a rate it can keep, connections it can open, a time.
+fn check_probe(p: &crate::model::ProbeFile) -> Result<(), String> {
+    if !(p.rate.is_finite() && (1.0..=100_000.0).contains(&p.rate)) {
+        return Err(format!(
+            "routes.probe.rate: {} probes/s; give 1 to 100000 (each probe is a request to the proxy beside the load)",
+            p.rate
+        ));
+    }
+    if !(1..=64).contains(&p.connections) {
+        return Err(format!(
+            "routes.probe.connections: {}; give 1 to 64",
+            p.connections
+        ));
+    }
+    ingressbench_stats::parse_duration(&p.give_up_after)
+        .map(|_| ())
+        .map_err(|e| format!("routes.probe.give_up_after: {e}"))
 }
 
 /// Where the load comes from: placement and start margin only for load from the

@@ -491,6 +491,25 @@ mod tests {
         // An own route in the generated routes' domain would clash with them.
         let err = run("name: t\ntargets: [nginx]\nroutes: [{ host: r1.routes.test, pool: echo }]\nload: { rate: 5, duration: 1s }\n").unwrap_err();
         assert!(err.contains("the generated routes' domain"), "{err}");
+        // A route step past the bound, a probe that could not keep its rate, and
+        // one_at_a_time on an event that is not about routes.
+        let err = run("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 30s }\nevents: [{ at: 1s, route_steps: { to: [10, 200000] } }]\n").unwrap_err();
+        assert!(err.contains("up to 200000 generated routes"), "{err}");
+        let err = run("name: t\ntargets: [nginx]\nroutes: { count: 1, probe: { rate: 0 } }\nload: { rate: 5, duration: 1s }\n").unwrap_err();
+        assert!(err.contains("routes.probe.rate: 0 probes/s"), "{err}");
+        let err = run("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 3s }\nevents: [{ at: 1s, scale: 2, one_at_a_time: true }]\n").unwrap_err();
+        assert!(
+            err.contains("`one_at_a_time` goes with add_routes or remove_routes"),
+            "{err}"
+        );
+        let cells = run("name: t\ntargets: [nginx]\nload: { rate: 5, duration: 30s }\nevents: [{ at: 1s, route_steps: { to: [50, 10], pause: 1s } }]\n").unwrap();
+        assert_eq!(
+            cells[0].events[0].action,
+            crate::model::Action::RouteSteps {
+                to: vec![50, 10],
+                pause: std::time::Duration::from_secs(1)
+            }
+        );
     }
 
     #[test]

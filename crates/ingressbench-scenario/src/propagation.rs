@@ -7,6 +7,8 @@
 //! An event with `one_at_a_time` asks for its routes one per update, the next once the
 //! probe has settled the last (right, or given up), as gateway-api-bench's probe test
 //! does: each route's time is then read by one probe after another on that route alone.
+//! `route_steps` goes the same way from count to count, each step a firing of its own
+//! (the driver in `timeline.rs` holds the [`Sequence`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
