@@ -38,6 +38,9 @@ pub(crate) struct Haproxy {
     slots: BTreeMap<String, Vec<Option<SocketAddr>>>,
     /// The table as last rendered to the configuration file.
     rendered: Option<RouteTable>,
+    /// The master's reload counts before the last reload it was asked for, until it is
+    /// seen to have counted it.
+    reloading: Option<(u64, u64)>,
 }
 
 impl Haproxy {
@@ -81,6 +84,13 @@ impl Haproxy {
         files: &ProxyFiles,
         table: &RouteTable,
     ) -> Result<Update, LabError> {
+        // A SIGUSR2 that reaches the master while it still re-executes for the last one
+        // is lost, so a reload first waits until the master has counted the one before
+        // (a controller must); the proxies are told as soon as the signal goes, so the
+        // change's applied time is when HAProxy was asked, as for the other proxies.
+        if let Some(before) = self.reloading.take() {
+            wait_for_reload(files, before)?;
+        }
         self.write_config(files, table)?;
         let before = master_reloads(files)?;
         child
@@ -90,9 +100,9 @@ impl Haproxy {
                 mechanism: "SIGUSR2 reload",
                 reason: e.to_string(),
             })?;
-        wait_for_reload(files, before)?;
+        self.reloading = Some(before);
         Ok(Update {
-            mechanism: "config rewrite + master-worker reload (SIGUSR2), waited for",
+            mechanism: "config rewrite + master-worker reload (SIGUSR2)",
         })
     }
 
@@ -380,8 +390,8 @@ fn parse_master_reloads(show_proc: &str) -> Option<(u64, u64)> {
 
 /// Waits until the master has counted a reload past `before` (at most 30 s): a reload
 /// asked for while the master still re-executes for the last one is lost (seen in the
-/// lab: the second of two SIGUSR2 50 ms apart, under load, never happened), so each
-/// reload is waited for, as HAProxy's controllers do. A reload the master counts as
+/// lab: the second of two SIGUSR2 50 ms apart, under load, never happened), so the next
+/// reload waits for this one, as HAProxy's controllers do. A reload the master counts as
 /// failed is an error naming the log.
 fn wait_for_reload(files: &ProxyFiles, before: (u64, u64)) -> Result<(), LabError> {
     let fail = |reason: String| LabError::Update {
