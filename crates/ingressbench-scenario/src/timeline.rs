@@ -264,20 +264,18 @@ impl Driver<'_> {
                 "steps",
                 *pause,
             ),
-            (_, Change::AddRoutes(n)) if event.one_at_a_time => (
-                (0..n)
-                    .map(|k| (Change::AddRoutes(1), what.clone(), k > 0))
-                    .collect(),
-                "routes",
-                Duration::ZERO,
-            ),
-            (_, Change::RemoveRoutes(n)) if event.one_at_a_time => (
-                (0..n)
-                    .map(|k| (Change::RemoveRoutes(1), what.clone(), k > 0))
-                    .collect(),
-                "routes",
-                Duration::ZERO,
-            ),
+            (_, change @ (Change::AddRoutes(n) | Change::RemoveRoutes(n)))
+                if event.one_at_a_time =>
+            {
+                let one = if matches!(change, Change::AddRoutes(_)) {
+                    Change::AddRoutes(1)
+                } else {
+                    Change::RemoveRoutes(1)
+                };
+                // The first route is a new firing; the rest go on it.
+                let steps = (0..n).map(|k| (one.clone(), what.clone(), k > 0)).collect();
+                (steps, "routes", Duration::ZERO)
+            }
             (_, change) => {
                 self.ask(index, change, delay, due, (&what, false));
                 return;
