@@ -12,13 +12,14 @@ use crate::certs::{self, LabCerts};
 use crate::front::Front;
 use crate::kernel::{self, ListenCounters, NodeSysctls};
 use crate::model::{
-    check_name, generated_index, generated_route, Generation, Overlay, Pool, Route, RouteTable,
-    Tuning, UpstreamProtocol, GENERATED_DOMAIN, GENERATION_HEADER, SIDECAR_GENERATION_HEADER,
+    check_name, generated_index, Generation, Overlay, Pool, Route, RouteTable, Tuning,
+    UpstreamProtocol, GENERATED_DOMAIN, GENERATION_HEADER, SIDECAR_GENERATION_HEADER,
 };
 use crate::process::{OwnedChild, RunAs};
 use crate::proxy::{Binaries, Proxy, ProxyKind, ProxyOptions, UpstreamMtls};
 use crate::reaper::Reaper;
 use crate::relay::Relay;
+use crate::routes::{is_route_change, RoutesDelta};
 use crate::topology::{Isolation, Node, Nodes, Topology};
 use crate::usage::Part;
 use crate::LabError;
@@ -101,6 +102,7 @@ impl LabSpec {
                 host: "*".into(),
                 path_prefix: "/".into(),
                 pool: "echo".into(),
+                revision: 0,
             }],
             overlay: Overlay::default(),
             tuning: Tuning::default(),
@@ -299,6 +301,10 @@ pub enum Change {
     RemoveRoutes(usize),
     /// Add or remove generated routes until there are this many, in one update.
     GeneratedRoutes(usize),
+    /// Change this many generated routes (the lowest numbers) in one update: each answers
+    /// a new revision in [`crate::model::ROUTE_REVISION_HEADER`] (one above the highest
+    /// any route has), as a user's edit of a route's response headers would.
+    ChangeRoutes(usize),
     /// Freeze a backend (SIGSTOP) for a while, then let it go on (SIGCONT): a stuck
     /// process or a long GC pause. Its socket still accepts connections; nothing answers.
     /// The control plane does not notice, so the proxies are not told.
@@ -757,75 +763,17 @@ impl Lab {
 
     /// The routes a change leaves in force.
     fn routes_after(&self, change: &Change) -> Vec<Route> {
-        match change {
-            Change::Routes(routes) => routes.clone(),
-            Change::AddRoutes(n) => self.generated_routes_added(*n),
-            Change::RemoveRoutes(n) => self.generated_routes_removed(*n),
-            Change::GeneratedRoutes(n) => {
-                let now = self.spec.routes.iter().filter_map(generated_index).count();
-                if *n >= now {
-                    self.generated_routes_added(n - now)
-                } else {
-                    self.generated_routes_removed(now - n)
-                }
-            }
-            _ => self.spec.routes.clone(),
-        }
-    }
-
-    /// The routes a route change would add and remove (`None` for any other change).
-    pub fn routes_delta(&self, change: &Change) -> Option<(Vec<Route>, Vec<Route>)> {
-        matches!(
-            change,
-            Change::Routes(_)
-                | Change::AddRoutes(_)
-                | Change::RemoveRoutes(_)
-                | Change::GeneratedRoutes(_)
-        )
-        .then(|| {
-            let after = self.routes_after(change);
-            let (added, removed) = routes_delta(&self.spec.routes, &after);
-            (
-                added.into_iter().cloned().collect(),
-                removed.into_iter().cloned().collect(),
-            )
-        })
-    }
-
-    /// The routes with `n` more generated ones, numbered after the last there is.
-    fn generated_routes_added(&self, n: usize) -> Vec<Route> {
-        let next = self
-            .spec
-            .routes
-            .iter()
-            .filter_map(generated_index)
-            .max()
-            .map_or(0, |i| i + 1);
         let pools: Vec<String> = self.spec.pools.iter().map(|p| p.name.clone()).collect();
-        let mut routes = self.spec.routes.clone();
-        routes.extend((next..next + n).map(|i| generated_route(i, &pools)));
-        routes
+        crate::routes::routes_after(&self.spec.routes, &pools, change)
+            .unwrap_or_else(|| self.spec.routes.clone())
     }
 
-    /// The routes without the `n` generated ones of the highest numbers.
-    fn generated_routes_removed(&self, n: usize) -> Vec<Route> {
-        let mut numbers: Vec<usize> = self
-            .spec
-            .routes
-            .iter()
-            .filter_map(generated_index)
-            .collect();
-        numbers.sort_unstable();
-        let gone: std::collections::HashSet<usize> = numbers[numbers.len().saturating_sub(n)..]
-            .iter()
-            .copied()
-            .collect();
-        self.spec
-            .routes
-            .iter()
-            .filter(|r| generated_index(r).is_none_or(|i| !gone.contains(&i)))
-            .cloned()
-            .collect()
+    /// What a route change would add, remove and change (`None` for any other change).
+    pub fn routes_delta(&self, change: &Change) -> Option<RoutesDelta> {
+        is_route_change(change).then(|| {
+            let after = self.routes_after(change);
+            RoutesDelta::between(&self.spec.routes, &after)
+        })
     }
 
     /// The route table for the backends now running.
@@ -990,9 +938,10 @@ impl Lab {
             Change::Routes(_)
             | Change::AddRoutes(_)
             | Change::RemoveRoutes(_)
-            | Change::GeneratedRoutes(_) => {
+            | Change::GeneratedRoutes(_)
+            | Change::ChangeRoutes(_) => {
                 let routes = self.routes_after(&change);
-                let what = routes_change(&self.spec.routes, &routes);
+                let what = crate::routes::routes_change(&self.spec.routes, &routes);
                 // Refused here, before anything changes, as an overlay is.
                 let mut next = self.spec.clone();
                 next.routes = routes.clone();
@@ -1637,30 +1586,5 @@ fn wait_for_address(child: &mut OwnedChild, log: &Path, from: u64) -> Result<Soc
             )));
         }
         std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// A routes change in words: `routes 1000->1100 (+100)`, `routes 1100->1000 (-100)`,
-/// `routes 1000 (12 changed)`.
-/// The routes in `after` and not in `before`, and those in `before` and not in `after`,
-/// in their order (linear: a change among 10,000 routes is one pass over each).
-fn routes_delta<'a>(before: &'a [Route], after: &'a [Route]) -> (Vec<&'a Route>, Vec<&'a Route>) {
-    let was: std::collections::HashSet<&Route> = before.iter().collect();
-    let is: std::collections::HashSet<&Route> = after.iter().collect();
-    (
-        after.iter().filter(|r| !was.contains(r)).collect(),
-        before.iter().filter(|r| !is.contains(r)).collect(),
-    )
-}
-
-fn routes_change(before: &[Route], after: &[Route]) -> String {
-    let (added, removed) = routes_delta(before, after);
-    let (added, removed) = (added.len(), removed.len());
-    let (b, a) = (before.len(), after.len());
-    match (added, removed) {
-        (n, 0) => format!("routes {b}->{a} (+{n})"),
-        (0, n) => format!("routes {b}->{a} (-{n})"),
-        (n, m) if a == b => format!("routes {a} ({} changed)", n.max(m)),
-        (n, m) => format!("routes {b}->{a} (+{n}, -{m})"),
     }
 }

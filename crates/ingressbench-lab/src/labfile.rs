@@ -629,6 +629,7 @@ impl LabFile {
                 host: "*".into(),
                 path_prefix: "/".into(),
                 pool: first_pool,
+                revision: 0,
             }]
         } else {
             self.routes
@@ -637,6 +638,7 @@ impl LabFile {
                     host: r.host.clone(),
                     path_prefix: r.path_prefix.clone(),
                     pool: r.pool.clone(),
+                    revision: 0,
                 })
                 .collect()
         };

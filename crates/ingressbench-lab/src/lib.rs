@@ -29,8 +29,10 @@ pub mod process;
 pub mod proxy;
 pub mod reaper;
 pub mod relay;
+pub mod routes;
 pub mod topology;
 pub mod usage;
 
 pub use error::LabError;
 pub use lab::{remove_leftovers, Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, PoolSpec};
+pub use routes::{is_route_change, RoutesDelta};

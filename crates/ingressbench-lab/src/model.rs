@@ -23,7 +23,14 @@ pub struct Route {
     pub path_prefix: String,
     /// Target pool.
     pub pool: String,
+    /// The route's revision, answered in [`ROUTE_REVISION_HEADER`] when above 0: a
+    /// `change_routes` event raises it on the routes it changes, so each answer says
+    /// which version of its route served it.
+    pub revision: u32,
 }
+
+/// The response header in which a route that has been changed names its revision.
+pub const ROUTE_REVISION_HEADER: &str = "x-ingressbench-route-revision";
 
 /// The domain of generated routes (route scale): route `i` is host `r{i}.routes.test`.
 pub const GENERATED_DOMAIN: &str = "routes.test";
@@ -37,6 +44,7 @@ pub fn generated_route(i: usize, pools: &[String]) -> Route {
             .get(i % pools.len().max(1))
             .cloned()
             .unwrap_or_default(),
+        revision: 0,
     }
 }
 
@@ -204,14 +212,18 @@ impl RouteTable {
         if let Some((name, value)) = &self.overlay.response_header {
             check_name("response header name", name)?;
             check_header_value("response header value", value)?;
-            if [GENERATION_HEADER, SIDECAR_GENERATION_HEADER]
-                .iter()
-                .any(|h| h.eq_ignore_ascii_case(name))
+            if [
+                GENERATION_HEADER,
+                SIDECAR_GENERATION_HEADER,
+                ROUTE_REVISION_HEADER,
+            ]
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name))
             {
                 return Err(invalid(
                     "response header name",
                     name,
-                    "that header carries the lab's configuration generation; use another name",
+                    "that header carries the lab's configuration generation or a route's revision; use another name",
                 ));
             }
         }
@@ -283,6 +295,16 @@ impl RouteTable {
         overlay
             .chain([(self.generation.header, self.generation.value.to_string())])
             .collect()
+    }
+
+    /// The headers added to the answers of `route`: [`RouteTable::response_headers`], then
+    /// its revision once it has one.
+    pub fn route_headers(&self, route: &Route) -> Vec<(&str, String)> {
+        let mut headers = self.response_headers();
+        if route.revision > 0 {
+            headers.push((ROUTE_REVISION_HEADER, route.revision.to_string()));
+        }
+        headers
     }
 
     /// Whether `other` differs from this table in its endpoints only (same pools, routes,
@@ -394,6 +416,7 @@ mod tests {
                 host: "app.test".into(),
                 path_prefix: "/".into(),
                 pool: "echo".into(),
+                revision: 0,
             }],
             overlay: Overlay::default(),
             tuning: Tuning::default(),
@@ -483,6 +506,7 @@ mod tests {
             host: "r7.app.test".into(),
             path_prefix: "/".into(),
             pool: "a".into(),
+            revision: 0,
         };
         assert_eq!(generated_index(&own), None);
     }

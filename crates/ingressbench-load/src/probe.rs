@@ -49,6 +49,14 @@ pub enum Expect {
         /// The pool that answered before.
         pool: String,
     },
+    /// A changed route: a 2xx from `pool` at a lower revision (or none) before, then at
+    /// `revision` (read from [`ProbeOptions::revision_header`]).
+    Changed {
+        /// The pool that answers before and after.
+        pool: String,
+        /// The revision it answers once right.
+        revision: u32,
+    },
 }
 
 /// One route to probe.
@@ -74,6 +82,9 @@ pub struct ProbeOptions {
     /// One route is asked at most this often: the finest resolution wanted, which spares
     /// the probe's and the proxy's CPU when few routes are pending.
     pub per_route_interval: Duration,
+    /// The response header in which a changed route names its revision (a number), for
+    /// [`Expect::Changed`].
+    pub revision_header: Option<&'static str>,
 }
 
 impl Default for ProbeOptions {
@@ -83,6 +94,7 @@ impl Default for ProbeOptions {
             connections: 4,
             give_up_after: Duration::from_secs(60),
             per_route_interval: Duration::from_micros(500),
+            revision_header: None,
         }
     }
 }
@@ -269,6 +281,7 @@ async fn run(
     for _ in 0..options.connections.max(1) {
         tokio::task::spawn_local(connection(
             addr,
+            options.revision_header,
             state.clone(),
             work.clone(),
             settled.clone(),
@@ -338,12 +351,14 @@ fn add(
 /// puts it back unless it was right.
 async fn connection(
     addr: SocketAddr,
+    revision_header: Option<&'static str>,
     state: Rc<RefCell<State>>,
     work: Rc<Notify>,
     settled: Arc<AtomicU64>,
 ) {
     let buffer = RefCell::new(vec![0u8; 16 * 1024].into_boxed_slice());
-    let mut parser = ResponseParser::new(BACKEND_HEADER, &[]);
+    let revision: Vec<String> = revision_header.map(str::to_owned).into_iter().collect();
+    let mut parser = ResponseParser::new(BACKEND_HEADER, &revision);
     let mut stream: Option<Stream> = None;
     loop {
         let Some((pending, sent_at)) = next(&state, &settled).await else {
@@ -430,10 +445,12 @@ async fn next(state: &Rc<RefCell<State>>, settled: &AtomicU64) -> Option<(Pendin
 
 /// What one probe got back.
 enum Answer {
-    /// A response: its status and the backend that answered.
+    /// A response: its status, the backend that answered and the route's revision (0
+    /// when it named none).
     Response {
         status: u16,
         backend: Option<Vec<u8>>,
+        revision: u32,
     },
     /// No response.
     Failed(Outcome),
@@ -489,6 +506,7 @@ async fn ask(
             Outcome::Status(status) => Answer::Response {
                 status,
                 backend: parser.backend().map(<[u8]>::to_vec),
+                revision: parser.generations()[0],
             },
             failed => Answer::Failed(failed),
         };
@@ -518,8 +536,12 @@ enum Verdict {
 }
 
 fn judge(expect: &Expect, answer: &Answer) -> Verdict {
-    let (status, backend) = match answer {
-        Answer::Response { status, backend } => (*status, backend.as_deref()),
+    let (status, backend, revision) = match answer {
+        Answer::Response {
+            status,
+            backend,
+            revision,
+        } => (*status, backend.as_deref(), *revision),
         Answer::Failed(outcome) => return Verdict::Wrong(outcome.name().into_owned()),
     };
     let from_pool = |pool: &str| {
@@ -535,7 +557,12 @@ fn judge(expect: &Expect, answer: &Answer) -> Verdict {
         Expect::Added { .. } if status == 404 => Verdict::Before,
         Expect::Removed { .. } if status == 404 => Verdict::Right,
         Expect::Removed { pool } if ok && from_pool(pool) => Verdict::Before,
-        Expect::Added { .. } | Expect::Removed { .. } if ok => {
+        Expect::Changed { pool, revision: r } if ok && from_pool(pool) => match revision.cmp(r) {
+            std::cmp::Ordering::Equal => Verdict::Right,
+            std::cmp::Ordering::Less => Verdict::Before,
+            std::cmp::Ordering::Greater => Verdict::Wrong(format!("{status} at a later revision")),
+        },
+        Expect::Added { .. } | Expect::Removed { .. } | Expect::Changed { .. } if ok => {
             Verdict::Wrong(format!("{status} from another pool"))
         }
         _ => Verdict::Wrong(status.to_string()),
@@ -547,9 +574,14 @@ mod tests {
     use super::*;
 
     fn answer(status: u16, backend: &str) -> Answer {
+        answer_at(status, backend, 0)
+    }
+
+    fn answer_at(status: u16, backend: &str, revision: u32) -> Answer {
         Answer::Response {
             status,
             backend: (!backend.is_empty()).then(|| backend.as_bytes().to_vec()),
+            revision,
         }
     }
 
@@ -588,6 +620,35 @@ mod tests {
         assert_eq!(
             judge(&removed, &answer(502, "")),
             Verdict::Wrong("502".into())
+        );
+    }
+
+    #[test]
+    fn a_changed_route_is_right_once_it_answers_its_revision() {
+        let changed = Expect::Changed {
+            pool: "echo".into(),
+            revision: 2,
+        };
+        assert_eq!(
+            judge(&changed, &answer_at(200, "echo-1", 2)),
+            Verdict::Right
+        );
+        assert_eq!(
+            judge(&changed, &answer_at(200, "echo-1", 1)),
+            Verdict::Before
+        );
+        assert_eq!(judge(&changed, &answer(200, "echo-1")), Verdict::Before);
+        assert_eq!(
+            judge(&changed, &answer_at(200, "echo-1", 3)),
+            Verdict::Wrong("200 at a later revision".into())
+        );
+        assert_eq!(
+            judge(&changed, &answer_at(200, "other-1", 2)),
+            Verdict::Wrong("200 from another pool".into())
+        );
+        assert_eq!(
+            judge(&changed, &answer(404, "")),
+            Verdict::Wrong("404".into())
         );
     }
 }

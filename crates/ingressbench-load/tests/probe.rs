@@ -1,5 +1,6 @@
 //! The route probe against a server whose routes change at instants it records itself:
-//! each route's first right answer comes after its change, its last wrong one before,
+//! each route's first right answer (a new route's, a removed one's, a changed one's new
+//! revision) comes after its change, its last wrong one before,
 //! answers that are neither are counted, and a route that never changes is never right.
 
 use std::collections::HashMap;
@@ -12,8 +13,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod support;
 
-/// What the server answers for a host: a status and the backend it names.
-type Table = Arc<Mutex<HashMap<String, (u16, &'static str)>>>;
+/// What the server answers for a host: a status, the backend it names and the route's
+/// revision (in `x-revision`, when above 0).
+type Table = Arc<Mutex<HashMap<String, (u16, &'static str, u32)>>>;
+
+/// The header the server names a route's revision in.
+const REVISION: &str = "x-revision";
 
 /// A keep-alive HTTP/1.1 server answering from `table` by `Host` (404 for an unknown host).
 fn server(table: Table) -> (SocketAddr, tokio::runtime::Runtime) {
@@ -42,14 +47,19 @@ fn server(table: Table) -> (SocketAddr, tokio::runtime::Runtime) {
                         .find_map(|l| l.strip_prefix("Host: "))
                         .unwrap_or_default()
                         .to_owned();
-                    let (status, backend) = table
+                    let (status, backend, revision) = table
                         .lock()
                         .unwrap()
                         .get(&host)
                         .copied()
-                        .unwrap_or((404, ""));
+                        .unwrap_or((404, "", 0));
+                    let revision = if revision > 0 {
+                        format!("{REVISION}: {revision}\r\n")
+                    } else {
+                        String::new()
+                    };
                     let answer = format!(
-                        "HTTP/1.1 {status} X\r\nx-backend: {backend}\r\ncontent-length: 0\r\n\r\n"
+                        "HTTP/1.1 {status} X\r\nx-backend: {backend}\r\n{revision}content-length: 0\r\n\r\n"
                     );
                     if socket.write_all(answer.as_bytes()).await.is_err() {
                         return;
@@ -72,12 +82,18 @@ fn route(host: &str, expect: Expect) -> ProbeRoute {
 #[test]
 fn each_route_is_right_after_its_change_and_wrong_before_it() {
     let table: Table = Arc::default();
-    table
-        .lock()
-        .unwrap()
-        .insert("old.test".into(), (200, "echo-1"));
+    for (host, revision) in [("old.test", 0), ("edited.test", 1)] {
+        table
+            .lock()
+            .unwrap()
+            .insert(host.into(), (200, "echo-1", revision));
+    }
     let (addr, _runtime) = server(table.clone());
-    let prober = Prober::start(addr, ProbeOptions::default(), || Ok(())).unwrap();
+    let options = ProbeOptions {
+        revision_header: Some(REVISION),
+        ..ProbeOptions::default()
+    };
+    let prober = Prober::start(addr, options, || Ok(())).unwrap();
     let requested = Instant::now();
     let added = Expect::Added {
         pool: "echo".into(),
@@ -94,6 +110,13 @@ fn each_route_is_right_after_its_change_and_wrong_before_it() {
                     pool: "echo".into(),
                 },
             ),
+            route(
+                "edited.test",
+                Expect::Changed {
+                    pool: "echo".into(),
+                    revision: 2,
+                },
+            ),
         ],
         requested,
     );
@@ -101,19 +124,21 @@ fn each_route_is_right_after_its_change_and_wrong_before_it() {
     // answers 503 for a while first (a reload's wrong answers).
     std::thread::sleep(Duration::from_millis(50));
     let mut changed = HashMap::new();
-    let mut set = |host: &str, answer: (u16, &'static str)| {
+    let mut set = |host: &str, answer: (u16, &'static str, u32)| {
         table.lock().unwrap().insert(host.into(), answer);
         changed.insert(host.to_owned(), Instant::now());
     };
-    set("a.test", (200, "echo-2"));
+    set("a.test", (200, "echo-2", 0));
     std::thread::sleep(Duration::from_millis(20));
-    set("b.test", (503, ""));
+    set("b.test", (503, "", 0));
     std::thread::sleep(Duration::from_millis(20));
-    set("b.test", (200, "echo-1"));
+    set("b.test", (200, "echo-1", 0));
     std::thread::sleep(Duration::from_millis(20));
-    set("old.test", (404, ""));
+    set("old.test", (404, "", 0));
+    std::thread::sleep(Duration::from_millis(20));
+    set("edited.test", (200, "echo-1", 2));
     let deadline = Instant::now() + Duration::from_secs(10);
-    while prober.settled() < 3 && Instant::now() < deadline {
+    while prober.settled() < 4 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
     }
     let jobs = prober.finish().jobs;

@@ -464,6 +464,9 @@ pub struct EventFile {
     pub add_routes: Option<usize>,
     /// Remove this many generated routes (the last added), in one update.
     pub remove_routes: Option<usize>,
+    /// Change this many generated routes (the lowest numbers) in one update: each answers
+    /// a new revision in a response header.
+    pub change_routes: Option<usize>,
     /// With `add_routes` or `remove_routes`: one route per update, the next once the
     /// last answers as it should (or is given up).
     pub one_at_a_time: Option<bool>,
@@ -700,6 +703,8 @@ pub enum Action {
     AddRoutes(usize),
     /// Remove generated routes.
     RemoveRoutes(usize),
+    /// Change generated routes (a new revision on each).
+    ChangeRoutes(usize),
     /// Generated routes to these counts in turn, each held `pause` once right.
     RouteSteps {
         /// The counts.
@@ -714,6 +719,19 @@ pub enum Action {
         /// How long.
         duration: Duration,
     },
+}
+
+impl Action {
+    /// Whether it adds, removes or changes generated routes (the route probe times it).
+    pub fn is_route_event(&self) -> bool {
+        matches!(
+            self,
+            Action::AddRoutes(_)
+                | Action::RemoveRoutes(_)
+                | Action::ChangeRoutes(_)
+                | Action::RouteSteps { .. }
+        )
+    }
 }
 
 /// A validated event.
@@ -750,11 +768,12 @@ impl EventFile {
             self.stall_backend.is_some(),
             self.add_routes.is_some(),
             self.remove_routes.is_some(),
+            self.change_routes.is_some(),
             self.route_steps.is_some(),
         ];
         if actions.iter().filter(|a| **a).count() != 1 {
             return Err(here(
-                "give exactly one action: scale, kill, terminate, config, reload, stall_backend, add_routes, remove_routes or route_steps"
+                "give exactly one action: scale, kill, terminate, config, reload, stall_backend, add_routes, remove_routes, change_routes or route_steps"
                     .into(),
             ));
         }
@@ -772,6 +791,8 @@ impl EventFile {
             Action::AddRoutes(n)
         } else if let Some(n) = self.remove_routes {
             Action::RemoveRoutes(n)
+        } else if let Some(n) = self.change_routes {
+            Action::ChangeRoutes(n)
         } else if let Some(steps) = &self.route_steps {
             if steps.to.is_empty() {
                 return Err(here("route_steps.to: give at least one count".into()));

@@ -13,11 +13,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ingressbench_lab::model::Route;
+use ingressbench_lab::model::{Route, ROUTE_REVISION_HEADER};
+use ingressbench_lab::RoutesDelta;
 use ingressbench_load::probe::{Expect, JobOutcome, ProbeOptions, ProbeRoute, Prober};
 use serde_json::{json, Value};
 
-use crate::model::Action;
 use crate::record::write_json;
 use crate::timeline::offset;
 use crate::usage::UsageLog;
@@ -76,12 +76,7 @@ impl RouteProbe {
         addr: std::net::SocketAddr,
         netns: Option<PathBuf>,
     ) -> Option<Result<Self, String>> {
-        let routes = cell.events.iter().any(|e| {
-            matches!(
-                e.action,
-                Action::AddRoutes(_) | Action::RemoveRoutes(_) | Action::RouteSteps { .. }
-            )
-        });
+        let routes = cell.events.iter().any(|e| e.action.is_route_event());
         if !routes {
             return None;
         }
@@ -94,6 +89,7 @@ impl RouteProbe {
             rate_per_s: p.rate,
             connections: p.connections,
             give_up_after,
+            revision_header: Some(ROUTE_REVISION_HEADER),
             ..ProbeOptions::default()
         };
         let before = move || {
@@ -115,34 +111,38 @@ impl RouteProbe {
         }))
     }
 
-    /// Starts probing what `delta` (added, removed) changes, asked for now: a new firing
+    /// Starts probing what `delta` adds, removes and changes, asked for now: a new firing
     /// of `event`, or the next step of the last one (`continuing`).
-    pub(crate) fn probe(
-        &mut self,
-        event: usize,
-        what: &str,
-        delta: (Vec<Route>, Vec<Route>),
-        continuing: bool,
-    ) {
-        let (added, removed) = delta;
+    pub(crate) fn probe(&mut self, event: usize, what: &str, delta: RoutesDelta, continuing: bool) {
         if !continuing || self.firings.is_empty() {
             self.firings.push(Firing {
                 event,
                 what: what.to_owned(),
                 one_at_a_time: false,
-                planned: added.len() + removed.len(),
+                planned: delta.len(),
                 tool_cpu: Duration::ZERO,
                 routes_after: None,
             });
         }
+        let RoutesDelta {
+            added,
+            removed,
+            changed,
+        } = delta;
         let routes: Vec<ProbeRoute> = added
             .into_iter()
-            .map(|r| probe_route(r, |pool| Expect::Added { pool }))
+            .map(|r| probe_route(r, |r| Expect::Added { pool: r.pool }))
             .chain(
                 removed
                     .into_iter()
-                    .map(|r| probe_route(r, |pool| Expect::Removed { pool })),
+                    .map(|r| probe_route(r, |r| Expect::Removed { pool: r.pool })),
             )
+            .chain(changed.into_iter().map(|r| {
+                probe_route(r, |r| Expect::Changed {
+                    pool: r.pool,
+                    revision: r.revision,
+                })
+            }))
             .collect();
         self.asked += routes.len() as u64;
         self.prober
@@ -240,11 +240,11 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-fn probe_route(route: Route, expect: impl FnOnce(String) -> Expect) -> ProbeRoute {
+fn probe_route(route: Route, expect: impl FnOnce(Route) -> Expect) -> ProbeRoute {
     ProbeRoute {
-        host: route.host,
-        path: route.path_prefix,
-        expect: expect(route.pool),
+        host: route.host.clone(),
+        path: route.path_prefix.clone(),
+        expect: expect(route),
     }
 }
 

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use ingressbench_lab::kernel::ListenCounters;
 use ingressbench_lab::labfile::LabFile;
-use ingressbench_lab::model::Route;
+
 use ingressbench_lab::usage::Part;
-use ingressbench_lab::{Change, ChangeRecord, Lab};
+use ingressbench_lab::{Change, ChangeRecord, Lab, RoutesDelta};
 use ingressbench_load::TlsOptions;
 use serde_json::{json, Value};
 
@@ -108,7 +108,7 @@ pub(crate) trait Site {
     }
 
     /// The routes a change would add and remove, before it is asked for.
-    fn route_delta(&self, _change: &Change) -> Option<(Vec<Route>, Vec<Route>)> {
+    fn route_delta(&self, _change: &Change) -> Option<RoutesDelta> {
         None
     }
 
@@ -252,7 +252,7 @@ impl Site for LabSite {
         self.lab.entry().map(|(http, _)| http)
     }
 
-    fn route_delta(&self, change: &Change) -> Option<(Vec<Route>, Vec<Route>)> {
+    fn route_delta(&self, change: &Change) -> Option<RoutesDelta> {
         self.lab.routes_delta(change)
     }
 

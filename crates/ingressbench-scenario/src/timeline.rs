@@ -235,10 +235,7 @@ impl Driver<'_> {
     /// time (`one_at_a_time`, `route_steps`) asks for its first step now and the rest as
     /// [`Driver::next_step`] finds each right.
     fn fire(&mut self, index: usize, delay: Duration, due: (&'static str, Value)) {
-        let routes = matches!(
-            self.cell.events[index].action,
-            Action::AddRoutes(_) | Action::RemoveRoutes(_) | Action::RouteSteps { .. }
-        );
+        let routes = self.cell.events[index].action.is_route_event();
         if routes && (self.sequence.is_some() || !self.held.is_empty()) {
             // One step at a time means the steps are measured alone: a route event due
             // meanwhile waits for them (and for the route events held before it).
@@ -467,6 +464,7 @@ fn describe_action(action: &Action, one_at_a_time: bool) -> String {
     let (verb, n) = match action {
         Action::AddRoutes(n) => ("add", *n),
         Action::RemoveRoutes(n) => ("remove", *n),
+        Action::ChangeRoutes(n) => ("change", *n),
         _ => return String::new(),
     };
     let s = if n == 1 { "" } else { "s" };
@@ -493,6 +491,7 @@ fn change_for(action: &Action, s: &crate::Scenario) -> Change {
         Action::Reload => Change::Reload,
         Action::AddRoutes(n) => Change::AddRoutes(*n),
         Action::RemoveRoutes(n) => Change::RemoveRoutes(*n),
+        Action::ChangeRoutes(n) => Change::ChangeRoutes(*n),
         Action::RouteSteps { to, .. } => Change::GeneratedRoutes(to.first().copied().unwrap_or(0)),
         Action::StallBackend { backend, duration } => Change::Stall {
             backend: backend.clone(),

@@ -69,7 +69,7 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
         }
         let mut handle = Vec::new();
         let set: serde_json::Map<String, Value> = table
-            .response_headers()
+            .route_headers(route)
             .into_iter()
             .map(|(name, value)| (name.to_owned(), json!([value])))
             .collect();

@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 
 use super::{create_dir, write_json, Driver, Launch, ProxyFiles, Update, UpstreamMtls};
-use crate::model::{RouteTable, UpstreamProtocol};
+use crate::model::{RouteTable, UpstreamProtocol, ROUTE_REVISION_HEADER};
 use crate::process::OwnedChild;
 use crate::LabError;
 
@@ -215,7 +215,14 @@ fn rds(table: &RouteTable) -> Value {
                     if let Some((from, to)) = &table.overlay.rewrite {
                         action["regex_rewrite"] = json!({ "pattern": { "regex": format!("^{from}(.*)") }, "substitution": format!("{to}\\1") });
                     }
-                    json!({ "match": { "prefix": r.path_prefix }, "route": action })
+                    let mut route = json!({ "match": { "prefix": r.path_prefix }, "route": action });
+                    if r.revision > 0 {
+                        route["response_headers_to_add"] = json!([{
+                            "header": { "key": ROUTE_REVISION_HEADER, "value": r.revision.to_string() },
+                            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
+                        }]);
+                    }
+                    route
                 })
                 .collect();
             let mut vh = json!({ "name": format!("vh{i}"), "domains": [host], "routes": routes });

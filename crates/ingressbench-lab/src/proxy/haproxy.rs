@@ -12,7 +12,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use super::{write_atomically, Driver, Launch, ProxyFiles, Update};
-use crate::model::{RouteTable, UpstreamProtocol};
+use crate::model::{RouteTable, UpstreamProtocol, ROUTE_REVISION_HEADER};
 use crate::process::OwnedChild;
 use crate::LabError;
 
@@ -70,6 +70,7 @@ impl Haproxy {
     fn write_config(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<(), LabError> {
         self.assign_slots_fresh(table);
         write_atomically(&files.config_path(HOSTS_MAP), &hosts_map(table))?;
+        write_atomically(&files.config_path(REVISIONS_MAP), &revisions_map(table)?)?;
         write_atomically(
             &files.config_path("haproxy.cfg"),
             &self.render(files, table),
@@ -246,6 +247,19 @@ impl Haproxy {
                 route.pool, route.path_prefix
             );
         }
+        // A changed route's revision: one lookup of the host in the revisions map (only
+        // whole-host routes have one here; see `revisions_map`).
+        if table.routes.iter().any(|r| r.revision > 0) {
+            let _ = writeln!(
+                c,
+                "  http-request set-var(txn.route_revision) req.hdr(host),field(1,:),lower,map_str({})",
+                files.config_path(REVISIONS_MAP).display()
+            );
+            let _ = writeln!(
+                c,
+                "  http-after-response set-header {ROUTE_REVISION_HEADER} %[var(txn.route_revision)] if {{ var(txn.route_revision) -m found }}"
+            );
+        }
         let _ = writeln!(c, "  default_backend be_not_found");
         let _ = writeln!(c, "backend be_not_found\n  http-request return status 404");
         for pool in &table.pools {
@@ -334,6 +348,39 @@ fn hosts_map(table: &RouteTable) -> String {
         let _ = writeln!(map, "{} be_{}", route.host.to_ascii_lowercase(), route.pool);
     }
     map
+}
+
+/// The map of changed routes' revisions (host to revision), beside haproxy.cfg.
+const REVISIONS_MAP: &str = "revisions.map";
+
+/// The revisions map: `host revision` per changed route. A revision is looked up by host,
+/// so only a route that is its host's one route may have one (generated routes are):
+/// any other is refused rather than answered with another route's revision.
+fn revisions_map(table: &RouteTable) -> Result<String, LabError> {
+    let shared: std::collections::HashSet<&str> = table
+        .routes
+        .iter()
+        .filter(|r| !by_host(r))
+        .map(|r| r.host.as_str())
+        .collect();
+    let mut map =
+        String::from("# Rendered by ingressbench: host -> revision, for changed routes.\n");
+    for route in table.routes.iter().filter(|r| r.revision > 0) {
+        if !by_host(route) || shared.contains(route.host.as_str()) {
+            return Err(LabError::InvalidValue {
+                field: "route revision".into(),
+                value: format!("{}{}", route.host, route.path_prefix),
+                reason: "the HAProxy driver changes only routes that are their host's one route (every path)".into(),
+            });
+        }
+        let _ = writeln!(
+            map,
+            "{} {}",
+            route.host.to_ascii_lowercase(),
+            route.revision
+        );
+    }
+    Ok(map)
 }
 
 /// As many connections as the file-descriptor limit allows (two descriptors each, as

@@ -152,7 +152,7 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
                 c,
                 "      proxy_set_header Host $host;\n      proxy_set_header Connection \"\";"
             );
-            for (name, value) in table.response_headers() {
+            for (name, value) in table.route_headers(route) {
                 let _ = writeln!(c, "      add_header {name} \"{value}\" always;");
             }
             if let Some(origin) = &table.overlay.cors_origin {

@@ -6,7 +6,7 @@
 use serde_json::{json, Map, Value};
 
 use super::{create_dir, write_json, Driver, Launch, ProxyFiles, Update};
-use crate::model::{RouteTable, UpstreamProtocol};
+use crate::model::{RouteTable, UpstreamProtocol, ROUTE_REVISION_HEADER};
 use crate::process::OwnedChild;
 use crate::LabError;
 
@@ -107,9 +107,21 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
     if let Some((from, to)) = &table.overlay.rewrite {
         middlewares.insert("lab-rewrite".into(), json!({ "replacePathRegex": { "regex": format!("^{from}(.*)"), "replacement": format!("{to}$1") } }));
     }
-    let chain: Vec<&String> = middlewares.keys().collect();
+    let chain: Vec<String> = middlewares.keys().cloned().collect();
+    // A changed route's revision: a headers middleware per revision, after the others.
+    for revision in table.routes.iter().map(|r| r.revision).filter(|&r| r > 0) {
+        middlewares
+            .entry(format!("lab-revision-{revision}"))
+            .or_insert_with(|| {
+                json!({ "headers": { "customResponseHeaders": { ROUTE_REVISION_HEADER: revision.to_string() } } })
+            });
+    }
     let mut routers = Map::new();
     for (i, route) in table.ordered_routes().into_iter().enumerate() {
+        let mut chain = chain.clone();
+        if route.revision > 0 {
+            chain.push(format!("lab-revision-{}", route.revision));
+        }
         let path = format!("PathPrefix(`{}`)", route.path_prefix);
         let rule = if route.host == "*" {
             path

@@ -22,18 +22,11 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
         ));
     }
     for cell in cells {
-        let generated = cell.scenario.routes.count > 0
-            || cell.events.iter().any(|e| {
-                matches!(
-                    e.action,
-                    crate::model::Action::AddRoutes(_)
-                        | crate::model::Action::RemoveRoutes(_)
-                        | crate::model::Action::RouteSteps { .. }
-                )
-            });
+        let generated =
+            cell.scenario.routes.count > 0 || cell.events.iter().any(|e| e.action.is_route_event());
         if generated {
             return Err(format!(
-                "cell {} ({}): generated routes (`routes.count`, add_routes, remove_routes, route_steps) are not made in a cluster yet; run the scenario in the lab",
+                "cell {} ({}): generated routes (`routes.count`, add_routes, remove_routes, change_routes, route_steps) are not made in a cluster yet; run the scenario in the lab",
                 cell.index,
                 cell.label()
             ));

@@ -24,7 +24,8 @@ impl ClusterSite {
             Change::Routes(_)
             | Change::AddRoutes(_)
             | Change::RemoveRoutes(_)
-            | Change::GeneratedRoutes(_) => Err(
+            | Change::GeneratedRoutes(_)
+            | Change::ChangeRoutes(_) => Err(
                 "adding and removing routes is not made through the API yet: run it in the lab"
                     .into(),
             ),

@@ -692,6 +692,7 @@ fn two_host_spec(kind: ProxyKind) -> LabSpec {
         host: host.into(),
         path_prefix: prefix.into(),
         pool: pool.into(),
+        revision: 0,
     };
     spec.routes = vec![
         route("a.test", "/", "a"),
@@ -701,7 +702,8 @@ fn two_host_spec(kind: ProxyKind) -> LabSpec {
     spec
 }
 
-fn backend_for(lab: &Lab, host: &str, path: &str) -> String {
+/// The whole answer of the lab's first proxy to `GET path` for `host`.
+fn answer_of(lab: &Lab, host: &str, path: &str) -> String {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(lab.proxies()[0].http_addr()).unwrap();
     write!(
@@ -711,6 +713,11 @@ fn backend_for(lab: &Lab, host: &str, path: &str) -> String {
     .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn backend_for(lab: &Lab, host: &str, path: &str) -> String {
+    let out = answer_of(lab, host, path);
     let status = out.split(' ').nth(1).unwrap_or("?").to_owned();
     let backend = out.lines().find_map(|l| {
         l.to_ascii_lowercase()
@@ -727,6 +734,7 @@ fn scale_routes(first: usize, n: usize) -> Vec<ingressbench_lab::model::Route> {
             host: format!("r{i}.scale.test"),
             path_prefix: "/".into(),
             pool: if i.is_multiple_of(2) { "a" } else { "b" }.into(),
+            revision: 0,
         })
         .collect()
 }
@@ -792,7 +800,42 @@ fn every_proxy_takes_a_thousand_routes_and_a_hundred_more_in_one_change() {
             Duration::from_secs(30),
         );
         assert!(scale_route_serves(&lab, 999), "{kind}");
+        // Ten changed: each answers its new revision, the others none.
+        let mut changed = lab.routes().to_vec();
+        for route in changed.iter_mut().filter(|r| {
+            r.host
+                .strip_prefix('r')
+                .and_then(|h| h.strip_suffix(".scale.test"))
+                .and_then(|n| n.parse::<usize>().ok())
+                .is_some_and(|n| n < 10)
+        }) {
+            route.revision = 4;
+        }
+        let record = lab
+            .request(ingressbench_lab::Change::Routes(changed), Duration::ZERO)
+            .unwrap();
+        assert_eq!(lab.records()[record].what, "routes 1003 (10 changed)");
+        poll(
+            || (0..10).all(|i| route_revision(&lab, i).as_deref() == Some("4")),
+            Duration::from_secs(30),
+        );
+        assert_eq!(route_revision(&lab, 10), None, "{kind}: an unchanged route");
+        assert!(
+            scale_route_serves(&lab, 3),
+            "{kind}: a changed route's pool"
+        );
     }
+}
+
+/// The revision scale route `i` answers in, if any.
+fn route_revision(lab: &Lab, i: usize) -> Option<String> {
+    let out = answer_of(lab, &format!("r{i}.scale.test"), "/");
+    let prefix = format!("{}: ", ingressbench_lab::model::ROUTE_REVISION_HEADER);
+    out.lines().find_map(|l| {
+        l.to_ascii_lowercase()
+            .strip_prefix(&prefix)
+            .map(|v| v.trim().to_owned())
+    })
 }
 
 #[test]

@@ -481,10 +481,11 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
 }
 
 /// Generated routes under load: each proxy starts with 500 of them beside the one the
-/// load goes to, takes 100 more and then loses them, each time in one update; both
-/// changes are timed from the traffic on the route that was there all along.
+/// load goes to, takes 100 more, loses them, then has 100 changed, each time in one
+/// update; each change is timed from the traffic on the route that was there all along,
+/// and each route's by the probe.
 #[test]
-fn generated_routes_are_added_and_removed_under_load() {
+fn generated_routes_are_added_removed_and_changed_under_load() {
     let (dir, out) = run_ok(
         "run-routes",
         "
@@ -493,27 +494,30 @@ targets: [nginx, envoy]
 tls: false
 backends: [{ name: echo, replicas: 2 }]
 routes: { count: 500, routes: [{ host: app.test, pool: echo }] }
-load: { mode: open, rate: 100, connections: 10, duration: 4s, host: app.test, sample_rate: 1 }
+load: { mode: open, rate: 100, connections: 10, duration: 5s, host: app.test, sample_rate: 1 }
 events:
   - { at: 1s, add_routes: 100 }
   - { at: 2500ms, remove_routes: 100 }
+  - { at: 3500ms, change_routes: 100 }
 ",
     );
     for cell in ["000-nginx", "001-envoy"] {
         let impact = json(&out.join("cells").join(cell).join("impact.json"));
         assert_eq!(impact[0]["what"], "routes 501->601 (+100)", "{cell}");
         assert_eq!(impact[1]["what"], "routes 601->501 (-100)", "{cell}");
+        assert_eq!(impact[2]["what"], "routes 501 (100 changed)", "{cell}");
         for e in impact.as_array().unwrap() {
             let requested = e["requested_s"].as_f64().unwrap();
             let took = e["took_effect_s"].as_f64();
             assert!(took.is_some_and(|t| t >= requested), "{cell}: {e}");
         }
-        // The probe found each added route answering from its pool, and each removed one
-        // answering 404 again, every one by name with its time.
+        // The probe found each added route answering from its pool, each removed one
+        // answering 404 again, and each changed one answering its new revision, every one
+        // by name with its time.
         let routes = json(&out.join("cells").join(cell).join("routes.json"));
         let firings = routes["firings"].as_array().unwrap();
-        assert_eq!(firings.len(), 2, "{cell}: {routes}");
-        for (firing, what) in firings.iter().zip(["add", "remove"]) {
+        assert_eq!(firings.len(), 3, "{cell}: {routes}");
+        for (firing, what) in firings.iter().zip(["add", "remove", "change"]) {
             assert_eq!(firing["what"], format!("{what} 100 routes"), "{cell}");
             assert_eq!(firing["asked"], 100, "{cell}: {firing}");
             assert_eq!(firing["right"], 100, "{cell}: {firing}");
@@ -537,7 +541,7 @@ events:
             "{routes}"
         );
         let csv = std::fs::read_to_string(out.join("cells").join(cell).join("routes.csv")).unwrap();
-        assert_eq!(csv.lines().count(), 201, "{cell}");
+        assert_eq!(csv.lines().count(), 301, "{cell}");
         assert!(csv.contains(",r500.routes.test,"), "{cell}");
     }
     let _ = std::fs::remove_dir_all(dir);
@@ -657,7 +661,8 @@ fn route_steps_all_right(out: &Path, record: &serde_json::Value) {
                 ("to 100 routes", 90),
                 ("to 1000 routes", 900),
                 ("to 100 routes", 900),
-                ("add 2 routes one at a time", 2)
+                ("add 2 routes one at a time", 2),
+                ("change 50 routes", 50)
             ],
             "{name}: {routes}"
         );
@@ -676,6 +681,13 @@ fn route_steps_all_right(out: &Path, record: &serde_json::Value) {
         assert!(
             held >= steps_done,
             "{name}: the held event went before the steps were right"
+        );
+        // The change went after the one-at-a-time event it was held behind.
+        let one_done = firings[3]["requested_s"].as_f64().unwrap()
+            + firings[3]["last_right_ms"].as_f64().unwrap() / 1e3;
+        assert!(
+            firings[4]["requested_s"].as_f64().unwrap() >= one_done,
+            "{name}"
         );
     }
 }
