@@ -75,9 +75,78 @@ pub async fn apply(client: &Client, objects: &[serde_json::Value]) -> Result<(),
         );
         api.patch(name, &params, &Patch::Apply(object))
             .await
-            .map_err(|e| ClusterError::Api(format!("applying {kind} {name}: {e}")))?;
+            .map_err(|e| ClusterError::Api(format!("applying {kind} {name}: {}", refusal(&e))))?;
     }
     Ok(())
+}
+
+/// Applies `objects` as [`apply`] does, up to `in_flight` at a time (a controller's
+/// thousands of routes are made the way a pipeline or kube-burner makes them, not one
+/// round trip after another); the first error, naming its object, once all are answered.
+pub async fn apply_concurrently(
+    client: &Client,
+    objects: &[serde_json::Value],
+    in_flight: usize,
+) -> Result<(), ClusterError> {
+    use futures_util::StreamExt;
+    let results: Vec<Result<(), ClusterError>> = futures_util::stream::iter(objects)
+        .map(|o| apply(client, std::slice::from_ref(o)))
+        .buffered(in_flight.max(1))
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// Deletes each of `objects` (`apiVersion`, kind, name) in `namespace` as [`delete`]
+/// does, up to `in_flight` at a time; the first error once all are answered.
+pub async fn delete_concurrently(
+    client: &Client,
+    namespace: &str,
+    objects: &[(&str, &str, String)],
+    in_flight: usize,
+) -> Result<(), ClusterError> {
+    use futures_util::StreamExt;
+    let results: Vec<Result<(), ClusterError>> = futures_util::stream::iter(objects)
+        .map(|(api_version, kind, name)| delete(client, api_version, kind, Some(namespace), name))
+        .buffered(in_flight.max(1))
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// Deletes every object of a kind in `namespace` that has `selector`'s labels, in one
+/// call (a kind the API does not serve: nothing to delete).
+pub async fn delete_labelled(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+    selector: &str,
+) -> Result<(), ClusterError> {
+    use kube::api::{DeleteParams, ListParams};
+    let api = dynamic(client, api_version, kind, Some(namespace));
+    match api
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels(selector),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(ClusterError::Api(format!(
+            "deleting the {kind}s labelled {selector}: {e}"
+        ))),
+    }
+}
+
+/// What the API said of a refused call: its message and reason (`… is forbidden: … (422
+/// Invalid)`), not the whole status; any other error as it is.
+fn refusal(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({} {})", s.message, s.code, s.reason),
+        other => other.to_string(),
+    }
 }
 
 /// Object `name` of any kind, as the API returns it (`None`: there is none).

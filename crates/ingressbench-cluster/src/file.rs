@@ -99,6 +99,22 @@ pub struct ClusterTarget {
     /// controller that takes no certificate per route.
     #[serde(default)]
     pub mesh_client: Option<ServiceRef>,
+    /// A controller of the local cluster (`cluster local up` writes it): the process
+    /// groups whose CPU and memory a run reads from `/proc` on this machine.
+    #[serde(default)]
+    pub local_pids: Option<LocalPids>,
+}
+
+/// The process groups of a local controller, by the pid that leads each.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct LocalPids {
+    /// The controller (for Traefik, also its proxy).
+    pub controller: u32,
+    /// Its proxy, when it runs apart (Contour's Envoy); a proxy the controller starts
+    /// itself (HAProxy Ingress's HAProxy) is found among its children.
+    #[serde(default)]
+    pub proxy: Option<u32>,
 }
 
 impl ClusterTarget {

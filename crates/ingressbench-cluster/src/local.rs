@@ -562,6 +562,19 @@ impl LocalCluster {
         // The context `cluster local up` adds to the user's kubeconfig (and its own
         // kubeconfig's): a run goes to this cluster whichever context is current.
         let mut text = String::from("context: ingressbench-local\ntargets:\n");
+        // Each controller's processes, read from /proc by a run on this machine.
+        let pid = |name: &str| {
+            self.parts
+                .iter()
+                .find(|p| p.name() == name)
+                .map(|p| p.pid())
+        };
+        let pids =
+            |controller: &str, proxy: Option<&str>| match (pid(controller), proxy.and_then(pid)) {
+                (Some(c), Some(p)) => format!(", local_pids: {{ controller: {c}, proxy: {p} }}"),
+                (Some(c), None) => format!(", local_pids: {{ controller: {c} }}"),
+                _ => String::new(),
+            };
         let mut target = |name: &str, how: String, http: SocketAddr, https: SocketAddr| {
             text.push_str(&format!(
                 "  {name}: {{ {how}, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"
@@ -576,11 +589,17 @@ impl LocalCluster {
             format!("gateway: {{ name: {name}, namespace: {namespace}, listener: {listener}, tls_listener: {tls_listener} }}, ca: \"{ca}\"")
         };
         if let Some((http, https)) = self.ingress {
-            target("traefik", "ingress_class: traefik".into(), http, https);
+            let own = pids("traefik", None);
+            target(
+                "traefik",
+                format!("ingress_class: traefik{own}"),
+                http,
+                https,
+            );
             if self.gateway {
                 target(
                     "traefik-gateway",
-                    gateway(GATEWAY, GATEWAY_TLS_LISTENER),
+                    format!("{}{own}", gateway(GATEWAY, GATEWAY_TLS_LISTENER)),
                     http,
                     https,
                 );
@@ -588,15 +607,23 @@ impl LocalCluster {
         }
         if let Some([http, https]) = self.contour {
             let (secret, namespace) = contour::MESH_CLIENT_SECRET;
+            let own = pids("contour", Some("contour-envoy"));
             let how = format!(
-                "ingress_class: contour, mesh_client: {{ name: {secret}, namespace: {namespace} }}"
+                "ingress_class: contour, mesh_client: {{ name: {secret}, namespace: {namespace} }}{own}"
             );
             target("contour", how, http, https);
-            let how = gateway(CONTOUR_GATEWAY, CONTOUR_GATEWAY_TLS_LISTENER);
+            let how = format!(
+                "{}{own}",
+                gateway(CONTOUR_GATEWAY, CONTOUR_GATEWAY_TLS_LISTENER)
+            );
             target("contour-gateway", how, http, https);
         }
         if let Some((http, https)) = self.haproxy_ingress {
-            let class = format!("ingress_class: {}", haproxy_ingress::CLASS);
+            let class = format!(
+                "ingress_class: {}{}",
+                haproxy_ingress::CLASS,
+                pids("haproxy-ingress", None)
+            );
             target("haproxy-ingress", class, http, https);
         }
         // Each controller is also reached through its LoadBalancer Service, whose address

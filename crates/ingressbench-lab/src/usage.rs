@@ -75,6 +75,7 @@ pub struct PartUsage {
 /// The fields of `/proc/PID/stat` that matter here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Stat {
+    ppid: u32,
     pgrp: u32,
     /// utime + stime, in clock ticks.
     own_ticks: u64,
@@ -144,6 +145,23 @@ impl UsageReader {
     }
 }
 
+/// The process groups a member of group `pgid` started (each led by a child of one of
+/// its members), by the pid that leads each: a proxy a controller runs as its own
+/// group (HAProxy Ingress's HAProxy master).
+pub fn child_groups(pgid: u32) -> Vec<u32> {
+    let stats: Vec<(u32, Stat)> = proc_stats().collect();
+    let members: std::collections::HashSet<u32> = stats
+        .iter()
+        .filter(|(_, s)| s.pgrp == pgid)
+        .map(|(pid, _)| *pid)
+        .collect();
+    stats
+        .iter()
+        .filter(|(pid, s)| s.pgrp == *pid && s.pgrp != pgid && members.contains(&s.ppid))
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
 /// Every process's stat, by pid.
 fn proc_stats() -> impl Iterator<Item = (u32, Stat)> {
     fs::read_dir("/proc")
@@ -166,6 +184,7 @@ fn parse_stat(text: &str) -> Option<Stat> {
     // After the name: state (field 3) is f[0], so field n is f[n - 3].
     let field = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
     Some(Stat {
+        ppid: u32::try_from(field(4)?).ok()?,
         pgrp: u32::try_from(field(5)?).ok()?,
         own_ticks: field(14)? + field(15)?,
         reaped_ticks: field(16)? + field(17)?,
@@ -178,6 +197,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_group_started_by_a_member_is_found_as_a_child_group() {
+        use std::os::unix::process::CommandExt;
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let own = rustix::process::getpgrp().as_raw_nonzero().get() as u32;
+        let found = child_groups(own);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.contains(&child.id()), "{found:?}");
+        assert!(!found.contains(&own));
+    }
+
+    #[test]
     fn stat_fields_are_counted_from_the_last_parenthesis() {
         let line = "4242 (nginx: (worker) x) S 1 4200 4200 0 -1 4194560 100 0 0 0 \
                     12 7 30 5 20 0 1 0 123 100000 345 18446744073709551615";
@@ -185,6 +220,7 @@ mod tests {
         assert_eq!(
             stat,
             Stat {
+                ppid: 1,
                 pgrp: 4200,
                 own_ticks: 19,
                 reaped_ticks: 35,

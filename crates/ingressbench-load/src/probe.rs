@@ -544,13 +544,7 @@ fn judge(expect: &Expect, answer: &Answer) -> Verdict {
         } => (*status, backend.as_deref(), *revision),
         Answer::Failed(outcome) => return Verdict::Wrong(outcome.name().into_owned()),
     };
-    let from_pool = |pool: &str| {
-        backend.is_some_and(|b| {
-            b.strip_prefix(pool.as_bytes())
-                .and_then(|rest| rest.strip_prefix(b"-"))
-                .is_some_and(|n| !n.is_empty() && n.iter().all(u8::is_ascii_digit))
-        })
-    };
+    let from_pool = |pool: &str| backend.is_some_and(|b| of_pool(b, pool));
     let ok = (200..300).contains(&status);
     match expect {
         Expect::Added { pool } if ok && from_pool(pool) => Verdict::Right,
@@ -566,6 +560,32 @@ fn judge(expect: &Expect, answer: &Answer) -> Verdict {
             Verdict::Wrong(format!("{status} from another pool"))
         }
         _ => Verdict::Wrong(status.to_string()),
+    }
+}
+
+/// Whether the backend named `backend` is one of pool `pool`'s: `POOL-N` in the lab,
+/// `POOL-HASH-SUFFIX` in a cluster (a pod of the pool's Deployment). Neither is one of
+/// another pool whose name starts with `POOL-` (`echo-2-1`, `echo-2-7d9f-x2k4p` are not
+/// `echo`'s).
+fn of_pool(backend: &[u8], pool: &str) -> bool {
+    let Some(rest) = backend
+        .strip_prefix(pool.as_bytes())
+        .and_then(|rest| rest.strip_prefix(b"-"))
+    else {
+        return false;
+    };
+    let word = |w: &[u8]| {
+        !w.is_empty()
+            && w.iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    };
+    let parts: Vec<&[u8]> = rest.split(|b| *b == b'-').collect();
+    match parts.as_slice() {
+        [n] => !n.is_empty() && n.iter().all(u8::is_ascii_digit),
+        // A ReplicaSet's pod: its template hash (the API writes 8-10 characters) and five
+        // random ones.
+        [hash, suffix] => word(hash) && hash.len() >= 5 && word(suffix) && suffix.len() == 5,
+        _ => false,
     }
 }
 
@@ -608,6 +628,18 @@ mod tests {
             judge(&added, &Answer::Failed(Outcome::ResetAfterWrite)),
             Verdict::Wrong("reset_after_write".into())
         );
+    }
+
+    #[test]
+    fn a_backend_is_of_a_pool_by_its_lab_name_or_its_pod_name() {
+        assert!(of_pool(b"echo-3", "echo"));
+        assert!(of_pool(b"echo-6f7d8c9b5-x2k4p", "echo"));
+        assert!(!of_pool(b"echo-2-1", "echo"));
+        assert!(!of_pool(b"echo-2-6f7d8c9b5-x2k4p", "echo"));
+        assert!(of_pool(b"echo-2-6f7d8c9b5-x2k4p", "echo-2"));
+        assert!(!of_pool(b"echo-", "echo"));
+        assert!(!of_pool(b"echo", "echo"));
+        assert!(!of_pool(b"other-1", "echo"));
     }
 
     #[test]

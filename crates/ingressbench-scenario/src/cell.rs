@@ -275,15 +275,18 @@ fn collect(
     {
         usage_log = None;
     }
-    let routes_line = match probe {
-        Some(probe) => probe_line(&probe.finish(dir, load.measure_from, usage_log.as_ref())?),
-        None => String::new(),
+    let (routes_line, probed) = match probe {
+        Some(probe) => {
+            let (firings, probed) = probe.finish(dir, load.measure_from, usage_log.as_ref())?;
+            (probe_line(&firings), probed)
+        }
+        None => (String::new(), Vec::new()),
     };
     let report = report.map_err(|e| e.to_string())?;
     let cut_short = write_measured(dir, &report, streams, lock)?;
     let record = site.record(dir);
     let impact = write_impact(
-        site.records(),
+        (site.records(), &probed),
         dir,
         &report.summary,
         usage_log.as_ref(),

@@ -250,7 +250,7 @@ fn round6(x: f64) -> f64 {
 /// window after it (until the next event, at most 15 s).
 /// `times` are the start of measurement and the load's start.
 pub(crate) fn write_impact(
-    records: &[ChangeRecord],
+    (records, probed): (&[ChangeRecord], &[crate::propagation::Probed]),
     dir: &Path,
     summary: &Summary,
     usage: Option<&UsageLog>,
@@ -319,12 +319,35 @@ pub(crate) fn write_impact(
             figures["mixed_window_s"] = proxies["mixed_window_s"].clone();
             figures["generations"] = Value::Array(by_hop);
         }
+        // A route change nothing on the existing routes shows (a cluster's routes carry
+        // no generation): when the probe found the last of its routes right.
+        if figures["took_effect_s"].is_null() {
+            let since = out_requested(&out);
+            if let Some(p) = probed
+                .iter()
+                .rev()
+                .find(|p| p.requested_s <= t + 1e-6 && p.requested_s > since)
+            {
+                figures["took_effect_s"] = json!(p.last_right_s);
+                figures["took_effect_basis"] = json!(match p.last_right_s {
+                    Some(_) => "the route probe: the last of its routes to answer right",
+                    None => "the route probe: a route never answered right (routes.json)",
+                });
+            }
+        }
         if let Some(usage) = usage {
             figures["cpu"] = usage.around(t);
         }
         out.push(figures);
     }
     write_json(&dir.join("impact.json"), &Value::Array(out)).map_err(|e| e.to_string())
+}
+
+/// When the last event written so far was requested (or before any).
+fn out_requested(out: &[Value]) -> f64 {
+    out.last()
+        .and_then(|e| e["requested_s"].as_f64())
+        .unwrap_or(f64::NEG_INFINITY)
 }
 
 #[cfg(test)]

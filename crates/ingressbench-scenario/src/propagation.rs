@@ -57,6 +57,20 @@ pub(crate) struct Sequence {
     pub(crate) settled_at: Option<Instant>,
 }
 
+/// How the scenario's route probe asks (`routes.probe`).
+pub(crate) fn probe_options(scenario: &crate::Scenario) -> Result<ProbeOptions, String> {
+    let p = &scenario.routes.probe;
+    let give_up_after = ingressbench_stats::parse_duration(&p.give_up_after)
+        .map_err(|e| format!("routes.probe.give_up_after: {e}"))?;
+    Ok(ProbeOptions {
+        rate_per_s: p.rate,
+        connections: p.connections,
+        give_up_after,
+        revision_header: Some(ROUTE_REVISION_HEADER),
+        ..ProbeOptions::default()
+    })
+}
+
 /// The route probe of a cell, and what it has been asked.
 pub(crate) struct RouteProbe {
     prober: Prober,
@@ -80,17 +94,9 @@ impl RouteProbe {
         if !routes {
             return None;
         }
-        let p = &cell.scenario.routes.probe;
-        let give_up_after = match ingressbench_stats::parse_duration(&p.give_up_after) {
-            Ok(d) => d,
-            Err(e) => return Some(Err(format!("routes.probe.give_up_after: {e}"))),
-        };
-        let options = ProbeOptions {
-            rate_per_s: p.rate,
-            connections: p.connections,
-            give_up_after,
-            revision_header: Some(ROUTE_REVISION_HEADER),
-            ..ProbeOptions::default()
+        let options = match probe_options(&cell.scenario) {
+            Ok(o) => o,
+            Err(e) => return Some(Err(e)),
         };
         let before = move || {
             netns.as_deref().map_or(Ok(()), |ns| {
@@ -179,8 +185,21 @@ impl RouteProbe {
         dir: &Path,
         measure_from: Instant,
         usage: Option<&UsageLog>,
-    ) -> Result<Value, String> {
+    ) -> Result<(Value, Vec<Probed>), String> {
         let report = self.prober.finish();
+        let mut probed: Vec<Probed> = Vec::new();
+        for r in report.jobs.iter().flat_map(|j| &j.routes) {
+            let requested_s = offset(r.requested_at, measure_from);
+            let right_s = r.right_at.map(|t| offset(t, measure_from));
+            match probed.iter_mut().find(|p| p.requested_s == requested_s) {
+                Some(p) => p.last_right_s = p.last_right_s.zip(right_s).map(|(a, b)| a.max(b)),
+                None => probed.push(Probed {
+                    requested_s,
+                    last_right_s: right_s,
+                }),
+            }
+        }
+        probed.sort_by(|a, b| a.requested_s.total_cmp(&b.requested_s));
         let mut lines = String::from("event,firing,host,requested_s,right_s,last_wrong_s,probes\n");
         let mut firings = Vec::new();
         for (i, firing) in self.firings.iter().enumerate() {
@@ -212,10 +231,15 @@ impl RouteProbe {
                         .first()
                         .map(|r| offset(r.requested_at, measure_from))
                 });
-                summary["proxy_rss_bytes"] = json!({
-                    "before": usage.rss_before("proxy", from),
-                    "after": usage.rss_before("proxy", next.unwrap_or(f64::INFINITY)),
-                });
+                for role in ["proxy", "controller"] {
+                    let before = usage.rss_before(role, from);
+                    if before.is_some() {
+                        summary[format!("{role}_rss_bytes")] = json!({
+                            "before": before,
+                            "after": usage.rss_before(role, next.unwrap_or(f64::INFINITY)),
+                        });
+                    }
+                }
             }
             firings.push(summary);
         }
@@ -232,8 +256,16 @@ impl RouteProbe {
             "firings": firings,
         });
         write_json(&dir.join("routes.json"), &value).map_err(|e| e.to_string())?;
-        Ok(value)
+        Ok((value, probed))
     }
+}
+
+/// The routes of one change as the probe saw them: when they were asked for and when
+/// the last of them answered right (none: one never did), in seconds of the cell.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Probed {
+    pub(crate) requested_s: f64,
+    pub(crate) last_right_s: Option<f64>,
 }
 
 fn ms(d: Duration) -> f64 {

@@ -123,14 +123,9 @@ impl UsageLog {
             .rev()
             .find(|r| r.t_s < t_s)
             .or(self.readings.first())?;
-        Some(
-            reading
-                .parts
-                .iter()
-                .filter(|p| p.role == role)
-                .map(|p| p.rss_bytes)
-                .sum(),
-        )
+        let mut of_role = reading.parts.iter().filter(|p| p.role == role).peekable();
+        of_role.peek()?;
+        Some(of_role.map(|p| p.rss_bytes).sum())
     }
 
     fn roles(&self) -> Vec<&'static str> {

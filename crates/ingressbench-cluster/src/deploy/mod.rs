@@ -313,6 +313,58 @@ impl RunNamespace {
             .block_on(apply_here(&self.client, &self.objects, objects))
     }
 
+    /// Applies `objects` as [`RunNamespace::apply`] does, up to `in_flight` at a time.
+    pub fn apply_concurrently(
+        &self,
+        objects: &[serde_json::Value],
+        in_flight: usize,
+    ) -> Result<(), ClusterError> {
+        let objects = self.own(objects);
+        self.runtime.block_on(crate::api::apply_concurrently(
+            &self.client,
+            &objects,
+            in_flight,
+        ))
+    }
+
+    /// Deletes objects of the namespace (`apiVersion`, kind, name), up to `in_flight` at
+    /// a time; one gone already is fine.
+    pub fn delete_concurrently(
+        &self,
+        objects: &[(&str, &str, String)],
+        in_flight: usize,
+    ) -> Result<(), ClusterError> {
+        self.runtime.block_on(crate::api::delete_concurrently(
+            &self.client,
+            self.name(),
+            objects,
+            in_flight,
+        ))
+    }
+
+    /// Deletes the run's generated routes (and what they name), one call per kind.
+    pub fn delete_generated(&self) -> Result<(), ClusterError> {
+        let selector = format!("{}=true", crate::routes::generated::GENERATED_LABEL);
+        self.runtime.block_on(async {
+            for (api_version, kind) in crate::routes::generated::KINDS {
+                crate::api::delete_labelled(
+                    &self.client,
+                    api_version,
+                    kind,
+                    self.name(),
+                    &selector,
+                )
+                .await?;
+            }
+            Ok(())
+        })
+    }
+
+    /// `objects` as the run's: in its namespace, with its labels beside their own.
+    fn own(&self, objects: &[serde_json::Value]) -> Vec<serde_json::Value> {
+        own(&self.objects, objects)
+    }
+
     /// Object `name` of any kind in the namespace, as the API returns it (`None`: there is
     /// none).
     pub fn get(
@@ -594,16 +646,27 @@ async fn apply_here(
     o: &RunObjects,
     objects: &[serde_json::Value],
 ) -> Result<(), ClusterError> {
-    let objects: Vec<serde_json::Value> = objects
+    crate::api::apply(client, &own(o, objects)).await
+}
+
+/// `objects` in the run's namespace, with the run's labels beside their own.
+fn own(o: &RunObjects, objects: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    objects
         .iter()
         .cloned()
         .map(|mut v| {
             v["metadata"]["namespace"] = o.namespace.clone().into();
-            v["metadata"]["labels"] = serde_json::json!(labels(o));
+            let mut all = labels(o);
+            if let Some(own) = v["metadata"]["labels"].as_object() {
+                all.extend(
+                    own.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned()))),
+                );
+            }
+            v["metadata"]["labels"] = serde_json::json!(all);
             v
         })
-        .collect();
-    crate::api::apply(client, &objects).await
+        .collect()
 }
 
 /// This process as an owner: the machine's boot id and the pid.

@@ -17,6 +17,7 @@
 
 pub mod contour;
 pub mod gateway;
+pub mod generated;
 pub mod haproxy_ingress;
 pub mod ingress_nginx;
 pub mod traefik;

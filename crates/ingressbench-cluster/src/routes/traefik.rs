@@ -143,7 +143,7 @@ pub(crate) fn cors_filter(origins: &[String], origin: &str) -> Value {
         "group": "traefik.io", "kind": "Middleware", "name": format!("{CORS}-{n}") } })
 }
 
-fn middleware(name: &str, spec: Value) -> Value {
+pub(crate) fn middleware(name: &str, spec: Value) -> Value {
     json!({
         "apiVersion": "traefik.io/v1alpha1", "kind": "Middleware",
         "metadata": { "name": name },

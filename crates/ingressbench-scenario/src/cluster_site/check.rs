@@ -22,17 +22,18 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
         ));
     }
     for cell in cells {
-        let generated =
-            cell.scenario.routes.count > 0 || cell.events.iter().any(|e| e.action.is_route_event());
-        if generated {
-            return Err(format!(
-                "cell {} ({}): generated routes (`routes.count`, add_routes, remove_routes, change_routes, route_steps) are not made in a cluster yet; run the scenario in the lab",
-                cell.index,
-                cell.label()
-            ));
-        }
         let placed = &file.targets[&cell.target.file_key()];
         let (http, https) = placed.addresses();
+        let generated =
+            cell.scenario.routes.count > 0 || cell.events.iter().any(|e| e.action.is_route_event());
+        if generated && placed.service.is_none() && http.is_none() {
+            return Err(format!(
+                "cell {} ({}): the route probe asks generated routes over plain HTTP, and the cluster file gives target `{}` no `address: http://…`; add it",
+                cell.index,
+                cell.label(),
+                cell.target.name()
+            ));
+        }
         let needed = if cell.scenario.tls { https } else { http };
         if placed.service.is_none() && needed.is_none() {
             return Err(format!(

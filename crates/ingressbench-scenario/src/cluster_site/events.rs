@@ -21,12 +21,12 @@ impl ClusterSite {
             Change::Terminate(name) => self.delete_pod(name.as_deref(), false),
             Change::Overlay(overlay) => self.change_routes(&overlay),
             Change::Stall { backend, duration } => self.stall(backend.as_deref(), duration),
-            Change::Routes(_)
-            | Change::AddRoutes(_)
+            Change::AddRoutes(_)
             | Change::RemoveRoutes(_)
             | Change::GeneratedRoutes(_)
-            | Change::ChangeRoutes(_) => Err(
-                "adding and removing routes is not made through the API yet: run it in the lab"
+            | Change::ChangeRoutes(_) => self.change_generated(&change),
+            Change::Routes(_) => Err(
+                "replacing the scenario's own routes is not made through the API: generated routes are (add_routes, remove_routes, change_routes, route_steps)"
                     .into(),
             ),
             Change::Reload => Err(

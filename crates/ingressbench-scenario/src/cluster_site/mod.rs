@@ -8,11 +8,12 @@
 //! API also gets `reported_at`: when the controller reported the route's new generation
 //! in its status.
 //!
-//! The site in four rooms: `check` (what a cluster cell refuses before anything is made),
+//! The site in five rooms: `check` (what a cluster cell refuses before anything is made),
 //! `up` (the cell's namespace, routes and certificate, up to routes that answer),
 //! `events` (changes through the API, and when the EndpointSlices and the controller's
-//! status show them), `pods` (load from the cluster's own pods). This file holds the site
-//! itself and what they share.
+//! status show them), `generated` (route scale: an object per generated route, made,
+//! changed and deleted K at a time), `pods` (load from the cluster's own pods). This file
+//! holds the site itself and what they share.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -22,6 +23,7 @@ use ingressbench_cluster::file::ClusterFile;
 use ingressbench_cluster::workers::LoadJob;
 use ingressbench_lab::model::Overlay;
 use ingressbench_lab::{Change, ChangeRecord};
+use ingressbench_load::probe::ProbeOptions;
 use ingressbench_load::TlsOptions;
 
 use crate::model::{LoadFrom, Target};
@@ -30,6 +32,7 @@ use crate::timeline::route_changes;
 
 mod check;
 mod events;
+mod generated;
 mod pods;
 mod up;
 
@@ -93,6 +96,15 @@ pub(crate) struct Shape {
     /// A sidecar in every backend pod (a mesh), with mutual TLS from the controller or
     /// plain HTTP.
     pub(crate) mesh: Option<MeshShape>,
+    /// Generated routes at the start (`routes.count`), an object each.
+    pub(crate) generated: usize,
+    /// An event changes generated routes (`change_routes`): each must answer its
+    /// revision.
+    pub(crate) revisions: bool,
+    /// How the route probe asks, for the generated routes at the start.
+    pub(crate) probe: ProbeOptions,
+    /// An event adds, removes or changes routes: the route probe asks them.
+    pub(crate) probed: bool,
 }
 
 /// What a mesh of a cell asks for.
@@ -151,6 +163,14 @@ impl Shape {
                 && s.load.placement.as_ref().and_then(|p| p.node)
                     == Some(crate::model::NodePlacement::SameAsIngress),
             mesh: cell.target.hop().map(|h| MeshShape { mtls: h.mtls }),
+            generated: s.routes.count,
+            revisions: cell
+                .events
+                .iter()
+                .any(|e| matches!(e.action, crate::model::Action::ChangeRoutes(_))),
+            // The scenario's check read it already.
+            probe: crate::propagation::probe_options(s).unwrap_or_default(),
+            probed: cell.events.iter().any(|e| e.action.is_route_event()),
         }
     }
 }
@@ -196,6 +216,19 @@ pub(crate) struct ClusterSite {
     /// record.
     reporting: Vec<usize>,
     status_at: Instant,
+    /// The routes in force: the scenario's own, then the generated ones (an object
+    /// each).
+    routes: Vec<ingressbench_lab::model::Route>,
+    /// The pools generated routes go to, in turn.
+    pool_names: Vec<String>,
+    /// Where the route probe asks the generated routes (the target's plain HTTP
+    /// address), if the cell has any.
+    probe_at: Option<std::net::SocketAddr>,
+    /// The Gateway's plain HTTP listener, which generated HTTPRoutes attach to.
+    plain_parent: Option<ingressbench_cluster::file::GatewayRef>,
+    /// The target's name, and its processes when it is a controller of the local cluster
+    /// (their CPU and memory are read from `/proc`).
+    local: (String, Option<ingressbench_cluster::file::LocalPids>),
     /// Changes not yet in the EndpointSlices: record, what to look for, and when it was
     /// asked (just before the API call).
     pending: Vec<(usize, Expect, Instant)>,
@@ -242,6 +275,38 @@ impl Site for ClusterSite {
         self.apply(change)
     }
 
+    fn route_probe(&self) -> Option<std::net::SocketAddr> {
+        self.probe_at
+    }
+
+    /// A local controller's process groups: the controller, and its proxy when that runs
+    /// apart (named in the file, or a group the controller started); a controller that is
+    /// its own proxy (Traefik) is one part, the proxy.
+    fn usage_parts(&self) -> Vec<ingressbench_lab::usage::Part> {
+        use ingressbench_lab::usage::{child_groups, Part};
+        let (name, Some(pids)) = &self.local else {
+            return Vec::new();
+        };
+        let proxy = pids
+            .proxy
+            .or_else(|| child_groups(pids.controller).first().copied());
+        match proxy {
+            Some(proxy) => vec![
+                Part::group(name, "controller", pids.controller),
+                Part::group(&format!("{name}-proxy"), "proxy", proxy),
+            ],
+            None => vec![Part::group(name, "proxy", pids.controller)],
+        }
+    }
+
+    fn route_delta(&self, change: &Change) -> Option<ingressbench_lab::RoutesDelta> {
+        self.generated_delta(change)
+    }
+
+    fn route_count(&self) -> Option<usize> {
+        Some(self.routes.len())
+    }
+
     fn tick(&mut self) -> Result<(), String> {
         self.advance()
     }
@@ -260,6 +325,7 @@ impl Site for ClusterSite {
 
 impl Drop for ClusterSite {
     fn drop(&mut self) {
+        let _ = self.run.delete_generated();
         let _ = self.run.delete_routes();
         let _ = self.run.delete();
         if let Some(dir) = &self.tls_dir {

@@ -32,8 +32,26 @@ impl ClusterSite {
         let placed = options.file.targets.get(target).ok_or_else(|| {
             format!("target `{target}` is not in the cluster file: add it under `targets:` with its ingress_class and address")
         })?;
-        let (address, inside) = entrances(options, target, placed, &shape)?;
+        let (address, plain, inside) = entrances(options, target, placed, &shape)?;
         let at = resolve(&address)?;
+        let generated = shape.generated;
+        let probe = shape.probe;
+        let probe_at = match plain {
+            Some(plain) if generated > 0 || shape.probed => Some(resolve(&plain)?),
+            _ => None,
+        };
+        let plain_parent = placed.gateway.as_ref().map(|g| g.for_traffic(false));
+        let pool_names: Vec<String> = shape.pools.iter().map(|(p, _)| p.clone()).collect();
+        let own_routes: Vec<ingressbench_lab::model::Route> = shape
+            .routes
+            .iter()
+            .map(|r| ingressbench_lab::model::Route {
+                host: r.host.clone(),
+                path_prefix: r.prefix.clone(),
+                pool: r.pool.clone(),
+                revision: 0,
+            })
+            .collect();
         let namespace = format!(
             "{}-{}-{cell}",
             options.file.namespace_prefix, options.run_id
@@ -75,6 +93,11 @@ impl ClusterSite {
                 "controller": controller,
             }),
             run,
+            routes: own_routes,
+            pool_names,
+            probe_at,
+            plain_parent,
+            local: (target.to_owned(), placed.local_pids),
             records: Vec::new(),
             reporting: Vec::new(),
             status_at: Instant::now(),
@@ -91,6 +114,9 @@ impl ClusterSite {
                 serde_json::json!(accepted.saturating_duration_since(made_at).as_secs_f64());
         }
         site.wait_routing(first_replicas)?;
+        if generated > 0 {
+            site.make_generated(generated, probe)?;
+        }
         Ok(site)
     }
 
@@ -256,14 +282,14 @@ impl ClusterSite {
 }
 
 /// Where the cell's traffic enters the controller (its address over the cell's scheme,
-/// from the cluster file or the LoadBalancer Service's status), and how the cluster's
-/// own pods reach it.
+/// from the cluster file or the LoadBalancer Service's status), its plain HTTP address
+/// (the route probe's), and how the cluster's own pods reach it.
 fn entrances(
     options: &ClusterOptions,
     target: &str,
     placed: &ClusterTarget,
     shape: &Shape,
-) -> Result<(String, Inside), CellFailure> {
+) -> Result<(String, Option<String>, Inside), CellFailure> {
     let (http, https) = match &placed.service {
         Some(service) => ingressbench_cluster::deploy::lookup_service(
             &options.kubeconfig,
@@ -281,6 +307,7 @@ fn entrances(
             false => None,
         },
     };
+    let plain = http.clone();
     let address = if shape.tls { https } else { http };
     let address = address.ok_or_else(|| {
         format!(
@@ -292,7 +319,7 @@ fn entrances(
             }
         )
     })?;
-    Ok((address, inside))
+    Ok((address, plain, inside))
 }
 
 /// How the cell's routes are made: an Ingress of the target's class when nothing changes
@@ -305,7 +332,7 @@ fn routing_for(
     shape: &Shape,
 ) -> Result<(Option<String>, Routing), CellFailure> {
     let mtls = shape.mesh.is_some_and(|m| m.mtls);
-    if placed.gateway.is_none() && shape.route_changes.is_empty() && !mtls {
+    if placed.gateway.is_none() && shape.route_changes.is_empty() && !mtls && !shape.revisions {
         let routing = Routing::Ingress {
             class: placed.ingress_class.clone().unwrap_or_default(),
             profile: None,
@@ -332,6 +359,13 @@ fn routing_for(
     }
     if mtls {
         refuse_unmeshable(target, placed, &routed).map_err(input)?;
+    }
+    if shape.revisions {
+        ingressbench_cluster::routes::generated::revisions(&routed.routing).map_err(|why| {
+            input(format!(
+                "target `{target}`: change_routes needs each generated route to answer its revision in a response header, and {why}; drop the change_routes events for this target (--set targets=[…] runs the others)"
+            ))
+        })?;
     }
     Ok((Some(routed.controller), routed.routing))
 }

@@ -228,6 +228,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     the_shipped_scenarios_run_against_every_controller_of_the_cluster(&dir);
     the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tls(&dir);
     each_controller_routes_and_takes_route_changes_the_way_its_api_does(&dir);
+    generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell(&dir);
     load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(&dir);
     every_pod_ran_from_the_image(&dir, &layout);
     let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
@@ -1884,4 +1885,156 @@ fn load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(dir: &Path) {
         text(&run)
     );
     assert!(tools_namespaces(&kubeconfig).is_empty());
+}
+
+/// Route scale in the cluster: 500 Ingresses (Traefik) and 500 HTTPRoutes (Traefik's
+/// Gateway), an object per route made through the API and each probed until it answers;
+/// then 20 more, 10 changed (a response header each: a Middleware per revision for the
+/// Ingresses, the route's own filter for the HTTPRoutes), 20 removed, each route timed by
+/// the probe; the controller's memory read from /proc. A change an Ingress controller
+/// cannot express is refused before anything is made, naming it; an object the API
+/// refuses (a tenant's admission policy) fails its cell with the API's reason, and the
+/// cell's namespace goes.
+fn generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell(dir: &Path) {
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let scenario = dir.join("route-scale.yaml");
+    let write = |targets: &str, events: &str| {
+        std::fs::write(
+            &scenario,
+            format!("name: route-scale\ntargets: {targets}\nbackends: [{{ name: echo, replicas: 2 }}]\nroutes: {{ count: 500, routes: [{{ host: app.test, pool: echo }}] }}\ntls: false\nload: {{ mode: open, rate: 50, connections: 4, duration: 16s, host: app.test }}\nevents: {events}\n"),
+        )
+        .unwrap();
+    };
+    write(
+        "[{ cluster: traefik }, { cluster: traefik-gateway }]",
+        "[{ at: 1s, add_routes: 20 }, { at: 5s, change_routes: 10 }, { at: 9s, remove_routes: 20 }]",
+    );
+    let out = dir.join("route-scale");
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let record = json_of(&out, "run.json");
+    let cells = cells_of(&out);
+    let records = record["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2, "{record}");
+    for ((cell, c), kind) in cells.iter().zip(records).zip(["Ingress", "HTTPRoute"]) {
+        assert_eq!(c["routes"]["kind"], kind, "{c}");
+        assert_eq!(c["routes"]["generated"]["count"], 500, "{c}");
+        let firings = json_of(cell, "routes.json")["firings"].clone();
+        let shape: Vec<(String, u64, u64)> = firings
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                (
+                    f["what"].as_str().unwrap().to_owned(),
+                    f["asked"].as_u64().unwrap(),
+                    f["right"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("add 20 routes".to_owned(), 20, 20),
+                ("change 10 routes".to_owned(), 10, 10),
+                ("remove 20 routes".to_owned(), 20, 20)
+            ],
+            "{}: {firings}",
+            cell.display()
+        );
+        // Each change was applied once the API had every object, and took effect when
+        // the probe found its last route right.
+        for e in json_of(cell, "impact.json").as_array().unwrap() {
+            let (asked, applied, took) = (
+                e["requested_s"].as_f64().unwrap(),
+                e["applied_s"].as_f64().unwrap(),
+                e["took_effect_s"].as_f64().unwrap(),
+            );
+            assert!(asked <= applied && asked <= took, "{e}");
+            assert_eq!(
+                e["took_effect_basis"],
+                "the route probe: the last of its routes to answer right"
+            );
+        }
+        // Traefik is its own proxy: its process group's memory at each step.
+        assert!(
+            firings[0]["proxy_rss_bytes"]["after"]
+                .as_u64()
+                .is_some_and(|b| b > 10 << 20),
+            "{firings}"
+        );
+    }
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
+    // Contour cannot set a header on one Ingress alone: refused before anything is made.
+    write("[{ cluster: contour }]", "[{ at: 1s, change_routes: 10 }]");
+    refused(
+        &scenario,
+        &cluster,
+        &kubeconfig,
+        &dir.join("route-scale-refused"),
+        "Contour sets response headers through HTTPProxies",
+    );
+    // A tenant's admission policy refuses the 511th route: the cell fails with the API's
+    // reason, and nothing of it is left.
+    let policy = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": { "name": "ib-test-route-quota" },
+        "spec": { "failurePolicy": "Fail",
+            "matchConstraints": { "resourceRules": [{ "apiGroups": ["networking.k8s.io"], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["ingresses"] }] },
+            "validations": [{ "expression": "object.metadata.name != 'route-510'",
+                "message": "route quota: one route too many for this tenant" }] },
+    });
+    let binding = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": { "name": "ib-test-route-quota" },
+        "spec": { "policyName": "ib-test-route-quota", "validationActions": ["Deny"] },
+    });
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(ingressbench_cluster::api::apply_all(
+        &kubeconfig,
+        &[policy, binding],
+    ))
+    .unwrap();
+    // The API server takes a policy in within a second or so.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    write("[{ cluster: traefik }]", "[{ at: 1s, add_routes: 20 }]");
+    let out = dir.join("route-scale-quota");
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
+        .output()
+        .unwrap();
+    rt.block_on(async {
+        let client = ingressbench_cluster::api::client(&kubeconfig, None)
+            .await
+            .unwrap();
+        for kind in [
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicy",
+        ] {
+            ingressbench_cluster::api::delete(
+                &client,
+                "admissionregistration.k8s.io/v1",
+                kind,
+                None,
+                "ib-test-route-quota",
+            )
+            .await
+            .unwrap();
+        }
+    });
+    assert!(!run.status.success(), "{}", text(&run));
+    assert!(
+        text(&run).contains("applying Ingress route-510")
+            && text(&run).contains("route quota: one route too many for this tenant"),
+        "{}",
+        text(&run)
+    );
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
 }
