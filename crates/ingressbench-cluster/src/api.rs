@@ -88,13 +88,10 @@ pub async fn apply_concurrently(
     objects: &[serde_json::Value],
     in_flight: usize,
 ) -> Result<(), ClusterError> {
-    use futures_util::StreamExt;
-    let results: Vec<Result<(), ClusterError>> = futures_util::stream::iter(objects)
-        .map(|o| apply(client, std::slice::from_ref(o)))
-        .buffered(in_flight.max(1))
-        .collect()
-        .await;
-    results.into_iter().collect()
+    at_most(objects, in_flight, |o| {
+        apply(client, std::slice::from_ref(o))
+    })
+    .await
 }
 
 /// Deletes each of `objects` (`apiVersion`, kind, name) in `namespace` as [`delete`]
@@ -105,9 +102,25 @@ pub async fn delete_concurrently(
     objects: &[(&str, &str, String)],
     in_flight: usize,
 ) -> Result<(), ClusterError> {
+    at_most(objects, in_flight, |(api_version, kind, name)| {
+        delete(client, api_version, kind, Some(namespace), name)
+    })
+    .await
+}
+
+/// `call` on each of `items`, at most `in_flight` at a time; the first error once all
+/// are answered.
+async fn at_most<'a, T, F>(
+    items: &'a [T],
+    in_flight: usize,
+    call: impl FnMut(&'a T) -> F,
+) -> Result<(), ClusterError>
+where
+    F: std::future::Future<Output = Result<(), ClusterError>>,
+{
     use futures_util::StreamExt;
-    let results: Vec<Result<(), ClusterError>> = futures_util::stream::iter(objects)
-        .map(|(api_version, kind, name)| delete(client, api_version, kind, Some(namespace), name))
+    let results: Vec<Result<(), ClusterError>> = futures_util::stream::iter(items)
+        .map(call)
         .buffered(in_flight.max(1))
         .collect()
         .await;
