@@ -29,7 +29,7 @@ pub(crate) fn section(
     if cells.is_empty() {
         return None;
     }
-    let mut html = String::from("<section><h2>Route scale</h2><p class=\"note\">Per step of each cell: the routes it added or removed, each probed beside the load until it answered as the change says (a 2xx from its pool after 404s; 404 after its pool's answers), timed from the change's request to the probe that first found it right. <em>Resolution</em> is the median gap between a route's last wrong probe and its first right one's answer: the route became right within it (the pending routes over the probe's rate for a bulk step, under a millisecond one at a time). <em>Wrong</em>: answers that were neither the before nor the after. <em>Errors on existing routes</em>: the load's failed requests from the step's request to the next step's. Memory: the proxy's resident memory (every process) read just before the next step, once this step's routes were right; in a local cluster also the controller's, when it runs apart from its proxy (Traefik is both, counted as the proxy). Tool CPU: what this tool spent rendering and applying the step (the probe's own CPU is in the cell's total).</p>");
+    let mut html = String::from("<section><h2>Route scale</h2><p class=\"note\">Per step of each cell: the routes it added or removed, each probed beside the load until it answered as the change says (a 2xx from its pool after 404s; 404 after its pool's answers), timed from the change's request to the probe that first found it right. <em>Resolution</em> is the median gap between a route's last wrong probe and its first right one's answer: the route became right within it (the pending routes over the probe's rate for a bulk step, under a millisecond one at a time). <em>Wrong</em>: answers that were neither the before nor the after. <em>Errors on existing routes</em>: the load's failed requests from the step's request to the next step's. Memory: the proxy's resident memory (every process) read just before the next step, once this step's routes were right; in a local cluster also the controller's, when it runs apart from its proxy (Traefik is both, counted as the proxy). Proxy CPU: what the proxy spent from the step's request to the next step's (read once a second). Config: the size of the proxy's configuration files as rendered for the step (the lab's). Tool CPU: what this tool spent rendering and applying the step (the probe's own CPU is in the cell's total).</p>");
     let mut headline = Vec::new();
     let colour = |c: &CellResults| {
         colours
@@ -44,6 +44,7 @@ pub(crate) fn section(
             "proxy memory (MiB)",
             rss_mib as fn(&Value) -> Option<f64>,
         ),
+        ("cpu", "proxy CPU over the step (ms)", proxy_cpu_ms),
         (
             "p99 to right",
             "p99 time to first right answer (ms)",
@@ -97,6 +98,11 @@ fn controller_mib(f: &Value) -> Option<f64> {
         .map(|b| b / (1024.0 * 1024.0))
 }
 
+/// The CPU the proxy spent from the step's request to the next step's (to a second).
+fn proxy_cpu_ms(f: &Value) -> Option<f64> {
+    f["proxy_cpu_ms"].as_f64()
+}
+
 fn p99_ms(f: &Value) -> Option<f64> {
     f["time_to_right_ms"]["p99"].as_f64()
 }
@@ -145,7 +151,7 @@ fn against_routes(
 
 /// A cell's steps as a table.
 fn table(cell: &CellResults, firings: &[Value]) -> String {
-    let mut t = String::from("<table><tr><th class=\"l\">step</th><th>routes after</th><th>asked</th><th>right</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th><th>last right ms</th><th>resolution ms</th><th class=\"l\">wrong</th><th class=\"l\">never right</th><th>errors on existing routes</th><th>proxy MiB</th><th>controller MiB</th><th>tool CPU ms</th></tr>");
+    let mut t = String::from("<table><tr><th class=\"l\">step</th><th>routes after</th><th>asked</th><th>right</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th><th>last right ms</th><th>resolution ms</th><th class=\"l\">wrong</th><th class=\"l\">never right</th><th>errors on existing routes</th><th>proxy MiB</th><th>proxy CPU ms</th><th>controller MiB</th><th>config KiB</th><th>tool CPU ms</th></tr>");
     for (i, f) in firings.iter().enumerate() {
         let from = f["requested_s"].as_f64().unwrap_or(f64::INFINITY);
         let to = firings
@@ -186,7 +192,7 @@ fn table(cell: &CellResults, firings: &[Value]) -> String {
         let ms = |path: &str| number(&f["time_to_right_ms"][path], 1);
         let _ = write!(
             t,
-            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{never_cell}</td><td>{errors}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{never_cell}</td><td>{errors}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             esc(f["what"].as_str().unwrap_or("")),
             number(&f["routes_after"], 0),
             number(&f["asked"], 0),
@@ -199,7 +205,11 @@ fn table(cell: &CellResults, firings: &[Value]) -> String {
             number(&f["resolution_ms"]["p50"], 2),
             esc(&wrong.join(", ")),
             rss_mib(f).map_or("-".to_owned(), |m| format!("{m:.0}")),
+            proxy_cpu_ms(f).map_or("-".to_owned(), |m| format!("{m:.0}")),
             controller_mib(f).map_or("-".to_owned(), |m| format!("{m:.0}")),
+            f["config_bytes"]
+                .as_f64()
+                .map_or("-".to_owned(), |b| format!("{:.0}", b / 1024.0)),
             number(&f["tool_cpu_ms"], 1),
         );
     }
@@ -244,7 +254,7 @@ fn cdf(firings: &[Value], label: &str) -> Option<String> {
         legend.push((colour.to_owned(), format!("{}. {what}", i + 1)));
     }
     plot.legend(&legend);
-    Some(plot.finish(&format!("time to first right answer per step, {label}")))
+    Some(plot.finish(&format!("routes right over time since each step's request (the CDF of time to first right answer), {label}")))
 }
 
 /// The headline's sentences for a cell: the bulk step nearest 1,000 routes, and the

@@ -37,6 +37,8 @@ struct Firing {
     tool_cpu: Duration,
     /// Routes in force once its changes were asked for.
     routes_after: Option<usize>,
+    /// The proxy's configuration as rendered for them, in bytes.
+    config_bytes: Option<u64>,
 }
 
 /// An event going a step at a time (one route at a time, or `route_steps`): what is
@@ -128,6 +130,7 @@ impl RouteProbe {
                 planned: delta.len(),
                 tool_cpu: Duration::ZERO,
                 routes_after: None,
+                config_bytes: None,
             });
         }
         let RoutesDelta {
@@ -156,11 +159,12 @@ impl RouteProbe {
     }
 
     /// Adds CPU time the tool spent on the current firing's change, after which the
-    /// site holds `routes`.
-    pub(crate) fn spent(&mut self, cpu: Duration, routes: Option<usize>) {
+    /// site holds `routes` and the proxy's configuration is `config` bytes.
+    pub(crate) fn spent(&mut self, cpu: Duration, routes: Option<usize>, config: Option<u64>) {
         if let Some(f) = self.firings.last_mut() {
             f.tool_cpu += cpu;
             f.routes_after = routes;
+            f.config_bytes = config;
         }
     }
 
@@ -220,8 +224,9 @@ impl RouteProbe {
             }
             let mut summary = summarize(firing, &job, measure_from);
             if let Some(usage) = usage {
-                // The proxy's memory just before this step, and just before the next (or
-                // at the end): what it holds at each number of routes.
+                // The proxy's (and a local controller's) memory just before this step, and
+                // just before the next (or at the end): what it holds at each number of
+                // routes; and the CPU it spent in between.
                 let from = summary["requested_s"].as_f64().unwrap_or(0.0);
                 let next = self.firings.get(i + 1).and_then(|_| {
                     report
@@ -231,13 +236,17 @@ impl RouteProbe {
                         .first()
                         .map(|r| offset(r.requested_at, measure_from))
                 });
+                let to = next.unwrap_or(f64::INFINITY);
                 for role in ["proxy", "controller"] {
                     let before = usage.rss_before(role, from);
                     if before.is_some() {
                         summary[format!("{role}_rss_bytes")] = json!({
                             "before": before,
-                            "after": usage.rss_before(role, next.unwrap_or(f64::INFINITY)),
+                            "after": usage.rss_before(role, to),
                         });
+                        // What it spent on the step, to the next (to a second).
+                        summary[format!("{role}_cpu_ms")] =
+                            json!(usage.cpu_between(role, from, to).map(|s| s * 1e3));
                     }
                 }
             }
@@ -315,6 +324,7 @@ fn summarize(firing: &Firing, job: &JobOutcome, measure_from: Instant) -> Value 
         "one_at_a_time": firing.one_at_a_time,
         "planned": firing.planned,
         "routes_after": firing.routes_after,
+        "config_bytes": firing.config_bytes,
         "asked": job.routes.len(),
         "right": times.len(),
         "requested_s": first_request.map(|t| offset(t, measure_from)),

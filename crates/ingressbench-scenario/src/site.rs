@@ -117,6 +117,12 @@ pub(crate) trait Site {
         None
     }
 
+    /// The size of the proxy's configuration as rendered, in bytes, where the site
+    /// renders it.
+    fn config_bytes(&self) -> Option<u64> {
+        None
+    }
+
     /// Moves pending changes on (called every few milliseconds while the load runs).
     fn tick(&mut self) -> Result<(), String> {
         Ok(())
@@ -258,6 +264,10 @@ impl Site for LabSite {
 
     fn route_count(&self) -> Option<usize> {
         Some(self.lab.routes().len())
+    }
+
+    fn config_bytes(&self) -> Option<u64> {
+        self.lab.proxies().first().map(|p| p.files().config_bytes())
     }
 
     fn tick(&mut self) -> Result<(), String> {

@@ -377,7 +377,11 @@ impl Driver<'_> {
         // The tool's own part of a route change: working out its routes, rendering and
         // writing each proxy's configuration, the calls it makes (not their waits).
         if let Some(probe) = probed {
-            probe.spent(thread_cpu().saturating_sub(cpu), self.site.route_count());
+            probe.spent(
+                thread_cpu().saturating_sub(cpu),
+                self.site.route_count(),
+                self.site.config_bytes(),
+            );
         }
         let (mut line, failed) = match requested {
             Ok(r) => {

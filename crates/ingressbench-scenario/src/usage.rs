@@ -128,6 +128,12 @@ impl UsageLog {
         Some(of_role.map(|p| p.rss_bytes).sum())
     }
 
+    /// CPU seconds the parts with `role` spent between the last readings before `from_s`
+    /// and before `to_s` (see [`cpu_between`]).
+    pub(crate) fn cpu_between(&self, role: &str, from_s: f64, to_s: f64) -> Option<f64> {
+        cpu_between(&self.readings, role, from_s, to_s)
+    }
+
     fn roles(&self) -> Vec<&'static str> {
         let mut roles: Vec<&'static str> = Vec::new();
         for p in &self.parts {
@@ -256,9 +262,38 @@ fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
+/// CPU seconds the parts with `role` spent between the last readings before `from_s` and
+/// before `to_s` (the readings are a second apart, so this is to a second); none when no
+/// part has the role.
+fn cpu_between(readings: &[Reading], role: &str, from_s: f64, to_s: f64) -> Option<f64> {
+    let at = |t: f64| {
+        readings
+            .iter()
+            .rev()
+            .find(|r| r.t_s < t)
+            .or(readings.first())
+    };
+    let (from, to) = (at(from_s)?, at(to_s)?);
+    from.parts
+        .iter()
+        .any(|p| p.role == role)
+        .then(|| (to.cpu_s(role) - from.cpu_s(role)).max(0.0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_steps_cpu_is_read_between_the_readings_around_it() {
+        let r = readings();
+        // From 10.5 s to 12.5 s: the readings at 10 and 12, 0.2 s and the 0.3 s spike.
+        let spent = cpu_between(&r, "proxy", 10.5, 12.5).unwrap();
+        assert!((spent - 0.5).abs() < 1e-9, "{spent}");
+        assert_eq!(cpu_between(&r, "controller", 10.5, 12.5), None);
+        let to_end = cpu_between(&r, "proxy", 19.5, f64::INFINITY).unwrap();
+        assert!((to_end - 0.1).abs() < 1e-9, "{to_end}");
+    }
 
     fn reading(t_s: f64, proxy_cpu_s: f64, rss: u64) -> Reading {
         let part = |name: &str, role, cpu_s| PartUsage {

@@ -287,6 +287,34 @@ impl ProxyFiles {
     pub fn config_path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
+
+    /// The size of the proxy's configuration as rendered: every configuration file in its
+    /// directory (`.conf`, `.cfg`, `.json`, `.yaml`, `.map`; not logs or certificates),
+    /// in bytes.
+    pub fn config_bytes(&self) -> u64 {
+        let mut total = 0;
+        let mut stack = vec![self.dir.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                let path = entry.path();
+                if kind.is_dir() {
+                    stack.push(path);
+                } else if kind.is_file()
+                    && path.extension().is_some_and(|e| {
+                        ["conf", "cfg", "json", "yaml", "map"]
+                            .iter()
+                            .any(|x| e == *x)
+                    })
+                {
+                    total += entry.metadata().map_or(0, |m| m.len());
+                }
+            }
+        }
+        total
+    }
 }
 
 /// How to start a proxy.

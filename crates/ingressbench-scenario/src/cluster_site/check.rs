@@ -167,7 +167,8 @@ pub fn route_refusals(
         let changes = crate::timeline::route_changes(cell);
         let target = cell.target.name();
         let mtls = cell.target.hop().is_some_and(|h| h.mtls);
-        if (changes.is_empty() && !mtls) || refused.contains_key(&target) {
+        let revisions = changes_generated_routes(cell);
+        if (changes.is_empty() && !mtls && !revisions) || refused.contains_key(&target) {
             continue;
         }
         let key = cell.target.file_key();
@@ -185,6 +186,10 @@ pub fn route_refusals(
         .and_then(|()| match mtls {
             true => refuse_unmeshable(&target, placed, routed),
             false => Ok(()),
+        })
+        .and_then(|()| match revisions {
+            true => refuse_unrevisable(&target, &routed.routing),
+            false => Ok(()),
         });
         if let Err(e) = refusal {
             refused.insert(
@@ -194,6 +199,23 @@ pub fn route_refusals(
         }
     }
     Ok(refused)
+}
+
+/// Whether an event of `cell` changes generated routes (`change_routes`).
+pub(super) fn changes_generated_routes(cell: &crate::Cell) -> bool {
+    cell.events
+        .iter()
+        .any(|e| matches!(e.action, crate::model::Action::ChangeRoutes(_)))
+}
+
+/// A target whose routes cannot each answer their own revision (`change_routes`): an
+/// Ingress controller that sets headers for many Ingresses at once.
+pub(super) fn refuse_unrevisable(target: &str, routing: &Routing) -> Result<(), String> {
+    routes::generated::revisions(routing).map_err(|why| {
+        format!(
+            "target `{target}`: change_routes needs each generated route to answer its revision in a response header, and {why}; drop the change_routes events for this target (--set targets=[…] runs the others)"
+        )
+    })
 }
 
 /// A target whose controller cannot reach a mesh's sidecars over mutual TLS: one the

@@ -164,10 +164,7 @@ impl Shape {
                     == Some(crate::model::NodePlacement::SameAsIngress),
             mesh: cell.target.hop().map(|h| MeshShape { mtls: h.mtls }),
             generated: s.routes.count,
-            revisions: cell
-                .events
-                .iter()
-                .any(|e| matches!(e.action, crate::model::Action::ChangeRoutes(_))),
+            revisions: check::changes_generated_routes(cell),
             // The scenario's check read it already.
             probe: crate::propagation::probe_options(s).unwrap_or_default(),
             probed: cell.events.iter().any(|e| e.action.is_route_event()),

@@ -13,7 +13,9 @@ use ingressbench_cluster::routes::{gateway, Routing};
 use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use ingressbench_lab::model::GENERATION_HEADER;
 
-use super::check::{refuse_unexpressible, refuse_unmeshable, route_support, Routed};
+use super::check::{
+    refuse_unexpressible, refuse_unmeshable, refuse_unrevisable, route_support, Routed,
+};
 use super::{
     ClusterOptions, ClusterSite, Door, Inside, Shape, FIRST_GENERATION, REFUSED_GRACE,
     ROUTE_STATUS_TIMEOUT, ROUTING_TIMEOUT, STATUS_EVERY,
@@ -361,11 +363,7 @@ fn routing_for(
         refuse_unmeshable(target, placed, &routed).map_err(input)?;
     }
     if shape.revisions {
-        ingressbench_cluster::routes::generated::revisions(&routed.routing).map_err(|why| {
-            input(format!(
-                "target `{target}`: change_routes needs each generated route to answer its revision in a response header, and {why}; drop the change_routes events for this target (--set targets=[…] runs the others)"
-            ))
-        })?;
+        refuse_unrevisable(target, &routed.routing).map_err(input)?;
     }
     Ok((Some(routed.controller), routed.routing))
 }

@@ -540,6 +540,9 @@ events:
             routes["probe"]["cpu_ms"].as_f64().is_some_and(|t| t > 0.0),
             "{routes}"
         );
+        // The proxy's configuration as rendered: 100 routes more, then fewer again.
+        let bytes = |i: usize| firings[i]["config_bytes"].as_u64().unwrap();
+        assert!(bytes(0) > bytes(1) && bytes(1) > 0, "{cell}: {routes}");
         let csv = std::fs::read_to_string(out.join("cells").join(cell).join("routes.csv")).unwrap();
         assert_eq!(csv.lines().count(), 301, "{cell}");
         assert!(csv.contains(",r500.routes.test,"), "{cell}");
