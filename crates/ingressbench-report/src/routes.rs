@@ -90,6 +90,18 @@ fn rss_mib(f: &Value) -> Option<f64> {
         .map(|b| b / (1024.0 * 1024.0))
 }
 
+/// The p99's 95% interval over the step's routes, as `95% 280-320 ms, ` (empty when the
+/// results have none).
+fn p99_interval(f: &Value) -> String {
+    match f["time_to_right_ms"]["p99_interval"]
+        .as_array()
+        .map(Vec::as_slice)
+    {
+        Some([low, high]) => format!("95% {}-{} ms, ", number(low, 0), number(high, 0)),
+        _ => String::new(),
+    }
+}
+
 /// A cluster controller's resident memory (MiB) once the step's routes were right, when
 /// it runs apart from its proxy and was measured.
 fn controller_mib(f: &Value) -> Option<f64> {
@@ -268,10 +280,11 @@ fn sentences(label: &str, firings: &[Value]) -> Vec<String> {
         .min_by(|a, b| (a.0 - 1000.0).abs().total_cmp(&(b.0 - 1000.0).abs()));
     if let Some((routes, f)) = bulk {
         out.push(format!(
-            "{label}: at {} routes ({}), p99 time to first right answer {} ms (resolution {} ms){}{}.",
+            "{label}: at {} routes ({}), p99 time to first right answer {} ms ({}resolution {} ms){}{}.",
             number(&Value::from(routes), 0),
             f["what"].as_str().unwrap_or(""),
             number(&f["time_to_right_ms"]["p99"], 0),
+            p99_interval(f),
             number(&f["resolution_ms"]["p50"], 0),
             rss_mib(f).map_or(String::new(), |m| format!(", proxy memory {m:.0} MiB")),
             never_note(f),
@@ -341,14 +354,14 @@ mod tests {
     fn the_headline_takes_the_bulk_step_nearest_a_thousand_routes() {
         let firings: Vec<Value> = serde_json::from_str(
             r#"[{"what":"to 100 routes","routes_after":101,"one_at_a_time":false,"time_to_right_ms":{"p99":30},"resolution_ms":{"p50":5},"proxy_rss_bytes":{"after":104857600},"never_right":[]},
-                {"what":"to 1000 routes","routes_after":1001,"one_at_a_time":false,"time_to_right_ms":{"p99":300},"resolution_ms":{"p50":50},"proxy_rss_bytes":{"after":209715200},"never_right":["r9.routes.test"]},
+                {"what":"to 1000 routes","routes_after":1001,"one_at_a_time":false,"time_to_right_ms":{"p99":300,"p99_interval":[280,320]},"resolution_ms":{"p50":50},"proxy_rss_bytes":{"after":209715200},"never_right":["r9.routes.test"]},
                 {"what":"add 2 routes one at a time","routes_after":1003,"asked":2,"one_at_a_time":true,"time_to_right_ms":{"p99":7.6},"resolution_ms":{"p50":0.5},"never_right":[]}]"#,
         )
         .unwrap();
         assert_eq!(
             sentences("envoy", &firings),
             [
-                "envoy: at 1,001 routes (to 1000 routes), p99 time to first right answer 300 ms (resolution 50 ms), proxy memory 200 MiB, 1 never right.",
+                "envoy: at 1,001 routes (to 1000 routes), p99 time to first right answer 300 ms (95% 280-320 ms, resolution 50 ms), proxy memory 200 MiB, 1 never right.",
                 "envoy: add 2 routes one at a time with 1,001 present, p99 7.6 ms (resolution 0.50 ms)."
             ]
         );

@@ -311,7 +311,10 @@ fn summarize(firing: &Firing, job: &JobOutcome, measure_from: Instant) -> Value 
     times.sort_by(f64::total_cmp);
     resolution.sort_by(f64::total_cmp);
     let first_request = job.routes.iter().map(|r| r.requested_at).min();
-    let quantiles = |v: &[f64]| json!({ "p50": quantile(v, 0.5), "p90": quantile(v, 0.9), "p99": quantile(v, 0.99), "max": v.last() });
+    let quantiles = |v: &[f64]| {
+        json!({ "p50": quantile(v, 0.5), "p90": quantile(v, 0.9), "p99": quantile(v, 0.99),
+                                        "p99_interval": quantile_interval(v, 0.99), "max": v.last() })
+    };
     let cdf: Vec<Value> = (1..=CDF_POINTS.min(times.len()))
         .map(|k| {
             let q = k as f64 / CDF_POINTS.min(times.len()) as f64;
@@ -348,9 +351,39 @@ fn quantile(v: &[f64], q: f64) -> Option<f64> {
     Some(v[i])
 }
 
+/// A 95% interval for the quantile `q` of sorted `v`, from order statistics (distribution
+/// free: the ranks the binomial count of values below the true quantile falls between,
+/// by its normal approximation, one rank wider on each side for its discreteness). With
+/// few values the upper end is the largest one.
+fn quantile_interval(v: &[f64], q: f64) -> Option<[f64; 2]> {
+    if v.is_empty() {
+        return None;
+    }
+    let n = v.len() as f64;
+    let spread = 1.96 * (n * q * (1.0 - q)).sqrt();
+    let rank = |r: f64| (r.max(1.0).min(n) as usize) - 1;
+    Some([
+        v[rank((n * q - spread).floor())],
+        v[rank((n * q + spread).ceil() + 1.0)],
+    ])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_quantiles_interval_holds_it_and_narrows_with_more_routes() {
+        let v: Vec<f64> = (1..=10_000).map(f64::from).collect();
+        let [low, high] = quantile_interval(&v, 0.99).unwrap();
+        assert!(low <= 9_900.0 && 9_900.0 <= high, "{low}-{high}");
+        assert!(high - low < 50.0, "{low}-{high}");
+        let few: Vec<f64> = (1..=20).map(f64::from).collect();
+        assert_eq!(quantile_interval(&few, 0.99), Some([18.0, 20.0]));
+        let [low, high] = quantile_interval(&few, 0.5).unwrap();
+        assert!(low < 10.0 && high > 10.0, "{low}-{high}");
+        assert_eq!(quantile_interval(&[], 0.5), None);
+    }
 
     #[test]
     fn quantiles_are_nearest_rank() {

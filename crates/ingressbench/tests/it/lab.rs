@@ -1628,3 +1628,93 @@ fn an_http2_upstream_reaches_the_backends_over_http2() {
         }
     }
 }
+
+/// The probe's resolution against the proxy's own word: one route added to Envoy, whose
+/// admin interface says when it took the new route configuration (the RDS
+/// subscription's `update_time`, ms since the epoch). The route became right between the
+/// last wrong probe's send and the first right one's answer (the bracket the probe states
+/// as its resolution), and Envoy's own time falls in that bracket, to its millisecond and
+/// the hand-over to its worker.
+#[test]
+fn the_probe_brackets_the_moment_envoy_says_it_took_a_route() {
+    use ingressbench_load::probe::{Expect, ProbeOptions, ProbeRoute, Prober};
+    let mut spec = two_host_spec(ProxyKind::Envoy);
+    spec.tls = false;
+    let mut lab = Lab::up(spec).unwrap();
+    let socket = lab.proxies()[0].files().admin_socket.clone();
+    let update_time = || -> u64 {
+        use std::io::{Read, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+        write!(
+            s,
+            "GET /stats?filter=rds.lab_routes.update_time HTTP/1.1\r\nHost: \r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        answer
+            .lines()
+            .find_map(|l| l.split_once("rds.lab_routes.update_time: "))
+            .and_then(|(_, v)| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no update_time in {answer}"))
+    };
+    let before = update_time();
+    let prober = Prober::start(
+        lab.proxies()[0].http_addr(),
+        ProbeOptions::default(),
+        || Ok(()),
+    )
+    .unwrap();
+    let mut routes = lab.routes().to_vec();
+    routes.push(ingressbench_lab::model::Route {
+        host: "new.test".into(),
+        path_prefix: "/".into(),
+        pool: "a".into(),
+        revision: 0,
+    });
+    // Instants and the epoch, side by side.
+    let (wall, at) = (std::time::SystemTime::now(), Instant::now());
+    let route = ProbeRoute {
+        host: "new.test".into(),
+        path: "/".into(),
+        expect: Expect::Added { pool: "a".into() },
+    };
+    prober.probe(0, vec![route], at);
+    std::thread::sleep(Duration::from_millis(20));
+    lab.request(ingressbench_lab::Change::Routes(routes), Duration::ZERO)
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while prober.settled() < 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let outcome = prober.finish().jobs[0].routes[0].clone();
+    let took = update_time();
+    assert!(took > before, "Envoy took no new route configuration");
+    let epoch_ms = |t: Instant| {
+        let since = t.duration_since(at);
+        (wall + since)
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64()
+            * 1e3
+    };
+    let last_wrong = epoch_ms(outcome.last_wrong_at.expect("404s before"));
+    let right = epoch_ms(outcome.right_answered_at.expect("right"));
+    let took = took as f64;
+    eprintln!(
+        "after the last wrong probe's send: Envoy took the route at {:.2} ms, the right answer came at {:.2} ms",
+        took - last_wrong,
+        right - last_wrong
+    );
+    // Envoy's time is whole milliseconds: one of slack on each side, and the worker may
+    // take the new configuration a little after the main thread counted it.
+    assert!(
+        last_wrong <= took + 1.0 + 5.0 && took <= right + 1.0,
+        "last wrong {last_wrong}, Envoy {took}, right {right}"
+    );
+    assert!(
+        right - last_wrong < 5.0,
+        "the resolution one route at a time: {} ms",
+        right - last_wrong
+    );
+}
