@@ -3,7 +3,7 @@
 
 use serde_json::{json, Value};
 
-use super::{admin_request, write_json, Driver, Launch, ProxyFiles, Update};
+use super::{admin_request, write_atomically, Driver, Launch, ProxyFiles, Update};
 use crate::model::{RouteTable, UpstreamProtocol};
 use crate::process::OwnedChild;
 use crate::LabError;
@@ -14,8 +14,7 @@ pub(crate) struct Caddy;
 
 impl Driver for Caddy {
     fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
-        let config = render(files, table);
-        write_json(&files.config_path("caddy.json"), &config)?;
+        write_atomically(&files.config_path("caddy.json"), &render(files, table))?;
         let dir = files.dir.display().to_string();
         Ok(Launch {
             args: vec![
@@ -39,9 +38,9 @@ impl Driver for Caddy {
         table: &RouteTable,
     ) -> Result<Update, LabError> {
         let config = render(files, table);
-        write_json(&files.config_path("caddy.json"), &config)?;
-        let (status, body) = admin_request(files, "POST", "/load", Some(&config.to_string()))
-            .map_err(|e| LabError::Update {
+        write_atomically(&files.config_path("caddy.json"), &config)?;
+        let (status, body) =
+            admin_request(files, "POST", "/load", Some(&config)).map_err(|e| LabError::Update {
                 kind: "caddy".into(),
                 mechanism: "admin API POST /load",
                 reason: e.to_string(),
@@ -59,9 +58,17 @@ impl Driver for Caddy {
     }
 }
 
-fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
+/// Where the routes go in the configuration's text: a string no value of the lab can be
+/// (values are checked printable).
+const ROUTES_MARK: &str = "\u{0}routes";
+
+/// The whole configuration as JSON text. The routes are written as text one by one and
+/// put into both servers' places: 10,000 routes are 17 MB of text each time, where a
+/// `serde_json::Value` tree of the whole (both servers, then its text, pretty for the
+/// file and compact for the API) took this tool to 464 MiB.
+fn render(files: &ProxyFiles, table: &RouteTable) -> String {
     let t = &table.tuning;
-    let mut routes: Vec<Value> = Vec::new();
+    let mut routes = String::from("[");
     for route in table.ordered_routes() {
         let mut matcher = json!({ "path": [format!("{}*", route.path_prefix)] });
         if route.host != "*" {
@@ -112,17 +119,23 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
             "load_balancing": { "selection_policy": { "policy": "round_robin" } },
             "transport": transport,
         }));
-        routes.push(json!({ "match": [matcher], "handle": handle, "terminal": true }));
+        routes.push_str(
+            &json!({ "match": [matcher], "handle": handle, "terminal": true }).to_string(),
+        );
+        routes.push(',');
     }
-    routes.push(json!({ "handle": [{ "handler": "static_response", "status_code": 404 }] }));
+    routes.push_str(
+        &json!({ "handle": [{ "handler": "static_response", "status_code": 404 }] }).to_string(),
+    );
+    routes.push(']');
     let mut servers = json!({
-        "plain": { "listen": [format!("{}:{}", files.ip, files.http_port)], "routes": routes, "automatic_https": { "disable": true } },
+        "plain": { "listen": [format!("{}:{}", files.ip, files.http_port)], "routes": ROUTES_MARK, "automatic_https": { "disable": true } },
     });
     let mut apps = json!({});
     if let Some(tls) = &files.tls {
         servers["tls"] = json!({
             "listen": [format!("{}:{}", files.ip, tls.port)],
-            "routes": routes,
+            "routes": ROUTES_MARK,
             "automatic_https": { "disable": true },
             "tls_connection_policies": [{ "certificate_selection": { "any_tag": ["lab"] } }],
         });
@@ -133,9 +146,56 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
         }] } });
     }
     apps["http"] = json!({ "servers": servers });
-    json!({
+    let config = json!({
         "admin": { "listen": format!("unix/{}", files.admin_socket.display()) },
         "logging": { "logs": { "default": { "level": "WARN" } } },
         "apps": apps,
     })
+    .to_string();
+    let mark = Value::from(ROUTES_MARK).to_string();
+    config.replace(&mark, &routes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{generated_route, Generation, Overlay, Pool, Tuning};
+
+    #[test]
+    fn both_servers_get_every_route_in_one_json_text() {
+        let pools = vec!["echo".to_owned()];
+        let table = RouteTable {
+            pools: vec![Pool {
+                name: "echo".into(),
+                endpoints: vec!["127.0.0.1:8080".parse().unwrap()],
+            }],
+            routes: (0..3).map(|i| generated_route(i, &pools)).collect(),
+            overlay: Overlay::default(),
+            tuning: Tuning::default(),
+            generation: Generation::default(),
+        };
+        let files = ProxyFiles {
+            dir: "/lab/caddy".into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            http_port: 8000,
+            admin_socket: "/lab/caddy/admin.sock".into(),
+            tls: Some(crate::proxy::TlsFiles {
+                port: 8443,
+                cert: "/lab/cert.pem".into(),
+                key: "/lab/key.pem".into(),
+                combined: "/lab/combined.pem".into(),
+            }),
+        };
+        let text = render(&files, &table);
+        assert!(!text.contains("\\u0000"), "the mark is gone");
+        let config: Value = serde_json::from_str(&text).unwrap();
+        for server in ["plain", "tls"] {
+            let routes = config["apps"]["http"]["servers"][server]["routes"]
+                .as_array()
+                .unwrap();
+            assert_eq!(routes.len(), 4, "three routes and the 404: {server}");
+            assert_eq!(routes[0]["match"][0]["host"][0], "r0.routes.test");
+            assert_eq!(routes[3]["handle"][0]["status_code"], 404);
+        }
+    }
 }
