@@ -244,10 +244,10 @@ fn round6(x: f64) -> f64 {
     (x * 1e6).round() / 1e6
 }
 
-/// Asks the lab for event `index`'s change and logs it in `events.jsonl`. A change the
-/// lab cannot make is logged as such and is the cell's failure.
-/// Writes `impact.json`: for every event fired, what it did to the sampled requests in the
-/// window after it (until the next event, at most 15 s).
+/// Writes `impact.json`: for every change the site made (`records`), what it did to the
+/// sampled requests in the window after it (until the next event, at most 15 s), and when
+/// it took effect (from the traffic, the generation it made, or for a route change
+/// nothing else shows, when the route probe found its last route right: `probed`).
 /// `times` are the start of measurement and the load's start.
 pub(crate) fn write_impact(
     (records, probed): (&[ChangeRecord], &[crate::propagation::Probed]),
