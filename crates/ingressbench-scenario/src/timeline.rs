@@ -344,8 +344,12 @@ impl Driver<'_> {
     /// What is left undone of an event going a step at a time when the load ended.
     pub(crate) fn unfinished(&self) -> Option<String> {
         let seq = self.sequence.as_ref().filter(|s| !s.steps.is_empty())?;
+        let held = match self.held.len() {
+            0 => String::new(),
+            n => format!(", and {n} route event(s) held behind it did not fire"),
+        };
         Some(format!(
-            "events[{}] asked for {} of its {} {} before the load ended: make load.duration longer, the event earlier, or ask for fewer",
+            "events[{}] asked for {} of its {} {} before the load ended{held}; each step waits for the last to be right: the system under test did not keep up, or make load.duration longer, the event earlier, or ask for fewer",
             seq.event,
             seq.planned - seq.steps.len(),
             seq.planned,
@@ -439,8 +443,17 @@ pub(crate) fn offset(t: Instant, measure_from: Instant) -> f64 {
 }
 
 /// Says which event fired fewer times than planned (the run ended first), if one did.
-pub(crate) fn unfired(cell: &Cell, fired: &[u32], requests: u64) -> Option<String> {
+pub(crate) fn unfired(
+    cell: &Cell,
+    fired: &[u32],
+    requests: u64,
+    held_behind_unfinished: bool,
+) -> Option<String> {
     cell.events.iter().zip(fired).enumerate().find_map(|(i, (e, n))| {
+        // Route events held behind steps the load ended first are in that warning.
+        if held_behind_unfinished && e.action.is_route_event() {
+            return None;
+        }
         let planned = e.timing.times();
         (*n < planned).then(|| {
             format!(

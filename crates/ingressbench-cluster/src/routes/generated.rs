@@ -45,7 +45,7 @@ pub fn revisions(routing: &Routing) -> Result<(), String> {
         Routing::Ingress {
             profile: Some(p), ..
         } => Err(format!(
-            "{} sets response headers through {}, which cannot single out one Ingress of many to the same Service; use its Gateway API target",
+            "{} sets response headers through {}, which cannot single out one Ingress of many to the same Service; route it through a Gateway (HTTPRoutes) if it serves one",
             p.name, p.means
         )),
         Routing::Ingress { class, .. } => Err(format!(
