@@ -99,9 +99,11 @@ impl RoutesDelta {
     /// The delta from `before` to `after` (linear: a change among 10,000 routes is one
     /// pass over each).
     pub fn between(before: &[Route], after: &[Route]) -> Self {
-        let key = |r: &Route| (r.host.clone(), r.path_prefix.clone());
-        let was: HashMap<(String, String), &Route> = before.iter().map(|r| (key(r), r)).collect();
-        let is: HashSet<(String, String)> = after.iter().map(key).collect();
+        fn key(r: &Route) -> (&str, &str) {
+            (&r.host, &r.path_prefix)
+        }
+        let was: HashMap<(&str, &str), &Route> = before.iter().map(|r| (key(r), r)).collect();
+        let is: HashSet<(&str, &str)> = after.iter().map(key).collect();
         let mut delta = RoutesDelta::default();
         for route in after {
             match was.get(&key(route)) {
