@@ -6,7 +6,8 @@
 //! (values, fields, Secrets). It reports the pod Running, then Ready once every
 //! container's readiness probe passes; on deletion it sends SIGTERM, waits the grace
 //! period, sends SIGKILL, and removes the pod. An image is run from its unpacked root
-//! filesystem (chrooted, as the pod's or the image's user: [`crate::image`]), or, where
+//! filesystem (chrooted, as the pod's or the image's user, in a mount namespace of its
+//! own with a `/proc`: [`crate::image`]), or, where
 //! no image was built and for a mesh's sidecar (`envoy`), as a local binary
 //! (`ingressbench` is this tool), as the security context's user. Every start is
 //! recorded in [`RAN`] in its directory.
@@ -877,24 +878,31 @@ fn command_line(
                 0..0,
                 image.env.iter().filter(|(k, _)| !own.contains(k)).cloned(),
             );
-            let enter = crate::image::ENTER_COMMAND
-                .iter()
-                .map(|s| (*s).to_owned())
-                .chain([
-                    "--root".into(),
-                    image.rootfs.display().to_string(),
-                    "--user".into(),
-                    format!("{uid}:{gid}"),
-                    "--workdir".into(),
-                    container
-                        .working_dir
-                        .clone()
-                        .unwrap_or(image.workdir.clone()),
-                    "--".into(),
-                ])
-                .chain(argv)
-                .collect();
-            (image.launcher.clone(), enter, record)
+            let enter = [
+                "--mount".to_owned(),
+                "--propagation".into(),
+                "private".into(),
+                format!("--mount-proc={}", image.proc_dir().display()),
+                "--".into(),
+                image.launcher.display().to_string(),
+            ]
+            .into_iter()
+            .chain(crate::image::ENTER_COMMAND.iter().map(|s| (*s).to_owned()))
+            .chain([
+                "--root".into(),
+                image.rootfs.display().to_string(),
+                "--user".into(),
+                format!("{uid}:{gid}"),
+                "--workdir".into(),
+                container
+                    .working_dir
+                    .clone()
+                    .unwrap_or(image.workdir.clone()),
+                "--".into(),
+            ])
+            .chain(argv)
+            .collect();
+            (PathBuf::from("unshare"), enter, record)
         }
     }
 }

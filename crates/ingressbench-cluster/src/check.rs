@@ -128,6 +128,17 @@ pub async fn check(file: &ClusterFile, kubeconfig: &Path) -> Vec<Finding> {
         if let Some(secret) = &target.mesh_client {
             out.push(mesh_client_finding(&client, name, secret).await);
         }
+        if let Some(usage) = &target.usage {
+            for (part, pods) in [("controller", &usage.controller), ("proxy", &usage.proxy)] {
+                if let Some(pods) = pods {
+                    let what = format!("{name}: usage.{part}");
+                    out.push(match crate::usage::read_once(&client, pods).await {
+                        Ok(found) => finding(what, true, found),
+                        Err(e) => finding(what, false, e),
+                    });
+                }
+            }
+        }
     }
     out
 }

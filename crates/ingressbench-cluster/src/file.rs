@@ -103,6 +103,61 @@ pub struct ClusterTarget {
     /// groups whose CPU and memory a run reads from `/proc` on this machine.
     #[serde(default)]
     pub local_pids: Option<LocalPids>,
+    /// A controller on other machines: the pods whose CPU and memory a run reads through
+    /// the API (the controller's own Prometheus endpoint, or the metrics API).
+    #[serde(default)]
+    pub usage: Option<TargetUsage>,
+}
+
+/// Where a controller's and its proxy's CPU and memory are read on a cluster whose
+/// processes this machine cannot see.
+///
+/// ```yaml
+/// usage:
+///   controller: { namespace: projectcontour, selector: app=contour,
+///                 metrics: { port: 8000, path: /metrics } }   # process_* through the pod proxy
+///   proxy: { namespace: projectcontour, selector: app=envoy }  # metrics.k8s.io PodMetrics
+/// ```
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct TargetUsage {
+    /// The controller's pods.
+    #[serde(default)]
+    pub controller: Option<PodsUsage>,
+    /// Its proxy's pods, when they are apart (Contour's Envoy); a controller that is its own
+    /// proxy (Traefik) names its pods here.
+    #[serde(default)]
+    pub proxy: Option<PodsUsage>,
+}
+
+/// Pods measured together, and how.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PodsUsage {
+    /// Their namespace.
+    pub namespace: String,
+    /// Their label selector (`app=contour`).
+    pub selector: String,
+    /// Each pod's Prometheus endpoint with the process collector's series
+    /// (`process_cpu_seconds_total`, `process_resident_memory_bytes`), reached through the
+    /// API server's pod proxy; without it, the metrics API's PodMetrics (metrics-server).
+    #[serde(default)]
+    pub metrics: Option<MetricsEndpoint>,
+}
+
+/// A pod's Prometheus endpoint.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsEndpoint {
+    /// Its port on the pod.
+    pub port: u16,
+    /// Its path.
+    #[serde(default = "default_metrics_path")]
+    pub path: String,
+}
+
+fn default_metrics_path() -> String {
+    "/metrics".into()
 }
 
 /// The process groups of a local controller, by the pid that leads each.
@@ -283,6 +338,32 @@ impl ClusterFile {
                 return Err(format!(
                     "targets.{name}.ca: an Ingress target's certificate is the run's own (in a Secret the run makes, from a CA it trusts); `ca` is for a gateway target's HTTPS listener"
                 ));
+            }
+            if let Some(usage) = &t.usage {
+                if t.local_pids.is_some() {
+                    return Err(format!(
+                        "targets.{name}: give `local_pids` (a controller on this machine) or `usage` (pods read through the API), not both"
+                    ));
+                }
+                if usage.controller.is_none() && usage.proxy.is_none() {
+                    return Err(format!(
+                        "targets.{name}.usage: name the `controller` or the `proxy` pods (namespace, selector)"
+                    ));
+                }
+                for (part, pods) in [("controller", &usage.controller), ("proxy", &usage.proxy)] {
+                    let Some(pods) = pods else { continue };
+                    if pods.selector.trim().is_empty() {
+                        return Err(format!(
+                            "targets.{name}.usage.{part}.selector: empty; a label selector such as app=contour"
+                        ));
+                    }
+                    if let Some(m) = pods.metrics.as_ref().filter(|m| !m.path.starts_with('/')) {
+                        return Err(format!(
+                            "targets.{name}.usage.{part}.metrics.path: {:?} must start with /",
+                            m.path
+                        ));
+                    }
+                }
             }
             for (field, value, scheme) in [
                 ("tls_address", &t.tls_address, "https://"),

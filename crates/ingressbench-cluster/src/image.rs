@@ -100,6 +100,12 @@ impl Image {
                 String::from_utf8_lossy(&output.stderr).trim()
             )));
         }
+        // Where each container gets a /proc of its own (see [`Image::proc_dir`]).
+        let proc_dir = into.join("rootfs/proc");
+        std::fs::create_dir_all(&proc_dir).map_err(|source| ClusterError::Io {
+            path: proc_dir,
+            source,
+        })?;
         Ok(Image {
             reference: format!("{}:{tag}", layout.display()),
             digest,
@@ -118,6 +124,13 @@ impl Image {
                 .to_owned(),
             launcher,
         })
+    }
+
+    /// Where a container's `/proc` is mounted: as a container runtime gives each
+    /// container one, the agent starts each in a mount namespace of its own with procfs
+    /// there (`unshare --mount-proc`), gone with the container.
+    pub fn proc_dir(&self) -> PathBuf {
+        self.rootfs.join("proc")
     }
 
     /// What a container of this image runs, as the kubelet decides it: its `command`

@@ -15,6 +15,7 @@ pub mod image;
 pub mod local;
 mod logs;
 pub mod routes;
+pub mod usage;
 pub mod workers;
 
 pub use error::ClusterError;

@@ -352,7 +352,9 @@ pub async fn serve(
 
 /// The backend's control endpoint on `listener` (until its task is dropped): `POST
 /// /stall?for=DURATION` holds every answer (health checks included) for that long from
-/// now, as a process that stops answering would; anything else is 404.
+/// now, as a process that stops answering would; `GET /metrics` answers the process's CPU
+/// time and resident memory as the Prometheus clients' process collector names them
+/// ([`process_metrics`]); anything else is 404.
 pub async fn serve_control(listener: TcpListener, hold: Hold) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
@@ -370,6 +372,11 @@ pub async fn serve_control(listener: TcpListener, hold: Hold) {
             }
             let line = String::from_utf8_lossy(&head);
             let target = line.split_whitespace().take(2).collect::<Vec<_>>();
+            if target[..] == ["GET", "/metrics"] {
+                let _ = stream.write_all(&process_metrics()).await;
+                let _ = stream.shutdown().await;
+                return;
+            }
             let asked = match target[..] {
                 ["POST", t] => t.strip_prefix("/stall?for="),
                 _ => None,
@@ -380,12 +387,35 @@ pub async fn serve_control(listener: TcpListener, hold: Hold) {
                     simple_response(200, &format!("holding answers for {d:?}\n"), true)
                 }
                 Some(Err(e)) => simple_response(400, &format!("{e}\n"), true),
-                None => simple_response(404, "POST /stall?for=DURATION\n", true),
+                None => simple_response(404, "POST /stall?for=DURATION or GET /metrics\n", true),
             };
             let _ = stream.write_all(&answer).await;
             let _ = stream.shutdown().await;
         });
     }
+}
+
+/// This process's `process_cpu_seconds_total` and `process_resident_memory_bytes`, in
+/// Prometheus text exposition: what a controller's own endpoint offers, so a cluster run
+/// can read a pod's usage through the API server's pod proxy the way it reads one.
+fn process_metrics() -> Vec<u8> {
+    use crate::usage::{Part, UsageReader};
+    let own = Part::process("backend", "backend", std::process::id());
+    let read = UsageReader::new().read(std::slice::from_ref(&own));
+    let (cpu_s, rss) = read.first().map_or((0.0, 0), |u| (u.cpu_s, u.rss_bytes));
+    let body = format!(
+        "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n\
+         # TYPE process_cpu_seconds_total counter\n\
+         process_cpu_seconds_total {cpu_s}\n\
+         # HELP process_resident_memory_bytes Resident memory size in bytes.\n\
+         # TYPE process_resident_memory_bytes gauge\n\
+         process_resident_memory_bytes {rss}\n"
+    );
+    format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 /// Responses rendered once: the head up to the echoed path, the rest, and the bodies

@@ -26,36 +26,85 @@ use std::fs;
 pub struct Part {
     /// Which one (`nginx`, `nginx-2` for a second replica, `front`, `sidecar`, `client`).
     pub name: String,
-    /// What it does: `proxy` (the proxies under test, every replica), `front`, `sidecar`
-    /// or `client`.
+    /// What it does: `proxy` (the proxies under test, every replica), `controller`,
+    /// `front`, `sidecar` or `client`.
     pub role: &'static str,
-    /// The process (the group leader, for a group).
-    pub pid: u32,
-    /// Whether the whole process group counts, with what its leader reaped.
-    pub group: bool,
+    /// Where its figures come from.
+    pub source: Source,
+}
+
+/// Where a part's figures come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// The process group led by this pid, with what its leader reaped.
+    Group(u32),
+    /// This process alone.
+    Process(u32),
+    /// Someone else's readings (processes on other machines: a cluster's pods, read
+    /// through its API), as last [`Reported::set`].
+    Reported(Reported),
 }
 
 impl Part {
     /// The process group led by `pid`.
     pub fn group(name: &str, role: &'static str, pid: u32) -> Self {
-        Self {
-            name: name.to_owned(),
-            role,
-            pid,
-            group: true,
-        }
+        Self::new(name, role, Source::Group(pid))
     }
 
     /// The process `pid` alone.
     pub fn process(name: &str, role: &'static str, pid: u32) -> Self {
+        Self::new(name, role, Source::Process(pid))
+    }
+
+    /// Processes read elsewhere, whose readings come through `reported`.
+    pub fn reported(name: &str, role: &'static str, reported: Reported) -> Self {
+        Self::new(name, role, Source::Reported(reported))
+    }
+
+    fn new(name: &str, role: &'static str, source: Source) -> Self {
         Self {
             name: name.to_owned(),
             role,
-            pid,
-            group: false,
+            source,
         }
     }
 }
+
+/// The latest reading of processes this machine cannot see, shared between whoever reads
+/// them (a thread asking a cluster's API) and the [`UsageReader`]. Equal when shared.
+#[derive(Clone, Debug, Default)]
+pub struct Reported(std::sync::Arc<std::sync::Mutex<Option<Figures>>>);
+
+/// CPU seconds, resident bytes and live processes: one reading of a part.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Figures {
+    /// CPU time since its processes started, in seconds.
+    pub cpu_s: f64,
+    /// Resident memory, in bytes.
+    pub rss_bytes: u64,
+    /// How many processes (or pods) it has.
+    pub processes: u32,
+}
+
+impl Reported {
+    /// Replaces the reading.
+    pub fn set(&self, figures: Figures) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(figures);
+    }
+
+    /// The latest reading; none before the first.
+    pub fn get(&self) -> Option<Figures> {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl PartialEq for Reported {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Reported {}
 
 /// One part's CPU time and memory at one moment.
 #[derive(Clone, Debug, PartialEq)]
@@ -116,30 +165,45 @@ impl UsageReader {
             t.1 += stat.rss_pages;
             t.2 += 1;
         };
-        let groups: Vec<u32> = parts.iter().filter(|p| p.group).map(|p| p.pid).collect();
-        if !groups.is_empty() {
+        let group = |part: &Part| match part.source {
+            Source::Group(pid) => Some(pid),
+            _ => None,
+        };
+        if parts.iter().any(|p| group(p).is_some()) {
             for (pid, stat) in proc_stats() {
                 for (i, part) in parts.iter().enumerate() {
-                    if part.group && stat.pgrp == part.pid {
-                        add(i, &stat, pid == part.pid);
+                    if group(part) == Some(stat.pgrp) {
+                        add(i, &stat, pid == stat.pgrp);
                     }
                 }
             }
         }
-        for (i, part) in parts.iter().enumerate().filter(|(_, p)| !p.group) {
-            if let Some(stat) = read_stat(part.pid) {
-                add(i, &stat, false);
+        for (i, part) in parts.iter().enumerate() {
+            if let Source::Process(pid) = part.source {
+                if let Some(stat) = read_stat(pid) {
+                    add(i, &stat, false);
+                }
             }
         }
         parts
             .iter()
             .zip(totals)
-            .map(|(part, (ticks, pages, processes))| PartUsage {
-                name: part.name.clone(),
-                role: part.role,
-                cpu_s: ticks as f64 / self.ticks_per_s,
-                rss_bytes: pages * self.page_bytes,
-                processes,
+            .map(|(part, (ticks, pages, processes))| {
+                let figures = match &part.source {
+                    Source::Reported(r) => r.get().unwrap_or_default(),
+                    _ => Figures {
+                        cpu_s: ticks as f64 / self.ticks_per_s,
+                        rss_bytes: pages * self.page_bytes,
+                        processes,
+                    },
+                };
+                PartUsage {
+                    name: part.name.clone(),
+                    role: part.role,
+                    cpu_s: figures.cpu_s,
+                    rss_bytes: figures.rss_bytes,
+                    processes: figures.processes,
+                }
             })
             .collect()
     }
@@ -210,6 +274,27 @@ mod tests {
         let _ = child.wait();
         assert!(found.contains(&child.id()), "{found:?}");
         assert!(!found.contains(&own));
+    }
+
+    #[test]
+    fn a_reported_part_reads_what_was_last_set_and_zero_before() {
+        let reported = Reported::default();
+        let parts = [Part::reported("remote", "controller", reported.clone())];
+        let reader = UsageReader::new();
+        assert_eq!(reader.read(&parts)[0].rss_bytes, 0);
+        let figures = Figures {
+            cpu_s: 1.5,
+            rss_bytes: 4096,
+            processes: 2,
+        };
+        reported.set(figures);
+        let read = &reader.read(&parts)[0];
+        assert_eq!((read.cpu_s, read.rss_bytes, read.processes), (1.5, 4096, 2));
+        assert_eq!(parts[0], Part::reported("remote", "controller", reported));
+        assert_ne!(
+            parts[0],
+            Part::reported("remote", "controller", Reported::default())
+        );
     }
 
     #[test]

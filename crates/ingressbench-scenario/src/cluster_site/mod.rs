@@ -226,6 +226,8 @@ pub(crate) struct ClusterSite {
     /// The target's name, and its processes when it is a controller of the local cluster
     /// (their CPU and memory are read from `/proc`).
     local: (String, Option<ingressbench_cluster::file::LocalPids>),
+    /// Or the thread reading its pods through the API (the cluster file's `usage:`).
+    usage: Option<ingressbench_cluster::usage::UsageWatch>,
     /// Changes not yet in the EndpointSlices: record, what to look for, and when it was
     /// asked (just before the API call).
     pending: Vec<(usize, Expect, Instant)>,
@@ -276,11 +278,15 @@ impl Site for ClusterSite {
         self.probe_at
     }
 
-    /// A local controller's process groups: the controller, and its proxy when that runs
-    /// apart (named in the file, or a group the controller started); a controller that is
-    /// its own proxy (Traefik) is one part, the proxy.
+    /// The pods the cluster file's `usage:` names, read through the API; or a local
+    /// controller's process groups: the controller, and its proxy when that runs apart
+    /// (named in the file, or a group the controller started); a controller that is its
+    /// own proxy (Traefik) is one part, the proxy.
     fn usage_parts(&self) -> Vec<ingressbench_lab::usage::Part> {
         use ingressbench_lab::usage::{child_groups, Part};
+        if let Some(watch) = &self.usage {
+            return watch.parts();
+        }
         let (name, Some(pids)) = &self.local else {
             return Vec::new();
         };

@@ -43,6 +43,20 @@ impl ClusterSite {
             _ => None,
         };
         let plain_parent = placed.gateway.as_ref().map(|g| g.for_traffic(false));
+        // Read before anything is made: a selector that matches nothing fails the cell
+        // here, not after its namespace is up.
+        let usage = match &placed.usage {
+            Some(usage) => Some(
+                ingressbench_cluster::usage::UsageWatch::start(
+                    &options.kubeconfig,
+                    options.context.as_deref(),
+                    target,
+                    usage,
+                )
+                .map_err(|e| format!("target `{target}`: {e}"))?,
+            ),
+            None => None,
+        };
         let pool_names: Vec<String> = shape.pools.iter().map(|(p, _)| p.clone()).collect();
         let own_routes: Vec<ingressbench_lab::model::Route> = shape
             .routes
@@ -100,6 +114,7 @@ impl ClusterSite {
             probe_at,
             plain_parent,
             local: (target.to_owned(), placed.local_pids),
+            usage,
             records: Vec::new(),
             reporting: Vec::new(),
             status_at: Instant::now(),

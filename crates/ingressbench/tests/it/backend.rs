@@ -299,6 +299,25 @@ fn the_control_endpoint_holds_every_answer_for_the_time_asked() {
         )
     };
     assert!(post("/nothing").starts_with("HTTP/1.1 404"));
+    // Its own CPU and memory, as a controller's process collector names them: the
+    // memory is what /proc says of the backend's process.
+    let metrics = ask(control, "GET /metrics HTTP/1.1\r\nHost: c\r\n\r\n");
+    let series = |name: &str| -> f64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name}: {metrics}"));
+        line[name.len()..].trim().parse().unwrap()
+    };
+    let statm = std::fs::read_to_string(format!("/proc/{}/statm", backend.child.id())).unwrap();
+    let pages: f64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let rss = pages * 4096.0;
+    let said_rss = series("process_resident_memory_bytes");
+    assert!(
+        said_rss > rss * 0.5 && said_rss < rss * 2.0,
+        "said {said_rss} bytes, /proc {rss}"
+    );
+    assert!(series("process_cpu_seconds_total") >= 0.0);
     assert!(post("/stall?for=soon").starts_with("HTTP/1.1 400"));
     let said = post("/stall?for=1500ms");
     assert!(said.starts_with("HTTP/1.1 200"), "{said}");

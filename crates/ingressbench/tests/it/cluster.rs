@@ -225,6 +225,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         &dir,
     );
     a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(&dir);
+    a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(&dir);
     the_shipped_scenarios_run_against_every_controller_of_the_cluster(&dir);
     the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tls(&dir);
     each_controller_routes_and_takes_route_changes_the_way_its_api_does(&dir);
@@ -1102,6 +1103,148 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
         "{}",
         text(&cleanup)
     );
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
+}
+
+/// A controller on other machines (a real cluster's): its pods named in the cluster
+/// file's `usage:`, read through the API server's pod proxy from their own Prometheus
+/// endpoint. The stand-in is a Deployment of the backend, whose control endpoint serves
+/// the process collector's series: the run's figures for it are what /proc says of its
+/// process. The metrics API, which this cluster does not serve, is refused by `cluster
+/// check` naming metrics-server.
+fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{DeleteParams, PostParams};
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let deployments: kube::Api<Deployment> = runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(&kubeconfig, None)
+            .await
+            .unwrap();
+        kube::Api::namespaced(client, "default")
+    });
+    let stand_in: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "usage-stand-in" },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": "usage-stand-in" } },
+            "template": {
+                "metadata": { "labels": { "app": "usage-stand-in" } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [{
+                        "name": "controller", "image": "example.test/ingressbench:dev",
+                        "args": ["backend", "--listen", "0.0.0.0:8080", "--control", "0.0.0.0:8081", "--name", "usage-stand-in"],
+                        "readinessProbe": { "httpGet": { "path": "/healthz", "port": 8080 } }
+                    }]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    runtime
+        .block_on(deployments.create(&PostParams::default(), &stand_in))
+        .unwrap();
+    let pid = wait_until("the stand-in's process", || {
+        processes_with("usage-stand-in").first().copied()
+    });
+    // The cluster file with Traefik's usage read from the stand-in's pods, not /proc.
+    let written = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
+    let own = written.find(", local_pids: {").expect(&written);
+    let end = own + written[own..].find('}').unwrap() + 1;
+    let with = |usage: &str| {
+        format!(
+            "{}, usage: {{ {usage} }}{}",
+            &written[..own],
+            &written[end..]
+        )
+    };
+    let pods = "namespace: default, selector: app=usage-stand-in";
+    let through_metrics_api = dir.join("usage-metrics-api.yaml");
+    std::fs::write(
+        &through_metrics_api,
+        with(&format!("controller: {{ {pods} }}")),
+    )
+    .unwrap();
+    let checked = check(&through_metrics_api, &kubeconfig);
+    assert!(!checked.status.success(), "{}", text(&checked));
+    assert!(
+        text(&checked).contains("metrics.k8s.io") && text(&checked).contains("metrics-server"),
+        "{}",
+        text(&checked)
+    );
+    let through_pods = dir.join("usage-pods.yaml");
+    std::fs::write(
+        &through_pods,
+        with(&format!(
+            "controller: {{ {pods}, metrics: {{ port: 8081 }} }}"
+        )),
+    )
+    .unwrap();
+    let checked = check(&through_pods, &kubeconfig);
+    assert!(checked.status.success(), "{}", text(&checked));
+    assert!(
+        text(&checked).contains("1 pod, ") && text(&checked).contains("on port 8081"),
+        "{}",
+        text(&checked)
+    );
+    let scenario = dir.join("usage.yaml");
+    std::fs::write(
+        &scenario,
+        "name: usage\ntargets: [{ cluster: traefik }]\nbackends: [{ name: echo, replicas: 1 }]\ntls: false\nload: { mode: open, rate: 50, connections: 4, duration: 4s, warmup: 1s }\n",
+    )
+    .unwrap();
+    let out = dir.join("usage-results");
+    let run = run_in_cluster(&scenario, &through_pods, &kubeconfig, &out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let cell = cells_of(&out)[0].clone();
+    let usage = std::fs::read_to_string(cell.join("usage.jsonl")).unwrap();
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap();
+    let rss = statm
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse::<f64>()
+        .unwrap()
+        * 4096.0;
+    let readings: Vec<serde_json::Value> = usage
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|r| {
+            r["parts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == "traefik-controller")
+                .cloned()
+                .expect(&usage)
+        })
+        .collect();
+    assert!(readings.len() >= 4, "{usage}");
+    for r in &readings {
+        assert_eq!(r["role"], "controller", "{r}");
+        assert_eq!(r["processes"], 1, "{r}");
+        let read = r["rss_bytes"].as_f64().unwrap();
+        assert!(
+            read > rss * 0.5 && read < rss * 2.0,
+            "read {read} through the API, /proc says {rss}"
+        );
+    }
+    let cpu: Vec<f64> = readings
+        .iter()
+        .map(|r| r["cpu_s"].as_f64().unwrap())
+        .collect();
+    assert!(cpu.windows(2).all(|w| w[1] >= w[0]), "{cpu:?}");
+    runtime
+        .block_on(deployments.delete("usage-stand-in", &DeleteParams::default()))
+        .unwrap();
+    wait_until("the stand-in gone", || {
+        processes_with("usage-stand-in").is_empty().then_some(())
+    });
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())
     });
