@@ -150,7 +150,7 @@ fn write_all(
         })
         .collect();
     write_json(&xds_path(files, "cds.json"), &resources(clusters))?;
-    write_json(&xds_path(files, "rds.json"), &resources(vec![rds(table)]))?;
+    super::write_atomically(&xds_path(files, "rds.json"), &rds_text(table))?;
     let mut listeners = vec![listener(files, table, "http", files.http_port, None)];
     if let Some(tls) = &files.tls {
         let tls_socket = json!({
@@ -200,51 +200,75 @@ fn eds(pool: &crate::model::Pool) -> Value {
     })])
 }
 
-fn rds(table: &RouteTable) -> Value {
-    let virtual_hosts: Vec<Value> = table
-        .routes_by_host()
-        .into_iter()
-        .enumerate()
-        .map(|(i, (host, routes))| {
-            let routes: Vec<Value> = routes.into_iter()
-                .map(|r| {
-                    let mut action = json!({
-                        "cluster": format!("pool_{}", r.pool),
-                        "timeout": format!("{:.3}s", table.tuning.read_timeout_ms as f64 / 1000.0),
-                    });
-                    if let Some((from, to)) = &table.overlay.rewrite {
-                        action["regex_rewrite"] = json!({ "pattern": { "regex": format!("^{from}(.*)") }, "substitution": format!("{to}\\1") });
-                    }
-                    let mut route = json!({ "match": { "prefix": r.path_prefix }, "route": action });
-                    if r.revision > 0 {
-                        route["response_headers_to_add"] = json!([{
-                            "header": { "key": ROUTE_REVISION_HEADER, "value": r.revision.to_string() },
-                            "append_action": "OVERWRITE_IF_EXISTS_OR_ADD",
-                        }]);
-                    }
-                    route
-                })
-                .collect();
-            let mut vh = json!({ "name": format!("vh{i}"), "domains": [host], "routes": routes });
-            let headers: Vec<Value> = table.response_headers().into_iter().map(|(name, value)| {
-                json!({ "header": { "key": name, "value": value }, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD" })
-            }).collect();
-            vh["response_headers_to_add"] = Value::Array(headers);
-            if let Some(origin) = &table.overlay.cors_origin {
-                vh["typed_per_filter_config"] = json!({ "envoy.filters.http.cors": {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy",
-                    "allow_origin_string_match": [{ "exact": origin }],
-                    "allow_methods": "GET, POST, PUT, DELETE, OPTIONS",
-                } });
-            }
-            vh
-        })
-        .collect();
-    json!({
-        "@type": "type.googleapis.com/envoy.config.route.v3.RouteConfiguration",
-        "name": "lab_routes",
-        "virtual_hosts": virtual_hosts,
-    })
+/// The route configuration as `rds.json`'s text, written route by route: a virtual host
+/// per line, compact, what all virtual hosts share rendered once (at 10,000 routes a tree
+/// of `Value`s made pretty was 13% of Envoy's own time to take them).
+fn rds_text(table: &RouteTable) -> String {
+    let quoted = |s: &str| Value::from(s).to_string();
+    let timeout = quoted(&format!(
+        "{:.3}s",
+        table.tuning.read_timeout_ms as f64 / 1000.0
+    ));
+    let rewrite = table.overlay.rewrite.as_ref().map_or(String::new(), |(from, to)| {
+        format!(
+            r#","regex_rewrite":{}"#,
+            json!({ "pattern": { "regex": format!("^{from}(.*)") }, "substitution": format!("{to}\\1") })
+        )
+    });
+    let headers = Value::Array(
+        table
+            .response_headers()
+            .into_iter()
+            .map(|(name, value)| json!({ "header": { "key": name, "value": value }, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD" }))
+            .collect(),
+    );
+    let cors = table
+        .overlay
+        .cors_origin
+        .as_ref()
+        .map_or(String::new(), |origin| {
+            format!(
+                r#","typed_per_filter_config":{}"#,
+                json!({ "envoy.filters.http.cors": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.CorsPolicy",
+                "allow_origin_string_match": [{ "exact": origin }],
+                "allow_methods": "GET, POST, PUT, DELETE, OPTIONS",
+            } })
+            )
+        });
+    let mut text = String::from(
+        "{\"resources\": [{\"@type\": \"type.googleapis.com/envoy.config.route.v3.RouteConfiguration\", \"name\": \"lab_routes\", \"virtual_hosts\": [\n",
+    );
+    for (i, (host, routes)) in table.routes_by_host().into_iter().enumerate() {
+        if i > 0 {
+            text.push_str(",\n");
+        }
+        let routes: Vec<String> = routes
+            .into_iter()
+            .map(|r| {
+                let revision = if r.revision > 0 {
+                    format!(
+                        r#","response_headers_to_add":[{{"header":{{"key":"{ROUTE_REVISION_HEADER}","value":"{}"}},"append_action":"OVERWRITE_IF_EXISTS_OR_ADD"}}]"#,
+                        r.revision
+                    )
+                } else {
+                    String::new()
+                };
+                format!(
+                    r#"{{"match":{{"prefix":{}}},"route":{{"cluster":{},"timeout":{timeout}{rewrite}}}{revision}}}"#,
+                    quoted(&r.path_prefix),
+                    quoted(&format!("pool_{}", r.pool)),
+                )
+            })
+            .collect();
+        text.push_str(&format!(
+            r#"{{"name":"vh{i}","domains":[{}],"routes":[{}],"response_headers_to_add":{headers}{cors}}}"#,
+            quoted(host),
+            routes.join(",")
+        ));
+    }
+    text.push_str("\n]}]}\n");
+    text
 }
 
 fn listener(
@@ -282,4 +306,63 @@ fn listener(
         listener["tcp_backlog_size"] = json!(b);
     }
     listener
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{generated_route, Generation, Overlay, Pool, Tuning};
+
+    #[test]
+    fn the_route_configuration_written_as_text_is_the_json_envoy_reads() {
+        let pools = vec!["a".to_owned(), "b".to_owned()];
+        let mut table = RouteTable {
+            pools: pools
+                .iter()
+                .map(|p| Pool {
+                    name: p.clone(),
+                    endpoints: vec!["127.0.0.1:8080".parse().unwrap()],
+                })
+                .collect(),
+            routes: (0..3).map(|i| generated_route(i, &pools)).collect(),
+            overlay: Overlay {
+                rewrite: Some(("/old".into(), "/new".into())),
+                cors_origin: Some("https://x.test".into()),
+                response_header: Some(("X-Lab".into(), "on \"quoted\"".into())),
+            },
+            tuning: Tuning::default(),
+            generation: Generation::default(),
+        };
+        table.routes[1].revision = 4;
+        let doc: Value = serde_json::from_str(&rds_text(&table)).unwrap();
+        let config = &doc["resources"][0];
+        assert_eq!(
+            config["@type"],
+            "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+        );
+        let hosts = config["virtual_hosts"].as_array().unwrap();
+        assert_eq!(hosts.len(), 3);
+        let second = &hosts[1];
+        assert_eq!(second["domains"], json!([table.routes[1].host]));
+        let route = &second["routes"][0];
+        assert_eq!(route["match"]["prefix"], "/");
+        assert_eq!(route["route"]["cluster"], "pool_b");
+        assert_eq!(route["route"]["regex_rewrite"]["substitution"], "/new\\1");
+        assert_eq!(
+            route["response_headers_to_add"][0]["header"],
+            json!({ "key": ROUTE_REVISION_HEADER, "value": "4" })
+        );
+        assert!(hosts[0]["routes"][0]
+            .get("response_headers_to_add")
+            .is_none());
+        assert_eq!(
+            second["response_headers_to_add"][0]["header"],
+            json!({ "key": "X-Lab", "value": "on \"quoted\"" })
+        );
+        assert_eq!(
+            second["typed_per_filter_config"]["envoy.filters.http.cors"]
+                ["allow_origin_string_match"][0]["exact"],
+            "https://x.test"
+        );
+    }
 }
