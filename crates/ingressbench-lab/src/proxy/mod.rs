@@ -22,8 +22,17 @@ use crate::process::{free_port, OwnedChild, RunAs};
 use crate::topology::Node;
 use crate::LabError;
 
-/// How long a proxy may take to start listening.
+/// How long a proxy may take to start listening and route, with few routes.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// And for each route more: a proxy reads its whole configuration before it listens
+/// (nginx 0.17 ms a route at 100,000 routes on this machine, the slowest measured; docs/
+/// SCENARIOS.md), so a cell of many routes waits longer, and still not forever.
+const START_PER_ROUTE: Duration = Duration::from_millis(1);
+
+/// How long a proxy with `routes` routes may take to start.
+fn start_timeout(routes: usize) -> Duration {
+    START_TIMEOUT + START_PER_ROUTE * u32::try_from(routes).unwrap_or(u32::MAX)
+}
 
 /// How long a proxy binary may take to print its version (real ones take well under a
 /// second; Envoy's and Traefik's are the slowest, at about 0.1 s here).
@@ -417,16 +426,40 @@ impl Proxy {
             },
         )?;
         spawned(child.pid());
-        child.wait_listening((files.ip, files.http_port).into(), START_TIMEOUT)?;
+        let timeout = start_timeout(table.routes.len());
+        let with_routes = |e: LabError| {
+            match e {
+            LabError::NotReady { reason, name, program, log, log_tail } if table.routes.len() > 1_000 => {
+                LabError::NotReady {
+                    reason: format!(
+                        "{reason}, with {} routes ({} KiB of configuration): the wait allows {START_TIMEOUT:?} and {START_PER_ROUTE:?} a route, and this proxy needs longer to read that many here; give the cell fewer routes",
+                        table.routes.len(),
+                        files.config_bytes() / 1024
+                    ),
+                    name,
+                    program,
+                    log,
+                    log_tail,
+                }
+            }
+            other => other,
+        }
+        };
+        child
+            .wait_listening((files.ip, files.http_port).into(), timeout)
+            .map_err(with_routes)?;
         if let Some(tls) = &files.tls {
-            child.wait_listening((files.ip, tls.port).into(), START_TIMEOUT)?;
+            child
+                .wait_listening((files.ip, tls.port).into(), timeout)
+                .map_err(with_routes)?;
         }
         wait_routed(
             &mut child,
             (files.ip, files.http_port).into(),
             table,
-            START_TIMEOUT.saturating_sub(started.elapsed()),
-        )?;
+            timeout.saturating_sub(started.elapsed()),
+        )
+        .map_err(with_routes)?;
         Ok(Self {
             kind,
             version,
