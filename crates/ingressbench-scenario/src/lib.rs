@@ -20,6 +20,7 @@
 //! assert_eq!(cells[4].repeat, 1);
 //! ```
 
+pub mod capacity;
 mod cell;
 mod check;
 #[cfg(feature = "cluster")]

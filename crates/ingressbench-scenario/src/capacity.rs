@@ -1,0 +1,526 @@
+//! The capacity search (issue #33): the highest offered rate at which a system stays within
+//! its objectives (`p99 < 5ms`, `errors < 0.1%`), found by trials of open-loop load.
+//!
+//! A trial is judged on intervals, not on single numbers: each objective's figure comes
+//! with the interval the report computes for it, and a trial passes only when every
+//! interval is inside its objective, fails when one is wholly outside, and is otherwise
+//! repeated (up to a bound) before the search moves on. A trial still straddling after
+//! its repeats counts as a failure that says so: the capacity reported is a rate that
+//! clearly passed.
+//!
+//! The search checks `from` first (a rate that should pass; if it fails, the result says so
+//! and stops), doubles the rate until a trial fails or `up_to` passes ("at least up_to"),
+//! then bisects the bracket between the highest pass and the lowest failure until it is
+//! `precision` narrow. From a 2× bracket to 5% is five bisections.
+//!
+//! This module is the search alone: what a trial is (a cell of a run, with the scenario's
+//! events) is the runner's.
+
+use std::fmt;
+
+/// One objective: a figure that must stay below a limit.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Objective {
+    /// The text as written (`p99 < 5ms`).
+    pub text: String,
+    /// Which figure.
+    pub figure: Figure,
+    /// Whether the limit itself passes (`<=`).
+    pub inclusive: bool,
+    /// The limit: milliseconds for a latency, a fraction for an error rate.
+    pub limit: f64,
+}
+
+/// What an objective judges.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Figure {
+    /// A latency figure, by its name in the report (`p50`, `p99`, `p99.9`, `mean`, `max`).
+    Latency(&'static str),
+    /// The share of requests that failed.
+    ErrorRate,
+}
+
+impl Objective {
+    /// Parses `p99 < 5ms`, `p99.9 <= 20ms`, `errors < 0.1%`: the grammar of `compare
+    /// --fail-if`, where an objective bounds a figure from above (`<` or `<=`), a latency
+    /// is in milliseconds and errors are a percentage of the requests.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        const LATENCIES: [&str; 5] = ["mean", "p50", "p99", "p99.9", "max"];
+        let bad = |why: &str| {
+            format!(
+                "objective `{text}`: {why}; write FIGURE < VALUE, e.g. 'p99 < 5ms' or 'errors < 0.1%', with FIGURE one of {}, errors",
+                LATENCIES.join(", ")
+            )
+        };
+        let t = text.trim();
+        if t.contains('>') {
+            return Err(bad(
+                "an objective says what must stay below a limit (< or <=)",
+            ));
+        }
+        let (figure, rest) = t.split_once('<').ok_or_else(|| bad("no comparison"))?;
+        let (inclusive, value) = match rest.strip_prefix('=') {
+            Some(v) => (true, v.trim()),
+            None => (false, rest.trim()),
+        };
+        let figure = match figure.trim() {
+            "errors" => Figure::ErrorRate,
+            "p999" => Figure::Latency("p99.9"),
+            name => Figure::Latency(
+                LATENCIES
+                    .iter()
+                    .find(|l| **l == name)
+                    .ok_or_else(|| bad("unknown figure"))?,
+            ),
+        };
+        let number = |n: &str| -> Result<f64, String> {
+            n.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| bad("the value is not a number of at least 0"))
+        };
+        let limit = match figure {
+            Figure::ErrorRate => {
+                let percent = value
+                    .strip_suffix('%')
+                    .ok_or_else(|| bad("an error objective is a percentage of requests"))?;
+                number(percent)? / 100.0
+            }
+            Figure::Latency(_) => number(
+                value
+                    .strip_suffix("ms")
+                    .ok_or_else(|| bad("a latency objective is in ms"))?,
+            )?,
+        };
+        Ok(Self {
+            text: t.to_owned(),
+            figure,
+            inclusive,
+            limit,
+        })
+    }
+
+    fn within(&self, x: f64) -> bool {
+        if self.inclusive {
+            x <= self.limit
+        } else {
+            x < self.limit
+        }
+    }
+}
+
+/// A figure of one trial with its interval (the same unit as the objective's limit).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Measured {
+    /// The figure.
+    pub value: f64,
+    /// Its interval, low then high.
+    pub interval: [f64; 2],
+}
+
+/// What a trial says of its rate.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Verdict {
+    /// Every objective's interval is inside it.
+    Pass,
+    /// The interval of objective `.0` (an index) is wholly outside it.
+    Fail(usize),
+    /// No interval is wholly outside, but that of objective `.0` is not wholly inside.
+    Straddle(usize),
+    /// The generator, not the system, was the limit at this rate (its lateness or CPU):
+    /// nothing can be said of the system here.
+    GeneratorLimited(String),
+}
+
+/// Judges one trial: `figures[i]` is objective `i`'s figure.
+pub fn judge(objectives: &[Objective], figures: &[Measured]) -> Verdict {
+    let mut straddle = None;
+    for (i, (o, m)) in objectives.iter().zip(figures).enumerate() {
+        if !o.within(m.interval[0]) {
+            return Verdict::Fail(i);
+        }
+        if !o.within(m.interval[1]) && straddle.is_none() {
+            straddle = Some(i);
+        }
+    }
+    match straddle {
+        Some(i) => Verdict::Straddle(i),
+        None => Verdict::Pass,
+    }
+}
+
+/// How a search is bounded.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bounds {
+    /// A rate known to pass, tried first.
+    pub from: f64,
+    /// The highest rate tried.
+    pub up_to: f64,
+    /// Stop when the bracket's width over its low end is at most this (0.05: 5%).
+    pub precision: f64,
+    /// How many times a straddling trial is run again at the same rate.
+    pub repeats: u32,
+}
+
+/// One trial of a search.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Trial {
+    /// Its offered rate, requests per second.
+    pub rate: f64,
+    /// Its verdict.
+    pub verdict: Verdict,
+    /// Why it was run (`from`, `doubling`, `bisecting`, `repeat of a straddle`).
+    pub why: &'static str,
+}
+
+/// Where a search ended.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The bracket is narrow enough: the highest rate that passed and the lowest that
+    /// failed, with the objective it broke (an index).
+    Found {
+        /// The capacity: the highest rate that passed.
+        capacity: f64,
+        /// The lowest rate that failed.
+        failed_at: f64,
+        /// The objective that lowest failure broke (or straddled to the end).
+        broke: usize,
+    },
+    /// `up_to` passed: the capacity is at least that.
+    AtLeast(f64),
+    /// `from` failed: no search below it.
+    FromFails {
+        /// The objective it broke.
+        broke: usize,
+    },
+    /// The generator was the limit before the system was, at this rate.
+    GeneratorLimited {
+        /// The highest rate that passed before it (if any).
+        passed: Option<f64>,
+        /// The rate at which the generator gave out.
+        at: f64,
+        /// The evidence.
+        why: String,
+    },
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Outcome::Found {
+                capacity,
+                failed_at,
+                ..
+            } => write!(
+                f,
+                "capacity {capacity:.0} req/s (passed; {failed_at:.0} req/s failed)"
+            ),
+            Outcome::AtLeast(r) => write!(f, "capacity at least {r:.0} req/s (up_to passed)"),
+            Outcome::FromFails { .. } => write!(f, "the starting rate already fails"),
+            Outcome::GeneratorLimited { at, why, .. } => {
+                write!(f, "limited by the generator at {at:.0} req/s ({why})")
+            }
+        }
+    }
+}
+
+/// A search in progress: ask [`Search::next_rate`], run a trial there, [`Search::record`]
+/// its verdict, until [`Search::outcome`] is some.
+#[derive(Clone, Debug)]
+pub struct Search {
+    bounds: Bounds,
+    trials: Vec<Trial>,
+    /// The highest rate that passed.
+    passed: Option<f64>,
+    /// The lowest rate that failed, and the objective it broke.
+    failed: Option<(f64, usize)>,
+    /// Straddles so far at the rate being tried.
+    straddles: u32,
+    outcome: Option<Outcome>,
+}
+
+impl Search {
+    /// A search within `bounds` (checked by the caller: 0 < from <= up_to, precision > 0).
+    pub fn new(bounds: Bounds) -> Self {
+        Self {
+            bounds,
+            trials: Vec::new(),
+            passed: None,
+            failed: None,
+            straddles: 0,
+            outcome: None,
+        }
+    }
+
+    /// The search as far as `trials` (a search's record, read back) took it: how
+    /// `--resume` continues one.
+    pub fn resumed(bounds: Bounds, trials: &[Trial]) -> Self {
+        let mut search = Self::new(bounds);
+        for t in trials {
+            if search.outcome.is_some() {
+                break;
+            }
+            search.record(t.rate, t.verdict.clone());
+        }
+        search
+    }
+
+    /// The rate of the next trial, and why; none once the search has ended.
+    pub fn next_rate(&self) -> Option<(f64, &'static str)> {
+        if self.outcome.is_some() {
+            return None;
+        }
+        if self.straddles > 0 {
+            let last = self.trials.last()?;
+            return Some((last.rate, "repeat of a straddle"));
+        }
+        Some(match (self.passed, self.failed) {
+            (None, None) => (self.bounds.from, "from"),
+            (Some(lo), None) => ((lo * 2.0).min(self.bounds.up_to), "doubling"),
+            (Some(lo), Some((hi, _))) => ((lo + hi) / 2.0, "bisecting"),
+            // Unreachable: a failure before any pass ends the search.
+            (None, Some(_)) => return None,
+        })
+    }
+
+    /// Records the verdict of a trial at `rate` (the rate [`Search::next_rate`] gave).
+    pub fn record(&mut self, rate: f64, verdict: Verdict) {
+        let why = self.next_rate().map_or("after the end", |(_, why)| why);
+        self.trials.push(Trial {
+            rate,
+            verdict: verdict.clone(),
+            why,
+        });
+        let failed = match verdict {
+            Verdict::Pass => {
+                self.straddles = 0;
+                self.passed = Some(self.passed.map_or(rate, |p| p.max(rate)));
+                None
+            }
+            Verdict::Fail(i) => Some(i),
+            Verdict::Straddle(i) => {
+                self.straddles += 1;
+                if self.straddles <= self.bounds.repeats {
+                    return;
+                }
+                Some(i)
+            }
+            Verdict::GeneratorLimited(why) => {
+                self.outcome = Some(Outcome::GeneratorLimited {
+                    passed: self.passed,
+                    at: rate,
+                    why,
+                });
+                return;
+            }
+        };
+        if let Some(broke) = failed {
+            self.straddles = 0;
+            if self.passed.is_none() {
+                self.outcome = Some(Outcome::FromFails { broke });
+                return;
+            }
+            if self.failed.is_none_or(|(hi, _)| rate < hi) {
+                self.failed = Some((rate, broke));
+            }
+        }
+        self.outcome = match (self.passed, self.failed) {
+            (Some(lo), None) if lo >= self.bounds.up_to => Some(Outcome::AtLeast(lo)),
+            (Some(lo), Some((hi, broke))) if (hi - lo) / lo <= self.bounds.precision => {
+                Some(Outcome::Found {
+                    capacity: lo,
+                    failed_at: hi,
+                    broke,
+                })
+            }
+            _ => None,
+        };
+    }
+
+    /// Every trial so far, in order.
+    pub fn trials(&self) -> &[Trial] {
+        &self.trials
+    }
+
+    /// Where the search ended; none while it goes on.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        self.outcome.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn objectives() -> Vec<Objective> {
+        vec![
+            Objective::parse("p99 < 5ms").unwrap(),
+            Objective::parse("errors < 0.1%").unwrap(),
+        ]
+    }
+
+    #[test]
+    fn objectives_read_as_compare_writes_them_and_bad_ones_are_named() {
+        let o = objectives();
+        assert_eq!(o[0].figure, Figure::Latency("p99"));
+        assert_eq!(o[0].limit, 5.0);
+        assert_eq!(o[1].figure, Figure::ErrorRate);
+        assert!((o[1].limit - 0.001).abs() < 1e-12);
+        let le = Objective::parse("p99.9 <= 20ms").unwrap();
+        assert!(le.inclusive && le.within(20.0));
+        for (bad, says) in [
+            ("p99 > 5ms", "must stay below"),
+            ("p98 < 5ms", "unknown figure"),
+            ("p99 < 5", "in ms"),
+            ("errors < 3", "percentage"),
+            ("p99 < -1ms", "not a number"),
+            ("p99", "no comparison"),
+        ] {
+            let e = Objective::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_trial_passes_fails_or_straddles_on_its_intervals() {
+        let o = objectives();
+        let at = |p99: [f64; 2], errors: [f64; 2]| {
+            judge(
+                &o,
+                &[
+                    Measured {
+                        value: p99[0],
+                        interval: p99,
+                    },
+                    Measured {
+                        value: errors[0],
+                        interval: errors,
+                    },
+                ],
+            )
+        };
+        assert_eq!(at([1.0, 2.0], [0.0, 0.0005]), Verdict::Pass);
+        assert_eq!(at([5.5, 7.0], [0.0, 0.0]), Verdict::Fail(0));
+        assert_eq!(at([1.0, 2.0], [0.002, 0.003]), Verdict::Fail(1));
+        assert_eq!(at([4.0, 6.0], [0.0, 0.0]), Verdict::Straddle(0));
+        // A failure outranks a straddle.
+        assert_eq!(at([4.0, 6.0], [0.01, 0.02]), Verdict::Fail(1));
+    }
+
+    /// A steady system whose p99 crosses the objective at `capacity`: every trial's
+    /// interval is on one side, except within `fuzz` of the knee, where it straddles.
+    fn run(capacity: f64, bounds: Bounds, fuzz: f64) -> Search {
+        let mut search = Search::new(bounds);
+        while let Some((rate, _)) = search.next_rate() {
+            let verdict = if rate < capacity * (1.0 - fuzz) {
+                Verdict::Pass
+            } else if rate > capacity * (1.0 + fuzz) {
+                Verdict::Fail(0)
+            } else {
+                Verdict::Straddle(0)
+            };
+            search.record(rate, verdict);
+            assert!(search.trials().len() < 50, "no end: {:?}", search.trials());
+        }
+        search
+    }
+
+    const BOUNDS: Bounds = Bounds {
+        from: 1000.0,
+        up_to: 100_000.0,
+        precision: 0.05,
+        repeats: 2,
+    };
+
+    #[test]
+    fn a_steady_system_is_bracketed_to_five_percent_in_at_most_ten_trials() {
+        for capacity in [1500.0, 1999.0, 3100.0, 7777.0, 40_000.0] {
+            let search = run(capacity, BOUNDS, 0.0);
+            let Some(Outcome::Found {
+                capacity: found,
+                failed_at,
+                broke,
+            }) = search.outcome().cloned()
+            else {
+                panic!("{:?}", search.outcome());
+            };
+            assert!(
+                found <= capacity && failed_at >= capacity,
+                "{found} {failed_at}"
+            );
+            assert!((failed_at - found) / found <= 0.05);
+            assert_eq!(broke, 0);
+            // The doublings to the 2x bracket, then at most five bisections.
+            let doublings = search
+                .trials()
+                .iter()
+                .filter(|t| t.why != "bisecting")
+                .count();
+            let bisections = search.trials().len() - doublings;
+            assert!(bisections <= 5, "{:?}", search.trials());
+            if capacity < 2000.0 {
+                assert!(search.trials().len() <= 10, "{:?}", search.trials());
+            }
+        }
+    }
+
+    #[test]
+    fn straddles_are_repeated_a_bounded_number_of_times_then_count_as_failures() {
+        let search = run(1600.0, BOUNDS, 0.03);
+        let repeats = search
+            .trials()
+            .iter()
+            .filter(|t| t.why == "repeat of a straddle")
+            .count();
+        assert!(repeats >= 2, "{:?}", search.trials());
+        let Some(Outcome::Found { capacity, .. }) = search.outcome() else {
+            panic!("{:?}", search.outcome());
+        };
+        // What is reported passed clearly.
+        assert!(*capacity < 1600.0 * 0.97, "{capacity}");
+    }
+
+    #[test]
+    fn from_failing_up_to_passing_and_the_generator_end_the_search_saying_so() {
+        let search = run(500.0, BOUNDS, 0.0);
+        assert_eq!(search.outcome(), Some(&Outcome::FromFails { broke: 0 }));
+        assert_eq!(search.trials().len(), 1);
+        let search = run(1e9, BOUNDS, 0.0);
+        assert_eq!(search.outcome(), Some(&Outcome::AtLeast(100_000.0)));
+        let mut search = Search::new(BOUNDS);
+        search.record(1000.0, Verdict::Pass);
+        search.record(
+            2000.0,
+            Verdict::GeneratorLimited("lateness p99 3 ms".into()),
+        );
+        assert_eq!(search.next_rate(), None);
+        assert!(search
+            .outcome()
+            .unwrap()
+            .to_string()
+            .starts_with("limited by the generator at 2000 req/s"));
+    }
+
+    #[test]
+    fn a_search_resumed_from_its_trials_goes_on_where_it_stopped() {
+        let whole = run(3100.0, BOUNDS, 0.0);
+        let cut = &whole.trials()[..4];
+        let mut resumed = Search::resumed(BOUNDS, cut);
+        assert_eq!(
+            resumed.next_rate().map(|r| r.0),
+            Some(whole.trials()[4].rate)
+        );
+        while let Some((rate, _)) = resumed.next_rate() {
+            let verdict = whole
+                .trials()
+                .iter()
+                .find(|t| t.rate == rate)
+                .unwrap()
+                .verdict
+                .clone();
+            resumed.record(rate, verdict);
+        }
+        assert_eq!(resumed.outcome(), whole.outcome());
+    }
+}
