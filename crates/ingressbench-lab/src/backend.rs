@@ -144,6 +144,38 @@ pub struct BackendConfig {
     pub drain_timeout: Duration,
     /// Serve over TLS instead of plain HTTP.
     pub tls: Option<BackendTls>,
+    /// Answer at most this many requests a second, one after another, each taking
+    /// its share of a second; the rest wait their turn: a server whose capacity is
+    /// known by construction ([`Queue`]).
+    pub at_most: Option<f64>,
+}
+
+/// One server's queue: each answer takes `service` of it, one after another, whatever
+/// the connection; an answer waits for its turn. Its capacity is exactly one over
+/// `service`: below it answers take `service` (plus the wait when arrivals bunch), above
+/// it the queue, and every answer's wait, grows without bound.
+#[derive(Debug)]
+pub struct Queue {
+    service: Duration,
+    next_free: std::sync::Mutex<Instant>,
+}
+
+impl Queue {
+    /// A queue serving `per_s` answers a second.
+    pub fn new(per_s: f64) -> Self {
+        Self {
+            service: Duration::from_secs_f64(1.0 / per_s),
+            next_free: std::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Takes the next turn for an answer asked at `now`: when it is done.
+    fn turn(&self, now: Instant) -> Instant {
+        let mut next_free = self.next_free.lock().unwrap_or_else(|p| p.into_inner());
+        let done = (*next_free).max(now) + self.service;
+        *next_free = done;
+        done
+    }
 }
 
 /// A backend's TLS: its certificate, and the CA its clients' certificates must come from
@@ -214,6 +246,7 @@ impl Default for BackendConfig {
             hold: Hold::default(),
             drain_timeout: Duration::from_secs(30),
             tls: None,
+            at_most: None,
         }
     }
 }
@@ -237,6 +270,15 @@ impl BackendConfig {
             return bad(
                 "--status",
                 format!("{} is not an HTTP status (100-599)", self.status),
+            );
+        }
+        if let Some(r) = self
+            .at_most
+            .filter(|r| !(r.is_finite() && (1.0..=1e7).contains(r)))
+        {
+            return bad(
+                "--serve-at-most",
+                format!("{r} is not a rate between 1 and 10,000,000 answers a second"),
             );
         }
         if !(0.0..=1.0).contains(&self.error_rate) {
@@ -284,6 +326,7 @@ pub async fn serve(
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
     let acceptor = config.tls.as_ref().map(BackendTls::acceptor).transpose()?;
     let responses = std::sync::Arc::new(Responses::new(&config));
+    let queue = config.at_most.map(|r| std::sync::Arc::new(Queue::new(r)));
     let started = Instant::now();
     let (drain_tx, drain_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
@@ -307,6 +350,7 @@ pub async fn serve(
                     started,
                     rng: seed | 1,
                     drain: drain_rx.clone(),
+                    queue: queue.clone(),
                 };
                 match &acceptor {
                     None => {
@@ -485,6 +529,7 @@ struct Connection {
     started: Instant,
     rng: u64,
     drain: watch::Receiver<bool>,
+    queue: Option<std::sync::Arc<Queue>>,
 }
 
 /// One parsed request head.
@@ -594,6 +639,10 @@ impl Connection {
         };
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
+        }
+        if let Some(queue) = &self.queue {
+            let done = queue.turn(Instant::now());
+            tokio::time::sleep_until(done.into()).await;
         }
     }
 
@@ -767,6 +816,28 @@ mod tests {
     }
 
     #[test]
+    fn the_queue_serves_one_answer_at_a_time_at_its_rate() {
+        let queue = Queue::new(1000.0);
+        let now = Instant::now();
+        let ms = |n: u64| Duration::from_millis(n);
+        // Three asked at once: done one service time apart.
+        assert_eq!(queue.turn(now), now + ms(1));
+        assert_eq!(queue.turn(now), now + ms(2));
+        assert_eq!(queue.turn(now), now + ms(3));
+        // One asked after the queue emptied takes its own service time only.
+        assert_eq!(queue.turn(now + ms(10)), now + ms(11));
+        let bad = BackendConfig {
+            at_most: Some(0.0),
+            ..BackendConfig::default()
+        };
+        assert!(bad
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--serve-at-most"));
+    }
+
+    #[test]
     fn lognormal_has_the_asked_median_and_tail() {
         let (tx, rx) = watch::channel(false);
         drop(tx);
@@ -779,6 +850,7 @@ mod tests {
             started: Instant::now(),
             rng: 12345,
             drain: rx,
+            queue: None,
         };
         let sigma = (20.0f64 / 2.0).ln() / 2.326_348;
         let mut draws: Vec<f64> = (0..20_000)

@@ -101,16 +101,136 @@ impl Objective {
         })
     }
 
+    /// What a trial's figure for this objective is compared with: for a quantile, the
+    /// share of requests allowed at or over the limit (`p99 < 5ms` holds when fewer than
+    /// 1% took 5 ms or more); for errors, mean and max, the limit itself.
+    pub fn bound(&self) -> f64 {
+        match self.quantile() {
+            Some(q) => 1.0 - q,
+            None => self.limit,
+        }
+    }
+
+    /// The quantile a latency objective bounds (0.99 for `p99`), if it bounds one.
+    fn quantile(&self) -> Option<f64> {
+        match self.figure {
+            Figure::Latency("p50") => Some(0.5),
+            Figure::Latency("p99") => Some(0.99),
+            Figure::Latency("p99.9") => Some(0.999),
+            _ => None,
+        }
+    }
+
+    /// Whether a figure in the terms of [`Objective::bound`] keeps the objective: a share
+    /// over a quantile's limit must stay under the tail (the limit's own inclusiveness is
+    /// in what is counted, [`WindowFigures`]); the others compare with `<` or `<=`.
     fn within(&self, x: f64) -> bool {
-        if self.inclusive {
-            x <= self.limit
+        if self.inclusive && self.quantile().is_none() {
+            x <= self.bound()
         } else {
-            x < self.limit
+            x < self.bound()
+        }
+    }
+
+    /// The latency in microseconds from which an answer counts against a quantile
+    /// objective: the limit (`<`), or just over it (`<=`).
+    fn counted_from_us(&self) -> u64 {
+        let us = (self.limit * 1000.0).ceil() as u64;
+        if self.inclusive {
+            us + 1
+        } else {
+            us
         }
     }
 }
 
-/// A figure of one trial with its interval (the same unit as the objective's limit).
+/// What one window (a second) of a trial holds for its objectives: enough to recompute
+/// every objective's figure over any set of windows, so that a figure's interval is a
+/// bootstrap over the windows (latencies within a second are not independent; seconds
+/// are nearer to it), at a cost of a few additions per window and draw.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WindowFigures {
+    /// Requests that ended in it.
+    pub requests: u64,
+    /// Of them, failures.
+    pub errors: u64,
+    /// Answered requests.
+    pub answered: u64,
+    /// Their latencies summed, in ms.
+    pub latency_sum_ms: f64,
+    /// The largest, in ms.
+    pub max_ms: f64,
+    /// Per objective: answers at or over its limit (quantile objectives; 0 for others).
+    pub over: Vec<u64>,
+}
+
+impl WindowFigures {
+    /// The figures of one window of the load for `objectives`.
+    pub fn of(window: &ingressbench_stats::Window, objectives: &[Objective]) -> Self {
+        let h = window.latency.as_hdr();
+        Self {
+            requests: window.outcomes.total(),
+            errors: window.outcomes.errors(),
+            answered: h.len(),
+            latency_sum_ms: window.latency.mean() * h.len() as f64 / 1000.0,
+            max_ms: if h.is_empty() {
+                0.0
+            } else {
+                window.latency.max() as f64 / 1000.0
+            },
+            over: objectives
+                .iter()
+                .map(|o| match o.quantile() {
+                    Some(_) => h.count_between(o.counted_from_us(), u64::MAX),
+                    None => 0,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Each objective's figure over `windows` (in the terms of [`Objective::bound`]), with a
+/// 95% interval from `draws` bootstrap resamples of the windows.
+pub fn measure(
+    objectives: &[Objective],
+    windows: &[WindowFigures],
+    draws: usize,
+    rng: &mut ingressbench_stats::compare::Rng,
+) -> Vec<Measured> {
+    use ingressbench_stats::compare::{bootstrap, interval};
+    objectives
+        .iter()
+        .enumerate()
+        .map(|(i, o)| {
+            let figure = |ws: &[&WindowFigures]| -> f64 {
+                let sum = |f: &dyn Fn(&WindowFigures) -> f64| ws.iter().map(|w| f(w)).sum::<f64>();
+                let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+                match o.figure {
+                    Figure::ErrorRate => {
+                        ratio(sum(&|w| w.errors as f64), sum(&|w| w.requests as f64))
+                    }
+                    Figure::Latency("mean") => {
+                        ratio(sum(&|w| w.latency_sum_ms), sum(&|w| w.answered as f64))
+                    }
+                    Figure::Latency("max") => ws.iter().map(|w| w.max_ms).fold(0.0, f64::max),
+                    Figure::Latency(_) => ratio(
+                        sum(&|w| w.over.get(i).copied().unwrap_or(0) as f64),
+                        sum(&|w| w.answered as f64),
+                    ),
+                }
+            };
+            let all: Vec<&WindowFigures> = windows.iter().collect();
+            let value = figure(&all);
+            let e = interval(value, &bootstrap(windows, draws, rng, figure), 0.95);
+            Measured {
+                value,
+                interval: [e.low, e.high],
+            }
+        })
+        .collect()
+}
+
+/// A figure of one trial with its interval, in the terms of [`Objective::bound`].
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Measured {
     /// The figure.
@@ -133,7 +253,7 @@ pub enum Verdict {
     GeneratorLimited(String),
 }
 
-/// Judges one trial: `figures[i]` is objective `i`'s figure.
+/// Judges one trial: `figures[i]` is objective `i`'s figure ([`measure`]).
 pub fn judge(objectives: &[Objective], figures: &[Measured]) -> Verdict {
     let mut straddle = None;
     for (i, (o, m)) in objectives.iter().zip(figures).enumerate() {
@@ -367,8 +487,14 @@ mod tests {
         assert_eq!(o[0].limit, 5.0);
         assert_eq!(o[1].figure, Figure::ErrorRate);
         assert!((o[1].limit - 0.001).abs() < 1e-12);
+        // A quantile is judged by the share of answers at or over its limit.
+        assert!((o[0].bound() - 0.01).abs() < 1e-12);
+        assert_eq!(o[0].counted_from_us(), 5000);
         let le = Objective::parse("p99.9 <= 20ms").unwrap();
-        assert!(le.inclusive && le.within(20.0));
+        assert!(le.inclusive && (le.bound() - 0.001).abs() < 1e-12);
+        assert_eq!(le.counted_from_us(), 20_001);
+        let mean = Objective::parse("mean <= 2ms").unwrap();
+        assert!(mean.within(2.0) && !mean.within(2.01));
         for (bad, says) in [
             ("p99 > 5ms", "must stay below"),
             ("p98 < 5ms", "unknown figure"),
@@ -400,12 +526,59 @@ mod tests {
                 ],
             )
         };
-        assert_eq!(at([1.0, 2.0], [0.0, 0.0005]), Verdict::Pass);
-        assert_eq!(at([5.5, 7.0], [0.0, 0.0]), Verdict::Fail(0));
-        assert_eq!(at([1.0, 2.0], [0.002, 0.003]), Verdict::Fail(1));
-        assert_eq!(at([4.0, 6.0], [0.0, 0.0]), Verdict::Straddle(0));
+        // p99's figure: the share of answers at or over 5 ms (under 1% keeps it).
+        assert_eq!(at([0.001, 0.005], [0.0, 0.0005]), Verdict::Pass);
+        assert_eq!(at([0.02, 0.05], [0.0, 0.0]), Verdict::Fail(0));
+        assert_eq!(at([0.001, 0.005], [0.002, 0.003]), Verdict::Fail(1));
+        assert_eq!(at([0.005, 0.02], [0.0, 0.0]), Verdict::Straddle(0));
         // A failure outranks a straddle.
-        assert_eq!(at([4.0, 6.0], [0.01, 0.02]), Verdict::Fail(1));
+        assert_eq!(at([0.005, 0.02], [0.01, 0.02]), Verdict::Fail(1));
+    }
+
+    #[test]
+    fn figures_and_their_intervals_come_from_the_windows() {
+        let o = objectives();
+        let window = |over: u64, errors: u64| WindowFigures {
+            requests: 1000,
+            errors,
+            answered: 1000 - errors,
+            latency_sum_ms: 1000.0,
+            max_ms: 6.0,
+            over: vec![over, 0],
+        };
+        let mut rng = ingressbench_stats::compare::Rng::new(7);
+        // Every second alike: 0.5% over 5 ms, no error; the interval is the figure.
+        let steady: Vec<WindowFigures> = (0..10).map(|_| window(5, 0)).collect();
+        let m = measure(&o, &steady, 500, &mut rng);
+        assert!((m[0].value - 0.005).abs() < 1e-12, "{m:?}");
+        assert_eq!(m[0].interval, [m[0].value, m[0].value]);
+        assert_eq!(judge(&o, &m), Verdict::Pass);
+        // Half the seconds with 2% over: 1% in all, and an interval either side of it.
+        let bursty: Vec<WindowFigures> = (0..20).map(|i| window(20 * (i % 2), 0)).collect();
+        let m = measure(&o, &bursty, 500, &mut rng);
+        assert!((m[0].value - 0.01).abs() < 1e-12, "{m:?}");
+        assert!(m[0].interval[0] < 0.01 && m[0].interval[1] > 0.01, "{m:?}");
+        assert_eq!(judge(&o, &m), Verdict::Straddle(0));
+        // Errors in every second: wholly over 0.1%.
+        let failing: Vec<WindowFigures> = (0..10).map(|_| window(0, 5)).collect();
+        let m = measure(&o, &failing, 500, &mut rng);
+        assert!((m[1].value - 0.005).abs() < 1e-12);
+        assert_eq!(judge(&o, &m), Verdict::Fail(1));
+    }
+
+    #[test]
+    fn a_windows_figures_count_what_its_objectives_need() {
+        let o = objectives();
+        let mut w = ingressbench_stats::Window::new(0, 1_000_000_000);
+        for us in [1_000, 4_999, 5_000, 9_000] {
+            w.latency.record_us(us);
+            w.outcomes.add(ingressbench_stats::Outcome::Status(200));
+        }
+        w.outcomes.add(ingressbench_stats::Outcome::Refused);
+        let f = WindowFigures::of(&w, &o);
+        assert_eq!((f.requests, f.errors, f.answered), (5, 1, 4));
+        assert_eq!(f.over, vec![2, 0]);
+        assert!((f.max_ms - 9.0).abs() < 0.01, "{f:?}");
     }
 
     /// A steady system whose p99 crosses the objective at `capacity`: every trial's

@@ -18,6 +18,10 @@ pub(crate) enum Command {
     /// Send HTTP/1.1 load to one URL and measure latency honestly (open loop with -R).
     #[command(after_help = LOAD_EXAMPLES)]
     Load(Box<LoadArgs>),
+    /// The highest open-loop rate one URL sustains within objectives (p99, errors):
+    /// trials judged on their intervals, doubling then bisecting.
+    #[command(after_help = CAPACITY_EXAMPLES)]
+    Capacity(CapacityArgs),
     /// Run the echo backend the lab puts behind proxies (prints the address it listens on).
     Backend(BackendArgs),
     /// The lab: real proxies in front of echo backends on this machine.
@@ -44,6 +48,49 @@ pub(crate) enum Command {
     /// started it (`--workers`, `load.workers`) to merge.
     #[command(hide = true)]
     Worker,
+}
+
+const CAPACITY_EXAMPLES: &str = "Examples:
+  ingressbench capacity http://127.0.0.1:8080/ --slo 'p99 < 5ms' --slo 'errors < 0.1%' --from 1000
+  ingressbench capacity http://127.0.0.1:8080/ --slo 'p99.9 <= 20ms' --from 500 --up-to 20000 --trial 20s --json capacity.json";
+
+/// `ingressbench capacity`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct CapacityArgs {
+    /// The URL (http:// or https://).
+    pub(crate) url: String,
+    /// An objective every trial must keep, in compare --fail-if's grammar: 'p99 < 5ms',
+    /// 'p99.9 <= 20ms', 'mean < 2ms', 'errors < 0.1%' (repeat for several).
+    #[arg(long, value_name = "OBJECTIVE")]
+    pub(crate) slo: Vec<String>,
+    /// A rate known to pass, tried first (requests per second).
+    #[arg(long, value_name = "R")]
+    pub(crate) from: f64,
+    /// The highest rate tried; if it passes the capacity is "at least" it.
+    #[arg(long, value_name = "R", default_value_t = 100_000.0)]
+    pub(crate) up_to: f64,
+    /// Stop when the bracket between the highest pass and the lowest failure is this
+    /// narrow.
+    #[arg(long, value_name = "P%", default_value = "5%")]
+    pub(crate) precision: String,
+    /// Each trial's measured length.
+    #[arg(long, value_name = "D", default_value = "20s", value_parser = parse_duration)]
+    pub(crate) trial: std::time::Duration,
+    /// Each trial's warm-up, not judged.
+    #[arg(long, value_name = "D", default_value = "2s", value_parser = parse_duration)]
+    pub(crate) warmup: std::time::Duration,
+    /// Connections.
+    #[arg(short = 'c', long, value_name = "N", default_value_t = 50)]
+    pub(crate) connections: usize,
+    /// Worker threads of the generator.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) threads: usize,
+    /// How many times a trial whose interval straddles an objective is run again.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub(crate) repeats: u32,
+    /// Write every trial and the outcome here as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Subcommand)]
@@ -367,6 +414,11 @@ pub(crate) struct BackendArgs {
     /// Share of requests answered 500 instead (0 to 1).
     #[arg(long, value_name = "F", default_value_t = 0.0)]
     pub(crate) error_rate: f64,
+
+    /// Answer at most R requests a second, one after another (each takes 1/R s), the rest
+    /// waiting their turn: a server whose capacity is known by construction.
+    #[arg(long, value_name = "R")]
+    pub(crate) serve_at_most: Option<f64>,
 
     /// Stop answering periodically: the period (with --stall-for).
     #[arg(long, value_name = "D", requires = "stall_for", value_parser = parse_duration)]

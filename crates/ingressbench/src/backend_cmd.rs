@@ -85,6 +85,7 @@ fn config_from(args: &BackendArgs) -> Result<BackendConfig> {
             }),
             _ => None,
         },
+        at_most: args.serve_at_most,
     };
     if let Some(tls) = &config.tls {
         // Bad certificate files are bad input: say so before listening.

@@ -4,6 +4,7 @@
 
 mod args;
 mod backend_cmd;
+mod capacity_cmd;
 #[cfg(feature = "cluster")]
 mod cluster_cmd;
 mod cluster_run;
@@ -65,6 +66,7 @@ fn main() -> ExitCode {
     raise_open_file_limit();
     let result = match args.command {
         Command::Load(load) => load_cmd::run(*load),
+        Command::Capacity(args) => capacity_cmd::run(args),
         Command::Backend(backend) => backend_cmd::run(backend),
         Command::Lab(lab) => lab_cmd::run(lab),
         Command::Scenario(command) => scenario_cmd::run(command),

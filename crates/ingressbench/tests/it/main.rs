@@ -5,6 +5,7 @@
 //! namespaces so that they do not meet).
 
 mod backend;
+mod capacity;
 mod cli;
 #[cfg(feature = "cluster")]
 mod cluster;
