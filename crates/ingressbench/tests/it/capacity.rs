@@ -5,6 +5,10 @@ use std::process::Command;
 use crate::backend::Backend;
 use crate::common::{scratch, BIN};
 
+/// One search at a time: the generator-limited one saturates a core, which the other's
+/// trials would otherwise share.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `capacity` of `backend` with `args` (`tag`: the test's own scratch directory); its
 /// output and the JSON it wrote.
 fn capacity(
@@ -12,6 +16,7 @@ fn capacity(
     tag: &str,
     args: &[&str],
 ) -> (std::process::Output, serde_json::Value) {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let json = scratch(&format!("capacity-{tag}")).join("capacity.json");
     let out = Command::new(BIN)
         .arg("capacity")
