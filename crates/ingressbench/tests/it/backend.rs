@@ -309,9 +309,7 @@ fn the_control_endpoint_holds_every_answer_for_the_time_asked() {
             .unwrap_or_else(|| panic!("no {name}: {metrics}"));
         line[name.len()..].trim().parse().unwrap()
     };
-    let statm = std::fs::read_to_string(format!("/proc/{}/statm", backend.child.id())).unwrap();
-    let pages: f64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
-    let rss = pages * 4096.0;
+    let rss = crate::common::rss_bytes(backend.child.id());
     let said_rss = series("process_resident_memory_bytes");
     assert!(
         said_rss > rss * 0.5 && said_rss < rss * 2.0,

@@ -1203,14 +1203,7 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
     assert!(run.status.success(), "{}", text(&run));
     let cell = cells_of(&out)[0].clone();
     let usage = std::fs::read_to_string(cell.join("usage.jsonl")).unwrap();
-    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap();
-    let rss = statm
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse::<f64>()
-        .unwrap()
-        * 4096.0;
+    let rss = crate::common::rss_bytes(pid);
     let readings: Vec<serde_json::Value> = usage
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())

@@ -17,6 +17,13 @@ pub(crate) fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
+/// The resident memory of process `pid` now, in bytes, as /proc says.
+pub(crate) fn rss_bytes(pid: u32) -> f64 {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).unwrap();
+    let pages: f64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * rustix::param::page_size() as f64
+}
+
 /// Whether process `pid` still exists (and is not a zombie).
 pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
