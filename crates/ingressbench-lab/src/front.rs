@@ -75,9 +75,16 @@ impl Front {
             },
         )?;
         spawned(child.pid());
-        child.wait_listening((node.ip, http_port).into(), START_TIMEOUT)?;
+        let waited = child.wait_listening((node.ip, http_port).into(), START_TIMEOUT)?;
         if let Some(port) = https_port {
             child.wait_listening((node.ip, port).into(), START_TIMEOUT)?;
+        }
+        if !http.is_empty() {
+            wait_forwarding(
+                &mut child,
+                (node.ip, http_port).into(),
+                START_TIMEOUT.saturating_sub(waited),
+            )?;
         }
         Ok(Self {
             ip: node.ip,
@@ -123,6 +130,49 @@ impl Front {
     pub fn stop(mut self, grace: Duration) {
         self.child.terminate(grace);
     }
+}
+
+/// Waits until a request sent to the front at `addr` comes back answered by a proxy
+/// behind it. A connect alone is not enough: HAProxy's master binds and listens before it
+/// forks the worker, and the worker enables its listeners only once it runs (seen here:
+/// the worker holding a socket that did not accept, a moment after a connect succeeded).
+fn wait_forwarding(
+    child: &mut OwnedChild,
+    addr: SocketAddr,
+    timeout: Duration,
+) -> Result<(), LabError> {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait() {
+            return Err(child.not_ready(format!("exited with {status} before forwarding")));
+        }
+        if answered_through(addr) {
+            return Ok(());
+        }
+        if started.elapsed() > timeout {
+            return Err(child.not_ready(format!(
+                "listening on {addr} but no request through it answered by a proxy after \
+                 {timeout:?}"
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether one HTTP/1.1 request through `addr` gets the start of an HTTP answer (any
+/// status) within a second: a HEAD for `front.check`, a host no route serves, so the
+/// proxy answers it and no backend sees it.
+fn answered_through(addr: SocketAddr) -> bool {
+    use std::io::{Read, Write};
+    let second = Duration::from_secs(1);
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, second) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(second));
+    let _ = stream.set_write_timeout(Some(second));
+    let request = b"HEAD / HTTP/1.1\r\nHost: front.check\r\nConnection: close\r\n\r\n";
+    let mut start = [0u8; 5];
+    stream.write_all(request).is_ok() && stream.read_exact(&mut start).is_ok() && &start == b"HTTP/"
 }
 
 /// The configuration: one TCP frontend per port, round-robin over the proxies' ports.

@@ -1197,30 +1197,41 @@ fn anti_affinity_adds_each_crossed_link_both_ways_and_affinity_adds_none() {
     assert!(far.backends().iter().all(|b| !routed.contains(&b.addr)));
 }
 
-/// The addresses the processes of `pid`'s group listen on (TCP, IPv4), read from /proc:
-/// each member's socket inodes, looked up in its namespace's table.
+/// The IPv4 addresses the process group `pid` listens on: each socket of each member,
+/// taken into this process (pidfd_getfd) and asked itself: exact, where a read of
+/// /proc/PID/net/tcp, page by page, can miss a line while other tests' sockets come and go.
 fn listening_ips(pid: u32) -> Vec<std::net::Ipv4Addr> {
+    use rustix::process::{pidfd_getfd, pidfd_open, Pid, PidfdFlags, PidfdGetfdFlags};
     let mut ips = Vec::new();
     for member in group_members(&[pid]) {
+        let Some(pidfd) =
+            Pid::from_raw(member as i32).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok())
+        else {
+            continue;
+        };
         let Ok(fds) = std::fs::read_dir(format!("/proc/{member}/fd")) else {
             continue;
         };
-        let inodes: Vec<String> = fds
-            .flatten()
-            .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-            .filter_map(|l| {
-                l.to_string_lossy()
-                    .strip_prefix("socket:[")
-                    .map(|r| r.trim_end_matches(']').to_owned())
-            })
-            .collect();
-        let table = std::fs::read_to_string(format!("/proc/{member}/net/tcp")).unwrap_or_default();
-        for line in table.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.get(3) == Some(&"0A") && f.get(9).is_some_and(|i| inodes.iter().any(|x| x == i)) {
-                let hex = f[1].split(':').next().unwrap();
-                let raw = u32::from_str_radix(hex, 16).unwrap();
-                ips.push(std::net::Ipv4Addr::from(raw.swap_bytes()));
+        for fd in fds.flatten() {
+            let is_socket = std::fs::read_link(fd.path())
+                .is_ok_and(|l| l.to_string_lossy().starts_with("socket:["));
+            let Some(number) = fd.file_name().to_str().and_then(|n| n.parse().ok()) else {
+                continue;
+            };
+            if !is_socket {
+                continue;
+            }
+            let Ok(own) = pidfd_getfd(&pidfd, number, PidfdGetfdFlags::empty()) else {
+                continue;
+            };
+            if rustix::net::sockopt::socket_acceptconn(&own) != Ok(true) {
+                continue;
+            }
+            if let Some(addr) = rustix::net::getsockname(&own)
+                .ok()
+                .and_then(|a| std::net::SocketAddrV4::try_from(a).ok())
+            {
+                ips.push(*addr.ip());
             }
         }
     }
