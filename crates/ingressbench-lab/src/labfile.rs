@@ -386,6 +386,9 @@ pub struct BackendFile {
     pub status: Option<u16>,
     /// Share of 500s.
     pub error_rate: Option<f64>,
+    /// Answer at most this many requests a second, one after another (a server whose
+    /// capacity is known by construction).
+    pub serve_at_most: Option<f64>,
 }
 
 /// A route as written.
@@ -613,6 +616,9 @@ impl LabFile {
             }
             if let Some(r) = b.error_rate {
                 args.extend(["--error-rate".to_owned(), r.to_string()]);
+            }
+            if let Some(r) = b.serve_at_most {
+                args.extend(["--serve-at-most".to_owned(), r.to_string()]);
             }
             pools.push(PoolSpec {
                 name: pool.name.clone(),

@@ -108,6 +108,9 @@ pub struct FailIf {
     pub value: f64,
     /// Whether the threshold is a relative change (a fraction) or B's value.
     pub relative: bool,
+    /// It gates a capacity search's result (`capacity < -10%`), not a metric of cells
+    /// (`metric` is then unused): see [`crate::capacity::compare`].
+    pub capacity: bool,
 }
 
 /// A comparison operator.
@@ -124,7 +127,8 @@ pub enum Op {
 }
 
 impl Op {
-    fn holds(self, x: f64, y: f64) -> bool {
+    /// Whether `x OP y`.
+    pub fn holds(self, x: f64, y: f64) -> bool {
         match self {
             Op::Gt => x > y,
             Op::Ge => x >= y,
@@ -141,7 +145,7 @@ impl std::str::FromStr for FailIf {
         let bad = |why: &str| {
             let metrics: Vec<&str> = METRICS.iter().map(|m| m.0).collect();
             format!(
-                "--fail-if `{text}`: {why}; write METRIC OP VALUE, e.g. 'p99 > +10%' (relative to the baseline) or 'errors > 0' (the new value), with METRIC one of {} and OP one of > >= < <=",
+                "--fail-if `{text}`: {why}; write METRIC OP VALUE, e.g. 'p99 > +10%' (relative to the baseline) or 'errors > 0' (the new value), with METRIC one of {}, capacity and OP one of > >= < <=",
                 metrics.join(", ")
             )
         };
@@ -157,7 +161,11 @@ impl std::str::FromStr for FailIf {
         } else {
             (Op::Lt, &rest[1..])
         };
-        let metric = metric_index(metric.trim()).ok_or_else(|| bad("unknown metric"))?;
+        let capacity = metric.trim() == "capacity";
+        let metric = match capacity {
+            true => 0,
+            false => metric_index(metric.trim()).ok_or_else(|| bad("unknown metric"))?,
+        };
         let value = value.trim();
         let (number, relative) = match value.strip_suffix('%') {
             Some(n) => (n.trim(), true),
@@ -169,12 +177,18 @@ impl std::str::FromStr for FailIf {
         if !number.is_finite() {
             return Err(bad("the value is not a number"));
         }
+        if capacity && !relative {
+            return Err(bad(
+                "a capacity is gated on its change from the baseline's, e.g. 'capacity < -10%'",
+            ));
+        }
         Ok(FailIf {
             text: t.to_owned(),
             metric,
             op,
             value: if relative { number / 100.0 } else { number },
             relative,
+            capacity,
         })
     }
 }
@@ -186,6 +200,9 @@ impl FailIf {
         diffs: &[Difference],
         pairs: &[(&Condition, &Condition)],
     ) -> Vec<String> {
+        if self.capacity {
+            return Vec::new();
+        }
         let name = METRICS[self.metric].0;
         let mut out = Vec::new();
         for (d, (_, b)) in diffs.iter().filter(|d| d.metric == name).zip(pairs.iter()) {
@@ -237,6 +254,12 @@ mod tests {
         assert_eq!((f.metric, f.op), (3, Op::Le));
         let f: FailIf = "mean >= 2ms".parse().unwrap();
         assert_eq!((f.value, f.relative), (2.0, false));
+        let f: FailIf = "capacity < -10%".parse().unwrap();
+        assert!(f.capacity && f.relative && (f.value + 0.1).abs() < 1e-12);
+        assert!("capacity < 500"
+            .parse::<FailIf>()
+            .unwrap_err()
+            .contains("change from the baseline"));
         for bad in ["p99", "p98 > 1", "p99 > lots", "> 5", "p99 = 5"] {
             let e = bad.parse::<FailIf>().unwrap_err();
             assert!(e.contains("write METRIC OP VALUE"), "{bad}: {e}");

@@ -111,6 +111,35 @@ pub struct Partial {
     /// How many intervals had one (logs of versions before 0.1.0's cut-short recovery
     /// have none).
     pub intervals_with_outcomes: usize,
+    /// Each outcomes comment's counts, by its interval's start in milliseconds.
+    by_start_ms: std::collections::BTreeMap<u64, OutcomeCounts>,
+}
+
+impl Partial {
+    /// The intervals as the load engine's windows (latency and outcomes), in order; an
+    /// interval without an outcomes comment has none counted.
+    pub fn windows(&self) -> Vec<ingressbench_stats::Window> {
+        self.intervals
+            .iter()
+            .map(|i| {
+                let width_ns = (i.length.as_nanos() as u64).max(1);
+                let mut w = ingressbench_stats::Window::new(
+                    (i.start.as_nanos() as u64 + width_ns / 2) / width_ns,
+                    width_ns,
+                );
+                w.latency = i.histogram.clone();
+                if let Some(counts) = self.by_start_ms.get(&start_ms(i.start.as_secs_f64())) {
+                    w.outcomes = counts.clone();
+                }
+                w
+            })
+            .collect()
+    }
+}
+
+/// A start as the log writes it (three decimals), as a key.
+fn start_ms(seconds: f64) -> u64 {
+    (seconds * 1000.0).round() as u64
 }
 
 /// Reads a log that may have been cut off: up to its last complete line.
@@ -132,10 +161,17 @@ pub fn read_partial(bytes: &[u8]) -> Result<Partial, String> {
             continue;
         };
         partial.intervals_with_outcomes += 1;
-        for (name, n) in rest.split(' ').skip(1).filter_map(|f| f.split_once('=')) {
+        let mut fields = rest.split(' ');
+        let start = fields.next().and_then(|t| t.parse::<f64>().ok());
+        let mut counts = OutcomeCounts::default();
+        for (name, n) in fields.filter_map(|f| f.split_once('=')) {
             if let (Some(outcome), Ok(n)) = (Outcome::from_name(name), n.parse::<u64>()) {
                 partial.outcomes.add_n(outcome, n);
+                counts.add_n(outcome, n);
             }
+        }
+        if let Some(start) = start {
+            partial.by_start_ms.insert(start_ms(start), counts);
         }
     }
     Ok(partial)
@@ -248,5 +284,13 @@ mod tests {
         assert_eq!(partial.outcomes.get(Outcome::Status(200)), 20);
         assert_eq!(partial.outcomes.get(Outcome::Refused), 3);
         assert_eq!(partial.outcomes.total(), 23);
+        // Read back as windows: each its own latency and outcomes.
+        let windows = partial.windows();
+        assert_eq!(windows.len(), 2);
+        assert_eq!(windows[1].index, 1);
+        assert_eq!(windows[1].width_ns, 1_000_000_000);
+        assert_eq!(windows[1].latency.count(), 10);
+        assert_eq!(windows[1].outcomes.get(Outcome::Refused), 2);
+        assert_eq!(windows[0].outcomes.get(Outcome::Refused), 1);
     }
 }

@@ -15,6 +15,7 @@
 //! ```
 
 pub mod analysis;
+pub mod capacity;
 pub mod compare;
 pub mod files;
 pub mod headline;

@@ -155,7 +155,7 @@ fn against_routes(
         let c = colour(cell);
         plot.line(points, &c, 1.6, false);
         plot.dots(points, &c, 2.5, 1.0);
-        legend.push((c, cell.label()));
+        legend.push((cell.label(), c));
     }
     plot.legend(&legend);
     Some(plot.finish(&format!("{unit} against routes in force")))
@@ -263,7 +263,7 @@ fn cdf(firings: &[Value], label: &str) -> Option<String> {
     for (i, (what, points)) in lines.iter().enumerate() {
         let colour = PALETTE[i % PALETTE.len()];
         plot.line(points, colour, 1.4, false);
-        legend.push((colour.to_owned(), format!("{}. {what}", i + 1)));
+        legend.push((format!("{}. {what}", i + 1), colour.to_owned()));
     }
     plot.legend(&legend);
     Some(plot.finish(&format!("routes right over time since each step's request (the CDF of time to first right answer), {label}")))
@@ -316,7 +316,7 @@ fn never_note(f: &Value) -> String {
 }
 
 /// A number with `decimals`, thousands grouped; `-` when absent.
-fn number(v: &Value, decimals: usize) -> String {
+pub(crate) fn number(v: &Value, decimals: usize) -> String {
     let Some(x) = v.as_f64() else {
         return "-".into();
     };

@@ -469,6 +469,301 @@ impl Search {
     }
 }
 
+/// A scenario's `search:` block, read: what a search of one cell needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SearchPlan {
+    /// The objectives.
+    pub objectives: Vec<Objective>,
+    /// Where it looks and when it stops.
+    pub bounds: Bounds,
+    /// Each trial's measured length.
+    pub trial: std::time::Duration,
+}
+
+/// The shortest trial: twenty windows of 100 ms, enough for an interval.
+pub const SHORTEST_TRIAL: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl SearchPlan {
+    /// Reads and checks `search:`; the message names the field and what to write.
+    pub fn of(file: &crate::model::SearchFile) -> Result<Self, String> {
+        if file.slo.is_empty() {
+            return Err(
+                "search.slo: give at least one objective, e.g. [\"p99 < 5ms\", \"errors < 0.1%\"]"
+                    .into(),
+            );
+        }
+        let objectives = file
+            .slo
+            .iter()
+            .map(|s| Objective::parse(s).map_err(|e| format!("search.slo: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let precision = parse_precision(&file.precision).map_err(|e| format!("search.{e}"))?;
+        if !(file.from > 0.0 && file.from.is_finite() && file.from <= file.up_to) {
+            return Err(format!(
+                "search.from {} and search.up_to {}: from must be above 0 and at most up_to",
+                file.from, file.up_to
+            ));
+        }
+        let trial = ingressbench_load::parse_duration(&file.trial)
+            .map_err(|e| format!("search.trial: {e}"))?;
+        if trial < SHORTEST_TRIAL {
+            return Err(format!(
+                "search.trial {}: at least {SHORTEST_TRIAL:?}, so that its windows (a twentieth of it, 100 ms or more) give an interval",
+                file.trial
+            ));
+        }
+        if file.repeats > 10 {
+            return Err(format!(
+                "search.repeats {}: at most 10 repeats of a straddling trial",
+                file.repeats
+            ));
+        }
+        Ok(Self {
+            objectives,
+            bounds: Bounds {
+                from: file.from,
+                up_to: file.up_to,
+                precision,
+                repeats: file.repeats,
+            },
+            trial,
+        })
+    }
+
+    /// The width of a trial's windows: a twentieth of it, 100 ms to 1 s, so that there are
+    /// twenty or more to resample.
+    pub fn window(&self) -> std::time::Duration {
+        (self.trial / 20).clamp(
+            std::time::Duration::from_millis(100),
+            std::time::Duration::from_secs(1),
+        )
+    }
+}
+
+/// Makes `scenario` (which has `search:`) its search's first trial, as its checks see it:
+/// open-loop at `from`, for `trial`. Refuses what a search cannot take.
+pub(crate) fn first_trial(scenario: &mut crate::model::Scenario) -> Result<(), String> {
+    let Some(file) = &scenario.search else {
+        return Ok(());
+    };
+    let plan = SearchPlan::of(file)?;
+    let load = &mut scenario.load;
+    if load.mode != crate::model::LoadModeFile::Open {
+        return Err(
+            "load.mode: a capacity search offers open-loop rates; leave load.mode out (open)"
+                .into(),
+        );
+    }
+    if load.requests.is_some() {
+        return Err(format!(
+            "load.requests: each trial of a search runs for search.trial ({}); leave load.requests out",
+            file.trial
+        ));
+    }
+    load.duration = Some(file.trial.clone());
+    load.rate = Some(plan.bounds.from);
+    Ok(())
+}
+
+/// `5%` as 0.05; the message starts with `precision`.
+pub fn parse_precision(text: &str) -> Result<f64, String> {
+    text.strip_suffix('%')
+        .and_then(|p| p.trim().parse::<f64>().ok())
+        .filter(|p| *p > 0.0 && *p < 100.0)
+        .map(|p| p / 100.0)
+        .ok_or_else(|| format!("precision {text}: a percentage between 0 and 100, e.g. 5%"))
+}
+
+/// Scheduler lag p99 over which the generator is behind its own schedule, in us (as the
+/// load's own GENERATOR FELL BEHIND warning).
+pub const LAG_LIMIT_US: u64 = 1000;
+/// And the share of the trial's own latency p99 its lag must reach to explain a failure
+/// (on a busy machine the lag passes 1 ms at any rate; a p99 of seconds is not its doing).
+const LAG_SHARE: f64 = 0.1;
+/// The share of its threads' time over which the generator is out of CPU.
+const CPU_LIMIT: f64 = 0.9;
+/// Bootstrap draws per figure of a trial (a few additions per window each).
+const DRAWS: usize = 2000;
+
+/// What the generator showed of itself in a trial.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GeneratorSeen {
+    /// Its scheduler lag p99, us.
+    pub lag_p99_us: u64,
+    /// The trial's latency p99, us (what the lag is weighed against).
+    pub latency_p99_us: u64,
+    /// CPU it spent over the time its threads had (1.0: all of it); none if unknown.
+    pub cpu_share: Option<f64>,
+    /// Its threads.
+    pub threads: usize,
+}
+
+/// The evidence that the generator, not the target, made a trial fail: its CPU, or a
+/// scheduler lag over [`LAG_LIMIT_US`] that is a real share of the latency judged.
+pub fn behind(seen: &GeneratorSeen) -> Option<String> {
+    let GeneratorSeen {
+        lag_p99_us,
+        latency_p99_us,
+        cpu_share,
+        threads,
+    } = *seen;
+    let lag = lag_p99_us > LAG_LIMIT_US && lag_p99_us as f64 >= LAG_SHARE * latency_p99_us as f64;
+    let out_of_cpu = cpu_share.is_some_and(|c| c > CPU_LIMIT);
+    (lag || out_of_cpu).then(|| {
+        let cpu = match cpu_share {
+            Some(c) => format!(
+                ", its CPU {:.0}% of {threads} thread{}",
+                c * 100.0,
+                if threads == 1 { "" } else { "s" }
+            ),
+            None => String::new(),
+        };
+        format!("scheduler lag p99 {lag_p99_us} us (limit {LAG_LIMIT_US}){cpu}")
+    })
+}
+
+/// Judges one trial from its windows: each objective's figure and interval, and the
+/// verdict; a trial that does not pass while the generator was behind ([`behind`]) is
+/// the generator's. `seed` makes the bootstrap repeatable (the same windows, the same
+/// verdict).
+pub fn judge_trial(
+    objectives: &[Objective],
+    windows: &[WindowFigures],
+    seen: &GeneratorSeen,
+    seed: u64,
+) -> (Vec<Measured>, Verdict) {
+    let mut rng = ingressbench_stats::compare::Rng::new(seed);
+    let figures = measure(objectives, windows, DRAWS, &mut rng);
+    let mut verdict = judge(objectives, &figures);
+    if verdict != Verdict::Pass {
+        if let Some(why) = behind(seen) {
+            verdict = Verdict::GeneratorLimited(why);
+        }
+    }
+    (figures, verdict)
+}
+
+/// Each objective's figure with its interval: `share at or over 5 ms 0.20% (0.10-0.40%)`.
+pub fn describe(objectives: &[Objective], figures: &[Measured]) -> String {
+    objectives
+        .iter()
+        .zip(figures)
+        .map(|(o, m)| match o.figure {
+            Figure::Latency(name @ ("mean" | "max")) => format!(
+                "{name} {:.2} ms ({:.2}-{:.2})",
+                m.value, m.interval[0], m.interval[1]
+            ),
+            Figure::Latency(_) => format!(
+                "at or over {} ms {:.2}% ({:.2}-{:.2}%, under {:.2}% keeps {})",
+                o.limit,
+                m.value * 100.0,
+                m.interval[0] * 100.0,
+                m.interval[1] * 100.0,
+                o.bound() * 100.0,
+                o.text
+            ),
+            Figure::ErrorRate => format!(
+                "errors {:.3}% ({:.3}-{:.3}%)",
+                m.value * 100.0,
+                m.interval[0] * 100.0,
+                m.interval[1] * 100.0
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl Verdict {
+    /// In words: `pass`, `fail (p99 < 5ms)`.
+    pub fn text(&self, objectives: &[Objective]) -> String {
+        let named = |i: &usize| {
+            objectives
+                .get(*i)
+                .map_or("?", |o| o.text.as_str())
+                .to_owned()
+        };
+        match self {
+            Verdict::Pass => "pass".into(),
+            Verdict::Fail(i) => format!("fail ({})", named(i)),
+            Verdict::Straddle(i) => format!("straddles {}", named(i)),
+            Verdict::GeneratorLimited(why) => format!("generator-limited ({why})"),
+        }
+    }
+
+    /// As a results file keeps it.
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::json;
+        match self {
+            Verdict::Pass => json!({ "kind": "pass" }),
+            Verdict::Fail(i) => json!({ "kind": "fail", "objective": i }),
+            Verdict::Straddle(i) => json!({ "kind": "straddle", "objective": i }),
+            Verdict::GeneratorLimited(why) => json!({ "kind": "generator", "why": why }),
+        }
+    }
+
+    /// Read back from [`Verdict::to_json`]; none if it is not one.
+    pub fn from_json(v: &serde_json::Value) -> Option<Self> {
+        let objective = || v["objective"].as_u64().map(|i| i as usize);
+        Some(match v["kind"].as_str()? {
+            "pass" => Verdict::Pass,
+            "fail" => Verdict::Fail(objective()?),
+            "straddle" => Verdict::Straddle(objective()?),
+            "generator" => Verdict::GeneratorLimited(v["why"].as_str()?.to_owned()),
+            _ => return None,
+        })
+    }
+}
+
+impl Outcome {
+    /// In words, naming the objective broken.
+    pub fn text(&self, objectives: &[Objective]) -> String {
+        let named = |i: &usize| {
+            objectives
+                .get(*i)
+                .map_or("?", |o| o.text.as_str())
+                .to_owned()
+        };
+        match self {
+            Outcome::Found {
+                capacity,
+                failed_at,
+                broke,
+            } => format!(
+                "capacity {capacity:.0} req/s: passed there, {failed_at:.0} req/s broke {}",
+                named(broke)
+            ),
+            Outcome::FromFails { broke } => format!(
+                "the starting rate already fails ({}): no search below it; start lower",
+                named(broke)
+            ),
+            other => other.to_string(),
+        }
+    }
+
+    /// As a results file keeps it.
+    pub fn to_json(&self, objectives: &[Objective]) -> serde_json::Value {
+        use serde_json::json;
+        let named = |i: &usize| objectives.get(*i).map(|o| o.text.clone());
+        let mut v = match self {
+            Outcome::Found {
+                capacity,
+                failed_at,
+                broke,
+            } => json!({
+                "kind": "found", "capacity_per_s": capacity, "failed_at_per_s": failed_at,
+                "broke": named(broke),
+            }),
+            Outcome::AtLeast(r) => json!({ "kind": "at_least", "capacity_per_s": r }),
+            Outcome::FromFails { broke } => json!({ "kind": "from_fails", "broke": named(broke) }),
+            Outcome::GeneratorLimited { passed, at, why } => json!({
+                "kind": "generator", "capacity_per_s": passed, "generator_at_per_s": at, "why": why,
+            }),
+        };
+        v["said"] = json!(self.text(objectives));
+        v
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -695,5 +990,52 @@ mod tests {
             resumed.record(rate, verdict);
         }
         assert_eq!(resumed.outcome(), whole.outcome());
+    }
+
+    #[test]
+    fn a_failure_is_the_generators_only_when_its_lag_or_cpu_explains_it() {
+        let seen = |lag_p99_us, latency_p99_us, cpu_share, threads| GeneratorSeen {
+            lag_p99_us,
+            latency_p99_us,
+            cpu_share,
+            threads,
+        };
+        // A busy machine: 1.4 ms of lag beside a p99 of 4 s is the target's queue.
+        assert_eq!(behind(&seen(1_427, 3_973_000, Some(0.2), 1)), None);
+        // Lag that is most of the latency, or a generator out of CPU, is its own limit.
+        assert!(behind(&seen(50_000, 60_000, Some(0.5), 1))
+            .unwrap()
+            .starts_with("scheduler lag p99 50000 us"));
+        assert!(behind(&seen(500, 1_000, Some(0.95), 2))
+            .unwrap()
+            .contains("95% of 2 threads"));
+        assert_eq!(behind(&seen(900, 1_000, Some(0.5), 1)), None);
+        assert_eq!(behind(&seen(900, 1_000, None, 1)), None);
+    }
+
+    #[test]
+    fn verdicts_and_outcomes_read_back_as_written() {
+        let o = objectives();
+        for v in [
+            Verdict::Pass,
+            Verdict::Fail(1),
+            Verdict::Straddle(0),
+            Verdict::GeneratorLimited("lag".into()),
+        ] {
+            assert_eq!(Verdict::from_json(&v.to_json()), Some(v.clone()));
+        }
+        assert_eq!(Verdict::from_json(&serde_json::json!({"kind": "x"})), None);
+        let found = Outcome::Found {
+            capacity: 3000.0,
+            failed_at: 3125.0,
+            broke: 0,
+        };
+        let j = found.to_json(&o);
+        assert_eq!(j["capacity_per_s"], 3000.0);
+        assert_eq!(j["broke"], "p99 < 5ms");
+        assert!(j["said"]
+            .as_str()
+            .unwrap()
+            .contains("3125 req/s broke p99 < 5ms"));
     }
 }

@@ -160,6 +160,12 @@ pub fn expand(
             ));
         }
     }
+    if base.search.is_some() && base.matrix.contains_key("load.rate") {
+        return Err(ScenarioError::at(
+            path,
+            "matrix: `load.rate` cannot vary in a capacity search; the search chooses each trial's rate",
+        ));
+    }
     let planned = base
         .matrix
         .values()
@@ -189,7 +195,7 @@ pub fn expand(
                     .map_err(|m| ScenarioError::at(path, format!("matrix: `{key}`: {m}")))?;
                 settings.push((key.clone(), scalar_text(value)));
             }
-            let scenario: Scenario = serde_yaml_ng::from_value(cell_tree).map_err(|e| {
+            let mut scenario: Scenario = serde_yaml_ng::from_value(cell_tree).map_err(|e| {
                 let what = settings
                     .iter()
                     .map(|(k, v)| format!("{k}={v}"))
@@ -202,6 +208,10 @@ pub fn expand(
                     ScenarioError::at(path, format!("with {what}: {e}"))
                 }
             })?;
+            if scenario.search.is_some() {
+                crate::capacity::first_trial(&mut scenario)
+                    .map_err(|m| ScenarioError::at(path, m))?;
+            }
             let events = crate::check::scenario(&scenario, path)?;
             for target in &scenario.targets {
                 let cell = Cell {

@@ -34,6 +34,7 @@ mod options;
 mod propagation;
 mod record;
 pub mod runner;
+mod search;
 mod site;
 pub mod store;
 mod timeline;

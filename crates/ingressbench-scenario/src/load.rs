@@ -252,6 +252,10 @@ pub(crate) fn plan_for(
         l.connections.unwrap_or(10)
     };
     plan.threads = l.threads.unwrap_or(1);
+    if let Some(search) = &cell.scenario.search {
+        // A search's trial is judged on its windows: twenty or more of them.
+        plan.window = crate::capacity::SearchPlan::of(search)?.window();
+    }
     plan.length = match (dur("load.duration", &l.duration)?, l.requests) {
         (Some(d), _) => Length::Duration(measured_length(d, cell, factor)),
         (None, Some(n)) => Length::Requests(n),

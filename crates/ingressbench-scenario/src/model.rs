@@ -59,6 +59,42 @@ pub struct Scenario {
     /// What `--quick` changes besides scaling durations down.
     #[serde(default)]
     pub quick: QuickFile,
+    /// A capacity search: each cell becomes trials at the rates the search chooses
+    /// ([`crate::capacity`]).
+    pub search: Option<SearchFile>,
+}
+
+/// `search:`: the highest open-loop rate each cell sustains within its objectives.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchFile {
+    /// The objectives, as `compare --fail-if` writes them (`p99 < 5ms`, `errors < 0.1%`).
+    pub slo: Vec<String>,
+    /// A rate expected to pass, tried first (requests per second).
+    pub from: f64,
+    /// The highest rate tried.
+    pub up_to: f64,
+    /// Stop when the bracket is this narrow (`5%`).
+    #[serde(default = "five_percent")]
+    pub precision: String,
+    /// Each trial's measured length (after the load's warm-up).
+    #[serde(default = "twenty_seconds")]
+    pub trial: String,
+    /// How many times a trial whose interval straddles an objective runs again.
+    #[serde(default = "two")]
+    pub repeats: u32,
+}
+
+fn five_percent() -> String {
+    "5%".into()
+}
+
+fn twenty_seconds() -> String {
+    "20s".into()
+}
+
+fn two() -> u32 {
+    2
 }
 
 /// What `--quick` changes besides scaling durations down: a thinner matrix, fewer repeats,

@@ -144,6 +144,15 @@ pub(crate) fn cell_dir_name(cell: &Cell) -> String {
     format!("{:03}-{label}", cell.index)
 }
 
+/// A cell's entry in run.json before it runs.
+pub(crate) fn cell_entry(c: &Cell) -> Value {
+    json!({
+        "index": c.index, "repeat": c.repeat, "target": c.target.name(),
+        "settings": c.settings.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
+        "status": "pending", "dir": cell_dir_name(c),
+    })
+}
+
 /// The record a run starts with: what was run, where and how, and every cell `pending`;
 /// resumed, the cells the earlier attempt finished (and its start time and command) are
 /// kept from `previous`.
@@ -165,11 +174,7 @@ pub(crate) fn new_record(
         "machine": machine(),
         "started_at_unix_s": now_unix(),
         "scenario_text": options.scenario_text,
-        "cells": cells.iter().map(|c| json!({
-            "index": c.index, "repeat": c.repeat, "target": c.target.name(),
-            "settings": c.settings.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
-            "status": "pending", "dir": cell_dir_name(c),
-        })).collect::<Vec<_>>(),
+        "cells": cells.iter().map(cell_entry).collect::<Vec<_>>(),
     });
     if let Some(previous) = previous {
         for key in ["started_at_unix_s", "command"] {

@@ -85,52 +85,30 @@ pub struct RunOutcome {
 }
 
 /// Runs `cells` (from [`crate::expand`]) into `options.dir`; `progress` is told about each
-/// cell as it starts and ends.
+/// cell as it starts and ends. Cells of a scenario with `search:` are searches, each run
+/// as the trials it chooses ([`crate::search`]).
 pub fn run(
     cells: &[Cell],
     options: &RunOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<RunOutcome, ScenarioError> {
-    let path = options.dir.join("run.json");
-    let io = |e: std::io::Error| ScenarioError::at(&path, format!("cannot write results: {e}"));
-    // Held until the run returns: one writer per results directory.
-    let lock = ResultsLock::acquire(&options.dir)?;
-    let save = |record: &Value| {
-        lock.write_even_if_full(|| write_json(&path, record))
-            .map_err(io)
-    };
-    if !options.resume {
-        clear_previous_run(&options.dir, options.force)?;
+    if cells.iter().any(|c| c.scenario.search.is_some()) {
+        return crate::search::run(cells, options, &mut progress);
     }
-    real_dir(&options.dir.join("cells"))?;
     let factor = if options.quick {
         quick_factor(cells)
     } else {
         1.0
     };
-    let previous = match options.resume {
-        true => Some(own_record(&options.dir)?),
-        false => None,
-    };
-    let mut record = new_record(cells, options, factor, previous.as_ref());
-    save(&record)?;
-    let mut outcome = RunOutcome {
-        dir: options.dir.clone(),
-        done: 0,
-        total: cells.len(),
-        status: "complete",
-        error: None,
-        input_error: false,
-    };
-    let run_start = Instant::now();
-    let mut sites = SiteCache::default();
+    let mut runner = Runner::start(cells, options, factor)?;
+    runner.outcome.total = cells.len();
     for cell in cells {
-        if record["cells"][cell.index]["status"] == "done" {
-            outcome.done += 1;
+        if runner.record["cells"][cell.index]["status"] == "done" {
+            runner.outcome.done += 1;
             continue;
         }
         if options.stop.load(Ordering::Relaxed) {
-            outcome.status = "incomplete";
+            runner.outcome.status = "incomplete";
             break;
         }
         progress(&format!(
@@ -140,8 +118,93 @@ pub fn run(
             cell.label(),
             cell.repeat + 1
         ));
+        let live = live_for(
+            cell,
+            cells,
+            &runner.record,
+            (options, factor, runner.started),
+        );
+        if runner.run_cell(cell, live, &mut progress)? {
+            break;
+        }
+    }
+    runner.finish()
+}
+
+/// A run in progress: its results directory held, its record, and what its cells share.
+pub(crate) struct Runner<'a> {
+    pub(crate) options: &'a RunOptions,
+    pub(crate) factor: f64,
+    /// The record an earlier attempt left (`--resume`).
+    pub(crate) previous: Option<Value>,
+    pub(crate) record: Value,
+    pub(crate) outcome: RunOutcome,
+    pub(crate) started: Instant,
+    sites: SiteCache,
+    lock: ResultsLock,
+}
+
+impl<'a> Runner<'a> {
+    /// Takes `options.dir` (cleared unless resumed) and writes the first record, listing
+    /// `cells`.
+    pub(crate) fn start(
+        cells: &[Cell],
+        options: &'a RunOptions,
+        factor: f64,
+    ) -> Result<Self, ScenarioError> {
+        // Held until the run returns: one writer per results directory.
+        let lock = ResultsLock::acquire(&options.dir)?;
+        if !options.resume {
+            clear_previous_run(&options.dir, options.force)?;
+        }
+        real_dir(&options.dir.join("cells"))?;
+        let previous = match options.resume {
+            true => Some(own_record(&options.dir)?),
+            false => None,
+        };
+        let record = new_record(cells, options, factor, previous.as_ref());
+        let runner = Self {
+            options,
+            factor,
+            previous,
+            record,
+            outcome: RunOutcome {
+                dir: options.dir.clone(),
+                done: 0,
+                total: cells.len(),
+                status: "complete",
+                error: None,
+                input_error: false,
+            },
+            started: Instant::now(),
+            sites: SiteCache::default(),
+            lock,
+        };
+        runner.save()?;
+        Ok(runner)
+    }
+
+    /// Writes run.json as it stands (even on a full disk: the lock's reserve).
+    pub(crate) fn save(&self) -> Result<(), ScenarioError> {
+        let path = self.options.dir.join("run.json");
+        self.lock
+            .write_even_if_full(|| write_json(&path, &self.record))
+            .map_err(|e| ScenarioError::at(&path, format!("cannot write results: {e}")))
+    }
+
+    /// Runs `cell` (its entry in the record at `cell.index`) into its directory and
+    /// records how it went; whether the run stops there (interrupted or failed).
+    pub(crate) fn run_cell(
+        &mut self,
+        cell: &Cell,
+        live: Option<ProgressFn>,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<bool, ScenarioError> {
+        let options = self.options;
+        let path = options.dir.join("run.json");
+        let io = |e: std::io::Error| ScenarioError::at(&path, format!("cannot write results: {e}"));
         let dir = options.dir.join("cells").join(cell_dir_name(cell));
-        let previous_entry = previous.as_ref().map(|p| &p["cells"][cell.index]);
+        let previous_entry = self.previous.as_ref().map(|p| &p["cells"][cell.index]);
         let kept =
             fresh_cell_dir(&options.dir, &dir, cell, previous_entry).map_err(|e| match e {
                 Fresh::NotOurs(e) => e,
@@ -149,18 +212,26 @@ pub fn run(
             })?;
         if let Some((attempts, said)) = kept {
             progress(&format!("  {said}"));
-            record["cells"][cell.index]["earlier_attempts"] = attempts;
+            self.record["cells"][cell.index]["earlier_attempts"] = attempts;
         }
-        let live = live_for(cell, cells, &record, (options, factor, run_start));
-        let result = run_cell(cell, &dir, options, factor, live, &mut sites, &lock);
-        let entry = &mut record["cells"][cell.index];
+        let result = run_cell(
+            cell,
+            &dir,
+            options,
+            self.factor,
+            live,
+            &mut self.sites,
+            &self.lock,
+        );
+        let entry = &mut self.record["cells"][cell.index];
+        let outcome = &mut self.outcome;
         let stop = match result {
             Ok(done) => {
                 progress(&format!("  {}", done.line));
                 let interrupted = done.interrupted;
                 if let Some(why) = note_done(entry, done) {
                     outcome.error = Some(format!("cell {} ({}): {why}", cell.index, cell.label()));
-                    record["error"] = json!(outcome.error);
+                    self.record["error"] = json!(outcome.error);
                 }
                 if interrupted {
                     outcome.status = "incomplete";
@@ -175,19 +246,21 @@ pub fn run(
                 outcome.status = "failed";
                 outcome.input_error = input;
                 outcome.error = Some(format!("cell {} ({}): {e}", cell.index, cell.label()));
-                record["error"] = json!(outcome.error);
+                self.record["error"] = json!(outcome.error);
                 true
             }
         };
-        save(&record)?;
-        if stop {
-            break;
-        }
+        self.save()?;
+        Ok(stop)
     }
-    record["status"] = json!(outcome.status);
-    record["finished_at_unix_s"] = json!(now_unix());
-    save(&record)?;
-    Ok(outcome)
+
+    /// Ends the record (status and end time) and returns how the run ended.
+    pub(crate) fn finish(mut self) -> Result<RunOutcome, ScenarioError> {
+        self.record["status"] = json!(self.outcome.status);
+        self.record["finished_at_unix_s"] = json!(now_unix());
+        self.save()?;
+        Ok(self.outcome)
+    }
 }
 
 /// Writes what a cell that ran returned into its entry of run.json; the reason it was cut
@@ -230,14 +303,26 @@ fn live_for(
     record: &Value,
     (options, factor, run_start): (&RunOptions, f64, Instant),
 ) -> Option<ProgressFn> {
-    let f = options.live.clone()?;
     let this = planned(cell).mul_f64(factor);
     let after: Duration = cells[cell.index + 1..]
         .iter()
         .filter(|c| record["cells"][c.index]["status"] != "done")
         .map(|c| planned(c).mul_f64(factor))
         .sum();
-    let (label, index, total) = (cell.label(), cell.index + 1, cells.len());
+    live_line(options, cell, cells.len(), (this, after), run_start)
+}
+
+/// What tells `options.live` about `cell` (of `total`), planned to take `this` with
+/// `after` left behind it.
+pub(crate) fn live_line(
+    options: &RunOptions,
+    cell: &Cell,
+    total: usize,
+    (this, after): (Duration, Duration),
+    run_start: Instant,
+) -> Option<ProgressFn> {
+    let f = options.live.clone()?;
+    let (label, index) = (cell.label(), cell.index + 1);
     let cell_start = Instant::now();
     Some(Box::new(move |p: &Progress| {
         f(&Live {
@@ -253,7 +338,7 @@ fn live_for(
 
 /// How long a cell is planned to take, unscaled: warm-up, measurement and about 2 s of
 /// set-up and tear-down.
-fn planned(cell: &Cell) -> Duration {
+pub(crate) fn planned(cell: &Cell) -> Duration {
     let l = &cell.scenario.load;
     let time = |v: &Option<String>| dur("", v).ok().flatten();
     let measured = match (time(&l.duration), l.requests) {

@@ -13,24 +13,14 @@ use anyhow::{Context, Result};
 use ingressbench_lab::usage::{Part, UsageReader};
 use ingressbench_load::{Length, Mode, Observer, Plan, Target, Warmup};
 use ingressbench_scenario::capacity::{
-    judge, measure, Bounds, Measured, Objective, Outcome, Search, Verdict, WindowFigures,
+    behind, describe, judge_trial, parse_precision, Bounds, GeneratorSeen, Objective, Outcome,
+    Search, Verdict, WindowFigures, SHORTEST_TRIAL,
 };
 use ingressbench_stats::Window;
 use serde_json::json;
 
 use crate::args::CapacityArgs;
 use crate::UsageError;
-
-/// Bootstrap draws per figure of a trial (a few additions per window each).
-const DRAWS: usize = 2000;
-/// Scheduler lag p99 over which the generator is behind its own schedule, in us (as the
-/// load's own GENERATOR FELL BEHIND warning).
-const LAG_LIMIT_US: u64 = 1000;
-/// And the share of the trial's own latency p99 its lag must reach to explain a failure
-/// (on a busy machine the lag passes 1 ms at any rate; a p99 of seconds is not its doing).
-const LAG_SHARE: f64 = 0.1;
-/// The share of its threads' time over which the generator is out of CPU.
-const CPU_LIMIT: f64 = 0.9;
 
 /// Keeps each window's figures for the objectives.
 struct Windows<'a> {
@@ -58,25 +48,14 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
         .map(|s| Objective::parse(s))
         .collect::<Result<_, _>>()
         .map_err(usage)?;
-    let precision = args
-        .precision
-        .strip_suffix('%')
-        .and_then(|p| p.trim().parse::<f64>().ok())
-        .filter(|p| *p > 0.0 && *p < 100.0)
-        .ok_or_else(|| {
-            usage(format!(
-                "--precision {}: a percentage between 0 and 100, e.g. 5%",
-                args.precision
-            ))
-        })?
-        / 100.0;
+    let precision = parse_precision(&args.precision).map_err(|e| usage(format!("--{e}")))?;
     if !(args.from > 0.0 && args.from.is_finite() && args.from <= args.up_to) {
         return Err(usage(format!(
             "--from {} and --up-to {}: from must be above 0 and at most up-to",
             args.from, args.up_to
         )));
     }
-    if args.trial < Duration::from_secs(2) {
+    if args.trial < SHORTEST_TRIAL {
         return Err(usage(format!(
             "--trial {:?}: at least 2s, so that its windows (a twentieth of it, 100 ms or more) give an interval",
             args.trial
@@ -95,7 +74,6 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
         .map(|p| std::fs::File::create(p).with_context(|| format!("creating {}", p.display())))
         .transpose()?;
     let stop = crate::signals::stop_flag()?;
-    let mut rng = ingressbench_stats::compare::Rng::new(0x1b5e_a7c4);
     let mut search = Search::new(bounds);
     let mut trials = Vec::new();
     let reader = UsageReader::new();
@@ -131,15 +109,15 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
         if report.summary.interrupted {
             break;
         }
-        let figures = measure(&objectives, &windows.figures, DRAWS, &mut rng);
         let lag_p99 = report.summary.scheduler_lag_us.p99;
-        let mut verdict = judge(&objectives, &figures);
-        if verdict != Verdict::Pass {
-            let latency_p99 = report.summary.latency_us.p99;
-            if let Some(why) = behind(lag_p99, latency_p99, cpu_share, base.threads) {
-                verdict = Verdict::GeneratorLimited(why);
-            }
-        }
+        let seen = GeneratorSeen {
+            lag_p99_us: lag_p99,
+            latency_p99_us: report.summary.latency_us.p99,
+            cpu_share: Some(cpu_share),
+            threads: base.threads,
+        };
+        let seed = 0x1b5e_a7c4 + search.trials().len() as u64;
+        let (figures, verdict) = judge_trial(&objectives, &windows.figures, &seen, seed);
         writeln!(
             out,
             "  {:>9.0} req/s ({why}): {}; p99 {:.2} ms, generator lag p99 {lag_p99} us, CPU {:.0}%: {}",
@@ -164,7 +142,7 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
         search.record(rate, verdict);
     }
     let said = match search.outcome() {
-        Some(outcome) => outcome_text(&objectives, outcome),
+        Some(outcome) => outcome.text(&objectives),
         None => "interrupted: the search stopped before its end (the trials above are kept)".into(),
     };
     writeln!(out, "{said}; {} trials", search.trials().len())?;
@@ -211,67 +189,17 @@ fn base_plan(args: &CapacityArgs) -> anyhow::Result<Plan> {
     Ok(plan)
 }
 
-/// Each objective's figure with its interval: `share at or over 5 ms 0.20% (0.10-0.40%)`.
-fn describe(objectives: &[Objective], figures: &[Measured]) -> String {
-    objectives
-        .iter()
-        .zip(figures)
-        .map(|(o, m)| match o.figure {
-            ingressbench_scenario::capacity::Figure::Latency(name @ ("mean" | "max")) => format!(
-                "{name} {:.2} ms ({:.2}-{:.2})",
-                m.value, m.interval[0], m.interval[1]
-            ),
-            ingressbench_scenario::capacity::Figure::Latency(_) => format!(
-                "at or over {} ms {:.2}% ({:.2}-{:.2}%, under {:.2}% keeps {})",
-                o.limit,
-                m.value * 100.0,
-                m.interval[0] * 100.0,
-                m.interval[1] * 100.0,
-                o.bound() * 100.0,
-                o.text
-            ),
-            ingressbench_scenario::capacity::Figure::ErrorRate => format!(
-                "errors {:.3}% ({:.3}-{:.3}%)",
-                m.value * 100.0,
-                m.interval[0] * 100.0,
-                m.interval[1] * 100.0
-            ),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 fn verdict_text(objectives: &[Objective], verdict: &Verdict) -> String {
     match verdict {
-        Verdict::Pass => "pass".into(),
-        Verdict::Fail(i) => format!("fail ({})", objectives[*i].text),
-        Verdict::Straddle(i) => format!("straddles {}: repeated", objectives[*i].text),
-        Verdict::GeneratorLimited(why) => format!("generator-limited ({why})"),
-    }
-}
-
-fn outcome_text(objectives: &[Objective], outcome: &Outcome) -> String {
-    match outcome {
-        Outcome::Found {
-            capacity,
-            failed_at,
-            broke,
-        } => format!(
-            "capacity {capacity:.0} req/s: passed there, {failed_at:.0} req/s broke {}",
-            objectives[*broke].text
-        ),
-        Outcome::FromFails { broke } => format!(
-            "--from already fails ({}): no search below it; give a lower --from",
-            objectives[*broke].text
-        ),
-        other => other.to_string(),
+        Verdict::Straddle(_) => format!("{}: repeated", verdict.text(objectives)),
+        _ => verdict.text(objectives),
     }
 }
 
 /// What the generator sustains on this machine with the search's connections and threads:
 /// the same load against this tool's echo backend (a child process on loopback, answering
 /// at once), from `from` doubling to `up_to`, a second a rate, until its scheduler lag p99
-/// passes [`LAG_LIMIT_US`] or its CPU [`CPU_LIMIT`].
+/// passes the capacity module's lag limit or its CPU limit ([`behind`]).
 struct Ceiling {
     /// The highest rate it kept up with (none: not even `from`).
     healthy: Option<f64>,
@@ -301,8 +229,13 @@ impl Ceiling {
             let cpu_share = (reader.read(&own)[0].cpu_s - before)
                 / (started.elapsed().as_secs_f64() * plan.threads as f64);
             let summary = &report.summary;
-            let (lag, latency) = (summary.scheduler_lag_us.p99, summary.latency_us.p99);
-            match behind(lag, latency, cpu_share, plan.threads) {
+            let seen = GeneratorSeen {
+                lag_p99_us: summary.scheduler_lag_us.p99,
+                latency_p99_us: summary.latency_us.p99,
+                cpu_share: Some(cpu_share),
+                threads: plan.threads,
+            };
+            match behind(&seen) {
                 Some(why) => {
                     ceiling.behind = Some((rate, why));
                     break;
@@ -333,19 +266,6 @@ impl Ceiling {
             ),
         }
     }
-}
-
-/// The evidence that the generator, not the target, made a trial fail: its CPU, or a
-/// scheduler lag over [`LAG_LIMIT_US`] that is a real share of the latency judged.
-fn behind(lag_p99_us: u64, latency_p99_us: u64, cpu_share: f64, threads: usize) -> Option<String> {
-    let lag = lag_p99_us > LAG_LIMIT_US && lag_p99_us as f64 >= LAG_SHARE * latency_p99_us as f64;
-    (lag || cpu_share > CPU_LIMIT).then(|| {
-        format!(
-            "scheduler lag p99 {lag_p99_us} us (limit {LAG_LIMIT_US}), its CPU {:.0}% of {threads} thread{}",
-            cpu_share * 100.0,
-            if threads == 1 { "" } else { "s" }
-        )
-    })
 }
 
 /// `ingressbench backend` as a child on loopback, killed when dropped.
@@ -390,24 +310,5 @@ impl EchoChild {
 impl Drop for EchoChild {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_failure_is_the_generators_only_when_its_lag_or_cpu_explains_it() {
-        // A busy machine: 1.4 ms of lag beside a p99 of 4 s is the target's queue.
-        assert_eq!(behind(1_427, 3_973_000, 0.2, 1), None);
-        // Lag that is most of the latency, or a generator out of CPU, is its own limit.
-        assert!(behind(50_000, 60_000, 0.5, 1)
-            .unwrap()
-            .starts_with("scheduler lag p99 50000 us"));
-        assert!(behind(500, 1_000, 0.95, 2)
-            .unwrap()
-            .contains("95% of 2 threads"));
-        assert_eq!(behind(900, 1_000, 0.5, 1), None);
     }
 }

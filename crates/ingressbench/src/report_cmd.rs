@@ -166,8 +166,10 @@ pub(crate) fn write_report(
     let took = started.elapsed();
     let mut stdout = std::io::stdout().lock();
     for line in report
-        .table
-        .lines()
+        .capacity
+        .iter()
+        .map(String::as_str)
+        .chain(report.table.lines())
         .chain(report.routes.iter().map(String::as_str))
     {
         writeln!(stdout, "{}", terminal::printable(line))?;
@@ -267,6 +269,16 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
             .into())
         }
     };
+    if run_searched(&a_run) || b_run.as_ref().is_some_and(run_searched) {
+        return compare_capacities(&args, &fail_ifs, (&a_run, b_run.as_ref()), targets);
+    }
+    if let Some(f) = fail_ifs.iter().find(|f| f.capacity) {
+        return Err(UsageError(anyhow::anyhow!(
+            "--fail-if {}: neither run searched a capacity (a scenario with `search:`)",
+            f.text
+        ))
+        .into());
+    }
     let pairs = match &targets {
         None => compare::pairs(&a, &b_all),
         Some((x, y)) => {
@@ -388,6 +400,131 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
     }
     // What could not be seen comes first: a condition that held on part of the cells was
     // judged on figures that are not the run's.
+    Ok(if !fail_ifs.is_empty() && !unjudged.is_empty() {
+        ExitCode::from(EXIT_CANNOT_JUDGE)
+    } else if !failures.is_empty() {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// Whether `run` is a capacity search's.
+fn run_searched(run: &RunResults) -> bool {
+    !ingressbench_report::capacity::searched(run).is_empty()
+}
+
+/// `compare` of runs that searched capacities: each search's capacity against its
+/// partner's (same target and settings; or `--targets`), the change and whether it is
+/// beyond both searches' brackets; `--fail-if 'capacity < -10%'` gates on the change.
+fn compare_capacities(
+    args: &CompareArgs,
+    fail_ifs: &[FailIf],
+    (a_run, b_run): (&RunResults, Option<&RunResults>),
+    targets: Option<(String, String)>,
+) -> Result<ExitCode> {
+    use ingressbench_report::capacity::{pair, searched, CapacityChange};
+    if let Some(f) = fail_ifs.iter().find(|f| !f.capacity) {
+        return Err(UsageError(anyhow::anyhow!(
+            "--fail-if {}: these runs searched capacities, whose trials differ in rate from run to run; gate them with --fail-if 'capacity < -10%'",
+            f.text
+        ))
+        .into());
+    }
+    let a = searched(a_run);
+    let b = b_run.map(searched).unwrap_or_default();
+    let (changes, mut unjudged) = pair(
+        &a,
+        &b,
+        targets.as_ref().map(|(x, y)| (x.as_str(), y.as_str())),
+    );
+    if changes.is_empty() {
+        return Err(UsageError(anyhow::anyhow!(
+            "nothing to compare: no search of the same target and settings on both sides ({})",
+            unjudged.join("; ")
+        ))
+        .into());
+    }
+    for run in std::iter::once(a_run).chain(b_run) {
+        let status = run.record["status"].as_str().unwrap_or("unknown");
+        if status != "complete" {
+            unjudged.push(format!("{} is {status}, not complete", run.dir.display()));
+        }
+    }
+    let at = |c: &CapacityChange| match c.a.settings.is_empty() {
+        true => String::new(),
+        false => format!(" at {}", c.a.settings),
+    };
+    for c in changes.iter().filter(|c| c.relative.is_none()) {
+        unjudged.push(format!(
+            "{} vs {}{}: {}",
+            c.b.target,
+            c.a.target,
+            at(c),
+            c.words
+        ));
+    }
+    let mut failures = Vec::new();
+    for f in fail_ifs {
+        for c in &changes {
+            if let Some(r) = c.relative.filter(|r| f.op.holds(*r, f.value)) {
+                failures.push(format!(
+                    "{} {} vs {}{}: capacity {:+.1}% ({} -> {})",
+                    f.text,
+                    c.b.target,
+                    c.a.target,
+                    at(c),
+                    r * 100.0,
+                    CapacityChange::side(&c.a),
+                    CapacityChange::side(&c.b)
+                ));
+            }
+        }
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        let doc = serde_json::json!({
+            "baseline": args.baseline, "other": args.other,
+            "capacities": changes.iter().map(|c| serde_json::json!({
+                "baseline": { "target": c.a.target, "settings": c.a.settings, "capacity_per_s": c.a.capacity, "failed_at_per_s": c.a.failed_at },
+                "other": { "target": c.b.target, "settings": c.b.settings, "capacity_per_s": c.b.capacity, "failed_at_per_s": c.b.failed_at },
+                "relative": c.relative, "verdict": c.words,
+            })).collect::<Vec<_>>(),
+            "failed": failures,
+            "cannot_judge": unjudged,
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        let mut text = String::new();
+        for c in &changes {
+            writeln!(
+                text,
+                "{} vs {}{}: capacity {} -> {} req/s {}: {}",
+                c.b.target,
+                c.a.target,
+                at(c),
+                CapacityChange::side(&c.a),
+                CapacityChange::side(&c.b),
+                c.relative
+                    .map_or("-".into(), |r| format!("{:+.1}%", r * 100.0)),
+                c.words
+            )?;
+        }
+        for f in &failures {
+            writeln!(text, "FAIL: {f}")?;
+        }
+        let label = if fail_ifs.is_empty() {
+            "note"
+        } else {
+            "CANNOT JUDGE"
+        };
+        for why in &unjudged {
+            writeln!(text, "{label}: {why}")?;
+        }
+        for line in text.lines() {
+            writeln!(out, "{}", terminal::printable(line))?;
+        }
+    }
     Ok(if !fail_ifs.is_empty() && !unjudged.is_empty() {
         ExitCode::from(EXIT_CANNOT_JUDGE)
     } else if !failures.is_empty() {

@@ -170,9 +170,15 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
             }) as LiveFn
         }),
     };
+    let searches = cells.iter().any(|c| c.scenario.search.is_some());
     eprintln!(
-        "{name}: {} cells{}",
+        "{name}: {} {}{}",
         cells.len(),
+        if searches {
+            "capacity searches, each run as the trials it chooses"
+        } else {
+            "cells"
+        },
         if options.quick { " (quick)" } else { "" }
     );
     let outcome = ingressbench_scenario::runner::run(&cells, &options, |line| {

@@ -40,6 +40,8 @@ pub struct Report {
     pub table: String,
     /// The route-scale sentences, one per cell and step kind (also in `headline`).
     pub routes: Vec<String>,
+    /// The capacity sentences, one per search (also leading `headline`).
+    pub capacity: Vec<String>,
     /// The warnings grouped by kind: the kind and its warnings.
     pub warning_groups: Vec<(String, Vec<String>)>,
     /// Warnings (generator behind, failed cells, too few requests, unreadable files).
@@ -65,6 +67,10 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
     let (routes_section, routes) = crate::routes::section(run, &colours, &mut charts)
         .map_or((None, Vec::new()), |(html, lines)| (Some(html), lines));
     headline.extend(routes.iter().cloned());
+    // Capacity: its sentences lead the headline, its section follows it.
+    let (capacity_section, capacity) = crate::capacity::section(run, &colours, &mut charts)
+        .map_or((None, Vec::new()), |(html, lines)| (Some(html), lines));
+    headline.splice(0..0, capacity.iter().cloned());
     let mut body = String::new();
     let name = run.record["scenario"].as_str().unwrap_or("run");
     let status = run.record["status"].as_str().unwrap_or("unknown");
@@ -103,6 +109,9 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
         let _ = write!(body, "<li>{}</li>", esc(line));
     }
     body.push_str("</ul></section>");
+    if let Some(section) = &capacity_section {
+        body.push_str(section);
+    }
     // Where it ran.
     if let Some((html, diagrams)) = crate::topology::section(run) {
         body.push_str(&html);
@@ -215,6 +224,7 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
         headline,
         table: crate::headline::text(&rows),
         routes,
+        capacity,
         warning_groups,
         warnings,
     }

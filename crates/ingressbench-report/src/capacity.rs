@@ -1,0 +1,466 @@
+//! The capacity section, for a run whose scenario searched (`search:`, issue #33): each
+//! search's result (the capacity, the interval the true limit lies in, the first rate
+//! that failed and the objective it broke, how many trials it took and why, the proxy's
+//! CPU at capacity), every trial's p50, p99 and errors against its offered rate with the
+//! objectives drawn in, and the headline's sentences, which lead it.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::results::{CellResults, RunResults};
+use crate::routes::number;
+use crate::svg::{esc, short, Axis, Plot, PALETTE};
+
+/// One search of a run, as `compare` pairs and judges it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Searched {
+    /// The target's name.
+    pub target: String,
+    /// The settings besides the rate the search chose (`tuning=default`), or empty.
+    pub settings: String,
+    /// The highest rate that passed, if the search ended with one.
+    pub capacity: Option<f64>,
+    /// The lowest rate that failed (the true limit is below it), if one did.
+    pub failed_at: Option<f64>,
+    /// Where the search ended, in words (or that it did not).
+    pub said: String,
+}
+
+/// Every search of `run` (none if it searched nothing).
+pub fn searched(run: &RunResults) -> Vec<Searched> {
+    let Some(searches) = run.record["searches"].as_array() else {
+        return Vec::new();
+    };
+    searches
+        .iter()
+        .map(|s| {
+            let settings = s["settings"]
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("?")))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .unwrap_or_default();
+            let outcome = &s["outcome"];
+            let ended = s["status"] == "done";
+            Searched {
+                target: s["target"].as_str().unwrap_or("?").to_owned(),
+                settings,
+                capacity: outcome["capacity_per_s"].as_f64().filter(|_| ended),
+                failed_at: outcome["failed_at_per_s"].as_f64().filter(|_| ended),
+                said: match ended {
+                    true => outcome["said"].as_str().unwrap_or("?").to_owned(),
+                    false => "the search did not end".into(),
+                },
+            }
+        })
+        .collect()
+}
+
+/// Two searches side by side: the baseline's and the other's capacity, the change
+/// between them, and whether it is beyond the searches' brackets.
+#[derive(Clone, Debug)]
+pub struct CapacityChange {
+    /// The baseline's search.
+    pub a: Searched,
+    /// The other's.
+    pub b: Searched,
+    /// (b - a) / a, when both found a capacity.
+    pub relative: Option<f64>,
+    /// In words: higher or lower beyond both brackets, or within them.
+    pub words: String,
+}
+
+impl CapacityChange {
+    /// `a` and `b` compared.
+    pub fn of(a: &Searched, b: &Searched) -> Self {
+        let relative = match (a.capacity, b.capacity) {
+            (Some(x), Some(y)) if x > 0.0 => Some((y - x) / x),
+            _ => None,
+        };
+        // Each limit lies between its capacity and its first failure (at least the
+        // capacity, when nothing failed up to the search's top).
+        let words = match (a.capacity, b.capacity) {
+            (Some(x), Some(y)) => {
+                let x_top = a.failed_at.unwrap_or(f64::INFINITY);
+                let y_top = b.failed_at.unwrap_or(f64::INFINITY);
+                if y_top <= x {
+                    "lower, beyond both searches' brackets".to_owned()
+                } else if y >= x_top {
+                    "higher, beyond both searches' brackets".to_owned()
+                } else {
+                    "no measurable difference: the brackets overlap".to_owned()
+                }
+            }
+            _ => format!("cannot compare: baseline {}; other {}", a.said, b.said),
+        };
+        Self {
+            a: a.clone(),
+            b: b.clone(),
+            relative,
+            words,
+        }
+    }
+
+    /// `1,000 (limit below 1,062.5)`.
+    pub fn side(s: &Searched) -> String {
+        match (s.capacity, s.failed_at) {
+            (Some(c), Some(f)) => format!(
+                "{} (limit below {})",
+                rate(&Value::from(c)),
+                rate(&Value::from(f))
+            ),
+            (Some(c), None) => format!("at least {}", rate(&Value::from(c))),
+            _ => "none".into(),
+        }
+    }
+}
+
+/// The searches of `a` and `b` paired by target and settings (with `targets`, two
+/// targets of `a` at the same settings instead); what has no partner, in words.
+pub fn pair(
+    a: &[Searched],
+    b: &[Searched],
+    targets: Option<(&str, &str)>,
+) -> (Vec<CapacityChange>, Vec<String>) {
+    let mut changes = Vec::new();
+    let mut alone = Vec::new();
+    let at = |s: &Searched| match s.settings.is_empty() {
+        true => s.target.clone(),
+        false => format!("{} at {}", s.target, s.settings),
+    };
+    match targets {
+        None => {
+            for x in a {
+                match b
+                    .iter()
+                    .find(|y| y.target == x.target && y.settings == x.settings)
+                {
+                    Some(y) => changes.push(CapacityChange::of(x, y)),
+                    None => alone.push(format!("{} was searched in the baseline only", at(x))),
+                }
+            }
+            for y in b {
+                if !a
+                    .iter()
+                    .any(|x| x.target == y.target && x.settings == y.settings)
+                {
+                    alone.push(format!("{} was searched in the other run only", at(y)));
+                }
+            }
+        }
+        Some((tx, ty)) => {
+            for x in a.iter().filter(|s| s.target == tx) {
+                match a
+                    .iter()
+                    .find(|y| y.target == ty && y.settings == x.settings)
+                {
+                    Some(y) => changes.push(CapacityChange::of(x, y)),
+                    None => alone.push(format!("{} has no search of {ty} beside it", at(x))),
+                }
+            }
+        }
+    }
+    (changes, alone)
+}
+
+/// A rate as people read it: `1,000`, `1,062.5`.
+fn rate(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) if x.fract() == 0.0 => number(v, 0),
+        Some(_) => number(v, 1),
+        None => "-".into(),
+    }
+}
+
+/// One trial's figures for the charts: offered rate, p50 and p99 in ms, errors in %.
+struct Point {
+    rate: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    errors_pct: f64,
+}
+
+fn point(cell: &CellResults) -> Option<Point> {
+    let s = cell.summary.as_ref()?;
+    let total = s["requests"]["total"].as_f64()?;
+    Some(Point {
+        rate: cell
+            .settings
+            .iter()
+            .find(|(k, _)| k == "load.rate")?
+            .1
+            .parse()
+            .ok()?,
+        p50_ms: s["latency_us"]["p50"].as_f64()? / 1000.0,
+        p99_ms: s["latency_us"]["p99"].as_f64()? / 1000.0,
+        errors_pct: if total > 0.0 {
+            s["requests"]["errors"].as_f64()? * 100.0 / total
+        } else {
+            0.0
+        },
+    })
+}
+
+/// The section and its headline sentences, or `None` when the run searched nothing.
+pub(crate) fn section(
+    run: &RunResults,
+    colours: &BTreeMap<String, &str>,
+    charts: &mut Vec<(String, String)>,
+) -> Option<(String, Vec<String>)> {
+    let searches: Vec<&Value> = run.record["searches"].as_array()?.iter().collect();
+    if searches.is_empty() {
+        return None;
+    }
+    let cell = |i: &Value| {
+        i.as_u64()
+            .and_then(|i| run.cells.iter().find(|c| c.index as u64 == i))
+    };
+    let mut html = String::from("<section><h2>Capacity</h2><p class=\"note\">Each search offered open-loop rates, one trial (a cell of the run, with the scenario's events) at a time: from <code>from</code>, doubling until a trial failed, then halving the bracket until it was as narrow as the search's precision. A trial passes only when the 95% interval of every objective's figure (bootstrapped over the trial's windows) is inside the objective, fails when one is wholly outside, and is run again when one straddles it. The capacity is the highest rate that passed; the true limit lies between it and the lowest rate that failed. A failure while the generator was behind its schedule or out of CPU is the generator's, and ends the search without a capacity. Proxy CPU: the proxy's cores in use, on average, during the trial at capacity.</p>");
+    html.push_str("<table><tr><th class=\"l\">target and settings</th><th class=\"l\">objectives</th><th>capacity req/s</th><th>limit between req/s</th><th class=\"l\">first failure</th><th>trials</th><th>repeats of a straddle</th><th>proxy CPU at capacity</th><th class=\"l\">status</th></tr>");
+    let mut headline = Vec::new();
+    let mut lines: Vec<(String, String, Vec<Point>)> = Vec::new();
+    let mut limits: BTreeMap<&str, f64> = BTreeMap::new();
+    for s in &searches {
+        let label = s["label"].as_str().unwrap_or("?");
+        let slo: Vec<&str> = s["slo"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        for o in &slo {
+            if let Some((figure, limit)) = objective_line(o) {
+                limits.entry(figure).or_insert(limit);
+            }
+        }
+        let trials: Vec<&CellResults> = s["trials"]
+            .as_array()
+            .map(|t| t.iter().filter_map(cell).collect())
+            .unwrap_or_default();
+        let repeats = trials
+            .iter()
+            .filter(|c| trial_why(run, c) == Some("repeat of a straddle"))
+            .count();
+        let outcome = &s["outcome"];
+        let at_capacity = trials.iter().find(|c| {
+            c.settings.iter().any(|(k, v)| {
+                k == "load.rate" && v.parse::<f64>().ok() == outcome["capacity_per_s"].as_f64()
+            }) && trial_kind(run, c) == Some("pass")
+        });
+        let cpu = at_capacity
+            .and_then(|c| c.usage.as_ref())
+            .and_then(|u| u["by_role"]["proxy"]["cpu_cores_mean"].as_f64());
+        let cpu_text = cpu.map_or("-".into(), |c| format!("{c:.2} cores"));
+        let (between, failure) = match outcome["kind"].as_str() {
+            Some("found") => (
+                format!(
+                    "{}-{}",
+                    rate(&outcome["capacity_per_s"]),
+                    rate(&outcome["failed_at_per_s"])
+                ),
+                format!(
+                    "{} broke {}",
+                    rate(&outcome["failed_at_per_s"]),
+                    outcome["broke"].as_str().unwrap_or("?")
+                ),
+            ),
+            Some("at_least") => (
+                format!("over {}", rate(&outcome["capacity_per_s"])),
+                "none up to up_to".into(),
+            ),
+            _ => ("-".into(), "-".into()),
+        };
+        let status = match s["status"].as_str() {
+            Some("done") => outcome["said"].as_str().unwrap_or("done").to_owned(),
+            Some(other) => format!("{other}: the search did not end"),
+            None => "?".into(),
+        };
+        let _ = write!(
+            html,
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{repeats}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+            esc(label),
+            esc(&slo.join(", ")),
+            rate(&outcome["capacity_per_s"]),
+            esc(&between),
+            esc(&failure),
+            trials.len(),
+            esc(&cpu_text),
+            esc(&status)
+        );
+        headline.push(sentence(label, &slo, outcome, trials.len(), cpu));
+        let mut points: Vec<Point> = trials.iter().filter_map(|c| point(c)).collect();
+        points.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+        let target = s["target"].as_str().unwrap_or("?");
+        let colour = colours
+            .get(target)
+            .copied()
+            .unwrap_or(PALETTE[0])
+            .to_owned();
+        lines.push((label.to_owned(), colour, points));
+    }
+    html.push_str("</table>");
+    for (name, unit, figure, limit) in [
+        (
+            "p50",
+            "p50 (ms)",
+            (|p: &Point| p.p50_ms) as fn(&Point) -> f64,
+            limits.get("p50"),
+        ),
+        ("p99", "p99 (ms)", |p: &Point| p.p99_ms, limits.get("p99")),
+        (
+            "errors",
+            "errors (% of requests)",
+            |p: &Point| p.errors_pct,
+            limits.get("errors"),
+        ),
+    ] {
+        if let Some(svg) = against_rate(&lines, unit, figure, limit.copied()) {
+            let _ = write!(
+                html,
+                "<figure><figcaption>{} against offered rate, every trial</figcaption>{svg}</figure>",
+                esc(unit)
+            );
+            charts.push((format!("capacity {name}"), svg));
+        }
+    }
+    html.push_str("</section>");
+    Some((html, headline))
+}
+
+/// The trial entry run.json keeps for `cell`.
+fn trial_entry<'a>(run: &'a RunResults, cell: &CellResults) -> &'a Value {
+    &run.record["cells"][cell.index]["search"]
+}
+
+fn trial_why<'a>(run: &'a RunResults, cell: &CellResults) -> Option<&'a str> {
+    trial_entry(run, cell)["why"].as_str()
+}
+
+fn trial_kind<'a>(run: &'a RunResults, cell: &CellResults) -> Option<&'a str> {
+    trial_entry(run, cell)["verdict"]["kind"].as_str()
+}
+
+/// The figure an objective draws a line on (`p50`, `p99`, `errors`) and its limit in the
+/// chart's unit (ms, %).
+fn objective_line(objective: &str) -> Option<(&'static str, f64)> {
+    let (figure, rest) = objective.split_once('<')?;
+    let value = rest.trim_start_matches('=').trim();
+    match figure.trim() {
+        "p50" => Some(("p50", value.strip_suffix("ms")?.trim().parse().ok()?)),
+        "p99" => Some(("p99", value.strip_suffix("ms")?.trim().parse().ok()?)),
+        "errors" => Some(("errors", value.strip_suffix('%')?.trim().parse().ok()?)),
+        _ => None,
+    }
+}
+
+/// The headline's sentence for one search.
+fn sentence(label: &str, slo: &[&str], outcome: &Value, trials: usize, cpu: Option<f64>) -> String {
+    let within = slo.join(" and ");
+    let cpu = cpu.map_or(String::new(), |c| {
+        format!("; the proxy used {c:.2} cores there")
+    });
+    match outcome["kind"].as_str() {
+        Some("found") => format!(
+            "{label}: capacity {} req/s within {within} (the limit lies between {} and {} req/s, where {} broke); {trials} trials{cpu}.",
+            rate(&outcome["capacity_per_s"]),
+            rate(&outcome["capacity_per_s"]),
+            rate(&outcome["failed_at_per_s"]),
+            outcome["broke"].as_str().unwrap_or("?")
+        ),
+        Some("at_least") => format!(
+            "{label}: capacity at least {} req/s within {within} (the highest rate searched passed); {trials} trials{cpu}.",
+            rate(&outcome["capacity_per_s"])
+        ),
+        Some(_) => format!(
+            "{label}: no capacity: {}; {trials} trials.",
+            outcome["said"].as_str().unwrap_or("?")
+        ),
+        None => format!("{label}: the search did not end ({trials} trials so far)."),
+    }
+}
+
+/// A figure of every trial against its offered rate, a line per search, the objective's
+/// limit as a dashed line; `None` with fewer than two points.
+fn against_rate(
+    lines: &[(String, String, Vec<Point>)],
+    unit: &str,
+    figure: fn(&Point) -> f64,
+    limit: Option<f64>,
+) -> Option<String> {
+    // Latencies span decades on the way past capacity; errors start at 0.
+    let log = !unit.starts_with("errors");
+    let floor = |v: f64| if log { v.max(1e-3) } else { v };
+    let all: Vec<(f64, f64)> = lines
+        .iter()
+        .flat_map(|l| l.2.iter().map(|p| (p.rate, figure(p))))
+        .collect();
+    if all.len() < 2 {
+        return None;
+    }
+    let x = Axis::covering(all.iter().map(|p| p.0), true);
+    let y = Axis::covering(all.iter().map(|p| floor(p.1)).chain(limit), log);
+    let mut plot = Plot::new(900.0, 280.0, x, y);
+    let y_title = if log {
+        format!("{unit}, log")
+    } else {
+        unit.to_owned()
+    };
+    plot.axes("offered rate, req/s (log)", &y_title, &|v| short(v));
+    let mut legend = Vec::new();
+    if let Some(limit) = limit {
+        let (lo, hi) = all.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), p| {
+            (lo.min(p.0), hi.max(p.0))
+        });
+        plot.line(&[(lo, limit), (hi, limit)], "#b00", 1.2, true);
+        legend.push(("objective".to_owned(), "#b00".to_owned()));
+    }
+    for (label, colour, points) in lines {
+        let xy: Vec<(f64, f64)> = points.iter().map(|p| (p.rate, floor(figure(p)))).collect();
+        if xy.is_empty() {
+            continue;
+        }
+        plot.line(&xy, colour, 1.6, false);
+        plot.dots(&xy, colour, 2.5, 1.0);
+        legend.push((label.clone(), colour.clone()));
+    }
+    plot.legend(&legend);
+    Some(plot.finish(&format!("{unit} against offered rate")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn searched(capacity: Option<f64>, failed_at: Option<f64>) -> Searched {
+        Searched {
+            target: "nginx".into(),
+            settings: String::new(),
+            capacity,
+            failed_at,
+            said: "x".into(),
+        }
+    }
+
+    #[test]
+    fn capacities_differ_only_beyond_both_brackets() {
+        let a = searched(Some(1000.0), Some(1050.0));
+        let lower = CapacityChange::of(&a, &searched(Some(800.0), Some(840.0)));
+        assert!((lower.relative.unwrap() + 0.2).abs() < 1e-12);
+        assert!(lower.words.starts_with("lower"), "{}", lower.words);
+        let overlap = CapacityChange::of(&a, &searched(Some(1025.0), Some(1075.0)));
+        assert!(
+            overlap.words.starts_with("no measurable"),
+            "{}",
+            overlap.words
+        );
+        let higher = CapacityChange::of(&a, &searched(Some(1050.0), None));
+        assert!(higher.words.starts_with("higher"), "{}", higher.words);
+        let none = CapacityChange::of(&a, &searched(None, None));
+        assert_eq!(none.relative, None);
+        assert!(none.words.starts_with("cannot compare"));
+        assert_eq!(CapacityChange::side(&a), "1,000 (limit below 1,050)");
+    }
+}

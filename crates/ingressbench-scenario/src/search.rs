@@ -1,0 +1,230 @@
+//! A run of a scenario with `search:`: each of its cells is a capacity search
+//! ([`crate::capacity`]), run as trials the search chooses one after another. A trial is
+//! an ordinary cell of the run (its load at one rate, the scenario's events on their
+//! timeline, its own directory and entry in run.json), so report, compare and `--resume`
+//! take it as they take any cell; its entry also says which search it belongs to, why it
+//! ran and its verdict, and run.json's `searches` says where each search ended.
+//!
+//! A trial is judged from its interval log, read back once it ends (with load workers,
+//! the merged one): the same path a resumed run takes, which rebuilds each search from
+//! the verdicts its finished trials recorded.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::capacity::{
+    describe, judge_trial, GeneratorSeen, Search, SearchPlan, Verdict, WindowFigures,
+};
+use crate::record::{cell_dir_name, cell_entry};
+use crate::runner::{live_line, planned, RunOptions, RunOutcome, Runner};
+use crate::{Cell, ScenarioError};
+
+/// Runs a search for each of `bases` (the expanded cells of a scenario with `search:`).
+pub(crate) fn run(
+    bases: &[Cell],
+    options: &RunOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<RunOutcome, ScenarioError> {
+    let mut runner = Runner::start(&[], options, 1.0)?;
+    runner.record["scenario"] = json!(bases.first().map(|c| c.scenario.name.clone()));
+    runner.record["searches"] = json!([]);
+    let earlier: Vec<Value> = runner
+        .previous
+        .as_ref()
+        .and_then(|p| p["cells"].as_array().cloned())
+        .unwrap_or_default();
+    let results = options.dir.join("run.json");
+    let bad = |m: String| ScenarioError::at(&results, m);
+    'searches: for (n, base) in bases.iter().enumerate() {
+        let file = base.scenario.search.as_ref().ok_or_else(|| {
+            bad(format!(
+                "cell {} ({}) has no search",
+                base.index,
+                base.label()
+            ))
+        })?;
+        let plan = SearchPlan::of(file).map_err(bad)?;
+        let mut search = Search::new(plan.bounds);
+        runner.record["searches"]
+            .as_array_mut()
+            .expect("searches is a list")
+            .push(json!({
+                "of": base.index, "label": base.label(), "target": base.target.name(),
+                "settings": cell_entry(base)["settings"],
+                "slo": file.slo, "trial_s": plan.trial.as_secs_f64(),
+                "bounds": { "from": plan.bounds.from, "up_to": plan.bounds.up_to,
+                            "precision": plan.bounds.precision, "repeats": plan.bounds.repeats },
+                "trials": [], "outcome": Value::Null, "status": "searching",
+            }));
+        // What an earlier attempt finished of this search, taken as it was.
+        for entry in earlier
+            .iter()
+            .filter(|e| e["search"]["of"] == base.index && e["status"] == "done")
+        {
+            let index = cells_so_far(&runner.record);
+            let (Some(rate), Some(verdict)) = (
+                entry["search"]["rate_per_s"].as_f64(),
+                Verdict::from_json(&entry["search"]["verdict"]),
+            ) else {
+                return Err(bad(format!(
+                    "cell {index}: a finished trial without its rate or verdict; run the scenario again without --resume"
+                )));
+            };
+            if entry["index"] != index {
+                return Err(bad(format!(
+                    "the finished trials are not in running order (cell {} where {index} was due); run the scenario again without --resume",
+                    entry["index"]
+                )));
+            }
+            push_cell(&mut runner.record, entry.clone(), n);
+            search.record(rate, verdict);
+            runner.outcome.done += 1;
+        }
+        while let Some((rate, why)) = search.next_rate() {
+            if options.stop.load(std::sync::atomic::Ordering::Relaxed) {
+                runner.outcome.status = "incomplete";
+                break 'searches;
+            }
+            let trial = search.trials().len() + 1;
+            let cell = trial_cell(base, cells_so_far(&runner.record), rate);
+            push_cell(&mut runner.record, cell_entry(&cell), n);
+            runner.save()?;
+            progress(&format!(
+                "search {}/{}: {}: trial {trial} at {rate} req/s ({why})",
+                n + 1,
+                bases.len(),
+                base.label()
+            ));
+            let live = live_line(
+                options,
+                &cell,
+                cell.index + 1,
+                (planned(&cell), Duration::ZERO),
+                runner.started,
+            );
+            if runner.run_cell(&cell, live, progress)? {
+                break 'searches;
+            }
+            let seed = 0x5ea_4c11 + (base.index as u64) * 1000 + trial as u64;
+            let entry = &mut runner.record["cells"][cell.index];
+            let dir = options.dir.join("cells").join(cell_dir_name(&cell));
+            let judged = judge(&plan, (&cell, &dir, entry), seed)
+                .map_err(|m| bad(format!("cell {} ({}): {m}", cell.index, cell.label())))?;
+            let said = judged.verdict.text(&plan.objectives);
+            progress(&format!(
+                "  {rate} req/s: {}; generator lag p99 {} us: {said}",
+                describe(&plan.objectives, &judged.figures),
+                judged.seen.lag_p99_us
+            ));
+            entry["search"] = json!({
+                "of": base.index, "search": n, "trial": trial, "rate_per_s": rate, "why": why,
+                "verdict": judged.verdict.to_json(), "said": said,
+                "figures": plan.objectives.iter().zip(&judged.figures).map(|(o, m)| json!({
+                    "objective": o.text, "value": m.value, "interval": m.interval, "bound": o.bound(),
+                })).collect::<Vec<_>>(),
+                "scheduler_lag_us_p99": judged.seen.lag_p99_us,
+                "generator_cpu_share": judged.seen.cpu_share,
+            });
+            search.record(rate, judged.verdict);
+            runner.save()?;
+        }
+        let this = &mut runner.record["searches"][n];
+        if let Some(outcome) = search.outcome() {
+            this["outcome"] = outcome.to_json(&plan.objectives);
+            this["status"] = json!("done");
+            progress(&format!(
+                "  {}: {}; {} trials",
+                base.label(),
+                outcome.text(&plan.objectives),
+                search.trials().len()
+            ));
+        }
+        runner.save()?;
+    }
+    if runner.outcome.status == "complete"
+        && runner.record["searches"]
+            .as_array()
+            .is_some_and(|s| s.iter().any(|s| s["status"] != "done"))
+    {
+        runner.outcome.status = "incomplete";
+    }
+    runner.outcome.total = cells_so_far(&runner.record);
+    runner.finish()
+}
+
+/// How many cells the record lists.
+fn cells_so_far(record: &Value) -> usize {
+    record["cells"].as_array().map_or(0, Vec::len)
+}
+
+/// Adds `entry` to the record's cells and to search `n`'s trials.
+fn push_cell(record: &mut Value, entry: Value, n: usize) {
+    let index = cells_so_far(record);
+    record["cells"]
+        .as_array_mut()
+        .expect("cells is a list")
+        .push(entry);
+    record["searches"][n]["trials"]
+        .as_array_mut()
+        .expect("trials is a list")
+        .push(json!(index));
+}
+
+/// The trial of `base` at `rate`, the run's cell `index`.
+fn trial_cell(base: &Cell, index: usize, rate: f64) -> Cell {
+    let mut cell = base.clone();
+    cell.index = index;
+    cell.scenario.load.rate = Some(rate);
+    cell.settings.push(("load.rate".into(), format!("{rate}")));
+    cell
+}
+
+/// A trial's verdict and what it rests on.
+struct Judged {
+    figures: Vec<crate::capacity::Measured>,
+    verdict: Verdict,
+    seen: GeneratorSeen,
+}
+
+/// Judges `cell`, a trial whose directory is `dir` and whose run.json entry is `entry`:
+/// its windows from its interval log, the generator's lag from its summary.json, and its
+/// CPU (this process's, when the load was sent from it alone) from its usage.
+fn judge(
+    plan: &SearchPlan,
+    (cell, dir, entry): (&Cell, &std::path::Path, &Value),
+    seed: u64,
+) -> Result<Judged, String> {
+    let read = |name: &str| {
+        let path = dir.join(name);
+        std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))
+    };
+    let partial = ingressbench_report::hlog::read_partial(&read("latency.hlog")?)?;
+    let windows: Vec<WindowFigures> = partial
+        .windows()
+        .iter()
+        .map(|w| WindowFigures::of(w, &plan.objectives))
+        .collect();
+    let summary: Value =
+        serde_json::from_slice(&read("summary.json")?).map_err(|e| format!("summary.json: {e}"))?;
+    let us = |key: &str| summary[key]["p99"].as_u64().unwrap_or(0);
+    let load = &cell.scenario.load;
+    let threads = load.threads.unwrap_or(1);
+    let sent_from_here =
+        load.workers.unwrap_or(1) == 1 && load.from == crate::model::LoadFrom::Here;
+    let seen = GeneratorSeen {
+        lag_p99_us: us("scheduler_lag_us"),
+        latency_p99_us: us("latency_us"),
+        cpu_share: entry["usage"]["by_role"]["client"]["cpu_cores_mean"]
+            .as_f64()
+            .filter(|_| sent_from_here)
+            .map(|c| c / threads as f64),
+        threads,
+    };
+    let (figures, verdict) = judge_trial(&plan.objectives, &windows, &seen, seed);
+    Ok(Judged {
+        figures,
+        verdict,
+        seen,
+    })
+}
