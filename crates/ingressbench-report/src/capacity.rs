@@ -302,6 +302,16 @@ pub(crate) fn section(
         lines.push((label.to_owned(), colour, points));
     }
     html.push_str("</table>");
+    for s in &searches {
+        for w in s["warnings"].as_array().into_iter().flatten() {
+            let _ = write!(
+                html,
+                "<p class=\"note\">{}: {}</p>",
+                esc(s["label"].as_str().unwrap_or("?")),
+                esc(w.as_str().unwrap_or("?"))
+            );
+        }
+    }
     for (name, unit, figure, limit) in [
         (
             "p50",

@@ -530,6 +530,25 @@ impl SearchPlan {
         })
     }
 
+    /// What a trial at `rate` is too small to tell: objectives on a share (a quantile's
+    /// tail, errors) that fewer than ten of its requests would break, where one slow or
+    /// failed request moves the verdict.
+    pub fn too_small_at(&self, rate: f64) -> Vec<String> {
+        let requests = rate * self.trial.as_secs_f64();
+        self.objectives
+            .iter()
+            .filter(|o| o.quantile().is_some() || o.figure == Figure::ErrorRate)
+            .filter(|o| o.bound() * requests < 10.0)
+            .map(|o| {
+                format!(
+                    "a trial at {rate} req/s has {requests:.0} requests, of which {:.1} would break `{}`: a single request moves its verdict; a longer search.trial resolves it",
+                    o.bound() * requests,
+                    o.text
+                )
+            })
+            .collect()
+    }
+
     /// The width of a trial's windows: a twentieth of it, 100 ms to 1 s, so that there are
     /// twenty or more to resample.
     pub fn window(&self) -> std::time::Duration {
@@ -1011,6 +1030,71 @@ mod tests {
             .contains("95% of 2 threads"));
         assert_eq!(behind(&seen(900, 1_000, Some(0.5), 1)), None);
         assert_eq!(behind(&seen(900, 1_000, None, 1)), None);
+    }
+
+    #[test]
+    fn a_search_block_is_refused_with_the_field_and_the_fix() {
+        let file = |slo: &[&str], from: f64, up_to: f64, precision: &str, trial: &str| {
+            crate::model::SearchFile {
+                slo: slo.iter().map(|s| s.to_string()).collect(),
+                from,
+                up_to,
+                precision: precision.into(),
+                trial: trial.into(),
+                repeats: 2,
+            }
+        };
+        let good = SearchPlan::of(&file(&["p99 < 5ms"], 500.0, 1000.0, "5%", "20s")).unwrap();
+        assert_eq!(good.window(), std::time::Duration::from_secs(1));
+        assert!((good.bounds.precision - 0.05).abs() < 1e-12);
+        for (bad, says) in [
+            (
+                file(&[], 500.0, 1000.0, "5%", "20s"),
+                "search.slo: give at least one",
+            ),
+            (
+                file(&["p99 > 5ms"], 500.0, 1000.0, "5%", "20s"),
+                "search.slo: objective",
+            ),
+            (
+                file(&["p99 < 5ms"], 0.0, 1000.0, "5%", "20s"),
+                "search.from 0",
+            ),
+            (
+                file(&["p99 < 5ms"], 2000.0, 1000.0, "5%", "20s"),
+                "at most up_to",
+            ),
+            (
+                file(&["p99 < 5ms"], 500.0, 1000.0, "5", "20s"),
+                "search.precision 5",
+            ),
+            (
+                file(&["p99 < 5ms"], 500.0, 1000.0, "5%", "1s"),
+                "search.trial 1s: at least",
+            ),
+        ] {
+            let e = SearchPlan::of(&bad).unwrap_err();
+            assert!(e.contains(says), "{says}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_trial_too_small_for_its_objectives_is_named() {
+        let plan = SearchPlan {
+            objectives: objectives(),
+            bounds: Bounds {
+                from: 500.0,
+                up_to: 1000.0,
+                precision: 0.05,
+                repeats: 2,
+            },
+            trial: std::time::Duration::from_secs(2),
+        };
+        // 1,000 requests: 10 may break p99 (enough), 1 breaks errors < 0.1%.
+        let said = plan.too_small_at(500.0);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(said[0].contains("`errors < 0.1%`"), "{said:?}");
+        assert!(plan.too_small_at(10_000.0).is_empty());
     }
 
     #[test]

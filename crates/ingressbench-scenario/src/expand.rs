@@ -260,9 +260,13 @@ fn product(matrix: &std::collections::BTreeMap<String, Vec<Value>>) -> Vec<Vec<(
     combos
 }
 
+/// A matrix value as a cell's label and settings show it: a scalar as written, a list or
+/// a mapping (`events: [[], [...]]`) on one line, in full, so that two values never share
+/// a label.
 fn scalar_text(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
+        Value::Sequence(_) | Value::Mapping(_) => serde_json::to_string(v).unwrap_or_default(),
         other => serde_yaml_ng::to_string(other)
             .unwrap_or_default()
             .trim()

@@ -46,6 +46,10 @@ pub(crate) fn run(
         })?;
         let plan = SearchPlan::of(file).map_err(bad)?;
         let mut search = Search::new(plan.bounds);
+        let too_small = plan.too_small_at(plan.bounds.from);
+        for warning in &too_small {
+            progress(&format!("warning: {}: {warning}", base.label()));
+        }
         runner.record["searches"]
             .as_array_mut()
             .expect("searches is a list")
@@ -56,6 +60,7 @@ pub(crate) fn run(
                 "bounds": { "from": plan.bounds.from, "up_to": plan.bounds.up_to,
                             "precision": plan.bounds.precision, "repeats": plan.bounds.repeats },
                 "trials": [], "outcome": Value::Null, "status": "searching",
+                "warnings": too_small,
             }));
         // What an earlier attempt finished of this search, taken as it was.
         for entry in earlier
