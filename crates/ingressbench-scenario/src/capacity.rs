@@ -692,15 +692,18 @@ pub fn describe(objectives: &[Objective], figures: &[Measured]) -> String {
         .join(", ")
 }
 
+/// Objective `i`'s text (`?` if there is none).
+fn named(objectives: &[Objective], i: usize) -> String {
+    objectives
+        .get(i)
+        .map_or("?", |o| o.text.as_str())
+        .to_owned()
+}
+
 impl Verdict {
     /// In words: `pass`, `fail (p99 < 5ms)`.
     pub fn text(&self, objectives: &[Objective]) -> String {
-        let named = |i: &usize| {
-            objectives
-                .get(*i)
-                .map_or("?", |o| o.text.as_str())
-                .to_owned()
-        };
+        let named = |i: &usize| named(objectives, *i);
         match self {
             Verdict::Pass => "pass".into(),
             Verdict::Fail(i) => format!("fail ({})", named(i)),
@@ -736,12 +739,7 @@ impl Verdict {
 impl Outcome {
     /// In words, naming the objective broken.
     pub fn text(&self, objectives: &[Objective]) -> String {
-        let named = |i: &usize| {
-            objectives
-                .get(*i)
-                .map_or("?", |o| o.text.as_str())
-                .to_owned()
-        };
+        let named = |i: &usize| named(objectives, *i);
         match self {
             Outcome::Found {
                 capacity,

@@ -383,30 +383,42 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
                 )?;
             }
         }
-        for f in &failures {
-            writeln!(text, "FAIL: {f}")?;
-        }
-        let label = if fail_ifs.is_empty() {
-            "note"
-        } else {
-            "CANNOT JUDGE"
-        };
-        for why in &unjudged {
-            writeln!(text, "{label}: {why}")?;
-        }
+        gate_lines(&mut text, &failures, &unjudged, !fail_ifs.is_empty())?;
         for line in text.lines() {
             writeln!(out, "{}", terminal::printable(line))?;
         }
     }
-    // What could not be seen comes first: a condition that held on part of the cells was
-    // judged on figures that are not the run's.
-    Ok(if !fail_ifs.is_empty() && !unjudged.is_empty() {
+    Ok(gate_exit(&failures, &unjudged, !fail_ifs.is_empty()))
+}
+
+/// The gate's lines after the comparison's: each failure, then what could not be judged
+/// (a note when nothing is gated).
+fn gate_lines(
+    text: &mut String,
+    failures: &[String],
+    unjudged: &[String],
+    gated: bool,
+) -> std::fmt::Result {
+    for f in failures {
+        writeln!(text, "FAIL: {f}")?;
+    }
+    let label = if gated { "CANNOT JUDGE" } else { "note" };
+    for why in unjudged {
+        writeln!(text, "{label}: {why}")?;
+    }
+    Ok(())
+}
+
+/// A gate's exit code. What could not be seen comes first: a condition that held on part
+/// of the cells was judged on figures that are not the run's.
+fn gate_exit(failures: &[String], unjudged: &[String], gated: bool) -> ExitCode {
+    if gated && !unjudged.is_empty() {
         ExitCode::from(EXIT_CANNOT_JUDGE)
     } else if !failures.is_empty() {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
-    })
+    }
 }
 
 /// Whether `run` is a capacity search's.
@@ -510,26 +522,10 @@ fn compare_capacities(
                 c.words
             )?;
         }
-        for f in &failures {
-            writeln!(text, "FAIL: {f}")?;
-        }
-        let label = if fail_ifs.is_empty() {
-            "note"
-        } else {
-            "CANNOT JUDGE"
-        };
-        for why in &unjudged {
-            writeln!(text, "{label}: {why}")?;
-        }
+        gate_lines(&mut text, &failures, &unjudged, !fail_ifs.is_empty())?;
         for line in text.lines() {
             writeln!(out, "{}", terminal::printable(line))?;
         }
     }
-    Ok(if !fail_ifs.is_empty() && !unjudged.is_empty() {
-        ExitCode::from(EXIT_CANNOT_JUDGE)
-    } else if !failures.is_empty() {
-        ExitCode::from(1)
-    } else {
-        ExitCode::SUCCESS
-    })
+    Ok(gate_exit(&failures, &unjudged, !fail_ifs.is_empty()))
 }
