@@ -241,14 +241,13 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
         }
     }
     let a_run = read(&args.baseline)?;
-    let a = analysis::conditions(&a_run, SEED);
     let b_run = match &args.other {
         Some(other) => Some(read(other)?),
         None => None,
     };
-    let (b_all, targets) = match (&b_run, args.targets.as_slice()) {
-        (Some(b_run), []) => (analysis::conditions(b_run, SEED ^ 1), None),
-        (None, [x, y]) => (Vec::new(), Some((x.clone(), y.clone()))),
+    let targets = match (&b_run, args.targets.as_slice()) {
+        (Some(_), []) => None,
+        (None, [x, y]) => Some((x.clone(), y.clone())),
         (Some(_), _) => {
             return Err(UsageError(anyhow::anyhow!(
                 "give two runs, or one run and --targets A,B, not both"
@@ -279,6 +278,11 @@ pub(crate) fn compare(args: CompareArgs) -> Result<ExitCode> {
         ))
         .into());
     }
+    // Latency conditions: runs that searched are compared by capacity above instead.
+    let a = analysis::conditions(&a_run, SEED);
+    let b_all = b_run
+        .as_ref()
+        .map_or_else(Vec::new, |b| analysis::conditions(b, SEED ^ 1));
     let pairs = match &targets {
         None => compare::pairs(&a, &b_all),
         Some((x, y)) => {
