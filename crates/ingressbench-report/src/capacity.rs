@@ -220,8 +220,8 @@ pub(crate) fn section(
         i.as_u64()
             .and_then(|i| run.cells.iter().find(|c| c.index as u64 == i))
     };
-    let mut html = String::from("<section><h2>Capacity</h2><p class=\"note\">Each search offered open-loop rates, one trial (a cell of the run, with the scenario's events) at a time: from <code>from</code>, doubling until a trial failed, then halving the bracket until it was as narrow as the search's precision. A trial passes only when the 95% interval of every objective's figure (bootstrapped over the trial's windows) is inside the objective, fails when one is wholly outside, and is run again when one straddles it. The capacity is the highest rate that passed; the true limit lies between it and the lowest rate that failed. A failure while the generator was behind its schedule or out of CPU is the generator's, and ends the search without a capacity. Proxy CPU: the proxy's cores in use, on average, during the trial at capacity.</p>");
-    html.push_str("<table><tr><th class=\"l\">target and settings</th><th class=\"l\">objectives</th><th>capacity req/s</th><th>limit between req/s</th><th class=\"l\">first failure</th><th>trials</th><th>repeats of a straddle</th><th>proxy CPU at capacity</th><th class=\"l\">status</th></tr>");
+    let mut html = String::from("<section><h2>Capacity</h2><p class=\"note\">Each search offered open-loop rates, one trial (a cell of the run, with the scenario's events) at a time: from <code>from</code>, doubling until a trial failed, then halving the bracket until it was as narrow as the search's precision. A trial passes only when the 95% interval of every objective's figure (bootstrapped over the trial's windows) is inside the objective, fails when one is wholly outside, and is run again when one straddles it. The capacity is the highest rate that passed; the true limit lies between it and the lowest rate that failed. A failure while the generator was behind its schedule or out of CPU is the generator's, and ends the search without a capacity. Generator alone: the same load (connections, threads, protocol, workers; no TLS) sent to a local echo backend before the search, a second at each rate from <code>from</code> doubling, and where it fell behind. Proxy CPU: the proxy's cores in use, on average, during the trial at capacity.</p>");
+    html.push_str("<table><tr><th class=\"l\">target and settings</th><th class=\"l\">objectives</th><th>capacity req/s</th><th>limit between req/s</th><th class=\"l\">first failure</th><th>trials</th><th>repeats of a straddle</th><th>proxy CPU at capacity</th><th class=\"l\">generator alone</th><th class=\"l\">status</th></tr>");
     let mut headline = Vec::new();
     let mut lines: Vec<(String, String, Vec<Point>)> = Vec::new();
     let mut limits: BTreeMap<&str, f64> = BTreeMap::new();
@@ -273,6 +273,7 @@ pub(crate) fn section(
             ),
             _ => ("-".into(), "-".into()),
         };
+        let generator = generator_alone(&s["generator_ceiling"]);
         let status = match s["status"].as_str() {
             Some("done") => outcome["said"].as_str().unwrap_or("done").to_owned(),
             Some(other) => format!("{other}: the search did not end"),
@@ -280,7 +281,7 @@ pub(crate) fn section(
         };
         let _ = write!(
             html,
-            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{repeats}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{repeats}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
             esc(label),
             esc(&slo.join(", ")),
             rate(&outcome["capacity_per_s"]),
@@ -288,6 +289,7 @@ pub(crate) fn section(
             esc(&failure),
             trials.len(),
             esc(&cpu_text),
+            esc(&generator),
             esc(&status)
         );
         headline.push(sentence(label, &slo, outcome, trials.len(), cpu));
@@ -338,6 +340,24 @@ pub(crate) fn section(
     }
     html.push_str("</section>");
     Some((html, headline))
+}
+
+/// What the generator sustained alone before the search (a search's
+/// `generator_ceiling`), in a few words.
+fn generator_alone(ceiling: &Value) -> String {
+    if ceiling.is_null() {
+        return "not measured (load from the cluster's pods)".into();
+    }
+    let kept = if ceiling["healthy_per_s"].is_null() {
+        "never kept up".to_owned()
+    } else {
+        format!("kept up with {}", rate(&ceiling["healthy_per_s"]))
+    };
+    if ceiling["behind_at_per_s"].is_null() {
+        kept
+    } else {
+        format!("{kept}, behind at {}", rate(&ceiling["behind_at_per_s"]))
+    }
 }
 
 /// The trial entry run.json keeps for `cell`.

@@ -467,6 +467,48 @@ impl Search {
     pub fn outcome(&self) -> Option<&Outcome> {
         self.outcome.as_ref()
     }
+
+    /// The last trial's verdict in words, with what the search made of it: a straddle is
+    /// run again, or, once its repeats are spent, counted as a failure.
+    pub fn last_said(&self, objectives: &[Objective]) -> String {
+        let Some(last) = self.trials.last() else {
+            return String::new();
+        };
+        let text = last.verdict.text(objectives);
+        match last.verdict {
+            Verdict::Straddle(_) if self.straddles > 0 => format!("{text}: run again"),
+            Verdict::Straddle(_) => format!(
+                "{text} {} times in a row: counted as a failure",
+                self.bounds.repeats + 1
+            ),
+            _ => text,
+        }
+    }
+
+    /// How many trials were spent and why: `9 trials (1 from, 3 doubling, 3 bisecting, 2
+    /// repeats of a straddle)`.
+    pub fn spent(&self) -> String {
+        let mut why: Vec<(&str, usize)> = Vec::new();
+        for t in &self.trials {
+            match why.iter_mut().find(|(w, _)| *w == t.why) {
+                Some((_, n)) => *n += 1,
+                None => why.push((t.why, 1)),
+            }
+        }
+        let parts: Vec<String> = why
+            .iter()
+            .map(|(w, n)| match (*w, *n) {
+                ("repeat of a straddle", n) if n > 1 => format!("{n} repeats of a straddle"),
+                (w, n) => format!("{n} {w}"),
+            })
+            .collect();
+        let n = self.trials.len();
+        format!(
+            "{n} trial{} ({})",
+            if n == 1 { "" } else { "s" },
+            parts.join(", ")
+        )
+    }
 }
 
 /// A scenario's `search:` block, read: what a search of one cell needs.
@@ -959,6 +1001,23 @@ mod tests {
             .filter(|t| t.why == "repeat of a straddle")
             .count();
         assert!(repeats >= 2, "{:?}", search.trials());
+        // The result says how many trials were spent and why, each counted once.
+        let spent = search.spent();
+        let n = search.trials().len();
+        assert!(
+            spent.starts_with(&format!("{n} trials (1 from, ")),
+            "{spent}"
+        );
+        assert!(
+            spent.ends_with(&format!("{repeats} repeats of a straddle)"))
+                || spent.contains(&format!(", {repeats} repeats of a straddle, ")),
+            "{spent}"
+        );
+        let counted: usize = spent[spent.find('(').unwrap() + 1..spent.len() - 1]
+            .split(", ")
+            .map(|p| p.split(' ').next().unwrap().parse::<usize>().unwrap())
+            .sum();
+        assert_eq!(counted, n, "{spent}");
         let Some(Outcome::Found { capacity, .. }) = search.outcome() else {
             panic!("{:?}", search.outcome());
         };

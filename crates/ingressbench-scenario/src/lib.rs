@@ -21,6 +21,7 @@
 //! ```
 
 pub mod capacity;
+pub mod ceiling;
 mod cell;
 mod check;
 #[cfg(feature = "cluster")]

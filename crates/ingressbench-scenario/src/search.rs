@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use crate::capacity::{
     describe, judge_trial, GeneratorSeen, Search, SearchPlan, Verdict, WindowFigures,
 };
+use crate::ceiling::Ceiling;
 use crate::record::{cell_dir_name, cell_entry};
 use crate::runner::{live_line, planned, RunOptions, RunOutcome, Runner};
 use crate::{Cell, ScenarioError};
@@ -36,6 +37,8 @@ pub(crate) fn run(
         .unwrap_or_default();
     let results = options.dir.join("run.json");
     let bad = |m: String| ScenarioError::at(&results, m);
+    // The generator's ceiling for each shape of load the searches send, measured once.
+    let mut ceilings: Vec<(String, Option<Ceiling>)> = Vec::new();
     'searches: for (n, base) in bases.iter().enumerate() {
         let file = base.scenario.search.as_ref().ok_or_else(|| {
             bad(format!(
@@ -50,6 +53,17 @@ pub(crate) fn run(
         for warning in &too_small {
             progress(&format!("warning: {}: {warning}", base.label()));
         }
+        let ceiling = ceiling_for(base, &plan, options, &mut ceilings).map_err(&bad)?;
+        progress(&format!(
+            "search {}/{}: {}: {}",
+            n + 1,
+            bases.len(),
+            base.label(),
+            ceiling.as_ref().map_or_else(
+                || "the generator's ceiling is not measured here: the load is sent from the cluster's pods (each trial's merged lag is judged)".into(),
+                |c| c.describe(plan.bounds.up_to)
+            )
+        ));
         runner.record["searches"]
             .as_array_mut()
             .expect("searches is a list")
@@ -61,6 +75,7 @@ pub(crate) fn run(
                             "precision": plan.bounds.precision, "repeats": plan.bounds.repeats },
                 "trials": [], "outcome": Value::Null, "status": "searching",
                 "warnings": too_small,
+                "generator_ceiling": ceiling.as_ref().map(Ceiling::to_json),
             }));
         // What an earlier attempt finished of this search, taken as it was.
         for entry in earlier
@@ -116,7 +131,9 @@ pub(crate) fn run(
             let dir = options.dir.join("cells").join(cell_dir_name(&cell));
             let judged = judge(&plan, (&cell, &dir, entry), seed)
                 .map_err(|m| bad(format!("cell {} ({}): {m}", cell.index, cell.label())))?;
-            let said = judged.verdict.text(&plan.objectives);
+            let verdict = judged.verdict.to_json();
+            search.record(rate, judged.verdict);
+            let said = search.last_said(&plan.objectives);
             progress(&format!(
                 "  {rate} req/s: {}; generator lag p99 {} us: {said}",
                 describe(&plan.objectives, &judged.figures),
@@ -124,25 +141,32 @@ pub(crate) fn run(
             ));
             entry["search"] = json!({
                 "of": base.index, "search": n, "trial": trial, "rate_per_s": rate, "why": why,
-                "verdict": judged.verdict.to_json(), "said": said,
+                "verdict": verdict, "said": said,
                 "figures": plan.objectives.iter().zip(&judged.figures).map(|(o, m)| json!({
                     "objective": o.text, "value": m.value, "interval": m.interval, "bound": o.bound(),
                 })).collect::<Vec<_>>(),
                 "scheduler_lag_us_p99": judged.seen.lag_p99_us,
                 "generator_cpu_share": judged.seen.cpu_share,
             });
-            search.record(rate, judged.verdict);
             runner.save()?;
         }
         let this = &mut runner.record["searches"][n];
         if let Some(outcome) = search.outcome() {
             this["outcome"] = outcome.to_json(&plan.objectives);
             this["status"] = json!("done");
+            this["spent"] = json!(search.spent());
+            if let Some(warning) = past_the_ceiling(outcome, plan.bounds.from, ceiling.as_ref()) {
+                progress(&format!("warning: {}: {warning}", base.label()));
+                this["warnings"]
+                    .as_array_mut()
+                    .expect("warnings is a list")
+                    .push(json!(warning));
+            }
             progress(&format!(
-                "  {}: {}; {} trials",
+                "  {}: {}; {}",
                 base.label(),
                 outcome.text(&plan.objectives),
-                search.trials().len()
+                search.spent()
             ));
         }
         runner.save()?;
@@ -156,6 +180,72 @@ pub(crate) fn run(
     }
     runner.outcome.total = cells_so_far(&runner.record);
     runner.finish()
+}
+
+/// The generator's ceiling for `base`'s load, from `measured` when a search with the
+/// same load measured it already; none when the load is sent from the cluster's pods (this
+/// machine's ceiling says nothing of theirs).
+fn ceiling_for(
+    base: &Cell,
+    plan: &SearchPlan,
+    options: &RunOptions,
+    measured: &mut Vec<(String, Option<Ceiling>)>,
+) -> Result<Option<Ceiling>, String> {
+    let load = &base.scenario.load;
+    let from_here = load.from == crate::model::LoadFrom::Here;
+    let workers = if from_here {
+        load.workers.unwrap_or(1)
+    } else {
+        0
+    };
+    let key = format!(
+        "{:?}/{:?}/{:?}/{:?}/{:?}/{workers}/{}/{}",
+        load.connections,
+        load.threads,
+        load.protocol,
+        load.streams,
+        load.keepalive,
+        plan.bounds.from,
+        plan.bounds.up_to
+    );
+    if let Some((_, known)) = measured.iter().find(|(k, _)| *k == key) {
+        return Ok(known.clone());
+    }
+    let ceiling = if from_here {
+        let shape = crate::load::plan_for(base, "http://127.0.0.1/", None, 1.0)?;
+        Some(Ceiling::measure(
+            &shape,
+            (&options.backend_binary, workers),
+            &plan.bounds,
+            &options.stop,
+        )?)
+    } else {
+        None
+    };
+    measured.push((key, ceiling.clone()));
+    Ok(ceiling)
+}
+
+/// A warning when the search's first failing rate is at or above the rate at which the
+/// generator alone fell behind: that failure may be the generator's even though its
+/// trial did not show it.
+fn past_the_ceiling(
+    outcome: &crate::capacity::Outcome,
+    from: f64,
+    ceiling: Option<&Ceiling>,
+) -> Option<String> {
+    use crate::capacity::Outcome;
+    let (at, _) = ceiling?.behind.as_ref()?;
+    let failed = match outcome {
+        Outcome::Found { failed_at, .. } => *failed_at,
+        Outcome::FromFails { .. } => from,
+        Outcome::AtLeast(_) | Outcome::GeneratorLimited { .. } => return None,
+    };
+    (failed >= *at).then(|| {
+        format!(
+            "the first failing rate ({failed:.0} req/s) is at or above the rate at which the generator alone fell behind ({at:.0} req/s): that failure may be the generator's"
+        )
+    })
 }
 
 /// How many cells the record lists.

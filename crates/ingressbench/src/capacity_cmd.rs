@@ -5,17 +5,17 @@
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use ingressbench_lab::usage::{Part, UsageReader};
 use ingressbench_load::{Length, Mode, Observer, Plan, Target, Warmup};
 use ingressbench_scenario::capacity::{
-    behind, describe, judge_trial, parse_precision, Bounds, GeneratorSeen, Objective, Outcome,
-    Search, Verdict, WindowFigures, SHORTEST_TRIAL,
+    describe, judge_trial, parse_precision, Bounds, GeneratorSeen, Objective, Outcome, Search,
+    WindowFigures, SHORTEST_TRIAL,
 };
+use ingressbench_scenario::ceiling::Ceiling;
 use ingressbench_stats::Window;
 use serde_json::json;
 
@@ -79,8 +79,10 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
     let reader = UsageReader::new();
     let own = [Part::process("generator", "client", std::process::id())];
     let mut out = std::io::stdout().lock();
-    let ceiling = Ceiling::measure(&base, &bounds, &stop)?;
-    writeln!(out, "{}", ceiling.describe(&bounds))?;
+    let binary = std::env::current_exe().context("finding the ingressbench binary")?;
+    let ceiling =
+        Ceiling::measure(&base, (&binary, 1), &bounds, &stop).map_err(anyhow::Error::msg)?;
+    writeln!(out, "{}", ceiling.describe(bounds.up_to))?;
     writeln!(
         out,
         "capacity of {} within {}: from {} up to {} req/s, to {}; each trial {:?} after {:?} of warm-up",
@@ -118,19 +120,20 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
         };
         let seed = 0x1b5e_a7c4 + search.trials().len() as u64;
         let (figures, verdict) = judge_trial(&objectives, &windows.figures, &seen, seed);
+        search.record(rate, verdict);
+        let said = search.last_said(&objectives);
         writeln!(
             out,
-            "  {:>9.0} req/s ({why}): {}; p99 {:.2} ms, generator lag p99 {lag_p99} us, CPU {:.0}%: {}",
+            "  {:>9.0} req/s ({why}): {}; p99 {:.2} ms, generator lag p99 {lag_p99} us, CPU {:.0}%: {said}",
             rate,
             describe(&objectives, &figures),
             report.summary.latency_us.p99 as f64 / 1000.0,
             cpu_share * 100.0,
-            verdict_text(&objectives, &verdict)
         )?;
         trials.push(json!({
             "rate_per_s": rate,
             "why": why,
-            "verdict": verdict_text(&objectives, &verdict),
+            "verdict": said,
             "figures": objectives.iter().zip(&figures).map(|(o, m)| json!({
                 "objective": o.text, "value": m.value, "interval": m.interval, "bound": o.bound(),
             })).collect::<Vec<_>>(),
@@ -139,25 +142,21 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
             "scheduler_lag_us_p99": lag_p99,
             "generator_cpu_share": cpu_share,
         }));
-        search.record(rate, verdict);
     }
     let said = match search.outcome() {
         Some(outcome) => outcome.text(&objectives),
         None => "interrupted: the search stopped before its end (the trials above are kept)".into(),
     };
-    writeln!(out, "{said}; {} trials", search.trials().len())?;
+    writeln!(out, "{said}; {}", search.spent())?;
     if let (Some(file), Some(path)) = (json_out, args.json.as_deref()) {
         let doc = json!({
             "url": args.url,
             "objectives": args.slo,
             "bounds": { "from": args.from, "up_to": args.up_to, "precision": precision, "repeats": args.repeats },
-            "generator_ceiling": {
-                "healthy_per_s": ceiling.healthy,
-                "behind_at_per_s": ceiling.behind.as_ref().map(|b| b.0),
-                "why": ceiling.behind.as_ref().map(|b| b.1.clone()),
-            },
+            "generator_ceiling": ceiling.to_json(),
             "trials": trials,
             "outcome": said,
+            "spent": search.spent(),
         });
         serde_json::to_writer_pretty(std::io::BufWriter::new(file), &doc)
             .with_context(|| format!("writing {}", path.display()))?;
@@ -187,128 +186,4 @@ fn base_plan(args: &CapacityArgs) -> anyhow::Result<Plan> {
     };
     plan.validate()?;
     Ok(plan)
-}
-
-fn verdict_text(objectives: &[Objective], verdict: &Verdict) -> String {
-    match verdict {
-        Verdict::Straddle(_) => format!("{}: repeated", verdict.text(objectives)),
-        _ => verdict.text(objectives),
-    }
-}
-
-/// What the generator sustains on this machine with the search's connections and threads:
-/// the same load against this tool's echo backend (a child process on loopback, answering
-/// at once), from `from` doubling to `up_to`, a second a rate, until its scheduler lag p99
-/// passes the capacity module's lag limit or its CPU limit ([`behind`]).
-struct Ceiling {
-    /// The highest rate it kept up with (none: not even `from`).
-    healthy: Option<f64>,
-    /// The first it did not, with the evidence.
-    behind: Option<(f64, String)>,
-}
-
-impl Ceiling {
-    fn measure(base: &Plan, bounds: &Bounds, stop: &Arc<AtomicBool>) -> Result<Self> {
-        let mut backend = EchoChild::start()?;
-        let mut plan = base.clone();
-        plan.target = Target::parse(&format!("http://{}/", backend.addr))?;
-        plan.length = Length::Duration(Duration::from_secs(1));
-        plan.warmup = Warmup::None;
-        let reader = UsageReader::new();
-        let own = [Part::process("generator", "client", std::process::id())];
-        let mut ceiling = Ceiling {
-            healthy: None,
-            behind: None,
-        };
-        let mut rate = bounds.from;
-        while !stop.load(Ordering::Relaxed) {
-            plan.mode = Mode::Open { rate_per_s: rate };
-            let (before, started) = (reader.read(&own)[0].cpu_s, Instant::now());
-            let report =
-                ingressbench_load::run(&plan, stop.clone(), &mut ingressbench_load::NoObserver)?;
-            let cpu_share = (reader.read(&own)[0].cpu_s - before)
-                / (started.elapsed().as_secs_f64() * plan.threads as f64);
-            let summary = &report.summary;
-            let seen = GeneratorSeen {
-                lag_p99_us: summary.scheduler_lag_us.p99,
-                latency_p99_us: summary.latency_us.p99,
-                cpu_share: Some(cpu_share),
-                threads: plan.threads,
-            };
-            match behind(&seen) {
-                Some(why) => {
-                    ceiling.behind = Some((rate, why));
-                    break;
-                }
-                None => ceiling.healthy = Some(rate),
-            }
-            if rate >= bounds.up_to {
-                break;
-            }
-            rate = (rate * 2.0).min(bounds.up_to);
-        }
-        backend.stop();
-        Ok(ceiling)
-    }
-
-    fn describe(&self, bounds: &Bounds) -> String {
-        let healthy = match self.healthy {
-            Some(r) => format!("kept up with {r:.0} req/s"),
-            None => "did not keep up even at --from".into(),
-        };
-        match &self.behind {
-            Some((r, why)) => format!(
-                "the generator, against a local echo backend: {healthy}, fell behind at {r:.0} req/s ({why}); a failure at or above that is looked at for its lag and CPU"
-            ),
-            None => format!(
-                "the generator, against a local echo backend: {healthy} (up to --up-to {:.0})",
-                bounds.up_to
-            ),
-        }
-    }
-}
-
-/// `ingressbench backend` as a child on loopback, killed when dropped.
-struct EchoChild {
-    child: std::process::Child,
-    addr: std::net::SocketAddr,
-}
-
-impl EchoChild {
-    fn start() -> Result<Self> {
-        use std::io::BufRead;
-        let program = std::env::current_exe().context("finding the ingressbench binary")?;
-        let mut child = std::process::Command::new(program)
-            .args(["backend", "--listen", "127.0.0.1:0", "--name", "ceiling"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .context("starting the echo backend that measures the generator's ceiling")?;
-        let mut line = String::new();
-        let stdout = child.stdout.take().context("the echo backend's output")?;
-        std::io::BufReader::new(stdout).read_line(&mut line)?;
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .and_then(|a| a.parse().ok());
-        match addr {
-            Some(addr) => Ok(Self { child, addr }),
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                anyhow::bail!("the echo backend did not say where it listens ({line:?})")
-            }
-        }
-    }
-
-    fn stop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for EchoChild {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }

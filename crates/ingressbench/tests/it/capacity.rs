@@ -3,7 +3,7 @@
 use std::process::Command;
 
 use crate::backend::Backend;
-use crate::common::{scratch, BIN};
+use crate::common::{scratch, text, BIN};
 
 /// One search at a time: the generator-limited one saturates a core, which the other's
 /// trials would otherwise share.
@@ -31,14 +31,6 @@ fn capacity(
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or(serde_json::Value::Null);
     (out, doc)
-}
-
-fn text(out: &std::process::Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
 }
 
 /// A server that answers one request at a time, each taking 0.5 ms: it serves 2,000 a
@@ -135,6 +127,102 @@ fn a_server_faster_than_the_generator_is_reported_as_generator_limited() {
         "{said}"
     );
     assert!(!text(&out).contains("capacity 2"), "{}", text(&out));
+    // Before searching, the generator alone fell behind at that rate too, and said why.
+    let ceiling = &doc["generator_ceiling"];
+    assert_eq!(ceiling["behind_at_per_s"], 200000.0, "{}", text(&out));
+    assert!(
+        text(&out).contains("fell behind at 200000 req/s (scheduler lag p99"),
+        "{}",
+        text(&out)
+    );
+}
+
+/// A server whose p99 sits at the objective whatever the rate (it answers after a
+/// lognormal time whose p99 is 10 ms, many requests at once): its trials' p99 intervals
+/// take in the objective, so a trial that straddles it is run again at the same rate, at
+/// most `--repeats` times in a row, and then counts as a failure; the result says how
+/// many trials were spent and why.
+#[test]
+fn a_trial_whose_interval_straddles_the_objective_is_run_again_a_bounded_number_of_times() {
+    let backend = Backend::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--name",
+        "at-the-objective",
+        "--latency",
+        "lognormal:2ms,p99=10ms",
+    ]);
+    let (out, doc) = capacity(
+        &backend,
+        "straddle",
+        &[
+            "--slo",
+            "p99 < 10ms",
+            "--from",
+            "200",
+            "--up-to",
+            "3200",
+            "--precision",
+            "5%",
+            "--trial",
+            "2s",
+            "--warmup",
+            "0s",
+            "--repeats",
+            "2",
+            "-c",
+            "50",
+        ],
+    );
+    let trials = doc["trials"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", text(&out)));
+    let said = |t: &serde_json::Value| t["verdict"].as_str().unwrap().to_owned();
+    let straddles = trials
+        .iter()
+        .filter(|t| said(t).starts_with("straddles p99 < 10ms"))
+        .count();
+    assert!(straddles >= 1, "{}", text(&out));
+    let mut in_a_row = 0;
+    for (i, t) in trials.iter().enumerate() {
+        let verdict = said(t);
+        in_a_row = if verdict.starts_with("straddles") {
+            in_a_row + 1
+        } else {
+            0
+        };
+        assert!(in_a_row <= 3, "at most two repeats: {}", text(&out));
+        let next = trials.get(i + 1);
+        if verdict.ends_with(": run again") {
+            // The next trial is that repeat, at the same rate.
+            let next = next.unwrap_or_else(|| panic!("{}", text(&out)));
+            assert_eq!(next["why"], "repeat of a straddle", "{}", text(&out));
+            assert_eq!(next["rate_per_s"], t["rate_per_s"], "{}", text(&out));
+        } else {
+            if verdict.starts_with("straddles") {
+                assert!(
+                    verdict.ends_with("3 times in a row: counted as a failure"),
+                    "{verdict}"
+                );
+                assert_eq!(in_a_row, 3, "{}", text(&out));
+            }
+            if let Some(next) = next {
+                assert_ne!(next["why"], "repeat of a straddle", "{}", text(&out));
+            }
+        }
+    }
+    let repeats = trials
+        .iter()
+        .filter(|t| t["why"] == "repeat of a straddle")
+        .count();
+    assert!(repeats >= 1, "{}", text(&out));
+    let spent = doc["spent"].as_str().unwrap();
+    assert!(
+        spent.starts_with(&format!("{} trial", trials.len())),
+        "{spent}"
+    );
+    assert!(spent.contains("repeat"), "{spent}");
+    assert!(text(&out).contains(spent), "{}", text(&out));
 }
 
 /// A scenario's search: HAProxy in front of one backend that serves at most 1,000
@@ -228,6 +316,21 @@ fn a_scenario_search_runs_its_trials_as_cells_with_their_events_and_resumes() {
         "capacity {capacity}: {said}"
     );
     assert!(failed_at > capacity && (failed_at - capacity) / capacity <= 0.1 + 1e-9);
+    // Before it searched, the generator alone was sent the same load (50 connections) to
+    // an echo backend, from the search's first rate doubling; it kept up well past the
+    // backend's 1,000.
+    let ceiling = &search["generator_ceiling"];
+    assert_eq!(ceiling["steps"][0]["rate_per_s"], 250.0, "{ceiling}");
+    assert!(
+        ceiling["healthy_per_s"].as_f64().unwrap_or(0.0) >= 2000.0,
+        "{ceiling}"
+    );
+    assert!(
+        said.contains("the generator alone (50 connections, 1 thread, http1, to a local echo backend): kept up with"),
+        "{said}"
+    );
+    let spent = search["spent"].as_str().unwrap();
+    assert!(said.contains(spent), "{spent}: {said}");
     let trials = search["trials"].as_array().unwrap();
     let cells = record["cells"].as_array().unwrap();
     assert_eq!(trials.len(), cells.len());
@@ -268,6 +371,7 @@ fn a_scenario_search_runs_its_trials_as_cells_with_their_events_and_resumes() {
     assert!(said.contains(&lead), "{lead}: {said}");
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(report.contains("<h2>Capacity</h2>"));
+    assert!(report.contains("<th class=\"l\">generator alone</th>"));
     assert!(
         report.find(&lead) < report.find("<h2>Capacity</h2>"),
         "the headline leads"
@@ -304,6 +408,65 @@ fn a_scenario_search_runs_its_trials_as_cells_with_their_events_and_resumes() {
         text(&worse)
     );
     assert!(text(&worse).contains("lower, beyond both searches' brackets"));
+}
+
+/// The same search sent from two local load workers: each trial is judged on the workers'
+/// merged interval log (the cell's own, which holds every worker's requests), the
+/// generator's ceiling is measured with two workers too, and the capacity is bracketed
+/// as from one sender.
+#[test]
+fn a_search_from_load_workers_is_judged_on_their_merged_log() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = scratch("search-workers");
+    let file = dir.join("search.yaml");
+    std::fs::write(
+        &file,
+        SEARCH
+            .replace("sample_rate: 0.05 }", "sample_rate: 0.05, workers: 2 }")
+            .replace(
+                "from: 250, up_to: 8000, precision: 10%",
+                "from: 400, up_to: 1600, precision: 60%",
+            ),
+    )
+    .unwrap();
+    let out = dir.join("results");
+    let (code, said) = run_scenario(&[file.as_os_str(), "--out".as_ref(), out.as_os_str()], None);
+    assert_eq!(code, 0, "{said}");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    let search = &record["searches"][0];
+    assert_eq!(search["outcome"]["kind"], "found", "{said}");
+    let capacity = search["outcome"]["capacity_per_s"].as_f64().unwrap();
+    let failed_at = search["outcome"]["failed_at_per_s"].as_f64().unwrap();
+    assert!(capacity <= 1000.0 && failed_at > 700.0, "{said}");
+    assert!(
+        said.contains(
+            "(50 connections, 1 thread, 2 local workers, http1, to a local echo backend)"
+        ),
+        "{said}"
+    );
+    // The workers' CPU is their own: no share of this process's is judged.
+    assert!(search["generator_ceiling"]["steps"][0]["generator_cpu_share"].is_null());
+    for cell in record["cells"].as_array().unwrap() {
+        assert!(cell["search"]["generator_cpu_share"].is_null(), "{cell}");
+        let cell_dir = out.join("cells").join(cell["dir"].as_str().unwrap());
+        let workers: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(cell_dir.join("workers.json")).unwrap()).unwrap();
+        let each = workers["workers"].as_array().unwrap();
+        assert_eq!(each.len(), 2, "{workers}");
+        let sent: u64 = each
+            .iter()
+            .map(|w| w["summary"]["requests"]["total"].as_u64().unwrap())
+            .sum();
+        // The judged log is the merged one: its requests are both workers'.
+        let logged = crate::common::hlog_requests(&cell_dir.join("latency.hlog"));
+        assert_eq!(logged, sent, "{cell}");
+        let rate = cell["search"]["rate_per_s"].as_f64().unwrap();
+        assert!(
+            (logged as f64 - rate * 3.0).abs() <= rate * 0.05 + 2.0,
+            "{logged} at {rate}"
+        );
+    }
 }
 
 /// `1000` as the report writes it: `1,000`.

@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::common::{cells_of, text, BIN};
+use crate::common::{cells_of, tail, text, BIN};
 
 fn local(verb: &str, dir: &Path) -> Output {
     Command::new(BIN)
@@ -38,7 +38,7 @@ fn cluster_local_up_refuses_a_taken_port_and_names_who_holds_it() {
         .env("KUBECONFIG", users_kubeconfig(&dir))
         .output()
         .unwrap();
-    assert_eq!(up.status.code(), Some(2), "{}", text(&up));
+    assert_eq!(up.status.code(), Some(2), "{}", tail(&up));
     let said = text(&up);
     assert!(
         said.contains(&format!(
@@ -170,7 +170,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         .arg(&layout)
         .output()
         .unwrap();
-    assert!(image.status.success(), "{}", text(&image));
+    assert!(image.status.success(), "{}", tail(&image));
     let up = Command::new(BIN)
         .args(["cluster", "local", "up", "--dir"])
         .arg(&dir)
@@ -179,7 +179,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         .env("KUBECONFIG", &users)
         .output()
         .unwrap();
-    assert!(up.status.success(), "{}", text(&up));
+    assert!(up.status.success(), "{}", tail(&up));
     assert!(
         !text(&up).contains("building "),
         "all of it was in the cache: {}",
@@ -188,12 +188,12 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     assert!(
         text(&up).contains(&format!("pods run the image {}:latest", layout.display())),
         "{}",
-        text(&up)
+        tail(&up)
     );
     assert!(
         text(&up).contains("added context ingressbench-local") && text(&up).contains("was prod"),
         "{}",
-        text(&up)
+        tail(&up)
     );
     // The cluster is reached with no flag: `cluster check` on its file, through the
     // user's kubeconfig.
@@ -203,7 +203,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         .env("KUBECONFIG", &users)
         .output()
         .unwrap();
-    assert!(check.status.success(), "{}", text(&check));
+    assert!(check.status.success(), "{}", tail(&check));
     let config = dir.join("cluster/kubeconfig");
     let path = local("kubeconfig", &dir);
     assert_eq!(
@@ -218,8 +218,8 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     );
     cluster_check_says_what_is_missing(&dir);
     let again = local("up", &dir);
-    assert_eq!(again.status.code(), Some(2), "{}", text(&again));
-    assert!(text(&again).contains("already up"), "{}", text(&again));
+    assert_eq!(again.status.code(), Some(2), "{}", tail(&again));
+    assert!(text(&again).contains("already up"), "{}", tail(&again));
     the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletion(&dir);
     a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes_only_the_tools(
         &dir,
@@ -234,7 +234,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     every_pod_ran_from_the_image(&dir, &layout);
     let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
     let down = local("down", &dir);
-    assert!(down.status.success(), "{}", text(&down));
+    assert!(down.status.success(), "{}", tail(&down));
     // No process, no namespace of the agent's, no file.
     let left = processes_with(&dir.display().to_string());
     assert!(left.is_empty(), "left running: {left:?}");
@@ -253,11 +253,11 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         "{users}"
     );
     let none = local("down", &dir);
-    assert_eq!(none.status.code(), Some(2), "{}", text(&none));
+    assert_eq!(none.status.code(), Some(2), "{}", tail(&none));
     assert!(
         text(&none).contains("no local cluster is up"),
         "{}",
-        text(&none)
+        tail(&none)
     );
 }
 
@@ -301,7 +301,7 @@ fn every_pod_ran_from_the_image(dir: &Path, layout: &Path) {
         .output()
         .unwrap();
     let ours = Command::new(BIN).arg("--version").output().unwrap();
-    assert!(version.status.success(), "{}", text(&version));
+    assert!(version.status.success(), "{}", tail(&version));
     assert_eq!(version.stdout, ours.stdout);
 }
 
@@ -629,7 +629,7 @@ fn cluster_check_says_what_is_missing(dir: &Path) {
     // The cluster file `up` wrote: Traefik, class traefik, at its address. All pass.
     let file = dir.join("cluster.yaml");
     let out = check(&file, &admin);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", tail(&out));
     let said = text(&out);
     assert!(
         said.contains("ok   API: answers, Kubernetes v1.33.13"),
@@ -674,12 +674,12 @@ fn cluster_check_says_what_is_missing(dir: &Path) {
     )
     .unwrap();
     let out = check(&wrong, &admin);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", tail(&out));
     assert!(
         text(&out).contains("FAIL traefik-gateway: gateway: Gateway kube-system/traefik has no listener `nope` (it has: web, websecure)")
             && text(&out).contains("FAIL contour-gateway: gateway: no Gateway default/contour"),
         "{}",
-        text(&out)
+        tail(&out)
     );
     assert!(said.contains("ok   traefik: address"), "{said}");
     // The same controller found through its LoadBalancer Service's status: the address
@@ -687,12 +687,12 @@ fn cluster_check_says_what_is_missing(dir: &Path) {
     let by_service = dir.join("by-service.yaml");
     std::fs::write(&by_service, SERVICE_FILE).unwrap();
     let out = check(&by_service, &admin);
-    assert!(out.status.success(), "{}", text(&out));
+    assert!(out.status.success(), "{}", tail(&out));
     assert!(
         text(&out).contains("ok   traefik: address: http://127.0.1.1:")
             && !text(&out).contains(&traefik_http(dir)),
         "{}",
-        text(&out)
+        tail(&out)
     );
     assert!(
         std::fs::read_to_string(&file).unwrap().contains(
@@ -702,32 +702,32 @@ fn cluster_check_says_what_is_missing(dir: &Path) {
     );
     // A class no controller serves.
     let out = check(&unserved_class(dir), &admin);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", tail(&out));
     assert!(
         text(&out).contains(
             "FAIL traefik: ingress class: no IngressClass `nginx` (there are: contour, haproxy, traefik)"
         ) && text(&out).contains("correct targets.traefik.ingress_class"),
         "{}",
-        text(&out)
+        tail(&out)
     );
     // The scheduler's identity cannot make namespaces.
     let out = check(&file, &dir.join("cluster/kube-scheduler.kubeconfig"));
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", tail(&out));
     assert!(
         text(&out).contains("FAIL permissions: not allowed to create namespaces")
             && text(&out).contains("kubectl apply -f deploy/rbac.yaml"),
         "{}",
-        text(&out)
+        tail(&out)
     );
     // A token the cluster does not know, and an API server that is not there.
     let (bad_token, mut doc) = unknown_token(dir);
     let started = std::time::Instant::now();
     let out = check(&file, &bad_token);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", tail(&out));
     assert!(
         text(&out).contains("401 Unauthorized") && text(&out).contains("deploy/rbac.yaml"),
         "{}",
-        text(&out)
+        tail(&out)
     );
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -739,11 +739,11 @@ fn cluster_check_says_what_is_missing(dir: &Path) {
     let nowhere = dir.join("nowhere.kubeconfig");
     std::fs::write(&nowhere, doc.to_string()).unwrap();
     let out = check(&file, &nowhere);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert_eq!(out.status.code(), Some(2), "{}", tail(&out));
     assert!(
         text(&out).contains("FAIL API:") && text(&out).contains("is the API server running"),
         "{}",
-        text(&out)
+        tail(&out)
     );
     assert!(
         started.elapsed() < std::time::Duration::from_secs(30),
@@ -942,14 +942,28 @@ fn run_in_cluster(scenario: &Path, cluster: &Path, kubeconfig: &Path, out: &Path
     command
 }
 
+/// A cell's impact.json, a line per event: what, its times and its errors.
+fn brief(impact: &[serde_json::Value]) -> String {
+    impact
+        .iter()
+        .map(|e| {
+            format!(
+                "{} requested {} applied {} took effect {} errors {}",
+                e["what"], e["requested_s"], e["applied_s"], e["took_effect_s"], e["errors"]
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Runs `scenario` with `cluster` and `kubeconfig`, expecting a refusal: exit 2, saying
 /// `says`.
 fn refused(scenario: &Path, cluster: &Path, kubeconfig: &Path, out: &Path, says: &str) {
     let run = run_in_cluster(scenario, cluster, kubeconfig, out)
         .output()
         .unwrap();
-    assert_eq!(run.status.code(), Some(2), "{}", text(&run));
-    assert!(text(&run).contains(says), "{}", text(&run));
+    assert_eq!(run.status.code(), Some(2), "{}", tail(&run));
+    assert!(text(&run).contains(says), "{}", tail(&run));
 }
 
 /// A scenario through the binary: three events with three times each, nothing left;
@@ -967,11 +981,10 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
     let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", text(&run));
+    assert!(run.status.success(), "{}", tail(&run));
     let cell = cells_of(&out)[0].clone();
     let impact: Vec<serde_json::Value> =
         serde_json::from_slice(&std::fs::read(cell.join("impact.json")).unwrap()).unwrap();
-    eprintln!("{}", serde_json::to_string_pretty(&impact).unwrap());
     assert_eq!(impact.len(), 4, "four events");
     // The stall went through the API server's pod proxy to the backend's control
     // endpoint: the answers it held waited it out.
@@ -1060,12 +1073,12 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
     let refused = run_in_cluster(&scenario, &bad_image, &kubeconfig, &dir.join("r6"))
         .output()
         .unwrap();
-    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert_eq!(refused.status.code(), Some(2), "{}", tail(&refused));
     assert!(
         text(&refused).contains("cannot start: ErrImageNotKnown")
             && text(&refused).contains("`image:`"),
         "{}",
-        text(&refused)
+        tail(&refused)
     );
     assert!(
         started.elapsed() < std::time::Duration::from_secs(30),
@@ -1097,11 +1110,11 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
         .arg(&kubeconfig)
         .output()
         .unwrap();
-    assert!(cleanup.status.success(), "{}", text(&cleanup));
+    assert!(cleanup.status.success(), "{}", tail(&cleanup));
     assert!(
         text(&cleanup).contains(&format!("deleted namespace {}", left[0])),
         "{}",
-        text(&cleanup)
+        tail(&cleanup)
     );
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())
@@ -1169,11 +1182,11 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
     )
     .unwrap();
     let checked = check(&through_metrics_api, &kubeconfig);
-    assert!(!checked.status.success(), "{}", text(&checked));
+    assert!(!checked.status.success(), "{}", tail(&checked));
     assert!(
         text(&checked).contains("metrics.k8s.io") && text(&checked).contains("metrics-server"),
         "{}",
-        text(&checked)
+        tail(&checked)
     );
     let through_pods = dir.join("usage-pods.yaml");
     std::fs::write(
@@ -1184,11 +1197,11 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
     )
     .unwrap();
     let checked = check(&through_pods, &kubeconfig);
-    assert!(checked.status.success(), "{}", text(&checked));
+    assert!(checked.status.success(), "{}", tail(&checked));
     assert!(
         text(&checked).contains("1 pod, ") && text(&checked).contains("on port 8081"),
         "{}",
-        text(&checked)
+        tail(&checked)
     );
     let scenario = dir.join("usage.yaml");
     std::fs::write(
@@ -1200,7 +1213,7 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
     let run = run_in_cluster(&scenario, &through_pods, &kubeconfig, &out)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", text(&run));
+    assert!(run.status.success(), "{}", tail(&run));
     let cell = cells_of(&out)[0].clone();
     let usage = std::fs::read_to_string(cell.join("usage.jsonl")).unwrap();
     let rss = crate::common::rss_bytes(pid);
@@ -1291,11 +1304,11 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
         ])
         .output()
         .unwrap();
-    assert!(churn.status.success(), "{}", text(&churn));
+    assert!(churn.status.success(), "{}", tail(&churn));
     assert!(
         text(&churn).contains("left out: contour-gateway: "),
         "{}",
-        text(&churn)
+        tail(&churn)
     );
     let cells = cells_of(&out);
     let names: Vec<String> = cells
@@ -1311,7 +1324,7 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
             "003-traefik-gateway"
         ],
         "{}",
-        text(&churn)
+        tail(&churn)
     );
     // Traefik, placed by its LoadBalancer Service, was loaded through the load
     // balancer's stand-in (the Service's HTTPS port, on 127.0.1.1); the others not.
@@ -1375,7 +1388,8 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
         }
         assert!(
             seen >= 1,
-            "{cell:?}: no scale-up's new pod answered: {impact:?}"
+            "{cell:?}: no scale-up's new pod answered: {}",
+            brief(&impact)
         );
         for (i, (change, generation)) in impact[6..].iter().zip(2..).enumerate() {
             // The API stored the routes, then answers carried the new generation.
@@ -1408,17 +1422,17 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
         .args(["--quick", "--set", "targets=[traefik]"])
         .output()
         .unwrap();
-    assert_eq!(delayed.status.code(), Some(2), "{}", text(&delayed));
+    assert_eq!(delayed.status.code(), Some(2), "{}", tail(&delayed));
     assert!(
         text(&delayed).contains("--set controller.propagation_delay=0s"),
         "{}",
-        text(&delayed)
+        tail(&delayed)
     );
     let run = run_in_cluster(&pod_kill, &cluster, &kubeconfig, &out)
         .args(["--quick", "--set", "controller.propagation_delay=0s"])
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", text(&run));
+    assert!(run.status.success(), "{}", tail(&run));
     let cells = cells_of(&out);
     assert_eq!(cells.len(), 5, "{cells:?}");
     for cell in &cells {
@@ -1427,7 +1441,7 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
             .iter()
             .filter(|e| e["what"].as_str().unwrap().starts_with("kill echo-"))
             .collect();
-        assert_eq!(kills.len(), 10, "{cell:?}: {impact:?}");
+        assert_eq!(kills.len(), 10, "{cell:?}: {}", brief(&impact));
         let mut killed: Vec<&str> = kills
             .iter()
             .map(|k| k["what"].as_str().unwrap().trim_start_matches("kill "))
@@ -1450,7 +1464,8 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
         assert_eq!(
             attributed,
             summary["requests"]["errors"].as_u64().unwrap(),
-            "{cell:?}: {impact:?}"
+            "{cell:?}: {}",
+            brief(&impact)
         );
     }
     // Sequential-bursts: its topology is the lab's emulation, refused with the fix; then
@@ -1461,19 +1476,19 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
         .arg("--quick")
         .output()
         .unwrap();
-    assert_eq!(emulated.status.code(), Some(2), "{}", text(&emulated));
+    assert_eq!(emulated.status.code(), Some(2), "{}", tail(&emulated));
     assert!(
         text(&emulated)
             .contains("--set topology.placement=affinity --set topology.client=internal"),
         "{}",
-        text(&emulated)
+        tail(&emulated)
     );
     let run = run_in_cluster(&bursts, &cluster, &kubeconfig, &out)
         .args(["--quick", "--set", "topology.placement=affinity"])
         .args(["--set", "topology.client=internal"])
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", text(&run));
+    assert!(run.status.success(), "{}", tail(&run));
     let cells = cells_of(&out);
     assert_eq!(cells.len(), 10, "two hosts through five: {cells:?}");
     let run_json: serde_json::Value =
@@ -1522,7 +1537,7 @@ fn the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tl
         .arg("--quick")
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", text(&run));
+    assert!(run.status.success(), "{}", tail(&run));
     let record = json_of(&out, "run.json");
     let cells = record["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 6, "three controllers, in and out of the mesh");
@@ -1649,12 +1664,12 @@ fn each_controller_routes_and_takes_route_changes_the_way_its_api_does(dir: &Pat
     let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", text(&run));
+    assert!(run.status.success(), "{}", tail(&run));
     assert!(
         text(&run).contains("left out: contour-gateway: ")
             && text(&run).contains("cannot express CORS"),
         "{}",
-        text(&run)
+        tail(&run)
     );
     let without_cors = dir.join("controllers-contour-gateway");
     let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &without_cors)
@@ -1663,7 +1678,7 @@ fn each_controller_routes_and_takes_route_changes_the_way_its_api_does(dir: &Pat
         .args(["--set", "load.duration=11s"])
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", text(&run));
+    assert!(run.status.success(), "{}", tail(&run));
     // Over HTTPS, through every one, to the other host and path: an Ingress presents the
     // run's own certificate, a Gateway the one its owner gave the listener (whose CA the
     // cluster file gives).
@@ -1676,7 +1691,7 @@ fn each_controller_routes_and_takes_route_changes_the_way_its_api_does(dir: &Pat
         .args(["--set", "load.duration=8s"])
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", text(&run));
+    assert!(run.status.success(), "{}", tail(&run));
     let mut cells: Vec<std::path::PathBuf> = [&out, &without_cors, &over_tls]
         .iter()
         .flat_map(|o| std::fs::read_dir(o.join("cells")).unwrap().flatten())
@@ -1894,7 +1909,7 @@ fn load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(dir: &Path) {
             pods.delete(&victim.1, &now).await.unwrap();
         });
     let run = run.wait_with_output().unwrap();
-    assert!(run.status.success(), "{}", text(&run));
+    assert!(run.status.success(), "{}", tail(&run));
     let cell = cells_of(&out)[0].clone();
     let workers = json_of(&cell, "workers.json");
     let summary = json_of(&cell, "summary.json");
@@ -1970,7 +1985,7 @@ fn load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(dir: &Path) {
         .args(["report", out.to_str().unwrap()])
         .output()
         .unwrap();
-    assert!(report.status.success(), "{}", text(&report));
+    assert!(report.status.success(), "{}", tail(&report));
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(
         html.contains("Sent from the pods of Job ingressbench-load; the backends were on"),
@@ -1988,12 +2003,12 @@ fn load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(dir: &Path) {
     let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
         .output()
         .unwrap();
-    assert!(!run.status.success(), "{}", text(&run));
-    assert!(text(&run).contains("cannot be placed"), "{}", text(&run));
+    assert!(!run.status.success(), "{}", tail(&run));
+    assert!(text(&run).contains("cannot be placed"), "{}", tail(&run));
     assert!(
         text(&run).contains("node affinity/selector"),
         "{}",
-        text(&run)
+        tail(&run)
     );
     wait_until("the failed cell's namespace gone", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())
@@ -2014,11 +2029,11 @@ fn load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(dir: &Path) {
     let run = run_in_cluster(&scenario, &cluster_with_service, &kubeconfig, &out)
         .output()
         .unwrap();
-    assert!(!run.status.success(), "{}", text(&run));
+    assert!(!run.status.success(), "{}", tail(&run));
     assert!(
         text(&run).contains("Service kube-system/traefik selects no pods"),
         "{}",
-        text(&run)
+        tail(&run)
     );
     assert!(tools_namespaces(&kubeconfig).is_empty());
 }
@@ -2050,7 +2065,7 @@ fn generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell(dir: &Pa
     let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", text(&run));
+    assert!(run.status.success(), "{}", tail(&run));
     let record = json_of(&out, "run.json");
     let cells = cells_of(&out);
     let records = record["cells"].as_array().unwrap();
@@ -2163,12 +2178,12 @@ fn generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell(dir: &Pa
             .unwrap();
         }
     });
-    assert!(!run.status.success(), "{}", text(&run));
+    assert!(!run.status.success(), "{}", tail(&run));
     assert!(
         text(&run).contains("applying Ingress route-510")
             && text(&run).contains("route quota: one route too many for this tenant"),
         "{}",
-        text(&run)
+        tail(&run)
     );
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())

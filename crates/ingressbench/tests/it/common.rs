@@ -63,6 +63,20 @@ pub(crate) fn text(o: &Output) -> String {
     )
 }
 
+/// The last forty lines of [`text`]: enough to see why a command failed, short enough
+/// that a failing test's own message is not cut from what CI shows.
+pub(crate) fn tail(o: &Output) -> String {
+    let all = text(o);
+    let lines: Vec<&str> = all.lines().collect();
+    let from = lines.len().saturating_sub(40);
+    let cut = if from > 0 {
+        format!("[{from} lines before]\n")
+    } else {
+        String::new()
+    };
+    cut + &lines[from..].join("\n")
+}
+
 /// A threaded HTTP/1.1 server on 127.0.0.1:0 answering 200 with `x-backend: cli`.
 pub(crate) fn server() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -160,4 +174,16 @@ pub(crate) fn fake_go(dir: &Path, script: &str) -> String {
         bin.display(),
         std::env::var("PATH").unwrap_or_default()
     )
+}
+
+/// How many requests an interval log (`latency.hlog`) counts: the sum of its windows'
+/// outcomes.
+pub(crate) fn hlog_requests(path: &Path) -> u64 {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("#outcomes "))
+        .flat_map(|l| l.split_whitespace().skip(1))
+        .filter_map(|kv| kv.split_once('=').and_then(|(_, n)| n.parse::<u64>().ok()))
+        .sum()
 }

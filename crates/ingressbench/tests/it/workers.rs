@@ -394,14 +394,10 @@ fn a_scenario_with_load_workers_writes_the_merged_cell_and_each_workers_health()
     assert_eq!(sum, summary["requests"]["total"].as_u64().unwrap());
     assert_eq!(sum, 800, "2 s at 400 req/s after the warm-up: {summary}");
     // The merged interval log holds every worker's answers.
-    let hlog_total: u64 = std::fs::read_to_string(cell.join("latency.hlog"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| l.strip_prefix("#outcomes "))
-        .flat_map(|l| l.split_whitespace().skip(1))
-        .filter_map(|kv| kv.split_once('=').and_then(|(_, n)| n.parse::<u64>().ok()))
-        .sum();
-    assert_eq!(hlog_total, sum);
+    assert_eq!(
+        crate::common::hlog_requests(&cell.join("latency.hlog")),
+        sum
+    );
     // The report shows the merged spectrum beside each worker's, and the averaged p99.
     let report = Command::new(BIN)
         .args(["report", out.to_str().unwrap()])
