@@ -292,7 +292,14 @@ pub(crate) fn section(
             esc(&generator),
             esc(&status)
         );
-        headline.push(sentence(label, &slo, outcome, trials.len(), cpu));
+        let spent = s["spent"].as_str().map_or_else(
+            || match trials.len() {
+                1 => "1 trial".to_owned(),
+                n => format!("{n} trials"),
+            },
+            str::to_owned,
+        );
+        headline.push(sentence(label, &slo, outcome, &spent, cpu));
         let mut points: Vec<Point> = trials.iter().filter_map(|c| point(c)).collect();
         points.sort_by(|a, b| a.rate.total_cmp(&b.rate));
         let target = s["target"].as_str().unwrap_or("?");
@@ -387,28 +394,29 @@ fn objective_line(objective: &str) -> Option<(&'static str, f64)> {
 }
 
 /// The headline's sentence for one search.
-fn sentence(label: &str, slo: &[&str], outcome: &Value, trials: usize, cpu: Option<f64>) -> String {
+/// `spent`: the trials in words (a search's `spent`, else a count).
+fn sentence(label: &str, slo: &[&str], outcome: &Value, spent: &str, cpu: Option<f64>) -> String {
     let within = slo.join(" and ");
     let cpu = cpu.map_or(String::new(), |c| {
         format!("; the proxy used {c:.2} cores there")
     });
     match outcome["kind"].as_str() {
         Some("found") => format!(
-            "{label}: capacity {} req/s within {within} (the limit lies between {} and {} req/s, where {} broke); {trials} trials{cpu}.",
+            "{label}: capacity {} req/s within {within} (the limit lies between {} and {} req/s, where {} broke); {spent}{cpu}.",
             rate(&outcome["capacity_per_s"]),
             rate(&outcome["capacity_per_s"]),
             rate(&outcome["failed_at_per_s"]),
             outcome["broke"].as_str().unwrap_or("?")
         ),
         Some("at_least") => format!(
-            "{label}: capacity at least {} req/s within {within} (the highest rate searched passed); {trials} trials{cpu}.",
+            "{label}: capacity at least {} req/s within {within} (the highest rate searched passed); {spent}{cpu}.",
             rate(&outcome["capacity_per_s"])
         ),
         Some(_) => format!(
-            "{label}: no capacity: {}; {trials} trials.",
+            "{label}: no capacity: {}; {spent}.",
             outcome["said"].as_str().unwrap_or("?")
         ),
-        None => format!("{label}: the search did not end ({trials} trials so far)."),
+        None => format!("{label}: the search did not end ({spent} so far)."),
     }
 }
 

@@ -281,7 +281,14 @@ pub struct Bounds {
     pub precision: f64,
     /// How many times a straddling trial is run again at the same rate.
     pub repeats: u32,
+    /// When `from` fails, halve the rate until one passes (down to [`LOWEST_RATE`]),
+    /// then bisect as above; without it the search stops at `from`.
+    pub down_from: bool,
 }
+
+/// The lowest rate a search halving down from a failing `from` tries (requests per
+/// second).
+pub const LOWEST_RATE: f64 = 1.0;
 
 /// One trial of a search.
 #[derive(Clone, Debug, PartialEq)]
@@ -309,10 +316,15 @@ pub enum Outcome {
     },
     /// `up_to` passed: the capacity is at least that.
     AtLeast(f64),
-    /// `from` failed: no search below it.
+    /// `from` failed, and with `down_from` every rate halving down to `lowest` did too
+    /// (without it, `lowest` is `from`).
     FromFails {
-        /// The objective it broke.
+        /// The objective the lowest rate tried broke.
         broke: usize,
+        /// The lowest rate tried.
+        lowest: f64,
+        /// The rate the search started from.
+        from: f64,
     },
     /// The generator was the limit before the system was, at this rate.
     GeneratorLimited {
@@ -399,8 +411,8 @@ impl Search {
             (None, None) => (self.bounds.from, "from"),
             (Some(lo), None) => ((lo * 2.0).min(self.bounds.up_to), "doubling"),
             (Some(lo), Some((hi, _))) => ((lo + hi) / 2.0, "bisecting"),
-            // Unreachable: a failure before any pass ends the search.
-            (None, Some(_)) => return None,
+            // Only with `down_from`: otherwise a failure before any pass ends the search.
+            (None, Some((hi, _))) => (hi / 2.0, "halving down"),
         })
     }
 
@@ -437,8 +449,12 @@ impl Search {
         };
         if let Some(broke) = failed {
             self.straddles = 0;
-            if self.passed.is_none() {
-                self.outcome = Some(Outcome::FromFails { broke });
+            if self.passed.is_none() && !(self.bounds.down_from && rate / 2.0 >= LOWEST_RATE) {
+                self.outcome = Some(Outcome::FromFails {
+                    broke,
+                    lowest: rate,
+                    from: self.bounds.from,
+                });
                 return;
             }
             if self.failed.is_none_or(|(hi, _)| rate < hi) {
@@ -567,6 +583,7 @@ impl SearchPlan {
                 up_to: file.up_to,
                 precision,
                 repeats: file.repeats,
+                down_from: file.down_from,
             },
             trial,
         })
@@ -791,8 +808,16 @@ impl Outcome {
                 "capacity {capacity:.0} req/s: passed there, {failed_at:.0} req/s broke {}",
                 named(broke)
             ),
-            Outcome::FromFails { broke } => format!(
-                "the starting rate already fails ({}): no search below it; start lower",
+            Outcome::FromFails {
+                broke,
+                lowest,
+                from,
+            } if lowest < from => format!(
+                "no rate passes: every rate halving down to {lowest} req/s fails ({})",
+                named(broke)
+            ),
+            Outcome::FromFails { broke, .. } => format!(
+                "the starting rate already fails ({}): no search below it; start lower, or search down from it with down_from",
                 named(broke)
             ),
             other => other.to_string(),
@@ -813,7 +838,9 @@ impl Outcome {
                 "broke": named(broke),
             }),
             Outcome::AtLeast(r) => json!({ "kind": "at_least", "capacity_per_s": r }),
-            Outcome::FromFails { broke } => json!({ "kind": "from_fails", "broke": named(broke) }),
+            Outcome::FromFails { broke, lowest, .. } => {
+                json!({ "kind": "from_fails", "broke": named(broke), "lowest_per_s": lowest })
+            }
             Outcome::GeneratorLimited { passed, at, why } => json!({
                 "kind": "generator", "capacity_per_s": passed, "generator_at_per_s": at, "why": why,
             }),
@@ -958,6 +985,7 @@ mod tests {
         up_to: 100_000.0,
         precision: 0.05,
         repeats: 2,
+        down_from: false,
     };
 
     #[test]
@@ -1026,9 +1054,59 @@ mod tests {
     }
 
     #[test]
+    fn with_down_from_a_failing_from_is_halved_until_a_rate_passes_then_bisected() {
+        let down = Bounds {
+            down_from: true,
+            ..BOUNDS
+        };
+        // A system that holds 300 req/s, searched from 1,000.
+        let search = run(300.0, down, 0.0);
+        let whys: Vec<&str> = search.trials().iter().map(|t| t.why).collect();
+        assert_eq!(whys[..3], ["from", "halving down", "halving down"]);
+        assert_eq!(search.trials()[2].rate, 250.0);
+        assert!(whys[3..].iter().all(|w| *w == "bisecting"), "{whys:?}");
+        let Some(Outcome::Found {
+            capacity,
+            failed_at,
+            ..
+        }) = search.outcome()
+        else {
+            panic!("{:?}", search.outcome());
+        };
+        assert!(
+            *capacity <= 300.0 && *failed_at > 300.0,
+            "{capacity} {failed_at}"
+        );
+        assert!((failed_at - capacity) / capacity <= 0.05);
+        // A system that holds nothing: halved down to the lowest rate, and said so.
+        let search = run(0.5, down, 0.0);
+        let Some(Outcome::FromFails { lowest, from, .. }) = search.outcome() else {
+            panic!("{:?}", search.outcome());
+        };
+        assert!(
+            *lowest >= LOWEST_RATE && *lowest < 2.0 * LOWEST_RATE,
+            "{lowest}"
+        );
+        assert_eq!(*from, 1000.0);
+        assert_eq!(search.trials().len(), 10, "1,000 halved nine times to 1.95");
+        let said = search.outcome().unwrap().text(&objectives());
+        assert!(
+            said.starts_with("no rate passes: every rate halving down to 1.953125 req/s fails"),
+            "{said}"
+        );
+    }
+
+    #[test]
     fn from_failing_up_to_passing_and_the_generator_end_the_search_saying_so() {
         let search = run(500.0, BOUNDS, 0.0);
-        assert_eq!(search.outcome(), Some(&Outcome::FromFails { broke: 0 }));
+        assert_eq!(
+            search.outcome(),
+            Some(&Outcome::FromFails {
+                broke: 0,
+                lowest: 1000.0,
+                from: 1000.0
+            })
+        );
         assert_eq!(search.trials().len(), 1);
         let search = run(1e9, BOUNDS, 0.0);
         assert_eq!(search.outcome(), Some(&Outcome::AtLeast(100_000.0)));
@@ -1099,6 +1177,7 @@ mod tests {
                 precision: precision.into(),
                 trial: trial.into(),
                 repeats: 2,
+                down_from: false,
             }
         };
         let good = SearchPlan::of(&file(&["p99 < 5ms"], 500.0, 1000.0, "5%", "20s")).unwrap();
@@ -1144,6 +1223,7 @@ mod tests {
                 up_to: 1000.0,
                 precision: 0.05,
                 repeats: 2,
+                down_from: false,
             },
             trial: std::time::Duration::from_secs(2),
         };

@@ -83,6 +83,10 @@ pub struct SearchFile {
     /// How many times a trial whose interval straddles an objective runs again.
     #[serde(default = "two")]
     pub repeats: u32,
+    /// When `from` fails, halve the rate until one passes, then bisect (instead of
+    /// stopping at `from`).
+    #[serde(default)]
+    pub down_from: bool,
 }
 
 fn five_percent() -> String {

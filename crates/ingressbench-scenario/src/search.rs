@@ -72,7 +72,8 @@ pub(crate) fn run(
                 "settings": cell_entry(base)["settings"],
                 "slo": file.slo, "trial_s": plan.trial.as_secs_f64(),
                 "bounds": { "from": plan.bounds.from, "up_to": plan.bounds.up_to,
-                            "precision": plan.bounds.precision, "repeats": plan.bounds.repeats },
+                            "precision": plan.bounds.precision, "repeats": plan.bounds.repeats,
+                            "down_from": plan.bounds.down_from },
                 "trials": [], "outcome": Value::Null, "status": "searching",
                 "warnings": too_small,
                 "generator_ceiling": ceiling.as_ref().map(Ceiling::to_json),
@@ -155,7 +156,7 @@ pub(crate) fn run(
             this["outcome"] = outcome.to_json(&plan.objectives);
             this["status"] = json!("done");
             this["spent"] = json!(search.spent());
-            if let Some(warning) = past_the_ceiling(outcome, plan.bounds.from, ceiling.as_ref()) {
+            if let Some(warning) = past_the_ceiling(outcome, ceiling.as_ref()) {
                 progress(&format!("warning: {}: {warning}", base.label()));
                 this["warnings"]
                     .as_array_mut()
@@ -231,14 +232,13 @@ fn ceiling_for(
 /// trial did not show it.
 fn past_the_ceiling(
     outcome: &crate::capacity::Outcome,
-    from: f64,
     ceiling: Option<&Ceiling>,
 ) -> Option<String> {
     use crate::capacity::Outcome;
     let (at, _) = ceiling?.behind.as_ref()?;
     let failed = match outcome {
         Outcome::Found { failed_at, .. } => *failed_at,
-        Outcome::FromFails { .. } => from,
+        Outcome::FromFails { lowest, .. } => *lowest,
         Outcome::AtLeast(_) | Outcome::GeneratorLimited { .. } => return None,
     };
     (failed >= *at).then(|| {

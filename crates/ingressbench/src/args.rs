@@ -88,6 +88,10 @@ pub(crate) struct CapacityArgs {
     /// How many times a trial whose interval straddles an objective is run again.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub(crate) repeats: u32,
+    /// When --from fails, halve the rate until one passes, then bisect (instead of
+    /// stopping at --from).
+    #[arg(long)]
+    pub(crate) down_from: bool,
     /// Write every trial and the outcome here as JSON.
     #[arg(long, value_name = "FILE")]
     pub(crate) json: Option<PathBuf>,

@@ -66,6 +66,7 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
         up_to: args.up_to,
         precision,
         repeats: args.repeats,
+        down_from: args.down_from,
     };
     let base = base_plan(&args).map_err(|e| anyhow::Error::new(UsageError(e)))?;
     let json_out = args
@@ -152,7 +153,7 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
         let doc = json!({
             "url": args.url,
             "objectives": args.slo,
-            "bounds": { "from": args.from, "up_to": args.up_to, "precision": precision, "repeats": args.repeats },
+            "bounds": { "from": args.from, "up_to": args.up_to, "precision": precision, "repeats": args.repeats, "down_from": args.down_from },
             "generator_ceiling": ceiling.to_json(),
             "trials": trials,
             "outcome": said,

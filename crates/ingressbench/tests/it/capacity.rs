@@ -33,6 +33,15 @@ fn capacity(
     (out, doc)
 }
 
+/// The capacity `capacity --json` found (its outcome: `capacity R req/s: …`).
+fn found(out: &std::process::Output, doc: &serde_json::Value) -> f64 {
+    let said = doc["outcome"].as_str().unwrap_or("");
+    said.strip_prefix("capacity ")
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{said}\n{}", text(out)))
+}
+
 /// A server that answers one request at a time, each taking 0.5 ms: it serves 2,000 a
 /// second and queues the rest, so above 2,000 every answer waits longer than the last.
 /// The search brackets that to 2% and reports a capacity within 5% of it; every trial is
@@ -68,12 +77,7 @@ fn the_capacity_of_a_server_of_known_capacity_is_found_within_five_percent() {
         ],
     );
     assert!(out.status.success(), "{}", text(&out));
-    let said = doc["outcome"].as_str().unwrap();
-    let found: f64 = said
-        .strip_prefix("capacity ")
-        .and_then(|r| r.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{said}\n{}", text(&out)));
+    let found = found(&out, &doc);
     assert!(
         (1900.0..=2100.0).contains(&found),
         "found {found} req/s, built to serve 2000\n{}",
@@ -133,6 +137,66 @@ fn a_server_faster_than_the_generator_is_reported_as_generator_limited() {
     assert!(
         text(&out).contains("fell behind at 200000 req/s (scheduler lag p99"),
         "{}",
+        text(&out)
+    );
+}
+
+/// The server of known capacity searched from a rate it cannot hold: without
+/// `--down-from` the search stops there and says how to go on; with it the rate is
+/// halved until one passes, then bisected, and the capacity found is the server's.
+#[test]
+fn a_search_from_a_failing_rate_goes_down_only_when_asked() {
+    let backend = Backend::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--name",
+        "known-down",
+        "--serve-at-most",
+        "2000",
+    ]);
+    let args = [
+        "--slo",
+        "p99 < 50ms",
+        "--from",
+        "8000",
+        "--up-to",
+        "8000",
+        "--precision",
+        "20%",
+        "--trial",
+        "2s",
+        "--warmup",
+        "500ms",
+    ];
+    let (out, doc) = capacity(&backend, "from-fails", &args);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        doc["outcome"]
+            .as_str()
+            .unwrap()
+            .ends_with("start lower, or search down from it with down_from"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(doc["trials"].as_array().unwrap().len(), 1);
+    let (out, doc) = capacity(
+        &backend,
+        "down-from",
+        &[&args[..], &["--down-from"]].concat(),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let trials = doc["trials"].as_array().unwrap();
+    let rates: Vec<f64> = trials
+        .iter()
+        .map(|t| t["rate_per_s"].as_f64().unwrap())
+        .collect();
+    assert_eq!(rates[..2], [8000.0, 4000.0], "{}", text(&out));
+    assert_eq!(trials[1]["why"], "halving down");
+    let found = found(&out, &doc);
+    // Within the search's 20% below the server's 2,000.
+    assert!(
+        (1600.0..=2100.0).contains(&found),
+        "{found}: {}",
         text(&out)
     );
 }
