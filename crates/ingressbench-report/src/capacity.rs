@@ -271,6 +271,15 @@ pub(crate) fn section(
                 format!("over {}", rate(&outcome["capacity_per_s"])),
                 "none up to up_to".into(),
             ),
+            Some("generator") if !outcome["failed_at_per_s"].is_null() => (
+                format!(
+                    "{}-{} (not narrowed: the generator fell behind at {})",
+                    rate(&outcome["capacity_per_s"]),
+                    rate(&outcome["failed_at_per_s"]),
+                    rate(&outcome["generator_at_per_s"])
+                ),
+                format!("{} failed", rate(&outcome["failed_at_per_s"])),
+            ),
             _ => ("-".into(), "-".into()),
         };
         let generator = generator_alone(&s["generator_ceiling"]);

@@ -426,6 +426,29 @@ fn recover_cell(cell: &mut CellResults, root: &Path, notes: &mut Vec<String>) {
     cell.proxy_cpu = usage_readings(cell, root, cell.windows.len() as u64 + 60);
 }
 
+/// What a cut-short attempt had measured, in words, from its summary as run.json keeps
+/// it (`requests`, `p99_us`) or as [`rebuild_summary`] makes it: `after 3 s: 1234
+/// requests answered, p99 2345 us`, or `before any request was answered`.
+pub fn attempt_said(summary: &Value) -> String {
+    let requests = summary["requests"]
+        .as_u64()
+        .or_else(|| summary["latency_us"]["count"].as_u64())
+        .unwrap_or(0);
+    let after = summary["duration_s"]
+        .as_f64()
+        .map_or(String::new(), |s| format!("after {s:.0} s: "));
+    if requests == 0 {
+        return format!("{after}before any request was answered");
+    }
+    let p99 = summary["p99_us"]
+        .as_u64()
+        .or_else(|| summary["latency_us"]["p99"].as_u64());
+    match p99 {
+        Some(p99) => format!("{after}{requests} requests answered, p99 {p99} us"),
+        None => format!("{after}{requests} requests answered"),
+    }
+}
+
 /// The summary of a cell cut short, from its interval log: requests answered and their
 /// latency from the histograms; every outcome, errors included, from the per-interval
 /// counts (a log without them, from an older version, leaves errors unknown). Marked
@@ -666,6 +689,23 @@ pub fn read_samples(root: &Path, parts: &[&str], max_rows: u64) -> Result<Vec<Sa
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cut_short_attempt_is_said_from_either_shape_of_summary() {
+        use serde_json::json;
+        // As run.json keeps a cell's summary.
+        let kept = json!({ "errors": 0, "p99_us": 2345, "requests": 1234 });
+        assert_eq!(attempt_said(&kept), "1234 requests answered, p99 2345 us");
+        // As rebuilt from the interval log.
+        let rebuilt = json!({ "duration_s": 3.2, "latency_us": { "count": 150, "p99": 900 } });
+        assert_eq!(
+            attempt_said(&rebuilt),
+            "after 3 s: 150 requests answered, p99 900 us"
+        );
+        // Cut during its warm-up: nothing to say but that.
+        let none = json!({ "errors": 0, "p99_us": null, "requests": 0 });
+        assert_eq!(attempt_said(&none), "before any request was answered");
+    }
 
     #[test]
     fn samples_of_every_column_set_read_alike() {

@@ -330,6 +330,8 @@ pub enum Outcome {
     GeneratorLimited {
         /// The highest rate that passed before it (if any).
         passed: Option<f64>,
+        /// The lowest rate that failed before it, the system's failure (if any).
+        failed: Option<f64>,
         /// The rate at which the generator gave out.
         at: f64,
         /// The evidence.
@@ -350,8 +352,21 @@ impl fmt::Display for Outcome {
             ),
             Outcome::AtLeast(r) => write!(f, "capacity at least {r:.0} req/s (up_to passed)"),
             Outcome::FromFails { .. } => write!(f, "the starting rate already fails"),
-            Outcome::GeneratorLimited { at, why, .. } => {
-                write!(f, "limited by the generator at {at:.0} req/s ({why})")
+            Outcome::GeneratorLimited {
+                at,
+                why,
+                passed,
+                failed,
+            } => {
+                write!(f, "limited by the generator at {at:.0} req/s ({why})")?;
+                match (passed, failed) {
+                    (Some(p), Some(x)) => write!(
+                        f,
+                        "; before it {p:.0} req/s passed and {x:.0} req/s failed, the limit between them not narrowed to the precision"
+                    ),
+                    (Some(p), None) => write!(f, "; before it {p:.0} req/s passed"),
+                    _ => Ok(()),
+                }
             }
         }
     }
@@ -441,6 +456,7 @@ impl Search {
             Verdict::GeneratorLimited(why) => {
                 self.outcome = Some(Outcome::GeneratorLimited {
                     passed: self.passed,
+                    failed: self.failed.map(|(r, _)| r),
                     at: rate,
                     why,
                 });
@@ -841,8 +857,14 @@ impl Outcome {
             Outcome::FromFails { broke, lowest, .. } => {
                 json!({ "kind": "from_fails", "broke": named(broke), "lowest_per_s": lowest })
             }
-            Outcome::GeneratorLimited { passed, at, why } => json!({
-                "kind": "generator", "capacity_per_s": passed, "generator_at_per_s": at, "why": why,
+            Outcome::GeneratorLimited {
+                passed,
+                failed,
+                at,
+                why,
+            } => json!({
+                "kind": "generator", "capacity_per_s": passed, "failed_at_per_s": failed,
+                "generator_at_per_s": at, "why": why,
             }),
         };
         v["said"] = json!(self.text(objectives));
@@ -1122,6 +1144,20 @@ mod tests {
             .unwrap()
             .to_string()
             .starts_with("limited by the generator at 2000 req/s"));
+        // Inside a bracket: the bracket is said with it.
+        let mut search = Search::new(BOUNDS);
+        search.record(1000.0, Verdict::Pass);
+        search.record(2000.0, Verdict::Fail(0));
+        search.record(1500.0, Verdict::GeneratorLimited("lag".into()));
+        let said = search.outcome().unwrap().to_string();
+        assert!(
+            said.ends_with("(lag); before it 1000 req/s passed and 2000 req/s failed, the limit between them not narrowed to the precision"),
+            "{said}"
+        );
+        assert_eq!(
+            search.outcome().unwrap().to_json(&objectives())["failed_at_per_s"],
+            2000.0
+        );
     }
 
     #[test]

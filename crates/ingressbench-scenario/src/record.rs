@@ -276,10 +276,8 @@ fn keep_attempt(
         .unwrap_or_default();
     std::fs::rename(dir, dir.with_file_name(&kept))?;
     let said = format!(
-        "an earlier attempt was cut short after {:.0} s ({} requests answered, p99 {} us); kept in cells/{kept}, running the cell again",
-        summary["duration_s"].as_f64().unwrap_or_default(),
-        summary["latency_us"]["count"],
-        summary["latency_us"]["p99"]
+        "an earlier attempt was cut short ({}); kept in cells/{kept}, running the cell again",
+        results::attempt_said(&summary)
     );
     Ok(Some((
         json!({ "dir": kept, "status": "interrupted", "summary": summary }),

@@ -174,10 +174,11 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
     eprintln!(
         "{name}: {} {}{}",
         cells.len(),
-        if searches {
-            "capacity searches, each run as the trials it chooses"
-        } else {
-            "cells"
+        match (searches, cells.len()) {
+            (true, 1) => "capacity search, run as the trials it chooses",
+            (true, _) => "capacity searches, each run as the trials it chooses",
+            (false, 1) => "cell",
+            (false, _) => "cells",
         },
         if options.quick { " (quick)" } else { "" }
     );

@@ -303,9 +303,8 @@ fn warnings(run: &RunResults) -> Vec<String> {
         let attempts = run.record["cells"][c.index]["earlier_attempts"].as_array();
         for a in attempts.into_iter().flatten() {
             out.push(format!(
-                "{label}: an earlier attempt was cut short after {:.0} s ({} requests answered); not in these figures, its files are in cells/{}",
-                a["summary"]["duration_s"].as_f64().unwrap_or_default(),
-                a["summary"]["latency_us"]["count"],
+                "{label}: an earlier attempt was cut short ({}); not in these figures, its files are in cells/{}",
+                crate::results::attempt_said(&a["summary"]),
                 a["dir"].as_str().unwrap_or("?")
             ));
         }

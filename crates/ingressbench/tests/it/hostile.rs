@@ -720,7 +720,8 @@ fn a_run_killed_mid_cell_is_rebuilt_from_its_interval_log_and_resumed_without_lo
         .unwrap();
     assert!(resumed.status.success(), "{}", text(&resumed));
     assert!(
-        text(&resumed).contains("an earlier attempt was cut short after")
+        text(&resumed).contains("an earlier attempt was cut short (after ")
+            && text(&resumed).contains(&format!(" s: {answered} requests answered, p99 "))
             && text(&resumed).contains("kept in cells/000-up.attempt-1"),
         "{}",
         text(&resumed)
