@@ -25,6 +25,9 @@ use tokio::task::JoinSet;
 use crate::LabError;
 
 mod http2;
+mod websocket;
+
+pub use websocket::{WebSocketBehaviour, DRAIN_CLOSE_REASON};
 
 /// The size of nginx's welcome page, the body most published comparisons served.
 pub const DEFAULT_BODY_BYTES: usize = 615;
@@ -148,6 +151,8 @@ pub struct BackendConfig {
     /// its share of a second; the rest wait their turn: a server whose capacity is
     /// known by construction ([`Queue`]).
     pub at_most: Option<f64>,
+    /// What it does with WebSocket messages, and with WebSockets when it drains.
+    pub websocket: WebSocketBehaviour,
 }
 
 /// One server's queue: each answer takes `service` of it, one after another, whatever
@@ -247,6 +252,7 @@ impl Default for BackendConfig {
             drain_timeout: Duration::from_secs(30),
             tls: None,
             at_most: None,
+            websocket: WebSocketBehaviour::default(),
         }
     }
 }
@@ -313,6 +319,10 @@ pub struct ServeReport {
     pub requests: u64,
     /// Connections still open when the drain timed out.
     pub dropped_at_drain: u64,
+    /// Requests upgraded to WebSockets.
+    pub websockets: u64,
+    /// WebSocket messages sent back.
+    pub websocket_messages: u64,
 }
 
 /// Serves on `listener` until `shutdown` completes, then drains and returns.
@@ -351,6 +361,7 @@ pub async fn serve(
                     rng: seed | 1,
                     drain: drain_rx.clone(),
                     queue: queue.clone(),
+                    websocket: config.websocket,
                 };
                 match &acceptor {
                     None => {
@@ -388,9 +399,10 @@ pub async fn serve(
             }
         }
     }
-    report.http2_connections = responses
-        .http2_connections
-        .load(std::sync::atomic::Ordering::Relaxed);
+    let count = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+    report.http2_connections = count(&responses.http2_connections);
+    report.websockets = count(&responses.websockets);
+    report.websocket_messages = count(&responses.websocket_messages);
     Ok(report)
 }
 
@@ -473,6 +485,10 @@ struct Responses {
     name: String,
     /// Connections served over HTTP/2 so far.
     http2_connections: std::sync::atomic::AtomicU64,
+    /// Requests upgraded to WebSockets so far.
+    websockets: std::sync::atomic::AtomicU64,
+    /// WebSocket messages sent back so far (on WebSockets that have ended).
+    websocket_messages: std::sync::atomic::AtomicU64,
 }
 
 impl Responses {
@@ -496,6 +512,8 @@ impl Responses {
             status: config.status,
             name: config.name.clone(),
             http2_connections: std::sync::atomic::AtomicU64::new(0),
+            websockets: std::sync::atomic::AtomicU64::new(0),
+            websocket_messages: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -530,6 +548,7 @@ struct Connection {
     rng: u64,
     drain: watch::Receiver<bool>,
     queue: Option<std::sync::Arc<Queue>>,
+    websocket: WebSocketBehaviour,
 }
 
 /// One parsed request head.
@@ -540,6 +559,8 @@ struct Request {
     path_end: usize,
     close: bool,
     head_method: bool,
+    /// Where the `Sec-WebSocket-Key` is, when the request asks to upgrade to a WebSocket.
+    websocket_key: Option<(usize, usize)>,
 }
 
 impl Connection {
@@ -581,6 +602,26 @@ impl Connection {
                     }
                 };
                 let draining = *self.drain.borrow();
+                if let (Some((start, end)), false) = (request.websocket_key, draining) {
+                    // The upgrade waits as an answer would; then the connection is the
+                    // WebSocket's.
+                    self.wait_before_answering().await;
+                    let answer =
+                        websocket::switching_protocols(&buf[start..end], &self.responses.name);
+                    if stream.write_all(&answer).await.is_err() {
+                        return answered;
+                    }
+                    self.responses
+                        .websockets
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let rest = buf.split_off(request.head_len + request.body_len - dropped);
+                    let sent =
+                        websocket::echo(stream, rest, self.websocket, self.drain.clone()).await;
+                    self.responses
+                        .websocket_messages
+                        .fetch_add(sent, std::sync::atomic::Ordering::Relaxed);
+                    return answered + 1;
+                }
                 let close = request.close || draining;
                 self.wait_before_answering().await;
                 self.render(&buf, &request, close || *self.drain.borrow(), &mut out);
@@ -738,6 +779,7 @@ fn parse_request(buf: &[u8]) -> Result<Option<Request>, u16> {
         .unwrap_or(target.len());
     let mut body_len = 0;
     let mut close = version == b"HTTP/1.0";
+    let (mut upgrade, mut key) = (false, None);
     for header in head[line_end..].split(|&b| b == b'\n').skip(1) {
         let header = header.strip_suffix(b"\r").unwrap_or(header);
         let Some(colon) = memchr::memchr(b':', header) else {
@@ -752,6 +794,11 @@ fn parse_request(buf: &[u8]) -> Result<Option<Request>, u16> {
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             // The lab's clients never send chunked bodies; refuse rather than misframe.
             return Err(501);
+        } else if name.eq_ignore_ascii_case(b"upgrade") {
+            upgrade = value.eq_ignore_ascii_case(b"websocket");
+        } else if name.eq_ignore_ascii_case(b"sec-websocket-key") {
+            let start = value.as_ptr() as usize - buf.as_ptr() as usize;
+            key = Some((start, start + value.len()));
         } else if name.eq_ignore_ascii_case(b"connection") {
             if value.eq_ignore_ascii_case(b"close") {
                 close = true;
@@ -767,6 +814,7 @@ fn parse_request(buf: &[u8]) -> Result<Option<Request>, u16> {
         path_end: path_start + path_len,
         close,
         head_method: method == b"HEAD",
+        websocket_key: key.filter(|_| upgrade),
     }))
 }
 
@@ -851,6 +899,7 @@ mod tests {
             rng: 12345,
             drain: rx,
             queue: None,
+            websocket: WebSocketBehaviour::default(),
         };
         let sigma = (20.0f64 / 2.0).ln() / 2.326_348;
         let mut draws: Vec<f64> = (0..20_000)

@@ -33,6 +33,7 @@ mod schedule;
 mod target;
 mod timer;
 mod tls;
+pub mod websocket;
 mod worker;
 
 pub use error::LoadError;

@@ -453,6 +453,19 @@ pub(crate) struct BackendArgs {
     /// Require client certificates issued by this CA (mutual TLS); needs --tls-cert
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub(crate) client_ca: Option<std::path::PathBuf>,
+
+    /// WebSockets: leave every Nth message unanswered (a lossy server, for tests)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) ws_drop_every: Option<u64>,
+
+    /// WebSockets: answer every Nth message twice (for tests)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) ws_duplicate_every: Option<u64>,
+
+    /// WebSockets: on SIGTERM keep echoing until --drain-timeout drops them, instead of
+    /// closing each with 1001 (going away)
+    #[arg(long)]
+    pub(crate) ws_no_close_on_drain: bool,
 }
 
 const LOAD_EXAMPLES: &str = "Examples:

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use ingressbench_lab::backend::{
-    serve, serve_control, BackendConfig, BackendTls, Hold, Latency, Stall,
+    serve, serve_control, BackendConfig, BackendTls, Hold, Latency, Stall, WebSocketBehaviour,
 };
 
 use crate::args::BackendArgs;
@@ -47,11 +47,19 @@ pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
             .context("serving")
     })?;
     eprintln!(
-        "backend {}: drained after {} connections ({} HTTP/2), {} requests{}",
+        "backend {}: drained after {} connections ({} HTTP/2), {} requests{}{}",
         args.name,
         report.connections,
         report.http2_connections,
         report.requests,
+        if report.websockets > 0 {
+            format!(
+                ", {} WebSockets ({} messages echoed)",
+                report.websockets, report.websocket_messages
+            )
+        } else {
+            String::new()
+        },
         if report.dropped_at_drain > 0 {
             format!(
                 ", {} connections dropped at the drain timeout",
@@ -86,6 +94,11 @@ fn config_from(args: &BackendArgs) -> Result<BackendConfig> {
             _ => None,
         },
         at_most: args.serve_at_most,
+        websocket: WebSocketBehaviour {
+            drop_every: args.ws_drop_every,
+            duplicate_every: args.ws_duplicate_every,
+            close_on_drain: !args.ws_no_close_on_drain,
+        },
     };
     if let Some(tls) = &config.tls {
         // Bad certificate files are bad input: say so before listening.

@@ -41,7 +41,7 @@ impl Backend {
     }
 
     /// SIGTERM, then its exit status and what it wrote on stderr once it has drained.
-    fn terminate(&mut self) -> (std::process::ExitStatus, String) {
+    pub(crate) fn terminate(&mut self) -> (std::process::ExitStatus, String) {
         self.signal("-TERM");
         let started = Instant::now();
         let status = loop {

@@ -16,4 +16,5 @@ mod lab;
 mod report;
 mod run;
 mod trust;
+mod websocket;
 mod workers;
