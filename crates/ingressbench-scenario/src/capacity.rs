@@ -716,6 +716,51 @@ pub fn behind(seen: &GeneratorSeen) -> Option<String> {
     })
 }
 
+/// ` (with the windows of the 2 trials before it)` when a trial's figures pooled earlier
+/// trials' windows; empty when not.
+pub fn pooled_text(trials: usize) -> String {
+    match trials {
+        0 => String::new(),
+        1 => " (with the windows of the trial before it)".into(),
+        n => format!(" (with the windows of the {n} trials before it)"),
+    }
+}
+
+/// The windows a repeat of a straddling trial is judged on, beside its own: those of the
+/// trials before it at the same rate that straddled. A repeat adds data rather than
+/// drawing again: three trials' windows give a narrower interval than one, and a figure
+/// that sits near its objective is then told apart from it, or is still at it.
+#[derive(Clone, Debug, Default)]
+pub struct Pool {
+    windows: Vec<WindowFigures>,
+    trials: usize,
+}
+
+impl Pool {
+    /// The windows to judge the trial `search` runs next on: `own`, after those of the
+    /// straddles it repeats (none when it is not a repeat).
+    pub fn with(&mut self, search: &Search, own: &[WindowFigures]) -> Vec<WindowFigures> {
+        if !matches!(search.next_rate(), Some((_, "repeat of a straddle"))) {
+            self.windows.clear();
+            self.trials = 0;
+        }
+        let mut all = self.windows.clone();
+        all.extend_from_slice(own);
+        all
+    }
+
+    /// Keeps `own`, the windows of a trial that straddled, for its repeats.
+    pub fn keep(&mut self, own: Vec<WindowFigures>) {
+        self.windows.extend(own);
+        self.trials += 1;
+    }
+
+    /// How many earlier trials' windows [`Pool::with`] adds (as of its last call).
+    pub fn trials(&self) -> usize {
+        self.trials
+    }
+}
+
 /// Judges one trial from its windows: each objective's figure and interval, and the
 /// verdict; a trial that does not pass while the generator was behind ([`behind`]) is
 /// the generator's. `seed` makes the bootstrap repeatable (the same windows, the same
@@ -1073,6 +1118,35 @@ mod tests {
         };
         // What is reported passed clearly.
         assert!(*capacity < 1600.0 * 0.97, "{capacity}");
+    }
+
+    #[test]
+    fn a_repeat_is_judged_on_its_windows_and_those_of_the_straddles_it_repeats() {
+        let window = |requests| WindowFigures {
+            requests,
+            ..WindowFigures::default()
+        };
+        let mut search = Search::new(BOUNDS);
+        let mut pool = Pool::default();
+        // The first trial: its own windows only.
+        assert_eq!(pool.with(&search, &[window(1)]).len(), 1);
+        search.record(1000.0, Verdict::Straddle(0));
+        pool.keep(vec![window(1)]);
+        // Its repeat: the straddle's windows and its own.
+        let judged = pool.with(&search, &[window(2), window(2)]);
+        assert_eq!(
+            judged.iter().map(|w| w.requests).collect::<Vec<_>>(),
+            [1, 2, 2]
+        );
+        assert_eq!(pool.trials(), 1);
+        search.record(1000.0, Verdict::Straddle(0));
+        pool.keep(vec![window(2), window(2)]);
+        assert_eq!(pool.with(&search, &[window(3)]).len(), 4);
+        assert_eq!(pool.trials(), 2);
+        search.record(1000.0, Verdict::Pass);
+        // The next rate starts afresh.
+        assert_eq!(pool.with(&search, &[window(4)]).len(), 1);
+        assert_eq!(pool.trials(), 0);
     }
 
     #[test]

@@ -14,7 +14,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use crate::capacity::{
-    describe, judge_trial, GeneratorSeen, Search, SearchPlan, Verdict, WindowFigures,
+    describe, judge_trial, pooled_text, GeneratorSeen, Pool, Search, SearchPlan, Verdict,
+    WindowFigures,
 };
 use crate::ceiling::Ceiling;
 use crate::record::{cell_dir_name, cell_entry};
@@ -49,6 +50,7 @@ pub(crate) fn run(
         })?;
         let plan = SearchPlan::of(file).map_err(bad)?;
         let mut search = Search::new(plan.bounds);
+        let mut pool = Pool::default();
         let too_small = plan.too_small_at(plan.bounds.from);
         for warning in &too_small {
             progress(&format!("warning: {}: {warning}", base.label()));
@@ -99,6 +101,15 @@ pub(crate) fn run(
                 )));
             }
             push_cell(&mut runner.record, entry.clone(), n);
+            // A straddle's windows, for the repeats still to run.
+            pool.with(&search, &[]);
+            if matches!(verdict, Verdict::Straddle(_)) {
+                let dir = options
+                    .dir
+                    .join("cells")
+                    .join(entry["dir"].as_str().unwrap_or(""));
+                pool.keep(windows_of(&plan, &dir).map_err(|m| bad(format!("cell {index}: {m}")))?);
+            }
             search.record(rate, verdict);
             runner.outcome.done += 1;
         }
@@ -130,19 +141,20 @@ pub(crate) fn run(
             let seed = 0x5ea_4c11 + (base.index as u64) * 1000 + trial as u64;
             let entry = &mut runner.record["cells"][cell.index];
             let dir = options.dir.join("cells").join(cell_dir_name(&cell));
-            let judged = judge(&plan, (&cell, &dir, entry), seed)
+            let judged = judge(&plan, (&cell, &dir, entry), (&search, &mut pool), seed)
                 .map_err(|m| bad(format!("cell {} ({}): {m}", cell.index, cell.label())))?;
             let verdict = judged.verdict.to_json();
             search.record(rate, judged.verdict);
             let said = search.last_said(&plan.objectives);
             progress(&format!(
-                "  {rate} req/s: {}; generator lag p99 {} us: {said}",
+                "  {rate} req/s: {}{}; generator lag p99 {} us: {said}",
                 describe(&plan.objectives, &judged.figures),
+                pooled_text(judged.pooled),
                 judged.seen.lag_p99_us
             ));
             entry["search"] = json!({
                 "of": base.index, "search": n, "trial": trial, "rate_per_s": rate, "why": why,
-                "verdict": verdict, "said": said,
+                "verdict": verdict, "said": said, "pooled_trials": judged.pooled,
                 "figures": plan.objectives.iter().zip(&judged.figures).map(|(o, m)| json!({
                     "objective": o.text, "value": m.value, "interval": m.interval, "bound": o.bound(),
                 })).collect::<Vec<_>>(),
@@ -280,28 +292,40 @@ struct Judged {
     figures: Vec<crate::capacity::Measured>,
     verdict: Verdict,
     seen: GeneratorSeen,
+    /// How many earlier trials' windows were pooled with its own (a repeat's).
+    pooled: usize,
 }
 
-/// Judges `cell`, a trial whose directory is `dir` and whose run.json entry is `entry`:
-/// its windows from its interval log, the generator's lag from its summary.json, and its
-/// CPU (this process's, when the load was sent from it alone) from its usage.
-fn judge(
-    plan: &SearchPlan,
-    (cell, dir, entry): (&Cell, &std::path::Path, &Value),
-    seed: u64,
-) -> Result<Judged, String> {
-    let read = |name: &str| {
-        let path = dir.join(name);
-        std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))
-    };
-    let partial = ingressbench_report::hlog::read_partial(&read("latency.hlog")?)?;
-    let windows: Vec<WindowFigures> = partial
+/// The windows of the trial whose directory is `dir`, from its interval log.
+fn windows_of(plan: &SearchPlan, dir: &std::path::Path) -> Result<Vec<WindowFigures>, String> {
+    let path = dir.join("latency.hlog");
+    let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
+    let partial = ingressbench_report::hlog::read_partial(&bytes)?;
+    Ok(partial
         .windows()
         .iter()
         .map(|w| WindowFigures::of(w, &plan.objectives))
-        .collect();
-    let summary: Value =
-        serde_json::from_slice(&read("summary.json")?).map_err(|e| format!("summary.json: {e}"))?;
+        .collect())
+}
+
+/// Judges `cell`, a trial whose directory is `dir` and whose run.json entry is `entry`,
+/// the next of `search`: its windows from its interval log (with those of the straddles
+/// it repeats, from `pool`, which keeps its own if it straddles too), the generator's lag
+/// from its summary.json, and its CPU (this process's, when the load was sent from it
+/// alone) from its usage.
+fn judge(
+    plan: &SearchPlan,
+    (cell, dir, entry): (&Cell, &std::path::Path, &Value),
+    (search, pool): (&Search, &mut Pool),
+    seed: u64,
+) -> Result<Judged, String> {
+    let own = windows_of(plan, dir)?;
+    let windows = pool.with(search, &own);
+    let pooled = pool.trials();
+    let path = dir.join("summary.json");
+    let summary: Value = std::fs::read(&path)
+        .map_err(|e| format!("reading {}: {e}", path.display()))
+        .and_then(|b| serde_json::from_slice(&b).map_err(|e| format!("summary.json: {e}")))?;
     let us = |key: &str| summary[key]["p99"].as_u64().unwrap_or(0);
     let load = &cell.scenario.load;
     let threads = load.threads.unwrap_or(1);
@@ -317,9 +341,13 @@ fn judge(
         threads,
     };
     let (figures, verdict) = judge_trial(&plan.objectives, &windows, &seen, seed);
+    if matches!(verdict, Verdict::Straddle(_)) {
+        pool.keep(own);
+    }
     Ok(Judged {
         figures,
         verdict,
         seen,
+        pooled,
     })
 }

@@ -12,8 +12,8 @@ use anyhow::{Context, Result};
 use ingressbench_lab::usage::{Part, UsageReader};
 use ingressbench_load::{Length, Mode, Observer, Plan, Target, Warmup};
 use ingressbench_scenario::capacity::{
-    describe, judge_trial, parse_precision, Bounds, GeneratorSeen, Objective, Outcome, Search,
-    WindowFigures, SHORTEST_TRIAL,
+    describe, judge_trial, parse_precision, pooled_text, Bounds, GeneratorSeen, Objective, Outcome,
+    Pool, Search, Verdict, WindowFigures, SHORTEST_TRIAL,
 };
 use ingressbench_scenario::ceiling::Ceiling;
 use ingressbench_stats::Window;
@@ -76,6 +76,7 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
         .transpose()?;
     let stop = crate::signals::stop_flag()?;
     let mut search = Search::new(bounds);
+    let mut pool = Pool::default();
     let mut trials = Vec::new();
     let reader = UsageReader::new();
     let own = [Part::process("generator", "client", std::process::id())];
@@ -120,14 +121,21 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
             threads: base.threads,
         };
         let seed = 0x1b5e_a7c4 + search.trials().len() as u64;
-        let (figures, verdict) = judge_trial(&objectives, &windows.figures, &seen, seed);
+        let judged = pool.with(&search, &windows.figures);
+        let pooled = pool.trials();
+        let (figures, verdict) = judge_trial(&objectives, &judged, &seen, seed);
+        let straddled = matches!(verdict, Verdict::Straddle(_));
         search.record(rate, verdict);
+        if straddled {
+            pool.keep(windows.figures);
+        }
         let said = search.last_said(&objectives);
         writeln!(
             out,
-            "  {:>9.0} req/s ({why}): {}; p99 {:.2} ms, generator lag p99 {lag_p99} us, CPU {:.0}%: {said}",
+            "  {:>9.0} req/s ({why}): {}{}; p99 {:.2} ms, generator lag p99 {lag_p99} us, CPU {:.0}%: {said}",
             rate,
             describe(&objectives, &figures),
+            pooled_text(pooled),
             report.summary.latency_us.p99 as f64 / 1000.0,
             cpu_share * 100.0,
         )?;
@@ -135,6 +143,7 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
             "rate_per_s": rate,
             "why": why,
             "verdict": said,
+            "pooled_trials": pooled,
             "figures": objectives.iter().zip(&figures).map(|(o, m)| json!({
                 "objective": o.text, "value": m.value, "interval": m.interval, "bound": o.bound(),
             })).collect::<Vec<_>>(),

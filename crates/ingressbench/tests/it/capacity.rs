@@ -202,10 +202,12 @@ fn a_search_from_a_failing_rate_goes_down_only_when_asked() {
 }
 
 /// A server whose p99 sits at the objective whatever the rate (it answers after a
-/// lognormal time whose p99 is 10 ms, many requests at once): its trials' p99 intervals
-/// take in the objective, so a trial that straddles it is run again at the same rate, at
-/// most `--repeats` times in a row, and then counts as a failure; the result says how
-/// many trials were spent and why.
+/// lognormal time whose p99 is 10 ms, many requests at once; about 0.7% of answers take
+/// 11 ms or more, against the 1% `p99 < 11ms` allows, so that the first trial does not
+/// fail outright and end the search): its trials' intervals take in the objective, so a
+/// trial that straddles it is run again at the same rate, judged with the windows of the
+/// straddles it repeats, at most `--repeats` times in a row, and then counts as a
+/// failure; the result says how many trials were spent and why.
 #[test]
 fn a_trial_whose_interval_straddles_the_objective_is_run_again_a_bounded_number_of_times() {
     let backend = Backend::start(&[
@@ -221,7 +223,7 @@ fn a_trial_whose_interval_straddles_the_objective_is_run_again_a_bounded_number_
         "straddle",
         &[
             "--slo",
-            "p99 < 10ms",
+            "p99 < 11ms",
             "--from",
             "200",
             "--up-to",
@@ -244,7 +246,7 @@ fn a_trial_whose_interval_straddles_the_objective_is_run_again_a_bounded_number_
     let said = |t: &serde_json::Value| t["verdict"].as_str().unwrap().to_owned();
     let straddles = trials
         .iter()
-        .filter(|t| said(t).starts_with("straddles p99 < 10ms"))
+        .filter(|t| said(t).starts_with("straddles p99 < 11ms"))
         .count();
     assert!(straddles >= 1, "{}", text(&out));
     let mut in_a_row = 0;
@@ -262,6 +264,7 @@ fn a_trial_whose_interval_straddles_the_objective_is_run_again_a_bounded_number_
             let next = next.unwrap_or_else(|| panic!("{}", text(&out)));
             assert_eq!(next["why"], "repeat of a straddle", "{}", text(&out));
             assert_eq!(next["rate_per_s"], t["rate_per_s"], "{}", text(&out));
+            assert_eq!(next["pooled_trials"], in_a_row, "{}", text(&out));
         } else {
             if verdict.starts_with("straddles") {
                 assert!(

@@ -231,6 +231,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     each_controller_routes_and_takes_route_changes_the_way_its_api_does(&dir);
     generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell(&dir);
     load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(&dir);
+    a_capacity_search_runs_from_the_clusters_pods(&dir);
     every_pod_ran_from_the_image(&dir, &layout);
     let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
     let down = local("down", &dir);
@@ -1868,6 +1869,50 @@ where
 /// merged figures equal those of the union of every request's sample); one worker pod
 /// deleted mid-run is named and the others' data kept; no Job or pod left. A placement
 /// nothing fits and one the local cluster cannot have are refused saying why.
+/// `scenarios/capacity.yaml` in quick mode against Contour, sent from two of the
+/// cluster's pods: every trial is a cell whose two workers' logs were merged and judged,
+/// the search ends, this machine's generator ceiling is not claimed for the pods, and no
+/// namespace is left.
+fn a_capacity_search_runs_from_the_clusters_pods(dir: &Path) {
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let capacity = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/capacity.yaml");
+    let out = dir.join("capacity-from-cluster");
+    let run = run_in_cluster(&capacity, &cluster, &kubeconfig, &out)
+        .args([
+            "--quick",
+            "--set",
+            "load.from=cluster",
+            "--set",
+            "load.workers=2",
+        ])
+        .args(["--set", "targets=[{cluster: contour}]"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", tail(&run));
+    assert!(
+        text(&run).contains("the generator's ceiling is not measured here"),
+        "{}",
+        tail(&run)
+    );
+    let record = json_of(&out, "run.json");
+    let search = &record["searches"][0];
+    assert_eq!(search["status"], "done", "{}", tail(&run));
+    assert!(search["generator_ceiling"].is_null(), "{search}");
+    let trials = search["trials"].as_array().unwrap();
+    assert!(!trials.is_empty());
+    for t in trials {
+        let entry = &record["cells"][t.as_u64().unwrap() as usize];
+        assert!(entry["search"]["verdict"]["kind"].is_string(), "{entry}");
+        let cell = out.join("cells").join(entry["dir"].as_str().unwrap());
+        let workers = json_of(&cell, "workers.json");
+        assert_eq!(workers["workers"].as_array().unwrap().len(), 2, "{workers}");
+    }
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
+}
+
 fn load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(dir: &Path) {
     use k8s_openapi::api::batch::v1::Job;
     use k8s_openapi::api::core::v1::Pod;
@@ -1917,10 +1962,6 @@ fn load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(dir: &Path) {
     let cell = cells_of(&out)[0].clone();
     let workers = json_of(&cell, "workers.json");
     let summary = json_of(&cell, "summary.json");
-    eprintln!(
-        "{}",
-        serde_json::to_string_pretty(&workers["cluster"]).unwrap()
-    );
     // Placed where it says, as the API reported when they started.
     let backend_nodes: Vec<&str> = workers["cluster"]["backend_nodes"]
         .as_array()
