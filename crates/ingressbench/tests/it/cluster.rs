@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::common::{cells_of, tail, text, BIN};
+use crate::common::{cells_of, text, BIN};
 
 fn local(verb: &str, dir: &Path) -> Output {
     Command::new(BIN)
@@ -941,6 +941,20 @@ fn run_in_cluster(scenario: &Path, cluster: &Path, kubeconfig: &Path, out: &Path
         .arg(out)
         .arg("--force");
     command
+}
+
+/// The last forty lines of [`text`]: enough to see why a command failed, short enough
+/// that a failing test's own message is not cut from what CI shows.
+fn tail(o: &Output) -> String {
+    let all = text(o);
+    let lines: Vec<&str> = all.lines().collect();
+    let from = lines.len().saturating_sub(40);
+    let cut = if from > 0 {
+        format!("[{from} lines before]\n")
+    } else {
+        String::new()
+    };
+    cut + &lines[from..].join("\n")
 }
 
 /// A cell's impact.json, a line per event: what, its times and its errors.

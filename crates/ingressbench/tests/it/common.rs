@@ -63,20 +63,6 @@ pub(crate) fn text(o: &Output) -> String {
     )
 }
 
-/// The last forty lines of [`text`]: enough to see why a command failed, short enough
-/// that a failing test's own message is not cut from what CI shows.
-pub(crate) fn tail(o: &Output) -> String {
-    let all = text(o);
-    let lines: Vec<&str> = all.lines().collect();
-    let from = lines.len().saturating_sub(40);
-    let cut = if from > 0 {
-        format!("[{from} lines before]\n")
-    } else {
-        String::new()
-    };
-    cut + &lines[from..].join("\n")
-}
-
 /// A threaded HTTP/1.1 server on 127.0.0.1:0 answering 200 with `x-backend: cli`.
 pub(crate) fn server() -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
