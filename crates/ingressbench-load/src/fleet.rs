@@ -497,6 +497,17 @@ fn release(seen: &mut Seen, until: Option<u64>, observer: &mut dyn Observer) {
     }
 }
 
+/// Workers send HTTP load only: a WebSocket load is sent by one process.
+fn http_only(plan: &Plan) -> Result<(), LoadError> {
+    match plan.kind {
+        crate::Kind::Http => Ok(()),
+        crate::Kind::WebSocket(_) => Err(LoadError::InvalidPlan {
+            field: "workers".into(),
+            reason: "a WebSocket load is sent by this process alone; leave out workers (and load.from: cluster)".into(),
+        }),
+    }
+}
+
 /// The coordinator's side: follows every source to its end, passing merged windows and
 /// every worker's samples to `observer` as they come, forwards `stop` to the workers, and
 /// ends any still running `grace` after `deadline`.
@@ -507,6 +518,7 @@ pub fn coordinate(
     deadline: Option<Instant>,
     observer: &mut dyn Observer,
 ) -> Result<FleetReport, LoadError> {
+    http_only(plan)?;
     let workers = sources.len();
     let (tx, rx) = mpsc::channel();
     let mut handles = Vec::with_capacity(workers);
@@ -759,6 +771,7 @@ pub fn coordinate(
         load: LoadReport {
             recorder: merged,
             summary,
+            websocket: None,
         },
         workers: reports,
         p99_average_of_workers_us: (!p99s.is_empty())
@@ -776,6 +789,7 @@ pub fn run_local(
     stop: Arc<AtomicBool>,
     observer: &mut dyn Observer,
 ) -> Result<FleetReport, LoadError> {
+    http_only(plan)?;
     let command = |_: usize| {
         let mut c = Command::new(program);
         c.arg("worker");

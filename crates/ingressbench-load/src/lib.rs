@@ -95,7 +95,7 @@ pub mod fuzzing {
 }
 pub use ingressbench_stats::parse_duration;
 pub use plan::{
-    BatchWindow, Length, Mode, Plan, Protocol, RequestGate, RetryPolicy, Share, Warmup,
+    BatchWindow, Kind, Length, Mode, Plan, Protocol, RequestGate, RetryPolicy, Share, Warmup,
     DEFAULT_STREAMS, MAX_STREAMS,
 };
 pub use request::{parse_header, RequestSpec};

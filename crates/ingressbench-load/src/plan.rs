@@ -140,6 +140,16 @@ impl std::fmt::Display for BatchWindow {
     }
 }
 
+/// What a run sends.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum Kind {
+    /// HTTP requests.
+    #[default]
+    Http,
+    /// Messages over WebSockets (one per connection), at the open-loop rate.
+    WebSocket(crate::websocket::WebSocketOptions),
+}
+
 /// How long a run lasts (after its warm-up).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Length {
@@ -168,6 +178,8 @@ pub struct Plan {
     pub target: Target,
     /// What to send.
     pub request: RequestSpec,
+    /// HTTP requests, or messages over WebSockets.
+    pub kind: Kind,
     /// How to pace it.
     pub mode: Mode,
     /// Connections in total (open and closed loop); sequential load uses one.
@@ -281,6 +293,7 @@ impl Plan {
         Self {
             target,
             request: RequestSpec::default(),
+            kind: Kind::Http,
             mode: Mode::Closed,
             connections: 10,
             threads: 1,

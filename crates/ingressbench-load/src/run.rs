@@ -16,7 +16,7 @@ use crate::plan::split;
 use crate::schedule::Schedule;
 use crate::target::Scheme;
 use crate::worker::{self, Assignment, Feed, Message, Shared};
-use crate::{tls, Length, LoadError, Mode, Plan, Protocol, Warmup};
+use crate::{tls, Kind, Length, LoadError, Mode, Plan, Protocol, Warmup};
 
 /// Time given to worker threads to start before the first request is due.
 const START_DELAY: Duration = Duration::from_millis(20);
@@ -62,6 +62,8 @@ pub struct LoadReport {
     pub recorder: Recorder,
     /// The summary of it.
     pub summary: Summary,
+    /// A WebSocket load's closes, reconnects and message accounting.
+    pub websocket: Option<Box<crate::websocket::WebSocketReport>>,
 }
 
 /// Descriptors the process needs besides its connections: files it writes, the reactor,
@@ -107,6 +109,9 @@ pub fn run(
     observer: &mut dyn Observer,
 ) -> Result<LoadReport, LoadError> {
     plan.validate()?;
+    if let Kind::WebSocket(options) = &plan.kind {
+        return crate::websocket::run(plan, options, stop, observer);
+    }
     ensure_descriptors(plan.connections)?;
     let request = plan.request.render(&plan.target, !plan.keepalive)?;
     let tls = match plan.target.scheme {
@@ -281,7 +286,11 @@ pub fn run(
     let mut summary = summarize(&recorder, plan, plan.rate_per_s(), interrupted);
     let start = (*start_tx.borrow()).unwrap_or(launched);
     ramp.report(&mut summary, plan, launched, start, wait);
-    Ok(LoadReport { recorder, summary })
+    Ok(LoadReport {
+        recorder,
+        summary,
+        websocket: None,
+    })
 }
 
 /// Keep-alive runs open their connections before the first request is due; the workers

@@ -24,15 +24,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use bytes::BytesMut;
 use futures_util::{SinkExt, StreamExt};
-use ingressbench_stats::{HistogramUs, Phases};
+use ingressbench_stats::{BackendId, HistogramUs, Outcome, Phases, Recorder, Sample, Window};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
 use crate::connection::{Address, Connector, Stream};
-use crate::{Length, LoadError, Plan, Scheme};
+use crate::run::{ensure_descriptors, progress_after, summarize};
+use crate::{Length, LoadError, LoadReport, Mode, Observer, Plan, Protocol, Scheme, Warmup};
 
 /// The smallest message: a sequence number and a due time, eight bytes each.
 pub const MESSAGE_HEADER: usize = 16;
@@ -102,22 +104,32 @@ impl Reconnect {
     }
 }
 
-/// A WebSocket load: the HTTP plan's target, TLS, `--resolve`, connections, length,
-/// start, timeout and headers, with messages instead of requests.
-#[derive(Clone, Debug)]
-pub struct WebSocketPlan {
-    /// Where and how to connect (its mode and protocol are not used).
-    pub load: Plan,
-    /// Messages a second over all connections.
-    pub messages_per_s: f64,
+/// A WebSocket load's own settings ([`crate::Kind::WebSocket`]); the rest is the plan's:
+/// its target, TLS, `--resolve`, connections, open-loop rate (messages a second over all
+/// connections), duration, warm-up, start, timeout, headers and sample rate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WebSocketOptions {
     /// Each message's size, at least [`MESSAGE_HEADER`].
     pub message_bytes: usize,
     /// What a cut WebSocket does.
     pub reconnect: Reconnect,
 }
 
+impl Default for WebSocketOptions {
+    fn default() -> Self {
+        Self {
+            message_bytes: 64,
+            reconnect: Reconnect::Backoff {
+                first: Duration::from_millis(100),
+                max: Duration::from_secs(10),
+            },
+        }
+    }
+}
+
 /// Who ended a WebSocket.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum ClosedBy {
     /// The server (or the proxy) sent a close frame.
     Server,
@@ -126,7 +138,7 @@ pub enum ClosedBy {
 }
 
 /// A WebSocket that ended before the run did.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Close {
     /// Seconds from the run's start.
     pub at_s: f64,
@@ -144,19 +156,22 @@ pub struct Close {
     pub lost: u64,
 }
 
-/// What a WebSocket load measured.
-#[derive(Clone, Debug, Default)]
+/// What a WebSocket load measured besides its messages' figures (those are in the
+/// [`LoadReport`]'s recorder and summary, a message counted as a request: answered with
+/// status 101 when echoed, `read_timeout` when not echoed within the timeout, `eof` or
+/// `reset_after_write` when its WebSocket was closed or broken first, `not_sent` when it
+/// fell due while none was open and was too old to send when one was).
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct WebSocketReport {
-    /// Each echo, from when its message was due to when it came back.
-    pub latency: HistogramUs,
     /// Messages sent.
     pub sent: u64,
-    /// Messages echoed (once each).
+    /// Messages echoed (once each, in time).
     pub echoed: u64,
     /// Not echoed within the timeout, or sent on a WebSocket that ended before their echo
     /// came.
     pub lost: u64,
-    /// Echoed after they were counted lost (not in `lost`).
+    /// Of the lost, echoed after the timeout (the figures keep them as timed out, as an
+    /// HTTP client that gave up would).
     pub late: u64,
     /// Echoes of a message already echoed.
     pub duplicated: u64,
@@ -172,7 +187,8 @@ pub struct WebSocketReport {
     pub upgrade_failures: BTreeMap<String, u64>,
     /// WebSockets that ended before the run did, in order.
     pub closes: Vec<Close>,
-    /// From a cut to the next WebSocket open on that connection.
+    /// From a cut to the next WebSocket open on that connection, in microseconds.
+    #[serde(serialize_with = "reconnect_summary")]
     pub reconnect: HistogramUs,
     /// WebSockets open, every 100 ms: (seconds from the start, open).
     pub open_over_time: Vec<(f64, u32)>,
@@ -180,93 +196,222 @@ pub struct WebSocketReport {
     pub duration_s: f64,
 }
 
+fn reconnect_summary<S: serde::Serializer>(h: &HistogramUs, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(5))?;
+    map.serialize_entry("count", &h.count())?;
+    for (name, p) in [("p50_us", 50.0), ("p90_us", 90.0), ("p99_us", 99.0)] {
+        map.serialize_entry(name, &(!h.is_empty()).then(|| h.value_at_percentile(p)))?;
+    }
+    map.serialize_entry("max_us", &(!h.is_empty()).then(|| h.max()))?;
+    map.end()
+}
+
 /// What the connections share: the run's clock and what they measured.
 struct Run {
-    plan: WebSocketPlan,
+    options: WebSocketOptions,
+    plan: Plan,
     connector: Connector,
     start: Instant,
+    /// When the warm-up ends (messages due before are only counted).
+    measured_from_ns: u64,
     end: Instant,
     interval: Duration,
     stop: Arc<AtomicBool>,
     report: RefCell<WebSocketReport>,
+    recorder: RefCell<Recorder>,
+    samples: RefCell<Vec<Sample>>,
+    sample_threshold: u64,
+    rng: std::cell::Cell<u64>,
+    next_seq: std::cell::Cell<u64>,
     open: std::cell::Cell<u32>,
 }
 
-/// Runs `plan` to its end or until `stop` is set, and returns what was measured.
-pub fn run(plan: &WebSocketPlan, stop: Arc<AtomicBool>) -> Result<WebSocketReport, LoadError> {
+impl Run {
+    fn ns(&self, at: Instant) -> u64 {
+        crate::connection::nanos(at.saturating_duration_since(self.start))
+    }
+
+    /// Records one message's fate, and keeps it as a sample if the random sample picks it
+    /// or it failed (as the HTTP engine does).
+    fn record(
+        &self,
+        due_ns: u64,
+        sent_ns: Option<u64>,
+        outcome: Outcome,
+        backend: Option<BackendId>,
+    ) {
+        let now_ns = self.ns(Instant::now());
+        let mut sample = Sample::new(due_ns);
+        sample.seq = self.next_seq.replace(self.next_seq.get() + 1);
+        if let Some(sent) = sent_ns {
+            sample.sent_at_ns = sent;
+        }
+        sample.done_at_ns = if outcome == Outcome::NotSent {
+            due_ns
+        } else {
+            now_ns
+        };
+        sample.outcome = outcome;
+        sample.backend = backend;
+        // A message goes over a WebSocket already open: no connection phases of its own.
+        sample.connection_reused = true;
+        sample.warmup = due_ns < self.measured_from_ns;
+        self.recorder.borrow_mut().record(&sample);
+        if sample.warmup || self.sample_threshold == 0 || outcome == Outcome::NotSent {
+            return;
+        }
+        let mut x = self.rng.get();
+        let chosen = uniform(&mut x) * u64::MAX as f64 <= self.sample_threshold as f64;
+        self.rng.set(x);
+        if chosen || !outcome.is_ok() {
+            sample.in_sample = chosen;
+            self.samples.borrow_mut().push(sample);
+        }
+    }
+}
+
+/// Runs a WebSocket plan ([`crate::Kind::WebSocket`]) to its end or until `stop` is set,
+/// giving windows and samples to `observer` as the HTTP engine does.
+pub(crate) fn run(
+    plan: &Plan,
+    options: &WebSocketOptions,
+    stop: Arc<AtomicBool>,
+    observer: &mut dyn Observer,
+) -> Result<LoadReport, LoadError> {
     let invalid = |field: &str, reason: String| LoadError::InvalidPlan {
         field: field.into(),
         reason,
     };
-    let load = &plan.load;
-    if !(plan.messages_per_s > 0.0 && plan.messages_per_s.is_finite()) {
+    let Mode::Open { rate_per_s } = plan.mode else {
         return Err(invalid(
-            "messages per second",
-            format!("{} is not a rate above zero", plan.messages_per_s),
+            "mode",
+            "a WebSocket load sends messages at a rate (open loop): give one".into(),
         ));
-    }
-    if plan.message_bytes < MESSAGE_HEADER || plan.message_bytes > 16 << 20 {
+    };
+    if options.message_bytes < MESSAGE_HEADER || options.message_bytes > 16 << 20 {
         return Err(invalid(
             "message size",
             format!(
                 "{} bytes: from {MESSAGE_HEADER} (a sequence number and a due time) to 16 MiB",
-                plan.message_bytes
+                options.message_bytes
             ),
         ));
     }
-    if load.connections == 0 {
-        return Err(invalid("connections", "at least one".into()));
+    if plan.protocol != Protocol::Http1 {
+        return Err(invalid(
+            "protocol",
+            "WebSockets are upgraded from HTTP/1.1 here (RFC 8441's HTTP/2 WebSockets are not sent)".into(),
+        ));
     }
-    let Length::Duration(length) = load.length else {
+    if plan.share.of > 1 {
+        return Err(invalid(
+            "workers",
+            "a WebSocket load is sent by one process; leave out workers".into(),
+        ));
+    }
+    let Length::Duration(length) = plan.length else {
         return Err(invalid(
             "length",
             "a WebSocket load runs for a duration, not a number of requests".into(),
         ));
     };
-    let tls = match load.target.scheme {
+    let warmup = match plan.warmup {
+        Warmup::None => Duration::ZERO,
+        Warmup::Duration(d) => d,
+        Warmup::Requests(_) => {
+            return Err(invalid(
+                "warm-up",
+                "a WebSocket load's warm-up is a time, not a number of requests".into(),
+            ))
+        }
+    };
+    ensure_descriptors(plan.connections)?;
+    let tls = match plan.target.scheme {
         Scheme::Https => Some((
-            crate::tls::client_config_for(&load.tls, crate::Protocol::Http1)?,
-            crate::tls::server_name(&load.tls, &load.target.host)?,
+            crate::tls::client_config_for(&plan.tls, Protocol::Http1)?,
+            crate::tls::server_name(&plan.tls, &plan.target.host)?,
         )),
         Scheme::Http => None,
     };
-    let fixed = load.resolve.iter().find_map(|r| r.applies_to(&load.target));
-    let address = match (fixed, load.target.ip()) {
+    let fixed = plan.resolve.iter().find_map(|r| r.applies_to(&plan.target));
+    let address = match (fixed, plan.target.ip()) {
         (Some(addr), _) => Address::Fixed(addr, "from --resolve"),
-        (None, Some(ip)) => Address::Fixed((ip, load.target.port).into(), "the URL's address"),
+        (None, Some(ip)) => Address::Fixed((ip, plan.target.port).into(), "the URL's address"),
         (None, None) => Address::Lookup {
-            host: load.target.host.clone(),
-            port: load.target.port,
+            host: plan.target.host.clone(),
+            port: plan.target.port,
         },
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(LoadError::Runtime)?;
-    let start = load
+    let start = plan
         .start
         .unwrap_or_else(|| Instant::now() + Duration::from_millis(20));
     let run = Rc::new(Run {
+        options: options.clone(),
         plan: plan.clone(),
         connector: Connector::new(address, tls),
         start,
-        end: start + length,
-        interval: Duration::from_secs_f64(load.connections as f64 / plan.messages_per_s),
-        stop,
+        measured_from_ns: crate::connection::nanos(warmup),
+        end: start + warmup + length,
+        interval: Duration::from_secs_f64(plan.connections as f64 / rate_per_s),
+        stop: stop.clone(),
         report: RefCell::new(WebSocketReport::default()),
+        recorder: RefCell::new(Recorder::new(crate::connection::nanos(plan.window))),
+        samples: RefCell::new(Vec::new()),
+        sample_threshold: if plan.sample_rate >= 1.0 {
+            u64::MAX
+        } else {
+            (plan.sample_rate.max(0.0) * u64::MAX as f64) as u64
+        },
+        rng: std::cell::Cell::new(0x2545_F491_4F6C_DD1D),
+        next_seq: std::cell::Cell::new(0),
         open: std::cell::Cell::new(0),
     });
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async {
-        let mut tasks = Vec::with_capacity(load.connections);
-        for index in 0..load.connections {
-            tasks.push(tokio::task::spawn_local(connection(run.clone(), index)));
-        }
+        let tasks: Vec<_> = (0..plan.connections)
+            .map(|index| tokio::task::spawn_local(connection(run.clone(), index)))
+            .collect();
         let sampler = tokio::task::spawn_local(sample_open(run.clone()));
-        for task in tasks {
-            let _ = task.await;
+        let mut cumulative = HistogramUs::new();
+        let (mut requests, mut errors) = (0u64, 0u64);
+        let mut pass = |finished: Vec<Window>, observer: &mut dyn Observer| {
+            let samples = std::mem::take(&mut *run.samples.borrow_mut());
+            if !samples.is_empty() {
+                let backends: Vec<String> = run
+                    .recorder
+                    .borrow()
+                    .backends()
+                    .iter()
+                    .map(|b| b.name.clone())
+                    .collect();
+                observer.samples(&samples, &backends);
+            }
+            for window in finished {
+                cumulative.merge(&window.latency);
+                requests += window.outcomes.total();
+                errors += window.outcomes.errors();
+                observer.window(&window);
+                observer.progress(&progress_after(&window, &cumulative, requests, errors));
+            }
+        };
+        // Windows close on the clock, messages or not, and go to the observer as they do.
+        while tasks.iter().any(|t| !t.is_finished()) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let finished = {
+                let mut recorder = run.recorder.borrow_mut();
+                recorder.roll_windows(run.ns(Instant::now()).min(run.ns(run.end)));
+                recorder.take_finished_windows()
+            };
+            pass(finished, observer);
         }
         sampler.abort();
+        let last = run.recorder.borrow_mut().finish_windows();
+        pass(last, observer);
     });
     let mut report = run.report.take();
     report.duration_s = run
@@ -274,7 +419,14 @@ pub fn run(plan: &WebSocketPlan, stop: Arc<AtomicBool>) -> Result<WebSocketRepor
         .min(Instant::now())
         .saturating_duration_since(start)
         .as_secs_f64();
-    Ok(report)
+    let recorder = run.recorder.replace(Recorder::new(1));
+    let interrupted = stop.load(Ordering::Relaxed);
+    let summary = summarize(&recorder, plan, Some(rate_per_s), interrupted);
+    Ok(LoadReport {
+        recorder,
+        summary,
+        websocket: Some(Box::new(report)),
+    })
 }
 
 /// Samples how many WebSockets are open every 100 ms until aborted.
@@ -303,9 +455,16 @@ enum Ended {
     },
 }
 
+/// A message sent and not yet echoed: when it was due and when it went, from the start.
+#[derive(Clone, Copy)]
+struct Out {
+    due_ns: u64,
+    sent_ns: u64,
+}
+
 /// One connection's WebSockets, one after another, to the end of the run.
 async fn connection(run: Rc<Run>, index: usize) {
-    let connections = run.plan.load.connections as f64;
+    let connections = run.plan.connections as f64;
     // Staggered over one interval, so the messages of all connections are evenly spread.
     let mut due = run.start + run.interval.mul_f64(index as f64 / connections);
     let mut seq = 0u64;
@@ -315,7 +474,7 @@ async fn connection(run: Rc<Run>, index: usize) {
     tokio::time::sleep_until(run.start.into()).await;
     while Instant::now() < run.end && !run.stop.load(Ordering::Relaxed) {
         match open(&run).await {
-            Ok((mut ws, backend)) => {
+            Ok((mut ws, backend_name)) => {
                 attempt = 0;
                 if let Some(cut) = cut_at.take() {
                     run.report
@@ -323,17 +482,33 @@ async fn connection(run: Rc<Run>, index: usize) {
                         .reconnect
                         .record_ns(crate::connection::nanos(cut.elapsed()));
                 }
+                let backend = backend_name
+                    .as_deref()
+                    .map(|name| run.recorder.borrow_mut().backend_id(name.as_bytes()));
                 run.report.borrow_mut().opened += 1;
                 run.open.set(run.open.get() + 1);
                 let mut outstanding = BTreeMap::new();
-                let ended = converse(&run, &mut ws, (&mut due, &mut seq), &mut outstanding).await;
+                let ended = converse(
+                    &run,
+                    &mut ws,
+                    (&mut due, &mut seq, backend),
+                    &mut outstanding,
+                )
+                .await;
                 run.open.set(run.open.get() - 1);
                 match ended {
                     Ended::RunOver => {
-                        finish(&run, ws, &mut outstanding).await;
+                        finish(&run, ws, &mut outstanding, backend).await;
                         return;
                     }
                     Ended::Cut { by, code, reason } => {
+                        let outcome = match by {
+                            ClosedBy::Server => Outcome::Eof,
+                            ClosedBy::Abnormal => Outcome::ResetAfterWrite,
+                        };
+                        for out in outstanding.values() {
+                            run.record(out.due_ns, Some(out.sent_ns), outcome, backend);
+                        }
                         let mut report = run.report.borrow_mut();
                         report.lost += outstanding.len() as u64;
                         report.closes.push(Close {
@@ -342,7 +517,7 @@ async fn connection(run: Rc<Run>, index: usize) {
                             by,
                             code,
                             reason,
-                            backend,
+                            backend: backend_name,
                             lost: outstanding.len() as u64,
                         });
                         cut_at = Some(Instant::now());
@@ -358,7 +533,7 @@ async fn connection(run: Rc<Run>, index: usize) {
                 cut_at.get_or_insert_with(Instant::now);
             }
         }
-        match run.plan.reconnect.delay(attempt, &mut rng) {
+        match run.options.reconnect.delay(attempt, &mut rng) {
             Some(wait) => {
                 attempt += 1;
                 tokio::time::sleep(wait).await;
@@ -367,35 +542,35 @@ async fn connection(run: Rc<Run>, index: usize) {
         }
     }
     // Never reconnected: what fell due from here to the end was never sent.
-    let mut report = run.report.borrow_mut();
     while due < run.end {
-        report.unsent += 1;
+        run.report.borrow_mut().unsent += 1;
+        run.record(run.ns(due), None, Outcome::NotSent, None);
         due += run.interval;
     }
 }
 
 /// Opens a WebSocket: a connection, then the upgrade; the backend the answer names.
 async fn open(run: &Run) -> Result<(WebSocketStream<Stream>, Option<String>), String> {
-    let load = &run.plan.load;
+    let plan = &run.plan;
     let stream = run
         .connector
         .connect(&mut Phases::default())
         .await
         .map_err(|outcome| {
             run.connector.take_failure().map_or_else(
-                || format!("connect: {outcome:?}"),
+                || format!("connect: {}", outcome.name()),
                 |why| format!("connect: {why}"),
             )
         })?;
-    let scheme = match load.target.scheme {
+    let scheme = match plan.target.scheme {
         Scheme::Https => "wss",
         Scheme::Http => "ws",
     };
-    let url = format!("{scheme}://{}{}", load.target.authority(), load.target.path);
+    let url = format!("{scheme}://{}{}", plan.target.authority(), plan.target.path);
     let mut request = url
         .into_client_request()
         .map_err(|e| format!("request: {e}"))?;
-    for (name, value) in &load.request.headers {
+    for (name, value) in &plan.request.headers {
         let (Ok(name), Ok(value)) = (
             http::HeaderName::from_bytes(name.as_bytes()),
             http::HeaderValue::from_str(value),
@@ -404,8 +579,12 @@ async fn open(run: &Run) -> Result<(WebSocketStream<Stream>, Option<String>), St
         };
         request.headers_mut().insert(name, value);
     }
-    let upgrade = tokio_tungstenite::client_async(request, stream);
-    let (ws, answer) = match tokio::time::timeout(load.timeout, upgrade).await {
+    let upgrade = tokio_tungstenite::client_async_with_config(
+        request,
+        stream,
+        Some(frame_limits(run.options.message_bytes)),
+    );
+    let (ws, answer) = match tokio::time::timeout(plan.timeout, upgrade).await {
         Err(_) => return Err("upgrade: timed out".into()),
         Ok(Err(WsError::Http(answer))) => {
             return Err(format!("status {}", answer.status().as_u16()))
@@ -415,10 +594,20 @@ async fn open(run: &Run) -> Result<(WebSocketStream<Stream>, Option<String>), St
     };
     let backend = answer
         .headers()
-        .get(load.backend_header.as_str())
+        .get(plan.backend_header.as_str())
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     Ok((ws, backend))
+}
+
+/// The largest message or frame the client takes: what it sends, with room for a
+/// server's own small messages, so that an oversized frame ends the WebSocket (counted
+/// by its kind) instead of the client's memory growing with it.
+fn frame_limits(message_bytes: usize) -> WebSocketConfig {
+    let most = message_bytes.max(64 << 10) * 2;
+    WebSocketConfig::default()
+        .max_message_size(Some(most))
+        .max_frame_size(Some(most))
 }
 
 /// How many messages counted lost on a live WebSocket are remembered, so that a late echo
@@ -426,27 +615,24 @@ async fn open(run: &Run) -> Result<(WebSocketStream<Stream>, Option<String>), St
 const EXPIRED_KEPT: usize = 1 << 16;
 
 /// Sends the messages that fall due and reads their echoes until the run ends or the
-/// WebSocket is cut. `outstanding` holds the messages sent and not yet echoed (sequence
-/// number, when due).
+/// WebSocket is cut. `outstanding` holds the messages sent and not yet echoed (by
+/// sequence number).
 async fn converse(
     run: &Run,
     ws: &mut WebSocketStream<Stream>,
-    (due, seq): (&mut Instant, &mut u64),
-    outstanding: &mut BTreeMap<u64, Instant>,
+    (due, seq, backend): (&mut Instant, &mut u64, Option<BackendId>),
+    outstanding: &mut BTreeMap<u64, Out>,
 ) -> Ended {
-    let timeout = run.plan.load.timeout;
+    let timeout = run.plan.timeout;
     // What fell due while no WebSocket was open: too old to send, or sent now.
-    {
-        let now = Instant::now();
-        let mut report = run.report.borrow_mut();
-        while *due + timeout < now && *due < run.end {
-            report.unsent += 1;
-            *due += run.interval;
-        }
+    let now = Instant::now();
+    while *due + timeout < now && *due < run.end {
+        run.report.borrow_mut().unsent += 1;
+        run.record(run.ns(*due), None, Outcome::NotSent, None);
+        *due += run.interval;
     }
     let mut highest: Option<u64> = None;
     let mut expired = BTreeSet::new();
-    let mut payload = vec![0u8; run.plan.message_bytes];
     loop {
         if run.stop.load(Ordering::Relaxed) || *due >= run.end {
             return Ended::RunOver;
@@ -456,23 +642,18 @@ async fn converse(
             message = ws.next() => match message {
                 Some(Ok(Message::Binary(echo))) if echo.len() >= MESSAGE_HEADER => {
                     let number = u64::from_be_bytes(echo[..8].try_into().unwrap_or_default());
-                    let due_ns = u64::from_be_bytes(echo[8..16].try_into().unwrap_or_default());
-                    let mut report = run.report.borrow_mut();
-                    let late = expired.remove(&number);
-                    if outstanding.remove(&number).is_some() || late {
-                        let now_ns = crate::connection::nanos(run.start.elapsed());
-                        report.latency.record_ns(now_ns.saturating_sub(due_ns));
+                    if let Some(out) = outstanding.remove(&number) {
+                        run.record(out.due_ns, Some(out.sent_ns), Outcome::Status(101), backend);
+                        let mut report = run.report.borrow_mut();
                         report.echoed += 1;
-                        if late {
-                            report.late += 1;
-                            report.lost -= 1;
-                        }
                         if highest.is_some_and(|h| number < h) {
                             report.reordered += 1;
                         }
                         highest = Some(highest.map_or(number, |h| h.max(number)));
+                    } else if expired.remove(&number) {
+                        run.report.borrow_mut().late += 1;
                     } else {
-                        report.duplicated += 1;
+                        run.report.borrow_mut().duplicated += 1;
                     }
                 }
                 Some(Ok(Message::Close(frame))) => {
@@ -494,25 +675,31 @@ async fn converse(
                 }
             },
             () = tokio::time::sleep_until((*due).into()) => {
-                payload[..8].copy_from_slice(&seq.to_be_bytes());
-                let due_ns = crate::connection::nanos(due.saturating_duration_since(run.start));
-                payload[8..16].copy_from_slice(&due_ns.to_be_bytes());
-                if let Err(e) = ws.send(Message::Binary(payload.clone().into())).await {
+                let due_ns = run.ns(*due);
+                // A buffer each: the frame owns its bytes until they are written.
+                let mut frame = BytesMut::zeroed(run.options.message_bytes);
+                frame[..8].copy_from_slice(&seq.to_be_bytes());
+                frame[8..16].copy_from_slice(&due_ns.to_be_bytes());
+                let message = Message::Binary(frame.freeze());
+                let sent_ns = run.ns(Instant::now());
+                if let Err(e) = ws.send(message).await {
                     return Ended::Cut { by: ClosedBy::Abnormal, code: 1006, reason: e.to_string() };
                 }
-                outstanding.insert(*seq, *due);
-                let mut report = run.report.borrow_mut();
-                report.sent += 1;
+                outstanding.insert(*seq, Out { due_ns, sent_ns });
+                run.report.borrow_mut().sent += 1;
                 *seq += 1;
                 *due += run.interval;
                 // What has waited longer than the timeout is lost, unless it comes late.
-                let now = Instant::now();
+                let now_ns = run.ns(Instant::now());
+                let timeout_ns = crate::connection::nanos(timeout);
                 while let Some(entry) = outstanding.first_entry() {
-                    if *entry.get() + timeout >= now {
+                    if entry.get().sent_ns + timeout_ns >= now_ns {
                         break;
                     }
-                    expired.insert(entry.remove_entry().0);
-                    report.lost += 1;
+                    let (number, out) = entry.remove_entry();
+                    expired.insert(number);
+                    run.record(out.due_ns, Some(out.sent_ns), Outcome::ReadTimeout, backend);
+                    run.report.borrow_mut().lost += 1;
                     if expired.len() > EXPIRED_KEPT {
                         expired.pop_first();
                     }
@@ -523,25 +710,31 @@ async fn converse(
 }
 
 /// Ends a WebSocket at the end of the run: a close (1000), then the echoes still coming
-/// until the server's close or one timeout; what is still out is in flight at the end.
+/// until the server's close or one timeout (at most a second); what is still out then is
+/// in flight at the end, as requests a stopped HTTP run abandons.
 async fn finish(
     run: &Run,
     mut ws: WebSocketStream<Stream>,
-    outstanding: &mut BTreeMap<u64, Instant>,
+    outstanding: &mut BTreeMap<u64, Out>,
+    backend: Option<BackendId>,
 ) {
     let _ = ws.close(None).await;
-    let deadline = Instant::now() + run.plan.load.timeout.min(Duration::from_secs(1));
+    let deadline = Instant::now() + run.plan.timeout.min(Duration::from_secs(1));
     while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline.into(), ws.next()).await {
         if let Message::Binary(echo) = message {
             if echo.len() >= MESSAGE_HEADER {
                 let number = u64::from_be_bytes(echo[..8].try_into().unwrap_or_default());
-                if outstanding.remove(&number).is_some() {
+                if let Some(out) = outstanding.remove(&number) {
+                    run.record(out.due_ns, Some(out.sent_ns), Outcome::Status(101), backend);
                     run.report.borrow_mut().echoed += 1;
                 }
             }
         }
     }
     run.report.borrow_mut().in_flight_at_end += outstanding.len() as u64;
+    run.recorder
+        .borrow_mut()
+        .record_abandoned(outstanding.len() as u64);
 }
 
 /// A uniform draw in [0, 1) from `state` (xorshift64*).

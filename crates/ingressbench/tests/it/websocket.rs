@@ -6,30 +6,55 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ingressbench_load::websocket::{run, ClosedBy, Reconnect, WebSocketPlan, WebSocketReport};
-use ingressbench_load::{Length, Plan, Target};
+use ingressbench_load::websocket::{ClosedBy, Reconnect, WebSocketOptions, WebSocketReport};
+use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
+use ingressbench_stats::Outcome;
 
 use crate::backend::Backend;
 
 /// A WebSocket load of `backend`: `connections`, `rate` messages a second over them, for
 /// `length`, a message unanswered for 300 ms counted lost.
-fn plan(backend: &Backend, connections: usize, rate: f64, length: Duration) -> WebSocketPlan {
-    let mut load = Plan::new(Target::parse(&format!("http://{}/ws", backend.addr)).unwrap());
-    load.connections = connections;
-    load.length = Length::Duration(length);
-    load.timeout = Duration::from_millis(300);
-    WebSocketPlan {
-        load,
-        messages_per_s: rate,
+fn plan(backend: &Backend, connections: usize, rate: f64, length: Duration) -> Plan {
+    let mut plan = Plan::new(Target::parse(&format!("http://{}/ws", backend.addr)).unwrap());
+    plan.kind = Kind::WebSocket(WebSocketOptions {
         message_bytes: 64,
         reconnect: Reconnect::Never,
-    }
+    });
+    plan.mode = Mode::Open { rate_per_s: rate };
+    plan.connections = connections;
+    plan.length = Length::Duration(length);
+    plan.timeout = Duration::from_millis(300);
+    plan
 }
 
-/// Every message sent is echoed, lost, or still out at the end; never two of them.
-fn accounted(r: &WebSocketReport) {
+fn run(plan: &Plan) -> LoadReport {
+    ingressbench_load::run(plan, Arc::new(AtomicBool::new(false)), &mut NoObserver).unwrap()
+}
+
+/// Every message sent is echoed, lost, or still out at the end; never two of them; and
+/// the figures count each message once with the outcome that says what became of it.
+fn accounted(load: &LoadReport) -> &WebSocketReport {
+    let r = load.websocket.as_deref().expect("a WebSocket report");
     assert_eq!(r.echoed + r.lost + r.in_flight_at_end, r.sent, "{r:?}");
-    assert_eq!(r.latency.count(), r.echoed, "{r:?}");
+    let outcomes = load.recorder.outcomes();
+    assert_eq!(outcomes.get(Outcome::Status(101)), r.echoed, "{r:?}");
+    assert_eq!(load.recorder.latency().count(), r.echoed, "{r:?}");
+    assert_eq!(
+        outcomes.get(Outcome::ReadTimeout)
+            + outcomes.get(Outcome::Eof)
+            + outcomes.get(Outcome::ResetAfterWrite),
+        r.lost,
+        "{r:?}"
+    );
+    assert_eq!(outcomes.get(Outcome::NotSent), r.unsent, "{r:?}");
+    let total = load.summary.requests.total;
+    assert_eq!(
+        total,
+        r.sent + r.unsent - r.in_flight_at_end,
+        "{:?}",
+        load.summary
+    );
+    r
 }
 
 /// A server that leaves every 10th message of a WebSocket unanswered and answers every
@@ -47,12 +72,8 @@ fn a_lossy_servers_drops_and_duplicates_are_counted_and_every_message_accounted_
         "--ws-duplicate-every",
         "7",
     ]);
-    let r = run(
-        &plan(&backend, 4, 400.0, Duration::from_secs(3)),
-        Arc::new(AtomicBool::new(false)),
-    )
-    .unwrap();
-    accounted(&r);
+    let load = run(&plan(&backend, 4, 400.0, Duration::from_secs(3)));
+    let r = accounted(&load);
     assert_eq!(r.opened, 4, "{r:?}");
     assert!(
         r.closes.is_empty() && r.upgrade_failures.is_empty(),
@@ -96,13 +117,13 @@ fn a_draining_backend_closes_its_websockets_with_1001_or_drops_them_at_its_timeo
             &[&["--listen", "127.0.0.1:0", "--name", "drained"][..], flags].concat(),
         );
         let plan = plan(&backend, 4, 200.0, Duration::from_secs(3));
-        let load = std::thread::spawn(move || run(&plan, Arc::new(AtomicBool::new(false))));
+        let load = std::thread::spawn(move || run(&plan));
         std::thread::sleep(Duration::from_secs(1));
         let (status, said) = backend.terminate();
         assert!(status.success(), "{said}");
         assert!(said.contains("4 WebSockets"), "{said}");
-        let r = load.join().unwrap().unwrap();
-        accounted(&r);
+        let load = load.join().unwrap();
+        let r = accounted(&load);
         assert_eq!(r.closes.len(), 4, "{r:?}");
         for close in &r.closes {
             assert_eq!((close.by, close.code), (by, code), "{close:?}");
