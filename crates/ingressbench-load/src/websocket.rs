@@ -34,6 +34,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::connection::{Address, Connector, Stream};
 use crate::run::{ensure_descriptors, progress_after, summarize};
+use crate::timer::{Clock, PreciseClock};
 use crate::{Length, LoadError, LoadReport, Mode, Observer, Plan, Protocol, Scheme, Warmup};
 
 /// The smallest message: a sequence number and a due time, eight bytes each.
@@ -55,6 +56,16 @@ pub enum Reconnect {
         /// The largest ceiling.
         max: Duration,
     },
+}
+
+impl std::fmt::Display for Reconnect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Never => f.write_str("none"),
+            Self::Immediate => f.write_str("immediate"),
+            Self::Backoff { first, max } => write!(f, "backoff:{first:?}-{max:?}"),
+        }
+    }
 }
 
 impl Reconnect {
@@ -154,6 +165,9 @@ pub struct Close {
     pub backend: Option<String>,
     /// Messages sent on it that were never echoed.
     pub lost: u64,
+    /// How long until its connection had a WebSocket open again, in milliseconds (none:
+    /// not before the run ended, or its policy does not reconnect).
+    pub reconnected_after_ms: Option<f64>,
 }
 
 /// What a WebSocket load measured besides its messages' figures (those are in the
@@ -233,30 +247,26 @@ impl Run {
     }
 
     /// Records one message's fate, and keeps it as a sample if the random sample picks it
-    /// or it failed (as the HTTP engine does).
-    fn record(
-        &self,
-        due_ns: u64,
-        sent_ns: Option<u64>,
-        outcome: Outcome,
-        backend: Option<BackendId>,
-    ) {
+    /// or it failed (as the HTTP engine does). The first message on a WebSocket carries
+    /// the phases of opening it, as the first request on a connection does.
+    fn record(&self, out: Out, outcome: Outcome, backend: Option<BackendId>, bytes: u64) {
         let now_ns = self.ns(Instant::now());
-        let mut sample = Sample::new(due_ns);
+        let mut sample = Sample::new(out.due_ns);
         sample.seq = self.next_seq.replace(self.next_seq.get() + 1);
-        if let Some(sent) = sent_ns {
-            sample.sent_at_ns = sent;
-        }
+        sample.released_at_ns = out.released_ns;
+        sample.sent_at_ns = out.sent_ns;
         sample.done_at_ns = if outcome == Outcome::NotSent {
-            due_ns
+            out.due_ns
         } else {
             now_ns
         };
         sample.outcome = outcome;
         sample.backend = backend;
-        // A message goes over a WebSocket already open: no connection phases of its own.
-        sample.connection_reused = true;
-        sample.warmup = due_ns < self.measured_from_ns;
+        sample.bytes = bytes;
+        sample.connection_reused = out.opened.is_none();
+        sample.phases = out.opened.unwrap_or_default();
+        sample.phases.ttfb_ns = sample.done_at_ns.saturating_sub(out.sent_ns);
+        sample.warmup = out.due_ns < self.measured_from_ns;
         self.recorder.borrow_mut().record(&sample);
         if sample.warmup || self.sample_threshold == 0 || outcome == Outcome::NotSent {
             return;
@@ -326,7 +336,8 @@ pub(crate) fn run(
             ))
         }
     };
-    ensure_descriptors(plan.connections)?;
+    // A connection and a timer each.
+    ensure_descriptors(plan.connections * 2)?;
     let tls = match plan.target.scheme {
         Scheme::Https => Some((
             crate::tls::client_config_for(&plan.tls, Protocol::Http1)?,
@@ -443,6 +454,27 @@ async fn sample_open(run: Rc<Run>) {
     }
 }
 
+/// When messages go: the engine's precise clock (a timer of its own per connection; tokio's
+/// timer wakes on whole milliseconds, late by up to one), or tokio's if the system gives no
+/// timer.
+enum Pacer {
+    Precise(PreciseClock),
+    Tokio,
+}
+
+impl Pacer {
+    fn new(origin: Instant, batch: crate::BatchWindow) -> Self {
+        PreciseClock::new(origin, batch).map_or(Self::Tokio, Self::Precise)
+    }
+
+    async fn sleep_until(&mut self, deadline: Instant) {
+        match self {
+            Self::Precise(clock) => clock.sleep_until(deadline).await,
+            Self::Tokio => tokio::time::sleep_until(deadline.into()).await,
+        }
+    }
+}
+
 /// How a WebSocket's conversation ended.
 enum Ended {
     /// The run is over (or stopped): close it as a client does.
@@ -455,11 +487,26 @@ enum Ended {
     },
 }
 
-/// A message sent and not yet echoed: when it was due and when it went, from the start.
+/// A message sent and not yet echoed: when it was due, when the clock let it go and when
+/// it went, from the start; the first on a WebSocket, the phases of opening it.
 #[derive(Clone, Copy)]
 struct Out {
     due_ns: u64,
+    released_ns: u64,
     sent_ns: u64,
+    opened: Option<Phases>,
+}
+
+impl Out {
+    /// A message that was never sent.
+    fn unsent(due_ns: u64) -> Self {
+        Self {
+            due_ns,
+            released_ns: due_ns,
+            sent_ns: due_ns,
+            opened: None,
+        }
+    }
 }
 
 /// One connection's WebSockets, one after another, to the end of the run.
@@ -470,17 +517,23 @@ async fn connection(run: Rc<Run>, index: usize) {
     let mut seq = 0u64;
     let mut rng = 0x9E37_79B9_7F4A_7C15_u64 ^ ((index as u64 + 1) << 17);
     let mut cut_at: Option<Instant> = None;
+    // The close that cut it, in the report's list.
+    let mut cut_by: Option<usize> = None;
     let mut attempt = 0u32;
+    let mut clock = Pacer::new(run.start, run.plan.batch_window);
     tokio::time::sleep_until(run.start.into()).await;
     while Instant::now() < run.end && !run.stop.load(Ordering::Relaxed) {
         match open(&run).await {
-            Ok((mut ws, backend_name)) => {
+            Ok((mut ws, backend_name, phases)) => {
                 attempt = 0;
                 if let Some(cut) = cut_at.take() {
-                    run.report
-                        .borrow_mut()
+                    let mut report = run.report.borrow_mut();
+                    report
                         .reconnect
                         .record_ns(crate::connection::nanos(cut.elapsed()));
+                    if let Some(close) = cut_by.take().and_then(|i| report.closes.get_mut(i)) {
+                        close.reconnected_after_ms = Some(cut.elapsed().as_secs_f64() * 1e3);
+                    }
                 }
                 let backend = backend_name
                     .as_deref()
@@ -490,8 +543,8 @@ async fn connection(run: Rc<Run>, index: usize) {
                 let mut outstanding = BTreeMap::new();
                 let ended = converse(
                     &run,
-                    &mut ws,
-                    (&mut due, &mut seq, backend),
+                    (&mut ws, backend, Some(phases)),
+                    (&mut clock, &mut due, &mut seq),
                     &mut outstanding,
                 )
                 .await;
@@ -507,7 +560,7 @@ async fn connection(run: Rc<Run>, index: usize) {
                             ClosedBy::Abnormal => Outcome::ResetAfterWrite,
                         };
                         for out in outstanding.values() {
-                            run.record(out.due_ns, Some(out.sent_ns), outcome, backend);
+                            run.record(*out, outcome, backend, 0);
                         }
                         let mut report = run.report.borrow_mut();
                         report.lost += outstanding.len() as u64;
@@ -519,7 +572,9 @@ async fn connection(run: Rc<Run>, index: usize) {
                             reason,
                             backend: backend_name,
                             lost: outstanding.len() as u64,
+                            reconnected_after_ms: None,
                         });
+                        cut_by = Some(report.closes.len() - 1);
                         cut_at = Some(Instant::now());
                     }
                 }
@@ -544,17 +599,19 @@ async fn connection(run: Rc<Run>, index: usize) {
     // Never reconnected: what fell due from here to the end was never sent.
     while due < run.end {
         run.report.borrow_mut().unsent += 1;
-        run.record(run.ns(due), None, Outcome::NotSent, None);
+        run.record(Out::unsent(run.ns(due)), Outcome::NotSent, None, 0);
         due += run.interval;
     }
 }
 
-/// Opens a WebSocket: a connection, then the upgrade; the backend the answer names.
-async fn open(run: &Run) -> Result<(WebSocketStream<Stream>, Option<String>), String> {
+/// Opens a WebSocket: a connection, then the upgrade; the backend the answer names, and
+/// the connection's phases.
+async fn open(run: &Run) -> Result<(WebSocketStream<Stream>, Option<String>, Phases), String> {
     let plan = &run.plan;
+    let mut phases = Phases::default();
     let stream = run
         .connector
-        .connect(&mut Phases::default())
+        .connect(&mut phases)
         .await
         .map_err(|outcome| {
             run.connector.take_failure().map_or_else(
@@ -597,7 +654,7 @@ async fn open(run: &Run) -> Result<(WebSocketStream<Stream>, Option<String>), St
         .get(plan.backend_header.as_str())
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    Ok((ws, backend))
+    Ok((ws, backend, phases))
 }
 
 /// The largest message or frame the client takes: what it sends, with room for a
@@ -619,8 +676,12 @@ const EXPIRED_KEPT: usize = 1 << 16;
 /// sequence number).
 async fn converse(
     run: &Run,
-    ws: &mut WebSocketStream<Stream>,
-    (due, seq, backend): (&mut Instant, &mut u64, Option<BackendId>),
+    (ws, backend, mut opened): (
+        &mut WebSocketStream<Stream>,
+        Option<BackendId>,
+        Option<Phases>,
+    ),
+    (clock, due, seq): (&mut Pacer, &mut Instant, &mut u64),
     outstanding: &mut BTreeMap<u64, Out>,
 ) -> Ended {
     let timeout = run.plan.timeout;
@@ -628,7 +689,7 @@ async fn converse(
     let now = Instant::now();
     while *due + timeout < now && *due < run.end {
         run.report.borrow_mut().unsent += 1;
-        run.record(run.ns(*due), None, Outcome::NotSent, None);
+        run.record(Out::unsent(run.ns(*due)), Outcome::NotSent, None, 0);
         *due += run.interval;
     }
     let mut highest: Option<u64> = None;
@@ -643,7 +704,7 @@ async fn converse(
                 Some(Ok(Message::Binary(echo))) if echo.len() >= MESSAGE_HEADER => {
                     let number = u64::from_be_bytes(echo[..8].try_into().unwrap_or_default());
                     if let Some(out) = outstanding.remove(&number) {
-                        run.record(out.due_ns, Some(out.sent_ns), Outcome::Status(101), backend);
+                        run.record(out, Outcome::Status(101), backend, echo.len() as u64);
                         let mut report = run.report.borrow_mut();
                         report.echoed += 1;
                         if highest.is_some_and(|h| number < h) {
@@ -674,8 +735,9 @@ async fn converse(
                     };
                 }
             },
-            () = tokio::time::sleep_until((*due).into()) => {
+            () = clock.sleep_until(*due) => {
                 let due_ns = run.ns(*due);
+                let released_ns = run.ns(Instant::now());
                 // A buffer each: the frame owns its bytes until they are written.
                 let mut frame = BytesMut::zeroed(run.options.message_bytes);
                 frame[..8].copy_from_slice(&seq.to_be_bytes());
@@ -685,7 +747,7 @@ async fn converse(
                 if let Err(e) = ws.send(message).await {
                     return Ended::Cut { by: ClosedBy::Abnormal, code: 1006, reason: e.to_string() };
                 }
-                outstanding.insert(*seq, Out { due_ns, sent_ns });
+                outstanding.insert(*seq, Out { due_ns, released_ns, sent_ns, opened: opened.take() });
                 run.report.borrow_mut().sent += 1;
                 *seq += 1;
                 *due += run.interval;
@@ -698,7 +760,7 @@ async fn converse(
                     }
                     let (number, out) = entry.remove_entry();
                     expired.insert(number);
-                    run.record(out.due_ns, Some(out.sent_ns), Outcome::ReadTimeout, backend);
+                    run.record(out, Outcome::ReadTimeout, backend, 0);
                     run.report.borrow_mut().lost += 1;
                     if expired.len() > EXPIRED_KEPT {
                         expired.pop_first();
@@ -725,7 +787,7 @@ async fn finish(
             if echo.len() >= MESSAGE_HEADER {
                 let number = u64::from_be_bytes(echo[..8].try_into().unwrap_or_default());
                 if let Some(out) = outstanding.remove(&number) {
-                    run.record(out.due_ns, Some(out.sent_ns), Outcome::Status(101), backend);
+                    run.record(out, Outcome::Status(101), backend, echo.len() as u64);
                     run.report.borrow_mut().echoed += 1;
                 }
             }

@@ -30,4 +30,5 @@ pub mod samples;
 pub mod svg;
 pub mod terminal;
 mod topology;
+pub mod websocket;
 mod workers;

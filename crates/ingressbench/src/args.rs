@@ -544,6 +544,33 @@ pub(crate) struct LoadArgs {
     #[arg(long, value_name = "N", requires = "http2")]
     pub(crate) streams: Option<u32>,
 
+    /// Send messages over WebSockets instead of requests: each of the -c connections is
+    /// upgraded (ws:// over http://, wss:// over https://) and sends its share of -R
+    /// messages a second, each timed from when it was due to its echo; a message counts
+    /// as a request in the summary (101 when echoed; lost ones by how). Closes, reconnects
+    /// and the messages' accounting are printed below it.
+    #[arg(long, requires = "rate", conflicts_with_all = ["http2", "sequential", "requests", "body", "body_file", "no_keepalive", "warmup_requests", "threads", "workers"])]
+    pub(crate) websocket: bool,
+
+    /// With --websocket: each message's size in bytes (at least 16).
+    #[arg(
+        long,
+        value_name = "BYTES",
+        default_value_t = 64,
+        requires = "websocket"
+    )]
+    pub(crate) message_size: usize,
+
+    /// With --websocket: what a cut WebSocket does: `none`, `immediate`, `backoff`
+    /// (exponential from 100ms to 10s with full jitter, as browsers' libraries) or
+    /// `backoff:FIRST-MAX`.
+    #[arg(long, value_name = "POLICY", default_value = "backoff", requires = "websocket", value_parser = ingressbench_load::websocket::Reconnect::parse)]
+    pub(crate) reconnect: ingressbench_load::websocket::Reconnect,
+
+    /// With --websocket: write its closes, reconnects and message accounting here (JSON).
+    #[arg(long, value_name = "FILE", requires = "websocket")]
+    pub(crate) websocket_json: Option<PathBuf>,
+
     /// Open a new connection (TCP, and TLS for https) for every request.
     #[arg(long)]
     pub(crate) no_keepalive: bool,

@@ -37,6 +37,7 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
         eprintln!("{title}");
     }
     let workers_json = args.workers_json.as_deref().map(create).transpose()?;
+    let websocket_json = args.websocket_json.as_deref().map(create).transpose()?;
     let ran = if args.workers > 1 {
         let program = std::env::current_exe().context("finding the ingressbench binary")?;
         ingressbench_load::fleet::run_local(&plan, args.workers, &program, stop, &mut sink).map(
@@ -78,8 +79,28 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
             .and_then(|()| out.flush())
             .with_context(|| format!("writing {}", path.display()))?;
     }
+    let websocket = report
+        .websocket
+        .as_deref()
+        .map(|w| {
+            let value = serde_json::to_value(w)?;
+            Ok::<_, serde_json::Error>((
+                serde_json::from_value::<ingressbench_report::websocket::WebSocketFile>(
+                    value.clone(),
+                )?,
+                value,
+            ))
+        })
+        .transpose()
+        .context("the WebSocket report")?;
+    if let (Some((path, file)), Some((_, value))) = (websocket_json, &websocket) {
+        write_json(&path, file, value)?;
+    }
     let mut stdout = std::io::stdout().lock();
     write!(stdout, "{}", terminal::render(summary, &title))?;
+    if let Some((file, _)) = &websocket {
+        write!(stdout, "{}", ingressbench_report::websocket::text(file))?;
+    }
     if args.latency {
         writeln!(stdout, "\n  Detailed percentile spectrum (milliseconds):")?;
         hgrm::write(&mut stdout, report.recorder.latency())?;
@@ -133,6 +154,13 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
         (None, None) => Warmup::None,
     };
     plan.keepalive = !args.no_keepalive;
+    if args.websocket {
+        plan.kind =
+            ingressbench_load::Kind::WebSocket(ingressbench_load::websocket::WebSocketOptions {
+                message_bytes: args.message_size,
+                reconnect: args.reconnect,
+            });
+    }
     plan.wait_for_connections = !args.no_connect_wait;
     if args.http2 {
         plan.protocol = ingressbench_load::Protocol::Http2;
@@ -172,6 +200,16 @@ fn describe(plan: &Plan, workers: usize) -> String {
         Length::Requests(n) => format!("{n} requests"),
         Length::Duration(d) => format!("{d:?}"),
     };
+    if let ingressbench_load::Kind::WebSocket(options) = &plan.kind {
+        return format!(
+            "WebSocket {} ({} messages/s of {} bytes, {length}, {} WebSocket(s), reconnect {})",
+            plan.target,
+            plan.rate_per_s().unwrap_or_default(),
+            options.message_bytes,
+            plan.connections,
+            options.reconnect,
+        );
+    }
     format!(
         "{} {} ({pacing}, {length}, {} connection(s), {} thread(s){}, {})",
         plan.request.method,

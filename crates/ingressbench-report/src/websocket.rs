@@ -1,0 +1,243 @@
+//! A WebSocket load's own results (`websocket.json` in a cell, `load --websocket-json`):
+//! WebSockets opened, each close (who, code, reason, backend, messages lost, time to the
+//! next WebSocket on its connection), the reconnect distribution, the messages' accounting
+//! and WebSockets open over time. The messages' latency and outcomes are in the cell's
+//! ordinary files (a message counted as a request).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+
+use crate::terminal::human_us;
+
+/// `websocket.json`, as the load engine writes it.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct WebSocketFile {
+    /// Messages sent.
+    pub sent: u64,
+    /// Messages echoed in time.
+    pub echoed: u64,
+    /// Not echoed in time, or cut.
+    pub lost: u64,
+    /// Of the lost, echoed after the timeout.
+    pub late: u64,
+    /// Echoed twice.
+    pub duplicated: u64,
+    /// Echoed after a later one.
+    pub reordered: u64,
+    /// Due while no WebSocket was open, too old to send when one was.
+    pub unsent: u64,
+    /// Out when the run ended.
+    pub in_flight_at_end: u64,
+    /// WebSockets opened.
+    pub opened: u64,
+    /// Upgrades that failed, by why.
+    #[serde(default)]
+    pub upgrade_failures: BTreeMap<String, u64>,
+    /// Closes before the run's end, in order.
+    #[serde(default)]
+    pub closes: Vec<CloseRecord>,
+    /// From a cut to the next WebSocket on the connection.
+    pub reconnect: Reconnects,
+    /// (seconds from the start, WebSockets open), every 100 ms.
+    #[serde(default)]
+    pub open_over_time: Vec<(f64, u32)>,
+    /// Seconds the load ran.
+    pub duration_s: f64,
+}
+
+/// One close.
+#[derive(Clone, Debug, Deserialize)]
+pub struct CloseRecord {
+    /// Seconds from the load's start.
+    pub at_s: f64,
+    /// Which connection.
+    pub connection: usize,
+    /// `server` (a close frame) or `abnormal` (none: 1006).
+    pub by: String,
+    /// The close code.
+    pub code: u16,
+    /// Its reason, or what ended the connection.
+    pub reason: String,
+    /// The backend the WebSocket was on.
+    pub backend: Option<String>,
+    /// Messages lost with it.
+    pub lost: u64,
+    /// Milliseconds to the next WebSocket on its connection.
+    pub reconnected_after_ms: Option<f64>,
+}
+
+/// The reconnect distribution, in microseconds.
+#[derive(Clone, Debug, Default, Deserialize)]
+pub struct Reconnects {
+    /// How many.
+    pub count: u64,
+    /// Median.
+    pub p50_us: Option<u64>,
+    /// 90th percentile.
+    pub p90_us: Option<u64>,
+    /// 99th percentile.
+    pub p99_us: Option<u64>,
+    /// Longest.
+    pub max_us: Option<u64>,
+}
+
+/// What the closes in one stretch of a run came to.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Cuts {
+    /// Closes.
+    pub closed: usize,
+    /// By code, with who closed: (`1001 by server`, count).
+    pub by_code: BTreeMap<String, usize>,
+    /// Messages lost with them.
+    pub lost: u64,
+    /// Reconnect times of those that reconnected, in milliseconds, sorted.
+    pub reconnect_ms: Vec<f64>,
+}
+
+impl Cuts {
+    /// The closes of `closes` from `from_s` (inclusive) to `to_s` (exclusive).
+    pub fn between(closes: &[CloseRecord], from_s: f64, to_s: f64) -> Self {
+        let mut cuts = Cuts::default();
+        for c in closes.iter().filter(|c| c.at_s >= from_s && c.at_s < to_s) {
+            cuts.closed += 1;
+            *cuts
+                .by_code
+                .entry(format!("{} by {}", c.code, c.by))
+                .or_default() += 1;
+            cuts.lost += c.lost;
+            cuts.reconnect_ms.extend(c.reconnected_after_ms);
+        }
+        cuts.reconnect_ms.sort_by(f64::total_cmp);
+        cuts
+    }
+
+    /// The `p`th percentile of the reconnect times (nearest rank), if any reconnected.
+    pub fn reconnect_percentile_ms(&self, p: f64) -> Option<f64> {
+        let n = self.reconnect_ms.len();
+        (n > 0).then(|| {
+            let rank = ((p / 100.0) * n as f64).ceil() as usize;
+            self.reconnect_ms[rank.clamp(1, n) - 1]
+        })
+    }
+
+    /// `4 × 1001 by server`, or `none`.
+    pub fn codes(&self) -> String {
+        if self.by_code.is_empty() {
+            return "none".into();
+        }
+        self.by_code
+            .iter()
+            .map(|(code, n)| format!("{n} × {code}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The most WebSockets open at once.
+pub fn most_open(file: &WebSocketFile) -> u32 {
+    file.open_over_time
+        .iter()
+        .map(|&(_, n)| n)
+        .max()
+        .unwrap_or(0)
+}
+
+/// A few lines for the terminal, under the messages' summary.
+pub fn text(file: &WebSocketFile) -> String {
+    let mut out = String::new();
+    let failed: u64 = file.upgrade_failures.values().sum();
+    let _ = writeln!(
+        out,
+        "  WebSockets  {} opened (at most {} at once), {} closed before the end, {} upgrade(s) failed",
+        file.opened,
+        most_open(file),
+        file.closes.len(),
+        failed
+    );
+    for (why, n) in &file.upgrade_failures {
+        let _ = writeln!(out, "    upgrade failed: {n} × {why}");
+    }
+    let all = Cuts::between(&file.closes, f64::NEG_INFINITY, f64::INFINITY);
+    if all.closed > 0 {
+        let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+        for c in &file.closes {
+            *reasons.entry(c.reason.as_str()).or_default() += 1;
+        }
+        let reasons = reasons
+            .iter()
+            .map(|(r, n)| format!("{n} × \"{r}\""))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let _ = writeln!(out, "    closes    {} ({reasons})", all.codes());
+    }
+    let _ = writeln!(
+        out,
+        "    messages  {} sent, {} echoed, {} lost ({} of them with a closed WebSocket), {} late, {} duplicated, {} reordered, {} never sent, {} out at the end",
+        file.sent,
+        file.echoed,
+        file.lost,
+        all.lost,
+        file.late,
+        file.duplicated,
+        file.reordered,
+        file.unsent,
+        file.in_flight_at_end
+    );
+    let r = &file.reconnect;
+    if r.count > 0 {
+        let us = |v: Option<u64>| v.map_or("-".into(), |v| human_us(v as f64));
+        let _ = writeln!(
+            out,
+            "    reconnect {} after a cut: p50 {}, p90 {}, p99 {}, max {}",
+            r.count,
+            us(r.p50_us),
+            us(r.p90_us),
+            us(r.p99_us),
+            us(r.max_us)
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(at_s: f64, code: u16, lost: u64, reconnected: Option<f64>) -> CloseRecord {
+        CloseRecord {
+            at_s,
+            connection: 0,
+            by: if code == 1006 { "abnormal" } else { "server" }.into(),
+            code,
+            reason: "backend draining".into(),
+            backend: Some("b1".into()),
+            lost,
+            reconnected_after_ms: reconnected,
+        }
+    }
+
+    #[test]
+    fn cuts_in_a_window_count_codes_losses_and_reconnects() {
+        let closes = [
+            close(0.5, 1001, 1, Some(3.0)),
+            close(2.0, 1001, 0, Some(1.0)),
+            close(2.1, 1006, 2, None),
+            close(2.2, 1001, 0, Some(9.0)),
+            close(5.0, 1001, 4, Some(2.0)),
+        ];
+        let cuts = Cuts::between(&closes, 2.0, 5.0);
+        assert_eq!(cuts.closed, 3);
+        assert_eq!(cuts.lost, 2);
+        assert_eq!(cuts.codes(), "2 × 1001 by server, 1 × 1006 by abnormal");
+        assert_eq!(cuts.reconnect_ms, vec![1.0, 9.0]);
+        assert_eq!(cuts.reconnect_percentile_ms(50.0), Some(1.0));
+        assert_eq!(cuts.reconnect_percentile_ms(99.0), Some(9.0));
+        assert_eq!(Cuts::between(&closes, 6.0, 7.0).codes(), "none");
+        assert_eq!(
+            Cuts::between(&closes, 6.0, 7.0).reconnect_percentile_ms(99.0),
+            None
+        );
+    }
+}
