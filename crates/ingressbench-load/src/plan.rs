@@ -330,6 +330,52 @@ impl Plan {
         }
     }
 
+    /// What a WebSocket load cannot be: closed-loop or sequential (messages go at a rate),
+    /// HTTP/2 (RFC 8441 is not sent), shared between processes, a number of messages.
+    fn validate_websocket(
+        &self,
+        options: &crate::websocket::WebSocketOptions,
+    ) -> Result<(), LoadError> {
+        use crate::websocket::MESSAGE_HEADER;
+        let why = match () {
+            () if !matches!(self.mode, Mode::Open { .. }) => Some((
+                "-R/--rate",
+                "a WebSocket load sends messages at a rate (open loop): give one".to_owned(),
+            )),
+            () if self.protocol != Protocol::Http1 => Some((
+                "protocol",
+                "WebSockets are upgraded from HTTP/1.1 here (RFC 8441's WebSockets over HTTP/2 are not sent)".to_owned(),
+            )),
+            () if self.share.of > 1 => Some((
+                "--workers",
+                "a WebSocket load is sent by one process; leave out workers".to_owned(),
+            )),
+            () if matches!(self.length, Length::Requests(_)) => Some((
+                "-n/--requests",
+                "a WebSocket load runs for a duration, not a number of messages".to_owned(),
+            )),
+            () if matches!(self.warmup, Warmup::Requests(_)) => Some((
+                "--warmup-requests",
+                "a WebSocket load's warm-up is a time (--warmup)".to_owned(),
+            )),
+            () if !(MESSAGE_HEADER..=16 << 20).contains(&options.message_bytes) => Some((
+                "message size",
+                format!(
+                    "{} bytes: from {MESSAGE_HEADER} (a sequence number and a due time) to 16 MiB",
+                    options.message_bytes
+                ),
+            )),
+            () => None,
+        };
+        match why {
+            Some((field, reason)) => Err(LoadError::InvalidPlan {
+                field: field.to_owned(),
+                reason,
+            }),
+            None => Ok(()),
+        }
+    }
+
     /// Checks every field, naming the one that is wrong and what would be valid.
     pub fn validate(&self) -> Result<(), LoadError> {
         let bad = |field: &str, reason: String| {
@@ -493,6 +539,9 @@ impl Plan {
         }
         if self.window < Duration::from_millis(10) {
             return bad("window", "must be at least 10ms".to_owned());
+        }
+        if let Kind::WebSocket(options) = &self.kind {
+            self.validate_websocket(options)?;
         }
         let header_name = |name: &str| {
             !name.is_empty()

@@ -289,52 +289,17 @@ pub(crate) fn run(
     stop: Arc<AtomicBool>,
     observer: &mut dyn Observer,
 ) -> Result<LoadReport, LoadError> {
-    let invalid = |field: &str, reason: String| LoadError::InvalidPlan {
-        field: field.into(),
-        reason,
+    plan.validate()?;
+    let (Mode::Open { rate_per_s }, Length::Duration(length)) = (&plan.mode, plan.length) else {
+        return Err(LoadError::InvalidPlan {
+            field: "-R/--rate".into(),
+            reason: "a WebSocket load sends messages at a rate for a duration".into(),
+        });
     };
-    let Mode::Open { rate_per_s } = plan.mode else {
-        return Err(invalid(
-            "mode",
-            "a WebSocket load sends messages at a rate (open loop): give one".into(),
-        ));
-    };
-    if options.message_bytes < MESSAGE_HEADER || options.message_bytes > 16 << 20 {
-        return Err(invalid(
-            "message size",
-            format!(
-                "{} bytes: from {MESSAGE_HEADER} (a sequence number and a due time) to 16 MiB",
-                options.message_bytes
-            ),
-        ));
-    }
-    if plan.protocol != Protocol::Http1 {
-        return Err(invalid(
-            "protocol",
-            "WebSockets are upgraded from HTTP/1.1 here (RFC 8441's HTTP/2 WebSockets are not sent)".into(),
-        ));
-    }
-    if plan.share.of > 1 {
-        return Err(invalid(
-            "workers",
-            "a WebSocket load is sent by one process; leave out workers".into(),
-        ));
-    }
-    let Length::Duration(length) = plan.length else {
-        return Err(invalid(
-            "length",
-            "a WebSocket load runs for a duration, not a number of requests".into(),
-        ));
-    };
+    let rate_per_s = *rate_per_s;
     let warmup = match plan.warmup {
-        Warmup::None => Duration::ZERO,
         Warmup::Duration(d) => d,
-        Warmup::Requests(_) => {
-            return Err(invalid(
-                "warm-up",
-                "a WebSocket load's warm-up is a time, not a number of requests".into(),
-            ))
-        }
+        _ => Duration::ZERO,
     };
     // A connection and a timer each.
     ensure_descriptors(plan.connections * 2)?;
@@ -440,10 +405,10 @@ pub(crate) fn run(
     })
 }
 
-/// Samples how many WebSockets are open every 100 ms until aborted.
+/// Samples how many WebSockets are open every 100 ms until the run's end.
 async fn sample_open(run: Rc<Run>) {
     let mut at = run.start;
-    loop {
+    while at < run.end {
         tokio::time::sleep_until(at.into()).await;
         let t = at.saturating_duration_since(run.start).as_secs_f64();
         run.report
@@ -458,13 +423,13 @@ async fn sample_open(run: Rc<Run>) {
 /// timer wakes on whole milliseconds, late by up to one), or tokio's if the system gives no
 /// timer.
 enum Pacer {
-    Precise(PreciseClock),
+    Precise(Box<PreciseClock>),
     Tokio,
 }
 
 impl Pacer {
     fn new(origin: Instant, batch: crate::BatchWindow) -> Self {
-        PreciseClock::new(origin, batch).map_or(Self::Tokio, Self::Precise)
+        PreciseClock::new(origin, batch).map_or(Self::Tokio, |c| Self::Precise(Box::new(c)))
     }
 
     async fn sleep_until(&mut self, deadline: Instant) {

@@ -26,6 +26,7 @@ use crate::store::{is_full, ProgressFn, ResultsLock, Streams};
 use crate::timeline::{unfired, Driver, Gate, Timeline};
 use crate::usage::UsageLog;
 use crate::Cell;
+use ingressbench_report::websocket::{Cuts, WebSocketFile};
 
 /// How long the lab and load get before the first request is due.
 const START_DELAY: Duration = Duration::from_millis(300);
@@ -292,9 +293,14 @@ fn collect(
             .push(format!("ROUTE STEPS UNFINISHED: {why}"));
     }
     let cut_short = write_measured(dir, &report, streams, lock)?;
+    let websocket = write_websocket(dir, &report)?;
     let record = site.record(dir);
     let impact = write_impact(
-        (site.records(), &probed),
+        (
+            site.records(),
+            &probed,
+            websocket.as_ref().map(|w| &w.closes[..]),
+        ),
         dir,
         &report.summary,
         usage_log.as_ref(),
@@ -331,7 +337,9 @@ fn collect(
         entry: load.entry,
         interrupted: s.interrupted || cut_short.is_some(),
         cut_short,
-        line: one_line(s) + &routes_line,
+        line: one_line(s)
+            + &websocket.as_ref().map(websocket_line).unwrap_or_default()
+            + &routes_line,
     })
 }
 
@@ -400,6 +408,37 @@ fn probe_line(firings: &Value) -> String {
 }
 
 /// The line printed when a cell ends.
+/// A WebSocket load's own results as websocket.json (closes, reconnects, the messages'
+/// accounting, WebSockets open over time), read back as the report reads them.
+fn write_websocket(
+    dir: &Path,
+    report: &ingressbench_load::LoadReport,
+) -> Result<Option<WebSocketFile>, String> {
+    let Some(websocket) = report.websocket.as_deref() else {
+        return Ok(None);
+    };
+    let value = serde_json::to_value(websocket).map_err(|e| e.to_string())?;
+    write_json(&dir.join("websocket.json"), &value)
+        .map_err(|e| format!("writing websocket.json: {e}"))?;
+    serde_json::from_value(value)
+        .map(Some)
+        .map_err(|e| format!("websocket.json: {e}"))
+}
+
+/// `; 8 WebSockets, 4 cut (4 × 1001 by server), 3 messages lost, reconnect p99 12.0 ms`.
+fn websocket_line(w: &WebSocketFile) -> String {
+    let cuts = Cuts::between(&w.closes, f64::NEG_INFINITY, f64::INFINITY);
+    let mut line = format!("; {} WebSockets opened", w.opened);
+    if cuts.closed > 0 {
+        line += &format!(", {} cut ({})", cuts.closed, cuts.codes());
+    }
+    line += &format!(", {} messages lost", w.lost);
+    if let Some(p99) = cuts.reconnect_percentile_ms(99.0) {
+        line += &format!(", reconnect p99 {p99:.1} ms");
+    }
+    line
+}
+
 fn one_line(s: &ingressbench_stats::Summary) -> String {
     format!(
         "{} requests, {} errors, p50 {:.2} ms, p99 {:.2} ms{}",

@@ -249,8 +249,32 @@ fn round6(x: f64) -> f64 {
 /// it took effect (from the traffic, the generation it made, or for a route change
 /// nothing else shows, when the route probe found its last route right: `probed`).
 /// `times` are the start of measurement and the load's start.
+/// The WebSockets an event's window cut (`closes` timed from the load's start, as the
+/// window's ends are given): how many, by code, the messages lost with them, and how long
+/// their connections took to have one again.
+fn websocket_cuts(
+    closes: &[ingressbench_report::websocket::CloseRecord],
+    from_s: f64,
+    to_s: f64,
+) -> Value {
+    let cuts = ingressbench_report::websocket::Cuts::between(closes, from_s, to_s);
+    json!({
+        "cut": cuts.closed,
+        "by_code": cuts.by_code,
+        "messages_lost": cuts.lost,
+        "reconnected": cuts.reconnect_ms.len(),
+        "reconnect_p50_ms": cuts.reconnect_percentile_ms(50.0),
+        "reconnect_p99_ms": cuts.reconnect_percentile_ms(99.0),
+        "reconnect_max_ms": cuts.reconnect_ms.last(),
+    })
+}
+
 pub(crate) fn write_impact(
-    (records, probed): (&[ChangeRecord], &[crate::propagation::Probed]),
+    (records, probed, closes): (
+        &[ChangeRecord],
+        &[crate::propagation::Probed],
+        Option<&[ingressbench_report::websocket::CloseRecord]>,
+    ),
     dir: &Path,
     summary: &Summary,
     usage: Option<&UsageLog>,
@@ -300,6 +324,9 @@ pub(crate) fn write_impact(
         }
         figures["took_effect_s"] = json!(effect.map(|e| t + e));
         figures["took_effect_basis"] = json!(basis);
+        if let Some(closes) = closes {
+            figures["websocket"] = websocket_cuts(closes, t + shift, until + shift);
+        }
         // Route changes and reloads: read from the generation every answer carries.
         let by_hop: Vec<Value> = rec
             .generations

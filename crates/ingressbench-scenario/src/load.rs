@@ -212,6 +212,32 @@ pub(crate) type LoadThread = std::thread::JoinHandle<(
     Streams,
 )>;
 
+/// What a scenario's load sends, its settings checked.
+pub(crate) fn kind_of(l: &crate::model::LoadFile) -> Result<ingressbench_load::Kind, String> {
+    use crate::model::LoadKindFile;
+    use ingressbench_load::websocket::{Reconnect, WebSocketOptions};
+    match (l.kind, &l.websocket) {
+        (LoadKindFile::Http, None) => Ok(ingressbench_load::Kind::Http),
+        (LoadKindFile::Http, Some(_)) => Err(
+            "load.websocket: only a WebSocket load has these settings; add `kind: websocket` or drop them".into(),
+        ),
+        (LoadKindFile::Websocket, settings) => {
+            let settings = settings.clone().unwrap_or_default();
+            let defaults = WebSocketOptions::default();
+            Ok(ingressbench_load::Kind::WebSocket(WebSocketOptions {
+                message_bytes: settings.message_bytes.unwrap_or(defaults.message_bytes),
+                reconnect: settings
+                    .reconnect
+                    .as_deref()
+                    .map(Reconnect::parse)
+                    .transpose()
+                    .map_err(|e| format!("load.websocket.reconnect: {e}"))?
+                    .unwrap_or(defaults.reconnect),
+            }))
+        }
+    }
+}
+
 /// The load plan of a cell against `url` (a `Host` header added if given), its times
 /// scaled by `factor`; what depends on the running lab (TLS, `--resolve`, the start) is
 /// added by the caller.
@@ -275,6 +301,7 @@ pub(crate) fn plan_for(
         .and_then(ingressbench_load::Protocol::parse)
         .unwrap_or_default();
     plan.streams = l.streams;
+    plan.kind = kind_of(l)?;
     plan.retry = l
         .retry
         .as_deref()

@@ -404,10 +404,37 @@ pub enum NodePlacement {
     Any,
 }
 
+/// What the load sends.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LoadKindFile {
+    /// HTTP requests.
+    #[default]
+    Http,
+    /// Messages over WebSockets, one per connection, at `rate` messages a second.
+    Websocket,
+}
+
+/// `load.websocket: { message_bytes: 64, reconnect: backoff }`.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSocketLoadFile {
+    /// Each message's size (default 64 bytes, at least 16).
+    pub message_bytes: Option<usize>,
+    /// What a cut WebSocket does: `none`, `immediate`, `backoff` (default: 100ms
+    /// doubling to 10s, full jitter) or `backoff:FIRST-MAX`.
+    pub reconnect: Option<String>,
+}
+
 /// The load, as written.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoadFile {
+    /// What it sends: `http` (default) or `websocket`.
+    #[serde(default)]
+    pub kind: LoadKindFile,
+    /// With `kind: websocket`: its messages and reconnects.
+    pub websocket: Option<WebSocketLoadFile>,
     /// How it is paced.
     #[serde(default)]
     pub mode: LoadModeFile,

@@ -283,6 +283,8 @@ fn listener(
         "stat_prefix": name,
         "codec_type": "AUTO",
         "strip_any_host_port": true,
+        // WebSockets are upgraded through (Envoy refuses an Upgrade it was not told of).
+        "upgrade_configs": [{ "upgrade_type": "websocket" }],
         "rds": { "route_config_name": "lab_routes", "config_source": source(files, "rds.json") },
         "http_filters": [
             { "name": "envoy.filters.http.cors", "typed_config": { "@type": "type.googleapis.com/envoy.extensions.filters.http.cors.v3.Cors" } },

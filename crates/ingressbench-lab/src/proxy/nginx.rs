@@ -84,6 +84,13 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
     // buffer go to tmp/body, which is the lab user's.
     let _ = writeln!(c, "  client_max_body_size 0;");
     let _ = writeln!(c, "  proxy_http_version 1.1;");
+    // WebSockets pass as nginx documents it: the client's Upgrade on to the upstream, with
+    // `Connection: upgrade`; every other request keeps an empty Connection, so the
+    // upstream's connections stay alive.
+    let _ = writeln!(
+        c,
+        "  map $http_upgrade $connection_upgrade {{ default upgrade; '' ''; }}"
+    );
     let _ = writeln!(
         c,
         "  proxy_connect_timeout {}ms;\n  proxy_read_timeout {}ms;\n  proxy_send_timeout {}ms;",
@@ -150,7 +157,7 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
             let _ = writeln!(c, "      proxy_pass http://pool_{};", route.pool);
             let _ = writeln!(
                 c,
-                "      proxy_set_header Host $host;\n      proxy_set_header Connection \"\";"
+                "      proxy_set_header Host $host;\n      proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection $connection_upgrade;"
             );
             for (name, value) in table.route_headers(route) {
                 let _ = writeln!(c, "      add_header {name} \"{value}\" always;");

@@ -138,3 +138,105 @@ fn a_draining_backend_closes_its_websockets_with_1001_or_drops_them_at_its_timeo
         assert!(r.unsent >= 150 && r.unsent + r.sent <= 610, "{r:?}");
     }
 }
+
+/// Each of the five proxies carries 8 WebSockets through a reload and a scale-down of
+/// two backends to one (`load.kind: websocket` in a scenario). What each proxy does at
+/// the reload is measured, not assumed: the test holds what must be true of any proxy and
+/// prints the rest. Every message is accounted for in the cell's files (the summary's
+/// messages are websocket.json's sent and never sent); a proxy either keeps every
+/// WebSocket through its reload or cuts them, and a cut one is ended with a close frame,
+/// not dropped; the backend that scales away closes its WebSockets with 1001 and its
+/// reason, and every proxy hands that close to the client as it was (not as a broken
+/// connection); with `reconnect: immediate` every connection has a WebSocket again by
+/// the end; each event's window in impact.json says what it cut.
+#[test]
+fn every_proxy_carries_websockets_through_a_reload_and_a_scale_down() {
+    let dir = crate::common::scratch("websocket-proxies");
+    let file = dir.join("ws.yaml");
+    std::fs::write(
+        &file,
+        "name: ws
+targets: [nginx, haproxy, envoy, traefik, caddy]
+backends: [{ name: echo, replicas: 2 }]
+tls: false
+load:
+  kind: websocket
+  websocket: { message_bytes: 64, reconnect: immediate }
+  rate: 200
+  connections: 8
+  duration: 4s
+  timeout: 1s
+  sample_rate: 1
+events:
+  - { at: 1500ms, reload: true }
+  - { at: 3s, scale: 1 }
+",
+    )
+    .unwrap();
+    let out = dir.join("results");
+    let run = std::process::Command::new(crate::common::BIN)
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let said = crate::common::text(&run);
+    assert!(run.status.success(), "{said}");
+    let json = |path: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+    };
+    let mut measured = Vec::new();
+    for cell in crate::common::cells_of(&out) {
+        let name = cell.file_name().unwrap().to_string_lossy().into_owned();
+        let ws = json(cell.join("websocket.json"));
+        let summary = json(cell.join("summary.json"));
+        let n = |v: &serde_json::Value| v.as_u64().unwrap();
+        let total = n(&summary["requests"]["total"]);
+        assert_eq!(
+            total + n(&ws["in_flight_at_end"]),
+            n(&ws["sent"]) + n(&ws["unsent"]),
+            "{name}: {ws}"
+        );
+        assert_eq!(
+            n(&summary["requests"]["ok"]),
+            n(&ws["echoed"]),
+            "{name}: {ws}"
+        );
+        // Every connection has a WebSocket at the end.
+        let open = ws["open_over_time"].as_array().unwrap();
+        assert_eq!(open.last().unwrap()[1], 8, "{name}: {open:?}");
+        let impact = json(cell.join("impact.json"));
+        let events = impact.as_array().unwrap();
+        assert_eq!(events.len(), 2, "{name}: {impact}");
+        let (reload, scale) = (&events[0]["websocket"], &events[1]["websocket"]);
+        let cut_at_reload = n(&reload["cut"]);
+        assert!(cut_at_reload == 0 || cut_at_reload == 8, "{name}: {reload}");
+        for close in ws["closes"].as_array().unwrap() {
+            assert_eq!(close["by"], "server", "{name}: {close}");
+            assert!(close["reconnected_after_ms"].is_number(), "{name}: {close}");
+        }
+        // The backend scaled away closed its WebSockets itself, with its reason, and the
+        // proxy handed each close on as it was.
+        let drained: Vec<&serde_json::Value> = ws["closes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["reason"] == "backend draining")
+            .collect();
+        assert!(!drained.is_empty(), "{name}: {ws}");
+        for c in &drained {
+            assert_eq!(c["code"], 1001, "{name}: {c}");
+            assert!(c["at_s"].as_f64().unwrap() >= 2.9, "{name}: {c}");
+        }
+        assert!(n(&scale["cut"]) >= drained.len() as u64, "{name}: {scale}");
+        measured.push(format!(
+            "{name}: reload cut {cut_at_reload} of 8 ({}), scale-down cut {} ({}), messages lost {}, reconnect p99 {} ms",
+            reload["by_code"], scale["cut"], scale["by_code"], ws["lost"], scale["reconnect_p99_ms"]
+        ));
+    }
+    assert_eq!(measured.len(), 5, "{said}");
+    println!("{}", measured.join("\n"));
+}
