@@ -37,6 +37,10 @@ use crate::run::{ensure_descriptors, progress_after, summarize};
 use crate::timer::{Clock, PreciseClock};
 use crate::{Length, LoadError, LoadReport, Mode, Observer, Plan, Protocol, Scheme, Warmup};
 
+/// The most closes kept one by one (a server that closes every WebSocket at once, with
+/// reconnects at once, makes thousands a second); past it they are only counted.
+pub const MAX_CLOSES_KEPT: usize = 50_000;
+
 /// The smallest message: a sequence number and a due time, eight bytes each.
 pub const MESSAGE_HEADER: usize = 16;
 
@@ -199,7 +203,9 @@ pub struct WebSocketReport {
     pub opened: u64,
     /// Upgrades that failed, by why (`status 502`, `connect: refused`, …).
     pub upgrade_failures: BTreeMap<String, u64>,
-    /// WebSockets that ended before the run did, in order.
+    /// WebSockets that ended before the run did.
+    pub cut: u64,
+    /// The first [`MAX_CLOSES_KEPT`] of them, in order.
     pub closes: Vec<Close>,
     /// From a cut to the next WebSocket open on that connection, in microseconds.
     #[serde(serialize_with = "reconnect_summary")]
@@ -529,18 +535,22 @@ async fn connection(run: Rc<Run>, index: usize) {
                         }
                         let mut report = run.report.borrow_mut();
                         report.lost += outstanding.len() as u64;
-                        report.closes.push(Close {
-                            at_s: run.start.elapsed().as_secs_f64(),
-                            connection: index,
-                            by,
-                            code,
-                            reason,
-                            backend: backend_name,
-                            lost: outstanding.len() as u64,
-                            reconnected_after_ms: None,
-                        });
-                        cut_by = Some(report.closes.len() - 1);
+                        report.cut += 1;
                         cut_at = Some(Instant::now());
+                        cut_by = None;
+                        if report.closes.len() < MAX_CLOSES_KEPT {
+                            report.closes.push(Close {
+                                at_s: run.start.elapsed().as_secs_f64(),
+                                connection: index,
+                                by,
+                                code,
+                                reason,
+                                backend: backend_name,
+                                lost: outstanding.len() as u64,
+                                reconnected_after_ms: None,
+                            });
+                            cut_by = Some(report.closes.len() - 1);
+                        }
                     }
                 }
             }

@@ -58,6 +58,8 @@ pub struct CellResults {
     pub impact: Vec<Value>,
     /// Its `routes.json` (the route probe's figures per event firing), when it has one.
     pub routes: Option<Value>,
+    /// Its `websocket.json`, when its load was WebSockets.
+    pub websocket: Option<crate::websocket::WebSocketFile>,
     /// Seconds from the load's start to the start of measurement (the warm-up).
     pub measure_from_s: f64,
     /// What the lab's processes spent (`run.json`'s `usage`), if it was measured.
@@ -190,6 +192,7 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             windows: Vec::new(),
             impact: Vec::new(),
             routes: None,
+            websocket: None,
             measure_from_s: c["measure_from_s"].as_f64().unwrap_or(0.0),
             usage: c.get("usage").filter(|u| !u.is_null()).cloned(),
             proxy_cpu: Vec::new(),
@@ -339,6 +342,27 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         Some(Err(e)) => why.push(e),
         None => {}
     }
+    match optional("websocket.json").map(|v| {
+        v.and_then(|v| {
+            serde_json::from_value::<crate::websocket::WebSocketFile>(v)
+                .map_err(|e| format!("websocket.json: {e}"))
+        })
+    }) {
+        Some(Ok(w)) => {
+            let total = value["requests"]["total"].as_u64().unwrap_or(0);
+            // Every message due is in the summary once: sent or never sent, less those
+            // still out when the run ended.
+            if w.sent + w.unsent != total + w.in_flight_at_end {
+                why.push(format!(
+                    "websocket.json counts {} messages sent, {} never sent and {} out at the end, and the summary {total} (not this cell's)",
+                    w.sent, w.unsent, w.in_flight_at_end
+                ));
+            }
+            cell.websocket = Some(w);
+        }
+        Some(Err(e)) => why.push(e),
+        None => {}
+    }
     cell.proxy_cpu = usage_readings(cell, root, windows);
     if why.is_empty() {
         cell.summary = Some(value);
@@ -347,6 +371,7 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         cell.impact.clear();
         cell.workers = None;
         cell.routes = None;
+        cell.websocket = None;
         cell.unreadable = why;
     }
 }
@@ -609,6 +634,7 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
             windows,
             impact: Vec::new(),
             routes: None,
+            websocket: None,
             measure_from_s: 0.0,
             usage: None,
             proxy_cpu: Vec::new(),

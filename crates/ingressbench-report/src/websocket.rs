@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 
 use serde::Deserialize;
 
+use crate::results::{CellResults, RunResults};
+use crate::svg::{esc, short, Axis, Plot, PALETTE};
 use crate::terminal::human_us;
 
 /// `websocket.json`, as the load engine writes it.
@@ -35,7 +37,10 @@ pub struct WebSocketFile {
     /// Upgrades that failed, by why.
     #[serde(default)]
     pub upgrade_failures: BTreeMap<String, u64>,
-    /// Closes before the run's end, in order.
+    /// WebSockets that ended before the run did.
+    #[serde(default)]
+    pub cut: u64,
+    /// The first of those closes (at most 50,000), in order.
     #[serde(default)]
     pub closes: Vec<CloseRecord>,
     /// From a cut to the next WebSocket on the connection.
@@ -135,6 +140,160 @@ impl Cuts {
     }
 }
 
+/// WebSockets open at `t_s` seconds from the load's start (the last sample at or before).
+fn open_at(file: &WebSocketFile, t_s: f64) -> u32 {
+    file.open_over_time
+        .iter()
+        .take_while(|&&(t, _)| t <= t_s + 1e-9)
+        .last()
+        .map_or(0, |&(_, n)| n)
+}
+
+/// The WebSocket section: per cell, WebSockets open over time with every event drawn in,
+/// and a table of what each event cut; the headline's sentence per cell and kind of
+/// event. `None` when no cell's load was WebSockets.
+pub(crate) fn section(
+    run: &RunResults,
+    colours: &BTreeMap<String, &str>,
+    charts: &mut Vec<(String, String)>,
+) -> Option<(String, Vec<String>)> {
+    let cells: Vec<(&CellResults, &WebSocketFile)> = run
+        .cells
+        .iter()
+        .filter_map(|c| Some((c, c.websocket.as_ref()?)))
+        .collect();
+    if cells.is_empty() {
+        return None;
+    }
+    let mut html = String::from("<section><h2>WebSockets</h2><p class=\"note\">Each message carries its sequence number and is timed from when it was due to its echo; in the figures above a message is a request (101 when echoed). Per cell: WebSockets open over time (sampled every 100 ms) with each event; per event, from its request to the next event's (at most 15 s): the WebSockets cut (by close code and who closed: <em>server</em> is a close frame from the proxy or the backend, <em>abnormal</em> a connection that ended without one), the messages lost with them, every failed message in the window, how long the cut connections took to have a WebSocket again, and the p99 of the messages' latency in the 5 s after.</p>");
+    let mut headline = Vec::new();
+    for (cell, file) in &cells {
+        let label = cell.label();
+        let colour = colours.get(&cell.target).copied().unwrap_or(PALETTE[0]);
+        let _ = write!(html, "<h3>{}</h3>", esc(&label));
+        if let Some(svg) = open_chart(cell, file, colour, &label) {
+            html.push_str(&svg);
+            charts.push((format!("websockets {label}"), svg));
+        }
+        html.push_str(&event_table(cell, file));
+        let _ = write!(html, "<pre>{}</pre>", esc(&text(file)));
+        headline.extend(sentences(cell, file));
+    }
+    html.push_str("</section>");
+    Some((html, headline))
+}
+
+/// What an event cut, as its impact entry gives it (`websocket`).
+fn cut_of(event: &serde_json::Value) -> Option<(u64, String, u64, Option<f64>)> {
+    let w = event.get("websocket")?;
+    let codes = w["by_code"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{} × {k}", v.as_u64().unwrap_or(0)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        })
+        .unwrap_or_default();
+    Some((
+        w["cut"].as_u64()?,
+        codes,
+        w["messages_lost"].as_u64().unwrap_or(0),
+        w["reconnect_p99_ms"].as_f64(),
+    ))
+}
+
+fn event_table(cell: &CellResults, file: &WebSocketFile) -> String {
+    let mut t = String::from("<table><tr><th class=\"l\">event</th><th>at s</th><th>open before</th><th>cut</th><th class=\"l\">by code</th><th>lost with them</th><th>failed messages</th><th>reconnect p50 ms</th><th>p99 ms</th><th>max ms</th><th>latency p99 5 s after, ms</th></tr>");
+    for e in &cell.impact {
+        let Some(w) = e.get("websocket") else {
+            continue;
+        };
+        let at = e["requested_s"].as_f64().unwrap_or(0.0);
+        let ms = |v: &serde_json::Value| v.as_f64().map_or("-".to_owned(), |m| format!("{m:.1}"));
+        let _ = write!(
+            t,
+            "<tr><td class=\"l\">{}</td><td>{at:.2}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(e["what"].as_str().unwrap_or("")),
+            open_at(file, at + cell.measure_from_s - 1e-3),
+            w["cut"],
+            esc(&cut_of(e).map(|c| c.1).unwrap_or_default()),
+            w["messages_lost"],
+            e["errors"],
+            ms(&w["reconnect_p50_ms"]),
+            ms(&w["reconnect_p99_ms"]),
+            ms(&w["reconnect_max_ms"]),
+            ms(&e["p99_ms_5s_after"]),
+        );
+    }
+    t.push_str("</table>");
+    t
+}
+
+/// WebSockets open over time, every event a labelled marker; time from the start of
+/// measurement, as the other charts.
+fn open_chart(
+    cell: &CellResults,
+    file: &WebSocketFile,
+    colour: &str,
+    label: &str,
+) -> Option<String> {
+    let points: Vec<(f64, f64)> = file
+        .open_over_time
+        .iter()
+        .map(|&(t, n)| (t - cell.measure_from_s, f64::from(n)))
+        .collect();
+    if points.len() < 2 {
+        return None;
+    }
+    let x = Axis::covering(points.iter().map(|p| p.0), false);
+    let y = Axis::covering(points.iter().map(|p| p.1).chain([0.0]), false);
+    let mut plot = Plot::new(900.0, 200.0, x, y);
+    plot.axes("seconds", "WebSockets open", &|v| short(v));
+    plot.line(&points, colour, 1.6, false);
+    for (i, e) in cell.impact.iter().enumerate() {
+        if let Some(at) = e["requested_s"].as_f64() {
+            let what = e["what"].as_str().unwrap_or("");
+            plot.marker(at, &format!("{} {what}", i + 1), i % 3);
+        }
+    }
+    Some(plot.finish(&format!("WebSockets open over time, {label}")))
+}
+
+/// "caddy …: at a reload, 8 of 8 WebSockets cut (8 × 1001 by server), 0 messages lost,
+/// reconnected in 3.1 ms (p99)", for the first event of each kind.
+fn sentences(cell: &CellResults, file: &WebSocketFile) -> Vec<String> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for e in &cell.impact {
+        let Some((cut, codes, lost, p99)) = cut_of(e) else {
+            continue;
+        };
+        let what = e["what"].as_str().unwrap_or("");
+        let kind = what.split_whitespace().next().unwrap_or("");
+        if !seen.insert(kind.to_owned()) {
+            continue;
+        }
+        let at = e["requested_s"].as_f64().unwrap_or(0.0);
+        let before = open_at(file, at + cell.measure_from_s - 1e-3);
+        let codes = if codes.is_empty() {
+            String::new()
+        } else {
+            format!(" ({codes})")
+        };
+        let reconnected = match p99 {
+            Some(p99) => format!(", reconnected in {p99:.1} ms (p99)"),
+            None => String::new(),
+        };
+        out.push(format!(
+            "{}: at {what}, {cut} of {before} WebSockets cut{codes}, {lost} messages lost with them, {} messages failed in its window{reconnected}.",
+            cell.label(),
+            e["errors"].as_u64().unwrap_or(0),
+        ));
+    }
+    out
+}
+
 /// The most WebSockets open at once.
 pub fn most_open(file: &WebSocketFile) -> u32 {
     file.open_over_time
@@ -153,7 +312,7 @@ pub fn text(file: &WebSocketFile) -> String {
         "  WebSockets  {} opened (at most {} at once), {} closed before the end, {} upgrade(s) failed",
         file.opened,
         most_open(file),
-        file.closes.len(),
+        file.cut,
         failed
     );
     for (why, n) in &file.upgrade_failures {

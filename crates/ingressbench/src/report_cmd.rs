@@ -171,6 +171,7 @@ pub(crate) fn write_report(
         .map(String::as_str)
         .chain(report.table.lines())
         .chain(report.routes.iter().map(String::as_str))
+        .chain(report.websocket.iter().map(String::as_str))
     {
         writeln!(stdout, "{}", terminal::printable(line))?;
     }

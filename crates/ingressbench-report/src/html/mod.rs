@@ -40,6 +40,8 @@ pub struct Report {
     pub table: String,
     /// The route-scale sentences, one per cell and step kind (also in `headline`).
     pub routes: Vec<String>,
+    /// The WebSocket sentences, one per cell and kind of event (also in `headline`).
+    pub websocket: Vec<String>,
     /// The capacity sentences, one per search (also leading `headline`).
     pub capacity: Vec<String>,
     /// The warnings grouped by kind: the kind and its warnings.
@@ -67,6 +69,10 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
     let (routes_section, routes) = crate::routes::section(run, &colours, &mut charts)
         .map_or((None, Vec::new()), |(html, lines)| (Some(html), lines));
     headline.extend(routes.iter().cloned());
+    // WebSockets: what each event cut; its sentences join the headline's.
+    let (websocket_section, websocket) = crate::websocket::section(run, &colours, &mut charts)
+        .map_or((None, Vec::new()), |(html, lines)| (Some(html), lines));
+    headline.extend(websocket.iter().cloned());
     // Capacity: its sentences lead the headline, its section follows it.
     let (capacity_section, capacity) = crate::capacity::section(run, &colours, &mut charts)
         .map_or((None, Vec::new()), |(html, lines)| (Some(html), lines));
@@ -190,6 +196,9 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
     if let Some(section) = &routes_section {
         body.push_str(section);
     }
+    if let Some(section) = &websocket_section {
+        body.push_str(section);
+    }
     // Phases.
     if let Some((table, svg)) = phases(run, &conditions) {
         let _ = write!(
@@ -224,6 +233,7 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
         headline,
         table: crate::headline::text(&rows),
         routes,
+        websocket,
         capacity,
         warning_groups,
         warnings,

@@ -239,4 +239,33 @@ events:
     }
     assert_eq!(measured.len(), 5, "{said}");
     println!("{}", measured.join("\n"));
+    // The report says it per proxy and event, and refuses a websocket.json that does not
+    // agree with its cell's summary.
+    let report = std::process::Command::new(crate::common::BIN)
+        .args(["report", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = crate::common::text(&report);
+    for target in ["nginx", "haproxy", "envoy", "traefik", "caddy"] {
+        assert!(
+            said.contains(&format!("{target}, repeat 1 (cell "))
+                && said.contains("of 8 WebSockets cut"),
+            "{said}"
+        );
+    }
+    let first = crate::common::cells_of(&out)
+        .remove(0)
+        .join("websocket.json");
+    let mut ws = json(first.clone());
+    ws["sent"] = (ws["sent"].as_u64().unwrap() + 1).into();
+    std::fs::write(&first, ws.to_string()).unwrap();
+    let report = std::process::Command::new(crate::common::BIN)
+        .args(["report", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let said = crate::common::text(&report);
+    assert!(
+        said.contains("UNREADABLE") && said.contains("websocket.json counts"),
+        "{said}"
+    );
 }
