@@ -259,6 +259,8 @@ pub struct Lab {
     sidecar_relay: Option<Relay>,
     told_proxies: Option<RouteTable>,
     reload_due: bool,
+    /// A restart was asked and not yet done, with its grace.
+    restart_due: Option<Duration>,
     overlay: Overlay,
     /// The proxies' configuration generation, bumped by every route change and reload.
     generation: u32,
@@ -291,6 +293,13 @@ pub enum Change {
     Overlay(Overlay),
     /// Push the current configuration again without a change (a reload).
     Reload,
+    /// Stop each proxy its own graceful way and start it again, one after another (with
+    /// a front, a rolling restart of its replicas), killing what is left of one after
+    /// `grace`.
+    Restart {
+        /// How long a stopped proxy has to end what it serves.
+        grace: Duration,
+    },
     /// Replace the routes with these (routes added, removed or sent elsewhere), in one
     /// update of each proxy, its own way.
     Routes(Vec<Route>),
@@ -377,6 +386,7 @@ impl Lab {
             sidecar_relay: None,
             told_proxies: None,
             reload_due: false,
+            restart_due: None,
             generation: 1,
             sidecar_generation: 1,
             serial: 0,
@@ -854,7 +864,18 @@ impl Lab {
         // (a reload is pushed to them all the same).
         let table = self.proxies_table();
         let reload = std::mem::take(&mut self.reload_due);
-        if self.sidecar.is_none() || reload || self.told_proxies.as_ref() != Some(&table) {
+        if let Some(grace) = self.restart_due.take() {
+            let reaper = &mut self.reaper;
+            for p in &mut self.proxies {
+                p.restart(&table, None, grace, &mut |pid| {
+                    if let Some(r) = reaper.as_mut() {
+                        r.watch(pid);
+                    }
+                })?;
+                mechanisms.push((p.kind(), "restart (a graceful stop, then a new process)"));
+            }
+            self.told_proxies = Some(table);
+        } else if self.sidecar.is_none() || reload || self.told_proxies.as_ref() != Some(&table) {
             for p in &mut self.proxies {
                 let update = p.update(&table)?;
                 mechanisms.push((p.kind(), update.mechanism));
@@ -950,6 +971,12 @@ impl Lab {
                 self.generation += 1;
                 generations.push((GENERATION_HEADER, self.generation));
                 (what, Vec::new(), Vec::new())
+            }
+            Change::Restart { grace } => {
+                self.restart_due = Some(*grace);
+                self.generation += 1;
+                generations.push((GENERATION_HEADER, self.generation));
+                ("restart".to_owned(), Vec::new(), Vec::new())
             }
             Change::Reload => {
                 self.reload_due = true;

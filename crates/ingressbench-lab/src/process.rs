@@ -159,11 +159,17 @@ impl OwnedChild {
 
     /// SIGTERM to the group, up to `grace` to exit, then SIGKILL. Returns how it ended.
     pub fn terminate(&mut self, grace: Duration) -> Option<ExitStatus> {
+        self.stop(Signal::TERM, grace)
+    }
+
+    /// `signal` to the group, up to `grace` to exit, then SIGKILL to what is left of it.
+    /// Returns how it ended.
+    pub fn stop(&mut self, signal: Signal, grace: Duration) -> Option<ExitStatus> {
         if let Some(status) = self.try_wait() {
             self.kill_group(Signal::KILL);
             return Some(status);
         }
-        self.kill_group(Signal::TERM);
+        self.kill_group(signal);
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
             if let Some(status) = self.try_wait() {

@@ -525,6 +525,12 @@ pub struct EventFile {
     pub config: Option<ConfigChange>,
     /// Push the configuration again without a change.
     pub reload: Option<bool>,
+    /// Stop the proxy its own graceful way and start it again (as a service manager's
+    /// restart; with a front, one replica at a time).
+    pub restart: Option<bool>,
+    /// With `restart`: how long the stopped proxy has to end what it serves before what
+    /// is left of it is killed (default 5s; a service manager gives 90s).
+    pub grace: Option<String>,
     /// Make a backend stop answering for a while: `{ backend: NAME, for: 2s }`.
     pub stall_backend: Option<StallFile>,
     /// Add this many generated routes, in one update of the proxy.
@@ -766,6 +772,11 @@ pub enum Action {
     Config(ConfigChange),
     /// Reload without change.
     Reload,
+    /// Stop the proxy and start it again, killing it after `grace`.
+    Restart {
+        /// How long it has to end what it serves.
+        grace: Duration,
+    },
     /// Add generated routes.
     AddRoutes(usize),
     /// Remove generated routes.
@@ -832,6 +843,7 @@ impl EventFile {
             self.terminate.is_some(),
             self.config.is_some(),
             self.reload.is_some(),
+            self.restart.is_some(),
             self.stall_backend.is_some(),
             self.add_routes.is_some(),
             self.remove_routes.is_some(),
@@ -840,8 +852,13 @@ impl EventFile {
         ];
         if actions.iter().filter(|a| **a).count() != 1 {
             return Err(here(
-                "give exactly one action: scale, kill, terminate, config, reload, stall_backend, add_routes, remove_routes, change_routes or route_steps"
+                "give exactly one action: scale, kill, terminate, config, reload, restart, stall_backend, add_routes, remove_routes, change_routes or route_steps"
                     .into(),
+            ));
+        }
+        if self.grace.is_some() && self.restart != Some(true) {
+            return Err(here(
+                "grace: only a restart has a grace (how long the stopped proxy has to end what it serves)".into(),
             ));
         }
         let action = if let Some(n) = self.scale {
@@ -854,6 +871,10 @@ impl EventFile {
             Action::Config(c.clone())
         } else if self.reload == Some(true) {
             Action::Reload
+        } else if self.restart == Some(true) {
+            Action::Restart {
+                grace: duration("grace", self.grace.as_deref().unwrap_or("5s")).map_err(here)?,
+            }
         } else if let Some(n) = self.add_routes {
             Action::AddRoutes(n)
         } else if let Some(n) = self.remove_routes {

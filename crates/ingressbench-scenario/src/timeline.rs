@@ -194,7 +194,12 @@ impl Driver<'_> {
                     ));
                 }
             }
-            if self.usage.as_mut().is_some_and(|u| u.poll(now).is_err()) {
+            let site = &self.site;
+            if self
+                .usage
+                .as_mut()
+                .is_some_and(|u| u.poll(now, || site.usage_parts()).is_err())
+            {
                 self.usage = None;
             }
             for (due, index, delay) in timeline.due(now, self.measure_from) {
@@ -506,6 +511,7 @@ fn change_for(action: &Action, s: &crate::Scenario) -> Change {
         }),
         Action::Config(ConfigChange::Revert) => Change::Overlay(s.overlay.to_overlay()),
         Action::Reload => Change::Reload,
+        Action::Restart { grace } => Change::Restart { grace: *grace },
         Action::AddRoutes(n) => Change::AddRoutes(*n),
         Action::RemoveRoutes(n) => Change::RemoveRoutes(*n),
         Action::ChangeRoutes(n) => Change::ChangeRoutes(*n),

@@ -43,6 +43,9 @@ pub(crate) struct UsageLog {
     measure_from: Instant,
     next_at: Instant,
     readings: Vec<Reading>,
+    /// CPU seconds of processes a part had before they were replaced (a proxy restarted),
+    /// by part name: added beneath what its processes now spend.
+    spent_before: std::collections::BTreeMap<String, f64>,
 }
 
 impl UsageLog {
@@ -64,26 +67,59 @@ impl UsageLog {
             measure_from,
             next_at: measure_from - whole,
             readings: Vec::new(),
+            spent_before: std::collections::BTreeMap::new(),
         };
         log.read_now(Instant::now())?;
         Ok(log)
     }
 
-    /// Takes a reading if one is due by `now`.
-    pub(crate) fn poll(&mut self, now: Instant) -> std::io::Result<()> {
+    /// Takes a reading if one is due by `now`, of the site's parts as `parts` gives them
+    /// then (a restart replaces a proxy's processes).
+    pub(crate) fn poll(
+        &mut self,
+        now: Instant,
+        parts: impl FnOnce() -> Vec<Part>,
+    ) -> std::io::Result<()> {
         if now < self.next_at {
             return Ok(());
         }
         while self.next_at <= now {
             self.next_at += INTERVAL;
         }
+        self.follow(parts());
         self.read_now(now)
+    }
+
+    /// Reads `parts` from now on (the client's own part kept): a part whose processes were
+    /// replaced keeps, beneath what the new ones spend, what the old ones had spent at the
+    /// last reading (what they spent after it, up to their end, is not seen).
+    fn follow(&mut self, parts: Vec<Part>) {
+        let last = self.readings.last();
+        for part in &parts {
+            let Some(old) = self.parts.iter().find(|o| o.name == part.name) else {
+                continue;
+            };
+            if old.source == part.source {
+                continue;
+            }
+            let before = last
+                .and_then(|r| r.parts.iter().find(|p| p.name == part.name))
+                .map_or(0.0, |p| p.cpu_s);
+            // The last reading already holds what earlier replaced processes spent.
+            self.spent_before.insert(part.name.clone(), before);
+        }
+        let client = self.parts.iter().find(|p| p.role == "client").cloned();
+        self.parts = parts;
+        self.parts.extend(client);
     }
 
     /// Takes a reading now (the last, when the load has ended).
     pub(crate) fn read_now(&mut self, now: Instant) -> std::io::Result<()> {
         let t_s = signed_offset(now, self.measure_from);
-        let parts = self.reader.read(&self.parts);
+        let mut parts = self.reader.read(&self.parts);
+        for p in &mut parts {
+            p.cpu_s += self.spent_before.get(&p.name).copied().unwrap_or(0.0);
+        }
         let line = json!({
             "t_s": round6(t_s),
             "parts": parts.iter().map(|p| json!({

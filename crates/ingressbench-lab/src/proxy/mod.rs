@@ -57,6 +57,18 @@ pub enum ProxyKind {
 }
 
 impl ProxyKind {
+    /// The signal that stops this proxy gracefully: it stops accepting and ends what it
+    /// serves (its maintainers' documented way).
+    pub fn graceful_stop(self) -> rustix::process::Signal {
+        use rustix::process::Signal;
+        match self {
+            ProxyKind::Nginx => Signal::QUIT,
+            // The master relays a soft stop to its workers.
+            ProxyKind::Haproxy => Signal::USR1,
+            ProxyKind::Envoy | ProxyKind::Traefik | ProxyKind::Caddy => Signal::TERM,
+        }
+    }
+
     /// Every kind, in the order they are listed.
     pub const ALL: [ProxyKind; 5] = [
         ProxyKind::Nginx,
@@ -365,6 +377,74 @@ pub struct Proxy {
     child: OwnedChild,
     table: RouteTable,
     startup: Duration,
+    /// The network namespace it runs in, if its node has one.
+    netns: Option<PathBuf>,
+}
+
+/// Renders `table` for a proxy of `kind` run from `binary`, starts it (as the lab's user,
+/// in `netns`) and waits until it listens and routes; `spawned` is told its process id as
+/// soon as it exists. Returns it and how long that took.
+fn launch(
+    (kind, binary, driver): (ProxyKind, &Path, &mut dyn Driver),
+    files: &ProxyFiles,
+    table: &RouteTable,
+    netns: Option<&Path>,
+    spawned: &mut dyn FnMut(u32),
+) -> Result<(OwnedChild, Duration), LabError> {
+    let launch = driver.start(files, table)?;
+    let dir = &files.dir;
+    let user = crate::identity::lab_identity()?;
+    let program = crate::identity::runnable(binary, user, &dir.join("bin"))?;
+    let started = Instant::now();
+    let mut child = OwnedChild::spawn_with_env(
+        kind.name(),
+        &program,
+        &launch.args,
+        &launch.env,
+        dir,
+        &dir.join("proxy.log"),
+        RunAs { netns, user },
+    )?;
+    spawned(child.pid());
+    let timeout = start_timeout(table.routes.len());
+    let with_routes = |e: LabError| {
+        match e {
+        LabError::NotReady {
+            reason,
+            name,
+            program,
+            log,
+            log_tail,
+        } if table.routes.len() > 1_000 => LabError::NotReady {
+            reason: format!(
+                "{reason}, with {} routes ({} KiB of configuration): the wait allows {START_TIMEOUT:?} and {START_PER_ROUTE:?} a route, and this proxy needs longer to read that many here; give the cell fewer routes",
+                table.routes.len(),
+                files.config_bytes() / 1024
+            ),
+            name,
+            program,
+            log,
+            log_tail,
+        },
+        other => other,
+    }
+    };
+    child
+        .wait_listening((files.ip, files.http_port).into(), timeout)
+        .map_err(with_routes)?;
+    if let Some(tls) = &files.tls {
+        child
+            .wait_listening((files.ip, tls.port).into(), timeout)
+            .map_err(with_routes)?;
+    }
+    wait_routed(
+        &mut child,
+        (files.ip, files.http_port).into(),
+        table,
+        timeout.saturating_sub(started.elapsed()),
+    )
+    .map_err(with_routes)?;
+    Ok((child, started.elapsed()))
 }
 
 impl Proxy {
@@ -409,57 +489,19 @@ impl Proxy {
             dir: dir.clone(),
         };
         let mut driver = kind.driver(options);
-        let launch = driver.start(&files, table)?;
-        let user = crate::identity::lab_identity()?;
-        let program = crate::identity::runnable(&binary, user, &dir.join("bin"))?;
-        let started = Instant::now();
-        let mut child = OwnedChild::spawn_with_env(
-            kind.name(),
-            &program,
-            &launch.args,
-            &launch.env,
-            &dir,
-            &dir.join("proxy.log"),
-            RunAs {
-                netns: node.netns.as_deref(),
-                user,
+        let netns = node.netns.clone();
+        let mut spawned = Some(spawned);
+        let (child, startup) = launch(
+            (kind, &binary, &mut *driver),
+            &files,
+            table,
+            netns.as_deref(),
+            &mut |pid| {
+                if let Some(told) = spawned.take() {
+                    told(pid);
+                }
             },
         )?;
-        spawned(child.pid());
-        let timeout = start_timeout(table.routes.len());
-        let with_routes = |e: LabError| {
-            match e {
-            LabError::NotReady { reason, name, program, log, log_tail } if table.routes.len() > 1_000 => {
-                LabError::NotReady {
-                    reason: format!(
-                        "{reason}, with {} routes ({} KiB of configuration): the wait allows {START_TIMEOUT:?} and {START_PER_ROUTE:?} a route, and this proxy needs longer to read that many here; give the cell fewer routes",
-                        table.routes.len(),
-                        files.config_bytes() / 1024
-                    ),
-                    name,
-                    program,
-                    log,
-                    log_tail,
-                }
-            }
-            other => other,
-        }
-        };
-        child
-            .wait_listening((files.ip, files.http_port).into(), timeout)
-            .map_err(with_routes)?;
-        if let Some(tls) = &files.tls {
-            child
-                .wait_listening((files.ip, tls.port).into(), timeout)
-                .map_err(with_routes)?;
-        }
-        wait_routed(
-            &mut child,
-            (files.ip, files.http_port).into(),
-            table,
-            timeout.saturating_sub(started.elapsed()),
-        )
-        .map_err(with_routes)?;
         Ok(Self {
             kind,
             version,
@@ -468,8 +510,43 @@ impl Proxy {
             driver,
             child,
             table: table.clone(),
-            startup: started.elapsed(),
+            startup,
+            netns,
         })
+    }
+
+    /// Stops the proxy its own graceful way (nginx QUIT, HAProxy's soft stop USR1, TERM
+    /// for Envoy, Traefik and Caddy), waits up to `grace` for it to exit (then kills what
+    /// is left of its group), and starts it again on the same ports with the table it
+    /// `table`, from `binary` if given (another version: an upgrade by stop and start). As a
+    /// service manager's restart does: nothing listens between the two. `spawned` is told
+    /// the new process id. Returns how long the proxy was gone (from the stop's signal to
+    /// the new one routing).
+    pub fn restart(
+        &mut self,
+        table: &RouteTable,
+        binary: Option<(&Path, String)>,
+        grace: Duration,
+        spawned: &mut dyn FnMut(u32),
+    ) -> Result<Duration, LabError> {
+        let stopped = Instant::now();
+        self.child.stop(self.kind.graceful_stop(), grace);
+        if let Some((binary, version)) = binary {
+            self.binary = binary.to_owned();
+            self.version = version;
+        }
+        table.validate()?;
+        self.table = table.clone();
+        let (child, startup) = launch(
+            (self.kind, &self.binary, &mut *self.driver),
+            &self.files,
+            &self.table,
+            self.netns.as_deref(),
+            spawned,
+        )?;
+        self.child = child;
+        self.startup = startup;
+        Ok(stopped.elapsed())
     }
 
     /// Applies a new route table the proxy's own way.

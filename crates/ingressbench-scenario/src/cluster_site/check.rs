@@ -101,6 +101,11 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
                     "events[{i}]: a reload has no meaning in cluster mode: the controller applies what the API holds (scale, kill, terminate, stall_backend and config events are made through it)"
                 ));
             }
+            if matches!(e.action, crate::model::Action::Restart { .. }) {
+                return Err(format!(
+                    "events[{i}]: restarting a controller in cluster mode is not built yet (a rollout restart of its Deployment is the plan); restart runs against the lab's proxies"
+                ));
+            }
         }
     }
     Ok(())

@@ -29,6 +29,10 @@ impl ClusterSite {
                 "replacing the scenario's own routes is not made through the API: generated routes are (add_routes, remove_routes, change_routes, route_steps)"
                     .into(),
             ),
+            Change::Restart { .. } => Err(
+                "restarting a controller in cluster mode is not built yet; restart is the lab's proxies'"
+                    .into(),
+            ),
             Change::Reload => Err(
                 "a reload has no meaning in cluster mode: the controller applies what the API holds (route changes are `config` events)"
                     .into(),

@@ -269,3 +269,95 @@ events:
         "{said}"
     );
 }
+
+/// A `restart` of each proxy under WebSocket load: its own graceful stop, at most a
+/// second's grace, then a new process on the same ports. Whatever a proxy does with its
+/// WebSockets at the stop (measured: some close them, some keep them to the grace's end),
+/// a new process cannot hold the old one's connections, so every WebSocket ends between
+/// the request and the grace's end, and every connection has one again from the new
+/// process by the end. The proxy's CPU follows the new process (it never goes down).
+#[test]
+fn a_restarted_proxy_ends_every_websocket_and_its_clients_come_back() {
+    let dir = crate::common::scratch("websocket-restart");
+    let file = dir.join("restart.yaml");
+    std::fs::write(
+        &file,
+        "name: restart
+targets: [nginx, haproxy, envoy, traefik, caddy]
+backends: [{ name: echo, replicas: 1 }]
+tls: false
+load:
+  kind: websocket
+  websocket: { reconnect: 'backoff:50ms-500ms' }
+  rate: 100
+  connections: 4
+  duration: 5s
+  timeout: 1s
+events:
+  - { at: 1s, restart: true, grace: 1s }
+",
+    )
+    .unwrap();
+    let out = dir.join("results");
+    let run = std::process::Command::new(crate::common::BIN)
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let said = crate::common::text(&run);
+    assert!(run.status.success(), "{said}");
+    let json = |path: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+    };
+    let mut measured = Vec::new();
+    for cell in crate::common::cells_of(&out) {
+        let name = cell.file_name().unwrap().to_string_lossy().into_owned();
+        let ws = json(cell.join("websocket.json"));
+        let restart = &json(cell.join("impact.json"))[0];
+        assert_eq!(restart["what"], "restart", "{name}: {restart}");
+        let requested = restart["requested_s"].as_f64().unwrap();
+        let cut = &restart["websocket"];
+        assert_eq!(cut["cut"], 4, "{name}: {cut}");
+        assert_eq!(cut["reconnected"], 4, "{name}: {cut}");
+        for close in ws["closes"].as_array().unwrap() {
+            let at = close["at_s"].as_f64().unwrap();
+            assert!(at >= requested && at < requested + 2.0, "{name}: {close}");
+        }
+        let open = ws["open_over_time"].as_array().unwrap();
+        assert_eq!(open.last().unwrap()[1], 4, "{name}: {open:?}");
+        // The proxy part's CPU never goes down across the restart.
+        let usage = std::fs::read_to_string(cell.join("usage.jsonl")).unwrap();
+        let cpu: Vec<f64> = usage
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["parts"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|p| p["role"] == "proxy")
+                    .map(|p| p["cpu_s"].as_f64().unwrap())
+                    .sum()
+            })
+            .collect();
+        assert!(cpu.windows(2).all(|w| w[1] >= w[0]), "{name}: {cpu:?}");
+        measured.push(format!(
+            "{name}: closes {} at {:?} s, reconnect p99 {} ms, upgrade failures {}",
+            cut["by_code"],
+            ws["closes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["at_s"].as_f64().unwrap() - requested)
+                .fold(0.0, f64::max),
+            cut["reconnect_p99_ms"],
+            ws["upgrade_failures"]
+        ));
+    }
+    assert_eq!(measured.len(), 5, "{said}");
+    println!("{}", measured.join("\n"));
+}
