@@ -259,8 +259,8 @@ pub struct Lab {
     sidecar_relay: Option<Relay>,
     told_proxies: Option<RouteTable>,
     reload_due: bool,
-    /// A restart was asked and not yet done, with its grace.
-    restart_due: Option<Duration>,
+    /// A restart (or, with `true`, an upgrade) was asked and not yet done, with its grace.
+    restart_due: Option<(Duration, bool)>,
     overlay: Overlay,
     /// The proxies' configuration generation, bumped by every route change and reload.
     generation: u32,
@@ -298,6 +298,13 @@ pub enum Change {
     /// `grace`.
     Restart {
         /// How long a stopped proxy has to end what it serves.
+        grace: Duration,
+    },
+    /// Upgrade each proxy to the binary it runs, through its own zero-downtime mechanism
+    /// where it has one (nginx's binary upgrade, HAProxy's master re-exec), by a restart
+    /// where its maintainers document none (Traefik, Caddy).
+    Upgrade {
+        /// How long a stopped proxy has to end what it serves (Traefik, Caddy).
         grace: Duration,
     },
     /// Replace the routes with these (routes added, removed or sent elsewhere), in one
@@ -864,15 +871,21 @@ impl Lab {
         // (a reload is pushed to them all the same).
         let table = self.proxies_table();
         let reload = std::mem::take(&mut self.reload_due);
-        if let Some(grace) = self.restart_due.take() {
+        if let Some((grace, upgrade)) = self.restart_due.take() {
             let reaper = &mut self.reaper;
             for p in &mut self.proxies {
-                p.restart(&table, None, grace, &mut |pid| {
+                let mut watch = |pid| {
                     if let Some(r) = reaper.as_mut() {
                         r.watch(pid);
                     }
-                })?;
-                mechanisms.push((p.kind(), "restart (a graceful stop, then a new process)"));
+                };
+                let mechanism = if upgrade {
+                    p.upgrade(&table, grace, &mut watch)?
+                } else {
+                    p.restart(&table, None, grace, &mut watch)?;
+                    "restart (a graceful stop, then a new process)"
+                };
+                mechanisms.push((p.kind(), mechanism));
             }
             self.told_proxies = Some(table);
         } else if self.sidecar.is_none() || reload || self.told_proxies.as_ref() != Some(&table) {
@@ -972,8 +985,14 @@ impl Lab {
                 generations.push((GENERATION_HEADER, self.generation));
                 (what, Vec::new(), Vec::new())
             }
+            Change::Upgrade { grace } => {
+                self.restart_due = Some((*grace, true));
+                self.generation += 1;
+                generations.push((GENERATION_HEADER, self.generation));
+                ("upgrade".to_owned(), Vec::new(), Vec::new())
+            }
             Change::Restart { grace } => {
-                self.restart_due = Some(*grace);
+                self.restart_due = Some((*grace, false));
                 self.generation += 1;
                 generations.push((GENERATION_HEADER, self.generation));
                 ("restart".to_owned(), Vec::new(), Vec::new())
@@ -1121,7 +1140,7 @@ impl Lab {
                 } else {
                     kind
                 };
-                Part::group(&name, "proxy", p.pid())
+                Part::group(&name, "proxy", p.pgid())
             })
             .collect();
         if let Some(front) = &self.front {

@@ -43,6 +43,9 @@ pub struct OwnedChild {
     program: PathBuf,
     child: Child,
     log: PathBuf,
+    /// A process of its group that took over from it (nginx's new master after a binary
+    /// upgrade): signals go to it, and the child is alive while it is.
+    successor: Option<u32>,
 }
 
 impl OwnedChild {
@@ -128,12 +131,25 @@ impl OwnedChild {
             program: program.to_owned(),
             child,
             log: log.to_owned(),
+            successor: None,
         })
     }
 
-    /// The process id (also its process group id).
+    /// The process id: the one started, or the successor it handed over to.
     pub fn pid(&self) -> u32 {
+        self.successor.unwrap_or_else(|| self.child.id())
+    }
+
+    /// Its process group (the started process's id, whoever leads it now).
+    pub fn pgid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// From now on `pid`, a process of the same group that took over (nginx's new master
+    /// after a binary upgrade), is this child: signals go to it, and it is alive while
+    /// that process is.
+    pub fn hand_over(&mut self, pid: u32) {
+        self.successor = Some(pid);
     }
 
     /// The log file.
@@ -152,9 +168,15 @@ impl OwnedChild {
         kill_process(pid, signal).map_err(io::Error::from)
     }
 
-    /// Whether it has exited, and how.
+    /// Whether it has exited, and how (a successor that is gone reads as exited with 0:
+    /// it is not this process's child, so its status cannot be read).
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().ok().flatten()
+        let started = self.child.try_wait().ok().flatten();
+        match self.successor {
+            None => started,
+            Some(pid) if process_alive(pid) => None,
+            Some(_) => Some(std::os::unix::process::ExitStatusExt::from_raw(0)),
+        }
     }
 
     /// SIGTERM to the group, up to `grace` to exit, then SIGKILL. Returns how it ended.
@@ -184,7 +206,7 @@ impl OwnedChild {
     }
 
     fn kill_group(&self, signal: Signal) {
-        if let Some(pgid) = Pid::from_raw(self.pid() as i32) {
+        if let Some(pgid) = Pid::from_raw(self.pgid() as i32) {
             let _ = kill_process_group(pgid, signal);
         }
     }
@@ -370,4 +392,12 @@ mod tests {
         ports.dedup();
         assert_eq!(ports.len(), 300);
     }
+}
+
+/// Whether process `pid` exists and is not a zombie.
+pub(crate) fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
 }

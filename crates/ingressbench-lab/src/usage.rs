@@ -170,10 +170,21 @@ impl UsageReader {
             _ => None,
         };
         if parts.iter().any(|p| group(p).is_some()) {
-            for (pid, stat) in proc_stats() {
+            let members: Vec<(u32, Stat)> = proc_stats()
+                .filter(|(_, stat)| parts.iter().any(|p| group(p) == Some(stat.pgrp)))
+                .collect();
+            // What a group's top processes (those whose parent is not of the group: its
+            // leader, or nginx's master once the shell that started it has left) reaped
+            // is the group's: its exited members.
+            let top = |stat: &Stat| {
+                !members
+                    .iter()
+                    .any(|(pid, other)| *pid == stat.ppid && other.pgrp == stat.pgrp)
+            };
+            for (_, stat) in &members {
                 for (i, part) in parts.iter().enumerate() {
                     if group(part) == Some(stat.pgrp) {
-                        add(i, &stat, pid == stat.pgrp);
+                        add(i, stat, top(stat));
                     }
                 }
             }

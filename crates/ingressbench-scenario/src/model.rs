@@ -528,7 +528,11 @@ pub struct EventFile {
     /// Stop the proxy its own graceful way and start it again (as a service manager's
     /// restart; with a front, one replica at a time).
     pub restart: Option<bool>,
-    /// With `restart`: how long the stopped proxy has to end what it serves before what
+    /// Upgrade the proxy through its own zero-downtime mechanism (nginx's binary upgrade,
+    /// HAProxy's master re-exec; a restart for Traefik and Caddy): `same` upgrades to the
+    /// binary it runs (the mechanism is what is measured).
+    pub upgrade: Option<String>,
+    /// With `restart` or `upgrade`: how long the stopped proxy has to end what it serves before what
     /// is left of it is killed (default 5s; a service manager gives 90s).
     pub grace: Option<String>,
     /// Make a backend stop answering for a while: `{ backend: NAME, for: 2s }`.
@@ -772,6 +776,11 @@ pub enum Action {
     Config(ConfigChange),
     /// Reload without change.
     Reload,
+    /// Upgrade the proxy to the binary it runs, its own way.
+    Upgrade {
+        /// How long a stopped proxy has to end what it serves (where the upgrade stops it).
+        grace: Duration,
+    },
     /// Stop the proxy and start it again, killing it after `grace`.
     Restart {
         /// How long it has to end what it serves.
@@ -844,6 +853,7 @@ impl EventFile {
             self.config.is_some(),
             self.reload.is_some(),
             self.restart.is_some(),
+            self.upgrade.is_some(),
             self.stall_backend.is_some(),
             self.add_routes.is_some(),
             self.remove_routes.is_some(),
@@ -852,15 +862,21 @@ impl EventFile {
         ];
         if actions.iter().filter(|a| **a).count() != 1 {
             return Err(here(
-                "give exactly one action: scale, kill, terminate, config, reload, restart, stall_backend, add_routes, remove_routes, change_routes or route_steps"
+                "give exactly one action: scale, kill, terminate, config, reload, restart, upgrade, stall_backend, add_routes, remove_routes, change_routes or route_steps"
                     .into(),
             ));
         }
-        if self.grace.is_some() && self.restart != Some(true) {
+        if self.grace.is_some() && self.restart != Some(true) && self.upgrade.is_none() {
             return Err(here(
-                "grace: only a restart has a grace (how long the stopped proxy has to end what it serves)".into(),
+                "grace: only a restart or an upgrade has a grace (how long the stopped proxy has to end what it serves)".into(),
             ));
         }
+        if let Some(version) = self.upgrade.as_deref().filter(|v| *v != "same") {
+            return Err(here(format!(
+                "upgrade: `{version}`: upgrading to another version is not built yet; `upgrade: same` upgrades each proxy to the binary it runs, through its own mechanism"
+            )));
+        }
+        let grace = duration("grace", self.grace.as_deref().unwrap_or("5s")).map_err(here)?;
         let action = if let Some(n) = self.scale {
             Action::Scale(n)
         } else if let Some(k) = &self.kill {
@@ -872,9 +888,9 @@ impl EventFile {
         } else if self.reload == Some(true) {
             Action::Reload
         } else if self.restart == Some(true) {
-            Action::Restart {
-                grace: duration("grace", self.grace.as_deref().unwrap_or("5s")).map_err(here)?,
-            }
+            Action::Restart { grace }
+        } else if self.upgrade.is_some() {
+            Action::Upgrade { grace }
         } else if let Some(n) = self.add_routes {
             Action::AddRoutes(n)
         } else if let Some(n) = self.remove_routes {

@@ -512,6 +512,7 @@ fn change_for(action: &Action, s: &crate::Scenario) -> Change {
         Action::Config(ConfigChange::Revert) => Change::Overlay(s.overlay.to_overlay()),
         Action::Reload => Change::Reload,
         Action::Restart { grace } => Change::Restart { grace: *grace },
+        Action::Upgrade { grace } => Change::Upgrade { grace: *grace },
         Action::AddRoutes(n) => Change::AddRoutes(*n),
         Action::RemoveRoutes(n) => Change::RemoveRoutes(*n),
         Action::ChangeRoutes(n) => Change::ChangeRoutes(*n),

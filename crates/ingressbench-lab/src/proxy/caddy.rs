@@ -28,6 +28,7 @@ impl Driver for Caddy {
                 ("XDG_CONFIG_HOME".into(), format!("{dir}/config")),
                 ("HOME".into(), dir),
             ],
+            detached: None,
         })
     }
 

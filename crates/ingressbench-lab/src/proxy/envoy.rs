@@ -56,6 +56,7 @@ impl Driver for Envoy {
                 "warn".into(),
             ],
             env: Vec::new(),
+            detached: None,
         })
     }
 

@@ -177,7 +177,7 @@ impl Haproxy {
         );
         let _ = writeln!(
             c,
-            "  stats socket {} mode 600 level admin\n  pidfile {dir}/haproxy.pid",
+            "  stats socket {} mode 600 level admin expose-fd listeners\n  pidfile {dir}/haproxy.pid",
             files.admin_socket.display()
         );
         let _ = writeln!(c, "defaults\n  mode http\n  option http-keep-alive");
@@ -308,6 +308,7 @@ impl Driver for Haproxy {
         Ok(Launch {
             args,
             env: Vec::new(),
+            detached: None,
         })
     }
 

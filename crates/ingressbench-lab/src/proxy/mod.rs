@@ -345,6 +345,9 @@ pub(crate) struct Launch {
     pub(crate) args: Vec<String>,
     /// Extra environment variables.
     pub(crate) env: Vec<(String, String)>,
+    /// Started from a shell that waits for this pid file and leaves, the proxy's main
+    /// process (named in it) then reparented: nginx's binary upgrade needs it.
+    pub(crate) detached: Option<PathBuf>,
 }
 
 /// What an update did.
@@ -396,16 +399,36 @@ fn launch(
     let user = crate::identity::lab_identity()?;
     let program = crate::identity::runnable(binary, user, &dir.join("bin"))?;
     let started = Instant::now();
+    let (program, args) = match &launch.detached {
+        None => (program, launch.args.clone()),
+        Some(pid_file) => {
+            let mut args = vec![
+                "-c".to_owned(),
+                format!(
+                    "\"$0\" \"$@\" & n=0; while [ ! -s '{}' ] && [ $n -lt 1000 ]; do sleep 0.01; n=$((n+1)); done",
+                    pid_file.display()
+                ),
+                program.display().to_string(),
+            ];
+            args.extend(launch.args.iter().cloned());
+            (PathBuf::from("/bin/sh"), args)
+        }
+    };
     let mut child = OwnedChild::spawn_with_env(
         kind.name(),
         &program,
-        &launch.args,
+        &args,
         &launch.env,
         dir,
         &dir.join("proxy.log"),
         RunAs { netns, user },
     )?;
-    spawned(child.pid());
+    spawned(child.pgid());
+    if let Some(pid_file) = &launch.detached {
+        let pid = wait_pid_file(pid_file, start_timeout(table.routes.len()))
+            .ok_or_else(|| child.not_ready(format!("wrote no pid to {}", pid_file.display())))?;
+        child.hand_over(pid);
+    }
     let timeout = start_timeout(table.routes.len());
     let with_routes = |e: LabError| {
         match e {
@@ -612,9 +635,51 @@ impl Proxy {
         self.startup
     }
 
-    /// Its process id (and process group id).
+    /// Its process id (its master's, after a binary upgrade the new one's).
     pub fn pid(&self) -> u32 {
         self.child.pid()
+    }
+
+    /// Its process group id (every process it started, through upgrades).
+    pub fn pgid(&self) -> u32 {
+        self.child.pgid()
+    }
+
+    /// Upgrades the proxy to the binary it runs, its own way: nginx's binary upgrade (USR2
+    /// starts a new master from the binary beside the old, WINCH ends the old workers
+    /// gracefully, QUIT the old master: its workers finish what they serve, WebSockets
+    /// included, however long that takes, as nginx does), HAProxy's master re-exec (USR2:
+    /// the master executes the binary again, the new workers take the listening sockets,
+    /// the old ones finish theirs); Traefik and Caddy document no such mechanism, so theirs
+    /// is a restart with `grace`. Envoy's hot restart is not built yet: refused. Returns the
+    /// mechanism.
+    pub fn upgrade(
+        &mut self,
+        table: &RouteTable,
+        grace: Duration,
+        spawned: &mut dyn FnMut(u32),
+    ) -> Result<&'static str, LabError> {
+        match self.kind {
+            ProxyKind::Nginx => {
+                nginx::binary_upgrade(&mut self.child, &self.files, table)?;
+                self.table = table.clone();
+                Ok("binary upgrade (USR2, then WINCH and QUIT to the old master)")
+            }
+            ProxyKind::Haproxy => {
+                self.update(table)?;
+                Ok("master re-exec (USR2), listening sockets passed on")
+            }
+            ProxyKind::Traefik | ProxyKind::Caddy => {
+                self.restart(table, None, grace, spawned)?;
+                Ok("stop and start (no zero-downtime upgrade documented)")
+            }
+            ProxyKind::Envoy => Err(LabError::Update {
+                kind: "envoy".into(),
+                mechanism: "hot restart",
+                reason: "Envoy's hot restart (--restart-epoch) is not built yet; use restart"
+                    .into(),
+            }),
+        }
     }
 
     /// Its process.
@@ -625,6 +690,21 @@ impl Proxy {
     /// Stops it (SIGTERM, then SIGKILL after `grace`).
     pub fn stop(mut self, grace: Duration) {
         self.child.terminate(grace);
+    }
+}
+
+/// The pid `path` names once it names a live process, or `None` after `timeout`.
+fn wait_pid_file(path: &Path, timeout: Duration) -> Option<u32> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let pid = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .filter(|&pid| crate::process::process_alive(pid));
+        if pid.is_some() || Instant::now() > deadline {
+            return pid;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 

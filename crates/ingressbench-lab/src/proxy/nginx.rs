@@ -2,6 +2,7 @@
 //! ingress-nginx did for every endpoint change.
 
 use std::fmt::Write as _;
+use std::time::{Duration, Instant};
 
 use super::{create_dir, write_atomically, Driver, Launch, ProxyFiles, Update};
 use crate::model::RouteTable;
@@ -27,9 +28,16 @@ impl Driver for Nginx {
             "-e".into(),
             files.dir.join("error.log").display().to_string(),
         ];
+        // A binary upgrade is refused by a master whose parent is the one it started
+        // with (nginx takes that for a new binary whose old master still runs): started
+        // from a shell that leaves once the master has written its pid, the master is
+        // then its own, as under a service manager.
+        let pid_file = files.dir.join("nginx.pid");
+        let _ = std::fs::remove_file(&pid_file);
         Ok(Launch {
             args,
             env: Vec::new(),
+            detached: Some(pid_file),
         })
     }
 
@@ -51,6 +59,61 @@ impl Driver for Nginx {
             mechanism: "config rewrite + SIGHUP reload",
         })
     }
+}
+
+/// nginx's binary upgrade, as its documentation gives it: the configuration for `table`
+/// written, USR2 to the master (it renames its pid file `nginx.pid.oldbin` and starts a new
+/// master from the binary, which inherits the listening sockets), then once the new master
+/// has written its pid file and started a worker, WINCH to the old master (its workers
+/// stop gracefully) and QUIT (it exits once they have). `child` hands over to the new
+/// master, which is in the same process group.
+pub(crate) fn binary_upgrade(
+    child: &mut OwnedChild,
+    files: &ProxyFiles,
+    table: &RouteTable,
+) -> Result<(), LabError> {
+    use rustix::process::Signal;
+    let failed = |reason: String| LabError::Update {
+        kind: "nginx".into(),
+        mechanism: "binary upgrade",
+        reason,
+    };
+    write_atomically(&files.config_path("nginx.conf"), &render(files, table))?;
+    let old = child.pid();
+    let pid_file = files.dir.join("nginx.pid");
+    child
+        .signal(Signal::USR2)
+        .map_err(|e| failed(format!("USR2 to the master {old}: {e}")))?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let new = loop {
+        let written = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse::<u32>().ok())
+            .filter(|&pid| pid != old && crate::process::process_alive(pid));
+        if let Some(pid) = written.filter(|&pid| has_child(pid)) {
+            break pid;
+        }
+        if Instant::now() > deadline {
+            return Err(failed(format!(
+                "no new master with a worker 10 s after USR2 (its log: {})",
+                files.dir.join("error.log").display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    for signal in [Signal::WINCH, Signal::QUIT] {
+        child
+            .signal(signal)
+            .map_err(|e| failed(format!("{signal:?} to the old master {old}: {e}")))?;
+    }
+    child.hand_over(new);
+    Ok(())
+}
+
+/// Whether process `pid` has a child (nginx's master, a worker).
+fn has_child(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .is_ok_and(|c| !c.trim().is_empty())
 }
 
 fn render(files: &ProxyFiles, table: &RouteTable) -> String {

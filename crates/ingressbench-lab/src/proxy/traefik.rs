@@ -59,6 +59,7 @@ impl Driver for Traefik {
         Ok(Launch {
             args,
             env: vec![("GOMAXPROCS".into(), t.workers.to_string())],
+            detached: None,
         })
     }
 

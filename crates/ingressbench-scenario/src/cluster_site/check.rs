@@ -101,7 +101,10 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
                     "events[{i}]: a reload has no meaning in cluster mode: the controller applies what the API holds (scale, kill, terminate, stall_backend and config events are made through it)"
                 ));
             }
-            if matches!(e.action, crate::model::Action::Restart { .. }) {
+            if matches!(
+                e.action,
+                crate::model::Action::Restart { .. } | crate::model::Action::Upgrade { .. }
+            ) {
                 return Err(format!(
                     "events[{i}]: restarting a controller in cluster mode is not built yet (a rollout restart of its Deployment is the plan); restart runs against the lab's proxies"
                 ));

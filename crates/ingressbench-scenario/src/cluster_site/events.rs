@@ -29,7 +29,7 @@ impl ClusterSite {
                 "replacing the scenario's own routes is not made through the API: generated routes are (add_routes, remove_routes, change_routes, route_steps)"
                     .into(),
             ),
-            Change::Restart { .. } => Err(
+            Change::Restart { .. } | Change::Upgrade { .. } => Err(
                 "restarting a controller in cluster mode is not built yet; restart is the lab's proxies'"
                     .into(),
             ),

@@ -361,3 +361,65 @@ events:
     assert_eq!(measured.len(), 5, "{said}");
     println!("{}", measured.join("\n"));
 }
+
+/// nginx's binary upgrade and HAProxy's master re-exec (`upgrade: same`) under HTTP and
+/// under WebSocket load: no request fails and no WebSocket is cut (the old workers finish
+/// what they serve, WebSockets included), and the proxy keeps answering after it; the
+/// events' mechanism says which was used.
+#[test]
+fn nginx_and_haproxy_upgrade_in_place_without_losing_a_request_or_a_websocket() {
+    let dir = crate::common::scratch("websocket-upgrade");
+    let file = dir.join("upgrade.yaml");
+    std::fs::write(
+        &file,
+        "name: upgrade
+targets: [nginx, haproxy]
+backends: [{ name: echo, replicas: 2 }]
+tls: false
+load: { rate: 200, connections: 8, duration: 4s, timeout: 1s, retry: none }
+events:
+  - { at: 1500ms, upgrade: same }
+matrix:
+  load.kind: [http, websocket]
+",
+    )
+    .unwrap();
+    let out = dir.join("results");
+    let run = std::process::Command::new(crate::common::BIN)
+        .args([
+            "run",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    let said = crate::common::text(&run);
+    assert!(run.status.success(), "{said}");
+    let json = |path: std::path::PathBuf| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+    };
+    let cells = crate::common::cells_of(&out);
+    assert_eq!(cells.len(), 4, "{said}");
+    for cell in cells {
+        let name = cell.file_name().unwrap().to_string_lossy().into_owned();
+        let summary = json(cell.join("summary.json"));
+        assert_eq!(summary["requests"]["errors"], 0, "{name}: {summary}");
+        assert!(
+            summary["requests"]["ok"].as_u64().unwrap() >= 700,
+            "{name}: {summary}"
+        );
+        let events = std::fs::read_to_string(cell.join("events.jsonl")).unwrap();
+        let mechanism = if name.contains("nginx") {
+            "binary upgrade (USR2, then WINCH and QUIT to the old master)"
+        } else {
+            "master re-exec (USR2)"
+        };
+        assert!(events.contains(mechanism), "{name}: {events}");
+        if cell.join("websocket.json").exists() {
+            let ws = json(cell.join("websocket.json"));
+            assert_eq!(ws["cut"], 0, "{name}: {ws}");
+            assert_eq!(ws["opened"], 8, "{name}: {ws}");
+        }
+    }
+}
