@@ -376,6 +376,14 @@ fn pick_free_port(node: &crate::topology::Node) -> io::Result<u16> {
         .unwrap_or_else(|_| Err(io::Error::other("the port-picking thread panicked")))
 }
 
+/// Whether process `pid` exists and is not a zombie.
+pub(crate) fn process_alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,12 +400,4 @@ mod tests {
         ports.dedup();
         assert_eq!(ports.len(), 300);
     }
-}
-
-/// Whether process `pid` exists and is not a zombie.
-pub(crate) fn process_alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-    })
 }
