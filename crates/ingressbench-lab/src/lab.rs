@@ -301,10 +301,11 @@ pub enum Change {
         grace: Duration,
     },
     /// Upgrade each proxy to the binary it runs, through its own zero-downtime mechanism
-    /// where it has one (nginx's binary upgrade, HAProxy's master re-exec), by a restart
-    /// where its maintainers document none (Traefik, Caddy).
+    /// where it has one (nginx's binary upgrade, HAProxy's master re-exec, Envoy's hot
+    /// restart), by a restart where its maintainers document none (Traefik, Caddy).
     Upgrade {
-        /// How long a stopped proxy has to end what it serves (Traefik, Caddy).
+        /// How long a stopped proxy has to end what it serves (Traefik, Caddy), or an
+        /// Envoy epoch drains.
         grace: Duration,
     },
     /// Replace the routes with these (routes added, removed or sent elsewhere), in one

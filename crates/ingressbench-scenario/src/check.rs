@@ -36,13 +36,6 @@ pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             spec.check(&route_changes(cell))
                 .map_err(|e| e.to_string())?;
-            let upgrades = cell
-                .events
-                .iter()
-                .any(|e| matches!(e.action, Action::Upgrade { .. }));
-            if upgrades && spec.proxies.contains(&ProxyKind::Envoy) {
-                return Err("events: upgrade: Envoy's hot restart (--restart-epoch) is not built yet; give envoy a restart instead, or leave it out of the targets of a scenario that upgrades".into());
-            }
             let pools = spec.pools.iter().map(|p| p.name.clone()).collect();
             (format!("http://127.0.0.1{}", s.load.path), pools)
         }

@@ -4,12 +4,63 @@
 //! without a restart. An endpoint change touches only the pool's EDS file. The admin
 //! interface listens on a Unix socket (mode 0600) in the proxy's directory only.
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 
 use super::{create_dir, write_json, Driver, Launch, ProxyFiles, Update, UpstreamMtls};
 use crate::model::{RouteTable, UpstreamProtocol, ROUTE_REVISION_HEADER};
 use crate::process::OwnedChild;
 use crate::LabError;
+
+fn base_id_path(files: &ProxyFiles) -> std::path::PathBuf {
+    files.dir.join("base-id")
+}
+
+/// The base id the running Envoy picked (hot restart).
+pub(crate) fn base_id(files: &ProxyFiles) -> Option<u64> {
+    std::fs::read_to_string(base_id_path(files))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// The arguments of the next epoch's Envoy, from `launch` (the first's): the same
+/// configuration, `--restart-epoch epoch` with the running one's base id, which the new
+/// process finds the old by; the old drains its listeners for `drain` and is told to exit
+/// a second after (its connections end then).
+pub(crate) fn hot_restart_args(launch: &mut Launch, epoch: u32, base_id: u64, drain: Duration) {
+    let mut args = Vec::with_capacity(launch.args.len() + 4);
+    let mut given = launch.args.iter();
+    while let Some(arg) = given.next() {
+        match arg.as_str() {
+            "--restart-epoch" | "--base-id-path" => {
+                given.next();
+            }
+            "--use-dynamic-base-id" => {}
+            _ => args.push(arg.clone()),
+        }
+    }
+    let drain_s = drain.as_secs().max(1);
+    args.extend([
+        "--restart-epoch".to_owned(),
+        epoch.to_string(),
+        "--base-id".to_owned(),
+        base_id.to_string(),
+        "--drain-time-s".to_owned(),
+        drain_s.to_string(),
+        "--parent-shutdown-time-s".to_owned(),
+        (drain_s + 1).to_string(),
+    ]);
+    launch.args = args;
+}
+
+/// Removes the shared memory Envoy's hot restart left for `base_id` (Envoy never does,
+/// even at a clean exit).
+pub(crate) fn remove_shared_memory(base_id: u64) {
+    let _ = std::fs::remove_file(format!("/dev/shm/envoy_shared_memory_{}", base_id * 10));
+}
 
 /// The Envoy driver.
 #[derive(Debug, Default)]
@@ -51,7 +102,14 @@ impl Driver for Envoy {
                 files.config_path("envoy.json").display().to_string(),
                 "--concurrency".into(),
                 table.tuning.workers.to_string(),
-                "--disable-hot-restart".into(),
+                // Hot restart on (an upgrade uses it), with a base id of its own that Envoy
+                // picks and writes down; its shared memory is removed at the end
+                // (`remove_shared_memory`).
+                "--restart-epoch".into(),
+                "0".into(),
+                "--use-dynamic-base-id".into(),
+                "--base-id-path".into(),
+                base_id_path(files).display().to_string(),
                 "--log-level".into(),
                 "warn".into(),
             ],

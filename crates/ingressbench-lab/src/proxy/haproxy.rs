@@ -297,6 +297,8 @@ impl Haproxy {
 
 impl Driver for Haproxy {
     fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
+        // A new master (a restart) has counted no reload of the old one's.
+        self.reloading = None;
         self.write_config(files, table)?;
         let args = vec![
             "-W".into(),

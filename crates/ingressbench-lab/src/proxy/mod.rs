@@ -382,6 +382,10 @@ pub struct Proxy {
     startup: Duration,
     /// The network namespace it runs in, if its node has one.
     netns: Option<PathBuf>,
+    /// Envoy: the hot-restart epoch it runs at.
+    epoch: u32,
+    /// Processes an upgrade replaced that may still drain (Envoy's earlier epochs).
+    retiring: Vec<OwnedChild>,
 }
 
 /// Renders `table` for a proxy of `kind` run from `binary`, starts it (as the lab's user,
@@ -535,6 +539,8 @@ impl Proxy {
             table: table.clone(),
             startup,
             netns,
+            epoch: 0,
+            retiring: Vec::new(),
         })
     }
 
@@ -554,6 +560,11 @@ impl Proxy {
     ) -> Result<Duration, LabError> {
         let stopped = Instant::now();
         self.child.stop(self.kind.graceful_stop(), grace);
+        for mut old in self.retiring.drain(..) {
+            old.terminate(Duration::ZERO);
+        }
+        self.forget_shared_memory();
+        self.epoch = 0;
         if let Some((binary, version)) = binary {
             self.binary = binary.to_owned();
             self.version = version;
@@ -570,6 +581,61 @@ impl Proxy {
         self.child = child;
         self.startup = startup;
         Ok(stopped.elapsed())
+    }
+
+    /// Envoy's hot restart: a process of the next epoch, from the same files with
+    /// `table`, takes the listening sockets from the running one (found by its base id),
+    /// which drains its listeners for `grace` and exits a second after; the old process is
+    /// kept until it has (and stopped with the proxy if it has not).
+    fn hot_restart(
+        &mut self,
+        table: &RouteTable,
+        grace: Duration,
+        spawned: &mut dyn FnMut(u32),
+    ) -> Result<(), LabError> {
+        let base_id = envoy::base_id(&self.files).ok_or_else(|| LabError::Update {
+            kind: "envoy".into(),
+            mechanism: "hot restart",
+            reason: format!(
+                "the running Envoy wrote no base id to {}",
+                self.files.dir.join("base-id").display()
+            ),
+        })?;
+        table.validate()?;
+        let mut launch = self.driver.start(&self.files, table)?;
+        self.epoch += 1;
+        envoy::hot_restart_args(&mut launch, self.epoch, base_id, grace);
+        let user = crate::identity::lab_identity()?;
+        let program = crate::identity::runnable(&self.binary, user, &self.files.dir.join("bin"))?;
+        let mut child = OwnedChild::spawn_with_env(
+            self.kind.name(),
+            &program,
+            &launch.args,
+            &launch.env,
+            &self.files.dir,
+            &self.files.dir.join("proxy.log"),
+            RunAs {
+                netns: self.netns.as_deref(),
+                user,
+            },
+        )?;
+        spawned(child.pgid());
+        child.wait_listening(self.http_addr(), start_timeout(table.routes.len()))?;
+        let old = std::mem::replace(&mut self.child, child);
+        self.retiring.retain_mut(|c| c.try_wait().is_none());
+        self.retiring.push(old);
+        self.table = table.clone();
+        Ok(())
+    }
+
+    /// Removes what Envoy's hot restart left in shared memory for the base id it ran
+    /// with (nothing for the other proxies).
+    fn forget_shared_memory(&self) {
+        if self.kind == ProxyKind::Envoy {
+            if let Some(id) = envoy::base_id(&self.files) {
+                envoy::remove_shared_memory(id);
+            }
+        }
     }
 
     /// Applies a new route table the proxy's own way.
@@ -650,8 +716,9 @@ impl Proxy {
     /// gracefully, QUIT the old master: its workers finish what they serve, WebSockets
     /// included, however long that takes, as nginx does), HAProxy's master re-exec (USR2:
     /// the master executes the binary again, the new workers take the listening sockets,
-    /// the old ones finish theirs); Traefik and Caddy document no such mechanism, so theirs
-    /// is a restart with `grace`. Envoy's hot restart is not built yet: refused. Returns the
+    /// the old ones finish theirs), Envoy's hot restart (the next epoch takes the listening
+    /// sockets, the old drains for `grace` and exits a second after); Traefik and Caddy
+    /// document no such mechanism, so theirs is a restart with `grace`. Returns the
     /// mechanism.
     pub fn upgrade(
         &mut self,
@@ -673,12 +740,10 @@ impl Proxy {
                 self.restart(table, None, grace, spawned)?;
                 Ok("stop and start (no zero-downtime upgrade documented)")
             }
-            ProxyKind::Envoy => Err(LabError::Update {
-                kind: "envoy".into(),
-                mechanism: "hot restart",
-                reason: "Envoy's hot restart (--restart-epoch) is not built yet; use restart"
-                    .into(),
-            }),
+            ProxyKind::Envoy => {
+                self.hot_restart(table, grace, spawned)?;
+                Ok("hot restart (a new epoch takes the listeners, the old drains)")
+            }
         }
     }
 
@@ -690,6 +755,10 @@ impl Proxy {
     /// Stops it (SIGTERM, then SIGKILL after `grace`).
     pub fn stop(mut self, grace: Duration) {
         self.child.terminate(grace);
+        for mut old in self.retiring.drain(..) {
+            old.terminate(Duration::ZERO);
+        }
+        self.forget_shared_memory();
     }
 }
 

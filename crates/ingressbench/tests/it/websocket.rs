@@ -362,23 +362,24 @@ events:
     println!("{}", measured.join("\n"));
 }
 
-/// nginx's binary upgrade and HAProxy's master re-exec (`upgrade: same`) under HTTP and
-/// under WebSocket load: no request fails and no WebSocket is cut (the old workers finish
-/// what they serve, WebSockets included), and the proxy keeps answering after it; the
-/// events' mechanism says which was used.
+/// nginx's binary upgrade, HAProxy's master re-exec and Envoy's hot restart (`upgrade:
+/// same`) under HTTP and under WebSocket load: no request fails; nginx's and HAProxy's
+/// old workers keep their WebSockets (none is cut), while Envoy's old epoch keeps them
+/// only until it is told to exit (a second after its drain), and they reconnect to the
+/// new one; the events' mechanism says which was used.
 #[test]
-fn nginx_and_haproxy_upgrade_in_place_without_losing_a_request_or_a_websocket() {
+fn nginx_haproxy_and_envoy_upgrade_in_place_without_losing_a_request() {
     let dir = crate::common::scratch("websocket-upgrade");
     let file = dir.join("upgrade.yaml");
     std::fs::write(
         &file,
         "name: upgrade
-targets: [nginx, haproxy]
+targets: [nginx, haproxy, envoy]
 backends: [{ name: echo, replicas: 2 }]
 tls: false
-load: { rate: 200, connections: 8, duration: 4s, timeout: 1s, retry: none }
+load: { rate: 200, connections: 8, duration: 5s, timeout: 1s, retry: none }
 events:
-  - { at: 1500ms, upgrade: same }
+  - { at: 1500ms, upgrade: same, grace: 1s }
 matrix:
   load.kind: [http, websocket]
 ",
@@ -400,7 +401,7 @@ matrix:
         serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
     };
     let cells = crate::common::cells_of(&out);
-    assert_eq!(cells.len(), 4, "{said}");
+    assert_eq!(cells.len(), 6, "{said}");
     for cell in cells {
         let name = cell.file_name().unwrap().to_string_lossy().into_owned();
         let summary = json(cell.join("summary.json"));
@@ -412,14 +413,27 @@ matrix:
         let events = std::fs::read_to_string(cell.join("events.jsonl")).unwrap();
         let mechanism = if name.contains("nginx") {
             "binary upgrade (USR2, then WINCH and QUIT to the old master)"
-        } else {
+        } else if name.contains("haproxy") {
             "master re-exec (USR2)"
+        } else {
+            "hot restart (a new epoch takes the listeners, the old drains)"
         };
         assert!(events.contains(mechanism), "{name}: {events}");
         if cell.join("websocket.json").exists() {
             let ws = json(cell.join("websocket.json"));
-            assert_eq!(ws["cut"], 0, "{name}: {ws}");
-            assert_eq!(ws["opened"], 8, "{name}: {ws}");
+            if name.contains("envoy") {
+                // Cut when the old epoch is told to exit: the upgrade at 1.5 s, 1 s of
+                // drain, a second more; each reconnected.
+                assert_eq!(ws["cut"], 8, "{name}: {ws}");
+                for close in ws["closes"].as_array().unwrap() {
+                    let at = close["at_s"].as_f64().unwrap();
+                    assert!((3.4..4.5).contains(&at), "{name}: {close}");
+                    assert!(close["reconnected_after_ms"].is_number(), "{name}: {close}");
+                }
+            } else {
+                assert_eq!(ws["cut"], 0, "{name}: {ws}");
+                assert_eq!(ws["opened"], 8, "{name}: {ws}");
+            }
         }
     }
 }
