@@ -529,8 +529,8 @@ pub struct EventFile {
     /// restart; with a front, one replica at a time).
     pub restart: Option<bool>,
     /// Upgrade the proxy through its own zero-downtime mechanism (nginx's binary upgrade,
-    /// HAProxy's master re-exec, Envoy's hot restart; a restart for Traefik and Caddy): `same` upgrades to the
-    /// binary it runs (the mechanism is what is measured).
+    /// HAProxy's master re-exec, Envoy's hot restart; a restart for Traefik and Caddy):
+    /// `same` upgrades to the binary it runs (the mechanism is what is measured).
     pub upgrade: Option<String>,
     /// With `restart` or `upgrade`: how long the stopped proxy has to end what it serves before what
     /// is left of it is killed (default 5s; a service manager gives 90s).
