@@ -364,14 +364,7 @@ pub(crate) fn run(
         let mut pass = |finished: Vec<Window>, observer: &mut dyn Observer| {
             let samples = std::mem::take(&mut *run.samples.borrow_mut());
             if !samples.is_empty() {
-                let backends: Vec<String> = run
-                    .recorder
-                    .borrow()
-                    .backends()
-                    .iter()
-                    .map(|b| b.name.clone())
-                    .collect();
-                observer.samples(&samples, &backends);
+                observer.samples(&samples, &run.recorder.borrow().backend_names());
             }
             for window in finished {
                 cumulative.merge(&window.latency);

@@ -266,13 +266,7 @@ impl Worker {
     fn send_samples(&self) {
         let samples = std::mem::take(&mut *self.samples.borrow_mut());
         if !samples.is_empty() {
-            let backends = self
-                .recorder
-                .borrow()
-                .backends()
-                .iter()
-                .map(|b| b.name.clone())
-                .collect();
+            let backends = self.recorder.borrow().backend_names();
             let _ = self.tx.send(Message::Samples { samples, backends });
         }
     }

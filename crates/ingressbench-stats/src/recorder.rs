@@ -418,6 +418,11 @@ impl Recorder {
         &self.goaways
     }
 
+    /// The backends' names, in the order of their ids (what a sample's `backend` indexes).
+    pub fn backend_names(&self) -> Vec<String> {
+        self.backends.iter().map(|b| b.name.clone()).collect()
+    }
+
     /// The id of the backend called `name`, adding it on first sight. Past the table's
     /// capacity every new name shares one id.
     pub fn backend_id(&mut self, name: &[u8]) -> BackendId {

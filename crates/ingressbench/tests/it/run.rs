@@ -441,6 +441,9 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
         if file.ends_with("route-scale.yaml") {
             route_steps_all_right(&out, &record);
         }
+        if file.ends_with("long-lived.yaml") {
+            crate::websocket::long_lived_cells_hold(&out);
+        }
         if file.ends_with("capacity.yaml") {
             // Each cell checked is a search, run as the trials it chose; every search ends
             // (with a capacity, or saying why there is none).

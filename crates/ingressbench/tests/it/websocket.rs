@@ -139,40 +139,12 @@ fn a_draining_backend_closes_its_websockets_with_1001_or_drops_them_at_its_timeo
     }
 }
 
-/// Each of the five proxies carries 8 WebSockets through a reload and a scale-down of
-/// two backends to one (`load.kind: websocket` in a scenario). What each proxy does at
-/// the reload is measured, not assumed: the test holds what must be true of any proxy and
-/// prints the rest. Every message is accounted for in the cell's files (the summary's
-/// messages are websocket.json's sent and never sent); a proxy either keeps every
-/// WebSocket through its reload or cuts them, and a cut one is ended with a close frame,
-/// not dropped; the backend that scales away closes its WebSockets with 1001 and its
-/// reason, and every proxy hands that close to the client as it was (not as a broken
-/// connection); with `reconnect: immediate` every connection has a WebSocket again by
-/// the end; each event's window in impact.json says what it cut.
-#[test]
-fn every_proxy_carries_websockets_through_a_reload_and_a_scale_down() {
-    let dir = crate::common::scratch("websocket-proxies");
-    let file = dir.join("ws.yaml");
-    std::fs::write(
-        &file,
-        "name: ws
-targets: [nginx, haproxy, envoy, traefik, caddy]
-backends: [{ name: echo, replicas: 2 }]
-tls: false
-load:
-  kind: websocket
-  websocket: { message_bytes: 64, reconnect: immediate }
-  rate: 200
-  connections: 8
-  duration: 4s
-  timeout: 1s
-  sample_rate: 1
-events:
-  - { at: 1500ms, reload: true }
-  - { at: 3s, scale: 1 }
-",
-    )
-    .unwrap();
+/// Runs `yaml` as a scenario in a scratch directory named by `tag`; its results
+/// directory and what the run printed.
+fn run_scenario(tag: &str, yaml: &str) -> (std::path::PathBuf, String) {
+    let dir = crate::common::scratch(tag);
+    let file = dir.join("scenario.yaml");
+    std::fs::write(&file, yaml).unwrap();
     let out = dir.join("results");
     let run = std::process::Command::new(crate::common::BIN)
         .args([
@@ -185,15 +157,39 @@ events:
         .unwrap();
     let said = crate::common::text(&run);
     assert!(run.status.success(), "{said}");
-    let json = |path: std::path::PathBuf| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
-    };
+    (out, said)
+}
+
+fn json(path: std::path::PathBuf) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
+}
+
+/// WebSockets open half a second before the load's end (in its last moments each
+/// connection closes its own once its next message would be due after the end).
+fn open_near_the_end(ws: &serde_json::Value) -> u64 {
+    let open = ws["open_over_time"].as_array().unwrap();
+    open[open.len().saturating_sub(6)][1].as_u64().unwrap()
+}
+
+/// What must hold of every proxy's cell of `scenarios/long-lived.yaml` (run in quick mode
+/// by `run::every_shipped_scenario_validates_and_runs_in_quick_mode`): 50 WebSockets
+/// through a reload, a scale-down of three backends to two, a restart, an upgrade and a
+/// scale-up. What each proxy does at each event is measured, not assumed: this holds what
+/// must be true of any proxy and prints the rest. Every message is accounted for in the
+/// cell's files (the summary's messages are websocket.json's sent and never sent); a proxy
+/// either keeps every WebSocket through its reload or cuts them all; a restart cuts them
+/// all (a new process cannot hold the old one's connections); the backend that scales
+/// away closes its WebSockets with 1001 and its reason, and every proxy hands that close to
+/// the client as it was (not as a broken connection); every connection has a WebSocket
+/// again by the end; the report says it per proxy and event, and refuses a websocket.json
+/// that disagrees with its cell's summary.
+pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap();
     let mut measured = Vec::new();
-    for cell in crate::common::cells_of(&out) {
+    for cell in crate::common::cells_of(out) {
         let name = cell.file_name().unwrap().to_string_lossy().into_owned();
         let ws = json(cell.join("websocket.json"));
         let summary = json(cell.join("summary.json"));
-        let n = |v: &serde_json::Value| v.as_u64().unwrap();
         let total = n(&summary["requests"]["total"]);
         assert_eq!(
             total + n(&ws["in_flight_at_end"]),
@@ -205,21 +201,29 @@ events:
             n(&ws["echoed"]),
             "{name}: {ws}"
         );
-        // Every connection has a WebSocket at the end.
-        let open = ws["open_over_time"].as_array().unwrap();
-        assert_eq!(open.last().unwrap()[1], 8, "{name}: {open:?}");
+        assert_eq!(open_near_the_end(&ws), 50, "{name}: {ws}");
         let impact = json(cell.join("impact.json"));
-        let events = impact.as_array().unwrap();
-        assert_eq!(events.len(), 2, "{name}: {impact}");
-        let (reload, scale) = (&events[0]["websocket"], &events[1]["websocket"]);
-        let cut_at_reload = n(&reload["cut"]);
-        assert!(cut_at_reload == 0 || cut_at_reload == 8, "{name}: {reload}");
+        let event = |what: &str| -> &serde_json::Value {
+            impact
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["what"].as_str().unwrap().starts_with(what))
+                .unwrap_or_else(|| panic!("{name}: no {what} in {impact}"))
+        };
+        let reload = &event("reload")["websocket"];
+        assert!([0, 50].contains(&n(&reload["cut"])), "{name}: {reload}");
+        let restart = &event("restart")["websocket"];
+        assert_eq!(n(&restart["cut"]), 50, "{name}: {restart}");
+        let upgrade = &event("upgrade")["websocket"];
         for close in ws["closes"].as_array().unwrap() {
-            assert_eq!(close["by"], "server", "{name}: {close}");
+            assert_eq!(
+                close["by"] == "server",
+                close["code"] != 1006,
+                "{name}: {close}"
+            );
             assert!(close["reconnected_after_ms"].is_number(), "{name}: {close}");
         }
-        // The backend scaled away closed its WebSockets itself, with its reason, and the
-        // proxy handed each close on as it was.
         let drained: Vec<&serde_json::Value> = ws["closes"]
             .as_array()
             .unwrap()
@@ -227,20 +231,22 @@ events:
             .filter(|c| c["reason"] == "backend draining")
             .collect();
         assert!(!drained.is_empty(), "{name}: {ws}");
-        for c in &drained {
-            assert_eq!(c["code"], 1001, "{name}: {c}");
-            assert!(c["at_s"].as_f64().unwrap() >= 2.9, "{name}: {c}");
-        }
-        assert!(n(&scale["cut"]) >= drained.len() as u64, "{name}: {scale}");
+        assert!(
+            drained.iter().all(|c| c["code"] == 1001),
+            "{name}: {drained:?}"
+        );
         measured.push(format!(
-            "{name}: reload cut {cut_at_reload} of 8 ({}), scale-down cut {} ({}), messages lost {}, reconnect p99 {} ms",
-            reload["by_code"], scale["cut"], scale["by_code"], ws["lost"], scale["reconnect_p99_ms"]
+            "{name}: reload cut {}, scale-down {}, restart {}, upgrade {} ({}), messages lost {}",
+            reload["cut"],
+            event("scale echo 3->2")["websocket"]["by_code"],
+            restart["by_code"],
+            upgrade["cut"],
+            upgrade["by_code"],
+            ws["lost"]
         ));
     }
-    assert_eq!(measured.len(), 5, "{said}");
-    println!("{}", measured.join("\n"));
-    // The report says it per proxy and event, and refuses a websocket.json that does not
-    // agree with its cell's summary.
+    assert_eq!(measured.len(), 5);
+    eprintln!("{}", measured.join("\n"));
     let report = std::process::Command::new(crate::common::BIN)
         .args(["report", out.to_str().unwrap()])
         .output()
@@ -249,15 +255,15 @@ events:
     for target in ["nginx", "haproxy", "envoy", "traefik", "caddy"] {
         assert!(
             said.contains(&format!("{target}, repeat 1 (cell "))
-                && said.contains("of 8 WebSockets cut"),
+                && said.contains("of 50 WebSockets cut"),
             "{said}"
         );
     }
-    let first = crate::common::cells_of(&out)
+    let first = crate::common::cells_of(out)
         .remove(0)
         .join("websocket.json");
     let mut ws = json(first.clone());
-    ws["sent"] = (ws["sent"].as_u64().unwrap() + 1).into();
+    ws["sent"] = (n(&ws["sent"]) + 1).into();
     std::fs::write(&first, ws.to_string()).unwrap();
     let report = std::process::Command::new(crate::common::BIN)
         .args(["report", out.to_str().unwrap()])
@@ -278,10 +284,8 @@ events:
 /// process by the end. The proxy's CPU follows the new process (it never goes down).
 #[test]
 fn a_restarted_proxy_ends_every_websocket_and_its_clients_come_back() {
-    let dir = crate::common::scratch("websocket-restart");
-    let file = dir.join("restart.yaml");
-    std::fs::write(
-        &file,
+    let (out, said) = run_scenario(
+        "websocket-restart",
         "name: restart
 targets: [nginx, haproxy, envoy, traefik, caddy]
 backends: [{ name: echo, replicas: 1 }]
@@ -296,23 +300,7 @@ load:
 events:
   - { at: 1s, restart: true, grace: 1s }
 ",
-    )
-    .unwrap();
-    let out = dir.join("results");
-    let run = std::process::Command::new(crate::common::BIN)
-        .args([
-            "run",
-            file.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    let said = crate::common::text(&run);
-    assert!(run.status.success(), "{said}");
-    let json = |path: std::path::PathBuf| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
-    };
+    );
     let mut measured = Vec::new();
     for cell in crate::common::cells_of(&out) {
         let name = cell.file_name().unwrap().to_string_lossy().into_owned();
@@ -327,8 +315,7 @@ events:
             let at = close["at_s"].as_f64().unwrap();
             assert!(at >= requested && at < requested + 2.0, "{name}: {close}");
         }
-        let open = ws["open_over_time"].as_array().unwrap();
-        assert_eq!(open.last().unwrap()[1], 4, "{name}: {open:?}");
+        assert_eq!(open_near_the_end(&ws), 4, "{name}: {ws}");
         // The proxy part's CPU never goes down across the restart.
         let usage = std::fs::read_to_string(cell.join("usage.jsonl")).unwrap();
         let cpu: Vec<f64> = usage
@@ -364,15 +351,14 @@ events:
 
 /// nginx's binary upgrade, HAProxy's master re-exec and Envoy's hot restart (`upgrade:
 /// same`) under HTTP and under WebSocket load: no request fails; nginx's and HAProxy's
-/// old workers keep their WebSockets (none is cut), while Envoy's old epoch keeps them
-/// only until it is told to exit (a second after its drain), and they reconnect to the
-/// new one; the events' mechanism says which was used.
+/// old workers keep their WebSockets (none is cut, no message lost), while Envoy's old
+/// epoch keeps them only until it is told to exit (a second after its drain): they
+/// reconnect to the new one, and a message that was out at the cut is lost (the only
+/// errors); the events' mechanism says which was used.
 #[test]
 fn nginx_haproxy_and_envoy_upgrade_in_place_without_losing_a_request() {
-    let dir = crate::common::scratch("websocket-upgrade");
-    let file = dir.join("upgrade.yaml");
-    std::fs::write(
-        &file,
+    let (out, said) = run_scenario(
+        "websocket-upgrade",
         "name: upgrade
 targets: [nginx, haproxy, envoy]
 backends: [{ name: echo, replicas: 2 }]
@@ -383,29 +369,16 @@ events:
 matrix:
   load.kind: [http, websocket]
 ",
-    )
-    .unwrap();
-    let out = dir.join("results");
-    let run = std::process::Command::new(crate::common::BIN)
-        .args([
-            "run",
-            file.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    let said = crate::common::text(&run);
-    assert!(run.status.success(), "{said}");
-    let json = |path: std::path::PathBuf| -> serde_json::Value {
-        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
-    };
+    );
     let cells = crate::common::cells_of(&out);
     assert_eq!(cells.len(), 6, "{said}");
     for cell in cells {
         let name = cell.file_name().unwrap().to_string_lossy().into_owned();
         let summary = json(cell.join("summary.json"));
-        assert_eq!(summary["requests"]["errors"], 0, "{name}: {summary}");
+        let envoy_websockets = name.contains("envoy") && name.contains("websocket");
+        if !envoy_websockets {
+            assert_eq!(summary["requests"]["errors"], 0, "{name}: {summary}");
+        }
         assert!(
             summary["requests"]["ok"].as_u64().unwrap() >= 700,
             "{name}: {summary}"
@@ -425,6 +398,9 @@ matrix:
                 // Cut when the old epoch is told to exit: the upgrade at 1.5 s, 1 s of
                 // drain, a second more; each reconnected.
                 assert_eq!(ws["cut"], 8, "{name}: {ws}");
+                // A message out when its WebSocket is cut is lost, and is the only error.
+                assert_eq!(summary["requests"]["errors"], ws["lost"], "{name}: {ws}");
+                assert!(ws["lost"].as_u64().unwrap() <= 8, "{name}: {ws}");
                 for close in ws["closes"].as_array().unwrap() {
                     let at = close["at_s"].as_f64().unwrap();
                     assert!((3.4..4.5).contains(&at), "{name}: {close}");
