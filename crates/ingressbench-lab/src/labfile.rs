@@ -39,6 +39,10 @@ use crate::{HopSpec, LabError, LabSpec, PoolSpec};
 pub struct LabFile {
     /// Proxies to run, each in front of every pool.
     pub proxies: Vec<ProxyKind>,
+    /// Start the proxies ready for an in-place upgrade (nginx detached from the tool,
+    /// Envoy with hot restart on); a scenario with an `upgrade` event sets it.
+    #[serde(default)]
+    pub upgradeable: bool,
     /// Backend pools (default: one pool `echo` of 3).
     #[serde(default = "default_pools")]
     pub backends: Vec<PoolFile>,
@@ -686,6 +690,7 @@ impl LabFile {
             proxy_options: ProxyOptions {
                 haproxy_update: self.haproxy_update,
                 upstream_mtls: None,
+                upgradeable: self.upgradeable,
             },
             front: self.front.as_ref().map(|f| f.replicas),
             hop: self.hop.as_ref().map(|h| HopSpec { mtls: h.mtls }),

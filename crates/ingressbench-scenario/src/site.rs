@@ -410,6 +410,10 @@ pub(crate) fn lab_file(cell: &Cell) -> Option<LabFile> {
         tuning,
         overlay: s.overlay.clone(),
         haproxy_update: update.unwrap_or_default(),
+        upgradeable: cell
+            .events
+            .iter()
+            .any(|e| matches!(e.action, crate::model::Action::Upgrade { .. })),
         front: front.clone(),
         hop: hop.clone(),
         topology: s.topology.clone(),

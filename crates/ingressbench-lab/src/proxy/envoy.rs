@@ -67,14 +67,17 @@ pub(crate) fn remove_shared_memory(base_id: u64) {
 pub(crate) struct Envoy {
     rendered: Option<RouteTable>,
     mtls: Option<UpstreamMtls>,
+    /// Started with hot restart on (ready for an upgrade).
+    hot_restart: bool,
 }
 
 impl Envoy {
     /// A driver whose clusters speak mutual TLS to the backends when `mtls` is given.
-    pub(crate) fn new(mtls: Option<UpstreamMtls>) -> Self {
+    pub(crate) fn new(mtls: Option<UpstreamMtls>, hot_restart: bool) -> Self {
         Self {
             rendered: None,
             mtls,
+            hot_restart,
         }
     }
 }
@@ -96,23 +99,30 @@ impl Driver for Envoy {
             },
         });
         write_json(&files.config_path("envoy.json"), &bootstrap)?;
-        Ok(Launch {
-            args: vec![
-                "-c".into(),
-                files.config_path("envoy.json").display().to_string(),
-                "--concurrency".into(),
-                table.tuning.workers.to_string(),
-                // Hot restart on (an upgrade uses it), with a base id of its own that Envoy
-                // picks and writes down; its shared memory is removed at the end
-                // (`remove_shared_memory`).
+        let mut args: Vec<String> = vec![
+            "-c".into(),
+            files.config_path("envoy.json").display().to_string(),
+            "--concurrency".into(),
+            table.tuning.workers.to_string(),
+            "--log-level".into(),
+            "warn".into(),
+        ];
+        if self.hot_restart {
+            // Ready for an upgrade: hot restart on, with a base id of its own that Envoy
+            // picks and writes down; its shared memory is removed at the end
+            // (`remove_shared_memory`).
+            args.extend([
                 "--restart-epoch".into(),
                 "0".into(),
                 "--use-dynamic-base-id".into(),
                 "--base-id-path".into(),
                 base_id_path(files).display().to_string(),
-                "--log-level".into(),
-                "warn".into(),
-            ],
+            ]);
+        } else {
+            args.push("--disable-hot-restart".into());
+        }
+        Ok(Launch {
+            args,
             env: Vec::new(),
             detached: None,
         })

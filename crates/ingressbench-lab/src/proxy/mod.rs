@@ -112,9 +112,14 @@ impl ProxyKind {
 
     fn driver(self, options: &ProxyOptions) -> Box<dyn Driver> {
         match self {
-            ProxyKind::Nginx => Box::new(nginx::Nginx),
+            ProxyKind::Nginx => Box::new(nginx::Nginx {
+                detached: options.upgradeable,
+            }),
             ProxyKind::Haproxy => Box::new(haproxy::Haproxy::new(options.haproxy_update)),
-            ProxyKind::Envoy => Box::new(envoy::Envoy::new(options.upstream_mtls.clone())),
+            ProxyKind::Envoy => Box::new(envoy::Envoy::new(
+                options.upstream_mtls.clone(),
+                options.upgradeable,
+            )),
             ProxyKind::Traefik => Box::new(traefik::Traefik),
             ProxyKind::Caddy => Box::new(caddy::Caddy),
         }
@@ -261,6 +266,9 @@ pub struct ProxyOptions {
     pub haproxy_update: HaproxyUpdate,
     /// Envoy: speak mutual TLS to the backends (a mesh sidecar's outbound side).
     pub upstream_mtls: Option<UpstreamMtls>,
+    /// Started ready for an in-place upgrade: nginx from a shell that leaves (its binary
+    /// upgrade needs a master whose parent has changed), Envoy with hot restart on.
+    pub upgradeable: bool,
 }
 
 /// The files of mutual TLS towards the backends.
@@ -597,7 +605,7 @@ impl Proxy {
             kind: "envoy".into(),
             mechanism: "hot restart",
             reason: format!(
-                "the running Envoy wrote no base id to {}",
+                "the running Envoy wrote no base id to {} (a lab is started ready for an upgrade only when its scenario has an upgrade event)",
                 self.files.dir.join("base-id").display()
             ),
         })?;

@@ -11,7 +11,11 @@ use crate::LabError;
 
 /// The nginx driver.
 #[derive(Debug, Default)]
-pub(crate) struct Nginx;
+pub(crate) struct Nginx {
+    /// Started from a shell that leaves once the master has written its pid (ready for a
+    /// binary upgrade).
+    pub(crate) detached: bool,
+}
 
 impl Driver for Nginx {
     fn start(&mut self, files: &ProxyFiles, table: &RouteTable) -> Result<Launch, LabError> {
@@ -37,7 +41,7 @@ impl Driver for Nginx {
         Ok(Launch {
             args,
             env: Vec::new(),
-            detached: Some(pid_file),
+            detached: self.detached.then_some(pid_file),
         })
     }
 
@@ -80,6 +84,11 @@ pub(crate) fn binary_upgrade(
     };
     write_atomically(&files.config_path("nginx.conf"), &render(files, table))?;
     let old = child.pid();
+    if old == child.pgid() {
+        return Err(failed(
+            "this nginx was started as the tool's own child, and its master ignores USR2 then (a lab is started ready for an upgrade only when its scenario has an upgrade event)".into(),
+        ));
+    }
     let pid_file = files.dir.join("nginx.pid");
     child
         .signal(Signal::USR2)

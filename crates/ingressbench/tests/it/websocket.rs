@@ -350,7 +350,8 @@ events:
 }
 
 /// nginx's binary upgrade, HAProxy's master re-exec and Envoy's hot restart (`upgrade:
-/// same`) under HTTP and under WebSocket load: no request fails; nginx's and HAProxy's
+/// same`) under HTTP and under WebSocket load: no request fails through nginx or HAProxy
+/// (through Envoy, at most one per connection the old epoch ends as it exits); nginx's and HAProxy's
 /// old workers keep their WebSockets (none is cut, no message lost), while Envoy's old
 /// epoch keeps them only until it is told to exit (a second after its drain): they
 /// reconnect to the new one, and a message that was out at the cut is lost (the only
@@ -375,8 +376,20 @@ matrix:
     for cell in cells {
         let name = cell.file_name().unwrap().to_string_lossy().into_owned();
         let summary = json(cell.join("summary.json"));
-        let envoy_websockets = name.contains("envoy") && name.contains("websocket");
-        if !envoy_websockets {
+        if name.contains("envoy") {
+            // The old epoch ends its kept-alive connections when it exits: a request or a
+            // message out on one then fails (seen once, under a loaded machine: one `eof`
+            // of 1,000 requests), at most one per connection.
+            let errors = summary["requests"]["errors"].as_u64().unwrap();
+            assert!(errors <= 8, "{name}: {summary}");
+            let outcomes = summary["outcomes"].as_object().unwrap();
+            assert!(
+                outcomes
+                    .keys()
+                    .all(|k| ["200", "101", "eof", "reset_after_write"].contains(&k.as_str())),
+                "{name}: {summary}"
+            );
+        } else {
             assert_eq!(summary["requests"]["errors"], 0, "{name}: {summary}");
         }
         assert!(
