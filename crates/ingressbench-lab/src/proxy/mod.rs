@@ -396,21 +396,18 @@ pub struct Proxy {
     retiring: Vec<OwnedChild>,
 }
 
-/// Renders `table` for a proxy of `kind` run from `binary`, starts it (as the lab's user,
-/// in `netns`) and waits until it listens and routes; `spawned` is told its process id as
-/// soon as it exists. Returns it and how long that took.
-fn launch(
-    (kind, binary, driver): (ProxyKind, &Path, &mut dyn Driver),
+/// Starts a proxy of `kind` from `binary` as `launch` says (as the lab's user, in `netns`,
+/// from a shell that leaves when `launch.detached`), its output appended to its log.
+fn spawn(
+    kind: ProxyKind,
+    binary: &Path,
     files: &ProxyFiles,
-    table: &RouteTable,
+    launch: &Launch,
     netns: Option<&Path>,
-    spawned: &mut dyn FnMut(u32),
-) -> Result<(OwnedChild, Duration), LabError> {
-    let launch = driver.start(files, table)?;
+) -> Result<OwnedChild, LabError> {
     let dir = &files.dir;
     let user = crate::identity::lab_identity()?;
     let program = crate::identity::runnable(binary, user, &dir.join("bin"))?;
-    let started = Instant::now();
     let (program, args) = match &launch.detached {
         None => (program, launch.args.clone()),
         Some(pid_file) => {
@@ -426,7 +423,7 @@ fn launch(
             (PathBuf::from("/bin/sh"), args)
         }
     };
-    let mut child = OwnedChild::spawn_with_env(
+    OwnedChild::spawn_with_env(
         kind.name(),
         &program,
         &args,
@@ -434,7 +431,22 @@ fn launch(
         dir,
         &dir.join("proxy.log"),
         RunAs { netns, user },
-    )?;
+    )
+}
+
+/// Renders `table` for a proxy of `kind` run from `binary`, starts it (as the lab's user,
+/// in `netns`) and waits until it listens and routes; `spawned` is told its process id as
+/// soon as it exists. Returns it and how long that took.
+fn launch(
+    (kind, binary, driver): (ProxyKind, &Path, &mut dyn Driver),
+    files: &ProxyFiles,
+    table: &RouteTable,
+    netns: Option<&Path>,
+    spawned: &mut dyn FnMut(u32),
+) -> Result<(OwnedChild, Duration), LabError> {
+    let launch = driver.start(files, table)?;
+    let started = Instant::now();
+    let mut child = spawn(kind, binary, files, &launch, netns)?;
     spawned(child.pgid());
     if let Some(pid_file) = &launch.detached {
         let pid = wait_pid_file(pid_file, start_timeout(table.routes.len()))
@@ -613,19 +625,12 @@ impl Proxy {
         let mut launch = self.driver.start(&self.files, table)?;
         self.epoch += 1;
         envoy::hot_restart_args(&mut launch, self.epoch, base_id, grace);
-        let user = crate::identity::lab_identity()?;
-        let program = crate::identity::runnable(&self.binary, user, &self.files.dir.join("bin"))?;
-        let mut child = OwnedChild::spawn_with_env(
-            self.kind.name(),
-            &program,
-            &launch.args,
-            &launch.env,
-            &self.files.dir,
-            &self.files.dir.join("proxy.log"),
-            RunAs {
-                netns: self.netns.as_deref(),
-                user,
-            },
+        let mut child = spawn(
+            self.kind,
+            &self.binary,
+            &self.files,
+            &launch,
+            self.netns.as_deref(),
         )?;
         spawned(child.pgid());
         child.wait_listening(self.http_addr(), start_timeout(table.routes.len()))?;
