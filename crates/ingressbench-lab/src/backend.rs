@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use crate::LabError;
 
 mod http2;
+mod sse;
 mod websocket;
 
 pub use websocket::{WebSocketBehaviour, DRAIN_CLOSE_REASON};
@@ -323,6 +324,10 @@ pub struct ServeReport {
     pub websockets: u64,
     /// WebSocket messages sent back.
     pub websocket_messages: u64,
+    /// Requests answered with an event stream.
+    pub event_streams: u64,
+    /// Server-sent events sent.
+    pub events: u64,
 }
 
 /// Serves on `listener` until `shutdown` completes, then drains and returns.
@@ -403,6 +408,8 @@ pub async fn serve(
     report.http2_connections = count(&responses.http2_connections);
     report.websockets = count(&responses.websockets);
     report.websocket_messages = count(&responses.websocket_messages);
+    report.event_streams = count(&responses.event_streams);
+    report.events = count(&responses.events);
     Ok(report)
 }
 
@@ -489,6 +496,10 @@ struct Responses {
     websockets: std::sync::atomic::AtomicU64,
     /// WebSocket messages sent back so far (on WebSockets that have ended).
     websocket_messages: std::sync::atomic::AtomicU64,
+    /// Requests answered with an event stream so far.
+    event_streams: std::sync::atomic::AtomicU64,
+    /// Server-sent events sent so far (on streams that have ended).
+    events: std::sync::atomic::AtomicU64,
 }
 
 impl Responses {
@@ -514,6 +525,8 @@ impl Responses {
             http2_connections: std::sync::atomic::AtomicU64::new(0),
             websockets: std::sync::atomic::AtomicU64::new(0),
             websocket_messages: std::sync::atomic::AtomicU64::new(0),
+            event_streams: std::sync::atomic::AtomicU64::new(0),
+            events: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }
@@ -561,6 +574,10 @@ struct Request {
     head_method: bool,
     /// Where the `Sec-WebSocket-Key` is, when the request asks to upgrade to a WebSocket.
     websocket_key: Option<(usize, usize)>,
+    /// Where its query is, when it accepts `text/event-stream` (none: it does not).
+    event_stream: Option<(usize, usize)>,
+    /// Its `Last-Event-ID`, when it is a number.
+    last_event_id: Option<u64>,
 }
 
 impl Connection {
@@ -620,6 +637,38 @@ impl Connection {
                     self.responses
                         .websocket_messages
                         .fetch_add(sent, std::sync::atomic::Ordering::Relaxed);
+                    return answered + 1;
+                }
+                if let (Some((start, end)), false) = (request.event_stream, draining) {
+                    // The stream's head waits as an answer would; then the connection is
+                    // the stream's until its end.
+                    self.wait_before_answering().await;
+                    let schedule =
+                        match sse::Schedule::parse(&buf[start..end], request.last_event_id) {
+                            Ok(schedule) => schedule,
+                            Err(why) => {
+                                let _ = stream
+                                    .write_all(&simple_response(400, &format!("{why}\n"), true))
+                                    .await;
+                                return answered;
+                            }
+                        };
+                    if stream
+                        .write_all(&sse::head(&self.responses.name))
+                        .await
+                        .is_err()
+                    {
+                        return answered;
+                    }
+                    self.responses
+                        .event_streams
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let sent =
+                        sse::send(&mut stream, schedule, self.websocket, self.drain.clone()).await;
+                    self.responses
+                        .events
+                        .fetch_add(sent, std::sync::atomic::Ordering::Relaxed);
+                    let _ = stream.shutdown().await;
                     return answered + 1;
                 }
                 let close = request.close || draining;
@@ -780,6 +829,7 @@ fn parse_request(buf: &[u8]) -> Result<Option<Request>, u16> {
     let mut body_len = 0;
     let mut close = version == b"HTTP/1.0";
     let (mut upgrade, mut key) = (false, None);
+    let (mut event_stream, mut last_event_id) = (false, None);
     for header in head[line_end..].split(|&b| b == b'\n').skip(1) {
         let header = header.strip_suffix(b"\r").unwrap_or(header);
         let Some(colon) = memchr::memchr(b':', header) else {
@@ -796,6 +846,10 @@ fn parse_request(buf: &[u8]) -> Result<Option<Request>, u16> {
             return Err(501);
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             upgrade = value.eq_ignore_ascii_case(b"websocket");
+        } else if name.eq_ignore_ascii_case(b"accept") {
+            event_stream = memchr::memmem::find(value, b"text/event-stream").is_some();
+        } else if name.eq_ignore_ascii_case(b"last-event-id") {
+            last_event_id = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
         } else if name.eq_ignore_ascii_case(b"sec-websocket-key") {
             let start = value.as_ptr() as usize - buf.as_ptr() as usize;
             key = Some((start, start + value.len()));
@@ -815,6 +869,11 @@ fn parse_request(buf: &[u8]) -> Result<Option<Request>, u16> {
         close,
         head_method: method == b"HEAD",
         websocket_key: key.filter(|_| upgrade),
+        event_stream: event_stream.then(|| {
+            let query_start = (path_start + path_len + 1).min(path_start + target.len());
+            (query_start, path_start + target.len())
+        }),
+        last_event_id,
     }))
 }
 

@@ -497,13 +497,13 @@ fn release(seen: &mut Seen, until: Option<u64>, observer: &mut dyn Observer) {
     }
 }
 
-/// Workers send HTTP load only: a WebSocket load is sent by one process.
+/// Workers send HTTP load only: a WebSocket or event stream load is sent by one process.
 fn http_only(plan: &Plan) -> Result<(), LoadError> {
     match plan.kind {
         crate::Kind::Http => Ok(()),
-        crate::Kind::WebSocket(_) => Err(LoadError::InvalidPlan {
+        crate::Kind::WebSocket(_) | crate::Kind::Sse(_) => Err(LoadError::InvalidPlan {
             field: "workers".into(),
-            reason: "a WebSocket load is sent by this process alone; leave out workers (and load.from: cluster)".into(),
+            reason: "a WebSocket or event stream load is sent by this process alone; leave out workers (and load.from: cluster)".into(),
         }),
     }
 }
@@ -771,7 +771,7 @@ pub fn coordinate(
         load: LoadReport {
             recorder: merged,
             summary,
-            websocket: None,
+            stream: None,
         },
         workers: reports,
         p99_average_of_workers_us: (!p99s.is_empty())

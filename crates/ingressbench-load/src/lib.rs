@@ -30,6 +30,8 @@ mod request;
 mod response;
 mod run;
 mod schedule;
+pub mod sse;
+pub mod stream;
 mod target;
 mod timer;
 mod tls;

@@ -147,7 +147,9 @@ pub enum Kind {
     #[default]
     Http,
     /// Messages over WebSockets (one per connection), at the open-loop rate.
-    WebSocket(crate::websocket::WebSocketOptions),
+    WebSocket(crate::stream::StreamOptions),
+    /// Server-sent events (one stream per connection), at the open-loop rate.
+    Sse(crate::stream::StreamOptions),
 }
 
 /// How long a run lasts (after its warm-up).
@@ -178,7 +180,7 @@ pub struct Plan {
     pub target: Target,
     /// What to send.
     pub request: RequestSpec,
-    /// HTTP requests, or messages over WebSockets.
+    /// HTTP requests, messages over WebSockets or server-sent events.
     pub kind: Kind,
     /// How to pace it.
     pub mode: Mode,
@@ -330,33 +332,35 @@ impl Plan {
         }
     }
 
-    /// What a WebSocket load cannot be: closed-loop or sequential (messages go at a rate),
-    /// HTTP/2 (RFC 8441 is not sent), shared between processes, a number of messages.
-    fn validate_websocket(
-        &self,
-        options: &crate::websocket::WebSocketOptions,
-    ) -> Result<(), LoadError> {
-        use crate::websocket::MESSAGE_HEADER;
+    /// What a WebSocket or event stream load cannot be: closed-loop or sequential
+    /// (messages and events go at a rate), HTTP/2 (RFC 8441 is not sent; events are read
+    /// over HTTP/1.1), shared between processes, a number of messages.
+    fn validate_stream(&self, options: &crate::stream::StreamOptions) -> Result<(), LoadError> {
+        use crate::stream::MESSAGE_HEADER;
+        let what = match self.kind {
+            Kind::Sse(_) => "an event stream load",
+            _ => "a WebSocket load",
+        };
         let why = match () {
             () if !matches!(self.mode, Mode::Open { .. }) => Some((
                 "-R/--rate",
-                "a WebSocket load sends messages at a rate (open loop): give one".to_owned(),
+                format!("{what} goes at a rate (messages or events a second, open loop): give one"),
             )),
             () if self.protocol != Protocol::Http1 => Some((
                 "protocol",
-                "WebSockets are upgraded from HTTP/1.1 here (RFC 8441's WebSockets over HTTP/2 are not sent)".to_owned(),
+                "WebSockets are upgraded from HTTP/1.1 here (RFC 8441's WebSockets over HTTP/2 are not sent), and event streams read over HTTP/1.1".to_owned(),
             )),
             () if self.share.of > 1 => Some((
                 "--workers",
-                "a WebSocket load is sent by one process; leave out workers".to_owned(),
+                format!("{what} is sent by one process; leave out workers"),
             )),
             () if matches!(self.length, Length::Requests(_)) => Some((
                 "-n/--requests",
-                "a WebSocket load runs for a duration, not a number of messages".to_owned(),
+                format!("{what} runs for a duration, not a number of messages"),
             )),
             () if matches!(self.warmup, Warmup::Requests(_)) => Some((
                 "--warmup-requests",
-                "a WebSocket load's warm-up is a time (--warmup)".to_owned(),
+                format!("{what}'s warm-up is a time (--warmup)"),
             )),
             () if !(MESSAGE_HEADER..=16 << 20).contains(&options.message_bytes) => Some((
                 "message size",
@@ -540,8 +544,8 @@ impl Plan {
         if self.window < Duration::from_millis(10) {
             return bad("window", "must be at least 10ms".to_owned());
         }
-        if let Kind::WebSocket(options) = &self.kind {
-            self.validate_websocket(options)?;
+        if let Kind::WebSocket(options) | Kind::Sse(options) = &self.kind {
+            self.validate_stream(options)?;
         }
         let header_name = |name: &str| {
             !name.is_empty()

@@ -182,6 +182,16 @@ impl ResponseParser {
 
     /// Feeds the next bytes of the connection.
     pub(crate) fn feed(&mut self, data: &[u8]) -> Result<Progress, Malformed> {
+        self.feed_body(data, |_| {})
+    }
+
+    /// As [`Self::feed`], giving each piece of the body (de-chunked) to `body` as it
+    /// passes.
+    pub(crate) fn feed_body(
+        &mut self,
+        data: &[u8],
+        mut body: impl FnMut(&[u8]),
+    ) -> Result<Progress, Malformed> {
         let mut i = 0;
         while i < data.len() {
             if self.in_head() {
@@ -254,6 +264,7 @@ impl ResponseParser {
                 }
                 State::Body { remaining } => {
                     let take = remaining.min((data.len() - i) as u64);
+                    body(&data[i..i + take as usize]);
                     let remaining = remaining - take;
                     i += take as usize;
                     if remaining == 0 {
@@ -263,7 +274,10 @@ impl ResponseParser {
                     self.state = State::Body { remaining };
                     continue;
                 }
-                State::UntilClose => return Ok(Progress::NeedMore),
+                State::UntilClose => {
+                    body(&data[i..]);
+                    return Ok(Progress::NeedMore);
+                }
                 State::ChunkSize => match b {
                     b'0'..=b'9' | b'a'..=b'f' | b'A'..=b'F' => {
                         let digit = (b as char).to_digit(16).unwrap_or(0) as u64;
@@ -285,6 +299,7 @@ impl ResponseParser {
                 }
                 State::ChunkData { remaining } => {
                     let take = remaining.min((data.len() - i) as u64);
+                    body(&data[i..i + take as usize]);
                     i += take as usize;
                     self.state = if remaining == take {
                         State::ChunkDataCr
@@ -338,6 +353,11 @@ impl ResponseParser {
         } else {
             Progress::NeedMore
         })
+    }
+
+    /// The response's head has been read (its status and headers are known).
+    pub(crate) fn head_read(&self) -> bool {
+        !self.in_head()
     }
 
     fn in_head(&self) -> bool {

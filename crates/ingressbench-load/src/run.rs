@@ -62,8 +62,8 @@ pub struct LoadReport {
     pub recorder: Recorder,
     /// The summary of it.
     pub summary: Summary,
-    /// A WebSocket load's closes, reconnects and message accounting.
-    pub websocket: Option<Box<crate::websocket::WebSocketReport>>,
+    /// A WebSocket or event stream load's closes, reconnects and message accounting.
+    pub stream: Option<Box<crate::stream::StreamReport>>,
 }
 
 /// Descriptors the process needs besides its connections: files it writes, the reactor,
@@ -109,8 +109,10 @@ pub fn run(
     observer: &mut dyn Observer,
 ) -> Result<LoadReport, LoadError> {
     plan.validate()?;
-    if let Kind::WebSocket(options) = &plan.kind {
-        return crate::websocket::run(plan, options, stop, observer);
+    match &plan.kind {
+        Kind::WebSocket(options) => return crate::websocket::run(plan, options, stop, observer),
+        Kind::Sse(options) => return crate::sse::run(plan, options, stop, observer),
+        Kind::Http => {}
     }
     ensure_descriptors(plan.connections)?;
     let request = plan.request.render(&plan.target, !plan.keepalive)?;
@@ -289,7 +291,7 @@ pub fn run(
     Ok(LoadReport {
         recorder,
         summary,
-        websocket: None,
+        stream: None,
     })
 }
 

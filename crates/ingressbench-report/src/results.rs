@@ -58,7 +58,7 @@ pub struct CellResults {
     pub impact: Vec<Value>,
     /// Its `routes.json` (the route probe's figures per event firing), when it has one.
     pub routes: Option<Value>,
-    /// Its `websocket.json`, when its load was WebSockets.
+    /// Its `websocket.json` or `sse.json`, when its load was WebSockets or event streams.
     pub websocket: Option<crate::websocket::WebSocketFile>,
     /// Seconds from the load's start to the start of measurement (the warm-up).
     pub measure_from_s: f64,
@@ -342,20 +342,24 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         Some(Err(e)) => why.push(e),
         None => {}
     }
-    match optional("websocket.json").map(|v| {
-        v.and_then(|v| {
-            serde_json::from_value::<crate::websocket::WebSocketFile>(v)
-                .map_err(|e| format!("websocket.json: {e}"))
+    let stream = ["websocket.json", "sse.json"].into_iter().find_map(|name| {
+        optional(name).map(|v| {
+            v.and_then(|v| {
+                serde_json::from_value::<crate::websocket::WebSocketFile>(v)
+                    .map_err(|e| format!("{name}: {e}"))
+            })
         })
-    }) {
+    });
+    match stream {
         Some(Ok(w)) => {
             let total = value["requests"]["total"].as_u64().unwrap_or(0);
-            // Every message due is in the summary once: sent or never sent, less those
-            // still out when the run ended.
+            // Every message (event) due is in the summary once: sent or never sent, less
+            // those still out when the run ended.
             if w.sent + w.unsent != total + w.in_flight_at_end {
+                let (_, items) = w.kind.nouns();
                 why.push(format!(
-                    "websocket.json counts {} messages sent, {} never sent and {} out at the end, and the summary {total} (not this cell's)",
-                    w.sent, w.unsent, w.in_flight_at_end
+                    "{} counts {} {items} sent, {} never sent and {} out at the end, and the summary {total} (not this cell's)",
+                    w.kind.file_name(), w.sent, w.unsent, w.in_flight_at_end
                 ));
             }
             cell.websocket = Some(w);

@@ -1,8 +1,9 @@
-//! A WebSocket load's own results (`websocket.json` in a cell, `load --websocket-json`):
-//! WebSockets opened, each close (who, code, reason, backend, messages lost, time to the
-//! next WebSocket on its connection), the reconnect distribution, the messages' accounting
-//! and WebSockets open over time. The messages' latency and outcomes are in the cell's
-//! ordinary files (a message counted as a request).
+//! A WebSocket or event stream load's own results (`websocket.json` or `sse.json` in a
+//! cell, `load --stream-json`): WebSockets (event streams) opened, each close (who, code,
+//! reason, backend, messages lost, time to the next one open on its connection), the
+//! reconnect distribution, the messages' (events') accounting and how many were open over
+//! time. The messages' latency and outcomes are in the cell's ordinary files (a message or
+//! an event counted as a request).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -13,10 +14,42 @@ use crate::results::{CellResults, RunResults};
 use crate::svg::{esc, short, Axis, Plot, PALETTE};
 use crate::terminal::human_us;
 
-/// `websocket.json`, as the load engine writes it.
+/// What a long-lived load carried.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamKind {
+    /// WebSockets, their messages echoed.
+    #[default]
+    Websocket,
+    /// Server-sent events.
+    Sse,
+}
+
+impl StreamKind {
+    /// The cell's file: `websocket.json` or `sse.json`.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Self::Websocket => "websocket.json",
+            Self::Sse => "sse.json",
+        }
+    }
+
+    /// What its connections and their items are called: (`WebSockets`, `messages`).
+    pub fn nouns(self) -> (&'static str, &'static str) {
+        match self {
+            Self::Websocket => ("WebSockets", "messages"),
+            Self::Sse => ("event streams", "events"),
+        }
+    }
+}
+
+/// `websocket.json` (`sse.json`), as the load engine writes it.
 #[derive(Clone, Debug, Default, Deserialize)]
 pub struct WebSocketFile {
-    /// Messages sent.
+    /// WebSockets or server-sent events (files before event streams had none).
+    #[serde(default)]
+    pub kind: StreamKind,
+    /// Messages sent (events due).
     pub sent: u64,
     /// Messages echoed in time.
     pub echoed: u64,
@@ -59,10 +92,11 @@ pub struct CloseRecord {
     pub at_s: f64,
     /// Which connection.
     pub connection: usize,
-    /// `server` (a close frame) or `abnormal` (none: 1006).
+    /// `server` (a close frame, or the end of an event stream's response) or `abnormal`
+    /// (none: 1006; a response broken off).
     pub by: String,
-    /// The close code.
-    pub code: u16,
+    /// The close code (none for an event stream).
+    pub code: Option<u16>,
     /// Its reason, or what ended the connection.
     pub reason: String,
     /// The backend the WebSocket was on.
@@ -107,10 +141,12 @@ impl Cuts {
         let mut cuts = Cuts::default();
         for c in closes.iter().filter(|c| c.at_s >= from_s && c.at_s < to_s) {
             cuts.closed += 1;
-            *cuts
-                .by_code
-                .entry(format!("{} by {}", c.code, c.by))
-                .or_default() += 1;
+            let label = match c.code {
+                Some(code) => format!("{code} by {}", c.by),
+                None if c.by == "server" => "ended by server".to_owned(),
+                None => "broken off".to_owned(),
+            };
+            *cuts.by_code.entry(label).or_default() += 1;
             cuts.lost += c.lost;
             cuts.reconnect_ms.extend(c.reconnected_after_ms);
         }
@@ -165,7 +201,7 @@ pub(crate) fn section(
     if cells.is_empty() {
         return None;
     }
-    let mut html = String::from("<section><h2>WebSockets</h2><p class=\"note\">Each message carries its sequence number and is timed from when it was due to its echo; in the figures above a message is a request (101 when echoed). Per cell: WebSockets open over time (sampled every 100 ms) with each event; per event, from its request to the next event's (at most 15 s): the WebSockets cut (by close code and who closed: <em>server</em> is a close frame from the proxy or the backend, <em>abnormal</em> a connection that ended without one), the messages lost with them, every failed message in the window, how long the cut connections took to have a WebSocket again, and the p99 of the messages' latency in the 5 s after.</p>");
+    let mut html = String::from("<section><h2>WebSockets and event streams</h2><p class=\"note\">Each message (server-sent event) carries its sequence number and is timed from when it was due to its echo (its arrival); in the figures above a message is a request (101 when echoed), an event too (200 when it came). Per cell: WebSockets (event streams) open over time (sampled every 100 ms) with each event; per event, from its request to the next event's (at most 15 s): the connections cut (a WebSocket's by close code and who closed: <em>server</em> is a close frame from the proxy or the backend, <em>abnormal</em> a connection that ended without one; an event stream <em>ended by server</em> when its response ended, <em>broken off</em> when the connection broke mid-response), the messages lost with them (for event streams, those the resumed stream skipped), every failed message or event in the window, how long the cut connections took to have one open again, and the p99 of the latency in the 5 s after.</p>");
     let mut headline = Vec::new();
     for (cell, file) in &cells {
         let label = cell.label();
@@ -249,7 +285,8 @@ fn open_chart(
     let x = Axis::covering(points.iter().map(|p| p.0), false);
     let y = Axis::covering(points.iter().map(|p| p.1).chain([0.0]), false);
     let mut plot = Plot::new(900.0, 200.0, x, y);
-    plot.axes("seconds", "WebSockets open", &|v| short(v));
+    let (streams, _) = file.kind.nouns();
+    plot.axes("seconds", &format!("{streams} open"), &|v| short(v));
     plot.line(&points, colour, 1.6, false);
     for (i, e) in cell.impact.iter().enumerate() {
         if let Some(at) = e["requested_s"].as_f64() {
@@ -257,7 +294,7 @@ fn open_chart(
             plot.marker(at, &format!("{} {what}", i + 1), i % 3);
         }
     }
-    Some(plot.finish(&format!("WebSockets open over time, {label}")))
+    Some(plot.finish(&format!("{streams} open over time, {label}")))
 }
 
 /// "caddy …: at a reload, 8 of 8 WebSockets cut (8 × 1001 by server), 0 messages lost,
@@ -285,8 +322,9 @@ fn sentences(cell: &CellResults, file: &WebSocketFile) -> Vec<String> {
             Some(p99) => format!(", reconnected in {p99:.1} ms (p99)"),
             None => String::new(),
         };
+        let (streams, items) = file.kind.nouns();
         out.push(format!(
-            "{}: at {what}, {cut} of {before} WebSockets cut{codes}, {lost} messages lost with them, {} messages failed in its window{reconnected}.",
+            "{}: at {what}, {cut} of {before} {streams} cut{codes}, {lost} {items} lost with them, {} {items} failed in its window{reconnected}.",
             cell.label(),
             e["errors"].as_u64().unwrap_or(0),
         ));
@@ -307,16 +345,20 @@ pub fn most_open(file: &WebSocketFile) -> u32 {
 pub fn text(file: &WebSocketFile) -> String {
     let mut out = String::new();
     let failed: u64 = file.upgrade_failures.values().sum();
+    let (streams, items) = file.kind.nouns();
+    let (attempt, echoed, closed) = match file.kind {
+        StreamKind::Websocket => ("upgrade", "echoed", "with a closed WebSocket"),
+        StreamKind::Sse => ("request", "came", "skipped by a resumed stream"),
+    };
     let _ = writeln!(
         out,
-        "  WebSockets  {} opened (at most {} at once), {} closed before the end, {} upgrade(s) failed",
+        "  {streams}  {} opened (at most {} at once), {} closed before the end, {failed} {attempt}(s) failed",
         file.opened,
         most_open(file),
         file.cut,
-        failed
     );
     for (why, n) in &file.upgrade_failures {
-        let _ = writeln!(out, "    upgrade failed: {n} × {why}");
+        let _ = writeln!(out, "    {attempt} failed: {n} × {why}");
     }
     let all = Cuts::between(&file.closes, f64::NEG_INFINITY, f64::INFINITY);
     if all.closed > 0 {
@@ -333,7 +375,7 @@ pub fn text(file: &WebSocketFile) -> String {
     }
     let _ = writeln!(
         out,
-        "    messages  {} sent, {} echoed, {} lost ({} of them with a closed WebSocket), {} late, {} duplicated, {} reordered, {} never sent, {} out at the end",
+        "    {items}  {} sent, {} {echoed}, {} lost ({} of them {closed}), {} late, {} duplicated, {} reordered, {} never sent, {} out at the end",
         file.sent,
         file.echoed,
         file.lost,
@@ -369,7 +411,7 @@ mod tests {
             at_s,
             connection: 0,
             by: if code == 1006 { "abnormal" } else { "server" }.into(),
-            code,
+            code: Some(code),
             reason: "backend draining".into(),
             backend: Some("b1".into()),
             lost,

@@ -408,31 +408,33 @@ fn probe_line(firings: &Value) -> String {
 }
 
 /// The line printed when a cell ends.
-/// A WebSocket load's own results as websocket.json (closes, reconnects, the messages'
-/// accounting, WebSockets open over time), read back as the report reads them.
+/// A WebSocket or event stream load's own results as websocket.json or sse.json (closes,
+/// reconnects, the messages' accounting, how many were open over time), read back as the
+/// report reads them.
 fn write_websocket(
     dir: &Path,
     report: &ingressbench_load::LoadReport,
 ) -> Result<Option<WebSocketFile>, String> {
-    let Some(websocket) = report.websocket.as_deref() else {
+    let Some(stream) = report.stream.as_deref() else {
         return Ok(None);
     };
-    let value = serde_json::to_value(websocket).map_err(|e| e.to_string())?;
-    write_json(&dir.join("websocket.json"), &value)
-        .map_err(|e| format!("writing websocket.json: {e}"))?;
-    serde_json::from_value(value)
-        .map(Some)
-        .map_err(|e| format!("websocket.json: {e}"))
+    let value = serde_json::to_value(stream).map_err(|e| e.to_string())?;
+    let file: WebSocketFile = serde_json::from_value(value.clone())
+        .map_err(|e| format!("the WebSocket or event stream report: {e}"))?;
+    let name = file.kind.file_name();
+    write_json(&dir.join(name), &value).map_err(|e| format!("writing {name}: {e}"))?;
+    Ok(Some(file))
 }
 
 /// `; 8 WebSockets, 4 cut (4 × 1001 by server), 3 messages lost, reconnect p99 12.0 ms`.
 fn websocket_line(w: &WebSocketFile) -> String {
     let cuts = Cuts::between(&w.closes, f64::NEG_INFINITY, f64::INFINITY);
-    let mut line = format!("; {} WebSockets opened", w.opened);
+    let (streams, items) = w.kind.nouns();
+    let mut line = format!("; {} {streams} opened", w.opened);
     if cuts.closed > 0 {
         line += &format!(", {} cut ({})", cuts.closed, cuts.codes());
     }
-    line += &format!(", {} messages lost", w.lost);
+    line += &format!(", {} {items} lost", w.lost);
     if let Some(p99) = cuts.reconnect_percentile_ms(99.0) {
         line += &format!(", reconnect p99 {p99:.1} ms");
     }

@@ -55,8 +55,8 @@ pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
         ),
     };
     check_from(&s.load)?;
-    if s.load.kind == crate::model::LoadKindFile::Websocket && s.search.is_some() {
-        return Err("search: a capacity search sends HTTP requests (its generator ceiling is measured with them); drop `search` or `kind: websocket`".into());
+    if s.load.kind != crate::model::LoadKindFile::Http && s.search.is_some() {
+        return Err("search: a capacity search sends HTTP requests (its generator ceiling is measured with them); drop `search` or `load.kind`".into());
     }
     let mut plan = plan_for(cell, &url, None, 1.0)?;
     plan.share.of = s.load.workers.unwrap_or(1);
@@ -134,8 +134,8 @@ fn check_probe(p: &crate::model::ProbeFile) -> Result<(), String> {
 /// Where the load comes from: placement and start margin only for load from the
 /// cluster, and a placement says one thing.
 fn check_from(l: &crate::model::LoadFile) -> Result<(), String> {
-    if l.kind == crate::model::LoadKindFile::Websocket && l.from == LoadFrom::Cluster {
-        return Err("load.from: a WebSocket load is sent from this machine, by one process; drop `from: cluster`".into());
+    if l.kind != crate::model::LoadKindFile::Http && l.from == LoadFrom::Cluster {
+        return Err("load.from: a WebSocket or event stream load is sent from this machine, by one process; drop `from: cluster`".into());
     }
     if l.from == LoadFrom::Here {
         for (field, set) in [
@@ -173,7 +173,7 @@ fn scenario_field(option: &str) -> &str {
         "--sample-rate" => "load.sample_rate",
         "protocol" => "load.protocol",
         "--warmup-requests" => "load.warmup_requests",
-        "message size" => "load.websocket.message_bytes",
+        "message size" => "load.stream.message_bytes",
         other => other,
     }
 }

@@ -1,6 +1,7 @@
 //! From a scenario file to the cells a runner executes.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_yaml_ng::Value;
 
@@ -101,6 +102,18 @@ pub fn expand(
     }
     if quick {
         base.repeat = base.quick.repeat.unwrap_or(base.repeat);
+    }
+    if let Some(budget) = &base.quick.budget {
+        match ingressbench_stats::parse_duration(budget) {
+            Ok(d) if (Duration::from_secs(10)..=Duration::from_secs(3600)).contains(&d) => {}
+            Ok(_) => {
+                return Err(ScenarioError::at(
+                    path,
+                    format!("quick.budget: `{budget}`: from 10s to 1h"),
+                ))
+            }
+            Err(e) => return Err(ScenarioError::at(path, format!("quick.budget: {e}"))),
+        }
     }
     // The file's quick settings first, then the command line's, each as `--set`.
     let mut all_sets: Vec<(String, Value, &str)> = Vec::new();
@@ -555,6 +568,11 @@ mod tests {
         let quick = expand(&text, Path::new("s.yaml"), &[], true).unwrap();
         assert_eq!(quick.len(), 2 * 2);
         assert!(quick.iter().all(|c| c.scenario.load.rate == Some(100.0)));
+        for budget in ["5s", "2h", "soon"] {
+            let text = format!("{BASE}quick: {{ budget: {budget} }}\n");
+            let err = expand(&text, Path::new("s.yaml"), &[], true).unwrap_err();
+            assert!(err.to_string().contains("quick.budget"), "{err}");
+        }
         let fewer = format!("{BASE}quick: {{ set: {{ load.rate: 7 }} }}\n");
         let full = expand(&fewer, Path::new("s.yaml"), &[], false).unwrap();
         let thin = expand(&fewer, Path::new("s.yaml"), &[], true).unwrap();

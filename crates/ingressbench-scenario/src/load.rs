@@ -215,27 +215,31 @@ pub(crate) type LoadThread = std::thread::JoinHandle<(
 /// What a scenario's load sends, its settings checked.
 pub(crate) fn kind_of(l: &crate::model::LoadFile) -> Result<ingressbench_load::Kind, String> {
     use crate::model::LoadKindFile;
-    use ingressbench_load::websocket::{Reconnect, WebSocketOptions};
-    match (l.kind, &l.websocket) {
-        (LoadKindFile::Http, None) => Ok(ingressbench_load::Kind::Http),
-        (LoadKindFile::Http, Some(_)) => Err(
-            "load.websocket: only a WebSocket load has these settings; add `kind: websocket` or drop them".into(),
-        ),
-        (LoadKindFile::Websocket, settings) => {
-            let settings = settings.clone().unwrap_or_default();
-            let defaults = WebSocketOptions::default();
-            Ok(ingressbench_load::Kind::WebSocket(WebSocketOptions {
-                message_bytes: settings.message_bytes.unwrap_or(defaults.message_bytes),
-                reconnect: settings
-                    .reconnect
-                    .as_deref()
-                    .map(Reconnect::parse)
-                    .transpose()
-                    .map_err(|e| format!("load.websocket.reconnect: {e}"))?
-                    .unwrap_or(defaults.reconnect),
-            }))
-        }
+    use ingressbench_load::stream::{Reconnect, StreamOptions};
+    if l.kind == LoadKindFile::Http {
+        return match l.stream {
+            None => Ok(ingressbench_load::Kind::Http),
+            Some(_) => Err(
+                "load.stream: only a WebSocket or event stream load has these settings; add `kind: websocket` or `kind: sse`, or drop them".into(),
+            ),
+        };
     }
+    let settings = l.stream.clone().unwrap_or_default();
+    let defaults = StreamOptions::default();
+    let options = StreamOptions {
+        message_bytes: settings.message_bytes.unwrap_or(defaults.message_bytes),
+        reconnect: settings
+            .reconnect
+            .as_deref()
+            .map(Reconnect::parse)
+            .transpose()
+            .map_err(|e| format!("load.stream.reconnect: {e}"))?
+            .unwrap_or(defaults.reconnect),
+    };
+    Ok(match l.kind {
+        LoadKindFile::Sse => ingressbench_load::Kind::Sse(options),
+        _ => ingressbench_load::Kind::WebSocket(options),
+    })
 }
 
 /// The load plan of a cell against `url` (a `Host` header added if given), its times

@@ -114,6 +114,9 @@ pub struct QuickFile {
     /// Fields set as `--set` would (`load.requests: 240`), before the command line's own.
     #[serde(default)]
     pub set: BTreeMap<String, serde_yaml_ng::Value>,
+    /// About how long the quick run takes (default 90 s): a file whose events need time to
+    /// settle (reconnects after a restart) gives its cells more.
+    pub budget: Option<String>,
 }
 
 fn yes() -> bool {
@@ -413,16 +416,18 @@ pub enum LoadKindFile {
     Http,
     /// Messages over WebSockets, one per connection, at `rate` messages a second.
     Websocket,
+    /// Server-sent events, one stream per connection, at `rate` events a second.
+    Sse,
 }
 
-/// `load.websocket: { message_bytes: 64, reconnect: backoff }`.
+/// `load.stream: { message_bytes: 64, reconnect: backoff }` (also `load.websocket`).
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WebSocketLoadFile {
-    /// Each message's size (default 64 bytes, at least 16).
+pub struct StreamLoadFile {
+    /// Each message's (event's) size (default 64 bytes, at least 16).
     pub message_bytes: Option<usize>,
-    /// What a cut WebSocket does: `none`, `immediate`, `backoff` (default: 100ms
-    /// doubling to 10s, full jitter) or `backoff:FIRST-MAX`.
+    /// What a cut WebSocket or event stream does: `none`, `immediate`, `backoff`
+    /// (default: 100ms doubling to 10s, full jitter) or `backoff:FIRST-MAX`.
     pub reconnect: Option<String>,
 }
 
@@ -430,11 +435,12 @@ pub struct WebSocketLoadFile {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LoadFile {
-    /// What it sends: `http` (default) or `websocket`.
+    /// What it sends: `http` (default), `websocket` or `sse`.
     #[serde(default)]
     pub kind: LoadKindFile,
-    /// With `kind: websocket`: its messages and reconnects.
-    pub websocket: Option<WebSocketLoadFile>,
+    /// With `kind: websocket` or `sse`: its messages (events) and reconnects.
+    #[serde(alias = "websocket")]
+    pub stream: Option<StreamLoadFile>,
     /// How it is paced.
     #[serde(default)]
     pub mode: LoadModeFile,

@@ -352,8 +352,14 @@ pub(crate) fn planned(cell: &Cell) -> Duration {
     measured + Duration::from_secs(2)
 }
 
-/// The factor that brings the run's planned time to about [`QUICK_BUDGET`] (at most 1).
+/// The factor that brings the run's planned time to about its file's `quick.budget`, or
+/// [`QUICK_BUDGET`] (at most 1).
 fn quick_factor(cells: &[Cell]) -> f64 {
     let planned: f64 = cells.iter().map(|c| planned(c).as_secs_f64()).sum();
-    (QUICK_BUDGET.as_secs_f64() / planned).min(1.0)
+    let budget = cells
+        .first()
+        .and_then(|c| c.scenario.quick.budget.as_deref())
+        .and_then(|b| ingressbench_stats::parse_duration(b).ok())
+        .unwrap_or(QUICK_BUDGET);
+    (budget.as_secs_f64() / planned).min(1.0)
 }

@@ -11,9 +11,24 @@ const SIGNIFICANT_DIGITS: u8 = 3;
 
 /// A histogram of durations in whole microseconds, from 0 to [`MAX_TRACKABLE_US`] with
 /// three significant digits.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct HistogramUs {
     inner: Histogram<u64>,
+}
+
+/// Its count and a few percentiles, not its thousands of buckets.
+impl std::fmt::Debug for HistogramUs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("HistogramUs");
+        d.field("count", &self.count());
+        if !self.is_empty() {
+            d.field("min_us", &self.min())
+                .field("p50_us", &self.value_at_percentile(50.0))
+                .field("p99_us", &self.value_at_percentile(99.0))
+                .field("max_us", &self.max());
+        }
+        d.finish()
+    }
 }
 
 impl Default for HistogramUs {

@@ -454,16 +454,19 @@ pub(crate) struct BackendArgs {
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub(crate) client_ca: Option<std::path::PathBuf>,
 
-    /// WebSockets: leave every Nth message unanswered (a lossy server, for tests)
+    /// WebSockets and event streams: leave every Nth message unanswered, skip every Nth
+    /// event (a lossy server, for tests)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) ws_drop_every: Option<u64>,
 
-    /// WebSockets: answer every Nth message twice (for tests)
+    /// WebSockets and event streams: answer every Nth message twice, send every Nth event
+    /// twice (for tests)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) ws_duplicate_every: Option<u64>,
 
-    /// WebSockets: on SIGTERM keep echoing until --drain-timeout drops them, instead of
-    /// closing each with 1001 (going away)
+    /// WebSockets and event streams: on SIGTERM keep echoing and sending until
+    /// --drain-timeout drops them, instead of closing each WebSocket with 1001 (going away)
+    /// and ending each event stream
     #[arg(long)]
     pub(crate) ws_no_close_on_drain: bool,
 }
@@ -549,27 +552,41 @@ pub(crate) struct LoadArgs {
     /// messages a second, each timed from when it was due to its echo; a message counts
     /// as a request in the summary (101 when echoed; lost ones by how). Closes, reconnects
     /// and the messages' accounting are printed below it.
-    #[arg(long, requires = "rate", conflicts_with_all = ["http2", "sequential", "requests", "body", "body_file", "no_keepalive", "warmup_requests", "threads", "workers"])]
+    #[arg(long, group = "long_lived", requires = "rate", conflicts_with_all = ["http2", "sequential", "requests", "body", "body_file", "no_keepalive", "warmup_requests", "threads", "workers"])]
     pub(crate) websocket: bool,
 
-    /// With --websocket: each message's size in bytes (at least 16).
+    /// Read server-sent events instead of sending requests: each of the -c connections
+    /// holds a `text/event-stream` response open and the server (ingressbench's backend)
+    /// sends its share of -R numbered events a second, each timed from when it was due to
+    /// when it came; a cut stream resumes with `Last-Event-ID`. An event counts as a
+    /// request in the summary (200 when it came; lost ones by how).
+    #[arg(long, group = "long_lived", requires = "rate", conflicts_with_all = ["websocket", "http2", "sequential", "requests", "body", "body_file", "no_keepalive", "warmup_requests", "threads", "workers"])]
+    pub(crate) sse: bool,
+
+    /// With --websocket or --sse: each message's (event's) size in bytes (at least 16).
     #[arg(
         long,
         value_name = "BYTES",
         default_value_t = 64,
-        requires = "websocket"
+        requires = "long_lived"
     )]
     pub(crate) message_size: usize,
 
-    /// With --websocket: what a cut WebSocket does: `none`, `immediate`, `backoff`
-    /// (exponential from 100ms to 10s with full jitter, as browsers' libraries) or
-    /// `backoff:FIRST-MAX`.
-    #[arg(long, value_name = "POLICY", default_value = "backoff", requires = "websocket", value_parser = ingressbench_load::websocket::Reconnect::parse)]
-    pub(crate) reconnect: ingressbench_load::websocket::Reconnect,
+    /// With --websocket or --sse: what a cut WebSocket or event stream does: `none`,
+    /// `immediate`, `backoff` (exponential from 100ms to 10s with full jitter, as
+    /// browsers' libraries) or `backoff:FIRST-MAX`.
+    #[arg(long, value_name = "POLICY", default_value = "backoff", requires = "long_lived", value_parser = ingressbench_load::stream::Reconnect::parse)]
+    pub(crate) reconnect: ingressbench_load::stream::Reconnect,
 
-    /// With --websocket: write its closes, reconnects and message accounting here (JSON).
-    #[arg(long, value_name = "FILE", requires = "websocket")]
-    pub(crate) websocket_json: Option<PathBuf>,
+    /// With --websocket or --sse: write its closes, reconnects and message accounting here
+    /// (JSON).
+    #[arg(
+        long,
+        value_name = "FILE",
+        alias = "websocket-json",
+        requires = "long_lived"
+    )]
+    pub(crate) stream_json: Option<PathBuf>,
 
     /// Open a new connection (TCP, and TLS for https) for every request.
     #[arg(long)]

@@ -47,7 +47,7 @@ pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
             .context("serving")
     })?;
     eprintln!(
-        "backend {}: drained after {} connections ({} HTTP/2), {} requests{}{}",
+        "backend {}: drained after {} connections ({} HTTP/2), {} requests{}{}{}",
         args.name,
         report.connections,
         report.http2_connections,
@@ -56,6 +56,14 @@ pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
             format!(
                 ", {} WebSockets ({} messages echoed)",
                 report.websockets, report.websocket_messages
+            )
+        } else {
+            String::new()
+        },
+        if report.event_streams > 0 {
+            format!(
+                ", {} event streams ({} events sent)",
+                report.event_streams, report.events
             )
         } else {
             String::new()

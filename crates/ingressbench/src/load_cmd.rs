@@ -37,7 +37,7 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
         eprintln!("{title}");
     }
     let workers_json = args.workers_json.as_deref().map(create).transpose()?;
-    let websocket_json = args.websocket_json.as_deref().map(create).transpose()?;
+    let stream_json = args.stream_json.as_deref().map(create).transpose()?;
     let ran = if args.workers > 1 {
         let program = std::env::current_exe().context("finding the ingressbench binary")?;
         ingressbench_load::fleet::run_local(&plan, args.workers, &program, stop, &mut sink).map(
@@ -79,8 +79,8 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
             .and_then(|()| out.flush())
             .with_context(|| format!("writing {}", path.display()))?;
     }
-    let websocket = report
-        .websocket
+    let stream = report
+        .stream
         .as_deref()
         .map(|w| {
             let value = serde_json::to_value(w)?;
@@ -92,13 +92,13 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
             ))
         })
         .transpose()
-        .context("the WebSocket report")?;
-    if let (Some((path, file)), Some((_, value))) = (websocket_json, &websocket) {
+        .context("the WebSocket or event stream report")?;
+    if let (Some((path, file)), Some((_, value))) = (stream_json, &stream) {
         write_json(&path, file, value)?;
     }
     let mut stdout = std::io::stdout().lock();
     write!(stdout, "{}", terminal::render(summary, &title))?;
-    if let Some((file, _)) = &websocket {
+    if let Some((file, _)) = &stream {
         write!(stdout, "{}", ingressbench_report::websocket::text(file))?;
     }
     if args.latency {
@@ -154,12 +154,14 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
         (None, None) => Warmup::None,
     };
     plan.keepalive = !args.no_keepalive;
+    let options = ingressbench_load::stream::StreamOptions {
+        message_bytes: args.message_size,
+        reconnect: args.reconnect,
+    };
     if args.websocket {
-        plan.kind =
-            ingressbench_load::Kind::WebSocket(ingressbench_load::websocket::WebSocketOptions {
-                message_bytes: args.message_size,
-                reconnect: args.reconnect,
-            });
+        plan.kind = ingressbench_load::Kind::WebSocket(options);
+    } else if args.sse {
+        plan.kind = ingressbench_load::Kind::Sse(options);
     }
     plan.wait_for_connections = !args.no_connect_wait;
     if args.http2 {
@@ -200,9 +202,15 @@ fn describe(plan: &Plan, workers: usize) -> String {
         Length::Requests(n) => format!("{n} requests"),
         Length::Duration(d) => format!("{d:?}"),
     };
-    if let ingressbench_load::Kind::WebSocket(options) = &plan.kind {
+    if let ingressbench_load::Kind::WebSocket(options) | ingressbench_load::Kind::Sse(options) =
+        &plan.kind
+    {
+        let (what, items, streams) = match plan.kind {
+            ingressbench_load::Kind::Sse(_) => ("Events", "events", "event stream(s)"),
+            _ => ("WebSocket", "messages", "WebSocket(s)"),
+        };
         return format!(
-            "WebSocket {} ({} messages/s of {} bytes, {length}, {} WebSocket(s), reconnect {})",
+            "{what} {} ({} {items}/s of {} bytes, {length}, {} {streams}, reconnect {})",
             plan.target,
             plan.rate_per_s().unwrap_or_default(),
             options.message_bytes,

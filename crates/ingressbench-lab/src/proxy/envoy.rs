@@ -274,6 +274,10 @@ fn eds(pool: &crate::model::Pool) -> Value {
 /// of `Value`s made pretty was 13% of Envoy's own time to take them).
 fn rds_text(table: &RouteTable) -> String {
     let quoted = |s: &str| Value::from(s).to_string();
+    // The read timeout bounds the time between reads, as nginx's proxy_read_timeout and
+    // HAProxy's `timeout server` do: Envoy's route `timeout` bounds a whole response (an
+    // event stream's included, which it would cut at 30 s), its `idle_timeout` a stream
+    // with nothing moving.
     let timeout = quoted(&format!(
         "{:.3}s",
         table.tuning.read_timeout_ms as f64 / 1000.0
@@ -324,7 +328,7 @@ fn rds_text(table: &RouteTable) -> String {
                     String::new()
                 };
                 format!(
-                    r#"{{"match":{{"prefix":{}}},"route":{{"cluster":{},"timeout":{timeout}{rewrite}}}{revision}}}"#,
+                    r#"{{"match":{{"prefix":{}}},"route":{{"cluster":{},"timeout":"0s","idle_timeout":{timeout}{rewrite}}}{revision}}}"#,
                     quoted(&r.path_prefix),
                     quoted(&format!("pool_{}", r.pool)),
                 )

@@ -15,6 +15,7 @@ mod kernel;
 mod lab;
 mod report;
 mod run;
+mod sse;
 mod trust;
 mod websocket;
 mod workers;

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ingressbench_load::websocket::{ClosedBy, Reconnect, WebSocketOptions, WebSocketReport};
+use ingressbench_load::stream::{ClosedBy, Reconnect, StreamOptions, StreamReport};
 use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
 use ingressbench_stats::Outcome;
 
@@ -16,7 +16,7 @@ use crate::backend::Backend;
 /// `length`, a message unanswered for 300 ms counted lost.
 fn plan(backend: &Backend, connections: usize, rate: f64, length: Duration) -> Plan {
     let mut plan = Plan::new(Target::parse(&format!("http://{}/ws", backend.addr)).unwrap());
-    plan.kind = Kind::WebSocket(WebSocketOptions {
+    plan.kind = Kind::WebSocket(StreamOptions {
         message_bytes: 64,
         reconnect: Reconnect::Never,
     });
@@ -33,8 +33,8 @@ fn run(plan: &Plan) -> LoadReport {
 
 /// Every message sent is echoed, lost, or still out at the end; never two of them; and
 /// the figures count each message once with the outcome that says what became of it.
-fn accounted(load: &LoadReport) -> &WebSocketReport {
-    let r = load.websocket.as_deref().expect("a WebSocket report");
+fn accounted(load: &LoadReport) -> &StreamReport {
+    let r = load.stream.as_deref().expect("a WebSocket report");
     assert_eq!(r.echoed + r.lost + r.in_flight_at_end, r.sent, "{r:?}");
     let outcomes = load.recorder.outcomes();
     assert_eq!(outcomes.get(Outcome::Status(101)), r.echoed, "{r:?}");
@@ -126,7 +126,7 @@ fn a_draining_backend_closes_its_websockets_with_1001_or_drops_them_at_its_timeo
         let r = accounted(&load);
         assert_eq!(r.closes.len(), 4, "{r:?}");
         for close in &r.closes {
-            assert_eq!((close.by, close.code), (by, code), "{close:?}");
+            assert_eq!((close.by, close.code), (by, Some(code)), "{close:?}");
             assert_eq!(close.backend.as_deref(), Some("drained"), "{close:?}");
             // After the signal (sent about a second in).
             assert!(close.at_s > 0.5, "{close:?}");
@@ -172,23 +172,26 @@ fn open_near_the_end(ws: &serde_json::Value) -> u64 {
 }
 
 /// What must hold of every proxy's cell of `scenarios/long-lived.yaml` (run in quick mode
-/// by `run::every_shipped_scenario_validates_and_runs_in_quick_mode`): 50 WebSockets
-/// through a reload, a scale-down of three backends to two, a restart, an upgrade and a
-/// scale-up. What each proxy does at each event is measured, not assumed: this holds what
-/// must be true of any proxy and prints the rest. Every message is accounted for in the
-/// cell's files (the summary's messages are websocket.json's sent and never sent); a proxy
-/// either keeps every WebSocket through its reload or cuts them all; a restart cuts them
-/// all (a new process cannot hold the old one's connections); the backend that scales
-/// away closes its WebSockets with 1001 and its reason, and every proxy hands that close to
-/// the client as it was (not as a broken connection); every connection has a WebSocket
-/// again by the end; the report says it per proxy and event, and refuses a websocket.json
-/// that disagrees with its cell's summary.
+/// by `run::every_shipped_scenario_validates_and_runs_in_quick_mode`): 50 WebSockets,
+/// then 50 event streams, through a reload, a scale-down of three backends to two, a
+/// restart, an upgrade and a scale-up. What each proxy does at each event is measured,
+/// not assumed: this holds what must be true of any proxy and prints the rest. Every
+/// message and event is accounted for in the cell's files (the summary's are
+/// websocket.json's or sse.json's sent and never sent); a proxy either keeps every
+/// connection through its reload or cuts them all; a restart cuts them all (a new process
+/// cannot hold the old one's connections); the backend that scales away closes its
+/// WebSockets with 1001 and its reason and ends its event streams, and every proxy hands
+/// that on as it was (not as a broken connection); every event stream resumed through
+/// the proxy skips and repeats no event (the proxy passes `Last-Event-ID` on); every
+/// connection has one open again by the end; the report says it per proxy and event, and
+/// refuses a file that disagrees with its cell's summary.
 pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
     let n = |v: &serde_json::Value| v.as_u64().unwrap();
     let mut measured = Vec::new();
     for cell in crate::common::cells_of(out) {
         let name = cell.file_name().unwrap().to_string_lossy().into_owned();
-        let ws = json(cell.join("websocket.json"));
+        let sse = cell.join("sse.json").exists();
+        let ws = json(cell.join(if sse { "sse.json" } else { "websocket.json" }));
         let summary = json(cell.join("summary.json"));
         let total = n(&summary["requests"]["total"]);
         assert_eq!(
@@ -216,27 +219,46 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
         let restart = &event("restart")["websocket"];
         assert_eq!(n(&restart["cut"]), 50, "{name}: {restart}");
         let upgrade = &event("upgrade")["websocket"];
-        for close in ws["closes"].as_array().unwrap() {
-            assert_eq!(
-                close["by"] == "server",
-                close["code"] != 1006,
-                "{name}: {close}"
-            );
+        let closes = ws["closes"].as_array().unwrap();
+        for close in closes {
+            if sse {
+                assert_eq!(
+                    close["by"] == "server",
+                    close["reason"] == "the response ended",
+                    "{name}: {close}"
+                );
+                assert_eq!(
+                    close["lost"], 0,
+                    "{name}: a resumed stream skipped: {close}"
+                );
+            } else {
+                assert_eq!(
+                    close["by"] == "server",
+                    close["code"] != 1006,
+                    "{name}: {close}"
+                );
+            }
             assert!(close["reconnected_after_ms"].is_number(), "{name}: {close}");
         }
-        let drained: Vec<&serde_json::Value> = ws["closes"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["reason"] == "backend draining")
-            .collect();
+        if sse {
+            assert_eq!(
+                ws["duplicated"], 0,
+                "{name}: a resumed stream repeated: {ws}"
+            );
+        }
+        let drained = |close: &&serde_json::Value| {
+            close["by"] == "server"
+                && (close["reason"] == "backend draining"
+                    || close["reason"] == "the response ended")
+        };
+        let drained: Vec<&serde_json::Value> = closes.iter().filter(drained).collect();
         assert!(!drained.is_empty(), "{name}: {ws}");
         assert!(
-            drained.iter().all(|c| c["code"] == 1001),
+            sse || drained.iter().all(|c| c["code"] == 1001),
             "{name}: {drained:?}"
         );
         measured.push(format!(
-            "{name}: reload cut {}, scale-down {}, restart {}, upgrade {} ({}), messages lost {}",
+            "{name}: reload cut {}, scale-down {}, restart {}, upgrade {} ({}), lost {}",
             reload["cut"],
             event("scale echo 3->2")["websocket"]["by_code"],
             restart["by_code"],
@@ -245,7 +267,7 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
             ws["lost"]
         ));
     }
-    assert_eq!(measured.len(), 5);
+    assert_eq!(measured.len(), 10);
     eprintln!("{}", measured.join("\n"));
     let report = std::process::Command::new(crate::common::BIN)
         .args(["report", out.to_str().unwrap()])
@@ -253,15 +275,19 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
         .unwrap();
     let said = crate::common::text(&report);
     for target in ["nginx", "haproxy", "envoy", "traefik", "caddy"] {
-        assert!(
-            said.contains(&format!("{target}, repeat 1 (cell "))
-                && said.contains("of 50 WebSockets cut"),
-            "{said}"
-        );
+        for streams in ["WebSockets", "event streams"] {
+            assert!(
+                said.contains(&format!("{target}, "))
+                    && said.contains(&format!("of 50 {streams} cut")),
+                "{said}"
+            );
+        }
     }
     let first = crate::common::cells_of(out)
-        .remove(0)
-        .join("websocket.json");
+        .into_iter()
+        .map(|cell| cell.join("websocket.json"))
+        .find(|file| file.exists())
+        .unwrap();
     let mut ws = json(first.clone());
     ws["sent"] = (n(&ws["sent"]) + 1).into();
     std::fs::write(&first, ws.to_string()).unwrap();

@@ -1,0 +1,462 @@
+//! Server-sent events (issue #34): each connection holds one `text/event-stream` response
+//! open, as a browser's `EventSource` does, and the server sends it numbered events on the
+//! open-loop schedule the client asks for; a cut stream is resumed with `Last-Event-ID`.
+//!
+//! The request says the schedule (`sse_every_ns`, `sse_count`, `sse_bytes` and
+//! `sse_epoch_ns`, the wall-clock time event 0 is due: the lab's echo backend keeps it), so
+//! every event has a due time both ends know, and each is timed from when it was due to
+//! when it came (no coordinated omission: an event due while the stream was down, sent
+//! when it resumed, carries the wait). An event that has not come a timeout after it was
+//! due is lost (late if it comes after); one that comes twice is duplicated; events a
+//! resumed stream skipped (its first id past the last one seen) are lost with the cut. A
+//! stream the server ended is a close by the server, one that broke mid-response an
+//! abnormal one; neither has a code. The timing compares two wall clocks: on one machine
+//! (the lab, a local cluster) they are one clock; across machines their offset is in
+//! every figure.
+
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use ingressbench_stats::{BackendId, Outcome, Phases};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::connection::Stream;
+use crate::response::{Progress, ResponseParser};
+use crate::stream::{drive, ClosedBy, Downtime, Out, Run, StreamKind, StreamOptions};
+use crate::{LoadError, LoadReport, Observer, Plan};
+
+/// Runs an event stream plan ([`crate::Kind::Sse`]) to its end or until `stop` is set,
+/// giving windows and samples to `observer` as the HTTP engine does.
+pub(crate) fn run(
+    plan: &Plan,
+    options: &StreamOptions,
+    stop: Arc<AtomicBool>,
+    observer: &mut dyn Observer,
+) -> Result<LoadReport, LoadError> {
+    drive(plan, (StreamKind::Sse, options), stop, observer, connection)
+}
+
+/// One connection's events: which fell due when, and which have been settled.
+struct Events {
+    /// Event 0's due time.
+    first: Instant,
+    /// How many fall due before the run ends.
+    count: u64,
+    /// Every event below this one has come or been counted lost.
+    next: u64,
+    /// Counted lost on the clock; one may still come (late).
+    expired: BTreeSet<u64>,
+    /// The last id seen (what `Last-Event-ID` says).
+    last_id: Option<u64>,
+}
+
+impl Events {
+    fn due(&self, run: &Run, id: u64) -> Instant {
+        let interval_ns = u64::try_from(run.interval.as_nanos()).unwrap_or(u64::MAX);
+        self.first + Duration::from_nanos(interval_ns.saturating_mul(id))
+    }
+
+    /// Settles `id`, not come: lost (`outcome`, not on time or skipped), in the figures.
+    fn lose(&mut self, run: &Run, id: u64, outcome: Outcome, backend: Option<BackendId>) {
+        let due_ns = run.ns(self.due(run, id));
+        run.record(Out::unsent(due_ns), outcome, backend, 0);
+        let mut report = run.report.borrow_mut();
+        report.sent += 1;
+        report.lost += 1;
+    }
+
+    /// Counts lost what has not come a timeout after it was due.
+    fn expire(&mut self, run: &Run, backend: Option<BackendId>) {
+        let now = Instant::now();
+        while self.next < self.count && self.due(run, self.next) + run.plan.timeout < now {
+            self.lose(run, self.next, Outcome::ReadTimeout, backend);
+            self.expired.insert(self.next);
+            if self.expired.len() > 1 << 16 {
+                self.expired.pop_first();
+            }
+            self.next += 1;
+        }
+    }
+
+    /// Event `id` came, `bytes` long, on a stream answered by `backend`; the first on a
+    /// stream carries the phases of opening it. Returns how many events it showed the
+    /// stream skipped.
+    fn came(
+        &mut self,
+        run: &Run,
+        (id, bytes): (u64, u64),
+        backend: Option<BackendId>,
+        opened: &mut Option<Phases>,
+    ) -> u64 {
+        self.last_id = Some(id);
+        if self.expired.remove(&id) {
+            run.report.borrow_mut().late += 1;
+            return 0;
+        }
+        if id < self.next || id >= self.count {
+            run.report.borrow_mut().duplicated += 1;
+            return 0;
+        }
+        let skipped = id - self.next;
+        for missing in self.next..id {
+            self.lose(run, missing, Outcome::Eof, backend);
+        }
+        let due_ns = run.ns(self.due(run, id));
+        let out = Out {
+            due_ns,
+            released_ns: due_ns,
+            sent_ns: due_ns,
+            opened: opened.take(),
+        };
+        run.record(out, Outcome::Status(200), backend, bytes);
+        let mut report = run.report.borrow_mut();
+        report.sent += 1;
+        report.echoed += 1;
+        self.next = id + 1;
+        skipped
+    }
+}
+
+/// One connection's event streams, one after another, to the end of the run.
+async fn connection(run: Rc<Run>, index: usize) {
+    let first = run.start
+        + run
+            .interval
+            .mul_f64(index as f64 / run.plan.connections as f64);
+    let count = if first < run.end {
+        (run.end - first)
+            .as_nanos()
+            .div_ceil(run.interval.as_nanos().max(1)) as u64
+    } else {
+        0
+    };
+    let mut events = Events {
+        first,
+        count,
+        next: 0,
+        expired: BTreeSet::new(),
+        last_id: None,
+    };
+    let mut down = Downtime::new(index);
+    tokio::time::sleep_until(run.start.into()).await;
+    while Instant::now() < run.end && !run.stop.load(Ordering::Relaxed) && events.next < count {
+        match open(&run, &events).await {
+            Ok(mut open) => {
+                // What the stream skips is lost with the close that cut the last one.
+                let cut_by = down.close;
+                let backend = run.reopened(&mut down, open.backend.as_deref());
+                events.expire(&run, backend);
+                let ended = listen(&run, &mut open, backend, &mut events, cut_by).await;
+                match ended {
+                    None => {
+                        run.open.set(run.open.get() - 1);
+                        break;
+                    }
+                    Some((by, reason)) => {
+                        run.cut(&mut down, (by, None, reason), open.backend, 0);
+                    }
+                }
+            }
+            Err(why) => run.failed(&mut down, why),
+        }
+        if !down.wait(&run).await {
+            // It gives up: what came due and did not come was lost with the cut; what
+            // falls due from here is never sent.
+            let now = Instant::now();
+            while events.next < count && events.due(&run, events.next) <= now {
+                events.lose(&run, events.next, Outcome::Eof, None);
+                events.next += 1;
+            }
+            while events.next < count {
+                let due_ns = run.ns(events.due(&run, events.next));
+                run.record(Out::unsent(due_ns), Outcome::NotSent, None, 0);
+                run.report.borrow_mut().unsent += 1;
+                events.next += 1;
+            }
+            return;
+        }
+    }
+    // The run is over: what is still to come is in flight.
+    events.expire(&run, None);
+    let in_flight = count - events.next.min(count);
+    let mut report = run.report.borrow_mut();
+    report.sent += in_flight;
+    report.in_flight_at_end += in_flight;
+    run.recorder.borrow_mut().record_abandoned(in_flight);
+}
+
+/// An event stream's response, its head read.
+struct Open {
+    stream: Stream,
+    parser: ResponseParser,
+    /// What was read past the head.
+    rest: Vec<u8>,
+    backend: Option<String>,
+    phases: Phases,
+}
+
+/// Opens an event stream: a connection, the request (resuming after the last id seen),
+/// the response's head; an answer other than 200 is a failure by its status.
+async fn open(run: &Run, events: &Events) -> Result<Open, String> {
+    let plan = &run.plan;
+    let mut phases = Phases::default();
+    let mut stream = run
+        .connector
+        .connect(&mut phases)
+        .await
+        .map_err(|outcome| {
+            run.connector.take_failure().map_or_else(
+                || format!("connect: {}", outcome.name()),
+                |why| format!("connect: {why}"),
+            )
+        })?;
+    let request = render(run, events);
+    let mut parser = ResponseParser::new(&plan.backend_header, &[]);
+    let head = async {
+        stream
+            .write_all(&request)
+            .await
+            .map_err(|e| format!("request: {e}"))?;
+        let mut buf = vec![0u8; 16 << 10];
+        let mut body = Vec::new();
+        loop {
+            let n = stream
+                .read(&mut buf)
+                .await
+                .map_err(|e| format!("response: {e}"))?;
+            if n == 0 {
+                return Err("response: the connection ended before the head".to_owned());
+            }
+            let progress = parser
+                .feed_body(&buf[..n], |piece| body.extend_from_slice(piece))
+                .map_err(|e| format!("response: {}", e.0))?;
+            if parser.head_read() || progress != Progress::NeedMore {
+                return Ok(body);
+            }
+        }
+    };
+    let rest = match tokio::time::timeout(plan.timeout, head).await {
+        Err(_) => return Err("response: timed out".into()),
+        Ok(result) => result?,
+    };
+    if parser.status() != 200 {
+        return Err(format!("status {}", parser.status()));
+    }
+    let backend = parser
+        .backend()
+        .map(|name| String::from_utf8_lossy(name).into_owned());
+    Ok(Open {
+        stream,
+        parser,
+        rest,
+        backend,
+        phases,
+    })
+}
+
+/// The request for the events from the one after the last seen: the schedule in the
+/// query, `Last-Event-ID` when resuming, the plan's headers.
+fn render(run: &Run, events: &Events) -> Vec<u8> {
+    let plan = &run.plan;
+    let epoch_ns = {
+        let (wall, now) = (SystemTime::now(), Instant::now());
+        let ago = now.saturating_duration_since(events.first);
+        let ahead = events.first.saturating_duration_since(now);
+        (wall - ago + ahead)
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+    };
+    let separator = if plan.target.path.contains('?') {
+        '&'
+    } else {
+        '?'
+    };
+    let mut head = format!(
+        "GET {}{separator}sse_every_ns={}&sse_count={}&sse_bytes={}&sse_epoch_ns={epoch_ns} HTTP/1.1\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\n",
+        plan.target.path,
+        run.interval.as_nanos(),
+        events.count,
+        run.options.message_bytes,
+    );
+    if !plan
+        .request
+        .headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        head += &format!("Host: {}\r\n", plan.target.authority());
+    }
+    for (name, value) in &plan.request.headers {
+        head += &format!("{name}: {value}\r\n");
+    }
+    if let Some(id) = events.last_id {
+        head += &format!("Last-Event-ID: {id}\r\n");
+    }
+    head += "\r\n";
+    head.into_bytes()
+}
+
+/// Reads events until the run ends (none) or the stream is cut (who, and why); what a
+/// resumed stream skipped is lost with `cut_by`, the close (in the report's list) that cut
+/// the stream before.
+async fn listen(
+    run: &Run,
+    open: &mut Open,
+    backend: Option<BackendId>,
+    events: &mut Events,
+    mut cut_by: Option<usize>,
+) -> Option<(ClosedBy, String)> {
+    let mut parser = EventParser::new(run.options.message_bytes);
+    let mut opened = Some(open.phases);
+    let mut came = Vec::new();
+    let mut buf = vec![0u8; 16 << 10];
+    let mut data = std::mem::take(&mut open.rest);
+    let mut ended = false;
+    // Past the run's end, what is still coming may come for a timeout (at most 1 s).
+    let deadline = run.end + run.plan.timeout.min(Duration::from_secs(1));
+    loop {
+        if let Err(why) = parser.push(&data, &mut came) {
+            return Some((ClosedBy::Abnormal, why.to_owned()));
+        }
+        for (id, bytes) in came.drain(..) {
+            let skipped = events.came(run, (id, bytes), backend, &mut opened);
+            if let Some(close) = cut_by.take() {
+                if let Some(close) = run.report.borrow_mut().closes.get_mut(close) {
+                    close.lost += skipped;
+                }
+            }
+        }
+        events.expire(run, backend);
+        if events.next >= events.count || run.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        if ended {
+            return Some((ClosedBy::Server, "the response ended".into()));
+        }
+        data.clear();
+        let read = tokio::time::timeout_at(
+            deadline
+                .min(Instant::now() + Duration::from_millis(100))
+                .into(),
+            open.stream.read(&mut buf),
+        )
+        .await;
+        match read {
+            Err(_) if Instant::now() >= deadline => return None,
+            Err(_) => {}
+            Ok(Ok(0)) => {
+                return Some((
+                    ClosedBy::Abnormal,
+                    "the connection ended mid-response".into(),
+                ))
+            }
+            Ok(Ok(n)) => match open
+                .parser
+                .feed_body(&buf[..n], |piece| data.extend_from_slice(piece))
+            {
+                Ok(Progress::Done { .. }) => ended = true,
+                Ok(Progress::NeedMore) => {}
+                Err(e) => return Some((ClosedBy::Abnormal, format!("response: {}", e.0))),
+            },
+            Ok(Err(e)) => return Some((ClosedBy::Abnormal, e.to_string())),
+        }
+    }
+}
+
+/// Reads `text/event-stream` (the HTML standard's event stream format) as it comes: the
+/// id and size of each event dispatched; lines longer than the limit end the stream.
+struct EventParser {
+    line: Vec<u8>,
+    limit: usize,
+    /// The event being read: its id and bytes so far.
+    id: Option<u64>,
+    bytes: u64,
+    /// The last byte was a CR (a CRLF's LF is not a second line end).
+    after_cr: bool,
+}
+
+impl EventParser {
+    fn new(message_bytes: usize) -> Self {
+        Self {
+            line: Vec::new(),
+            limit: message_bytes.max(64 << 10) * 2,
+            id: None,
+            bytes: 0,
+            after_cr: false,
+        }
+    }
+
+    /// Reads `data`, adding each event dispatched (with a numeric id) to `out`.
+    fn push(&mut self, data: &[u8], out: &mut Vec<(u64, u64)>) -> Result<(), &'static str> {
+        for &b in data {
+            match b {
+                b'\n' if self.after_cr => {
+                    // A CRLF's LF: the event it ended was dispatched at the CR.
+                    self.after_cr = false;
+                    if self.bytes > 0 {
+                        self.bytes += 1;
+                    }
+                }
+                b'\r' | b'\n' => {
+                    self.bytes += 1;
+                    self.after_cr = b == b'\r';
+                    self.line_end(out);
+                }
+                _ => {
+                    self.bytes += 1;
+                    self.after_cr = false;
+                    if self.line.len() >= self.limit {
+                        return Err("an event line longer than twice the event size");
+                    }
+                    self.line.push(b);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn line_end(&mut self, out: &mut Vec<(u64, u64)>) {
+        if self.line.is_empty() {
+            if let Some(id) = self.id.take() {
+                out.push((id, self.bytes));
+            }
+            self.bytes = 0;
+            return;
+        }
+        let (field, value) = match memchr::memchr(b':', &self.line) {
+            Some(at) => {
+                let value = &self.line[at + 1..];
+                (&self.line[..at], value.strip_prefix(b" ").unwrap_or(value))
+            }
+            None => (&self.line[..], &[][..]),
+        };
+        if field == b"id" {
+            self.id = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+        }
+        self.line.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_read_by_id_across_pieces_and_line_ends() {
+        let mut parser = EventParser::new(64);
+        let mut out = Vec::new();
+        let stream = b": comment\r\nretry: 1000\r\n\r\nid: 0\ndata: ab\n\nid: 1\r\ndata: x\r\n\r\nid:2\rdata\r\rdata: no id\n\n";
+        for piece in stream.chunks(3) {
+            parser.push(piece, &mut out).unwrap();
+        }
+        let ids: Vec<u64> = out.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, [0, 1, 2]);
+        assert_eq!(out[0].1, "id: 0\ndata: ab\n\n".len() as u64);
+        let mut long = EventParser::new(16);
+        assert!(long.push(&vec![b'x'; 200 << 10], &mut out).is_err());
+    }
+}

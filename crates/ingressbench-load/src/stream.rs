@@ -1,0 +1,593 @@
+//! What the long-lived loads share (issue #34): WebSockets ([`crate::websocket`]) and
+//! server-sent events ([`crate::sse`]) keep one connection each open for the run, count
+//! every message or event by its sequence number, record each into the run's
+//! [`Recorder`] as a request (timed from when it was due), and report the closes, the
+//! reconnects and the accounting in a [`StreamReport`]. Cut connections come back as
+//! their [`Reconnect`] policy says.
+//!
+//! One thread, one current-thread runtime: these loads are connections × messages a
+//! second in the thousands, not the HTTP engine's hundreds of thousands.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ingressbench_stats::{BackendId, HistogramUs, Outcome, Phases, Recorder, Sample, Window};
+
+use crate::connection::{Address, Connector};
+use crate::run::{ensure_descriptors, progress_after, summarize};
+use crate::{Length, LoadError, LoadReport, Mode, Observer, Plan, Protocol, Scheme, Warmup};
+
+/// The most closes kept one by one (a server that closes every WebSocket at once, with
+/// reconnects at once, makes thousands a second); past it they are only counted.
+pub const MAX_CLOSES_KEPT: usize = 50_000;
+
+/// The smallest message: a sequence number and a due time, eight bytes each.
+pub const MESSAGE_HEADER: usize = 16;
+
+/// What a cut WebSocket or event stream does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Reconnect {
+    /// Nothing: the connection stays down to the end of the run.
+    Never,
+    /// Opens a new WebSocket at once.
+    Immediate,
+    /// Waits a random time between zero and `first` doubled for each failed attempt
+    /// (at most `max`) before each attempt: exponential backoff with full jitter, as
+    /// browsers' reconnecting libraries do.
+    Backoff {
+        /// The first attempt's ceiling.
+        first: Duration,
+        /// The largest ceiling.
+        max: Duration,
+    },
+}
+
+impl std::fmt::Display for Reconnect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Never => f.write_str("none"),
+            Self::Immediate => f.write_str("immediate"),
+            Self::Backoff { first, max } => write!(f, "backoff:{first:?}-{max:?}"),
+        }
+    }
+}
+
+impl Reconnect {
+    /// `none`, `immediate`, `backoff` (100 ms doubling to 10 s) or `backoff:FIRST-MAX`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "none" | "never" => Ok(Self::Never),
+            "immediate" => Ok(Self::Immediate),
+            "backoff" => Ok(Self::Backoff {
+                first: Duration::from_millis(100),
+                max: Duration::from_secs(10),
+            }),
+            other => {
+                let range = other.strip_prefix("backoff:").ok_or_else(|| {
+                    format!(
+                        "`{s}`: none, immediate, backoff or backoff:FIRST-MAX (backoff:100ms-10s)"
+                    )
+                })?;
+                let (first, max) = range.split_once('-').ok_or_else(|| {
+                    format!("`{s}`: write backoff:FIRST-MAX, e.g. backoff:100ms-10s")
+                })?;
+                let (first, max) = (
+                    ingressbench_stats::parse_duration(first)?,
+                    ingressbench_stats::parse_duration(max)?,
+                );
+                if first.is_zero() || max < first {
+                    return Err(format!("`{s}`: FIRST above zero and MAX at least FIRST"));
+                }
+                Ok(Self::Backoff { first, max })
+            }
+        }
+    }
+
+    /// How long to wait before attempt `attempt` (0: the first after a cut); none: do
+    /// not reconnect. `rng` is the connection's own generator.
+    pub(crate) fn delay(&self, attempt: u32, rng: &mut u64) -> Option<Duration> {
+        match *self {
+            Self::Never => None,
+            Self::Immediate => Some(Duration::ZERO),
+            Self::Backoff { first, max } => {
+                let ceiling = first
+                    .saturating_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX))
+                    .min(max);
+                Some(ceiling.mul_f64(uniform(rng)))
+            }
+        }
+    }
+}
+
+/// A long-lived load's own settings ([`crate::Kind::WebSocket`], [`crate::Kind::Sse`]);
+/// the rest is the plan's: its target, TLS, `--resolve`, connections, open-loop rate
+/// (messages or events a second over all connections), duration, warm-up, start,
+/// timeout, headers and sample rate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamOptions {
+    /// Each message's (or event's) size, at least [`MESSAGE_HEADER`].
+    pub message_bytes: usize,
+    /// What a cut connection does.
+    pub reconnect: Reconnect,
+}
+
+impl Default for StreamOptions {
+    fn default() -> Self {
+        Self {
+            message_bytes: 64,
+            reconnect: Reconnect::Backoff {
+                first: Duration::from_millis(100),
+                max: Duration::from_secs(10),
+            },
+        }
+    }
+}
+
+/// Who ended a WebSocket or an event stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClosedBy {
+    /// The server (or the proxy) sent a close frame, or ended the event stream's response.
+    Server,
+    /// The connection ended without one (a WebSocket's 1006), or broke mid-response.
+    Abnormal,
+}
+
+/// What a long-lived load carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StreamKind {
+    /// Messages over WebSockets, echoed.
+    #[default]
+    Websocket,
+    /// Server-sent events (`text/event-stream`), numbered, resumed with `Last-Event-ID`.
+    Sse,
+}
+
+/// A WebSocket or an event stream that ended before the run did.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Close {
+    /// Seconds from the run's start.
+    pub at_s: f64,
+    /// Which connection (0-based).
+    pub connection: usize,
+    /// Who ended it.
+    pub by: ClosedBy,
+    /// The close frame's code (1006 when there was none); none for an event stream.
+    pub code: Option<u16>,
+    /// Its reason, or what ended the connection.
+    pub reason: String,
+    /// The backend that answered its upgrade or request (`x-backend`), if it said.
+    pub backend: Option<String>,
+    /// Messages sent on it that were never echoed; for an event stream, the events the
+    /// stream that resumed it skipped.
+    pub lost: u64,
+    /// How long until its connection had a WebSocket open again, in milliseconds (none:
+    /// not before the run ended, or its policy does not reconnect).
+    pub reconnected_after_ms: Option<f64>,
+}
+
+/// What a long-lived load measured besides its messages' figures (those are in the
+/// [`LoadReport`]'s recorder and summary, a message counted as a request). A WebSocket's
+/// message is answered with status 101 when echoed, `read_timeout` when not echoed within
+/// the timeout, `eof` or `reset_after_write` when its WebSocket was closed or broken
+/// first, `not_sent` when it fell due while none was open and was too old to send when
+/// one was. An event is answered 200 when it came, `read_timeout` when it had not come
+/// a timeout after it was due, `eof` when a resumed stream skipped it, `not_sent` when it
+/// fell due after its connection gave up.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct StreamReport {
+    /// WebSockets or server-sent events.
+    pub kind: StreamKind,
+    /// Messages sent (events: that fell due while the connection had not given up).
+    pub sent: u64,
+    /// Messages echoed (events: that came), once each, in time.
+    pub echoed: u64,
+    /// Not echoed within the timeout, or sent on a WebSocket that ended before their echo
+    /// came.
+    pub lost: u64,
+    /// Of the lost, echoed after the timeout (the figures keep them as timed out, as an
+    /// HTTP client that gave up would).
+    pub late: u64,
+    /// Echoes of a message already echoed.
+    pub duplicated: u64,
+    /// Echoes that came after the echo of a later message.
+    pub reordered: u64,
+    /// Due while no WebSocket was open, and older than the timeout when one was.
+    pub unsent: u64,
+    /// Sent and not yet echoed when the run ended.
+    pub in_flight_at_end: u64,
+    /// WebSockets (event streams) opened.
+    pub opened: u64,
+    /// Upgrades (event stream requests) that failed, by why (`status 502`, `connect:
+    /// refused`, …).
+    pub upgrade_failures: BTreeMap<String, u64>,
+    /// WebSockets (event streams) that ended before the run did.
+    pub cut: u64,
+    /// The first [`MAX_CLOSES_KEPT`] of them, in order.
+    pub closes: Vec<Close>,
+    /// From a cut to the next WebSocket open on that connection, in microseconds.
+    #[serde(serialize_with = "reconnect_summary")]
+    pub reconnect: HistogramUs,
+    /// WebSockets (event streams) open, every 100 ms: (seconds from the start, open).
+    pub open_over_time: Vec<(f64, u32)>,
+    /// Seconds from the start to the end.
+    pub duration_s: f64,
+}
+
+fn reconnect_summary<S: serde::Serializer>(h: &HistogramUs, s: S) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = s.serialize_map(Some(5))?;
+    map.serialize_entry("count", &h.count())?;
+    for (name, p) in [("p50_us", 50.0), ("p90_us", 90.0), ("p99_us", 99.0)] {
+        map.serialize_entry(name, &(!h.is_empty()).then(|| h.value_at_percentile(p)))?;
+    }
+    map.serialize_entry("max_us", &(!h.is_empty()).then(|| h.max()))?;
+    map.end()
+}
+
+/// What the connections share: the run's clock and what they measured.
+pub(crate) struct Run {
+    pub(crate) options: StreamOptions,
+    pub(crate) plan: Plan,
+    pub(crate) connector: Connector,
+    pub(crate) start: Instant,
+    /// When the warm-up ends (messages due before are only counted).
+    pub(crate) measured_from_ns: u64,
+    pub(crate) end: Instant,
+    pub(crate) interval: Duration,
+    pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) report: RefCell<StreamReport>,
+    pub(crate) recorder: RefCell<Recorder>,
+    pub(crate) samples: RefCell<Vec<Sample>>,
+    pub(crate) sample_threshold: u64,
+    pub(crate) rng: std::cell::Cell<u64>,
+    pub(crate) next_seq: std::cell::Cell<u64>,
+    pub(crate) open: std::cell::Cell<u32>,
+}
+
+impl Run {
+    pub(crate) fn ns(&self, at: Instant) -> u64 {
+        crate::connection::nanos(at.saturating_duration_since(self.start))
+    }
+
+    /// Records one message's fate, and keeps it as a sample if the random sample picks it
+    /// or it failed (as the HTTP engine does). The first message on a WebSocket (event on a
+    /// stream) carries the phases of opening it, as the first request on a connection does.
+    pub(crate) fn record(
+        &self,
+        out: Out,
+        outcome: Outcome,
+        backend: Option<BackendId>,
+        bytes: u64,
+    ) {
+        let now_ns = self.ns(Instant::now());
+        let mut sample = Sample::new(out.due_ns);
+        sample.seq = self.next_seq.replace(self.next_seq.get() + 1);
+        sample.released_at_ns = out.released_ns;
+        sample.sent_at_ns = out.sent_ns;
+        sample.done_at_ns = if outcome == Outcome::NotSent {
+            out.due_ns
+        } else {
+            now_ns
+        };
+        sample.outcome = outcome;
+        sample.backend = backend;
+        sample.bytes = bytes;
+        sample.connection_reused = out.opened.is_none();
+        sample.phases = out.opened.unwrap_or_default();
+        sample.phases.ttfb_ns = sample.done_at_ns.saturating_sub(out.sent_ns);
+        sample.warmup = out.due_ns < self.measured_from_ns;
+        self.recorder.borrow_mut().record(&sample);
+        if sample.warmup || self.sample_threshold == 0 || outcome == Outcome::NotSent {
+            return;
+        }
+        let mut x = self.rng.get();
+        let chosen = uniform(&mut x) * u64::MAX as f64 <= self.sample_threshold as f64;
+        self.rng.set(x);
+        if chosen || !outcome.is_ok() {
+            sample.in_sample = chosen;
+            self.samples.borrow_mut().push(sample);
+        }
+    }
+}
+
+/// One connection's cuts: since when it has had no WebSocket (event stream) open, the
+/// close that cut it in the report's list, and its reconnect attempts.
+pub(crate) struct Downtime {
+    connection: usize,
+    since: Option<Instant>,
+    /// The close that cut it, in the report's list, until it is open again.
+    pub(crate) close: Option<usize>,
+    attempt: u32,
+    rng: u64,
+}
+
+impl Downtime {
+    pub(crate) fn new(connection: usize) -> Self {
+        Self {
+            connection,
+            since: None,
+            close: None,
+            attempt: 0,
+            rng: 0x9E37_79B9_7F4A_7C15_u64 ^ ((connection as u64 + 1) << 17),
+        }
+    }
+
+    /// Waits as the policy says before the next attempt; false: it does not reconnect.
+    pub(crate) async fn wait(&mut self, run: &Run) -> bool {
+        match run.options.reconnect.delay(self.attempt, &mut self.rng) {
+            Some(wait) => {
+                self.attempt += 1;
+                tokio::time::sleep(wait).await;
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl Run {
+    /// A WebSocket (event stream) is open on the connection `down` follows, answered by
+    /// `backend`: the time since its cut is a reconnect. Returns the backend's id.
+    pub(crate) fn reopened(&self, down: &mut Downtime, backend: Option<&str>) -> Option<BackendId> {
+        down.attempt = 0;
+        let mut report = self.report.borrow_mut();
+        if let Some(cut) = down.since.take() {
+            report
+                .reconnect
+                .record_ns(crate::connection::nanos(cut.elapsed()));
+            if let Some(close) = down.close.take().and_then(|i| report.closes.get_mut(i)) {
+                close.reconnected_after_ms = Some(cut.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        report.opened += 1;
+        self.open.set(self.open.get() + 1);
+        backend.map(|name| self.recorder.borrow_mut().backend_id(name.as_bytes()))
+    }
+
+    /// The connection `down` follows was cut: who closed, the code, the reason; the
+    /// backend it was on and the messages lost with it.
+    pub(crate) fn cut(
+        &self,
+        down: &mut Downtime,
+        (by, code, reason): (ClosedBy, Option<u16>, String),
+        backend: Option<String>,
+        lost: u64,
+    ) {
+        self.open.set(self.open.get() - 1);
+        let mut report = self.report.borrow_mut();
+        report.cut += 1;
+        down.since = Some(Instant::now());
+        down.close = None;
+        if report.closes.len() < MAX_CLOSES_KEPT {
+            report.closes.push(Close {
+                at_s: self.start.elapsed().as_secs_f64(),
+                connection: down.connection,
+                by,
+                code,
+                reason,
+                backend,
+                lost,
+                reconnected_after_ms: None,
+            });
+            down.close = Some(report.closes.len() - 1);
+        }
+    }
+
+    /// An attempt to open one failed, with why.
+    pub(crate) fn failed(&self, down: &mut Downtime, why: String) {
+        *self
+            .report
+            .borrow_mut()
+            .upgrade_failures
+            .entry(why)
+            .or_default() += 1;
+        down.since.get_or_insert_with(Instant::now);
+    }
+}
+
+/// A message sent and not yet echoed: when it was due, when the clock let it go and when
+/// it went, from the start; the first on a WebSocket, the phases of opening it.
+#[derive(Clone, Copy)]
+pub(crate) struct Out {
+    pub(crate) due_ns: u64,
+    pub(crate) released_ns: u64,
+    pub(crate) sent_ns: u64,
+    pub(crate) opened: Option<Phases>,
+}
+
+impl Out {
+    /// A message that was never sent.
+    pub(crate) fn unsent(due_ns: u64) -> Self {
+        Self {
+            due_ns,
+            released_ns: due_ns,
+            sent_ns: due_ns,
+            opened: None,
+        }
+    }
+}
+
+/// Runs a long-lived plan to its end or until `stop` is set: `connection` for each of
+/// the plan's connections (its index), on one thread, giving windows and samples to
+/// `observer` as the HTTP engine does.
+pub(crate) fn drive<F, C>(
+    plan: &Plan,
+    (kind, options): (StreamKind, &StreamOptions),
+    stop: Arc<AtomicBool>,
+    observer: &mut dyn Observer,
+    connection: C,
+) -> Result<LoadReport, LoadError>
+where
+    C: Fn(Rc<Run>, usize) -> F,
+    F: std::future::Future<Output = ()> + 'static,
+{
+    plan.validate()?;
+    let (Mode::Open { rate_per_s }, Length::Duration(length)) = (&plan.mode, plan.length) else {
+        return Err(LoadError::InvalidPlan {
+            field: "-R/--rate".into(),
+            reason: "a WebSocket or event stream load goes at a rate for a duration".into(),
+        });
+    };
+    let rate_per_s = *rate_per_s;
+    let warmup = match plan.warmup {
+        Warmup::Duration(d) => d,
+        _ => Duration::ZERO,
+    };
+    // A connection and a timer each.
+    ensure_descriptors(plan.connections * 2)?;
+    let tls = match plan.target.scheme {
+        Scheme::Https => Some((
+            crate::tls::client_config_for(&plan.tls, Protocol::Http1)?,
+            crate::tls::server_name(&plan.tls, &plan.target.host)?,
+        )),
+        Scheme::Http => None,
+    };
+    let fixed = plan.resolve.iter().find_map(|r| r.applies_to(&plan.target));
+    let address = match (fixed, plan.target.ip()) {
+        (Some(addr), _) => Address::Fixed(addr, "from --resolve"),
+        (None, Some(ip)) => Address::Fixed((ip, plan.target.port).into(), "the URL's address"),
+        (None, None) => Address::Lookup {
+            host: plan.target.host.clone(),
+            port: plan.target.port,
+        },
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(LoadError::Runtime)?;
+    let start = plan
+        .start
+        .unwrap_or_else(|| Instant::now() + Duration::from_millis(20));
+    let run = Rc::new(Run {
+        options: options.clone(),
+        plan: plan.clone(),
+        connector: Connector::new(address, tls),
+        start,
+        measured_from_ns: crate::connection::nanos(warmup),
+        end: start + warmup + length,
+        interval: Duration::from_secs_f64(plan.connections as f64 / rate_per_s),
+        stop: stop.clone(),
+        report: RefCell::new(StreamReport {
+            kind,
+            ..StreamReport::default()
+        }),
+        recorder: RefCell::new(Recorder::new(crate::connection::nanos(plan.window))),
+        samples: RefCell::new(Vec::new()),
+        sample_threshold: if plan.sample_rate >= 1.0 {
+            u64::MAX
+        } else {
+            (plan.sample_rate.max(0.0) * u64::MAX as f64) as u64
+        },
+        rng: std::cell::Cell::new(0x2545_F491_4F6C_DD1D),
+        next_seq: std::cell::Cell::new(0),
+        open: std::cell::Cell::new(0),
+    });
+    let local = tokio::task::LocalSet::new();
+    local.block_on(&runtime, async {
+        let tasks: Vec<_> = (0..plan.connections)
+            .map(|index| tokio::task::spawn_local(connection(run.clone(), index)))
+            .collect();
+        let sampler = tokio::task::spawn_local(sample_open(run.clone()));
+        let mut cumulative = HistogramUs::new();
+        let (mut requests, mut errors) = (0u64, 0u64);
+        let mut pass = |finished: Vec<Window>, observer: &mut dyn Observer| {
+            let samples = std::mem::take(&mut *run.samples.borrow_mut());
+            if !samples.is_empty() {
+                observer.samples(&samples, &run.recorder.borrow().backend_names());
+            }
+            for window in finished {
+                cumulative.merge(&window.latency);
+                requests += window.outcomes.total();
+                errors += window.outcomes.errors();
+                observer.window(&window);
+                observer.progress(&progress_after(&window, &cumulative, requests, errors));
+            }
+        };
+        // Windows close on the clock, messages or not, and go to the observer as they do.
+        while tasks.iter().any(|t| !t.is_finished()) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let finished = {
+                let mut recorder = run.recorder.borrow_mut();
+                recorder.roll_windows(run.ns(Instant::now()).min(run.ns(run.end)));
+                recorder.take_finished_windows()
+            };
+            pass(finished, observer);
+        }
+        sampler.abort();
+        let last = run.recorder.borrow_mut().finish_windows();
+        pass(last, observer);
+    });
+    let mut report = run.report.take();
+    report.duration_s = run
+        .end
+        .min(Instant::now())
+        .saturating_duration_since(start)
+        .as_secs_f64();
+    let recorder = run.recorder.replace(Recorder::new(1));
+    let interrupted = stop.load(Ordering::Relaxed);
+    let summary = summarize(&recorder, plan, Some(rate_per_s), interrupted);
+    Ok(LoadReport {
+        recorder,
+        summary,
+        stream: Some(Box::new(report)),
+    })
+}
+
+/// Samples how many WebSockets (event streams) are open every 100 ms until the run's end.
+async fn sample_open(run: Rc<Run>) {
+    let mut at = run.start;
+    while at < run.end {
+        tokio::time::sleep_until(at.into()).await;
+        let t = at.saturating_duration_since(run.start).as_secs_f64();
+        run.report
+            .borrow_mut()
+            .open_over_time
+            .push((t, run.open.get()));
+        at += Duration::from_millis(100);
+    }
+}
+
+/// A uniform draw in [0, 1) from `state` (xorshift64*).
+pub(crate) fn uniform(state: &mut u64) -> f64 {
+    let mut x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_policies_parse_and_back_off_with_jitter_within_their_ceiling() {
+        assert_eq!(Reconnect::parse("none"), Ok(Reconnect::Never));
+        assert_eq!(Reconnect::parse("immediate"), Ok(Reconnect::Immediate));
+        let policy = Reconnect::parse("backoff:50ms-1s").unwrap();
+        assert!(Reconnect::parse("backoff:1s-50ms").is_err());
+        assert!(Reconnect::parse("sometimes")
+            .unwrap_err()
+            .contains("backoff:FIRST-MAX"));
+        let mut rng = 7;
+        for attempt in 0..12 {
+            let ceiling = Duration::from_millis(50 << attempt.min(5)).min(Duration::from_secs(1));
+            let mut longest = Duration::ZERO;
+            for _ in 0..200 {
+                let d = policy.delay(attempt, &mut rng).unwrap();
+                assert!(d <= ceiling, "{attempt}: {d:?} over {ceiling:?}");
+                longest = longest.max(d);
+            }
+            // Jittered over the whole range, not always at its ceiling.
+            assert!(longest > ceiling.mul_f64(0.8), "{attempt}: {longest:?}");
+        }
+        assert_eq!(Reconnect::Never.delay(0, &mut rng), None);
+    }
+}
