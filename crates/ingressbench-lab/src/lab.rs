@@ -1,6 +1,7 @@
 //! A lab: echo backends as separate processes, a CA and certificate, and proxies in front,
 //! all in a private directory, all torn down when the lab is dropped.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -259,8 +260,9 @@ pub struct Lab {
     sidecar_relay: Option<Relay>,
     told_proxies: Option<RouteTable>,
     reload_due: bool,
-    /// A restart (or, with `true`, an upgrade) was asked and not yet done, with its grace.
-    restart_due: Option<(Duration, bool)>,
+    /// A restart (or, with the versions it goes to, an upgrade) was asked and not yet
+    /// done, with its grace.
+    restart_due: Option<(Duration, Option<BTreeMap<ProxyKind, String>>)>,
     overlay: Overlay,
     /// The proxies' configuration generation, bumped by every route change and reload.
     generation: u32,
@@ -307,6 +309,10 @@ pub enum Change {
         /// How long a stopped proxy has to end what it serves (Traefik, Caddy), or an
         /// Envoy epoch drains.
         grace: Duration,
+        /// The version each kind of proxy named goes to (installed beside the one it
+        /// runs: [`crate::proxy::Binaries::locate_version`]); the others upgrade to the
+        /// binary they run.
+        to: BTreeMap<ProxyKind, String>,
     },
     /// Replace the routes with these (routes added, removed or sent elsewhere), in one
     /// update of each proxy, its own way.
@@ -347,6 +353,8 @@ pub struct ChangeRecord {
     pub endpoints_at: Option<Instant>,
     /// How each proxy took it.
     pub mechanisms: Vec<(ProxyKind, &'static str)>,
+    /// After a restart or an upgrade, the version line each proxy runs.
+    pub versions: Vec<(ProxyKind, String)>,
     /// Backends started by it.
     pub started: Vec<String>,
     /// Backends stopped or killed by it.
@@ -874,14 +882,22 @@ impl Lab {
         let reload = std::mem::take(&mut self.reload_due);
         if let Some((grace, upgrade)) = self.restart_due.take() {
             let reaper = &mut self.reaper;
+            let binaries = &self.spec.binaries;
             for p in &mut self.proxies {
                 let mut watch = |pid| {
                     if let Some(r) = reaper.as_mut() {
                         r.watch(pid);
                     }
                 };
-                let mechanism = if upgrade {
-                    p.upgrade(&table, grace, &mut watch)?
+                let mechanism = if let Some(to) = &upgrade {
+                    let to = to
+                        .get(&p.kind())
+                        .map(|version| binaries.locate_version(p.kind(), version))
+                        .transpose()?;
+                    let to = to
+                        .as_ref()
+                        .map(|(binary, line)| (binary.as_path(), line.clone()));
+                    p.upgrade(&table, grace, to, &mut watch)?
                 } else {
                     p.restart(&table, None, grace, &mut watch)?;
                     "restart (a graceful stop, then a new process)"
@@ -943,6 +959,7 @@ impl Lab {
                     endpoints_at: None,
                     reported_at: None,
                     mechanisms: Vec::new(),
+                    versions: Vec::new(),
                     started: Vec::new(),
                     removed: Vec::new(),
                     generations: Vec::new(),
@@ -986,14 +1003,27 @@ impl Lab {
                 generations.push((GENERATION_HEADER, self.generation));
                 (what, Vec::new(), Vec::new())
             }
-            Change::Upgrade { grace } => {
-                self.restart_due = Some((*grace, true));
+            Change::Upgrade { grace, to } => {
+                // Refused now, before anything changes, if a version is not installed.
+                for (kind, version) in to {
+                    self.spec.binaries.locate_version(*kind, version)?;
+                }
+                self.restart_due = Some((*grace, Some(to.clone())));
                 self.generation += 1;
                 generations.push((GENERATION_HEADER, self.generation));
-                ("upgrade".to_owned(), Vec::new(), Vec::new())
+                let versions: Vec<String> = to
+                    .iter()
+                    .map(|(kind, v)| format!("{} {v}", kind.name()))
+                    .collect();
+                let what = if versions.is_empty() {
+                    "upgrade".to_owned()
+                } else {
+                    format!("upgrade to {}", versions.join(", "))
+                };
+                (what, Vec::new(), Vec::new())
             }
             Change::Restart { grace } => {
-                self.restart_due = Some((*grace, false));
+                self.restart_due = Some((*grace, None));
                 self.generation += 1;
                 generations.push((GENERATION_HEADER, self.generation));
                 ("restart".to_owned(), Vec::new(), Vec::new())
@@ -1016,6 +1046,7 @@ impl Lab {
             endpoints_at: None,
             reported_at: None,
             mechanisms: Vec::new(),
+            versions: Vec::new(),
             started,
             removed,
             generations,
@@ -1054,12 +1085,22 @@ impl Lab {
         if due.is_empty() {
             return Ok(());
         }
+        let restarting = self.restart_due.is_some();
         let mechanisms = self.sync_proxies()?;
         let applied = Instant::now();
+        let versions: Vec<(ProxyKind, String)> = if restarting {
+            self.proxies
+                .iter()
+                .map(|p| (p.kind(), p.version().to_owned()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         for (_, index) in due {
             if let Some(record) = self.records.get_mut(index) {
                 record.applied_at = Some(applied);
                 record.mechanisms = mechanisms.clone();
+                record.versions = versions.clone();
             }
         }
         Ok(())

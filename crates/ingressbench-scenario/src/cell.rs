@@ -408,6 +408,35 @@ fn probe_line(firings: &Value) -> String {
 }
 
 /// The line printed when a cell ends.
+/// Where `cell`'s proxy binary is: the version its target names, installed beside the
+/// default; and, before anything starts, every version its upgrade events go to must be
+/// installed too (an error naming what to install otherwise).
+fn binaries_for(
+    cell: &Cell,
+    binaries: &ingressbench_lab::proxy::Binaries,
+) -> Result<ingressbench_lab::proxy::Binaries, String> {
+    let mut binaries = binaries.clone();
+    let Target::Proxy { kind, version, .. } = &cell.target else {
+        return Ok(binaries);
+    };
+    let upgrades = cell.events.iter().filter_map(|e| match &e.action {
+        crate::model::Action::Upgrade { to, .. } => to.for_kind(*kind),
+        _ => None,
+    });
+    for (kind, to) in upgrades {
+        binaries
+            .locate_version(kind, &to)
+            .map_err(|e| format!("upgrade to {to}: {e}"))?;
+    }
+    if let Some(version) = version {
+        let (binary, _) = binaries
+            .locate_version(*kind, version)
+            .map_err(|e| format!("version {version}: {e}"))?;
+        binaries.overrides.insert(*kind, binary);
+    }
+    Ok(binaries)
+}
+
 /// A WebSocket or event stream load's own results as websocket.json or sse.json (closes,
 /// reconnects, the messages' accounting, how many were open over time), read back as the
 /// report reads them.
@@ -517,7 +546,7 @@ fn bring_up(
         .to_spec(
             Path::new("scenario"),
             options.backend_binary.clone(),
-            options.binaries.clone(),
+            binaries_for(cell, &options.binaries)?,
         )
         .map_err(|e| e.to_string())?;
     let lab = Lab::up(spec).map_err(|e| e.to_string())?;

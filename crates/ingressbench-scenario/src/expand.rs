@@ -640,6 +640,39 @@ mod tests {
     }
 
     #[test]
+    fn an_upgrade_goes_to_the_same_binary_a_version_or_a_version_per_proxy() {
+        use crate::model::{Action, UpgradeTo};
+        use ingressbench_lab::proxy::ProxyKind;
+        let text = |upgrade: &str| {
+            format!("name: t\ntargets: [nginx, {{ proxy: envoy, version: 1.39.3 }}]\nload: {{ rate: 5, duration: 5s }}\nevents: [{{ at: 1s, upgrade: {upgrade} }}]\n")
+        };
+        let to = |upgrade: &str| match run(&text(upgrade)).unwrap()[1].events[0].action.clone() {
+            Action::Upgrade { to, .. } => to,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(to("same"), UpgradeTo::Same);
+        assert_eq!(to("1.40.0"), UpgradeTo::Version("1.40.0".into()));
+        let each = to("{ envoy: 1.40.0 }");
+        assert_eq!(
+            each.for_kind(ProxyKind::Envoy),
+            Some((ProxyKind::Envoy, "1.40.0".into()))
+        );
+        assert_eq!(each.for_kind(ProxyKind::Nginx), None);
+        let cells = run(&text("same")).unwrap();
+        assert!(
+            matches!(&cells[1].target, Target::Proxy { version: Some(v), .. } if v == "1.39.3"),
+            "{:?}",
+            cells[1].target
+        );
+        for bad in ["\"1.40.0; rm -rf /\"", "{ envoy: \"\" }", "[1, 2]"] {
+            let err = run(&text(bad)).unwrap_err();
+            assert!(err.contains("upgrade"), "{bad}: {err}");
+        }
+        let err = run("name: t\ntargets: [{ cluster: contour, version: 1.2.3 }]\nload: { rate: 5, duration: 1s }\n").unwrap_err();
+        assert!(err.contains("takes no `version`"), "{err}");
+    }
+
+    #[test]
     fn events_parse_into_timings_and_actions() {
         let text = "name: t\ntargets: [envoy]\nload: { mode: sequential, requests: 20, interval: 500ms }\nevents:\n  - { before_request: 2, times: 10, kill: random }\n  - { at: 1s, config: { response_header: { name: X-A, value: b } } }\n  - { at: 2s, config: revert, propagation_delay: 3s }\n";
         let cells = run(text).unwrap();

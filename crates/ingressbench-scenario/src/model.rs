@@ -119,6 +119,59 @@ pub struct QuickFile {
     pub budget: Option<String>,
 }
 
+/// What an `upgrade` event goes to: `same` (the binary each proxy runs), a version (for
+/// every target), or a version per kind of proxy (the others: `same`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpgradeTo {
+    /// The binary it runs: the mechanism is what is measured.
+    Same,
+    /// This version, whichever the proxy.
+    Version(String),
+    /// This version for each kind named.
+    Each(BTreeMap<ProxyKind, String>),
+}
+
+impl UpgradeTo {
+    /// The version a proxy of `kind` goes to (none: the binary it runs).
+    pub fn for_kind(&self, kind: ProxyKind) -> Option<(ProxyKind, String)> {
+        match self {
+            Self::Same => None,
+            Self::Version(v) => Some((kind, v.clone())),
+            Self::Each(each) => each.get(&kind).map(|v| (kind, v.clone())),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for UpgradeTo {
+    /// `same`, `1.40.0` or `{ envoy: 1.40.0, traefik: 3.7.15 }`.
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Written {
+            One(String),
+            Each(BTreeMap<ProxyKind, String>),
+        }
+        let version_like = |v: &str| {
+            !v.is_empty()
+                && v.len() <= 40
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-+".contains(c))
+        };
+        match Written::deserialize(deserializer).map_err(|_| {
+            de::Error::custom("upgrade: `same`, a version (`1.40.0`) or a version per proxy (`{ envoy: 1.40.0, traefik: 3.7.15 }`)")
+        })? {
+            Written::One(v) if v == "same" => Ok(Self::Same),
+            Written::One(v) if version_like(&v) => Ok(Self::Version(v)),
+            Written::Each(each) if !each.is_empty() && each.values().all(|v| version_like(v)) => {
+                Ok(Self::Each(each))
+            }
+            _ => Err(de::Error::custom(
+                "upgrade: a version is letters, digits and . _ - + (at most 40); `same` for the binary each proxy runs",
+            )),
+        }
+    }
+}
+
 fn yes() -> bool {
     true
 }
@@ -163,6 +216,9 @@ pub enum Target {
         front: Option<FrontFile>,
         /// A sidecar between the proxy and the backends.
         hop: Option<HopFile>,
+        /// The version it starts at, when not the one installed as the default (one
+        /// installed beside it: `upgrade` events go from it to another).
+        version: Option<String>,
     },
     /// A controller a cluster file places (`{ cluster: NAME }`; what `run --cluster`
     /// runs when the command line does not choose targets).
@@ -224,7 +280,7 @@ impl Target {
 /// A proxy target's settings of the lab's own (a controller in a cluster is configured
 /// by its own objects, and reached through its Service's load balancer), and its hop,
 /// which a cluster target takes as its own.
-pub(crate) const LAB_ONLY_TARGET_KEYS: [&str; 9] = [
+pub(crate) const LAB_ONLY_TARGET_KEYS: [&str; 10] = [
     "update",
     "workers",
     "keepalive_requests",
@@ -234,6 +290,7 @@ pub(crate) const LAB_ONLY_TARGET_KEYS: [&str; 9] = [
     "sysctls",
     "front",
     "hop",
+    "version",
 ];
 
 #[derive(Deserialize)]
@@ -253,6 +310,7 @@ struct TargetMap {
     sysctls: SysctlsFile,
     front: Option<FrontFile>,
     hop: Option<HopFile>,
+    version: Option<String>,
 }
 
 /// Why a cluster target refuses a lab setting, and what to do instead.
@@ -262,6 +320,7 @@ pub(crate) fn cluster_refusal(key: &str) -> &'static str {
         "hop" => "the lab's hop is a sidecar beside its proxy; a cluster target takes one of its own, an Envoy sidecar in every backend pod: `{ cluster: NAME, name: NAME-in-mesh, hop: { proxy: envoy, mtls: true } }` (docs/CLUSTER.md, \"A mesh\")",
         "sysctls" => "the controller's pods are not the tool's to change; the scenario's `tuning.sysctls` go to the backend pods",
         "update" => "a controller takes endpoint changes its own way",
+        "version" => "a controller's version is its image's: deploy the one to measure (docs/CLUSTER.md)",
         _ => "a controller's proxy is configured by the controller (its ConfigMap, flags or annotations), not by the tool: set it there, and name the setting in the target's name",
     }
 }
@@ -295,6 +354,7 @@ impl<'de> Deserialize<'de> for Target {
                     sysctls: SysctlsFile::new(),
                     front: None,
                     hop: None,
+                    version: None,
                 })
             }
 
@@ -311,6 +371,7 @@ impl<'de> Deserialize<'de> for Target {
                             ("upstream_protocol", m.upstream_protocol.is_some()),
                             ("sysctls", !m.sysctls.is_empty()),
                             ("front", m.front.is_some()),
+                            ("version", m.version.is_some()),
                         ];
                         if let Some((key, _)) = given.iter().find(|(_, set)| *set) {
                             return Err(de::Error::custom(format!(
@@ -336,6 +397,7 @@ impl<'de> Deserialize<'de> for Target {
                         sysctls: m.sysctls,
                         front: m.front,
                         hop: m.hop,
+                        version: m.version,
                     }),
                     (None, Some(url), None) => {
                         if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -536,8 +598,10 @@ pub struct EventFile {
     pub restart: Option<bool>,
     /// Upgrade the proxy through its own zero-downtime mechanism (nginx's binary upgrade,
     /// HAProxy's master re-exec, Envoy's hot restart; a restart for Traefik and Caddy):
-    /// `same` upgrades to the binary it runs (the mechanism is what is measured).
-    pub upgrade: Option<String>,
+    /// `same` upgrades to the binary it runs (the mechanism is what is measured), a
+    /// version (`1.40.0`) or a version per proxy (`{ envoy: 1.40.0, traefik: 3.7.15 }`)
+    /// to that version, installed beside the one the target starts with.
+    pub upgrade: Option<UpgradeTo>,
     /// With `restart` or `upgrade`: how long the stopped proxy has to end what it serves before what
     /// is left of it is killed (default 5s; a service manager gives 90s).
     pub grace: Option<String>,
@@ -782,10 +846,12 @@ pub enum Action {
     Config(ConfigChange),
     /// Reload without change.
     Reload,
-    /// Upgrade the proxy to the binary it runs, its own way.
+    /// Upgrade the proxy its own way, to the binary it runs or to another version.
     Upgrade {
         /// How long a stopped proxy has to end what it serves (where the upgrade stops it).
         grace: Duration,
+        /// To what.
+        to: UpgradeTo,
     },
     /// Stop the proxy and start it again, killing it after `grace`.
     Restart {
@@ -877,11 +943,6 @@ impl EventFile {
                 "grace: only a restart or an upgrade has a grace (how long the stopped proxy has to end what it serves)".into(),
             ));
         }
-        if let Some(version) = self.upgrade.as_deref().filter(|v| *v != "same") {
-            return Err(here(format!(
-                "upgrade: `{version}`: upgrading to another version is not built yet; `upgrade: same` upgrades each proxy to the binary it runs, through its own mechanism"
-            )));
-        }
         let grace = duration("grace", self.grace.as_deref().unwrap_or("5s")).map_err(here)?;
         let action = if let Some(n) = self.scale {
             Action::Scale(n)
@@ -895,8 +956,11 @@ impl EventFile {
             Action::Reload
         } else if self.restart == Some(true) {
             Action::Restart { grace }
-        } else if self.upgrade.is_some() {
-            Action::Upgrade { grace }
+        } else if let Some(to) = &self.upgrade {
+            Action::Upgrade {
+                grace,
+                to: to.clone(),
+            }
         } else if let Some(n) = self.add_routes {
             Action::AddRoutes(n)
         } else if let Some(n) = self.remove_routes {

@@ -255,34 +255,32 @@ impl Driver<'_> {
         let event = &self.cell.events[index];
         self.fired[index] += 1;
         let what = describe_action(&event.action, event.one_at_a_time);
-        let (mut steps, unit, pause): (VecDeque<(Change, String, bool)>, _, _) = match (
-            &event.action,
-            change_for(&event.action, &self.cell.scenario),
-        ) {
-            (Action::RouteSteps { to, pause }, _) => (
-                to.iter()
-                    .map(|n| (Change::GeneratedRoutes(*n), format!("to {n} routes"), false))
-                    .collect(),
-                "steps",
-                *pause,
-            ),
-            (_, change @ (Change::AddRoutes(n) | Change::RemoveRoutes(n)))
-                if event.one_at_a_time =>
-            {
-                let one = if matches!(change, Change::AddRoutes(_)) {
-                    Change::AddRoutes(1)
-                } else {
-                    Change::RemoveRoutes(1)
-                };
-                // The first route is a new firing; the rest go on it.
-                let steps = (0..n).map(|k| (one.clone(), what.clone(), k > 0)).collect();
-                (steps, "routes", Duration::ZERO)
-            }
-            (_, change) => {
-                self.ask(index, change, delay, due, (&what, false));
-                return;
-            }
-        };
+        let (mut steps, unit, pause): (VecDeque<(Change, String, bool)>, _, _) =
+            match (&event.action, change_for(&event.action, self.cell)) {
+                (Action::RouteSteps { to, pause }, _) => (
+                    to.iter()
+                        .map(|n| (Change::GeneratedRoutes(*n), format!("to {n} routes"), false))
+                        .collect(),
+                    "steps",
+                    *pause,
+                ),
+                (_, change @ (Change::AddRoutes(n) | Change::RemoveRoutes(n)))
+                    if event.one_at_a_time =>
+                {
+                    let one = if matches!(change, Change::AddRoutes(_)) {
+                        Change::AddRoutes(1)
+                    } else {
+                        Change::RemoveRoutes(1)
+                    };
+                    // The first route is a new firing; the rest go on it.
+                    let steps = (0..n).map(|k| (one.clone(), what.clone(), k > 0)).collect();
+                    (steps, "routes", Duration::ZERO)
+                }
+                (_, change) => {
+                    self.ask(index, change, delay, due, (&what, false));
+                    return;
+                }
+            };
         let planned = steps.len();
         let Some((first, first_what, _)) = steps.pop_front() else {
             return;
@@ -437,6 +435,14 @@ impl Driver<'_> {
             if let Some(at) = rec.endpoints_at {
                 line["endpoints_s"] = json!(offset(at, self.measure_from));
             }
+            if !rec.versions.is_empty() {
+                let versions: Vec<String> = rec
+                    .versions
+                    .iter()
+                    .map(|(k, v)| format!("{k}: {v}"))
+                    .collect();
+                line["versions_after"] = json!(versions);
+            }
             let _ = writeln!(self.events, "{line}").and_then(|()| self.events.flush());
             self.reported += 1;
         }
@@ -473,7 +479,7 @@ pub(crate) fn unfired(
 pub(crate) fn route_changes(cell: &Cell) -> Vec<Overlay> {
     cell.events
         .iter()
-        .filter_map(|e| match change_for(&e.action, &cell.scenario) {
+        .filter_map(|e| match change_for(&e.action, cell) {
             Change::Overlay(o) => Some(o),
             _ => None,
         })
@@ -494,8 +500,9 @@ fn describe_action(action: &Action, one_at_a_time: bool) -> String {
     format!("{verb} {n} route{s}{how}")
 }
 
-/// The lab change an action asks for.
-fn change_for(action: &Action, s: &crate::Scenario) -> Change {
+/// The lab change an action asks for of `cell`'s target.
+fn change_for(action: &Action, cell: &Cell) -> Change {
+    let s = &cell.scenario;
     let pool = s
         .backends
         .first()
@@ -512,7 +519,15 @@ fn change_for(action: &Action, s: &crate::Scenario) -> Change {
         Action::Config(ConfigChange::Revert) => Change::Overlay(s.overlay.to_overlay()),
         Action::Reload => Change::Reload,
         Action::Restart { grace } => Change::Restart { grace: *grace },
-        Action::Upgrade { grace } => Change::Upgrade { grace: *grace },
+        Action::Upgrade { grace, to } => Change::Upgrade {
+            grace: *grace,
+            to: match &cell.target {
+                crate::model::Target::Proxy { kind, .. } => {
+                    to.for_kind(*kind).into_iter().collect()
+                }
+                _ => std::collections::BTreeMap::new(),
+            },
+        },
         Action::AddRoutes(n) => Change::AddRoutes(*n),
         Action::RemoveRoutes(n) => Change::RemoveRoutes(*n),
         Action::ChangeRoutes(n) => Change::ChangeRoutes(*n),

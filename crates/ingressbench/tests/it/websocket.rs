@@ -375,24 +375,25 @@ events:
     println!("{}", measured.join("\n"));
 }
 
-/// nginx's binary upgrade, HAProxy's master re-exec and Envoy's hot restart (`upgrade:
-/// same`) under HTTP and under WebSocket load: no request fails through nginx or HAProxy
-/// (through Envoy, at most one per connection the old epoch ends as it exits); nginx's and HAProxy's
-/// old workers keep their WebSockets (none is cut, no message lost), while Envoy's old
-/// epoch keeps them only until it is told to exit (a second after its drain): they
-/// reconnect to the new one, and a message that was out at the cut is lost (the only
-/// errors); the events' mechanism says which was used.
+/// nginx's binary upgrade, HAProxy's master re-exec (each to the binary it runs) and
+/// Envoy's hot restart from 1.39.3 to 1.40.0 (installed beside it) under HTTP and under
+/// WebSocket load: no request fails through nginx or HAProxy (through Envoy, at most one
+/// per connection the old epoch ends as it exits); nginx's and HAProxy's old workers keep
+/// their WebSockets (none is cut, no message lost), while Envoy's old epoch keeps them
+/// only until it is told to exit (a second after its drain): they reconnect to the new
+/// one, and a message that was out at the cut is lost (the only errors); the events say
+/// which mechanism was used and which version runs after.
 #[test]
 fn nginx_haproxy_and_envoy_upgrade_in_place_without_losing_a_request() {
     let (out, said) = run_scenario(
         "websocket-upgrade",
         "name: upgrade
-targets: [nginx, haproxy, envoy]
+targets: [nginx, haproxy, { proxy: envoy, version: 1.39.3 }]
 backends: [{ name: echo, replicas: 2 }]
 tls: false
 load: { rate: 200, connections: 8, duration: 5s, timeout: 1s, retry: none }
 events:
-  - { at: 1500ms, upgrade: same, grace: 1s }
+  - { at: 1500ms, upgrade: { envoy: 1.40.0 }, grace: 1s }
 matrix:
   load.kind: [http, websocket]
 ",
@@ -431,6 +432,27 @@ matrix:
             "hot restart (a new epoch takes the listeners, the old drains)"
         };
         assert!(events.contains(mechanism), "{name}: {events}");
+        if name.contains("envoy") {
+            let upgrade: serde_json::Value =
+                serde_json::from_str(events.lines().last().unwrap()).unwrap();
+            assert_eq!(
+                upgrade["what"], "upgrade to envoy 1.40.0",
+                "{name}: {events}"
+            );
+            let after = upgrade["versions_after"][0].as_str().unwrap();
+            assert!(after.contains("/1.40.0/"), "{name}: {events}");
+            let run = json(out.join("run.json"));
+            let started = run["cells"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["dir"].as_str().is_some_and(|d| d.ends_with(&name)))
+                .map(|c| c["proxy_version"].to_string());
+            assert!(
+                started.as_deref().is_some_and(|v| v.contains("/1.39.3/")),
+                "{name}: {started:?}"
+            );
+        }
         if cell.join("websocket.json").exists() {
             let ws = json(cell.join("websocket.json"));
             if name.contains("envoy") {
