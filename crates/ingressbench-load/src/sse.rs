@@ -203,16 +203,7 @@ struct Open {
 async fn open(run: &Run, events: &Events) -> Result<Open, String> {
     let plan = &run.plan;
     let mut phases = Phases::default();
-    let mut stream = run
-        .connector
-        .connect(&mut phases)
-        .await
-        .map_err(|outcome| {
-            run.connector.take_failure().map_or_else(
-                || format!("connect: {}", outcome.name()),
-                |why| format!("connect: {why}"),
-            )
-        })?;
+    let mut stream = run.connect(&mut phases).await?;
     let request = render(run, events);
     let mut parser = ResponseParser::new(&plan.backend_header, &[]);
     let head = async {

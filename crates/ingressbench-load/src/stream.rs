@@ -17,13 +17,16 @@ use std::time::{Duration, Instant};
 
 use ingressbench_stats::{BackendId, HistogramUs, Outcome, Phases, Recorder, Sample, Window};
 
-use crate::connection::{Address, Connector};
+use crate::connection::{Address, Connector, Stream};
 use crate::run::{ensure_descriptors, progress_after, summarize};
 use crate::{Length, LoadError, LoadReport, Mode, Observer, Plan, Protocol, Scheme, Warmup};
 
 /// The most closes kept one by one (a server that closes every WebSocket at once, with
 /// reconnects at once, makes thousands a second); past it they are only counted.
 pub const MAX_CLOSES_KEPT: usize = 50_000;
+
+/// How long `immediate` waits after a failed attempt before the next.
+pub const IMMEDIATE_RETRY: Duration = Duration::from_millis(10);
 
 /// The smallest message: a sequence number and a due time, eight bytes each.
 pub const MESSAGE_HEADER: usize = 16;
@@ -33,7 +36,8 @@ pub const MESSAGE_HEADER: usize = 16;
 pub enum Reconnect {
     /// Nothing: the connection stays down to the end of the run.
     Never,
-    /// Opens a new WebSocket at once.
+    /// Opens a new one at once; after a failed attempt, waits [`IMMEDIATE_RETRY`] (at
+    /// once again would be thousands of attempts a second at a proxy that is down).
     Immediate,
     /// Waits a random time between zero and `first` doubled for each failed attempt
     /// (at most `max`) before each attempt: exponential backoff with full jitter, as
@@ -92,7 +96,8 @@ impl Reconnect {
     pub(crate) fn delay(&self, attempt: u32, rng: &mut u64) -> Option<Duration> {
         match *self {
             Self::Never => None,
-            Self::Immediate => Some(Duration::ZERO),
+            Self::Immediate if attempt == 0 => Some(Duration::ZERO),
+            Self::Immediate => Some(IMMEDIATE_RETRY),
             Self::Backoff { first, max } => {
                 let ceiling = first
                     .saturating_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX))
@@ -379,6 +384,17 @@ impl Run {
         }
     }
 
+    /// A connection to the target (TCP, and TLS for https), its phases in `phases`; why
+    /// not (`connect: refused …`).
+    pub(crate) async fn connect(&self, phases: &mut Phases) -> Result<Stream, String> {
+        self.connector.connect(phases).await.map_err(|outcome| {
+            self.connector.take_failure().map_or_else(
+                || format!("connect: {}", outcome.name()),
+                |why| format!("connect: {why}"),
+            )
+        })
+    }
+
     /// An attempt to open one failed, with why.
     pub(crate) fn failed(&self, down: &mut Downtime, why: String) {
         *self
@@ -589,5 +605,14 @@ mod tests {
             assert!(longest > ceiling.mul_f64(0.8), "{attempt}: {longest:?}");
         }
         assert_eq!(Reconnect::Never.delay(0, &mut rng), None);
+        // At once after a cut; not in a tight loop while attempts fail.
+        assert_eq!(
+            Reconnect::Immediate.delay(0, &mut rng),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            Reconnect::Immediate.delay(3, &mut rng),
+            Some(IMMEDIATE_RETRY)
+        );
     }
 }

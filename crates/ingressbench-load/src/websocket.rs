@@ -150,16 +150,7 @@ async fn connection(run: Rc<Run>, index: usize) {
 async fn open(run: &Run) -> Result<(WebSocketStream<Stream>, Option<String>, Phases), String> {
     let plan = &run.plan;
     let mut phases = Phases::default();
-    let stream = run
-        .connector
-        .connect(&mut phases)
-        .await
-        .map_err(|outcome| {
-            run.connector.take_failure().map_or_else(
-                || format!("connect: {}", outcome.name()),
-                |why| format!("connect: {why}"),
-            )
-        })?;
+    let stream = run.connect(&mut phases).await?;
     let scheme = match plan.target.scheme {
         Scheme::Https => "wss",
         Scheme::Http => "ws",
