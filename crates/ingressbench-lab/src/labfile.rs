@@ -422,6 +422,8 @@ pub struct TuningFile {
     pub listen_backlog: Option<u32>,
     /// What the proxies speak to the backends (`http1`, `http2`; not nginx).
     pub upstream_protocol: Option<crate::model::UpstreamProtocol>,
+    /// Pass each piece of a response on as it comes (HAProxy's `option http-no-delay`).
+    pub no_delay: Option<bool>,
     /// Kernel settings on the proxies' node (`net.core.somaxconn: 32768`); needs
     /// `topology.isolation: netns`.
     #[serde(default)]
@@ -665,6 +667,7 @@ impl LabFile {
                 .tuning
                 .upstream_protocol
                 .unwrap_or(defaults.upstream_protocol),
+            no_delay: self.tuning.no_delay.unwrap_or(defaults.no_delay),
             ..defaults
         };
         let kernel = crate::kernel::NodeSysctls {

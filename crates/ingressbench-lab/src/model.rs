@@ -112,6 +112,11 @@ pub struct Tuning {
     pub listen_backlog: Option<u32>,
     /// What the proxies speak to the backends.
     pub upstream_protocol: UpstreamProtocol,
+    /// Pass each piece of a response on as it comes: HAProxy's `option http-no-delay`
+    /// (by default HAProxy holds a small piece while more is expected, 100-200 ms for a
+    /// server-sent event); nginx (told by the backend's `X-Accel-Buffering: no`), Envoy,
+    /// Traefik and Caddy pass event streams on at once already.
+    pub no_delay: bool,
 }
 
 /// The protocol a proxy speaks to its backends.
@@ -149,6 +154,7 @@ impl Default for Tuning {
             read_timeout_ms: 30_000,
             listen_backlog: None,
             upstream_protocol: UpstreamProtocol::Http1,
+            no_delay: false,
         }
     }
 }

@@ -181,6 +181,9 @@ impl Haproxy {
             files.admin_socket.display()
         );
         let _ = writeln!(c, "defaults\n  mode http\n  option http-keep-alive");
+        if t.no_delay {
+            let _ = writeln!(c, "  option http-no-delay");
+        }
         let _ = writeln!(
             c,
             "  timeout connect {}ms\n  timeout server {}ms",
@@ -508,6 +511,42 @@ fn admin_command(files: &ProxyFiles, commands: &str) -> Result<String, LabError>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{generated_route, Generation, Overlay, Pool, Tuning};
+
+    #[test]
+    fn no_delay_passes_each_piece_of_a_response_on_as_it_comes() {
+        let pools = vec!["echo".to_owned()];
+        let mut table = RouteTable {
+            pools: vec![Pool {
+                name: "echo".into(),
+                endpoints: vec!["127.0.0.1:8080".parse().unwrap()],
+            }],
+            routes: vec![generated_route(0, &pools)],
+            overlay: Overlay::default(),
+            tuning: Tuning::default(),
+            generation: Generation::default(),
+        };
+        let files = ProxyFiles {
+            dir: "/lab/haproxy".into(),
+            ip: "127.0.0.1".parse().unwrap(),
+            http_port: 8000,
+            admin_socket: "/lab/haproxy/admin.sock".into(),
+            tls: None,
+        };
+        let haproxy = Haproxy::new(HaproxyUpdate::default());
+        assert!(!haproxy.render(&files, &table).contains("http-no-delay"));
+        table.tuning.no_delay = true;
+        let text = haproxy.render(&files, &table);
+        let defaults = text.split("defaults").nth(1).unwrap();
+        assert!(
+            defaults
+                .split("frontend")
+                .next()
+                .unwrap()
+                .contains("  option http-no-delay\n"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn the_master_reload_count_is_read_from_show_proc() {
