@@ -260,9 +260,9 @@ pub struct Lab {
     sidecar_relay: Option<Relay>,
     told_proxies: Option<RouteTable>,
     reload_due: bool,
-    /// A restart (or, with the versions it goes to, an upgrade) was asked and not yet
-    /// done, with its grace.
-    restart_due: Option<(Duration, Option<BTreeMap<ProxyKind, String>>)>,
+    /// A restart (or, with the binary and version line each kind goes to, an upgrade)
+    /// was asked and not yet done, with its grace.
+    restart_due: Option<(Duration, Option<UpgradeTo>)>,
     overlay: Overlay,
     /// The proxies' configuration generation, bumped by every route change and reload.
     generation: u32,
@@ -276,6 +276,9 @@ pub struct Lab {
     stalled: Vec<(String, Instant)>,
     records: Vec<ChangeRecord>,
 }
+
+/// What an upgrade goes to: per kind of proxy named, the binary and its version line.
+type UpgradeTo = BTreeMap<ProxyKind, (PathBuf, String)>;
 
 /// A change to the system under test.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -882,7 +885,6 @@ impl Lab {
         let reload = std::mem::take(&mut self.reload_due);
         if let Some((grace, upgrade)) = self.restart_due.take() {
             let reaper = &mut self.reaper;
-            let binaries = &self.spec.binaries;
             for p in &mut self.proxies {
                 let mut watch = |pid| {
                     if let Some(r) = reaper.as_mut() {
@@ -892,10 +894,6 @@ impl Lab {
                 let mechanism = if let Some(to) = &upgrade {
                     let to = to
                         .get(&p.kind())
-                        .map(|version| binaries.locate_version(p.kind(), version))
-                        .transpose()?;
-                    let to = to
-                        .as_ref()
                         .map(|(binary, line)| (binary.as_path(), line.clone()));
                     p.upgrade(&table, grace, to, &mut watch)?
                 } else {
@@ -1005,10 +1003,11 @@ impl Lab {
             }
             Change::Upgrade { grace, to } => {
                 // Refused now, before anything changes, if a version is not installed.
+                let mut binaries = BTreeMap::new();
                 for (kind, version) in to {
-                    self.spec.binaries.locate_version(*kind, version)?;
+                    binaries.insert(*kind, self.spec.binaries.locate_version(*kind, version)?);
                 }
-                self.restart_due = Some((*grace, Some(to.clone())));
+                self.restart_due = Some((*grace, Some(binaries)));
                 self.generation += 1;
                 generations.push((GENERATION_HEADER, self.generation));
                 let versions: Vec<String> = to
