@@ -18,9 +18,13 @@ ratio of each tool to ingressbench; nothing here asserts a timing.
                                          # against h2load and oha --http2
     python3 bench/compare.py h2-open     # HTTP/2 (h2c) open loop at 20,000 req/s over 10 connections,
                                          # beside the h2 crate alone (examples/h2_floor.rs)
+    python3 bench/compare.py grpc        # gRPC unary calls to the echo backend (h2c), open loop at
+                                         # 2,000 and 10,000 calls/s over 10 connections, against ghz
     python3 bench/compare.py all --duration 5
 
-Needs nginx (scripts/install-deps.sh) and the peers (../shared/tools/install-peers.sh);
+Needs nginx (scripts/install-deps.sh) and the peers (../shared/tools/install-peers.sh;
+ghz from the Go module proxy: `GOBIN=~/.cache/ib-peers/bin go install
+github.com/bojand/ghz/cmd/ghz@latest`);
 wrk2 is used where $WRK2 (or wrk2 on PATH, or in $PEERS) names one, built from its public
 repository by whoever runs this (nothing here builds it).
 """
@@ -450,9 +454,42 @@ def h2_open(nginx, seconds, tmp, rate=20000, conns=10, streams=100, grids=("500u
     return rows
 
 
+def run_ghz(rate, conns, seconds, addr):
+    """ghz (grpc-go) calling the echo service's Unary with the proto file: --rps throttles
+    its workers (a worker waits for its answer before its next call: not an open loop, so
+    its latencies are from each call's send, not its due time)."""
+    proto = os.path.join(ROOT, "proto", "ingressbench", "echo", "v1", "echo.proto")
+    text, cpu, _ = measure([find("ghz"), "--insecure", "--proto", proto, "--call", "ingressbench.echo.v1.Echo.Unary",
+                            "-d", '{"seq": 1, "payload": "' + "A" * 52 + '"}', "--connections", str(conns),
+                            "-c", str(conns * 5), "--rps", str(rate), "-z", f"{seconds}s", "--format", "json", addr])
+    s = json.loads(text)
+    pct = {p["percentage"]: p["latency"] / 1000 for p in s.get("latencyDistribution") or []}
+    return {"requests": s["count"], "ok": (s.get("statusCodeDistribution") or {}).get("OK", 0), "rate": s["rps"],
+            "p50_us": pct.get(50), "p90_us": pct.get(90), "p99_us": pct.get(99), "cpu": cpu}
+
+
+def grpc(seconds, tmp, rates=(2000, 10000), conns=10):
+    """gRPC unary calls to the echo backend on SUT_CPU (h2c, HTTP/2 prior knowledge), open
+    loop at each of `rates` over `conns` connections: ingressbench's calls (tonic over hyper)
+    against ghz's (grpc-go), calls a second achieved and CPU per call."""
+    proc = subprocess.Popen(["taskset", "-c", SUT_CPU, IB, "backend", "--name", "bench"], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    addr = proc.stdout.readline().strip().removeprefix("listening on ")
+    try:
+        for rate in rates:
+            rows = {"ingressbench": run_ingressbench(["--grpc", "-R", str(rate), "-c", str(conns), "-d", f"{seconds}s"],
+                                                     f"http://{addr}/", tmp)}
+            rows["ghz"] = run_ghz(rate, conns, seconds, addr) if find("ghz") else None
+            table(f"gRPC unary at {rate:,} calls/s over {conns} connections, {seconds} s", rows, "CPU/call",
+                  "lower CPU per call is better; a row short of the rate could not keep it")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "workers", "h2-closed", "h2-open", "all"])
+    ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "workers", "h2-closed", "h2-open", "grpc", "all"])
     ap.add_argument("--duration", type=int, default=10, help="seconds per tool (default 10)")
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--accuracy-rates", default="2000,20000", help="rates of the accuracy tables")
@@ -482,6 +519,8 @@ def main():
             backend(nginx, args.duration, tmp)
         if args.what in ("workers", "all"):
             workers(nginx, args.duration, tmp)
+        if args.what in ("grpc", "all"):
+            grpc(args.duration, tmp)
         if args.what in ("memory", "all"):
             memory(nginx, tmp, args.long_minutes)
     finally:

@@ -24,6 +24,7 @@ use tokio::task::JoinSet;
 
 use crate::LabError;
 
+mod grpc;
 mod http2;
 mod sse;
 mod websocket;
@@ -328,6 +329,12 @@ pub struct ServeReport {
     pub event_streams: u64,
     /// Server-sent events sent.
     pub events: u64,
+    /// gRPC unary calls answered.
+    pub grpc_calls: u64,
+    /// gRPC server streams answered.
+    pub grpc_streams: u64,
+    /// Messages sent on them.
+    pub grpc_messages: u64,
 }
 
 /// Serves on `listener` until `shutdown` completes, then drains and returns.
@@ -410,6 +417,9 @@ pub async fn serve(
     report.websocket_messages = count(&responses.websocket_messages);
     report.event_streams = count(&responses.event_streams);
     report.events = count(&responses.events);
+    report.grpc_calls = count(&responses.grpc_calls);
+    report.grpc_streams = count(&responses.grpc_streams);
+    report.grpc_messages = count(&responses.grpc_messages);
     Ok(report)
 }
 
@@ -500,6 +510,12 @@ struct Responses {
     event_streams: std::sync::atomic::AtomicU64,
     /// Server-sent events sent so far (on streams that have ended).
     events: std::sync::atomic::AtomicU64,
+    /// gRPC unary calls answered so far.
+    grpc_calls: std::sync::atomic::AtomicU64,
+    /// gRPC server streams answered so far.
+    grpc_streams: std::sync::atomic::AtomicU64,
+    /// Messages sent on gRPC streams so far (on streams that have ended).
+    grpc_messages: std::sync::atomic::AtomicU64,
 }
 
 impl Responses {
@@ -527,6 +543,9 @@ impl Responses {
             websocket_messages: std::sync::atomic::AtomicU64::new(0),
             event_streams: std::sync::atomic::AtomicU64::new(0),
             events: std::sync::atomic::AtomicU64::new(0),
+            grpc_calls: std::sync::atomic::AtomicU64::new(0),
+            grpc_streams: std::sync::atomic::AtomicU64::new(0),
+            grpc_messages: std::sync::atomic::AtomicU64::new(0),
         }
     }
 }

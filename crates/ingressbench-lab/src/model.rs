@@ -132,15 +132,24 @@ pub enum UpstreamProtocol {
     /// `proto h2`, Envoy's explicit `http2_protocol_options`, Traefik `h2c://` servers,
     /// Caddy's `versions: [h2c]`). nginx has none (it proxies HTTP/2 only to gRPC).
     Http2,
+    /// gRPC: HTTP/2 as `http2` for HAProxy, Envoy, Traefik and Caddy, and nginx's
+    /// `grpc_pass` (which carries gRPC only). What a scenario's gRPC load gives its lab.
+    Grpc,
 }
 
 impl UpstreamProtocol {
-    /// The name used in files (`http1`, `http2`).
+    /// The name used in files (`http1`, `http2`, `grpc`).
     pub fn name(self) -> &'static str {
         match self {
             UpstreamProtocol::Http1 => "http1",
             UpstreamProtocol::Http2 => "http2",
+            UpstreamProtocol::Grpc => "grpc",
         }
+    }
+
+    /// Whether the proxy speaks HTTP/2 to the backends.
+    pub fn is_http2(self) -> bool {
+        self != UpstreamProtocol::Http1
     }
 }
 

@@ -497,13 +497,14 @@ fn release(seen: &mut Seen, until: Option<u64>, observer: &mut dyn Observer) {
     }
 }
 
-/// Workers send HTTP load only: a WebSocket or event stream load is sent by one process.
+/// Workers send HTTP load only: a WebSocket, event stream or gRPC load is sent by one
+/// process.
 fn http_only(plan: &Plan) -> Result<(), LoadError> {
-    match plan.kind {
-        crate::Kind::Http => Ok(()),
-        crate::Kind::WebSocket(_) | crate::Kind::Sse(_) => Err(LoadError::InvalidPlan {
+    match plan.kind.stream_options() {
+        None => Ok(()),
+        Some(_) => Err(LoadError::InvalidPlan {
             field: "workers".into(),
-            reason: "a WebSocket or event stream load is sent by this process alone; leave out workers (and load.from: cluster)".into(),
+            reason: "a WebSocket, event stream or gRPC load is sent by this process alone; leave out workers (and load.from: cluster)".into(),
         }),
     }
 }

@@ -24,6 +24,7 @@ mod connection;
 mod dispatch;
 mod error;
 pub mod fleet;
+pub mod grpc;
 mod plan;
 pub mod probe;
 mod request;

@@ -150,6 +150,20 @@ pub enum Kind {
     WebSocket(crate::stream::StreamOptions),
     /// Server-sent events (one stream per connection), at the open-loop rate.
     Sse(crate::stream::StreamOptions),
+    /// gRPC unary calls (many at once on each connection's HTTP/2), at the open-loop rate.
+    Grpc(crate::stream::StreamOptions),
+    /// gRPC server streams (one per connection), at the open-loop rate.
+    GrpcStream(crate::stream::StreamOptions),
+}
+
+impl Kind {
+    /// A long-lived load's own settings; none for HTTP requests.
+    pub fn stream_options(&self) -> Option<&crate::stream::StreamOptions> {
+        match self {
+            Kind::Http => None,
+            Kind::WebSocket(o) | Kind::Sse(o) | Kind::Grpc(o) | Kind::GrpcStream(o) => Some(o),
+        }
+    }
 }
 
 /// How long a run lasts (after its warm-up).
@@ -332,13 +346,16 @@ impl Plan {
         }
     }
 
-    /// What a WebSocket or event stream load cannot be: closed-loop or sequential
-    /// (messages and events go at a rate), HTTP/2 (RFC 8441 is not sent; events are read
-    /// over HTTP/1.1), shared between processes, a number of messages.
+    /// What a WebSocket, event stream or gRPC load cannot be: closed-loop or sequential
+    /// (messages and events go at a rate), HTTP/2 for the first two (RFC 8441 is not
+    /// sent; events are read over HTTP/1.1; gRPC is always HTTP/2), shared between
+    /// processes, a number of messages.
     fn validate_stream(&self, options: &crate::stream::StreamOptions) -> Result<(), LoadError> {
         use crate::stream::MESSAGE_HEADER;
         let what = match self.kind {
             Kind::Sse(_) => "an event stream load",
+            Kind::Grpc(_) => "a gRPC unary load",
+            Kind::GrpcStream(_) => "a gRPC stream load",
             _ => "a WebSocket load",
         };
         let why = match () {
@@ -346,10 +363,14 @@ impl Plan {
                 "-R/--rate",
                 format!("{what} goes at a rate (messages or events a second, open loop): give one"),
             )),
-            () if self.protocol != Protocol::Http1 => Some((
+            () if self.protocol != Protocol::Http1
+                && matches!(self.kind, Kind::WebSocket(_) | Kind::Sse(_)) =>
+            {
+                Some((
                 "protocol",
                 "WebSockets are upgraded from HTTP/1.1 here (RFC 8441's WebSockets over HTTP/2 are not sent), and event streams read over HTTP/1.1".to_owned(),
-            )),
+                ))
+            }
             () if self.share.of > 1 => Some((
                 "--workers",
                 format!("{what} is sent by one process; leave out workers"),
@@ -544,7 +565,7 @@ impl Plan {
         if self.window < Duration::from_millis(10) {
             return bad("window", "must be at least 10ms".to_owned());
         }
-        if let Kind::WebSocket(options) | Kind::Sse(options) = &self.kind {
+        if let Some(options) = self.kind.stream_options() {
             self.validate_stream(options)?;
         }
         let header_name = |name: &str| {

@@ -112,6 +112,8 @@ pub fn run(
     match &plan.kind {
         Kind::WebSocket(options) => return crate::websocket::run(plan, options, stop, observer),
         Kind::Sse(options) => return crate::sse::run(plan, options, stop, observer),
+        Kind::Grpc(options) => return crate::grpc::run_unary(plan, options, stop, observer),
+        Kind::GrpcStream(options) => return crate::grpc::run_stream(plan, options, stop, observer),
         Kind::Http => {}
     }
     ensure_descriptors(plan.connections)?;

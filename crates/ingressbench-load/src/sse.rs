@@ -14,18 +14,17 @@
 //! (the lab, a local cluster) they are one clock; across machines their offset is in
 //! every figure.
 
-use std::collections::BTreeSet;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use ingressbench_stats::{BackendId, Outcome, Phases};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::connection::Stream;
 use crate::response::{Progress, ResponseParser};
-use crate::stream::{drive, ClosedBy, Downtime, Out, Run, StreamKind, StreamOptions};
+use crate::stream::{drive, ClosedBy, Downtime, Numbered, Run, StreamKind, StreamOptions};
 use crate::{LoadError, LoadReport, Observer, Plan};
 
 /// Runs an event stream plan ([`crate::Kind::Sse`]) to its end or until `stop` is set,
@@ -39,110 +38,12 @@ pub(crate) fn run(
     drive(plan, (StreamKind::Sse, options), stop, observer, connection)
 }
 
-/// One connection's events: which fell due when, and which have been settled.
-struct Events {
-    /// Event 0's due time.
-    first: Instant,
-    /// How many fall due before the run ends.
-    count: u64,
-    /// Every event below this one has come or been counted lost.
-    next: u64,
-    /// Counted lost on the clock; one may still come (late).
-    expired: BTreeSet<u64>,
-    /// The last id seen (what `Last-Event-ID` says).
-    last_id: Option<u64>,
-}
-
-impl Events {
-    fn due(&self, run: &Run, id: u64) -> Instant {
-        let interval_ns = u64::try_from(run.interval.as_nanos()).unwrap_or(u64::MAX);
-        self.first + Duration::from_nanos(interval_ns.saturating_mul(id))
-    }
-
-    /// Settles `id`, not come: lost (`outcome`, not on time or skipped), in the figures.
-    fn lose(&mut self, run: &Run, id: u64, outcome: Outcome, backend: Option<BackendId>) {
-        let due_ns = run.ns(self.due(run, id));
-        run.record(Out::unsent(due_ns), outcome, backend, 0);
-        let mut report = run.report.borrow_mut();
-        report.sent += 1;
-        report.lost += 1;
-    }
-
-    /// Counts lost what has not come a timeout after it was due.
-    fn expire(&mut self, run: &Run, backend: Option<BackendId>) {
-        let now = Instant::now();
-        while self.next < self.count && self.due(run, self.next) + run.plan.timeout < now {
-            self.lose(run, self.next, Outcome::ReadTimeout, backend);
-            self.expired.insert(self.next);
-            if self.expired.len() > 1 << 16 {
-                self.expired.pop_first();
-            }
-            self.next += 1;
-        }
-    }
-
-    /// Event `id` came, `bytes` long, on a stream answered by `backend`; the first on a
-    /// stream carries the phases of opening it. Returns how many events it showed the
-    /// stream skipped.
-    fn came(
-        &mut self,
-        run: &Run,
-        (id, bytes): (u64, u64),
-        backend: Option<BackendId>,
-        opened: &mut Option<Phases>,
-    ) -> u64 {
-        self.last_id = Some(id);
-        if self.expired.remove(&id) {
-            run.report.borrow_mut().late += 1;
-            return 0;
-        }
-        if id < self.next || id >= self.count {
-            run.report.borrow_mut().duplicated += 1;
-            return 0;
-        }
-        let skipped = id - self.next;
-        for missing in self.next..id {
-            self.lose(run, missing, Outcome::Eof, backend);
-        }
-        let due_ns = run.ns(self.due(run, id));
-        let out = Out {
-            due_ns,
-            released_ns: due_ns,
-            sent_ns: due_ns,
-            opened: opened.take(),
-        };
-        run.record(out, Outcome::Status(200), backend, bytes);
-        let mut report = run.report.borrow_mut();
-        report.sent += 1;
-        report.echoed += 1;
-        self.next = id + 1;
-        skipped
-    }
-}
-
 /// One connection's event streams, one after another, to the end of the run.
 async fn connection(run: Rc<Run>, index: usize) {
-    let first = run.start
-        + run
-            .interval
-            .mul_f64(index as f64 / run.plan.connections as f64);
-    let count = if first < run.end {
-        (run.end - first)
-            .as_nanos()
-            .div_ceil(run.interval.as_nanos().max(1)) as u64
-    } else {
-        0
-    };
-    let mut events = Events {
-        first,
-        count,
-        next: 0,
-        expired: BTreeSet::new(),
-        last_id: None,
-    };
+    let mut events = Numbered::new(&run, index);
     let mut down = Downtime::new(index);
     tokio::time::sleep_until(run.start.into()).await;
-    while Instant::now() < run.end && !run.stop.load(Ordering::Relaxed) && events.next < count {
+    while Instant::now() < run.end && events.to_come(&run) {
         match open(&run, &events).await {
             Ok(mut open) => {
                 // What the stream skips is lost with the close that cut the last one.
@@ -163,29 +64,11 @@ async fn connection(run: Rc<Run>, index: usize) {
             Err(why) => run.failed(&mut down, why),
         }
         if !down.wait(&run).await {
-            // It gives up: what came due and did not come was lost with the cut; what
-            // falls due from here is never sent.
-            let now = Instant::now();
-            while events.next < count && events.due(&run, events.next) <= now {
-                events.lose(&run, events.next, Outcome::Eof, None);
-                events.next += 1;
-            }
-            while events.next < count {
-                let due_ns = run.ns(events.due(&run, events.next));
-                run.record(Out::unsent(due_ns), Outcome::NotSent, None, 0);
-                run.report.borrow_mut().unsent += 1;
-                events.next += 1;
-            }
+            events.give_up(&run);
             return;
         }
     }
-    // The run is over: what is still to come is in flight.
-    events.expire(&run, None);
-    let in_flight = count - events.next.min(count);
-    let mut report = run.report.borrow_mut();
-    report.sent += in_flight;
-    report.in_flight_at_end += in_flight;
-    run.recorder.borrow_mut().record_abandoned(in_flight);
+    events.finish(&run);
 }
 
 /// An event stream's response, its head read.
@@ -200,7 +83,7 @@ struct Open {
 
 /// Opens an event stream: a connection, the request (resuming after the last id seen),
 /// the response's head; an answer other than 200 is a failure by its status.
-async fn open(run: &Run, events: &Events) -> Result<Open, String> {
+async fn open(run: &Run, events: &Numbered) -> Result<Open, String> {
     let plan = &run.plan;
     let mut phases = Phases::default();
     let mut stream = run.connect(&mut phases).await?;
@@ -250,17 +133,9 @@ async fn open(run: &Run, events: &Events) -> Result<Open, String> {
 
 /// The request for the events from the one after the last seen: the schedule in the
 /// query, `Last-Event-ID` when resuming, the plan's headers.
-fn render(run: &Run, events: &Events) -> Vec<u8> {
+fn render(run: &Run, events: &Numbered) -> Vec<u8> {
     let plan = &run.plan;
-    let epoch_ns = {
-        let (wall, now) = (SystemTime::now(), Instant::now());
-        let ago = now.saturating_duration_since(events.first);
-        let ahead = events.first.saturating_duration_since(now);
-        (wall - ago + ahead)
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos()
-    };
+    let epoch_ns = events.epoch_ns();
     let separator = if plan.target.path.contains('?') {
         '&'
     } else {
@@ -270,7 +145,7 @@ fn render(run: &Run, events: &Events) -> Vec<u8> {
         "GET {}{separator}sse_every_ns={}&sse_count={}&sse_bytes={}&sse_epoch_ns={epoch_ns} HTTP/1.1\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\n",
         plan.target.path,
         run.interval.as_nanos(),
-        events.count,
+        events.count(),
         run.options.message_bytes,
     );
     if !plan
@@ -284,7 +159,7 @@ fn render(run: &Run, events: &Events) -> Vec<u8> {
     for (name, value) in &plan.request.headers {
         head += &format!("{name}: {value}\r\n");
     }
-    if let Some(id) = events.last_id {
+    if let Some(id) = events.last_id() {
         head += &format!("Last-Event-ID: {id}\r\n");
     }
     head += "\r\n";
@@ -298,7 +173,7 @@ async fn listen(
     run: &Run,
     open: &mut Open,
     backend: Option<BackendId>,
-    events: &mut Events,
+    events: &mut Numbered,
     mut cut_by: Option<usize>,
 ) -> Option<(ClosedBy, String)> {
     let mut parser = EventParser::new(run.options.message_bytes);
@@ -314,7 +189,7 @@ async fn listen(
             return Some((ClosedBy::Abnormal, why.to_owned()));
         }
         for (id, bytes) in came.drain(..) {
-            let skipped = events.came(run, (id, bytes), backend, &mut opened);
+            let skipped = events.came(run, (id, bytes, Outcome::Status(200)), backend, &mut opened);
             if let Some(close) = cut_by.take() {
                 if let Some(close) = run.report.borrow_mut().closes.get_mut(close) {
                     close.lost += skipped;
@@ -322,7 +197,7 @@ async fn listen(
             }
         }
         events.expire(run, backend);
-        if events.next >= events.count || run.stop.load(Ordering::Relaxed) {
+        if !events.to_come(run) {
             return None;
         }
         if ended {

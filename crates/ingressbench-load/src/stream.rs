@@ -9,16 +9,17 @@
 //! second in the thousands, not the HTTP engine's hundreds of thousands.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use ingressbench_stats::{BackendId, HistogramUs, Outcome, Phases, Recorder, Sample, Window};
 
 use crate::connection::{Address, Connector, Stream};
 use crate::run::{ensure_descriptors, progress_after, summarize};
+use crate::timer::{Clock, PreciseClock};
 use crate::{Length, LoadError, LoadReport, Mode, Observer, Plan, Protocol, Scheme, Warmup};
 
 /// The most closes kept one by one (a server that closes every WebSocket at once, with
@@ -108,7 +109,8 @@ impl Reconnect {
     }
 }
 
-/// A long-lived load's own settings ([`crate::Kind::WebSocket`], [`crate::Kind::Sse`]);
+/// A long-lived load's own settings ([`crate::Kind::WebSocket`], [`crate::Kind::Sse`],
+/// [`crate::Kind::Grpc`], [`crate::Kind::GrpcStream`]);
 /// the rest is the plan's: its target, TLS, `--resolve`, connections, open-loop rate
 /// (messages or events a second over all connections), duration, warm-up, start,
 /// timeout, headers and sample rate.
@@ -151,6 +153,11 @@ pub enum StreamKind {
     Websocket,
     /// Server-sent events (`text/event-stream`), numbered, resumed with `Last-Event-ID`.
     Sse,
+    /// gRPC unary calls, echoed, many at once on each connection's HTTP/2.
+    Grpc,
+    /// gRPC server streams, one per connection, their messages numbered, resumed after
+    /// the last one seen.
+    GrpcStream,
 }
 
 /// A WebSocket or an event stream that ended before the run did.
@@ -162,8 +169,12 @@ pub struct Close {
     pub connection: usize,
     /// Who ended it.
     pub by: ClosedBy,
-    /// The close frame's code (1006 when there was none); none for an event stream.
+    /// The close frame's code (1006 when there was none); none for an event stream or
+    /// gRPC.
     pub code: Option<u16>,
+    /// The status a gRPC stream ended with (`grpc:unavailable`), if it ended with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grpc_status: Option<String>,
     /// Its reason, or what ended the connection.
     pub reason: String,
     /// The backend that answered its upgrade or request (`x-backend`), if it said.
@@ -284,6 +295,7 @@ impl Run {
         sample.backend = backend;
         sample.bytes = bytes;
         sample.connection_reused = out.opened.is_none();
+        sample.retried_after = out.retried_after;
         sample.phases = out.opened.unwrap_or_default();
         sample.phases.ttfb_ns = sample.done_at_ns.saturating_sub(out.sent_ns);
         sample.warmup = out.due_ns < self.measured_from_ns;
@@ -376,6 +388,7 @@ impl Run {
                 by,
                 code,
                 reason,
+                grpc_status: None,
                 backend,
                 lost,
                 reconnected_after_ms: None,
@@ -395,6 +408,15 @@ impl Run {
         })
     }
 
+    /// The cut just counted on the connection `down` follows was a gRPC stream that
+    /// ended with `status`.
+    pub(crate) fn cut_status(&self, down: &Downtime, status: String) {
+        let mut report = self.report.borrow_mut();
+        if let Some(close) = down.close.and_then(|i| report.closes.get_mut(i)) {
+            close.grpc_status = Some(status);
+        }
+    }
+
     /// An attempt to open one failed, with why.
     pub(crate) fn failed(&self, down: &mut Downtime, why: String) {
         *self
@@ -407,6 +429,27 @@ impl Run {
     }
 }
 
+/// When messages go: the engine's precise clock (a timer of its own per connection; tokio's
+/// timer wakes on whole milliseconds, late by up to one), or tokio's if the system gives no
+/// timer.
+pub(crate) enum Pacer {
+    Precise(Box<PreciseClock>),
+    Tokio,
+}
+
+impl Pacer {
+    pub(crate) fn new(origin: Instant, batch: crate::BatchWindow) -> Self {
+        PreciseClock::new(origin, batch).map_or(Self::Tokio, |c| Self::Precise(Box::new(c)))
+    }
+
+    pub(crate) async fn sleep_until(&mut self, deadline: Instant) {
+        match self {
+            Self::Precise(clock) => clock.sleep_until(deadline).await,
+            Self::Tokio => tokio::time::sleep_until(deadline.into()).await,
+        }
+    }
+}
+
 /// A message sent and not yet echoed: when it was due, when the clock let it go and when
 /// it went, from the start; the first on a WebSocket, the phases of opening it.
 #[derive(Clone, Copy)]
@@ -415,6 +458,9 @@ pub(crate) struct Out {
     pub(crate) released_ns: u64,
     pub(crate) sent_ns: u64,
     pub(crate) opened: Option<Phases>,
+    /// Sent again after this answer said the server never processed it (a gRPC call
+    /// refused by a GOAWAY, as gRPC's clients retry it).
+    pub(crate) retried_after: Option<Outcome>,
 }
 
 impl Out {
@@ -425,7 +471,170 @@ impl Out {
             released_ns: due_ns,
             sent_ns: due_ns,
             opened: None,
+            retried_after: None,
         }
+    }
+}
+
+/// One connection's numbered messages that the server sends on the client's schedule (an
+/// event stream's events, a gRPC server stream's messages): which fell due when, and
+/// which have been settled. Message N is due at the first's due time + N × the run's
+/// interval; one that has not come a timeout after it was due is lost (late if it comes
+/// after), one that comes twice is duplicated, and those a resumed stream skipped (its
+/// first id past the last one seen) are lost with the cut.
+pub(crate) struct Numbered {
+    /// Message 0's due time.
+    first: Instant,
+    /// How many fall due before the run ends.
+    count: u64,
+    /// Every message below this one has come or been counted lost.
+    next: u64,
+    /// Counted lost on the clock; one may still come (late).
+    expired: BTreeSet<u64>,
+    /// The last id seen (what a resumed stream asks to follow).
+    last_id: Option<u64>,
+}
+
+impl Numbered {
+    /// Connection `index`'s messages: staggered over one interval, so the messages of all
+    /// connections are evenly spread, to the run's end.
+    pub(crate) fn new(run: &Run, index: usize) -> Self {
+        let first = run.start
+            + run
+                .interval
+                .mul_f64(index as f64 / run.plan.connections as f64);
+        let count = if first < run.end {
+            (run.end - first)
+                .as_nanos()
+                .div_ceil(run.interval.as_nanos().max(1)) as u64
+        } else {
+            0
+        };
+        Self {
+            first,
+            count,
+            next: 0,
+            expired: BTreeSet::new(),
+            last_id: None,
+        }
+    }
+
+    /// How many fall due before the run ends.
+    pub(crate) fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// The last id seen.
+    pub(crate) fn last_id(&self) -> Option<u64> {
+        self.last_id
+    }
+
+    /// Whether some are still to come (and the run was not stopped).
+    pub(crate) fn to_come(&self, run: &Run) -> bool {
+        self.next < self.count && !run.stop.load(Ordering::Relaxed)
+    }
+
+    /// When message 0 is due, in nanoseconds of the wall clock (what the server is told).
+    pub(crate) fn epoch_ns(&self) -> u128 {
+        let (wall, now) = (SystemTime::now(), Instant::now());
+        let ago = now.saturating_duration_since(self.first);
+        let ahead = self.first.saturating_duration_since(now);
+        (wall - ago + ahead)
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos()
+    }
+
+    fn due(&self, run: &Run, id: u64) -> Instant {
+        let interval_ns = u64::try_from(run.interval.as_nanos()).unwrap_or(u64::MAX);
+        self.first + Duration::from_nanos(interval_ns.saturating_mul(id))
+    }
+
+    /// Settles `id`, not come: lost (`outcome`, not on time or skipped), in the figures.
+    fn lose(&mut self, run: &Run, id: u64, outcome: Outcome, backend: Option<BackendId>) {
+        let due_ns = run.ns(self.due(run, id));
+        run.record(Out::unsent(due_ns), outcome, backend, 0);
+        let mut report = run.report.borrow_mut();
+        report.sent += 1;
+        report.lost += 1;
+    }
+
+    /// Counts lost what has not come a timeout after it was due.
+    pub(crate) fn expire(&mut self, run: &Run, backend: Option<BackendId>) {
+        let now = Instant::now();
+        while self.next < self.count && self.due(run, self.next) + run.plan.timeout < now {
+            self.lose(run, self.next, Outcome::ReadTimeout, backend);
+            self.expired.insert(self.next);
+            if self.expired.len() > 1 << 16 {
+                self.expired.pop_first();
+            }
+            self.next += 1;
+        }
+    }
+
+    /// Message `id` came, `bytes` long, answered `outcome` on a stream answered by
+    /// `backend`; the first on a stream carries the phases of opening it. Returns how
+    /// many messages it showed the stream skipped.
+    pub(crate) fn came(
+        &mut self,
+        run: &Run,
+        (id, bytes, outcome): (u64, u64, Outcome),
+        backend: Option<BackendId>,
+        opened: &mut Option<Phases>,
+    ) -> u64 {
+        self.last_id = Some(id);
+        if self.expired.remove(&id) {
+            run.report.borrow_mut().late += 1;
+            return 0;
+        }
+        if id < self.next || id >= self.count {
+            run.report.borrow_mut().duplicated += 1;
+            return 0;
+        }
+        let skipped = id - self.next;
+        for missing in self.next..id {
+            self.lose(run, missing, Outcome::Eof, backend);
+        }
+        let due_ns = run.ns(self.due(run, id));
+        let out = Out {
+            due_ns,
+            released_ns: due_ns,
+            sent_ns: due_ns,
+            opened: opened.take(),
+            retried_after: None,
+        };
+        run.record(out, outcome, backend, bytes);
+        let mut report = run.report.borrow_mut();
+        report.sent += 1;
+        report.echoed += 1;
+        self.next = id + 1;
+        skipped
+    }
+
+    /// The connection gives up (its policy does not reconnect): what came due and did
+    /// not come was lost with the cut; what falls due from here is never sent.
+    pub(crate) fn give_up(&mut self, run: &Run) {
+        let now = Instant::now();
+        while self.next < self.count && self.due(run, self.next) <= now {
+            self.lose(run, self.next, Outcome::Eof, None);
+            self.next += 1;
+        }
+        while self.next < self.count {
+            let due_ns = run.ns(self.due(run, self.next));
+            run.record(Out::unsent(due_ns), Outcome::NotSent, None, 0);
+            run.report.borrow_mut().unsent += 1;
+            self.next += 1;
+        }
+    }
+
+    /// The run is over: what is still to come is in flight.
+    pub(crate) fn finish(&mut self, run: &Run) {
+        self.expire(run, None);
+        let in_flight = self.count - self.next.min(self.count);
+        let mut report = run.report.borrow_mut();
+        report.sent += in_flight;
+        report.in_flight_at_end += in_flight;
+        run.recorder.borrow_mut().record_abandoned(in_flight);
     }
 }
 
@@ -457,9 +666,14 @@ where
     };
     // A connection and a timer each.
     ensure_descriptors(plan.connections * 2)?;
+    // gRPC is HTTP/2 (ALPN `h2`); WebSockets and event streams HTTP/1.1.
+    let protocol = match kind {
+        StreamKind::Grpc | StreamKind::GrpcStream => Protocol::Http2,
+        StreamKind::Websocket | StreamKind::Sse => Protocol::Http1,
+    };
     let tls = match plan.target.scheme {
         Scheme::Https => Some((
-            crate::tls::client_config_for(&plan.tls, Protocol::Http1)?,
+            crate::tls::client_config_for(&plan.tls, protocol)?,
             crate::tls::server_name(&plan.tls, &plan.target.host)?,
         )),
         Scheme::Http => None,

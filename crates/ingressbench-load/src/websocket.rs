@@ -31,9 +31,8 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::connection::Stream;
 use crate::stream::{
-    drive, ClosedBy, Downtime, Out, Run, StreamKind, StreamOptions, MESSAGE_HEADER,
+    drive, ClosedBy, Downtime, Out, Pacer, Run, StreamKind, StreamOptions, MESSAGE_HEADER,
 };
-use crate::timer::{Clock, PreciseClock};
 use crate::{LoadError, LoadReport, Observer, Plan, Scheme};
 
 /// Runs a WebSocket plan ([`crate::Kind::WebSocket`]) to its end or until `stop` is set,
@@ -51,27 +50,6 @@ pub(crate) fn run(
         observer,
         connection,
     )
-}
-
-/// When messages go: the engine's precise clock (a timer of its own per connection; tokio's
-/// timer wakes on whole milliseconds, late by up to one), or tokio's if the system gives no
-/// timer.
-enum Pacer {
-    Precise(Box<PreciseClock>),
-    Tokio,
-}
-
-impl Pacer {
-    fn new(origin: Instant, batch: crate::BatchWindow) -> Self {
-        PreciseClock::new(origin, batch).map_or(Self::Tokio, |c| Self::Precise(Box::new(c)))
-    }
-
-    async fn sleep_until(&mut self, deadline: Instant) {
-        match self {
-            Self::Precise(clock) => clock.sleep_until(deadline).await,
-            Self::Tokio => tokio::time::sleep_until(deadline.into()).await,
-        }
-    }
 }
 
 /// How a WebSocket's conversation ended.
@@ -279,7 +257,7 @@ async fn converse(
                 if let Err(e) = ws.send(message).await {
                     return Ended::Cut { by: ClosedBy::Abnormal, code: 1006, reason: e.to_string() };
                 }
-                outstanding.insert(*seq, Out { due_ns, released_ns, sent_ns, opened: opened.take() });
+                outstanding.insert(*seq, Out { due_ns, released_ns, sent_ns, opened: opened.take(), retried_after: None });
                 run.report.borrow_mut().sent += 1;
                 *seq += 1;
                 *due += run.interval;

@@ -58,7 +58,8 @@ pub struct CellResults {
     pub impact: Vec<Value>,
     /// Its `routes.json` (the route probe's figures per event firing), when it has one.
     pub routes: Option<Value>,
-    /// Its `websocket.json` or `sse.json`, when its load was WebSockets or event streams.
+    /// Its `websocket.json`, `sse.json`, `grpc.json` or `grpc-stream.json`, when its
+    /// load was long-lived.
     pub websocket: Option<crate::websocket::WebSocketFile>,
     /// Seconds from the load's start to the start of measurement (the warm-up).
     pub measure_from_s: f64,
@@ -342,7 +343,7 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         Some(Err(e)) => why.push(e),
         None => {}
     }
-    let stream = ["websocket.json", "sse.json"].into_iter().find_map(|name| {
+    let stream = crate::websocket::STREAM_FILES.into_iter().find_map(|name| {
         optional(name).map(|v| {
             v.and_then(|v| {
                 serde_json::from_value::<crate::websocket::WebSocketFile>(v)
@@ -706,7 +707,8 @@ pub fn read_samples(root: &Path, parts: &[&str], max_rows: u64) -> Result<Vec<Sa
         rows.push(SampleRow {
             at_s,
             latency_s,
-            ok: f[12].parse::<u16>().is_ok_and(|s| s < 400),
+            // By the outcome: an HTTP status below 400, or a gRPC call answered OK.
+            ok: ingressbench_stats::Outcome::from_name(f[11]).is_some_and(|o| o.is_ok()),
             outcome: f[11].to_owned(),
             backend,
             generations: [generation(2), generation(3)],

@@ -1,6 +1,7 @@
-//! A WebSocket or event stream load's own results (`websocket.json` or `sse.json` in a
-//! cell, `load --stream-json`): WebSockets (event streams) opened, each close (who, code,
-//! reason, backend, messages lost, time to the next one open on its connection), the
+//! A long-lived load's own results (`websocket.json`, `sse.json`, `grpc.json` or
+//! `grpc-stream.json` in a cell, `load --stream-json`): WebSockets (event streams, gRPC
+//! connections or streams) opened, each close (who, code or gRPC status, reason,
+//! backend, messages lost, time to the next one open on its connection), the
 //! reconnect distribution, the messages' (events') accounting and how many were open over
 //! time. The messages' latency and outcomes are in the cell's ordinary files (a message or
 //! an event counted as a request).
@@ -23,14 +24,28 @@ pub enum StreamKind {
     Websocket,
     /// Server-sent events.
     Sse,
+    /// gRPC unary calls.
+    Grpc,
+    /// gRPC server streams.
+    GrpcStream,
 }
 
+/// Every kind's file, in the order a cell's are looked for.
+pub const STREAM_FILES: [&str; 4] = [
+    "websocket.json",
+    "sse.json",
+    "grpc.json",
+    "grpc-stream.json",
+];
+
 impl StreamKind {
-    /// The cell's file: `websocket.json` or `sse.json`.
+    /// The cell's file: `websocket.json`, `sse.json`, `grpc.json` or `grpc-stream.json`.
     pub fn file_name(self) -> &'static str {
         match self {
-            Self::Websocket => "websocket.json",
-            Self::Sse => "sse.json",
+            Self::Websocket => STREAM_FILES[0],
+            Self::Sse => STREAM_FILES[1],
+            Self::Grpc => STREAM_FILES[2],
+            Self::GrpcStream => STREAM_FILES[3],
         }
     }
 
@@ -39,6 +54,8 @@ impl StreamKind {
         match self {
             Self::Websocket => ("WebSockets", "messages"),
             Self::Sse => ("event streams", "events"),
+            Self::Grpc => ("gRPC connections", "calls"),
+            Self::GrpcStream => ("gRPC streams", "messages"),
         }
     }
 }
@@ -95,8 +112,11 @@ pub struct CloseRecord {
     /// `server` (a close frame, or the end of an event stream's response) or `abnormal`
     /// (none: 1006; a response broken off).
     pub by: String,
-    /// The close code (none for an event stream).
+    /// The close code (none for an event stream or gRPC).
     pub code: Option<u16>,
+    /// The status a gRPC stream ended with (`grpc:unavailable`).
+    #[serde(default)]
+    pub grpc_status: Option<String>,
     /// Its reason, or what ended the connection.
     pub reason: String,
     /// The backend the WebSocket was on.
@@ -141,10 +161,11 @@ impl Cuts {
         let mut cuts = Cuts::default();
         for c in closes.iter().filter(|c| c.at_s >= from_s && c.at_s < to_s) {
             cuts.closed += 1;
-            let label = match c.code {
-                Some(code) => format!("{code} by {}", c.by),
-                None if c.by == "server" => "ended by server".to_owned(),
-                None => "broken off".to_owned(),
+            let label = match (c.code, &c.grpc_status) {
+                (Some(code), _) => format!("{code} by {}", c.by),
+                (None, Some(status)) => format!("{status} by {}", c.by),
+                (None, None) if c.by == "server" => "ended by server".to_owned(),
+                (None, None) => "broken off".to_owned(),
             };
             *cuts.by_code.entry(label).or_default() += 1;
             cuts.lost += c.lost;
@@ -201,7 +222,7 @@ pub(crate) fn section(
     if cells.is_empty() {
         return None;
     }
-    let mut html = String::from("<section><h2>WebSockets and event streams</h2><p class=\"note\">Each message (server-sent event) carries its sequence number and is timed from when it was due to its echo (its arrival); in the figures above a message is a request (101 when echoed), an event too (200 when it came). Per cell: WebSockets (event streams) open over time (sampled every 100 ms) with each event; per event, from its request to the next event's (at most 15 s): the connections cut (a WebSocket's by close code and who closed: <em>server</em> is a close frame from the proxy or the backend, <em>abnormal</em> a connection that ended without one; an event stream <em>ended by server</em> when its response ended, <em>broken off</em> when the connection broke mid-response), the messages lost with them (for event streams, those the resumed stream skipped), every failed message or event in the window, how long the cut connections took to have one open again, and the p99 of the latency in the 5 s after.</p>");
+    let mut html = String::from("<section><h2>WebSockets, event streams and gRPC</h2><p class=\"note\">Each message (server-sent event, gRPC call or stream message) carries its sequence number and is timed from when it was due to its echo (its arrival, its answer); in the figures above a message is a request (101 when echoed), an event too (200 when it came), a gRPC call or stream message by its status (grpc:ok). Per cell: WebSockets (event streams) open over time (sampled every 100 ms) with each event; per event, from its request to the next event's (at most 15 s): the connections cut (a WebSocket's by close code and who closed: <em>server</em> is a close frame from the proxy or the backend, <em>abnormal</em> a connection that ended without one; an event stream <em>ended by server</em> when its response ended, <em>broken off</em> when the connection broke mid-response; a gRPC stream by the status it ended with, or broken off; a gRPC connection for unary calls <em>ended by server</em> after a GOAWAY, or broken off), the messages lost with them (for event streams, those the resumed stream skipped), every failed message or event in the window, how long the cut connections took to have one open again, and the p99 of the latency in the 5 s after.</p>");
     let mut headline = Vec::new();
     for (cell, file) in &cells {
         let label = cell.label();
@@ -349,6 +370,8 @@ pub fn text(file: &WebSocketFile) -> String {
     let (attempt, echoed, closed) = match file.kind {
         StreamKind::Websocket => ("upgrade", "echoed", "with a closed WebSocket"),
         StreamKind::Sse => ("request", "came", "skipped by a resumed stream"),
+        StreamKind::Grpc => ("connection", "answered", "with a cut connection"),
+        StreamKind::GrpcStream => ("stream", "came", "skipped by a resumed stream"),
     };
     let _ = writeln!(
         out,
@@ -412,6 +435,7 @@ mod tests {
             connection: 0,
             by: if code == 1006 { "abnormal" } else { "server" }.into(),
             code: Some(code),
+            grpc_status: None,
             reason: "backend draining".into(),
             backend: Some("b1".into()),
             lost,

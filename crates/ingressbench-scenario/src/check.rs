@@ -30,6 +30,16 @@ pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
     check_route_count(cell)?;
     check_probe(&s.routes.probe)?;
     let (url, pools) = match (lab_file(cell), &cell.target) {
+        (Some(file), Target::Proxy { kind, .. }) if s.load.kind.is_grpc() => {
+            check_grpc(*kind, &file)?;
+            let spec = file
+                .to_spec(Path::new("scenario"), PathBuf::new(), Binaries::default())
+                .map_err(|e| e.to_string())?;
+            spec.check(&route_changes(cell))
+                .map_err(|e| e.to_string())?;
+            let pools = spec.pools.iter().map(|p| p.name.clone()).collect();
+            (format!("http://127.0.0.1{}", s.load.path), pools)
+        }
         (Some(file), _) => {
             let spec = file
                 .to_spec(Path::new("scenario"), PathBuf::new(), Binaries::default())
@@ -131,11 +141,28 @@ fn check_probe(p: &crate::model::ProbeFile) -> Result<(), String> {
         .map_err(|e| format!("routes.probe.give_up_after: {e}"))
 }
 
+/// A gRPC load: HTTP/2 to the backends, and from the client over a listener that speaks
+/// HTTP/2 (nginx's plain port is HTTP/1.1 only: its h2c is prior knowledge only, which
+/// would refuse HTTP/1.1 there).
+fn check_grpc(kind: ProxyKind, file: &ingressbench_lab::labfile::LabFile) -> Result<(), String> {
+    use ingressbench_lab::model::UpstreamProtocol;
+    if file.tuning.upstream_protocol == Some(UpstreamProtocol::Http1) {
+        return Err(format!(
+            "upstream_protocol: http1 with load.kind gRPC: gRPC is HTTP/2 end to end, so {} must speak HTTP/2 to the backends; drop upstream_protocol (a gRPC load sets it)",
+            kind.name()
+        ));
+    }
+    if kind == ProxyKind::Nginx && !file.tls {
+        return Err("load.kind gRPC through nginx needs `tls: true`: nginx speaks HTTP/2 (and so gRPC) on its TLS listener here, its plain port stays HTTP/1.1 (nginx's h2c is prior knowledge only, which would refuse HTTP/1.1 there)".into());
+    }
+    Ok(())
+}
+
 /// Where the load comes from: placement and start margin only for load from the
 /// cluster, and a placement says one thing.
 fn check_from(l: &crate::model::LoadFile) -> Result<(), String> {
     if l.kind != crate::model::LoadKindFile::Http && l.from == LoadFrom::Cluster {
-        return Err("load.from: a WebSocket or event stream load is sent from this machine, by one process; drop `from: cluster`".into());
+        return Err("load.from: a WebSocket, event stream or gRPC load is sent from this machine, by one process; drop `from: cluster`".into());
     }
     if l.from == LoadFrom::Here {
         for (field, set) in [

@@ -220,7 +220,7 @@ pub(crate) fn kind_of(l: &crate::model::LoadFile) -> Result<ingressbench_load::K
         return match l.stream {
             None => Ok(ingressbench_load::Kind::Http),
             Some(_) => Err(
-                "load.stream: only a WebSocket or event stream load has these settings; add `kind: websocket` or `kind: sse`, or drop them".into(),
+                "load.stream: only a WebSocket, event stream or gRPC load has these settings; add `kind: websocket`, `sse`, `grpc` or `grpc_stream`, or drop them".into(),
             ),
         };
     }
@@ -238,7 +238,9 @@ pub(crate) fn kind_of(l: &crate::model::LoadFile) -> Result<ingressbench_load::K
     };
     Ok(match l.kind {
         LoadKindFile::Sse => ingressbench_load::Kind::Sse(options),
-        _ => ingressbench_load::Kind::WebSocket(options),
+        LoadKindFile::Grpc => ingressbench_load::Kind::Grpc(options),
+        LoadKindFile::GrpcStream => ingressbench_load::Kind::GrpcStream(options),
+        LoadKindFile::Websocket | LoadKindFile::Http => ingressbench_load::Kind::WebSocket(options),
     })
 }
 

@@ -480,6 +480,18 @@ pub enum LoadKindFile {
     Websocket,
     /// Server-sent events, one stream per connection, at `rate` events a second.
     Sse,
+    /// gRPC unary calls to the backend's echo service, at `rate` calls a second over
+    /// `connections` HTTP/2 connections; the proxies speak HTTP/2 to the backends.
+    Grpc,
+    /// gRPC server streams, one per connection, at `rate` messages a second.
+    GrpcStream,
+}
+
+impl LoadKindFile {
+    /// Whether it is gRPC (which the proxies carry as HTTP/2 to the backends).
+    pub fn is_grpc(self) -> bool {
+        matches!(self, Self::Grpc | Self::GrpcStream)
+    }
 }
 
 /// `load.stream: { message_bytes: 64, reconnect: backoff }` (also `load.websocket`).
@@ -488,7 +500,8 @@ pub enum LoadKindFile {
 pub struct StreamLoadFile {
     /// Each message's (event's) size (default 64 bytes, at least 16).
     pub message_bytes: Option<usize>,
-    /// What a cut WebSocket or event stream does: `none`, `immediate`, `backoff`
+    /// What a cut WebSocket, event stream, gRPC connection or stream does: `none`,
+    /// `immediate`, `backoff`
     /// (default: 100ms doubling to 10s, full jitter) or `backoff:FIRST-MAX`.
     pub reconnect: Option<String>,
 }

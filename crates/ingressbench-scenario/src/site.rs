@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use ingressbench_lab::kernel::ListenCounters;
 use ingressbench_lab::labfile::LabFile;
+use ingressbench_lab::model::UpstreamProtocol;
 
 use ingressbench_lab::usage::Part;
 use ingressbench_lab::{Change, ChangeRecord, Lab, RoutesDelta};
@@ -393,6 +394,11 @@ pub(crate) fn lab_file(cell: &Cell) -> Option<LabFile> {
     tuning.upstream_keepalive = upstream_keepalive.or(tuning.upstream_keepalive);
     tuning.listen_backlog = listen_backlog.or(tuning.listen_backlog);
     tuning.upstream_protocol = upstream_protocol.or(tuning.upstream_protocol);
+    if s.load.kind.is_grpc() && tuning.upstream_protocol != Some(UpstreamProtocol::Http1) {
+        // gRPC goes to the backends as HTTP/2 (nginx's grpc_pass); http1 is refused
+        // by the scenario's check.
+        tuning.upstream_protocol = Some(UpstreamProtocol::Grpc);
+    }
     tuning
         .sysctls
         .extend(sysctls.iter().map(|(k, v)| (k.clone(), v.clone())));

@@ -45,7 +45,31 @@ pub enum Outcome {
     /// HTTP/2: the connection broke the protocol (the client's HTTP/2 library closed it
     /// with a GOAWAY of its own), or the server ended it with an error code.
     ProtocolError,
+    /// A gRPC call answered with this status (`grpc-status`, 0 OK to 16
+    /// UNAUTHENTICATED; codes past 16 count as 2, UNKNOWN, as gRPC's clients read them).
+    Grpc(u8),
 }
+
+/// gRPC's status codes by number (the `grpc-status` trailer), as outcomes name them.
+const GRPC_CODES: [&str; 17] = [
+    "ok",
+    "cancelled",
+    "unknown",
+    "invalid_argument",
+    "deadline_exceeded",
+    "not_found",
+    "already_exists",
+    "permission_denied",
+    "resource_exhausted",
+    "failed_precondition",
+    "aborted",
+    "out_of_range",
+    "unimplemented",
+    "internal",
+    "unavailable",
+    "data_loss",
+    "unauthenticated",
+];
 
 /// The names of HTTP/2's error codes (RFC 9113 §7), for `rst_stream:<code>`; the last
 /// stands for every code past them.
@@ -104,10 +128,27 @@ const STATUS_MIN: u16 = 100;
 const STATUS_SLOTS: usize = 500;
 
 impl Outcome {
-    /// Whether the request succeeded: a final response with a status below 400.
+    /// Whether the request succeeded: a final response with a status below 400, or a
+    /// gRPC call answered OK.
     #[inline]
     pub fn is_ok(self) -> bool {
-        matches!(self, Outcome::Status(s) if s < 400)
+        matches!(self, Outcome::Status(s) if s < 400) || self == Outcome::Grpc(0)
+    }
+
+    /// Whether an answer came (an HTTP status, or a gRPC call's status): its latency
+    /// is an answer's, not a time to failure.
+    #[inline]
+    pub fn is_answer(self) -> bool {
+        matches!(self, Outcome::Status(_) | Outcome::Grpc(_))
+    }
+
+    /// The outcome of a gRPC call answered with `grpc-status` `code`.
+    pub fn grpc(code: u32) -> Outcome {
+        Outcome::Grpc(if code < GRPC_CODES.len() as u32 {
+            code as u8
+        } else {
+            2
+        })
     }
 
     /// The name used in outputs: the status code as text, or a snake_case failure name.
@@ -117,6 +158,10 @@ impl Outcome {
             Outcome::RstStream(code) => Cow::Owned(format!(
                 "rst_stream:{}",
                 H2_CODES[usize::from(code).min(H2_CODES.len() - 1)]
+            )),
+            Outcome::Grpc(code) => Cow::Owned(format!(
+                "grpc:{}",
+                GRPC_CODES[usize::from(code).min(GRPC_CODES.len() - 1)]
             )),
             other => Cow::Borrowed(other.failure_name()),
         }
@@ -134,6 +179,12 @@ impl Outcome {
                 .iter()
                 .position(|c| *c == code)
                 .map(|i| Outcome::RstStream(i as u8));
+        }
+        if let Some(code) = name.strip_prefix("grpc:") {
+            return GRPC_CODES
+                .iter()
+                .position(|c| *c == code)
+                .map(|i| Outcome::Grpc(i as u8));
         }
         FAILURE_KINDS.into_iter().find(|k| k.failure_name() == name)
     }
@@ -161,6 +212,7 @@ impl Outcome {
             Outcome::GoawayUnprocessed => "goaway_unprocessed",
             Outcome::GoawayProcessedLost => "goaway_processed_lost",
             Outcome::ProtocolError => "protocol_error",
+            Outcome::Grpc(_) => "grpc",
         }
     }
 
@@ -179,6 +231,7 @@ impl Outcome {
 pub struct OutcomeCounts {
     status: Box<[u64; STATUS_SLOTS]>,
     failures: [u64; FAILURE_KINDS.len()],
+    grpc: [u64; GRPC_CODES.len()],
     ok: u64,
     total: u64,
 }
@@ -188,6 +241,7 @@ impl Default for OutcomeCounts {
         Self {
             status: Box::new([0; STATUS_SLOTS]),
             failures: [0; FAILURE_KINDS.len()],
+            grpc: [0; GRPC_CODES.len()],
             ok: 0,
             total: 0,
         }
@@ -207,6 +261,9 @@ impl OutcomeCounts {
             Outcome::Status(code) => {
                 let slot = usize::from(code.saturating_sub(STATUS_MIN)).min(STATUS_SLOTS - 1);
                 self.status[slot] += n;
+            }
+            Outcome::Grpc(code) => {
+                self.grpc[usize::from(code).min(GRPC_CODES.len() - 1)] += n;
             }
             other => {
                 if let Some(i) = other.failure_index() {
@@ -244,6 +301,7 @@ impl OutcomeCounts {
                 self.status[usize::from(code - STATUS_MIN)]
             }
             Outcome::Status(_) => 0,
+            Outcome::Grpc(code) => self.grpc.get(usize::from(code)).copied().unwrap_or(0),
             other => other.failure_index().map_or(0, |i| self.failures[i]),
         }
     }
@@ -256,11 +314,15 @@ impl OutcomeCounts {
         for (a, b) in self.failures.iter_mut().zip(other.failures.iter()) {
             *a += b;
         }
+        for (a, b) in self.grpc.iter_mut().zip(other.grpc.iter()) {
+            *a += b;
+        }
         self.ok += other.ok;
         self.total += other.total;
     }
 
-    /// Every outcome seen at least once, with its count, statuses first.
+    /// Every outcome seen at least once, with its count: statuses, then gRPC's, then
+    /// failures.
     pub fn iter(&self) -> impl Iterator<Item = (Outcome, u64)> + '_ {
         let statuses = self
             .status
@@ -268,12 +330,18 @@ impl OutcomeCounts {
             .enumerate()
             .filter(|(_, n)| **n > 0)
             .map(|(i, n)| (Outcome::Status(STATUS_MIN + i as u16), *n));
+        let grpc = self
+            .grpc
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| **n > 0)
+            .map(|(i, n)| (Outcome::Grpc(i as u8), *n));
         let failures = FAILURE_KINDS
             .iter()
             .zip(self.failures.iter())
             .filter(|(_, n)| **n > 0)
             .map(|(k, n)| (*k, *n));
-        statuses.chain(failures)
+        statuses.chain(grpc).chain(failures)
     }
 
     /// The counts as a map from outcome name to count, for JSON.
@@ -308,6 +376,13 @@ mod tests {
         assert_eq!(Outcome::rst_stream(7).name(), "rst_stream:refused_stream");
         assert_eq!(Outcome::rst_stream(0x99).name(), "rst_stream:other");
         assert_eq!(Outcome::from_name("rst_stream:nope"), None);
+        for code in 0..17 {
+            let o = Outcome::grpc(code);
+            assert_eq!(Outcome::from_name(&o.name()), Some(o), "{o:?}");
+        }
+        assert_eq!(Outcome::grpc(14).name(), "grpc:unavailable");
+        assert_eq!(Outcome::grpc(99), Outcome::grpc(2));
+        assert!(Outcome::grpc(0).is_ok() && !Outcome::grpc(14).is_ok());
         let mut c = OutcomeCounts::default();
         c.add(Outcome::rst_stream(8));
         assert_eq!(c.to_map()["rst_stream:cancel"], 1);
@@ -321,18 +396,23 @@ mod tests {
         c.add(Outcome::Status(502));
         c.add(Outcome::Refused);
         c.add_n(Outcome::ReadTimeout, 3);
-        assert_eq!(c.total(), 7);
-        assert_eq!(c.ok(), 2);
-        assert_eq!(c.errors(), 5);
+        c.add(Outcome::grpc(0));
+        c.add(Outcome::grpc(14));
+        assert_eq!(c.total(), 9);
+        assert_eq!(c.ok(), 3);
+        assert_eq!(c.errors(), 6);
+        assert_eq!(c.get(Outcome::grpc(14)), 1);
         assert_eq!(c.get(Outcome::ReadTimeout), 3);
         assert_eq!(c.dominant_failure(), Some((Outcome::ReadTimeout, 3)));
         let map = c.to_map();
         assert_eq!(map["502"], 1);
         assert_eq!(map["refused"], 1);
+        assert_eq!(map["grpc:ok"], 1);
         let mut d = OutcomeCounts::default();
         d.merge(&c);
         d.merge(&c);
         assert_eq!(d.get(Outcome::Status(502)), 2);
-        assert_eq!(d.total(), 14);
+        assert_eq!(d.total(), 18);
+        assert_eq!(d.get(Outcome::grpc(14)), 2);
     }
 }

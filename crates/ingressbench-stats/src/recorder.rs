@@ -310,7 +310,7 @@ impl Recorder {
             }
         }
         match sample.outcome {
-            Outcome::Status(_) => {
+            answer if answer.is_answer() => {
                 self.latency.record_ns(latency_ns);
                 self.window.latency.record_ns(latency_ns);
                 self.service_time.record_ns(sample.service_time_ns());

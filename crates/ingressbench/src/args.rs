@@ -454,19 +454,19 @@ pub(crate) struct BackendArgs {
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub(crate) client_ca: Option<std::path::PathBuf>,
 
-    /// WebSockets and event streams: leave every Nth message unanswered, skip every Nth
-    /// event (a lossy server, for tests)
+    /// WebSockets, event streams and gRPC streams: leave every Nth message unanswered,
+    /// skip every Nth event or stream message (a lossy server, for tests)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) ws_drop_every: Option<u64>,
 
-    /// WebSockets and event streams: answer every Nth message twice, send every Nth event
-    /// twice (for tests)
+    /// WebSockets, event streams and gRPC streams: answer every Nth message twice, send
+    /// every Nth event or stream message twice (for tests)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) ws_duplicate_every: Option<u64>,
 
-    /// WebSockets and event streams: on SIGTERM keep echoing and sending until
-    /// --drain-timeout drops them, instead of closing each WebSocket with 1001 (going away)
-    /// and ending each event stream
+    /// WebSockets, event streams and gRPC streams: on SIGTERM keep echoing and sending
+    /// until --drain-timeout drops them, instead of closing each WebSocket with 1001
+    /// (going away), ending each event stream and each gRPC stream (UNAVAILABLE)
     #[arg(long)]
     pub(crate) ws_no_close_on_drain: bool,
 }
@@ -563,7 +563,25 @@ pub(crate) struct LoadArgs {
     #[arg(long, group = "long_lived", requires = "rate", conflicts_with_all = ["websocket", "http2", "sequential", "requests", "body", "body_file", "no_keepalive", "warmup_requests", "threads", "workers"])]
     pub(crate) sse: bool,
 
-    /// With --websocket or --sse: each message's (event's) size in bytes (at least 16).
+    /// Make gRPC unary calls instead of requests: each of the -c connections is one
+    /// HTTP/2 connection (ALPN h2 over https://, h2c over http://) to ingressbench's echo
+    /// service (proto/ingressbench/echo/v1/echo.proto) making its share of -R calls a
+    /// second, as many at once as are outstanding, each timed from when it was due to its
+    /// answer. A call counts as a request in the summary (grpc:ok, grpc:unavailable, or
+    /// how HTTP/2 failed it); one a GOAWAY refused is sent again on a new connection, as
+    /// gRPC's clients do.
+    #[arg(long, group = "long_lived", requires = "rate", conflicts_with_all = ["websocket", "sse", "http2", "sequential", "requests", "body", "body_file", "no_keepalive", "warmup_requests", "threads", "workers"])]
+    pub(crate) grpc: bool,
+
+    /// Read gRPC server streams instead of sending requests: each of the -c connections
+    /// holds one stream of the echo service open and the server sends its share of -R
+    /// numbered messages a second, each timed from when it was due to when it came; an
+    /// ended stream is asked again from the message after the last it saw.
+    #[arg(long, group = "long_lived", requires = "rate", conflicts_with_all = ["websocket", "sse", "grpc", "http2", "sequential", "requests", "body", "body_file", "no_keepalive", "warmup_requests", "threads", "workers"])]
+    pub(crate) grpc_stream: bool,
+
+    /// With --websocket, --sse, --grpc or --grpc-stream: each message's (event's) size in
+    /// bytes (at least 16).
     #[arg(
         long,
         value_name = "BYTES",
@@ -572,14 +590,15 @@ pub(crate) struct LoadArgs {
     )]
     pub(crate) message_size: usize,
 
-    /// With --websocket or --sse: what a cut WebSocket or event stream does: `none`,
+    /// With --websocket, --sse, --grpc or --grpc-stream: what a cut WebSocket, event
+    /// stream, gRPC connection or stream does: `none`,
     /// `immediate`, `backoff` (exponential from 100ms to 10s with full jitter, as
     /// browsers' libraries) or `backoff:FIRST-MAX`.
     #[arg(long, value_name = "POLICY", default_value = "backoff", requires = "long_lived", value_parser = ingressbench_load::stream::Reconnect::parse)]
     pub(crate) reconnect: ingressbench_load::stream::Reconnect,
 
-    /// With --websocket or --sse: write its closes, reconnects and message accounting here
-    /// (JSON).
+    /// With --websocket, --sse, --grpc or --grpc-stream: write its closes, reconnects and
+    /// message accounting here (JSON).
     #[arg(
         long,
         value_name = "FILE",

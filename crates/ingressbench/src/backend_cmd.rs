@@ -47,7 +47,7 @@ pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
             .context("serving")
     })?;
     eprintln!(
-        "backend {}: drained after {} connections ({} HTTP/2), {} requests{}{}{}",
+        "backend {}: drained after {} connections ({} HTTP/2), {} requests{}{}{}{}",
         args.name,
         report.connections,
         report.http2_connections,
@@ -64,6 +64,14 @@ pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
             format!(
                 ", {} event streams ({} events sent)",
                 report.event_streams, report.events
+            )
+        } else {
+            String::new()
+        },
+        if report.grpc_calls + report.grpc_streams > 0 {
+            format!(
+                ", {} gRPC calls and {} gRPC streams ({} messages sent)",
+                report.grpc_calls, report.grpc_streams, report.grpc_messages
             )
         } else {
             String::new()

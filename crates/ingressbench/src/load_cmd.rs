@@ -162,6 +162,10 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
         plan.kind = ingressbench_load::Kind::WebSocket(options);
     } else if args.sse {
         plan.kind = ingressbench_load::Kind::Sse(options);
+    } else if args.grpc {
+        plan.kind = ingressbench_load::Kind::Grpc(options);
+    } else if args.grpc_stream {
+        plan.kind = ingressbench_load::Kind::GrpcStream(options);
     }
     plan.wait_for_connections = !args.no_connect_wait;
     if args.http2 {
@@ -202,11 +206,11 @@ fn describe(plan: &Plan, workers: usize) -> String {
         Length::Requests(n) => format!("{n} requests"),
         Length::Duration(d) => format!("{d:?}"),
     };
-    if let ingressbench_load::Kind::WebSocket(options) | ingressbench_load::Kind::Sse(options) =
-        &plan.kind
-    {
+    if let Some(options) = plan.kind.stream_options() {
         let (what, items, streams) = match plan.kind {
             ingressbench_load::Kind::Sse(_) => ("Events", "events", "event stream(s)"),
+            ingressbench_load::Kind::Grpc(_) => ("gRPC unary", "calls", "HTTP/2 connection(s)"),
+            ingressbench_load::Kind::GrpcStream(_) => ("gRPC streams", "messages", "stream(s)"),
             _ => ("WebSocket", "messages", "WebSocket(s)"),
         };
         return format!(

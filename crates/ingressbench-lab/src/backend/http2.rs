@@ -124,6 +124,9 @@ impl Connection {
         request: http::Request<h2::RecvStream>,
         mut respond: h2::server::SendResponse<Bytes>,
     ) -> bool {
+        if super::grpc::is_grpc(&request) {
+            return self.answer_grpc(request, respond).await;
+        }
         // The path without its query, as over HTTP/1.1.
         let path = request.uri().path().to_owned();
         let head = request.method() == http::Method::HEAD;

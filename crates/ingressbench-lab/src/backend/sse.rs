@@ -30,12 +30,13 @@ const SHORTEST_EVERY: Duration = Duration::from_micros(10);
 /// What a request asks of its event stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Schedule {
-    every: Duration,
-    count: u64,
-    bytes: usize,
-    epoch_ns: u128,
+    pub(super) every: Duration,
+    /// One past the last event's id.
+    pub(super) count: u64,
+    pub(super) bytes: usize,
+    pub(super) epoch_ns: u128,
     /// The first event to send.
-    from: u64,
+    pub(super) from: u64,
 }
 
 impl Schedule {
@@ -74,20 +75,25 @@ impl Schedule {
                 _ => {}
             }
         }
-        if schedule.every < SHORTEST_EVERY || schedule.every > Duration::from_secs(3600) {
-            return Err("sse_every_ns: from 10 us to an hour".into());
+        schedule.check("sse_")
+    }
+
+    /// The schedule, if this backend sends it (fields named with `prefix`, as asked).
+    pub(super) fn check(self, prefix: &str) -> Result<Self, String> {
+        if self.every < SHORTEST_EVERY || self.every > Duration::from_secs(3600) {
+            return Err(format!("{prefix}every_ns: from 10 us to an hour"));
         }
-        if schedule.count > MOST_EVENTS {
-            return Err(format!("sse_count: at most {MOST_EVENTS}"));
+        if self.count > MOST_EVENTS {
+            return Err(format!("{prefix}count: at most {MOST_EVENTS}"));
         }
-        if !(16..=16 << 20).contains(&schedule.bytes) {
-            return Err("sse_bytes: from 16 bytes to 16 MiB".into());
+        if !(16..=16 << 20).contains(&self.bytes) {
+            return Err(format!("{prefix}bytes: from 16 bytes to 16 MiB"));
         }
-        Ok(schedule)
+        Ok(self)
     }
 
     /// When event `id` is due, in nanoseconds of the wall clock.
-    fn due_ns(&self, id: u64) -> u128 {
+    pub(super) fn due_ns(&self, id: u64) -> u128 {
         self.epoch_ns + self.every.as_nanos() * u128::from(id)
     }
 }
@@ -95,10 +101,10 @@ impl Schedule {
 /// Sleeps to a time of the wall clock to the microsecond (a timer of the kernel's, armed
 /// for that time), not to tokio's next millisecond: an event a millisecond late would be
 /// the backend's lateness in every figure. Tokio's timer when the kernel gives none.
-struct WallTimer(Option<AsyncFd<OwnedFd>>);
+pub(super) struct WallTimer(Option<AsyncFd<OwnedFd>>);
 
 impl WallTimer {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let fd = rustix::time::timerfd_create(
             TimerfdClockId::Realtime,
             TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
@@ -109,7 +115,7 @@ impl WallTimer {
         Self(fd.ok().and_then(|fd| AsyncFd::new(fd).ok()))
     }
 
-    async fn sleep_until(&self, due_ns: u128) {
+    pub(super) async fn sleep_until(&self, due_ns: u128) {
         let now_ns = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 
 use super::{admin_request, write_atomically, Driver, Launch, ProxyFiles, Update};
-use crate::model::{RouteTable, UpstreamProtocol};
+use crate::model::RouteTable;
 use crate::process::OwnedChild;
 use crate::LabError;
 
@@ -109,7 +109,7 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
             "dial_timeout": format!("{}ms", t.connect_timeout_ms),
             "response_header_timeout": format!("{}ms", t.read_timeout_ms),
         });
-        if t.upstream_protocol == UpstreamProtocol::Http2 {
+        if t.upstream_protocol.is_http2() {
             // HTTP/2 with prior knowledge, and only that.
             transport["versions"] = json!(["h2c"]);
         }

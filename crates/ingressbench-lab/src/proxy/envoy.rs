@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::{create_dir, write_json, Driver, Launch, ProxyFiles, Update, UpstreamMtls};
-use crate::model::{RouteTable, UpstreamProtocol, ROUTE_REVISION_HEADER};
+use crate::model::{RouteTable, ROUTE_REVISION_HEADER};
 use crate::process::OwnedChild;
 use crate::LabError;
 
@@ -206,7 +206,7 @@ fn write_all(
             if let Some(m) = mtls {
                 cluster["transport_socket"] = upstream_tls(m);
             }
-            if table.tuning.upstream_protocol == UpstreamProtocol::Http2 {
+            if table.tuning.upstream_protocol.is_http2() {
                 // HTTP/2 whatever the downstream spoke (prior knowledge without TLS).
                 cluster["typed_extension_protocol_options"] = json!({
                     "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {

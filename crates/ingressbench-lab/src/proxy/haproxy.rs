@@ -277,7 +277,7 @@ impl Haproxy {
                 t.upstream_keepalive,
                 match t.upstream_protocol {
                     UpstreamProtocol::Http1 => "",
-                    UpstreamProtocol::Http2 => " proto h2",
+                    UpstreamProtocol::Http2 | UpstreamProtocol::Grpc => " proto h2",
                 }
             );
             if let Some((from, to)) = &table.overlay.rewrite {

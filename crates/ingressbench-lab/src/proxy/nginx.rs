@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use super::{create_dir, write_atomically, Driver, Launch, ProxyFiles, Update};
-use crate::model::RouteTable;
+use crate::model::{RouteTable, UpstreamProtocol};
 use crate::process::OwnedChild;
 use crate::LabError;
 
@@ -169,6 +169,15 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
         t.connect_timeout_ms, t.read_timeout_ms, t.read_timeout_ms
     );
     let _ = writeln!(c, "  # Retries off: a failed upstream request is an error the client sees.\n  proxy_next_upstream off;");
+    let grpc = t.upstream_protocol == UpstreamProtocol::Grpc;
+    if grpc {
+        // gRPC to the backends (HTTP/2 with prior knowledge), its timeouts as the proxy's.
+        let _ = writeln!(
+            c,
+            "  grpc_connect_timeout {}ms;\n  grpc_read_timeout {}ms;\n  grpc_send_timeout {}ms;\n  grpc_next_upstream off;",
+            t.connect_timeout_ms, t.read_timeout_ms, t.read_timeout_ms
+        );
+    }
     for pool in &table.pools {
         let _ = writeln!(c, "  upstream pool_{} {{", pool.name);
         if pool.endpoints.is_empty() {
@@ -226,7 +235,11 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
             if let Some((from, to)) = &table.overlay.rewrite {
                 let _ = writeln!(c, "      rewrite ^{from}(.*)$ {to}$1 break;");
             }
-            let _ = writeln!(c, "      proxy_pass http://pool_{};", route.pool);
+            if grpc {
+                let _ = writeln!(c, "      grpc_pass grpc://pool_{};", route.pool);
+            } else {
+                let _ = writeln!(c, "      proxy_pass http://pool_{};", route.pool);
+            }
             let _ = writeln!(
                 c,
                 "      proxy_set_header Host $host;\n      proxy_set_header Upgrade $http_upgrade;\n      proxy_set_header Connection $connection_upgrade;"

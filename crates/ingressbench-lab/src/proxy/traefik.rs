@@ -141,7 +141,7 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> Value {
     // `h2c://`: HTTP/2 with prior knowledge to the backends.
     let scheme = match table.tuning.upstream_protocol {
         UpstreamProtocol::Http1 => "http",
-        UpstreamProtocol::Http2 => "h2c",
+        UpstreamProtocol::Http2 | UpstreamProtocol::Grpc => "h2c",
     };
     let services: Map<String, Value> = table
         .pools

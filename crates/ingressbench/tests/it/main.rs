@@ -10,6 +10,7 @@ mod cli;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod common;
+mod grpc;
 mod hostile;
 mod kernel;
 mod lab;

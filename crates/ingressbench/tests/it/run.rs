@@ -362,8 +362,39 @@ fn ctrl_c_mid_run_keeps_what_was_measured_and_resume_finishes_the_run() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Each shipped scenario's quick run is a test of its own, so that the harness runs them
+/// beside the other tests (one test running them all in turn was, alone, most of the
+/// suite's time); `shipped_scenarios_each_have_a_quick_run_test` keeps the list whole.
+macro_rules! shipped {
+    ($($test:ident: $file:literal),* $(,)?) => {
+        /// The shipped scenarios with a quick-run test.
+        const SHIPPED: &[&str] = &[$($file),*];
+        $(
+            #[test]
+            fn $test() {
+                shipped_runs_in_quick_mode($file);
+            }
+        )*
+    };
+}
+
+shipped! {
+    shipped_capacity_runs_in_quick_mode: "capacity.yaml",
+    shipped_churn_runs_in_quick_mode: "churn.yaml",
+    shipped_closed_loop_runs_in_quick_mode: "closed-loop.yaml",
+    shipped_long_lived_runs_in_quick_mode: "long-lived.yaml",
+    shipped_phases_runs_in_quick_mode: "phases.yaml",
+    shipped_pod_kill_runs_in_quick_mode: "pod-kill.yaml",
+    shipped_route_scale_runs_in_quick_mode: "route-scale.yaml",
+    shipped_sequential_bursts_runs_in_quick_mode: "sequential-bursts.yaml",
+    shipped_sweep_runs_in_quick_mode: "sweep.yaml",
+}
+
+/// Every file in scenarios/ validates in quick mode and has its quick run's test above,
+/// but mesh.yaml, whose targets are a cluster's controllers: refused here, before
+/// anything is made, with the fix (the cluster test, tests/it/cluster.rs, runs it).
 #[test]
-fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
+fn shipped_scenarios_each_have_a_quick_run_test() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&root)
         .unwrap()
@@ -372,7 +403,7 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
         .collect();
     files.sort();
     assert!(files.iter().any(|f| f.ends_with("churn.yaml")), "{files:?}");
-    let dir = scratch("run-shipped");
+    let dir = scratch("run-shipped-check");
     for file in &files {
         let check = Command::new(BIN)
             .args(["scenario", "check", "--quick"])
@@ -385,111 +416,134 @@ fn every_shipped_scenario_validates_and_runs_in_quick_mode() {
             file.display(),
             String::from_utf8_lossy(&check.stderr)
         );
-        let cells = String::from_utf8_lossy(&check.stdout).lines().count() - 1;
-        let out = dir.join(file.file_stem().unwrap());
-        if file.ends_with("mesh.yaml") {
-            // Its targets are a cluster's controllers: refused here, before anything is
-            // made, with the fix; the cluster test (tests/it/cluster.rs) runs it.
-            let run = Command::new(BIN)
-                .args(["run", "--quick", "--out"])
-                .arg(&out)
-                .arg(file)
-                .output()
-                .unwrap();
-            assert_eq!(
-                run.status.code(),
-                Some(2),
-                "{}",
-                String::from_utf8_lossy(&run.stderr)
-            );
+        let name = file.file_name().unwrap().to_str().unwrap();
+        if name != "mesh.yaml" {
             assert!(
-                String::from_utf8_lossy(&run.stderr).contains("run with --cluster FILE"),
-                "{}",
-                String::from_utf8_lossy(&run.stderr)
+                SHIPPED.contains(&name),
+                "{name} has no quick-run test in run.rs"
             );
-            assert!(!out.exists());
             continue;
         }
-        let started = std::time::Instant::now();
+        let out = dir.join("mesh");
         let run = Command::new(BIN)
-            .arg("run")
-            .arg(file)
-            .arg("--quick")
-            .arg("--out")
+            .args(["run", "--quick", "--out"])
             .arg(&out)
+            .arg(file)
             .output()
             .unwrap();
-        assert!(
-            run.status.success(),
-            "{}: {}",
-            file.display(),
+        assert_eq!(
+            run.status.code(),
+            Some(2),
+            "{}",
             String::from_utf8_lossy(&run.stderr)
         );
-        eprintln!(
-            "{} --quick: {cells} cells in {:?}",
-            file.display(),
-            started.elapsed()
+        assert!(
+            String::from_utf8_lossy(&run.stderr).contains("run with --cluster FILE"),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
         );
-        let record = json(&out.join("run.json"));
-        assert_eq!(record["status"], "complete", "{}", file.display());
-        if file.ends_with("sequential-bursts.yaml") {
-            placements_add_their_links(&record);
+        assert!(!out.exists());
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `name` in scenarios/ runs in quick mode to the end, every cell done, with what its
+/// kind of scenario must show.
+fn shipped_runs_in_quick_mode(name: &str) {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(name);
+    let check = Command::new(BIN)
+        .args(["scenario", "check", "--quick"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", crate::common::text(&check));
+    let cells = String::from_utf8_lossy(&check.stdout).lines().count() - 1;
+    let dir = scratch(&format!(
+        "run-shipped-{}",
+        file.file_stem().unwrap().to_string_lossy()
+    ));
+    let out = dir.join("results");
+    let started = std::time::Instant::now();
+    let run = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .arg("--quick")
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}: {}",
+        file.display(),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    eprintln!(
+        "{} --quick: {cells} cells in {:?}",
+        file.display(),
+        started.elapsed()
+    );
+    let record = json(&out.join("run.json"));
+    assert_eq!(record["status"], "complete", "{}", file.display());
+    if file.ends_with("sequential-bursts.yaml") {
+        placements_add_their_links(&record);
+    }
+    if file.ends_with("closed-loop.yaml") || file.ends_with("phases.yaml") {
+        topology_recorded(&record);
+    }
+    if file.ends_with("route-scale.yaml") {
+        route_steps_all_right(&out, &record);
+    }
+    if file.ends_with("long-lived.yaml") {
+        crate::websocket::long_lived_cells_hold(&out);
+    }
+    if file.ends_with("capacity.yaml") {
+        // Each cell checked is a search, run as the trials it chose; every search ends
+        // (with a capacity, or saying why there is none).
+        let searches = record["searches"].as_array().unwrap();
+        assert_eq!(searches.len(), cells);
+        for s in searches {
+            assert_eq!(s["status"], "done", "{s}");
+            assert!(s["outcome"]["said"].is_string(), "{s}");
+            assert!(!s["trials"].as_array().unwrap().is_empty(), "{s}");
         }
-        if file.ends_with("closed-loop.yaml") || file.ends_with("phases.yaml") {
-            topology_recorded(&record);
+    } else {
+        assert_eq!(record["cells"].as_array().unwrap().len(), cells);
+    }
+    for cell in record["cells"].as_array().unwrap() {
+        assert_eq!(cell["status"], "done", "{}: {cell}", file.display());
+        if file.ends_with("sweep.yaml") {
+            // No events: each target's lab starts once and is reused.
+            let targets = record["cells"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["target"].as_str().unwrap())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len();
+            assert_eq!(targets, 4, "default, keep-alive, 2 workers, somaxconn");
+            let first_round = cell["index"].as_u64().unwrap() < targets as u64;
+            assert_eq!(cell["lab_reused"], !first_round, "{cell}");
         }
-        if file.ends_with("route-scale.yaml") {
-            route_steps_all_right(&out, &record);
-        }
-        if file.ends_with("long-lived.yaml") {
-            crate::websocket::long_lived_cells_hold(&out);
-        }
-        if file.ends_with("capacity.yaml") {
-            // Each cell checked is a search, run as the trials it chose; every search ends
-            // (with a capacity, or saying why there is none).
-            let searches = record["searches"].as_array().unwrap();
-            assert_eq!(searches.len(), cells);
-            for s in searches {
-                assert_eq!(s["status"], "done", "{s}");
-                assert!(s["outcome"]["said"].is_string(), "{s}");
-                assert!(!s["trials"].as_array().unwrap().is_empty(), "{s}");
-            }
-        } else {
-            assert_eq!(record["cells"].as_array().unwrap().len(), cells);
-        }
-        for cell in record["cells"].as_array().unwrap() {
-            assert_eq!(cell["status"], "done", "{}: {cell}", file.display());
-            if file.ends_with("sweep.yaml") {
-                // No events: each target's lab starts once and is reused.
-                let targets = record["cells"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|c| c["target"].as_str().unwrap())
-                    .collect::<std::collections::BTreeSet<_>>()
-                    .len();
-                assert_eq!(targets, 4, "default, keep-alive, 2 workers, somaxconn");
-                let first_round = cell["index"].as_u64().unwrap() < targets as u64;
-                assert_eq!(cell["lab_reused"], !first_round, "{cell}");
-            }
-            if file.ends_with("pod-kill.yaml") {
-                // Lock-step: a kill and a replacement before each of the ten requests.
-                let events = std::fs::read_to_string(
-                    out.join("cells")
-                        .join(cell["dir"].as_str().unwrap())
-                        .join("events.jsonl"),
-                )
-                .unwrap();
-                let due: Vec<u64> = events
-                    .lines()
-                    .filter_map(|l| {
-                        serde_json::from_str::<serde_json::Value>(l).ok()?["due_request"].as_u64()
-                    })
-                    .collect();
-                let mut want: Vec<u64> = (1..=10).flat_map(|n| [n, n]).collect();
-                want.sort_unstable();
-                assert_eq!(due, want, "{events}");
-            }
+        if file.ends_with("pod-kill.yaml") {
+            // Lock-step: a kill and a replacement before each of the ten requests.
+            let events = std::fs::read_to_string(
+                out.join("cells")
+                    .join(cell["dir"].as_str().unwrap())
+                    .join("events.jsonl"),
+            )
+            .unwrap();
+            let due: Vec<u64> = events
+                .lines()
+                .filter_map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l).ok()?["due_request"].as_u64()
+                })
+                .collect();
+            let mut want: Vec<u64> = (1..=10).flat_map(|n| [n, n]).collect();
+            want.sort_unstable();
+            assert_eq!(due, want, "{events}");
         }
     }
     let _ = std::fs::remove_dir_all(dir);

@@ -141,7 +141,7 @@ fn a_draining_backend_closes_its_websockets_with_1001_or_drops_them_at_its_timeo
 
 /// Runs `yaml` as a scenario in a scratch directory named by `tag`; its results
 /// directory and what the run printed.
-fn run_scenario(tag: &str, yaml: &str) -> (std::path::PathBuf, String) {
+pub(crate) fn run_scenario(tag: &str, yaml: &str) -> (std::path::PathBuf, String) {
     let dir = crate::common::scratch(tag);
     let file = dir.join("scenario.yaml");
     std::fs::write(&file, yaml).unwrap();
@@ -160,7 +160,7 @@ fn run_scenario(tag: &str, yaml: &str) -> (std::path::PathBuf, String) {
     (out, said)
 }
 
-fn json(path: std::path::PathBuf) -> serde_json::Value {
+pub(crate) fn json(path: std::path::PathBuf) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap()
 }
 
@@ -172,17 +172,19 @@ fn open_near_the_end(ws: &serde_json::Value) -> u64 {
 }
 
 /// What must hold of every proxy's cell of `scenarios/long-lived.yaml` (run in quick mode
-/// by `run::every_shipped_scenario_validates_and_runs_in_quick_mode`): 50 WebSockets,
-/// then 50 event streams, through a reload, a scale-down of three backends to two, a
-/// restart, an upgrade and a scale-up. What each proxy does at each event is measured,
+/// by the shipped-scenario test): 50 WebSockets, then 50 event streams, then 50 gRPC
+/// server streams, through a reload, a scale-down of three backends to two, a restart,
+/// an upgrade and a scale-up. What each proxy does at each event is measured,
 /// not assumed: this holds what must be true of any proxy and prints the rest. Every
 /// message and event is accounted for in the cell's files (the summary's are
-/// websocket.json's or sse.json's sent and never sent); a proxy either keeps every
+/// websocket.json's, sse.json's or grpc-stream.json's sent and never sent); a proxy
+/// either keeps every
 /// connection through its reload or cuts them all; a restart cuts them all (a new process
 /// cannot hold the old one's connections); the backend that scales away closes its
-/// WebSockets with 1001 and its reason and ends its event streams, and every proxy hands
-/// that on as it was (not as a broken connection); every event stream resumed through
-/// the proxy skips and repeats no event (the proxy passes `Last-Event-ID` on); every
+/// WebSockets with 1001 and its reason, ends its event streams and its gRPC streams
+/// (UNAVAILABLE), and every proxy hands that on as it was (not as a broken connection);
+/// every event or gRPC stream resumed through the proxy skips and repeats nothing (the
+/// proxy passes `Last-Event-ID`, the request's `from`, on); every
 /// connection has one open again by the end; the report says it per proxy and event, and
 /// refuses a file that disagrees with its cell's summary.
 pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
@@ -190,8 +192,12 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
     let mut measured = Vec::new();
     for cell in crate::common::cells_of(out) {
         let name = cell.file_name().unwrap().to_string_lossy().into_owned();
-        let sse = cell.join("sse.json").exists();
-        let ws = json(cell.join(if sse { "sse.json" } else { "websocket.json" }));
+        let file = ["websocket.json", "sse.json", "grpc-stream.json"]
+            .into_iter()
+            .find(|f| cell.join(f).exists())
+            .unwrap_or_else(|| panic!("{name}: no long-lived file"));
+        let (sse, grpc) = (file == "sse.json", file == "grpc-stream.json");
+        let ws = json(cell.join(file));
         let summary = json(cell.join("summary.json"));
         let total = n(&summary["requests"]["total"]);
         assert_eq!(
@@ -221,7 +227,18 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
         let upgrade = &event("upgrade")["websocket"];
         let closes = ws["closes"].as_array().unwrap();
         for close in closes {
-            if sse {
+            if grpc {
+                // A stream the server ended has its status; one that broke has none.
+                assert_eq!(
+                    close["by"] == "server",
+                    close["grpc_status"].is_string(),
+                    "{name}: {close}"
+                );
+                assert_eq!(
+                    close["lost"], 0,
+                    "{name}: a resumed stream skipped: {close}"
+                );
+            } else if sse {
                 assert_eq!(
                     close["by"] == "server",
                     close["reason"] == "the response ended",
@@ -240,7 +257,7 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
             }
             assert!(close["reconnected_after_ms"].is_number(), "{name}: {close}");
         }
-        if sse {
+        if sse || grpc {
             assert_eq!(
                 ws["duplicated"], 0,
                 "{name}: a resumed stream repeated: {ws}"
@@ -249,12 +266,13 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
         let drained = |close: &&serde_json::Value| {
             close["by"] == "server"
                 && (close["reason"] == "backend draining"
-                    || close["reason"] == "the response ended")
+                    || close["reason"] == "the response ended"
+                    || close["reason"] == "grpc:unavailable: backend draining")
         };
         let drained: Vec<&serde_json::Value> = closes.iter().filter(drained).collect();
         assert!(!drained.is_empty(), "{name}: {ws}");
         assert!(
-            sse || drained.iter().all(|c| c["code"] == 1001),
+            sse || grpc || drained.iter().all(|c| c["code"] == 1001),
             "{name}: {drained:?}"
         );
         measured.push(format!(
@@ -267,7 +285,7 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
             ws["lost"]
         ));
     }
-    assert_eq!(measured.len(), 10);
+    assert_eq!(measured.len(), 15);
     eprintln!("{}", measured.join("\n"));
     let report = std::process::Command::new(crate::common::BIN)
         .args(["report", out.to_str().unwrap()])
@@ -277,7 +295,11 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
     // A sentence per proxy and kind: "nginx at load.kind=sse, repeat 1 (cell 5): at
     // restart, 50 of 50 event streams cut (50 × broken off), …".
     for target in ["nginx", "haproxy", "envoy", "traefik", "caddy"] {
-        for (kind, streams) in [("websocket", "WebSockets"), ("sse", "event streams")] {
+        for (kind, streams) in [
+            ("websocket", "WebSockets"),
+            ("sse", "event streams"),
+            ("grpc_stream", "gRPC streams"),
+        ] {
             let cell = format!("{target} at load.kind={kind}, repeat 1 (cell ");
             assert!(
                 said.lines()
