@@ -240,6 +240,13 @@ async fn open(run: &Run) -> Result<(Connection, Phases), String> {
     Ok((connection, phases))
 }
 
+/// Waits until the connection takes another call (HTTP/2's stream limit); why not.
+async fn ready(grpc: &mut tonic::client::Grpc<Service>) -> Result<(), tonic::Status> {
+    grpc.ready()
+        .await
+        .map_err(|e| tonic::Status::from_error(e.into()))
+}
+
 /// A request with the plan's headers as metadata and a [`Seen`] for its answer.
 fn request<T>(run: &Run, message: T) -> (tonic::Request<T>, Arc<Seen>) {
     let mut request = tonic::Request::new(message);
@@ -383,7 +390,11 @@ async fn unary_connection(run: Rc<Run>, index: usize) {
                 break gone;
             }
             let again = calls.again.borrow_mut().pop_front();
-            if let Some((number, out, attempts)) = again {
+            if let Some((number, mut out, attempts)) = again {
+                // Sent again from now, on this connection (its phases are not the call's).
+                out.released_ns = run.ns(Instant::now());
+                out.sent_ns = out.released_ns;
+                out.opened = None;
                 let task = call(&run, &connection, &calls, (number, out, attempts));
                 tokio::task::spawn_local(task);
                 continue;
@@ -452,9 +463,7 @@ fn call(
         let (request, seen) = request(&run, message);
         let mut grpc = connection.grpc.clone();
         let answer = tokio::time::timeout(run.plan.timeout, async {
-            grpc.ready()
-                .await
-                .map_err(|e| tonic::Status::from_error(e.into()))?;
+            ready(&mut grpc).await?;
             grpc.unary::<_, proto::Message, _>(
                 request,
                 PathAndQuery::from_static(UNARY_PATH),
@@ -483,8 +492,6 @@ fn call(
                 let (outcome, _, unprocessed) = failure(&status, &seen, &connection);
                 if unprocessed && attempt < MOST_ATTEMPTS {
                     out.retried_after = Some(outcome);
-                    out.released_ns = run.ns(Instant::now());
-                    out.sent_ns = out.released_ns;
                     calls
                         .again
                         .borrow_mut()
@@ -593,9 +600,7 @@ async fn listen(
     let (request, seen) = request(run, ask);
     let mut grpc = connection.grpc.clone();
     let opening = tokio::time::timeout(run.plan.timeout, async {
-        grpc.ready()
-            .await
-            .map_err(|e| tonic::Status::from_error(e.into()))?;
+        ready(&mut grpc).await?;
         grpc.server_streaming::<_, proto::Message, _>(
             request,
             PathAndQuery::from_static(STREAM_PATH),

@@ -30,17 +30,10 @@ pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
     check_route_count(cell)?;
     check_probe(&s.routes.probe)?;
     let (url, pools) = match (lab_file(cell), &cell.target) {
-        (Some(file), Target::Proxy { kind, .. }) if s.load.kind.is_grpc() => {
-            check_grpc(*kind, &file)?;
-            let spec = file
-                .to_spec(Path::new("scenario"), PathBuf::new(), Binaries::default())
-                .map_err(|e| e.to_string())?;
-            spec.check(&route_changes(cell))
-                .map_err(|e| e.to_string())?;
-            let pools = spec.pools.iter().map(|p| p.name.clone()).collect();
-            (format!("http://127.0.0.1{}", s.load.path), pools)
-        }
-        (Some(file), _) => {
+        (Some(file), target) => {
+            if let (Target::Proxy { kind, .. }, true) = (target, s.load.kind.is_grpc()) {
+                check_grpc(*kind, &file)?;
+            }
             let spec = file
                 .to_spec(Path::new("scenario"), PathBuf::new(), Binaries::default())
                 .map_err(|e| e.to_string())?;

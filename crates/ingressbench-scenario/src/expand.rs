@@ -401,6 +401,10 @@ mod tests {
         );
         let cells = run("name: t\ntargets: [{ cluster: contour }]\ntls: false\nload: { rate: 5, duration: 1s }\n").unwrap();
         crate::cluster_site::check_cells(&cells, &file).unwrap();
+        // gRPC needs each controller's own backend-protocol annotation: not built yet.
+        let cells = run("name: t\ntargets: [{ cluster: contour }]\ntls: false\nload: { kind: grpc_stream, rate: 5, duration: 1s }\n").unwrap();
+        let err = crate::cluster_site::check_cells(&cells, &file).unwrap_err();
+        assert!(err.contains("gRPC load in cluster mode"), "{err}");
         // A cluster target under a name of its own is looked up by the file's.
         let cells = run("name: t\ntargets: [{ cluster: contour, name: in-mesh, hop: { proxy: envoy } }]\ntls: false\nload: { rate: 5, duration: 1s }\n").unwrap();
         crate::cluster_site::check_cells(&cells, &file).unwrap();

@@ -71,6 +71,13 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
                 Some(_) => {}
             }
         }
+        if cell.scenario.load.kind.is_grpc() {
+            return Err(format!(
+                "cell {} ({}): a gRPC load in cluster mode is not built yet (each controller takes its backends' protocol from an annotation of its own: Contour's projectcontour.io/upstream-protocol.h2c, Traefik's service.serversscheme: h2c, HAProxy Ingress's backend-protocol: grpc); run gRPC against the lab's proxies",
+                cell.index,
+                cell.label()
+            ));
+        }
         let t = &cell.scenario.tuning;
         let knobs = [
             ("workers", t.workers.is_some()),

@@ -384,12 +384,13 @@ fn a_scenario_search_runs_its_trials_as_cells_with_their_events_and_resumes() {
     );
     assert!(failed_at > capacity && (failed_at - capacity) / capacity <= 0.1 + 1e-9);
     // Before it searched, the generator alone was sent the same load (50 connections) to
-    // an echo backend, from the search's first rate doubling; it kept up well past the
-    // backend's 1,000.
+    // an echo backend, from the search's first rate doubling; it kept up past the
+    // backend's 1,000 (how far past is the machine's: 2,000 and more alone, behind at
+    // 2,000 in a clean-clone run whose other tests and a compile shared the two cores).
     let ceiling = &search["generator_ceiling"];
     assert_eq!(ceiling["steps"][0]["rate_per_s"], 250.0, "{ceiling}");
     assert!(
-        ceiling["healthy_per_s"].as_f64().unwrap_or(0.0) >= 2000.0,
+        ceiling["healthy_per_s"].as_f64().unwrap_or(0.0) >= 1000.0,
         "{ceiling}"
     );
     assert!(
