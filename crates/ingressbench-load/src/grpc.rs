@@ -40,7 +40,7 @@ use ingressbench_stats::{Outcome, Phases};
 use tonic::body::Body;
 
 use crate::stream::{
-    drive, ClosedBy, Downtime, Numbered, Out, Pacer, Run, StreamKind, StreamOptions,
+    drive, ClosedBy, Downtime, Numbered, Out, Pacer, Run, Said, StreamKind, StreamOptions,
 };
 use crate::{LoadError, LoadReport, Observer, Plan, Scheme};
 
@@ -420,7 +420,7 @@ async fn unary_connection(run: Rc<Run>, index: usize) {
                 }
             }
         };
-        run.cut(&mut down, (cut.0, None, cut.1), None, 0);
+        run.cut(&mut down, (cut.0, Said::Nothing, cut.1), None, 0);
         if !down.wait(&run).await {
             break;
         }
@@ -551,10 +551,8 @@ async fn stream_connection(run: Rc<Run>, index: usize) {
                 reason,
                 backend,
             } => {
-                run.cut(&mut down, (by, None, reason), backend, 0);
-                if let Some(status) = status {
-                    run.cut_status(&down, status);
-                }
+                let said = status.map_or(Said::Nothing, Said::Status);
+                run.cut(&mut down, (by, said, reason), backend, 0);
             }
         }
         if !down.wait(&run).await {

@@ -24,7 +24,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::connection::Stream;
 use crate::response::{Progress, ResponseParser};
-use crate::stream::{drive, ClosedBy, Downtime, Numbered, Run, StreamKind, StreamOptions};
+use crate::stream::{drive, ClosedBy, Downtime, Numbered, Run, Said, StreamKind, StreamOptions};
 use crate::{LoadError, LoadReport, Observer, Plan};
 
 /// Runs an event stream plan ([`crate::Kind::Sse`]) to its end or until `stop` is set,
@@ -57,7 +57,7 @@ async fn connection(run: Rc<Run>, index: usize) {
                         break;
                     }
                     Some((by, reason)) => {
-                        run.cut(&mut down, (by, None, reason), open.backend, 0);
+                        run.cut(&mut down, (by, Said::Nothing, reason), open.backend, 0);
                     }
                 }
             }

@@ -160,6 +160,16 @@ pub enum StreamKind {
     GrpcStream,
 }
 
+/// What a close said of itself, besides its reason.
+pub(crate) enum Said {
+    /// Nothing: an event stream's end, a broken connection, a gRPC connection's GOAWAY.
+    Nothing,
+    /// A WebSocket close frame's code (1006 for none).
+    Code(u16),
+    /// The status a gRPC stream ended with (`grpc:unavailable`).
+    Status(String),
+}
+
 /// A WebSocket or an event stream that ended before the run did.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Close {
@@ -367,12 +377,12 @@ impl Run {
         backend.map(|name| self.recorder.borrow_mut().backend_id(name.as_bytes()))
     }
 
-    /// The connection `down` follows was cut: who closed, the code, the reason; the
-    /// backend it was on and the messages lost with it.
+    /// The connection `down` follows was cut: who closed, what the close said, the
+    /// reason; the backend it was on and the messages lost with it.
     pub(crate) fn cut(
         &self,
         down: &mut Downtime,
-        (by, code, reason): (ClosedBy, Option<u16>, String),
+        (by, said, reason): (ClosedBy, Said, String),
         backend: Option<String>,
         lost: u64,
     ) {
@@ -382,13 +392,18 @@ impl Run {
         down.since = Some(Instant::now());
         down.close = None;
         if report.closes.len() < MAX_CLOSES_KEPT {
+            let (code, grpc_status) = match said {
+                Said::Nothing => (None, None),
+                Said::Code(code) => (Some(code), None),
+                Said::Status(status) => (None, Some(status)),
+            };
             report.closes.push(Close {
                 at_s: self.start.elapsed().as_secs_f64(),
                 connection: down.connection,
                 by,
                 code,
                 reason,
-                grpc_status: None,
+                grpc_status,
                 backend,
                 lost,
                 reconnected_after_ms: None,
@@ -406,15 +421,6 @@ impl Run {
                 |why| format!("connect: {why}"),
             )
         })
-    }
-
-    /// The cut just counted on the connection `down` follows was a gRPC stream that
-    /// ended with `status`.
-    pub(crate) fn cut_status(&self, down: &Downtime, status: String) {
-        let mut report = self.report.borrow_mut();
-        if let Some(close) = down.close.and_then(|i| report.closes.get_mut(i)) {
-            close.grpc_status = Some(status);
-        }
     }
 
     /// An attempt to open one failed, with why.

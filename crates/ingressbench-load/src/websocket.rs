@@ -31,7 +31,7 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::connection::Stream;
 use crate::stream::{
-    drive, ClosedBy, Downtime, Out, Pacer, Run, StreamKind, StreamOptions, MESSAGE_HEADER,
+    drive, ClosedBy, Downtime, Out, Pacer, Run, Said, StreamKind, StreamOptions, MESSAGE_HEADER,
 };
 use crate::{LoadError, LoadReport, Observer, Plan, Scheme};
 
@@ -102,7 +102,7 @@ async fn connection(run: Rc<Run>, index: usize) {
                         run.report.borrow_mut().lost += outstanding.len() as u64;
                         run.cut(
                             &mut down,
-                            (by, Some(code), reason),
+                            (by, Said::Code(code), reason),
                             backend_name,
                             outstanding.len() as u64,
                         );
