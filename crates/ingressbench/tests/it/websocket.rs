@@ -167,8 +167,47 @@ pub(crate) fn json(path: std::path::PathBuf) -> serde_json::Value {
 /// WebSockets open half a second before the load's end (in its last moments each
 /// connection closes its own once its next message would be due after the end).
 fn open_near_the_end(ws: &serde_json::Value) -> u64 {
+    sampled_near_the_end(ws).1
+}
+
+/// The open count sampled 0.6 s before the end (the last samples see the run closing its
+/// connections): when, and how many.
+fn sampled_near_the_end(ws: &serde_json::Value) -> (f64, u64) {
     let open = ws["open_over_time"].as_array().unwrap();
-    open[open.len().saturating_sub(6)][1].as_u64().unwrap()
+    let sample = &open[open.len().saturating_sub(6)];
+    (sample[0].as_f64().unwrap(), sample[1].as_u64().unwrap())
+}
+
+/// The connections that had none open at `at` seconds by their closes (each one's last
+/// close before then, if it had not reconnected by then or at all), and how many closes
+/// and reopenings fell within 50 ms of `at` (a sample is read a little after its time:
+/// those may fall either side of it).
+fn waiting_at(ws: &serde_json::Value, at: f64) -> (Vec<u64>, u64) {
+    let closes = ws["closes"].as_array().unwrap();
+    assert_eq!(
+        closes.len() as u64,
+        ws["cut"].as_u64().unwrap(),
+        "every close kept"
+    );
+    let reopened = |close: &serde_json::Value| {
+        let ms = close["reconnected_after_ms"].as_f64()?;
+        Some(close["at_s"].as_f64().unwrap() + ms / 1000.0)
+    };
+    let near = |t: f64| (t - at).abs() < 0.05;
+    let moving = closes
+        .iter()
+        .map(|c| near(c["at_s"].as_f64().unwrap()) as u64 + reopened(c).is_some_and(near) as u64)
+        .sum();
+    let mut last = std::collections::BTreeMap::new();
+    for close in closes.iter().filter(|c| c["at_s"].as_f64().unwrap() < at) {
+        last.insert(close["connection"].as_u64().unwrap(), close);
+    }
+    let waiting = last
+        .into_iter()
+        .filter(|(_, close)| reopened(close).is_none_or(|t| t > at))
+        .map(|(connection, _)| connection)
+        .collect();
+    (waiting, moving)
 }
 
 /// What must hold of every proxy's cell of `scenarios/long-lived.yaml` (run in quick mode
@@ -185,7 +224,8 @@ fn open_near_the_end(ws: &serde_json::Value) -> u64 {
 /// (UNAVAILABLE), and every proxy hands that on as it was (not as a broken connection);
 /// every event or gRPC stream resumed through the proxy skips and repeats nothing (the
 /// proxy passes `Last-Event-ID`, the request's `from`, on); every
-/// connection has one open again by the end; the report says it per proxy and event, and
+/// connection has one open again by the end or is backing off after failed attempts; the
+/// report says it per proxy and event, and
 /// refuses a file that disagrees with its cell's summary.
 pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
     let n = |v: &serde_json::Value| v.as_u64().unwrap();
@@ -210,7 +250,26 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
             n(&ws["echoed"]),
             "{name}: {ws}"
         );
-        assert_eq!(open_near_the_end(&ws), 50, "{name}: {ws}");
+        // Every connection has one open near the end, or is still backing off after failed
+        // attempts (Traefik's restarted process answers TLS with its default certificate
+        // for a while: a client whose backoff grew there can be back after the cell ends),
+        // and the open count sampled agrees with what the closes say.
+        let (at, open) = sampled_near_the_end(&ws);
+        let (waiting, moving) = waiting_at(&ws, at);
+        assert!(
+            (open + waiting.len() as u64).abs_diff(50) <= moving,
+            "{name}: at {at}s {open} open, {waiting:?} waiting: {ws}"
+        );
+        let failures: u64 = ws["upgrade_failures"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(n)
+            .sum();
+        assert!(
+            waiting.is_empty() || failures > 0,
+            "{name}: {waiting:?}: {ws}"
+        );
         let impact = json(cell.join("impact.json"));
         let event = |what: &str| -> &serde_json::Value {
             impact
@@ -255,7 +314,6 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
                     "{name}: {close}"
                 );
             }
-            assert!(close["reconnected_after_ms"].is_number(), "{name}: {close}");
         }
         if sse || grpc {
             assert_eq!(
@@ -490,7 +548,6 @@ matrix:
                 for close in ws["closes"].as_array().unwrap() {
                     let at = close["at_s"].as_f64().unwrap();
                     assert!((3.4..4.5).contains(&at), "{name}: {close}");
-                    assert!(close["reconnected_after_ms"].is_number(), "{name}: {close}");
                 }
             } else {
                 assert_eq!(ws["cut"], 0, "{name}: {ws}");
