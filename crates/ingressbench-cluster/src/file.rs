@@ -17,6 +17,7 @@
 //!     ca: gateway-ca.pem   # what signed the HTTPS listener's certificate (relative: to this file)
 //!     cluster_address: http://traefik.kube-system.svc   # where pods reach it (load.from: cluster);
 //!                                                        # default: address / tls_address
+//!     restart: { deployment: traefik, namespace: kube-system }   # what a `restart` event rolls
 //! workers:                 # how `load.from: cluster` runs its pods
 //!   host_network: false    # true: on the nodes' network (the local cluster's controllers
 //!                          # listen on the host's loopback)
@@ -107,6 +108,128 @@ pub struct ClusterTarget {
     /// the API (the controller's own Prometheus endpoint, or the metrics API).
     #[serde(default)]
     pub usage: Option<TargetUsage>,
+    /// What a scenario's `restart` event restarts (none: the event is refused, naming
+    /// this).
+    #[serde(default)]
+    pub restart: Option<RestartVia>,
+}
+
+/// How a controller is restarted: a rollout restart of its workload, as `kubectl rollout
+/// restart` makes one (the pod template's `kubectl.kubernetes.io/restartedAt`
+/// annotation), or, in the local cluster, its process stopped and started again by the
+/// cluster's serving process.
+///
+/// ```yaml
+/// restart: { deployment: contour, namespace: projectcontour }   # or daemonset: envoy
+/// restart: { local: /root/.cache/ingressbench/local, process: traefik }
+/// ```
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RestartVia {
+    /// A Deployment's name.
+    #[serde(default)]
+    pub deployment: Option<String>,
+    /// Or a DaemonSet's.
+    #[serde(default)]
+    pub daemonset: Option<String>,
+    /// The workload's namespace.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Or the local cluster's directory (`cluster local up --dir`).
+    #[serde(default)]
+    pub local: Option<PathBuf>,
+    /// The process of the local cluster to restart (`traefik`, `contour`,
+    /// `contour-envoy`, `haproxy-ingress`).
+    #[serde(default)]
+    pub process: Option<String>,
+}
+
+/// What a restart acts on, checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Restart {
+    /// A rollout restart of a workload: kind (`Deployment`, `DaemonSet`), namespace, name.
+    Rollout {
+        /// `Deployment` or `DaemonSet`.
+        kind: &'static str,
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// A process of the local cluster served from `dir`.
+    Local {
+        /// The local cluster's directory.
+        dir: PathBuf,
+        /// The process's name there.
+        process: String,
+    },
+}
+
+impl RestartVia {
+    /// What it names, or what is wrong with it.
+    pub fn checked(&self) -> Result<Restart, String> {
+        fn given(v: &Option<String>) -> Option<&str> {
+            v.as_deref().filter(|v| !v.trim().is_empty())
+        }
+        match (
+            given(&self.deployment),
+            given(&self.daemonset),
+            &self.local,
+        ) {
+            (Some(name), None, None) | (None, Some(name), None) => {
+                let namespace = given(&self.namespace)
+                    .ok_or("give the workload's `namespace`")?
+                    .to_owned();
+                if self.process.is_some() {
+                    return Err("`process` names a process of the local cluster (with `local`)".into());
+                }
+                let kind = if self.deployment.is_some() {
+                    "Deployment"
+                } else {
+                    "DaemonSet"
+                };
+                Ok(Restart::Rollout {
+                    kind,
+                    namespace,
+                    name: name.to_owned(),
+                })
+            }
+            (None, None, Some(dir)) => {
+                if self.namespace.is_some() {
+                    return Err("`namespace` is a workload's (with `deployment` or `daemonset`)".into());
+                }
+                Ok(Restart::Local {
+                    dir: dir.clone(),
+                    process: given(&self.process)
+                        .ok_or("give the local cluster's `process` to restart (traefik, contour, contour-envoy, haproxy-ingress)")?
+                        .to_owned(),
+                })
+            }
+            (None, None, None) => Err(
+                "give the `deployment` (or `daemonset`) and its `namespace` a rollout restart rolls, or the local cluster's `local` directory and `process`"
+                    .into(),
+            ),
+            _ => Err("give one of `deployment`, `daemonset` and `local`".into()),
+        }
+    }
+}
+
+impl std::fmt::Display for Restart {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Restart::Rollout {
+                kind,
+                namespace,
+                name,
+            } => write!(f, "a rollout restart of {kind} {namespace}/{name}"),
+            Restart::Local { process, .. } => {
+                write!(
+                    f,
+                    "the local cluster's {process} process stopped and started"
+                )
+            }
+        }
+    }
 }
 
 /// Where a controller's and its proxy's CPU and memory are read on a cluster whose
@@ -277,6 +400,10 @@ impl ClusterFile {
             if let Some(ca) = target.ca.as_mut().filter(|ca| ca.is_relative()) {
                 *ca = here.join(&*ca);
             }
+            let restart = target.restart.as_mut().and_then(|r| r.local.as_mut());
+            if let Some(dir) = restart.filter(|d| d.is_relative()) {
+                *dir = here.join(&*dir);
+            }
         }
         Ok(file)
     }
@@ -364,6 +491,11 @@ impl ClusterFile {
                         ));
                     }
                 }
+            }
+            if let Some(restart) = &t.restart {
+                restart
+                    .checked()
+                    .map_err(|e| format!("targets.{name}.restart: {e}"))?;
             }
             for (field, value, scheme) in [
                 ("tls_address", &t.tls_address, "https://"),
@@ -473,6 +605,18 @@ mod tests {
             (Some("http://t.ns.svc".into()), None)
         );
         assert!(inside.workers.host_network);
+        let rolled = ClusterFile::parse(
+            "targets: { t: { ingress_class: c, address: http://x, restart: { daemonset: envoy, namespace: projectcontour } } }",
+        )
+        .unwrap();
+        assert_eq!(
+            rolled.targets["t"].restart.as_ref().unwrap().checked(),
+            Ok(Restart::Rollout {
+                kind: "DaemonSet",
+                namespace: "projectcontour".into(),
+                name: "envoy".into()
+            })
+        );
         let gateway = ClusterFile::parse(
             "targets: { g: { gateway: { name: traefik, namespace: kube-system, listener: web }, address: http://x } }",
         )
@@ -518,6 +662,26 @@ mod tests {
             (
                 "targets: { t: { ingress_class: c, address: http://x } }\nworkers: { host_net: true }",
                 "unknown field `host_net`",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, restart: { deployment: t } } }",
+                "targets.t.restart: give the workload's `namespace`",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, restart: { deployment: t, daemonset: t, namespace: n } } }",
+                "give one of `deployment`, `daemonset` and `local`",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, restart: { local: /x } } }",
+                "give the local cluster's `process`",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, restart: {} } }",
+                "give the `deployment` (or `daemonset`)",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, restart: { statefulset: t } } }",
+                "unknown field `statefulset`",
             ),
         ] {
             let e = ClusterFile::parse(text).unwrap_err();

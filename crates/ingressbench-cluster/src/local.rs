@@ -21,11 +21,13 @@ use crate::ClusterError;
 
 mod contour;
 mod haproxy_ingress;
+mod restart;
 pub use contour::{
     ContourOptions, CONTOUR_VERSION, GATEWAY as CONTOUR_GATEWAY,
     GATEWAY_TLS_LISTENER as CONTOUR_GATEWAY_TLS_LISTENER,
 };
 pub use haproxy_ingress::{HaproxyIngressOptions, HAPROXY_INGRESS_VERSION};
+pub use restart::{request_restart, RestartRequest, Restarted};
 
 /// The Kubernetes release the local cluster runs (and `scripts/kube-binaries.sh` builds).
 pub const KUBE_VERSION: &str = "1.33.13";
@@ -184,6 +186,8 @@ pub struct LocalCluster {
     /// The cloud load balancers' stand-ins: one L4 front per controller's LoadBalancer
     /// Service (its name and namespace, and the front).
     load_balancers: Vec<(String, String, ingressbench_lab::front::Front)>,
+    /// How each part was started, to start a controller again on request.
+    again: Vec<restart::Again>,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -233,7 +237,9 @@ impl LocalCluster {
             gateway_ca: None,
             haproxy_ingress: None,
             load_balancers: Vec::new(),
+            again: Vec::new(),
         };
+        cluster.open_restarts()?;
         let files = Files::write(dir)?;
         // etcd.
         let (client, peer) = (free_port()?, free_port()?);
@@ -456,6 +462,7 @@ impl LocalCluster {
             std::thread::sleep(Duration::from_millis(50));
         }
         self.parts.push(traefik);
+        self.restartable("traefik", restart::Ready::Http(ping_at, "/ping"));
         let local = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         self.ingress = Some((local(http), local(https)));
         if let Some(secret) = gateway_secret {
@@ -569,12 +576,22 @@ impl LocalCluster {
                 .find(|p| p.name() == name)
                 .map(|p| p.pid())
         };
-        let pids =
-            |controller: &str, proxy: Option<&str>| match (pid(controller), proxy.and_then(pid)) {
+        // And how a `restart` event restarts its controller: this cluster's serving
+        // process starts the process again.
+        let restart = |controller: &str| {
+            format!(
+                ", restart: {{ local: \"{}\", process: {controller} }}",
+                self.dir.display()
+            )
+        };
+        let pids = |controller: &str, proxy: Option<&str>| {
+            let pids = match (pid(controller), proxy.and_then(pid)) {
                 (Some(c), Some(p)) => format!(", local_pids: {{ controller: {c}, proxy: {p} }}"),
                 (Some(c), None) => format!(", local_pids: {{ controller: {c} }}"),
                 _ => String::new(),
             };
+            pids + &restart(controller)
+        };
         let mut target = |name: &str, how: String, http: SocketAddr, https: SocketAddr| {
             text.push_str(&format!(
                 "  {name}: {{ {how}, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"
@@ -780,13 +797,19 @@ impl LocalCluster {
     }
 
     fn start(
-        &self,
+        &mut self,
         name: &str,
         program: &Path,
         args: &[String],
     ) -> Result<OwnedChild, ClusterError> {
-        let log = self.dir.join(format!("{name}.log"));
-        OwnedChild::spawn(name, program, args, &self.dir, &log).map_err(ClusterError::from)
+        self.spawn(restart::Again {
+            name: name.to_owned(),
+            program: program.to_owned(),
+            args: args.to_vec(),
+            env: Vec::new(),
+            home: self.dir.clone(),
+            ready: None,
+        })
     }
 
     /// Polls the API server's `/readyz` with the admin kubeconfig until it says ok (the

@@ -368,6 +368,10 @@ pub struct ChangeRecord {
     /// When its controller reported it in the route's status (in a cluster, through the
     /// Gateway API: the HTTPRoute's conditions observed its generation).
     pub reported_at: Option<Instant>,
+    /// After a controller's restart in a cluster: when it was complete (a rollout's every
+    /// replica new and available; the local cluster's process ready). Its `applied_at` is
+    /// when the first new pod (process) was ready.
+    pub completed_at: Option<Instant>,
 }
 
 impl Lab {
@@ -956,6 +960,7 @@ impl Lab {
                     applied_at: Some(requested_at),
                     endpoints_at: None,
                     reported_at: None,
+                    completed_at: None,
                     mechanisms: Vec::new(),
                     versions: Vec::new(),
                     started: Vec::new(),
@@ -1044,6 +1049,7 @@ impl Lab {
             applied_at: None,
             endpoints_at: None,
             reported_at: None,
+            completed_at: None,
             mechanisms: Vec::new(),
             versions: Vec::new(),
             started,

@@ -227,6 +227,9 @@ pub struct StreamReport {
     pub unsent: u64,
     /// Sent and not yet echoed when the run ended.
     pub in_flight_at_end: u64,
+    /// Of all these, due during the warm-up: in this report's counts, in none of the
+    /// summary's (as the HTTP engine's warm-up requests).
+    pub warmup: u64,
     /// WebSockets (event streams) opened.
     pub opened: u64,
     /// Upgrades (event stream requests) that failed, by why (`status 502`, `connect:
@@ -309,6 +312,7 @@ impl Run {
         sample.phases = out.opened.unwrap_or_default();
         sample.phases.ttfb_ns = sample.done_at_ns.saturating_sub(out.sent_ns);
         sample.warmup = out.due_ns < self.measured_from_ns;
+        self.report.borrow_mut().warmup += u64::from(sample.warmup);
         self.recorder.borrow_mut().record(&sample);
         if sample.warmup || self.sample_threshold == 0 || outcome == Outcome::NotSent {
             return;

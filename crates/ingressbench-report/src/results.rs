@@ -354,9 +354,9 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
     match stream {
         Some(Ok(w)) => {
             let total = value["requests"]["total"].as_u64().unwrap_or(0);
-            // Every message (event) due is in the summary once: sent or never sent, less
-            // those still out when the run ended.
-            if w.sent + w.unsent != total + w.in_flight_at_end {
+            // Every message (event) due after the warm-up is in the summary once: sent or
+            // never sent, less those still out when the run ended.
+            if w.sent + w.unsent != total + w.in_flight_at_end + w.warmup {
                 let (_, items) = w.kind.nouns();
                 why.push(format!(
                     "{} counts {} {items} sent, {} never sent and {} out at the end, and the summary {total} (not this cell's)",

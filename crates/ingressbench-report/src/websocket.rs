@@ -82,6 +82,9 @@ pub struct WebSocketFile {
     pub unsent: u64,
     /// Out when the run ended.
     pub in_flight_at_end: u64,
+    /// Of all these, due during the warm-up (the summary counts none of them).
+    #[serde(default)]
+    pub warmup: u64,
     /// WebSockets opened.
     pub opened: u64,
     /// Upgrades that failed, by why.

@@ -322,6 +322,10 @@ pub(crate) fn write_impact(
             // When the controller said it had it (an HTTPRoute's status).
             figures["reported_s"] = json!(offset(at, measure_from));
         }
+        if let Some(at) = rec.completed_at {
+            // A controller's restart: when its rollout was complete.
+            figures["completed_s"] = json!(offset(at, measure_from));
+        }
         figures["took_effect_s"] = json!(effect.map(|e| t + e));
         figures["took_effect_basis"] = json!(basis);
         if let Some(closes) = closes {

@@ -435,6 +435,9 @@ impl Driver<'_> {
             if let Some(at) = rec.endpoints_at {
                 line["endpoints_s"] = json!(offset(at, self.measure_from));
             }
+            if let Some(at) = rec.completed_at {
+                line["completed_s"] = json!(offset(at, self.measure_from));
+            }
             if !rec.versions.is_empty() {
                 let versions: Vec<String> = rec
                     .versions

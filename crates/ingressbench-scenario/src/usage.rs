@@ -202,13 +202,21 @@ fn summarise(readings: &[Reading], requests: u64) -> Value {
         let mean = rss.iter().sum::<u64>() / rss.len().max(1) as u64;
         (peak, mean)
     };
+    // By name: a restart can change a site's parts (a controller whose proxy it starts
+    // has none between its processes).
+    let of = |r: &'_ Reading, name: &str| r.parts.iter().find(|q| q.name == name).cloned();
     let parts: Vec<Value> = first
         .parts
         .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let cpu_s = last.parts[i].cpu_s - p.cpu_s;
-            let (peak, mean) = memory(measured.iter().map(|r| r.parts[i].rss_bytes).collect());
+        .map(|p| {
+            let cpu_s = of(last, &p.name).map_or(0.0, |l| l.cpu_s - p.cpu_s);
+            let (peak, mean) = memory(
+                measured
+                    .iter()
+                    .filter_map(|r| of(r, &p.name))
+                    .map(|q| q.rss_bytes)
+                    .collect(),
+            );
             json!({ "name": p.name, "role": p.role, "cpu_s": round3(cpu_s),
                     "cpu_ms_per_1000_requests": per_1000(cpu_s),
                     "rss_peak_bytes": peak, "rss_mean_bytes": mean })

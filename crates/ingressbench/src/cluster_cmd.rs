@@ -2,8 +2,9 @@
 //!
 //! `up` starts `cluster local serve` in a process group of its own (so that the terminal's
 //! Ctrl-C does not reach it) and returns once the API answers; `serve` owns every process
-//! of the control plane, so they all die with it, and stops them on SIGTERM; `down` sends
-//! that SIGTERM and waits until everything is gone.
+//! of the control plane, so they all die with it, restarts a controller when a run asks
+//! (a `restart` event), and stops them all on SIGTERM; `down` sends that SIGTERM and waits
+//! until everything is gone.
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;
@@ -311,7 +312,7 @@ fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
     let mut cluster = LocalCluster::up(&options)?;
     if let Some(text) = cluster.cluster_file() {
         // A cluster file for this cluster, for `cluster check` and `run --cluster`.
-        std::fs::write(dir.join("cluster.yaml"), text)?;
+        write_cluster_file(dir, &text)?;
     }
     std::fs::write(dir.join("ready"), cluster.server())?;
     for (name, pid) in cluster.processes() {
@@ -322,7 +323,13 @@ fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
             eprintln!("error: {e}");
             break;
         }
-        std::thread::sleep(Duration::from_millis(200));
+        // A run's `restart` of a controller: the new process's id goes into the file.
+        if cluster.serve_restarts() {
+            if let Some(text) = cluster.cluster_file() {
+                write_cluster_file(dir, &text)?;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
     drop(cluster);
     let _ = std::fs::remove_dir_all(dir);
@@ -465,4 +472,11 @@ fn down(dir: &Path) -> Result<ExitCode> {
         started.elapsed().as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes the cluster file aside and renames it into place: a run never reads half of it.
+fn write_cluster_file(dir: &Path, text: &str) -> std::io::Result<()> {
+    let partial = dir.join("cluster.yaml.partial");
+    std::fs::write(&partial, text)?;
+    std::fs::rename(&partial, dir.join("cluster.yaml"))
 }

@@ -25,6 +25,8 @@ use crate::ClusterError;
 mod endpoints;
 pub mod mesh;
 mod objects;
+mod rollout;
+pub use rollout::{Rollout, RolloutState, RESTARTED_AT};
 
 use endpoints::ready_addresses;
 pub use endpoints::EndpointsWatch;

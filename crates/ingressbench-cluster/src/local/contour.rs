@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::restart::Ready;
 use super::{free_port, io, Files, LocalCluster, API_READY_TIMEOUT};
 use crate::ClusterError;
 
@@ -113,7 +114,7 @@ impl LocalCluster {
         // Contour, with its own kubeconfig and a config naming its Gateway.
         let kubeconfig = self.dir.join("contour.kubeconfig");
         files.kubeconfig(&kubeconfig, &self.server, &files.contour_token)?;
-        let (admin, xds) = (free_port()?, free_port()?);
+        let (admin, xds, health) = (free_port()?, free_port()?, free_port()?);
         let config = self.dir.join("contour.yaml");
         let (name, namespace, _) = GATEWAY;
         std::fs::write(
@@ -149,13 +150,15 @@ impl LocalCluster {
             ("--envoy-service-https-port", port(envoy_ports[1])),
             ("--stats-port", port(free_port()?)),
             ("--http-port", port(free_port()?)),
-            ("--health-port", port(free_port()?)),
+            ("--health-port", port(health)),
             ("--debug-http-port", port(free_port()?)),
         ] {
             args.push(format!("{flag}={value}"));
         }
         let contour = self.start("contour", &options.binary, &args)?;
         self.parts.push(contour);
+        let local = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
+        self.restartable("contour", Ready::Http(local(health), "/healthz"));
         // Envoy, bootstrapped by Contour to fetch everything from it.
         let bootstrap = self.dir.join("envoy.json");
         let made = std::process::Command::new(&options.binary)
@@ -193,8 +196,8 @@ impl LocalCluster {
         .map(str::to_owned);
         let envoy = self.start("contour-envoy", &options.envoy, &args)?;
         self.parts.push(envoy);
-        let local = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         let at = local(envoy_ports[0]);
+        self.restartable("contour-envoy", Ready::Listening(vec![at]));
         let started = Instant::now();
         while std::net::TcpStream::connect_timeout(&at, Duration::from_millis(200)).is_err() {
             self.check_alive()?;

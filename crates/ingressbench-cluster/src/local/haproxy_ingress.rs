@@ -14,9 +14,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ingressbench_lab::process::OwnedChild;
 use serde_json::{json, Value};
 
+use super::restart::{Again, Ready};
 use super::{free_port, io, Files, LocalCluster, API_READY_TIMEOUT};
 use crate::ClusterError;
 
@@ -132,15 +132,14 @@ impl LocalCluster {
                 ),
         )
         .map_err(|e| ClusterError::Api(format!("PATH for HAProxy Ingress: {e}")))?;
-        let mut controller = OwnedChild::spawn_with_env(
-            "haproxy-ingress",
-            Path::new("unshare"),
-            &args,
-            &[("PATH".to_owned(), path.to_string_lossy().into_owned())],
-            &home,
-            &self.dir.join("haproxy-ingress.log"),
-            ingressbench_lab::process::RunAs::default(),
-        )?;
+        let mut controller = self.spawn(Again {
+            name: "haproxy-ingress".into(),
+            program: PathBuf::from("unshare"),
+            args,
+            env: vec![("PATH".to_owned(), path.to_string_lossy().into_owned())],
+            home,
+            ready: None,
+        })?;
         let local = |p: u16| SocketAddr::from(([127, 0, 0, 1], p));
         let started = Instant::now();
         for at in [local(http), local(https)] {
@@ -148,6 +147,10 @@ impl LocalCluster {
             controller.wait_listening(at, left.max(Duration::from_millis(1)))?;
         }
         self.parts.push(controller);
+        self.restartable(
+            "haproxy-ingress",
+            Ready::Listening(vec![local(http), local(https)]),
+        );
         Ok((local(http), local(https)))
     }
 }

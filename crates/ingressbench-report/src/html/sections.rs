@@ -105,7 +105,7 @@ pub(super) fn events_section(run: &RunResults, conditions: &[Condition]) -> Stri
         let samples = samples_of(run, cell);
         let _ = write!(
             out,
-            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th>controller reported (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th title=\"Every failed request in the event's window: exact (runs before every failure was kept show an estimate from the sample, marked est.)\">errors</th><th title=\"HTTP/2: GOAWAY frames received in the event's window, on how many connections, and how long after the event the first came\">GOAWAYs (connections; first after s)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
+            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th title=\"A route change: until its controller reported it in the route's status. A controller's restart: until it was complete (every replica new and available)\">controller reported or restarted (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th title=\"Every failed request in the event's window: exact (runs before every failure was kept show an estimate from the sample, marked est.)\">errors</th><th title=\"HTTP/2: GOAWAY frames received in the event's window, on how many connections, and how long after the event the first came\">GOAWAYs (connections; first after s)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
             esc(&c.target),
             esc(&c.settings)
         );
@@ -178,7 +178,14 @@ pub(super) fn events_section(run: &RunResults, conditions: &[Condition]) -> Stri
                 esc(e["took_effect_basis"].as_str().unwrap_or_default()),
                 esc(&took_effect),
                 part("requested_s", "applied_s"),
-                part("requested_s", "reported_s"),
+                part(
+                    "requested_s",
+                    if e["completed_s"].is_number() {
+                        "completed_s"
+                    } else {
+                        "reported_s"
+                    }
+                ),
                 part("applied_s", "took_effect_s"),
                 mixed_ms,
                 errors,

@@ -108,12 +108,16 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
                     "events[{i}]: a reload has no meaning in cluster mode: the controller applies what the API holds (scale, kill, terminate, stall_backend and config events are made through it)"
                 ));
             }
-            if matches!(
-                e.action,
-                crate::model::Action::Restart { .. } | crate::model::Action::Upgrade { .. }
-            ) {
+            if matches!(e.action, crate::model::Action::Upgrade { .. }) {
                 return Err(format!(
-                    "events[{i}]: restarting a controller in cluster mode is not built yet (a rollout restart of its Deployment is the plan); restart runs against the lab's proxies"
+                    "events[{i}]: an upgrade of a controller in cluster mode is a change of its image, not built; upgrade runs against the lab's proxies (a `restart` event restarts a controller)"
+                ));
+            }
+            if matches!(e.action, crate::model::Action::Restart { .. }) && placed.restart.is_none()
+            {
+                return Err(format!(
+                    "events[{i}]: a restart of target `{}`'s controller: the cluster file does not say how; add `restart: {{ deployment: NAME, namespace: NS }}` (or `daemonset:`) to the target, the workload a rollout restart rolls as `kubectl rollout restart` does (the local cluster's file says `restart: {{ local: DIR, process: NAME }}`)",
+                    cell.target.name()
                 ));
             }
         }

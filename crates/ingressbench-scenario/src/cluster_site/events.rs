@@ -9,7 +9,29 @@ use ingressbench_cluster::routes::{self, gateway, Routing};
 use ingressbench_lab::model::{Overlay, GENERATION_HEADER};
 use ingressbench_lab::{Change, ChangeRecord};
 
+use ingressbench_cluster::file::Restart;
+
 use super::{ClusterSite, Expect, HEARTBEAT_EVERY, ROUTE_STATUS_TIMEOUT, STATUS_EVERY};
+
+/// How long a controller's rollout restart may take to complete.
+const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// A controller's restart under way.
+pub(super) enum Restarting {
+    /// Its workload's rollout.
+    Rollout(ingressbench_cluster::deploy::Rollout),
+    /// The local cluster's serving process restarting it.
+    Local(ingressbench_cluster::local::RestartRequest),
+}
+
+/// The instant of a wall-clock time (nanoseconds since the Unix epoch), by `now`.
+fn instant_of(unix_ns: u64, now: Instant) -> Instant {
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    now.checked_sub(Duration::from_nanos(wall.saturating_sub(unix_ns)))
+        .unwrap_or(now)
+}
 
 impl ClusterSite {
     /// Makes `change` through the API (a scale, a kill, a route change, …) and records it;
@@ -29,8 +51,9 @@ impl ClusterSite {
                 "replacing the scenario's own routes is not made through the API: generated routes are (add_routes, remove_routes, change_routes, route_steps)"
                     .into(),
             ),
-            Change::Restart { .. } | Change::Upgrade { .. } => Err(
-                "restarting a controller in cluster mode is not built yet; restart is the lab's proxies'"
+            Change::Restart { grace } => self.restart_controller(grace),
+            Change::Upgrade { .. } => Err(
+                "an upgrade of a controller in cluster mode is a change of its image: not built; upgrade runs against the lab's proxies"
                     .into(),
             ),
             Change::Reload => Err(
@@ -51,7 +74,7 @@ impl ClusterSite {
         let index = self.record(
             format!("scale {pool} {before}->{replicas}"),
             Vec::new(),
-            Expect::Ready(replicas),
+            Some(Expect::Ready(replicas)),
             asked,
         );
         self.before.push((index, now));
@@ -74,7 +97,7 @@ impl ClusterSite {
         Ok(self.record(
             format!("{verb} {}", pod.name),
             vec![pod.name],
-            expect,
+            Some(expect),
             asked,
         ))
     }
@@ -122,8 +145,114 @@ impl ClusterSite {
         ))
     }
 
+    /// Restarts the target's controller as the cluster file says: a rollout restart of
+    /// its workload (the pods' own termination grace applies), or the local cluster's
+    /// process stopped (`grace` to exit) and started again. Applied when the first new
+    /// pod (process) is ready, complete when the rollout is.
+    fn restart_controller(&mut self, grace: Duration) -> Result<usize, String> {
+        let restart = self.restart.clone().ok_or(
+            "the cluster file does not say how to restart the target's controller: give it `restart: { deployment: NAME, namespace: NS }`",
+        )?;
+        let asked = Instant::now();
+        let (what, restarting) = match &restart {
+            Restart::Rollout {
+                kind,
+                namespace,
+                name,
+            } => {
+                let rollout = self
+                    .run
+                    .rollout_restart(kind, namespace, name)
+                    .map_err(|e| e.to_string())?;
+                let what = format!(
+                    "restart: rollout of {kind} {namespace}/{name} ({} pods)",
+                    rollout.before.len()
+                );
+                (what, Restarting::Rollout(rollout))
+            }
+            Restart::Local { dir, process } => {
+                let request = ingressbench_cluster::local::request_restart(dir, process, grace)
+                    .map_err(|e| e.to_string())?;
+                (
+                    format!("restart: {process} process"),
+                    Restarting::Local(request),
+                )
+            }
+        };
+        // Not an EndpointSlice's change: followed on its own.
+        let index = self.record(what, Vec::new(), None, asked);
+        self.restarting.push((index, restarting));
+        Ok(index)
+    }
+
+    /// Follows each restart not yet complete: the first new pod ready (applied), every
+    /// one (complete); the local cluster's process ready (both), whose id the usage
+    /// readings follow from then.
+    fn follow_restarts(&mut self, now: Instant) -> Result<(), String> {
+        let mut done = Vec::new();
+        for (k, (index, restarting)) in self.restarting.iter().enumerate() {
+            let record = &mut self.records[*index];
+            match restarting {
+                Restarting::Rollout(rollout) => {
+                    let state = self.run.rollout_state(rollout).map_err(|e| e.to_string())?;
+                    if !state.new_ready.is_empty() && record.applied_at.is_none() {
+                        record.applied_at = Some(now);
+                    }
+                    if state.complete {
+                        record.completed_at = Some(now);
+                        record.applied_at.get_or_insert(now);
+                        done.push(k);
+                    } else if now.duration_since(record.requested_at) > ROLLOUT_TIMEOUT {
+                        return Err(format!(
+                            "{} {}/{}: the rollout restart was not complete within {} s ({} of its {} pods replaced, {} new ready)",
+                            rollout.kind,
+                            rollout.namespace,
+                            rollout.name,
+                            ROLLOUT_TIMEOUT.as_secs(),
+                            state.old_gone.len(),
+                            rollout.before.len(),
+                            state.new_ready.len()
+                        ));
+                    }
+                }
+                Restarting::Local(request) => {
+                    let Some(restarted) = request.poll().map_err(|e| e.to_string())? else {
+                        continue;
+                    };
+                    let ready = instant_of(restarted.ready_unix_ns, now);
+                    record.applied_at = Some(ready);
+                    record.completed_at = Some(ready);
+                    let stopped = instant_of(restarted.stopped_unix_ns, now)
+                        .saturating_duration_since(record.requested_at);
+                    record.what = format!(
+                        "{} {} -> {} (old stopped after {:.0} ms)",
+                        record.what,
+                        restarted.old_pid,
+                        restarted.pid,
+                        stopped.as_secs_f64() * 1e3
+                    );
+                    if let (_, Some(pids)) = &mut self.local {
+                        for pid in [&mut pids.controller]
+                            .into_iter()
+                            .chain(pids.proxy.as_mut())
+                        {
+                            if *pid == restarted.old_pid {
+                                *pid = restarted.pid;
+                            }
+                        }
+                    }
+                    done.push(k);
+                }
+            }
+        }
+        for k in done.into_iter().rev() {
+            self.restarting.remove(k);
+        }
+        Ok(())
+    }
+
     /// Moves pending changes on: when the EndpointSlices show them, when the controller
-    /// reports a route change, and the namespace's heartbeat.
+    /// reports a route change, restarts, and the namespace's heartbeat.
     pub(super) fn advance(&mut self) -> Result<(), String> {
         let now = Instant::now();
         if now.duration_since(self.beat_at) >= HEARTBEAT_EVERY {
@@ -131,6 +260,10 @@ impl ClusterSite {
             self.run.heartbeat().map_err(|e| e.to_string())?;
         }
         self.read_route_status(now)?;
+        if !self.restarting.is_empty() && now.duration_since(self.restart_read_at) >= STATUS_EVERY {
+            self.restart_read_at = now;
+            self.follow_restarts(now)?;
+        }
         // Each pending change is shown by the first set the watch delivered after it was
         // asked that has it.
         let mut done = Vec::new();
@@ -217,6 +350,7 @@ impl ClusterSite {
             removed: Vec::new(),
             generations,
             reported_at: None,
+            completed_at: None,
         });
         self.records.len() - 1
     }
@@ -225,7 +359,7 @@ impl ClusterSite {
         &mut self,
         what: String,
         removed: Vec<String>,
-        expect: Expect,
+        expect: Option<Expect>,
         asked: Instant,
     ) -> usize {
         // Requested when the tool sent it (the call then succeeded): the control plane
@@ -241,9 +375,12 @@ impl ClusterSite {
             removed,
             generations: Vec::new(),
             reported_at: None,
+            completed_at: None,
         });
         let index = self.records.len() - 1;
-        self.pending.push((index, expect, asked));
+        if let Some(expect) = expect {
+            self.pending.push((index, expect, asked));
+        }
         index
     }
 

@@ -11,7 +11,7 @@
 //! The site in five rooms: `check` (what a cluster cell refuses before anything is made),
 //! `up` (the cell's namespace, routes and certificate, up to routes that answer),
 //! `events` (changes through the API, and when the EndpointSlices and the controller's
-//! status show them), `generated` (route scale: an object per generated route, made,
+//! status show them; a controller's restart and when it was complete), `generated` (route scale: an object per generated route, made,
 //! changed and deleted K at a time), `pods` (load from the cluster's own pods). This file
 //! holds the site itself and what they share.
 
@@ -234,6 +234,11 @@ pub(crate) struct ClusterSite {
     /// Pods before each pending scale, to name the ones it started.
     before: Vec<(usize, Vec<String>)>,
     beat_at: Instant,
+    /// How the target's controller is restarted (the cluster file's `restart:`).
+    restart: Option<ingressbench_cluster::file::Restart>,
+    /// Restarts not yet complete, by record.
+    restarting: Vec<(usize, events::Restarting)>,
+    restart_read_at: Instant,
 }
 
 impl Site for ClusterSite {

@@ -121,6 +121,9 @@ impl ClusterSite {
             pending: Vec::new(),
             before: Vec::new(),
             beat_at: Instant::now(),
+            restart: placed.restart.as_ref().map(|r| r.checked()).transpose()?,
+            restarting: Vec::new(),
+            restart_read_at: Instant::now(),
         };
         if let Routing::Gateway { parent, .. } = &site.run.objects().routing {
             // The time the controller took to accept the routes is part of the record.

@@ -232,6 +232,7 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell(&dir);
     load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(&dir);
     a_capacity_search_runs_from_the_clusters_pods(&dir);
+    a_controller_restarts_by_its_process_or_by_a_rollout_under_load(&dir);
     every_pod_ran_from_the_image(&dir, &layout);
     let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
     let down = local("down", &dir);
@@ -2244,6 +2245,245 @@ fn generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell(dir: &Pa
         "{}",
         tail(&run)
     );
+    wait_until("no namespace of the tool left", || {
+        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    });
+}
+
+/// A scenario's `restart` in cluster mode. In the local cluster each controller's process
+/// is stopped and started again by the cluster's serving process (what a rollout restart
+/// of its Deployment is on a real cluster), under event streams through it: the times
+/// (requested, the new process ready), the old and new process in the record and in the
+/// cluster file, and what the streams saw (measured: printed; a controller that is its
+/// own proxy cuts every stream). On a real cluster's terms: a rollout restart of a
+/// Deployment (a stand-in of the backend's, two replicas), followed to its first new pod
+/// ready and to every pod replaced. A target whose file says not how, and an upgrade, are
+/// refused before anything is made.
+fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kube::api::{DeleteParams, PostParams};
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let pid_of = |target: &str| -> u32 {
+        let file = ingressbench_cluster::file::ClusterFile::read(&cluster).unwrap();
+        file.targets[target].local_pids.unwrap().controller
+    };
+    let before: Vec<u32> = ["traefik", "contour", "haproxy-ingress"]
+        .iter()
+        .map(|t| pid_of(t))
+        .collect();
+    let scenario = dir.join("restart.yaml");
+    std::fs::write(
+        &scenario,
+        "name: restart\ntargets: [{ cluster: traefik }, { cluster: contour }, { cluster: haproxy-ingress }]\nbackends: [{ name: echo, replicas: 2 }]\ntls: false\nload: { kind: sse, stream: { reconnect: \"backoff:100ms-1s\" }, rate: 100, connections: 10, duration: 7s, warmup: 1s, timeout: 2s }\nevents:\n  - { at: 2s, restart: true, grace: 1s }\n",
+    )
+    .unwrap();
+    let out = dir.join("restart-results");
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", tail(&run));
+    let mut measured = Vec::new();
+    for (cell, (target, old)) in cells_of(&out).into_iter().zip(
+        ["traefik", "contour", "haproxy-ingress"]
+            .into_iter()
+            .zip(before),
+    ) {
+        let impact = json_of(&cell, "impact.json");
+        let restart = &impact[0];
+        let what = restart["what"].as_str().unwrap();
+        let new = pid_of(target);
+        assert_ne!(new, old, "{target}: {what}");
+        assert!(processes_with(&format!("{}", dir.display())).contains(&new));
+        assert!(
+            what.starts_with(&format!(
+                "restart: {target} process {old} -> {new} (old stopped after "
+            )),
+            "{what}"
+        );
+        let (requested, applied) = (
+            restart["requested_s"].as_f64().unwrap(),
+            restart["applied_s"].as_f64().unwrap(),
+        );
+        assert!(applied > requested, "{restart}");
+        assert_eq!(restart["completed_s"], restart["applied_s"], "{restart}");
+        let streams = &restart["websocket"];
+        let sse = json_of(&cell, "sse.json");
+        if target == "traefik" {
+            // Its own proxy: a new process cannot hold the old one's connections.
+            assert_eq!(streams["cut"], 10, "{target}: {streams}");
+        }
+        assert_eq!(sse["duplicated"], 0, "{target}: {sse}");
+        measured.push(format!(
+            "{target}: new process ready after {:.0} ms; streams cut {} ({}), reconnect p99 {} us, errors {}",
+            (applied - requested) * 1e3,
+            streams["cut"],
+            streams["by_code"],
+            sse["reconnect"]["p99_us"],
+            restart["errors"]
+        ));
+    }
+    assert_eq!(measured.len(), 3);
+    eprintln!("{}", measured.join("\n"));
+    // A rollout restart: a Deployment standing in for a controller's.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let deployments: kube::Api<Deployment> = runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(&kubeconfig, None)
+            .await
+            .unwrap();
+        kube::Api::namespaced(client, "default")
+    });
+    let stand_in: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "restart-stand-in" },
+        "spec": {
+            "replicas": 2,
+            "selector": { "matchLabels": { "app": "restart-stand-in" } },
+            "template": {
+                "metadata": { "labels": { "app": "restart-stand-in" } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [{
+                        "name": "controller", "image": "example.test/ingressbench:dev",
+                        "args": ["backend", "--listen", "0.0.0.0:8080", "--name", "restart-stand-in"],
+                        "readinessProbe": { "httpGet": { "path": "/healthz", "port": 8080 } }
+                    }]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    runtime
+        .block_on(deployments.create(&PostParams::default(), &stand_in))
+        .unwrap();
+    let stand_in_pods = || {
+        let api: kube::Api<k8s_openapi::api::core::v1::Pod> = runtime.block_on(async {
+            kube::Api::namespaced(
+                ingressbench_cluster::api::client(&kubeconfig, None)
+                    .await
+                    .unwrap(),
+                "default",
+            )
+        });
+        let list = runtime
+            .block_on(api.list(&kube::api::ListParams::default().labels("app=restart-stand-in")))
+            .unwrap();
+        let mut ready: Vec<String> = list
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        ready.sort();
+        ready
+    };
+    let first = wait_until("two stand-in pods ready", || {
+        Some(stand_in_pods()).filter(|p| p.len() == 2)
+    });
+    let rolled = dir.join("cluster-rollout.yaml");
+    let text = std::fs::read_to_string(&cluster).unwrap();
+    let local = format!(
+        "restart: {{ local: \"{}\", process: traefik }}",
+        dir.join("cluster").display()
+    );
+    assert!(text.contains(&local), "{text}");
+    std::fs::write(
+        &rolled,
+        text.replace(
+            &local,
+            "restart: { deployment: restart-stand-in, namespace: default }",
+        ),
+    )
+    .unwrap();
+    let scenario = dir.join("rollout.yaml");
+    std::fs::write(
+        &scenario,
+        "name: rollout\ntargets: [{ cluster: traefik }]\nbackends: [{ name: echo, replicas: 1 }]\ntls: false\nload: { mode: open, rate: 50, connections: 4, duration: 10s, warmup: 1s }\nevents:\n  - { at: 1s, restart: true }\n",
+    )
+    .unwrap();
+    let out = dir.join("rollout-results");
+    let run = run_in_cluster(&scenario, &rolled, &kubeconfig, &out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", tail(&run));
+    let impact = json_of(&cells_of(&out)[0], "impact.json");
+    let rollout = &impact[0];
+    assert_eq!(
+        rollout["what"], "restart: rollout of Deployment default/restart-stand-in (2 pods)",
+        "{rollout}"
+    );
+    let at = |k: &str| {
+        rollout[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k}: {rollout}"))
+    };
+    assert!(
+        at("requested_s") < at("applied_s") && at("applied_s") <= at("completed_s"),
+        "{rollout}"
+    );
+    eprintln!(
+        "rollout restart of 2 pods: first new pod ready after {:.0} ms, complete after {:.0} ms",
+        (at("applied_s") - at("requested_s")) * 1e3,
+        (at("completed_s") - at("requested_s")) * 1e3
+    );
+    let now = stand_in_pods();
+    assert_eq!(now.len(), 2, "{now:?}");
+    assert!(
+        now.iter().all(|p| !first.contains(p)),
+        "{first:?} -> {now:?}"
+    );
+    let template = runtime
+        .block_on(deployments.get("restart-stand-in"))
+        .unwrap();
+    let annotations = template
+        .spec
+        .unwrap()
+        .template
+        .metadata
+        .unwrap()
+        .annotations
+        .unwrap();
+    assert!(
+        annotations.contains_key("kubectl.kubernetes.io/restartedAt"),
+        "{annotations:?}"
+    );
+    // Refused before anything is made: a target whose file says not how to restart it,
+    // and an upgrade.
+    let unsaid = dir.join("cluster-no-restart.yaml");
+    std::fs::write(&unsaid, text.replace(&format!(", {local}"), "")).unwrap();
+    refused(
+        &scenario,
+        &unsaid,
+        &kubeconfig,
+        &dir.join("r7"),
+        "the cluster file does not say how; add `restart: { deployment: NAME, namespace: NS }`",
+    );
+    let upgrade = dir.join("upgrade.yaml");
+    std::fs::write(
+        &upgrade,
+        std::fs::read_to_string(&scenario)
+            .unwrap()
+            .replace("restart: true", "upgrade: same"),
+    )
+    .unwrap();
+    refused(
+        &upgrade,
+        &rolled,
+        &kubeconfig,
+        &dir.join("r8"),
+        "an upgrade of a controller in cluster mode",
+    );
+    runtime
+        .block_on(deployments.delete("restart-stand-in", &DeleteParams::default()))
+        .unwrap();
+    wait_until("the stand-in gone", || {
+        processes_with("restart-stand-in").is_empty().then_some(())
+    });
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())
     });

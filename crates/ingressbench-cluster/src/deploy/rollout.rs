@@ -1,0 +1,229 @@
+//! A controller restarted as `kubectl rollout restart` restarts it: its Deployment's or
+//! DaemonSet's pod template gets the annotation `kubectl.kubernetes.io/restartedAt`, and
+//! the workload's own controller replaces every pod by its update strategy. Read back:
+//! when the first new pod was ready, and when the rollout was complete (what `kubectl
+//! rollout status` waits for: every replica updated and available, no old one left).
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::Api;
+
+use super::{api_error, RunNamespace};
+use crate::ClusterError;
+
+/// The annotation `kubectl rollout restart` sets.
+pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
+
+/// A rollout restart asked for.
+#[derive(Clone, Debug)]
+pub struct Rollout {
+    /// `Deployment` or `DaemonSet`.
+    pub kind: &'static str,
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// The workload's generation the restart made.
+    generation: i64,
+    /// Its pods' label selector.
+    selector: String,
+    /// Its pods before the restart.
+    pub before: BTreeSet<String>,
+}
+
+/// Where a rollout is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RolloutState {
+    /// The new pods that are ready, by name.
+    pub new_ready: Vec<String>,
+    /// The pods of before that are gone (or being deleted).
+    pub old_gone: Vec<String>,
+    /// Every replica updated and available, and no old one left.
+    pub complete: bool,
+}
+
+impl RunNamespace {
+    /// Restarts a workload as `kubectl rollout restart` does.
+    pub fn rollout_restart(
+        &self,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Rollout, ClusterError> {
+        let what = format!("{kind} {namespace}/{name}");
+        let read = |e| api_error(&format!("reading {what}"), e);
+        let selector = match kind {
+            "Deployment" => {
+                self.runtime
+                    .block_on(
+                        Api::<Deployment>::namespaced(self.client.clone(), namespace).get(name),
+                    )
+                    .map_err(read)?
+                    .spec
+                    .unwrap_or_default()
+                    .selector
+            }
+            _ => {
+                self.runtime
+                    .block_on(
+                        Api::<DaemonSet>::namespaced(self.client.clone(), namespace).get(name),
+                    )
+                    .map_err(read)?
+                    .spec
+                    .unwrap_or_default()
+                    .selector
+            }
+        };
+        let selector: Vec<String> = selector
+            .match_labels
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if selector.is_empty() {
+            return Err(ClusterError::Api(format!(
+                "{what} selects its pods by expressions only; its pods cannot be followed (give its matchLabels)"
+            )));
+        }
+        let mut rollout = Rollout {
+            kind,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            generation: 0,
+            selector: selector.join(","),
+            before: BTreeSet::new(),
+        };
+        // The pods before the patch: every pod after it that is not one of them is new.
+        rollout.before = self
+            .workload_pods(&rollout)?
+            .into_iter()
+            .filter(|(_, _, terminating)| !terminating)
+            .map(|(name, _, _)| name)
+            .collect();
+        let now = k8s_openapi::jiff::Timestamp::now().to_string();
+        let patch = serde_json::json!({ "spec": { "template": { "metadata": { "annotations": { RESTARTED_AT: now } } } } });
+        let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+        let restart = |e| {
+            api_error(
+                &format!("restarting {what} (a patch of its pod template)"),
+                e,
+            )
+        };
+        let metadata = match kind {
+            "Deployment" => {
+                self.runtime
+                    .block_on(
+                        Api::<Deployment>::namespaced(self.client.clone(), namespace)
+                            .patch(name, &params, &patch),
+                    )
+                    .map_err(restart)?
+                    .metadata
+            }
+            _ => {
+                self.runtime
+                    .block_on(
+                        Api::<DaemonSet>::namespaced(self.client.clone(), namespace)
+                            .patch(name, &params, &patch),
+                    )
+                    .map_err(restart)?
+                    .metadata
+            }
+        };
+        rollout.generation = metadata.generation.unwrap_or_default();
+        Ok(rollout)
+    }
+
+    /// Where `rollout` is now.
+    pub fn rollout_state(&self, rollout: &Rollout) -> Result<RolloutState, ClusterError> {
+        let pods = self.workload_pods(rollout)?;
+        let live: BTreeSet<&String> = pods
+            .iter()
+            .filter(|(_, _, terminating)| !terminating)
+            .map(|(n, _, _)| n)
+            .collect();
+        let new_ready = pods
+            .iter()
+            .filter(|(n, ready, terminating)| *ready && !terminating && !rollout.before.contains(n))
+            .map(|(n, _, _)| n.clone())
+            .collect();
+        let old_gone: Vec<String> = rollout
+            .before
+            .iter()
+            .filter(|n| !live.contains(n))
+            .cloned()
+            .collect();
+        let what = format!("{} {}/{}", rollout.kind, rollout.namespace, rollout.name);
+        let client = self.client.clone();
+        let done = self.runtime.block_on(async {
+            let read = |e| api_error(&format!("reading {what}"), e);
+            Ok::<_, ClusterError>(match rollout.kind {
+                "Deployment" => {
+                    let api: Api<Deployment> = Api::namespaced(client, &rollout.namespace);
+                    let d = api.get(&rollout.name).await.map_err(read)?;
+                    let wanted = d.spec.and_then(|s| s.replicas).unwrap_or(1);
+                    let s = d.status.unwrap_or_default();
+                    s.observed_generation.unwrap_or_default() >= rollout.generation
+                        && s.updated_replicas.unwrap_or_default() == wanted
+                        && s.replicas.unwrap_or_default() == wanted
+                        && s.available_replicas.unwrap_or_default() == wanted
+                }
+                _ => {
+                    let api: Api<DaemonSet> = Api::namespaced(client, &rollout.namespace);
+                    let s = api
+                        .get(&rollout.name)
+                        .await
+                        .map_err(read)?
+                        .status
+                        .unwrap_or_default();
+                    s.observed_generation.unwrap_or_default() >= rollout.generation
+                        && s.updated_number_scheduled.unwrap_or_default()
+                            == s.desired_number_scheduled
+                        && s.number_available.unwrap_or_default() == s.desired_number_scheduled
+                }
+            })
+        })?;
+        Ok(RolloutState {
+            new_ready,
+            // Complete when its status says so and the pods agree: none of before is left.
+            complete: done && old_gone.len() == rollout.before.len(),
+            old_gone,
+        })
+    }
+
+    /// The workload's pods: name, ready, being deleted.
+    fn workload_pods(&self, rollout: &Rollout) -> Result<Vec<(String, bool, bool)>, ClusterError> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &rollout.namespace);
+        let list = self
+            .runtime
+            .block_on(api.list(&ListParams::default().labels(&rollout.selector)))
+            .map_err(|e| {
+                api_error(
+                    &format!(
+                        "listing the pods of {} {}/{}",
+                        rollout.kind, rollout.namespace, rollout.name
+                    ),
+                    e,
+                )
+            })?;
+        Ok(list
+            .items
+            .into_iter()
+            .map(|p| {
+                let ready = p
+                    .status
+                    .and_then(|s| s.conditions)
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                (
+                    p.metadata.name.unwrap_or_default(),
+                    ready,
+                    p.metadata.deletion_timestamp.is_some(),
+                )
+            })
+            .collect())
+    }
+}
