@@ -20,6 +20,8 @@ ratio of each tool to ingressbench; nothing here asserts a timing.
                                          # beside the h2 crate alone (examples/h2_floor.rs)
     python3 bench/compare.py grpc        # gRPC unary calls to the echo backend (h2c), open loop at
                                          # 2,000 and 10,000 calls/s over 10 connections, against ghz
+    python3 bench/compare.py metrics     # --metrics-listen's cost: without it, scraped once a second,
+                                         # and flooded by 100 scrapers, at 20,000 req/s, 3 runs each
     python3 bench/compare.py all --duration 5
 
 Needs nginx (scripts/install-deps.sh) and the peers (../shared/tools/install-peers.sh;
@@ -491,9 +493,68 @@ def grpc(seconds, tmp, rates=(2000, 10000), conns=10):
         proc.wait(timeout=30)
 
 
+def scraper(port, stop, interval, served):
+    """GETs /metrics at 127.0.0.1:port until stop: every `interval` s, or back to back
+    (interval 0, a flood). Runs on SUT_CPU (the thread pins itself), off the generator's."""
+    os.sched_setaffinity(0, {int(SUT_CPU)})
+    while not stop.is_set():
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+                s.sendall(b"GET /metrics HTTP/1.0\r\nAccept: application/openmetrics-text\r\n\r\n")
+                while s.recv(65536):
+                    pass
+            served.append(1)
+        except OSError:
+            time.sleep(0.01)
+        if interval:
+            stop.wait(interval)
+
+
+def metrics(nginx, seconds, tmp, rate=20000, repeats=3):
+    """--metrics-listen's cost to the generator (#35): the same open-loop load without it,
+    with it and a scrape a second (Prometheus's pace, 1 s being a short interval), and
+    with 100 scrapers asking back to back; the three in turn, `repeats` times, summed.
+    What to read: CPU per request (goal: within 2% of without at 1 scrape/s), and the
+    achieved rate and scheduler lag under the flood."""
+    import threading
+    kinds = [("ingressbench", 0, None), ("--metrics-listen, 1 scrape/s", 1, 1.0),
+             ("--metrics-listen, 100 scrapers back to back", 100, 0)]
+    rows = {}
+    for _ in range(repeats):
+        for name, scrapers, interval in kinds:
+            args = ["-R", str(rate), "-c", "50", "-d", f"{seconds}s"]
+            stop, served, threads = threading.Event(), [], []
+            if scrapers:
+                port = free_port()
+                args += ["--metrics-listen", f"127.0.0.1:{port}"]
+                threads = [threading.Thread(target=scraper, args=(port, stop, interval, served), daemon=True)
+                           for _ in range(scrapers)]
+                for t in threads:
+                    t.start()
+            r = run_ingressbench(args, nginx.url, tmp)
+            stop.set()
+            for t in threads:
+                t.join()
+            r["scrapes"] = len(served)
+            if name in rows:
+                acc = rows[name]
+                for k in ("requests", "ok", "cpu", "scrapes"):
+                    acc[k] += r[k]
+                for k in ("rate", "p50_us", "p99_us", "lag_p99_us"):
+                    acc[k] = max(acc[k], r[k]) if k != "rate" else min(acc[k], r[k])
+            else:
+                rows[name] = r
+    table(f"--metrics-listen at {rate:,} req/s, 50 connections, {seconds} s, {repeats} runs each in turn", rows,
+          "CPU/request", "lower CPU per request is better; req/s is the lowest of the runs, p50/p99 the highest")
+    for name, r in rows.items():
+        print(f"- {name}: {r['scrapes']:,} scrapes answered; scheduler lag p99 (highest run) {r['lag_p99_us']} us")
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "workers", "h2-closed", "h2-open", "grpc", "all"])
+    ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "workers", "h2-closed", "h2-open", "grpc",
+                                    "metrics", "all"])
     ap.add_argument("--duration", type=int, default=10, help="seconds per tool (default 10)")
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--accuracy-rates", default="2000,20000", help="rates of the accuracy tables")
@@ -525,6 +586,8 @@ def main():
             workers(nginx, args.duration, tmp)
         if args.what in ("grpc", "all"):
             grpc(args.duration, tmp)
+        if args.what in ("metrics", "all"):
+            metrics(nginx, args.duration, tmp, args.rate)
         if args.what in ("memory", "all"):
             memory(nginx, tmp, args.long_minutes)
     finally:

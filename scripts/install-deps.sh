@@ -14,7 +14,7 @@
 #   user: the system user `ingressbench`, which the lab's proxies and backends run as
 #         when the tool runs as root (no login, no home; docs/ARCHITECTURE.md)
 #   apt:  buildah, umoci (the image of scripts/image.sh, which the local cluster's pods
-#         run)
+#         run); prometheus (a real server that scrapes `load --metrics-listen` in a test)
 #   rust: a stable toolchain if cargo is missing
 # With --lab, only what the lab needs (the proxies, build tools, the user; what
 # scripts/demo.sh runs): no chromium, no local cluster, no image tools.
@@ -36,7 +36,7 @@ TRAEFIK_PREVIOUS=3.6.15
 
 need_apt=()
 wanted="nginx:nginx haproxy:haproxy caddy:caddy cc:build-essential curl:curl ip:iproute2 python3:python3 script:bsdutils setpriv:util-linux"
-[ -n "$lab_only" ] || wanted="$wanted chromium:chromium etcd:etcd-server buildah:buildah umoci:umoci"
+[ -n "$lab_only" ] || wanted="$wanted chromium:chromium etcd:etcd-server buildah:buildah umoci:umoci prometheus:prometheus"
 for pair in $wanted; do
   bin=${pair%%:*}; pkg=${pair##*:}
   command -v "$bin" >/dev/null 2>&1 || need_apt+=("$pkg")

@@ -75,7 +75,7 @@ pub(crate) fn run_cell(
         reused,
     } = bring_up(cell, options, sites)?;
     let mut load = start_load(cell, dir, site.as_mut(), options, factor, live)?;
-    let beside = drive(cell, dir, site.as_mut(), &mut load, &options.stop)?;
+    let beside = drive(cell, dir, site.as_mut(), &mut load, options)?;
     let done = collect(cell, dir, site.as_mut(), (load, beside, reused), lock)?;
     // Only cells without events share sites, so a kept site is as it started.
     if let (Some(key), true) = (key, cell.events.is_empty()) {
@@ -165,6 +165,15 @@ fn start_load(
     if let Some(live) = live {
         streams = streams.on_progress(live);
     }
+    if let Some(metrics) = &options.metrics {
+        metrics.settings(vec![
+            ("scenario".to_owned(), cell.scenario.name.clone()),
+            ("cell".to_owned(), cell.index.to_string()),
+            ("label".to_owned(), cell.label()),
+            ("target".to_owned(), cell.target.name().to_owned()),
+        ]);
+        streams = streams.with_live(metrics.clone());
+    }
     let gate = timeline.gate(&mut plan);
     let probe = match site.route_probe() {
         Some(addr) => RouteProbe::start(cell, addr, site.client_netns()).transpose()?,
@@ -206,7 +215,7 @@ fn drive(
     dir: &Path,
     site: &mut dyn Site,
     load: &mut Started,
-    run_stop: &AtomicBool,
+    options: &RunOptions,
 ) -> Result<Beside, CellFailure> {
     let events = OpenOptions::new()
         .create(true)
@@ -235,8 +244,14 @@ fn drive(
         probe: load.probe.take(),
         sequence: None,
         held: std::collections::VecDeque::new(),
+        metrics: options.metrics.clone(),
     };
-    driver.drive(&load.thread, &mut load.timeline, load.gate.take(), run_stop);
+    driver.drive(
+        &load.thread,
+        &mut load.timeline,
+        load.gate.take(),
+        &options.stop,
+    );
     Ok(Beside {
         unfinished: driver.unfinished(),
         usage: driver.usage,

@@ -29,6 +29,7 @@ pub mod cluster_site;
 mod error;
 mod expand;
 pub mod impact;
+pub mod live;
 mod load;
 mod model;
 mod options;

@@ -894,6 +894,24 @@ pub enum Action {
 }
 
 impl Action {
+    /// Its kind, as the scenario file names it (the live metrics' `kind` label).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Action::Scale(_) => "scale",
+            Action::Kill(_) => "kill",
+            Action::Terminate(_) => "terminate",
+            Action::Config(_) => "config",
+            Action::Reload => "reload",
+            Action::Upgrade { .. } => "upgrade",
+            Action::Restart { .. } => "restart",
+            Action::AddRoutes(_) => "add_routes",
+            Action::RemoveRoutes(_) => "remove_routes",
+            Action::ChangeRoutes(_) => "change_routes",
+            Action::RouteSteps { .. } => "route_steps",
+            Action::StallBackend { .. } => "stall_backend",
+        }
+    }
+
     /// Whether it adds, removes or changes generated routes (the route probe times it).
     pub fn is_route_event(&self) -> bool {
         matches!(

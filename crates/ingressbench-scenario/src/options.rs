@@ -34,6 +34,9 @@ pub struct RunOptions {
     pub force: bool,
     /// Told the state of the cell in progress about once a second.
     pub live: Option<LiveFn>,
+    /// The live metrics' endpoint (`--metrics-listen`): every cell's windows, the current
+    /// cell's settings and each event as it fires.
+    pub metrics: Option<Arc<crate::live::Live>>,
     /// Run each cell in a Kubernetes cluster instead of a lab (`--cluster`).
     pub cluster: Option<ClusterOptions>,
 }

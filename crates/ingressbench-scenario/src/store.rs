@@ -218,6 +218,8 @@ pub struct Streams {
     error: Option<io::Error>,
     /// Set at the first write error: the load stops (what it measured so far is kept).
     stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The live metrics each window goes to (`--metrics-listen`).
+    live: Option<std::sync::Arc<crate::live::Live>>,
 }
 
 impl Streams {
@@ -254,7 +256,14 @@ impl Streams {
             progress: None,
             error: None,
             stop: None,
+            live: None,
         })
+    }
+
+    /// Hands every window to `live` as well (the live metrics' endpoint).
+    pub fn with_live(mut self, live: std::sync::Arc<crate::live::Live>) -> Self {
+        self.live = Some(live);
+        self
     }
 
     /// Sets `stop` at the first write error (a full disk): a load that cannot be written
@@ -302,6 +311,9 @@ impl Streams {
 
 impl Observer for Streams {
     fn window(&mut self, window: &Window) {
+        if let Some(live) = &self.live {
+            live.window(window);
+        }
         if let Some((path, w)) = self.hlog.as_mut() {
             let start = Duration::from_nanos(window.start_ns());
             let length = Duration::from_nanos(window.width_ns);

@@ -162,6 +162,8 @@ pub(crate) struct Driver<'a> {
     pub(crate) sequence: Option<Sequence>,
     /// Route events due while a sequence went on: fired in turn once it is done.
     pub(crate) held: VecDeque<(usize, Duration, (&'static str, Value))>,
+    /// The live metrics, told of each event as it fires.
+    pub(crate) metrics: Option<Arc<crate::live::Live>>,
 }
 
 impl Driver<'_> {
@@ -254,6 +256,9 @@ impl Driver<'_> {
     fn fire_now(&mut self, index: usize, delay: Duration, due: (&'static str, Value)) {
         let event = &self.cell.events[index];
         self.fired[index] += 1;
+        if let Some(metrics) = &self.metrics {
+            metrics.event(event.action.kind());
+        }
         let what = describe_action(&event.action, event.one_at_a_time);
         let (mut steps, unit, pause): (VecDeque<(Change, String, bool)>, _, _) =
             match (&event.action, change_for(&event.action, self.cell)) {

@@ -292,6 +292,12 @@ pub(crate) struct RunArgs {
     /// Replace the run already in --out (its run.json and cells).
     #[arg(long, requires = "out")]
     pub(crate) force: bool,
+    /// Serve live metrics for Prometheus at this address while the run goes (`GET
+    /// /metrics`): every cell's requests by outcome and latency as they come, the cell in
+    /// progress as labels, each event as it fires. After the run it waits up to 5 s for a
+    /// last scrape.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<std::net::SocketAddr>,
     /// Scale durations and intervals down so that the run takes about 90 seconds.
     #[arg(long)]
     pub(crate) quick: bool,
@@ -606,6 +612,13 @@ pub(crate) struct LoadArgs {
         requires = "long_lived"
     )]
     pub(crate) stream_json: Option<PathBuf>,
+
+    /// Serve live metrics for Prometheus at this address while the load runs (`GET
+    /// /metrics`, OpenMetrics when the scraper asks for it): requests by outcome, latency
+    /// as a histogram, the rate, the load's settings. After the load it waits up to 5 s
+    /// for a last scrape, so that the final figures are seen.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics_listen: Option<std::net::SocketAddr>,
 
     /// Open a new connection (TCP, and TLS for https) for every request.
     #[arg(long)]

@@ -12,6 +12,7 @@ use ingressbench_load::{
     Target, TlsOptions, Warmup,
 };
 use ingressbench_report::{hgrm, terminal};
+use ingressbench_scenario::live::Live;
 use ingressbench_scenario::store::{self, Streams};
 
 use crate::args::LoadArgs;
@@ -19,6 +20,9 @@ use crate::UsageError;
 
 /// Exit status after an interrupted run whose results were kept.
 const EXIT_INTERRUPTED: u8 = 130;
+
+/// How long `--metrics-listen` waits after the load (a run) for a last scrape.
+pub(crate) const METRICS_LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
     let plan = plan_from(&args).map_err(|e| anyhow::Error::new(UsageError(e)))?;
@@ -33,6 +37,21 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
     let (mut sink, progress) = streams(&args, &plan)?;
     let stop = crate::signals::stop_flag()?;
     let title = describe(&plan, args.workers);
+    let live = args
+        .metrics_listen
+        .map(|addr| {
+            let info = vec![
+                ("target".to_owned(), plan.target.to_string()),
+                ("load".to_owned(), title.clone()),
+            ];
+            Live::start(addr, info).map(std::sync::Arc::new)
+        })
+        .transpose()
+        .map_err(|e| UsageError(e.into()))?;
+    if let Some(live) = &live {
+        sink = sink.with_live(live.clone());
+        eprintln!("metrics: http://{}/metrics", live.addr());
+    }
     if progress {
         eprintln!("{title}");
     }
@@ -66,6 +85,9 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
         eprint!("\r\x1b[2K");
     }
     sink.finish(&summary.warnings)?;
+    if let Some(live) = &live {
+        live.finish(METRICS_LINGER);
+    }
     if let Some((path, file)) = json {
         write_json(&path, file, summary)?;
     }

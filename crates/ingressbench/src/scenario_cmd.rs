@@ -140,7 +140,19 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
         std::path::PathBuf::from("results").join(format!("{}-{name}", utc_stamp()))
     });
     let tty = std::io::stderr().is_terminal();
+    let metrics = args
+        .metrics_listen
+        .map(|addr| {
+            let info = vec![("scenario".to_owned(), name.clone())];
+            ingressbench_scenario::live::Live::start(addr, info).map(Arc::new)
+        })
+        .transpose()
+        .map_err(|e| UsageError(e.into()))?;
+    if let Some(metrics) = &metrics {
+        eprintln!("metrics: http://{}/metrics", metrics.addr());
+    }
     let options = ingressbench_scenario::runner::RunOptions {
+        metrics,
         cluster,
         dir,
         quick,
@@ -194,6 +206,9 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
         | ScenarioError::NotOurs { .. }) => anyhow::Error::from(UsageError(e.into())),
         e => e.into(),
     })?;
+    if let Some(metrics) = &options.metrics {
+        metrics.finish(crate::load_cmd::METRICS_LINGER);
+    }
     {
         use std::io::Write;
         let _ = writeln!(

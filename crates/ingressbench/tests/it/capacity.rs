@@ -131,11 +131,14 @@ fn a_server_faster_than_the_generator_is_reported_as_generator_limited() {
         "{said}"
     );
     assert!(!text(&out).contains("capacity 2"), "{}", text(&out));
-    // Before searching, the generator alone fell behind at that rate too, and said why.
+    // Before searching, the generator alone fell behind within the range too, and said
+    // where and why (at 200,000 req/s or, on a quiet moment of the machine, at 400,000:
+    // how fast the machine is is not what this asserts).
     let ceiling = &doc["generator_ceiling"];
-    assert_eq!(ceiling["behind_at_per_s"], 200000.0, "{}", text(&out));
+    let behind = ceiling["behind_at_per_s"].as_f64().unwrap_or_default();
+    assert!([200000.0, 400000.0].contains(&behind), "{}", text(&out));
     assert!(
-        text(&out).contains("fell behind at 200000 req/s (scheduler lag p99"),
+        text(&out).contains(&format!("fell behind at {behind} req/s (scheduler lag p99")),
         "{}",
         text(&out)
     );

@@ -14,6 +14,7 @@ mod grpc;
 mod hostile;
 mod kernel;
 mod lab;
+mod metrics;
 mod report;
 mod run;
 mod sse;

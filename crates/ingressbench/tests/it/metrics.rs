@@ -1,0 +1,228 @@
+//! Live metrics (#35): `load --metrics-listen` scraped once a second by a real Prometheus
+//! (Debian's), what Prometheus then answers compared with the run's own summary, and the
+//! Grafana dashboard's queries answered from it.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{scratch, server, text, BIN};
+
+/// A Prometheus server, killed when dropped.
+struct Prometheus(Child);
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` on 127.0.0.1:`port`: the status line's code and the body.
+fn get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").ok()?;
+    let mut all = String::new();
+    s.read_to_string(&mut all).ok()?;
+    let (head, body) = all.split_once("\r\n\r\n")?;
+    let code = head.split(' ').nth(1)?.parse().ok()?;
+    Some((code, body.to_owned()))
+}
+
+/// A PromQL instant query's result at `at` (Unix seconds; none: now), failing the test if
+/// Prometheus refused it.
+fn query_all(port: u16, promql: &str, at: Option<f64>) -> Vec<serde_json::Value> {
+    let encoded: String = promql
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'.' | b'-' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect();
+    let time = at.map(|t| format!("&time={t:.3}")).unwrap_or_default();
+    let (code, body) = get(port, &format!("/api/v1/query?query={encoded}{time}")).unwrap();
+    assert_eq!(code, 200, "{promql}: {body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    answer["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// A PromQL instant query's single value.
+fn query(port: u16, promql: &str) -> f64 {
+    let result = query_all(port, promql, None);
+    assert_eq!(result.len(), 1, "{promql}: {result:?}");
+    result[0]["value"][1].as_str().unwrap().parse().unwrap()
+}
+
+/// deploy/grafana-dashboard.json has the shape Grafana imports (a title and uid, a
+/// schema version, panels with an id, a place on the 24-column grid and queries with a
+/// reference id), and every query it makes, with its variables given values, is one
+/// Prometheus takes and answers from a load's metrics (the events' only when a run had
+/// events). The queries are asked as of `at`, while the load's series were current (once
+/// its endpoint is gone Prometheus marks them stale).
+fn the_dashboard_reads_the_live_metrics(web: u16, at: f64) {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/grafana-dashboard.json"
+    );
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    for key in ["title", "uid"] {
+        assert!(dashboard[key].is_string(), "{key}");
+    }
+    assert!(dashboard["schemaVersion"].is_u64());
+    assert_eq!(dashboard["__inputs"][0]["pluginId"], "prometheus");
+    let panels = dashboard["panels"].as_array().unwrap();
+    let mut ids = std::collections::BTreeSet::new();
+    let mut queries = Vec::new();
+    for panel in panels {
+        assert!(ids.insert(panel["id"].as_u64().unwrap()), "{panel}");
+        assert!(
+            panel["title"].is_string() && panel["type"].is_string(),
+            "{panel}"
+        );
+        let grid = &panel["gridPos"];
+        let at = |k: &str| grid[k].as_u64().unwrap_or_else(|| panic!("{k}: {panel}"));
+        assert!(at("x") + at("w") <= 24 && at("h") > 0, "{panel}");
+        let targets = panel["targets"].as_array().unwrap();
+        assert!(!targets.is_empty(), "{panel}");
+        for t in targets {
+            assert!(t["refId"].is_string(), "{t}");
+            queries.push((
+                panel["title"].clone(),
+                t["expr"].as_str().unwrap().to_owned(),
+            ));
+        }
+    }
+    for a in dashboard["annotations"]["list"].as_array().unwrap() {
+        queries.push((a["name"].clone(), a["expr"].as_str().unwrap().to_owned()));
+    }
+    for (title, expr) in queries {
+        let promql = expr.replace("$__rate_interval", "1m").replace("$job", ".*");
+        let result = query_all(web, &promql, Some(at));
+        assert!(
+            !result.is_empty() || expr.contains("ingressbench_events_total"),
+            "{title}: {promql} answered nothing"
+        );
+    }
+}
+
+fn start_prometheus(dir: &Path, scrape: u16) -> (Prometheus, u16) {
+    let web = free_port();
+    let config = dir.join("prometheus.yml");
+    std::fs::write(
+        &config,
+        format!(
+            "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\nscrape_configs:\n  - job_name: ingressbench\n    static_configs: [{{ targets: ['127.0.0.1:{scrape}'] }}]\n"
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            dir.join("tsdb").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{web}"))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("prometheus (apt-get install prometheus; scripts/install-deps.sh installs it)");
+    let prometheus = Prometheus(child);
+    let started = Instant::now();
+    while get(web, "/-/ready").map(|(c, _)| c) != Some(200) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "prometheus not ready: {}",
+            std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (prometheus, web)
+}
+
+/// A 20 s load at 500 req/s with `--metrics-listen`, scraped every second by Prometheus:
+/// afterwards the request count Prometheus holds is the summary's exactly, and the p99
+/// it reads from the histogram's buckets is the summary's within the width of the bucket
+/// that holds it.
+#[test]
+fn prometheus_scraping_a_load_agrees_with_its_summary() {
+    let dir = scratch("metrics-prometheus");
+    let target = server();
+    let scrape = free_port();
+    let (_prometheus, web) = start_prometheus(&dir, scrape);
+    let summary_path = dir.join("summary.json");
+    let load = Command::new(BIN)
+        .args([
+            "load",
+            &format!("http://{target}/"),
+            "-R",
+            "500",
+            "-c",
+            "10",
+        ])
+        .args(["-d", "20s", "--quiet", "--metrics-listen"])
+        .arg(format!("127.0.0.1:{scrape}"))
+        .arg("--json")
+        .arg(&summary_path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(load.status.success(), "{}", text(&load));
+    let ended = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    assert!(
+        text(&load).contains(&format!("metrics: http://127.0.0.1:{scrape}/metrics")),
+        "{}",
+        text(&load)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    let total = summary["requests"]["total"].as_u64().unwrap();
+    assert!(total > 9_000, "{summary}");
+    let counted = query(
+        web,
+        "sum(last_over_time(ingressbench_requests_total{job=\"ingressbench\"}[5m]))",
+    );
+    assert_eq!(counted as u64, total, "Prometheus against the summary");
+    let ok = query(
+        web,
+        "sum(last_over_time(ingressbench_requests_total{outcome=\"200\"}[5m]))",
+    );
+    assert_eq!(ok as u64, summary["requests"]["ok"].as_u64().unwrap());
+    let p99_s = query(
+        web,
+        "histogram_quantile(0.99, sum by (le) (last_over_time(ingressbench_latency_seconds_bucket[5m])))",
+    );
+    let p99_us = summary["latency_us"]["p99"].as_f64().unwrap();
+    // The buckets are 10 us × 2^(k/4): the one holding the summary's p99.
+    let k = (4.0 * (p99_us / 10.0).log2()).ceil();
+    let (lo, hi) = (10.0 * 2f64.powf((k - 1.0) / 4.0), 10.0 * 2f64.powf(k / 4.0));
+    assert!(
+        (p99_s * 1e6 - p99_us).abs() <= hi - lo,
+        "Prometheus p99 {} us, the summary's {p99_us} us, bucket {lo:.1}-{hi:.1} us",
+        p99_s * 1e6
+    );
+    eprintln!(
+        "{total} requests: Prometheus counted {counted}; p99 {p99_us} us, Prometheus {:.1} us (bucket {lo:.1}-{hi:.1})",
+        p99_s * 1e6
+    );
+    the_dashboard_reads_the_live_metrics(web, ended - 1.5);
+    let _ = std::fs::remove_dir_all(&dir);
+}
