@@ -1144,38 +1144,16 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
 /// process. The metrics API, which this cluster does not serve, is refused by `cluster
 /// check` naming metrics-server.
 fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
-    use k8s_openapi::api::apps::v1::Deployment;
-    use kube::api::{DeleteParams, PostParams};
+    use kube::api::DeleteParams;
     let kubeconfig = dir.join("cluster/kubeconfig");
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let deployments: kube::Api<Deployment> = runtime.block_on(async {
-        let client = ingressbench_cluster::api::client(&kubeconfig, None)
-            .await
-            .unwrap();
-        kube::Api::namespaced(client, "default")
-    });
-    let stand_in: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": "usage-stand-in" },
-        "spec": {
-            "replicas": 1,
-            "selector": { "matchLabels": { "app": "usage-stand-in" } },
-            "template": {
-                "metadata": { "labels": { "app": "usage-stand-in" } },
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [{
-                        "name": "controller", "image": "example.test/ingressbench:dev",
-                        "args": ["backend", "--listen", "0.0.0.0:8080", "--control", "0.0.0.0:8081", "--name", "usage-stand-in"],
-                        "readinessProbe": { "httpGet": { "path": "/healthz", "port": 8080 } }
-                    }]
-                }
-            }
-        }
-    }))
-    .unwrap();
-    runtime
-        .block_on(deployments.create(&PostParams::default(), &stand_in))
-        .unwrap();
+    let deployments = stand_in(
+        &runtime,
+        &kubeconfig,
+        "usage-stand-in",
+        1,
+        &["--control", "0.0.0.0:8081"],
+    );
     let pid = wait_until("the stand-in's process", || {
         processes_with("usage-stand-in").first().copied()
     });
@@ -2260,8 +2238,7 @@ fn generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell(dir: &Pa
 /// ready and to every pod replaced. A target whose file says not how, and an upgrade, are
 /// refused before anything is made.
 fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
-    use k8s_openapi::api::apps::v1::Deployment;
-    use kube::api::{DeleteParams, PostParams};
+    use kube::api::DeleteParams;
     let kubeconfig = dir.join("cluster/kubeconfig");
     let cluster = dir.join("cluster.yaml");
     let pid_of = |target: &str| -> u32 {
@@ -2327,34 +2304,7 @@ fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
     eprintln!("{}", measured.join("\n"));
     // A rollout restart: a Deployment standing in for a controller's.
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let deployments: kube::Api<Deployment> = runtime.block_on(async {
-        let client = ingressbench_cluster::api::client(&kubeconfig, None)
-            .await
-            .unwrap();
-        kube::Api::namespaced(client, "default")
-    });
-    let stand_in: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": { "name": "restart-stand-in" },
-        "spec": {
-            "replicas": 2,
-            "selector": { "matchLabels": { "app": "restart-stand-in" } },
-            "template": {
-                "metadata": { "labels": { "app": "restart-stand-in" } },
-                "spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [{
-                        "name": "controller", "image": "example.test/ingressbench:dev",
-                        "args": ["backend", "--listen", "0.0.0.0:8080", "--name", "restart-stand-in"],
-                        "readinessProbe": { "httpGet": { "path": "/healthz", "port": 8080 } }
-                    }]
-                }
-            }
-        }
-    }))
-    .unwrap();
-    runtime
-        .block_on(deployments.create(&PostParams::default(), &stand_in))
-        .unwrap();
+    let deployments = stand_in(&runtime, &kubeconfig, "restart-stand-in", 2, &[]);
     let stand_in_pods = || {
         let api: kube::Api<k8s_openapi::api::core::v1::Pod> = runtime.block_on(async {
             kube::Api::namespaced(
@@ -2487,4 +2437,49 @@ fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())
     });
+}
+
+/// A Deployment `name` of `replicas` pods in `default` standing in for a controller's: the
+/// backend's image, answering on 8080 (ready when `/healthz` is), `extra` arguments
+/// beside. Returns the namespace's Deployments.
+fn stand_in(
+    runtime: &tokio::runtime::Runtime,
+    kubeconfig: &Path,
+    name: &str,
+    replicas: u32,
+    extra: &[&str],
+) -> kube::Api<k8s_openapi::api::apps::v1::Deployment> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let deployments: kube::Api<Deployment> = runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(kubeconfig, None)
+            .await
+            .unwrap();
+        kube::Api::namespaced(client, "default")
+    });
+    let mut args = vec!["backend", "--listen", "0.0.0.0:8080"];
+    args.extend_from_slice(extra);
+    args.extend(["--name", name]);
+    let stand_in: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [{
+                        "name": "controller", "image": "example.test/ingressbench:dev",
+                        "args": args,
+                        "readinessProbe": { "httpGet": { "path": "/healthz", "port": 8080 } }
+                    }]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    runtime
+        .block_on(deployments.create(&kube::api::PostParams::default(), &stand_in))
+        .unwrap();
+    deployments
 }
