@@ -225,7 +225,7 @@ pub enum Line {
         start_late_ns: u64,
     },
     /// One closed interval, merged over its threads.
-    Window(WindowWire),
+    Window(Box<WindowWire>),
     /// Sampled requests, with the backend names their ids refer to.
     Samples {
         /// The samples.
@@ -268,7 +268,7 @@ impl LineWriter<'_> {
 
 impl Observer for LineWriter<'_> {
     fn window(&mut self, window: &Window) {
-        self.send(&Line::Window(WindowWire::of(window)));
+        self.send(&Line::Window(Box::new(WindowWire::of(window))));
         self.send(&Line::Clock(unix_ns(SystemTime::now())));
     }
 

@@ -698,7 +698,11 @@ async fn flush_loop(worker: Rc<Worker>) {
         let windows = {
             let mut recorder = worker.recorder.borrow_mut();
             recorder.roll_windows(worker.now_ns());
-            recorder.take_finished_windows()
+            let mut windows = recorder.take_finished_windows();
+            for w in &mut windows {
+                w.in_flight = worker.in_flight.get();
+            }
+            windows
         };
         if !windows.is_empty() {
             let _ = worker.tx.send(Message::Windows {

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use ingressbench_stats::{HistogramUs, OutcomeCounts, Window};
+use ingressbench_stats::{HistogramUs, LagBuckets, OutcomeCounts, Window, LAG_BOUNDS_NS};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -52,6 +52,10 @@ struct State {
     latency: HistogramUs,
     /// Requests finished in the last window, per second.
     rate_per_s: f64,
+    lag: LagBuckets,
+    retries: u64,
+    /// Requests in flight as the last window was handed over.
+    in_flight: u64,
     /// The run's (or current cell's) settings.
     info: Vec<(String, String)>,
     events: BTreeMap<String, u64>,
@@ -120,6 +124,41 @@ impl Collector for Exposition {
             &buckets,
             None,
         )?;
+        // Per bucket, not cumulative: prometheus-client adds them up as it writes.
+        let lag_buckets: Vec<(f64, u64)> = (state.lag.counts.iter().enumerate())
+            .map(|(i, n)| {
+                let bound = LAG_BOUNDS_NS
+                    .get(i)
+                    .map_or(f64::INFINITY, |ns| *ns as f64 / 1e9);
+                (bound, *n)
+            })
+            .collect();
+        let mut lag = encoder.encode_descriptor(
+            "ingressbench_scheduler_lag_seconds",
+            "How late the generator sent each request after its due time (its own lateness, not the server's)",
+            None,
+            MetricType::Histogram,
+        )?;
+        lag.encode_histogram::<prometheus_client::encoding::NoLabelSet>(
+            state.lag.sum_ns as f64 / 1e9,
+            state.lag.count(),
+            &lag_buckets,
+            None,
+        )?;
+        let retries = encoder.encode_descriptor(
+            "ingressbench_retries",
+            "Requests sent again on a fresh connection after their first one failed before an answer",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(state.retries).encode(retries)?;
+        let in_flight = encoder.encode_descriptor(
+            "ingressbench_requests_in_flight",
+            "Requests sent and not yet answered, as the last window closed",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(state.in_flight as i64).encode(in_flight)?;
         let rate = encoder.encode_descriptor(
             "ingressbench_rate_per_second",
             "Requests finished in the last one-second window, per second",
@@ -215,6 +254,9 @@ impl Live {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.outcomes.merge(&window.outcomes);
         state.latency.merge(&window.latency);
+        state.lag.merge(&window.lag);
+        state.retries += window.retries;
+        state.in_flight = window.in_flight;
         state.rate_per_s = window.outcomes.total() as f64 * 1e9 / window.width_ns.max(1) as f64;
         state.windows += 1;
         state.version += 1;
@@ -455,6 +497,10 @@ mod tests {
             window.latency.record_us(us);
         }
         window.outcomes.add(Outcome::Status(502));
+        window.lag.record_ns(30_000);
+        window.lag.record_ns(2_000_000_000);
+        window.retries = 1;
+        window.in_flight = 7;
         live.window(&window);
         live.event("scale");
         let plain = get(live.addr(), "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -470,6 +516,12 @@ mod tests {
             "ingressbench_rate_per_second 4",
             "ingressbench_events_total{kind=\"scale\"} 1",
             "ingressbench_run_info{target=\"http://x/\"} 1",
+            "ingressbench_scheduler_lag_seconds_count 2",
+            "ingressbench_scheduler_lag_seconds_bucket{le=\"0.05\"} 1",
+            "ingressbench_scheduler_lag_seconds_bucket{le=\"1.0\"} 1",
+            "ingressbench_scheduler_lag_seconds_bucket{le=\"2.5\"} 2",
+            "ingressbench_retries_total 1",
+            "ingressbench_requests_in_flight 7",
         ] {
             assert!(plain.contains(line), "{line}: {plain}");
         }

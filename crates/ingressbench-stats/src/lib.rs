@@ -32,8 +32,8 @@ pub use duration::parse_duration;
 pub use histogram::{HistogramUs, MAX_TRACKABLE_US};
 pub use outcome::{Outcome, OutcomeCounts, FAILURE_KINDS};
 pub use recorder::{
-    BackendId, BackendStats, ConnectionEvents, GenerationSeen, Goaway, IdleEnd, PhaseHistograms,
-    Recorder, Window, MAX_GOAWAYS_KEPT,
+    BackendId, BackendStats, ConnectionEvents, GenerationSeen, Goaway, IdleEnd, LagBuckets,
+    PhaseHistograms, Recorder, Window, LAG_BOUNDS_NS, MAX_GOAWAYS_KEPT,
 };
 pub use sample::{Phases, Sample, GENERATION_SLOTS};
 pub use summary::{

@@ -179,6 +179,69 @@ pub struct Window {
     pub latency: HistogramUs,
     /// Their outcomes.
     pub outcomes: OutcomeCounts,
+    /// How late the requests that ended in it were sent (scheduler lag), in fixed buckets:
+    /// the live metrics' histogram, a few words whatever the rate.
+    pub lag: LagBuckets,
+    /// Requests among them that were sent again after their first connection failed.
+    pub retries: u64,
+    /// Requests in flight when the window was handed over (within a tenth of a second of
+    /// its end), summed over the workers; 0 where nobody sampled it.
+    pub in_flight: u64,
+}
+
+/// The scheduler lag's bucket bounds, in nanoseconds (upper, inclusive); past the last is
+/// the overflow bucket.
+pub const LAG_BOUNDS_NS: [u64; 19] = [
+    10_000,
+    25_000,
+    50_000,
+    100_000,
+    250_000,
+    500_000,
+    1_000_000,
+    2_500_000,
+    5_000_000,
+    10_000_000,
+    25_000_000,
+    50_000_000,
+    100_000_000,
+    250_000_000,
+    500_000_000,
+    1_000_000_000,
+    2_500_000_000,
+    5_000_000_000,
+    10_000_000_000,
+];
+
+/// Scheduler lag counted in [`LAG_BOUNDS_NS`]'s buckets, and its sum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LagBuckets {
+    /// Requests per bucket (not cumulative); the last is past every bound.
+    pub counts: [u64; LAG_BOUNDS_NS.len() + 1],
+    /// Their lags added up, in nanoseconds.
+    pub sum_ns: u64,
+}
+
+impl LagBuckets {
+    /// Counts one request sent `lag_ns` late.
+    #[inline]
+    pub fn record_ns(&mut self, lag_ns: u64) {
+        self.counts[LAG_BOUNDS_NS.partition_point(|b| *b < lag_ns)] += 1;
+        self.sum_ns = self.sum_ns.saturating_add(lag_ns);
+    }
+
+    /// Adds `other`'s counts.
+    pub fn merge(&mut self, other: &LagBuckets) {
+        for (mine, theirs) in self.counts.iter_mut().zip(other.counts) {
+            *mine += theirs;
+        }
+        self.sum_ns = self.sum_ns.saturating_add(other.sum_ns);
+    }
+
+    /// Requests counted.
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
 }
 
 impl Window {
@@ -189,6 +252,9 @@ impl Window {
             width_ns,
             latency: HistogramUs::new(),
             outcomes: OutcomeCounts::default(),
+            lag: LagBuckets::default(),
+            retries: 0,
+            in_flight: 0,
         }
     }
 
@@ -207,6 +273,9 @@ impl Window {
         debug_assert_eq!(self.index, other.index);
         self.latency.merge(&other.latency);
         self.outcomes.merge(&other.outcomes);
+        self.lag.merge(&other.lag);
+        self.retries += other.retries;
+        self.in_flight += other.in_flight;
     }
 }
 
@@ -292,12 +361,15 @@ impl Recorder {
         }
         self.roll_windows(sample.done_at_ns);
         let latency_ns = sample.latency_ns();
-        self.scheduler_lag.record_ns(sample.scheduler_lag_ns());
+        let lag_ns = sample.scheduler_lag_ns();
+        self.scheduler_lag.record_ns(lag_ns);
+        self.window.lag.record_ns(lag_ns);
         self.outcomes.add(sample.outcome);
         self.window.outcomes.add(sample.outcome);
         self.bytes += sample.bytes;
         if let Some(cause) = sample.retried_after {
             self.retried.add(cause);
+            self.window.retries += 1;
         }
         if sample.connection_reused {
             self.reused_requests += 1;
@@ -859,6 +931,40 @@ mod tests {
         assert_eq!(rest.len(), 1);
         assert_eq!(rest[0].index, 2);
         assert_eq!(rest[0].outcomes.get(Outcome::Refused), 1);
+    }
+
+    #[test]
+    fn a_window_counts_its_requests_lag_and_retries() {
+        let mut r = Recorder::new(1_000_000_000);
+        // Released on time, 30 ms late, and 3 s late (the last retried after a refusal).
+        let released_late = |intended_ms: u64, late_ms: u64, outcome| {
+            let mut s = sample(
+                intended_ms,
+                intended_ms + late_ms,
+                intended_ms + late_ms + 1,
+                outcome,
+            );
+            s.released_at_ns = s.sent_at_ns;
+            s
+        };
+        r.record(&released_late(0, 0, Outcome::Status(200)));
+        r.record(&released_late(10, 30, Outcome::Status(200)));
+        let mut late = released_late(20, 3_000, Outcome::Status(503));
+        late.retried_after = Some(Outcome::Refused);
+        r.record(&late);
+        let mut all = Window::new(0, 1);
+        for w in r.finish_windows() {
+            all.lag.merge(&w.lag);
+            all.retries += w.retries;
+        }
+        assert_eq!(all.lag.count(), 3);
+        assert_eq!(all.retries, 1);
+        let at = |ns: u64| LAG_BOUNDS_NS.partition_point(|b| *b < ns);
+        assert_eq!(all.lag.counts[0], 1);
+        assert_eq!(all.lag.counts[at(30_000_000)], 1);
+        assert_eq!(all.lag.counts[at(3_000_000_000)], 1);
+        assert_eq!(at(30_000_000), 11, "25 ms < 30 ms <= 50 ms");
+        assert_eq!(all.lag.sum_ns, 3_030_000_000);
     }
 
     #[test]

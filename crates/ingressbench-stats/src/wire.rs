@@ -10,7 +10,9 @@ use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer}
 use serde::{Deserialize, Serialize};
 
 use crate::recorder::BackendId;
-use crate::{HistogramUs, Outcome, OutcomeCounts, Phases, Sample, Window, GENERATION_SLOTS};
+use crate::{
+    HistogramUs, LagBuckets, Outcome, OutcomeCounts, Phases, Sample, Window, GENERATION_SLOTS,
+};
 
 /// A histogram as base64 of its V2 deflate encoding.
 pub fn encode_histogram(h: &HistogramUs) -> String {
@@ -63,6 +65,15 @@ pub struct WindowWire {
     pub latency: String,
     /// Its outcomes by name.
     pub outcomes: BTreeMap<String, u64>,
+    /// Its scheduler lag buckets.
+    #[serde(default)]
+    pub lag: LagBuckets,
+    /// Its retried requests.
+    #[serde(default)]
+    pub retries: u64,
+    /// Requests in flight as it was handed over.
+    #[serde(default)]
+    pub in_flight: u64,
 }
 
 impl WindowWire {
@@ -73,6 +84,9 @@ impl WindowWire {
             width_ns: window.width_ns,
             latency: encode_histogram(&window.latency),
             outcomes: encode_outcomes(&window.outcomes),
+            lag: window.lag,
+            retries: window.retries,
+            in_flight: window.in_flight,
         }
     }
 
@@ -81,6 +95,9 @@ impl WindowWire {
         let mut window = Window::new(self.index, self.width_ns);
         window.latency = decode_histogram(&self.latency)?;
         window.outcomes = decode_outcomes(&self.outcomes)?;
+        window.lag = self.lag;
+        window.retries = self.retries;
+        window.in_flight = self.in_flight;
         Ok(window)
     }
 }
@@ -296,6 +313,8 @@ mod tests {
                 let back = WindowWire::of(&w).decode().unwrap();
                 prop_assert_eq!(back.latency.as_hdr(), w.latency.as_hdr());
                 prop_assert_eq!(back.outcomes, w.outcomes);
+                prop_assert_eq!(back.lag, w.lag);
+                prop_assert_eq!(back.retries, w.retries);
             }
         }
     }

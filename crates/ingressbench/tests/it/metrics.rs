@@ -206,6 +206,45 @@ fn prometheus_scraping_a_load_agrees_with_its_summary() {
         "sum(last_over_time(ingressbench_requests_total{outcome=\"200\"}[5m]))",
     );
     assert_eq!(ok as u64, summary["requests"]["ok"].as_u64().unwrap());
+    // Every request's scheduler lag is in the live histogram, and its worst bucket holds
+    // the summary's maximum.
+    let lagged = query(
+        web,
+        "sum(last_over_time(ingressbench_scheduler_lag_seconds_count[5m]))",
+    );
+    assert_eq!(lagged as u64, total, "lag histogram against the summary");
+    // The bucket counts agree with the summary's maximum lag: every request at or under
+    // the first bound past it (the summary's value is an HdrHistogram's, within 0.1%), and
+    // not every one under the last bound before it.
+    let lag_max_s = summary["scheduler_lag_us"]["max"].as_f64().unwrap() / 1e6;
+    let mut buckets: Vec<(f64, u64)> = query_all(
+        web,
+        "last_over_time(ingressbench_scheduler_lag_seconds_bucket[5m])",
+        None,
+    )
+    .iter()
+    .map(|r| {
+        let le = r["metric"]["le"].as_str().unwrap();
+        let le = if le == "+Inf" {
+            f64::INFINITY
+        } else {
+            le.parse().unwrap()
+        };
+        (
+            le,
+            r["value"][1].as_str().unwrap().parse::<f64>().unwrap() as u64,
+        )
+    })
+    .collect();
+    buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let over = buckets
+        .iter()
+        .find(|(le, _)| *le >= lag_max_s * 1.001)
+        .unwrap();
+    assert_eq!(over.1, total, "lag max {lag_max_s} s: {buckets:?}");
+    if let Some(under) = buckets.iter().rev().find(|(le, _)| *le < lag_max_s / 1.001) {
+        assert!(under.1 < total, "lag max {lag_max_s} s: {buckets:?}");
+    }
     let p99_s = query(
         web,
         "histogram_quantile(0.99, sum by (le) (last_over_time(ingressbench_latency_seconds_bucket[5m])))",
