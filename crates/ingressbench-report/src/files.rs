@@ -81,7 +81,14 @@ pub fn read_prefix(path: &Path, limit: usize) -> Option<String> {
 /// beside it (created, never opened through a link), then renamed over `path`, which
 /// replaces whatever was there, a link included, without following it.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
+    replace_file_with(path, |f| f.write_all(bytes))
+}
+
+/// [`replace_file`] with what `write` writes, as it writes it (a file too large to hold).
+pub fn replace_file_with(
+    path: &Path,
+    write: impl FnOnce(&mut dyn std::io::Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -92,7 +99,13 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .write(true)
         .create_new(true)
         .open(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_data()));
+        .and_then(|f| {
+            let mut out = std::io::BufWriter::new(f);
+            write(&mut out)?;
+            out.into_inner()
+                .map_err(std::io::IntoInnerError::into_error)?
+                .sync_data()
+        });
     match written.and_then(|()| std::fs::rename(&tmp, path)) {
         Ok(()) => Ok(()),
         Err(e) => {

@@ -98,6 +98,9 @@ pub struct Interval {
     pub length: Duration,
     /// Its histogram (microseconds).
     pub histogram: HistogramUs,
+    /// The outcomes counted in it (every request that ended in it, answered or not), when
+    /// the log has them (logs of versions before 0.1.0's cut-short recovery have none).
+    pub outcomes: Option<OutcomeCounts>,
 }
 
 /// What a log written as a run went holds, read leniently: a log cut off mid-line (its
@@ -111,8 +114,6 @@ pub struct Partial {
     /// How many intervals had one (logs of versions before 0.1.0's cut-short recovery
     /// have none).
     pub intervals_with_outcomes: usize,
-    /// Each outcomes comment's counts, by its interval's start in milliseconds.
-    by_start_ms: std::collections::BTreeMap<u64, OutcomeCounts>,
 }
 
 impl Partial {
@@ -128,7 +129,7 @@ impl Partial {
                     width_ns,
                 );
                 w.latency = i.histogram.clone();
-                if let Some(counts) = self.by_start_ms.get(&start_ms(i.start.as_secs_f64())) {
+                if let Some(counts) = &i.outcomes {
                     w.outcomes = counts.clone();
                 }
                 w
@@ -148,11 +149,24 @@ pub fn read_partial(bytes: &[u8]) -> Result<Partial, String> {
         .iter()
         .rposition(|b| *b == b'\n')
         .map_or(&bytes[..0], |end| &bytes[..=end]);
-    let mut partial = Partial {
-        intervals: read(whole)?,
-        ..Partial::default()
-    };
-    let text = String::from_utf8_lossy(whole);
+    let intervals = read(whole)?;
+    let mut outcomes = OutcomeCounts::default();
+    let mut intervals_with_outcomes = 0;
+    for counts in intervals.iter().filter_map(|i| i.outcomes.as_ref()) {
+        outcomes.merge(counts);
+        intervals_with_outcomes += 1;
+    }
+    Ok(Partial {
+        intervals,
+        outcomes,
+        intervals_with_outcomes,
+    })
+}
+
+/// The outcomes comments of a log, by their interval's start in milliseconds.
+fn outcome_comments(bytes: &[u8]) -> std::collections::BTreeMap<u64, OutcomeCounts> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut by_start_ms = std::collections::BTreeMap::new();
     for line in text.lines() {
         let Some(rest) = line
             .strip_prefix('#')
@@ -160,21 +174,32 @@ pub fn read_partial(bytes: &[u8]) -> Result<Partial, String> {
         else {
             continue;
         };
-        partial.intervals_with_outcomes += 1;
         let mut fields = rest.split(' ');
-        let start = fields.next().and_then(|t| t.parse::<f64>().ok());
+        let Some(start) = fields.next().and_then(|t| t.parse::<f64>().ok()) else {
+            continue;
+        };
         let mut counts = OutcomeCounts::default();
         for (name, n) in fields.filter_map(|f| f.split_once('=')) {
             if let (Some(outcome), Ok(n)) = (Outcome::from_name(name), n.parse::<u64>()) {
-                partial.outcomes.add_n(outcome, n);
                 counts.add_n(outcome, n);
             }
         }
-        if let Some(start) = start {
-            partial.by_start_ms.insert(start_ms(start), counts);
-        }
+        by_start_ms.insert(start_ms(start), counts);
     }
-    Ok(partial)
+    by_start_ms
+}
+
+/// When the log's run started (its `StartTime`), in seconds since the Unix epoch: interval
+/// starts are offsets from it.
+pub fn start_unix_s(bytes: &[u8]) -> Option<f64> {
+    let head = &bytes[..bytes.len().min(64 * 1024)];
+    String::from_utf8_lossy(head).lines().find_map(|line| {
+        line.strip_prefix("#[StartTime: ")?
+            .split(' ')
+            .next()?
+            .parse()
+            .ok()
+    })
 }
 
 /// Reads every interval of a log.
@@ -201,10 +226,15 @@ pub fn read(bytes: &[u8]) -> Result<Vec<Interval>, String> {
                     start: i.start_timestamp(),
                     length: i.duration(),
                     histogram: HistogramUs::from_hdr(h),
+                    outcomes: None,
                 });
             }
             LogEntry::StartTime(_) | LogEntry::BaseTime(_) => {}
         }
+    }
+    let mut comments = outcome_comments(bytes);
+    for i in &mut intervals {
+        i.outcomes = comments.remove(&start_ms(i.start.as_secs_f64()));
     }
     Ok(intervals)
 }

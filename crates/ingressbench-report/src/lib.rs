@@ -23,6 +23,7 @@ pub mod hgrm;
 pub mod hlog;
 pub mod html;
 mod kernel;
+pub mod openmetrics;
 mod protocols;
 pub mod results;
 mod routes;

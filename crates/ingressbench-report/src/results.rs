@@ -54,6 +54,9 @@ pub struct CellResults {
     pub proxy_version: Option<String>,
     /// Its one-second windows (`latency.hlog`).
     pub windows: Vec<Interval>,
+    /// When its windows' offsets start, in seconds since the Unix epoch (the interval
+    /// log's `StartTime`: as the load began).
+    pub log_start_unix_s: Option<f64>,
     /// Its `impact.json` entries.
     pub impact: Vec<Value>,
     /// Its `routes.json` (the route probe's figures per event firing), when it has one.
@@ -191,6 +194,7 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             summary: None,
             proxy_version: c["proxy_version"].as_str().map(str::to_owned),
             windows: Vec::new(),
+            log_start_unix_s: None,
             impact: Vec::new(),
             routes: None,
             websocket: None,
@@ -305,9 +309,13 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         windows * HLOG_BYTES_PER_WINDOW,
         &format!("the {windows} one-second windows of the cell's duration"),
     )
-    .and_then(|bytes| crate::hlog::read(&bytes).map_err(|e| format!("latency.hlog: {e}")));
+    .and_then(|bytes| {
+        let w = crate::hlog::read(&bytes).map_err(|e| format!("latency.hlog: {e}"))?;
+        Ok((w, crate::hlog::start_unix_s(&bytes)))
+    });
     match hlog {
-        Ok(w) => {
+        Ok((w, start)) => {
+            cell.log_start_unix_s = start;
             let counted: u64 = w.iter().map(|i| i.histogram.count()).sum();
             if counted != answered {
                 why.push(format!(
@@ -591,7 +599,7 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
     let mut notes = Vec::new();
     let mut unreadable = Vec::new();
     let hlog = path.with_extension("hlog");
-    let mut windows = Vec::new();
+    let (mut windows, mut log_start_unix_s) = (Vec::new(), None);
     if hlog.symlink_metadata().is_ok() {
         let seconds = seconds_allowed(duration_s, 0.0);
         match files::read_in(
@@ -600,9 +608,11 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
             seconds * HLOG_BYTES_PER_WINDOW,
             &format!("the {seconds} one-second windows of the run's duration"),
         )
-        .and_then(|b| crate::hlog::read(&b).map_err(|e| format!("{}: {e}", hlog.display())))
-        {
-            Ok(w) => windows = w,
+        .and_then(|b| {
+            let w = crate::hlog::read(&b).map_err(|e| format!("{}: {e}", hlog.display()))?;
+            Ok((w, crate::hlog::start_unix_s(&b)))
+        }) {
+            Ok((w, start)) => (windows, log_start_unix_s) = (w, start),
             Err(e) => {
                 notes.push(e.clone());
                 unreadable.push(e);
@@ -637,6 +647,7 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
             unreadable,
             proxy_version: None,
             windows,
+            log_start_unix_s,
             impact: Vec::new(),
             routes: None,
             websocket: None,

@@ -38,13 +38,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most a request's head may hold.
 const REQUEST_MAX_BYTES: usize = 16 * 1024;
 
-/// The latency buckets' upper bounds, in seconds: 10 us × 2^(k/4) up to 100 s.
-fn bucket_bounds() -> Vec<f64> {
-    (0..=93)
-        .map(|k| 10e-6 * 2f64.powf(f64::from(k) / 4.0))
-        .collect()
-}
-
 /// What the endpoint shows, updated once a window.
 #[derive(Debug, Default)]
 struct State {
@@ -100,17 +93,13 @@ impl Collector for Exposition {
             let labels = [("outcome", outcome)];
             ConstCounter::new(n).encode(requests.encode_family(&labels)?)?;
         }
-        let bounds = bucket_bounds();
-        let mut buckets: Vec<(f64, u64)> = bounds.iter().map(|b| (*b, 0)).collect();
-        buckets.push((f64::INFINITY, 0));
-        let mut sum = 0.0;
-        for v in state.latency.as_hdr().iter_recorded() {
-            let seconds = v.value_iterated_to() as f64 / 1e6;
-            let n = v.count_at_value();
-            sum += seconds * n as f64;
-            let at = bounds.partition_point(|b| *b < seconds);
-            buckets[at].1 += n;
-        }
+        let bounds = HistogramUs::prometheus_bounds_s();
+        let (counts, sum) = state.latency.cut_s(&bounds);
+        // Per bucket, not cumulative: prometheus-client adds them up as it writes.
+        let buckets: Vec<(f64, u64)> = (bounds.iter().copied())
+            .chain([f64::INFINITY])
+            .zip(counts)
+            .collect();
         let latency = encoder.encode_descriptor(
             "ingressbench_latency_seconds",
             "Latency of the answered requests after the warm-up, from when each was due (coordinated omission corrected)",
@@ -540,7 +529,11 @@ mod tests {
                 Some((le, n.parse().ok()?))
             })
             .collect();
-        assert_eq!(buckets.len(), bucket_bounds().len() + 1, "{plain}");
+        assert_eq!(
+            buckets.len(),
+            HistogramUs::prometheus_bounds_s().len() + 1,
+            "{plain}"
+        );
         let at = buckets.iter().position(|(le, _)| *le >= 200e-6).unwrap();
         assert_eq!((buckets[at - 1].1, buckets[at].1), (1, 2), "{plain}");
         assert_eq!(buckets.last().unwrap().1, 3, "{plain}");

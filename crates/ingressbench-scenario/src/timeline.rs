@@ -404,7 +404,7 @@ impl Driver<'_> {
                     .map(|(header, g)| json!({ "header": header, "generation": g }))
                     .collect();
                 (
-                    json!({ "event": index, "what": rec.what, "requested_s": offset(rec.requested_at, measure_from),
+                    json!({ "event": index, "kind": self.cell.events[index].action.kind(), "what": rec.what, "requested_s": offset(rec.requested_at, measure_from),
                             "propagation_delay_s": delay.as_secs_f64(), "started": rec.started, "removed": rec.removed,
                             "generations": generations }),
                     None,

@@ -43,6 +43,9 @@ pub(crate) enum Command {
     /// Kubernetes: check a cluster, clean up after runs, a local test cluster.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// A finished run in another tool's format.
+    #[command(subcommand)]
+    Export(ExportCommand),
     /// A load worker: reads its part of a run (one JSON line) on standard input and
     /// writes what it measures as JSON lines on standard output, for the process that
     /// started it (`--workers`, `load.workers`) to merge.
@@ -221,6 +224,30 @@ pub(crate) struct LocalArgs {
 const COMPARE_EXAMPLES: &str = "Examples:
   ingressbench compare results/before results/after --fail-if 'p99 > +10%' --fail-if 'errors > 0'
   ingressbench compare results/run --targets nginx,envoy --metric p99 --json";
+
+/// `ingressbench export`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ExportCommand {
+    /// A results directory (or a `load --json` file with its interval log) as OpenMetrics
+    /// text with timestamps, to backfill into Prometheus:
+    /// `promtool tsdb create-blocks-from openmetrics FILE DATA_DIR`.
+    #[command(after_help = EXPORT_EXAMPLES)]
+    Prometheus(ExportArgs),
+}
+
+const EXPORT_EXAMPLES: &str = "Examples:
+  ingressbench export prometheus results/run --out run.om
+  promtool tsdb create-blocks-from openmetrics run.om /var/lib/prometheus/metrics2";
+
+/// `ingressbench export prometheus`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct ExportArgs {
+    /// A results directory (from `ingressbench run`) or a `load --json` file.
+    pub(crate) path: PathBuf,
+    /// Write here (a new file, replacing one there) instead of to standard output.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: Option<PathBuf>,
+}
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ReportArgs {

@@ -73,6 +73,9 @@ fn main() -> ExitCode {
         Command::Run(args) => scenario_cmd::run_scenario(args),
         Command::Report(args) => report_cmd::report(args),
         Command::Compare(args) => report_cmd::compare(args),
+        Command::Export(args::ExportCommand::Prometheus(args)) => {
+            report_cmd::export_prometheus(args)
+        }
         #[cfg(feature = "cluster")]
         Command::Cluster(command) => cluster_cmd::run(command),
         #[cfg(not(feature = "cluster"))]

@@ -9,10 +9,12 @@ use std::time::Instant;
 use anyhow::{Context, Result};
 use ingressbench_report::analysis::{self, differences_json, METRICS};
 use ingressbench_report::compare::{self, FailIf};
+use ingressbench_report::files;
+use ingressbench_report::openmetrics::Export;
 use ingressbench_report::results::{self, RunResults};
 use ingressbench_report::terminal;
 
-use crate::args::{CompareArgs, ReportArgs};
+use crate::args::{CompareArgs, ExportArgs, ReportArgs};
 use crate::UsageError;
 
 /// Seed of the bootstrap: the same results give the same report.
@@ -61,6 +63,40 @@ pub(crate) fn report(args: ReportArgs) -> Result<ExitCode> {
             );
         }
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `ingressbench export prometheus PATH`: the run as OpenMetrics text with timestamps.
+pub(crate) fn export_prometheus(args: ExportArgs) -> Result<ExitCode> {
+    let run = read(&args.path)?;
+    let export = Export::of(&run).map_err(|e| UsageError(anyhow::anyhow!(e)))?;
+    let exported = match &args.out {
+        Some(path) => {
+            let mut exported = None;
+            files::replace_file_with(path, |out| {
+                exported = Some(export.write(out)?);
+                Ok(())
+            })
+            .with_context(|| format!("--out {}", path.display()))?;
+            exported.unwrap_or_default()
+        }
+        None => export
+            .write(&mut std::io::BufWriter::new(std::io::stdout().lock()))
+            .context("writing to standard output")?,
+    };
+    for why in &export.left_out {
+        eprintln!("left out: {why}");
+    }
+    let (first, last) = exported.span.unwrap_or_default();
+    eprintln!(
+        "{} cells, {} samples, from {first:.3} to {last:.3} (Unix seconds){}",
+        exported.cells,
+        exported.samples,
+        args.out.as_ref().map_or(String::new(), |out| format!(
+            "; to load it: promtool tsdb create-blocks-from openmetrics {} DATA_DIR",
+            out.display()
+        ))
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -120,14 +120,31 @@ fn the_dashboard_reads_the_live_metrics(web: u16, at: f64) {
     }
 }
 
-fn start_prometheus(dir: &Path, scrape: u16) -> (Prometheus, u16) {
+/// Asserts that a p99 Prometheus read from the latency buckets (`p99_s`) lies within the
+/// width of the bucket that holds the summary's (`p99_us`); returns that bucket (us).
+fn within_its_bucket(p99_s: f64, p99_us: f64) -> (f64, f64) {
+    // The buckets are 10 us × 2^(k/4): the one holding the summary's p99.
+    let k = (4.0 * (p99_us / 10.0).log2()).ceil();
+    let (lo, hi) = (10.0 * 2f64.powf((k - 1.0) / 4.0), 10.0 * 2f64.powf(k / 4.0));
+    assert!(
+        (p99_s * 1e6 - p99_us).abs() <= hi - lo,
+        "Prometheus p99 {} us, the summary's {p99_us} us, bucket {lo:.1}-{hi:.1} us",
+        p99_s * 1e6
+    );
+    (lo, hi)
+}
+
+/// Prometheus on a free port, its data in `dir/tsdb`, scraping 127.0.0.1:`scrape` every
+/// second (none: scraping nothing).
+fn start_prometheus(dir: &Path, scrape: Option<u16>) -> (Prometheus, u16) {
     let web = free_port();
     let config = dir.join("prometheus.yml");
+    let scrapes = scrape.map_or(String::new(), |port| format!(
+        "scrape_configs:\n  - job_name: ingressbench\n    static_configs: [{{ targets: ['127.0.0.1:{port}'] }}]\n"
+    ));
     std::fs::write(
         &config,
-        format!(
-            "global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\nscrape_configs:\n  - job_name: ingressbench\n    static_configs: [{{ targets: ['127.0.0.1:{scrape}'] }}]\n"
-        ),
+        format!("global: {{ scrape_interval: 1s, evaluation_interval: 1s }}\n{scrapes}"),
     )
     .unwrap();
     let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
@@ -164,7 +181,7 @@ fn prometheus_scraping_a_load_agrees_with_its_summary() {
     let dir = scratch("metrics-prometheus");
     let target = server();
     let scrape = free_port();
-    let (_prometheus, web) = start_prometheus(&dir, scrape);
+    let (_prometheus, web) = start_prometheus(&dir, Some(scrape));
     let summary_path = dir.join("summary.json");
     let load = Command::new(BIN)
         .args([
@@ -250,18 +267,86 @@ fn prometheus_scraping_a_load_agrees_with_its_summary() {
         "histogram_quantile(0.99, sum by (le) (last_over_time(ingressbench_latency_seconds_bucket[5m])))",
     );
     let p99_us = summary["latency_us"]["p99"].as_f64().unwrap();
-    // The buckets are 10 us × 2^(k/4): the one holding the summary's p99.
-    let k = (4.0 * (p99_us / 10.0).log2()).ceil();
-    let (lo, hi) = (10.0 * 2f64.powf((k - 1.0) / 4.0), 10.0 * 2f64.powf(k / 4.0));
-    assert!(
-        (p99_s * 1e6 - p99_us).abs() <= hi - lo,
-        "Prometheus p99 {} us, the summary's {p99_us} us, bucket {lo:.1}-{hi:.1} us",
-        p99_s * 1e6
-    );
+    let (lo, hi) = within_its_bucket(p99_s, p99_us);
     eprintln!(
         "{total} requests: Prometheus counted {counted}; p99 {p99_us} us, Prometheus {:.1} us (bucket {lo:.1}-{hi:.1})",
         p99_s * 1e6
     );
     the_dashboard_reads_the_live_metrics(web, ended - 1.5);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `export prometheus` of the run in `out` (its `dir` a scratch directory), backfilled with
+/// promtool into a new Prometheus: each cell's requests, p99 and events as Prometheus
+/// reads them agree with the cell's summary and `events.jsonl` (count exactly, p99 within
+/// its bucket). Called by the run test that made `out`.
+pub(crate) fn a_backfilled_run_agrees_with_its_summaries(dir: &Path, out: &Path) {
+    let om = dir.join("run.om");
+    let export = Command::new(BIN)
+        .args(["export", "prometheus"])
+        .arg(out)
+        .arg("--out")
+        .arg(&om)
+        .output()
+        .unwrap();
+    assert!(export.status.success(), "{}", text(&export));
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap();
+    let cells = record["cells"].as_array().unwrap();
+    assert!(
+        text(&export).contains(&format!("{} cells", cells.len())),
+        "{}",
+        text(&export)
+    );
+    let backfill = Command::new("promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&om)
+        .arg(dir.join("tsdb"))
+        .output()
+        .expect("promtool (Debian's prometheus package)");
+    assert!(backfill.status.success(), "{}", text(&backfill));
+    let (_prometheus, web) = start_prometheus(dir, None);
+    let at = Some(record["finished_at_unix_s"].as_f64().unwrap() + 1.0);
+    let one = |promql: &str| -> f64 {
+        let result = query_all(web, promql, at);
+        assert_eq!(result.len(), 1, "{promql}: {result:?}");
+        result[0]["value"][1].as_str().unwrap().parse().unwrap()
+    };
+    for cell in cells {
+        let name = cell["dir"].as_str().unwrap();
+        let cell_dir = out.join("cells").join(name);
+        let summary: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(cell_dir.join("summary.json")).unwrap())
+                .unwrap();
+        // Counters grow through the cell: their largest value is the cell's whole.
+        let whole = |series: &str| format!("max_over_time({series}{{cell=\"{name}\"}}[1h])");
+        let total = one(&format!("sum({})", whole("ingressbench_requests_total")));
+        assert_eq!(
+            total as u64,
+            summary["requests"]["total"].as_u64().unwrap(),
+            "{name}"
+        );
+        let answered = one(&format!(
+            "sum({})",
+            whole("ingressbench_latency_seconds_count")
+        ));
+        assert_eq!(
+            answered as u64,
+            summary["latency_us"]["count"].as_u64().unwrap(),
+            "{name}"
+        );
+        let p99_s = one(&format!(
+            "histogram_quantile(0.99, sum by (le) ({}))",
+            whole("ingressbench_latency_seconds_bucket")
+        ));
+        within_its_bucket(p99_s, summary["latency_us"]["p99"].as_f64().unwrap());
+        let fired = std::fs::read_to_string(cell_dir.join("events.jsonl"))
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("\"requested_s\""))
+            .count();
+        assert!(fired > 0, "{name}");
+        let events = one(&format!("sum({})", whole("ingressbench_events_total")));
+        assert_eq!(events as usize, fired, "{name}");
+    }
 }

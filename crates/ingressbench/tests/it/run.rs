@@ -184,6 +184,8 @@ fn a_small_scenario_produces_every_file_in_interleaved_order_with_events_on_time
         let applied = route["applied_s"].as_f64().unwrap();
         assert!(took >= applied, "{route}");
     }
+    // The run exported for Prometheus and backfilled into one (#35).
+    crate::metrics::a_backfilled_run_agrees_with_its_summaries(&dir, &out);
     let _ = std::fs::remove_dir_all(dir);
 }
 

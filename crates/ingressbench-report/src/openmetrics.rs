@@ -1,0 +1,357 @@
+//! A finished run as OpenMetrics text with timestamps (`ingressbench export prometheus`),
+//! for `promtool tsdb create-blocks-from openmetrics`: the run's figures can then be
+//! queried in a user's own Prometheus beside their production dashboards.
+//!
+//! The metrics are those of the live endpoint (`--metrics-listen`), named and bucketed the
+//! same, so one dashboard reads either: requests by outcome, latency as a histogram, the
+//! rate, events by kind, and each cell's settings as an info metric. Each is read from
+//! what a cell keeps: its interval log's one-second windows (latency and outcomes), and
+//! `events.jsonl`. Each series carries the cell (`cell`, its directory's name) and its
+//! `target`, since a run's cells follow one another and would otherwise be one series.
+//! The scheduler lag, requests in flight and retries are live only: the interval log
+//! does not keep them per window.
+//!
+//! Why written here and not by `prometheus-client`: its encoder writes no sample
+//! timestamps, and a backfill needs one on every sample. The format's rules this keeps:
+//! one family at a time (never interleaved), each series' samples in time order, label
+//! values escaped (`\\`, `"`, newline), `# EOF` last.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::io::Write;
+
+use ingressbench_stats::{HistogramUs, OutcomeCounts};
+use serde_json::Value;
+
+use crate::files;
+use crate::results::{CellResults, RunResults};
+
+/// What an export wrote.
+#[derive(Debug, Default)]
+pub struct Exported {
+    /// Cells written.
+    pub cells: usize,
+    /// Samples (lines with a value) written.
+    pub samples: u64,
+    /// The first and last timestamp written (Unix seconds).
+    pub span: Option<(f64, f64)>,
+}
+
+/// One cell's figures as timed points.
+struct Series<'a> {
+    cell: &'a CellResults,
+    labels: String,
+    /// Each window's end (Unix seconds) and the window.
+    windows: Vec<(f64, &'a crate::hlog::Interval)>,
+    /// Each event fired: when it was asked for (Unix seconds) and its kind.
+    events: Vec<(f64, String)>,
+}
+
+/// A run ready to be written: the cells that can be, with their times.
+pub struct Export<'a> {
+    series: Vec<Series<'a>>,
+    scenario: &'a str,
+    /// Cells left out, each with why (not done, unreadable, or no time for its windows).
+    pub left_out: Vec<String>,
+}
+
+impl<'a> Export<'a> {
+    /// The cells of `run` that can be exported; an error if none can.
+    pub fn of(run: &'a RunResults) -> Result<Self, String> {
+        let mut series = Vec::new();
+        let mut left_out = Vec::new();
+        for cell in &run.cells {
+            match cell_series(run, cell) {
+                Ok(s) => series.push(s),
+                Err(why) => left_out.push(format!("{}: {why}", cell.label())),
+            }
+        }
+        if series.is_empty() {
+            return Err(format!(
+                "no cell of {} can be exported: {}",
+                run.dir.display(),
+                left_out.join("; ")
+            ));
+        }
+        Ok(Self {
+            series,
+            scenario: run.record["scenario"].as_str().unwrap_or("run"),
+            left_out,
+        })
+    }
+
+    /// Writes it to `out`.
+    pub fn write(&self, out: &mut dyn Write) -> std::io::Result<Exported> {
+        let (series, scenario) = (self.series.as_slice(), self.scenario);
+        let mut text = Text::new(out);
+        text.family(
+        "ingressbench_requests",
+        "counter",
+        "Requests finished after the warm-up, by outcome (an HTTP status, a gRPC status, or how it failed)",
+    )?;
+        for s in series {
+            let by_window: Vec<BTreeMap<String, u64>> = (s.windows.iter())
+                .map(|(_, w)| {
+                    w.outcomes
+                        .as_ref()
+                        .map(OutcomeCounts::to_map)
+                        .unwrap_or_default()
+                })
+                .collect();
+            let outcomes: BTreeSet<&String> = by_window.iter().flat_map(BTreeMap::keys).collect();
+            for outcome in outcomes {
+                let labels = format!("{},outcome=\"{}\"", s.labels, escape(outcome));
+                let mut total = 0u64;
+                for ((at, _), counts) in s.windows.iter().zip(&by_window) {
+                    total += counts.get(outcome).copied().unwrap_or(0);
+                    text.sample(
+                        "ingressbench_requests_total",
+                        &labels,
+                        &total.to_string(),
+                        *at,
+                    )?;
+                }
+            }
+        }
+
+        text.family(
+        "ingressbench_latency_seconds",
+        "histogram",
+        "Latency of the answered requests after the warm-up, from when each was due (coordinated omission corrected)",
+    )?;
+        let bounds = HistogramUs::prometheus_bounds_s();
+        let les: Vec<String> = bounds
+            .iter()
+            .map(|b| dtoa::Buffer::new().format(*b).to_owned())
+            .chain(["+Inf".to_owned()])
+            .collect();
+        for s in series {
+            let mut cumulative = vec![0u64; les.len()];
+            let mut sum = 0.0;
+            for (at, w) in &s.windows {
+                let (counts, window_sum) = w.histogram.cut_s(&bounds);
+                for (c, n) in cumulative.iter_mut().zip(counts) {
+                    *c += n;
+                }
+                sum += window_sum;
+                let mut below = 0;
+                for (le, n) in les.iter().zip(&cumulative) {
+                    below += n;
+                    let labels = format!("{},le=\"{le}\"", s.labels);
+                    text.sample(
+                        "ingressbench_latency_seconds_bucket",
+                        &labels,
+                        &below.to_string(),
+                        *at,
+                    )?;
+                }
+                text.sample(
+                    "ingressbench_latency_seconds_count",
+                    &s.labels,
+                    &below.to_string(),
+                    *at,
+                )?;
+                text.sample(
+                    "ingressbench_latency_seconds_sum",
+                    &s.labels,
+                    dtoa::Buffer::new().format(sum),
+                    *at,
+                )?;
+            }
+        }
+
+        text.family(
+            "ingressbench_rate_per_second",
+            "gauge",
+            "Requests finished in the window, per second",
+        )?;
+        for s in series {
+            for (at, w) in &s.windows {
+                let n = w
+                    .outcomes
+                    .as_ref()
+                    .map_or(w.histogram.count(), OutcomeCounts::total);
+                let rate = n as f64 / w.length.as_secs_f64().max(1e-9);
+                text.sample(
+                    "ingressbench_rate_per_second",
+                    &s.labels,
+                    dtoa::Buffer::new().format(rate),
+                    *at,
+                )?;
+            }
+        }
+
+        text.family("ingressbench_events", "counter", "Events fired, by kind")?;
+        for s in series {
+            let mut kinds: Vec<&str> = s.events.iter().map(|(_, k)| k.as_str()).collect();
+            kinds.sort_unstable();
+            kinds.dedup();
+            let start = s.windows.first().map(|(at, w)| at - w.length.as_secs_f64());
+            for kind in kinds {
+                let labels = format!("{},kind=\"{}\"", s.labels, escape(kind));
+                // From 0 at the cell's start, so that the first event is an increase.
+                if let Some(start) = start.filter(|t| s.events.iter().all(|(at, _)| at > t)) {
+                    text.sample("ingressbench_events_total", &labels, "0", start)?;
+                }
+                let mut n = 0;
+                for (at, _) in s.events.iter().filter(|(_, k)| k == kind) {
+                    n += 1;
+                    text.sample("ingressbench_events_total", &labels, &n.to_string(), *at)?;
+                }
+            }
+        }
+
+        text.family(
+            "ingressbench_run",
+            "info",
+            "The cell's settings: the scenario, the cell, its label and target",
+        )?;
+        for s in series {
+            let labels = format!(
+                "{},scenario=\"{}\",label=\"{}\"",
+                s.labels,
+                escape(scenario),
+                escape(&s.cell.settings_label())
+            );
+            for (at, _) in &s.windows {
+                text.sample("ingressbench_run_info", &labels, "1", *at)?;
+            }
+        }
+        text.end()?;
+        Ok(Exported {
+            cells: series.len(),
+            samples: text.samples,
+            span: text.span,
+        })
+    }
+}
+
+/// A cell's windows and events, timed, or why it cannot be exported.
+fn cell_series<'a>(run: &RunResults, cell: &'a CellResults) -> Result<Series<'a>, String> {
+    if cell.summary.is_none() {
+        return Err(match (cell.status.as_str(), cell.unreadable.first()) {
+            (_, Some(why)) => format!("unreadable ({why})"),
+            (status, None) => format!("{status}, no figures"),
+        });
+    }
+    let start = cell
+        .log_start_unix_s
+        .ok_or("its latency.hlog has no StartTime, so its windows have no time")?;
+    let windows: Vec<_> = cell
+        .windows
+        .iter()
+        .map(|w| (start + (w.start + w.length).as_secs_f64(), w))
+        .collect();
+    if windows.is_empty() {
+        return Err("no windows in its latency.hlog".into());
+    }
+    if cell.windows.iter().any(|w| w.outcomes.is_none()) {
+        return Err("its latency.hlog has no outcomes per window (written before 0.1.0)".into());
+    }
+    let mut events = Vec::new();
+    if let Some(parts) = cell.file_parts("events.jsonl") {
+        if files::exists_in(&run.root, &parts) {
+            let bytes =
+                files::read_in(&run.root, &parts, files::CELL_JSON_LIMIT, "a cell record's")?;
+            for line in String::from_utf8_lossy(&bytes).lines() {
+                let Ok(v) = serde_json::from_str::<Value>(line) else {
+                    continue;
+                };
+                let (Some(requested), Some(what)) = (v["requested_s"].as_f64(), v["what"].as_str())
+                else {
+                    continue;
+                };
+                if v.get("event").is_none() {
+                    continue;
+                }
+                // Runs before `kind` was written: the first word of what it did.
+                let kind = v["kind"]
+                    .as_str()
+                    .unwrap_or_else(|| what.split(' ').next().unwrap_or("event"));
+                events.push((start + cell.measure_from_s + requested, kind.to_owned()));
+            }
+        }
+    }
+    events.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(Series {
+        cell,
+        labels: format!(
+            "cell=\"{}\",target=\"{}\"",
+            escape(cell.dir_name.as_deref().unwrap_or("load")),
+            escape(&cell.target)
+        ),
+        windows,
+        events,
+    })
+}
+
+/// A label value escaped as the format asks.
+fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The text as it is written.
+struct Text<'a> {
+    out: &'a mut dyn Write,
+    line: String,
+    samples: u64,
+    span: Option<(f64, f64)>,
+}
+
+impl<'a> Text<'a> {
+    fn new(out: &'a mut dyn Write) -> Self {
+        Self {
+            out,
+            line: String::new(),
+            samples: 0,
+            span: None,
+        }
+    }
+
+    fn write(&mut self) -> std::io::Result<()> {
+        self.out.write_all(self.line.as_bytes())?;
+        self.line.clear();
+        Ok(())
+    }
+
+    fn family(&mut self, name: &str, kind: &str, help: &str) -> std::io::Result<()> {
+        let _ = writeln!(self.line, "# TYPE {name} {kind}\n# HELP {name} {help}");
+        self.write()
+    }
+
+    fn sample(&mut self, name: &str, labels: &str, value: &str, at: f64) -> std::io::Result<()> {
+        let _ = writeln!(self.line, "{name}{{{labels}}} {value} {at:.3}");
+        self.samples += 1;
+        self.span = Some(match self.span {
+            Some((first, last)) => (first.min(at), last.max(at)),
+            None => (at, at),
+        });
+        self.write()
+    }
+
+    fn end(&mut self) -> std::io::Result<()> {
+        self.line.push_str("# EOF\n");
+        self.write()?;
+        self.out.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        assert_eq!(escape("plain"), "plain");
+    }
+}
