@@ -1180,15 +1180,7 @@ impl Lab {
             .proxies
             .iter()
             .enumerate()
-            .map(|(i, p)| {
-                let kind = p.kind().to_string();
-                let name = if self.proxies.len() > 1 && self.front.is_some() {
-                    format!("{kind}-{}", i + 1)
-                } else {
-                    kind
-                };
-                Part::group(&name, "proxy", p.pgid())
-            })
+            .map(|(i, p)| Part::group(&self.proxy_name(i), "proxy", p.pgid()))
             .collect();
         if let Some(front) = &self.front {
             parts.push(Part::group("front", "front", front.pid()));
@@ -1197,6 +1189,27 @@ impl Lab {
             parts.push(Part::group("sidecar", "sidecar", sidecar.pid()));
         }
         parts
+    }
+
+    /// A proxy's name in readings: its kind, numbered when a front spreads the load over
+    /// several.
+    fn proxy_name(&self, i: usize) -> String {
+        let kind = self.proxies[i].kind().to_string();
+        if self.proxies.len() > 1 && self.front.is_some() {
+            format!("{kind}-{}", i + 1)
+        } else {
+            kind
+        }
+    }
+
+    /// What each proxy counted so far, by its name in readings (see
+    /// [`crate::proxy::counters`]); a proxy that could not be read says why.
+    pub fn proxy_counters(
+        &mut self,
+    ) -> Vec<(String, Result<crate::proxy::counters::Counted, String>)> {
+        (0..self.proxies.len())
+            .map(|i| (self.proxy_name(i), self.proxies[i].counted()))
+            .collect()
     }
 
     /// Checks that every part nothing asked to stop is still running: each proxy (and

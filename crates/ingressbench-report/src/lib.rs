@@ -17,6 +17,7 @@
 pub mod analysis;
 pub mod capacity;
 pub mod compare;
+pub mod counted;
 pub mod files;
 pub mod headline;
 pub mod hgrm;

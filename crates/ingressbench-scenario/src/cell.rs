@@ -201,6 +201,7 @@ fn start_load(
 /// and how often each event fired.
 struct Beside {
     usage: Option<UsageLog>,
+    counts: Option<crate::proxy_counts::ProxyCounts>,
     went_wrong: Option<String>,
     fired: Vec<u32>,
     probe: Option<RouteProbe>,
@@ -231,12 +232,21 @@ fn drive(
         load.measure_from,
     )
     .ok();
+    let counts = crate::proxy_counts::ProxyCounts::new(
+        &dir.join("proxy-metrics.jsonl"),
+        site,
+        load.start,
+        load.measure_from,
+    )
+    .ok()
+    .flatten();
     let mut driver = Driver {
         cell,
         site,
         measure_from: load.measure_from,
         events,
         usage,
+        counts,
         fired: vec![0; cell.events.len()],
         reported: 0,
         went_wrong: None,
@@ -255,6 +265,7 @@ fn drive(
     Ok(Beside {
         unfinished: driver.unfinished(),
         usage: driver.usage,
+        counts: driver.counts,
         went_wrong: driver.went_wrong,
         fired: driver.fired,
         probe: driver.probe,
@@ -273,6 +284,7 @@ fn collect(
 ) -> Result<CellDone, CellFailure> {
     let Beside {
         usage: mut usage_log,
+        counts: mut proxy_counts,
         went_wrong,
         fired,
         probe,
@@ -290,6 +302,9 @@ fn collect(
         .is_some_and(|u| u.read_now(Instant::now()).is_err())
     {
         usage_log = None;
+    }
+    if (proxy_counts.as_mut()).is_some_and(|c| c.read_now(Instant::now(), site).is_err()) {
+        proxy_counts = None;
     }
     let (routes_line, probed) = match probe {
         Some(probe) => {
@@ -318,7 +333,7 @@ fn collect(
         ),
         dir,
         &report.summary,
-        usage_log.as_ref(),
+        (usage_log.as_ref(), proxy_counts.as_ref()),
         cell.scenario.load.sample_rate,
         (load.measure_from, load.start),
     );

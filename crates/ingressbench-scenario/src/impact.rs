@@ -277,7 +277,7 @@ pub(crate) fn write_impact(
     ),
     dir: &Path,
     summary: &Summary,
-    usage: Option<&UsageLog>,
+    (usage, counts): (Option<&UsageLog>, Option<&crate::proxy_counts::ProxyCounts>),
     sample_rate: f64,
     (measure_from, start): (Instant, Instant),
 ) -> Result<(), String> {
@@ -368,6 +368,10 @@ pub(crate) fn write_impact(
         }
         if let Some(usage) = usage {
             figures["cpu"] = usage.around(t);
+        }
+        // What the proxies counted over the window the client's errors are counted in.
+        if let Some(counted) = counts.and_then(|c| c.between(t, until)) {
+            figures["proxy_counted"] = counted;
         }
         out.push(figures);
     }

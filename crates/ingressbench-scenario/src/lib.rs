@@ -34,6 +34,7 @@ mod load;
 mod model;
 mod options;
 mod propagation;
+mod proxy_counts;
 mod record;
 pub mod runner;
 mod search;

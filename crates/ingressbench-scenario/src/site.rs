@@ -93,6 +93,17 @@ pub(crate) trait Site {
         Vec::new()
     }
 
+    /// What each proxy itself counted so far (failed connects to backends, retries, …),
+    /// by name; none where the site reads no proxy's counts.
+    fn proxy_counters(
+        &mut self,
+    ) -> Vec<(
+        String,
+        Result<ingressbench_lab::proxy::counters::Counted, String>,
+    )> {
+        Vec::new()
+    }
+
     /// An error if a part nothing asked to stop is gone (what is measured after is not the
     /// system under test).
     fn check_alive(&mut self) -> Result<(), String> {
@@ -245,6 +256,15 @@ impl Site for LabSite {
 
     fn usage_parts(&self) -> Vec<Part> {
         self.lab.usage_parts()
+    }
+
+    fn proxy_counters(
+        &mut self,
+    ) -> Vec<(
+        String,
+        Result<ingressbench_lab::proxy::counters::Counted, String>,
+    )> {
+        self.lab.proxy_counters()
     }
 
     fn check_alive(&mut self) -> Result<(), String> {

@@ -148,6 +148,8 @@ pub(crate) struct Driver<'a> {
     pub(crate) measure_from: Instant,
     pub(crate) events: std::fs::File,
     pub(crate) usage: Option<UsageLog>,
+    /// What the proxies themselves counted (`proxy-metrics.jsonl`).
+    pub(crate) counts: Option<crate::proxy_counts::ProxyCounts>,
     /// How many times each event fired.
     pub(crate) fired: Vec<u32>,
     /// Records already written to `events.jsonl` as applied.
@@ -203,6 +205,10 @@ impl Driver<'_> {
                 .is_some_and(|u| u.poll(now, || site.usage_parts()).is_err())
             {
                 self.usage = None;
+            }
+            // Like the usage log, a side figure: a file that cannot be written ends it.
+            if (self.counts.as_mut()).is_some_and(|c| c.poll(now, &mut *self.site).is_err()) {
+                self.counts = None;
             }
             for (due, index, delay) in timeline.due(now, self.measure_from) {
                 self.fire(index, delay, ("due_s", json!(due.as_secs_f64())));

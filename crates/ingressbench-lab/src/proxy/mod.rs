@@ -2,6 +2,7 @@
 //! the shared [`RouteTable`] and applying changes the way its own ecosystem does.
 
 mod caddy;
+pub mod counters;
 mod envoy;
 mod haproxy;
 mod nginx;
@@ -478,6 +479,8 @@ pub struct Proxy {
     epoch: u32,
     /// Processes an upgrade replaced that may still drain (Envoy's earlier epochs).
     retiring: Vec<OwnedChild>,
+    /// What reading its own counters keeps between readings.
+    counter_state: counters::CounterState,
 }
 
 /// Starts a proxy of `kind` from `binary` as `launch` says (as the lab's user, in `netns`,
@@ -645,6 +648,7 @@ impl Proxy {
             netns,
             epoch: 0,
             retiring: Vec::new(),
+            counter_state: counters::CounterState::default(),
         })
     }
 
@@ -746,6 +750,13 @@ impl Proxy {
         let update = self.driver.update(&self.child, &self.files, table)?;
         self.table = table.clone();
         Ok(update)
+    }
+
+    /// What the proxy itself counted so far (see [`counters`]): failed connects to
+    /// backends, broken responses, retries, its 5xx, endpoints up, reloads, as far as it
+    /// counts them.
+    pub fn counted(&mut self) -> Result<counters::Counted, String> {
+        counters::read(self.kind, &self.files, &mut self.counter_state)
     }
 
     /// Which proxy.

@@ -105,7 +105,7 @@ pub(super) fn events_section(run: &RunResults, conditions: &[Condition]) -> Stri
         let samples = samples_of(run, cell);
         let _ = write!(
             out,
-            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th title=\"A route change: until its controller reported it in the route's status. A controller's restart: until it was complete (every replica new and available)\">controller reported or restarted (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th title=\"Every failed request in the event's window: exact (runs before every failure was kept show an estimate from the sample, marked est.)\">errors</th><th title=\"HTTP/2: GOAWAY frames received in the event's window, on how many connections, and how long after the event the first came\">GOAWAYs (connections; first after s)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th></tr>",
+            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th title=\"A route change: until its controller reported it in the route's status. A controller's restart: until it was complete (every replica new and available)\">controller reported or restarted (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th title=\"Every failed request in the event's window: exact (runs before every failure was kept show an estimate from the sample, marked est.)\">errors</th><th title=\"HTTP/2: GOAWAY frames received in the event's window, on how many connections, and how long after the event the first came\">GOAWAYs (connections; first after s)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th><th class=\"l\" title=\"The client's errors in the event's window beside what each proxy itself counted over the same window (read once a second from its stats: Envoy's admin interface, HAProxy's runtime API, nginx's error log)\">client and proxy</th></tr>",
             esc(&c.target),
             esc(&c.settings)
         );
@@ -170,7 +170,7 @@ pub(super) fn events_section(run: &RunResults, conditions: &[Condition]) -> Stri
             };
             let _ = write!(
                 out,
-                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+                "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
                 i + 1,
                 esc(e["what"].as_str().unwrap_or("?")),
                 num("requested_s"),
@@ -199,6 +199,7 @@ pub(super) fn events_section(run: &RunResults, conditions: &[Condition]) -> Stri
                 num("p99_ms_5_to_15s_after"),
                 esc(&cpu_cell),
                 error_strip(&samples, at + cell.measure_from_s),
+                esc(&crate::counted::sentence(e).unwrap_or_else(|| "-".into())),
             );
         }
         out.push_str("</table>");

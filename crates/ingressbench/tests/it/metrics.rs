@@ -350,3 +350,92 @@ pub(crate) fn a_backfilled_run_agrees_with_its_summaries(dir: &Path, out: &Path)
         assert_eq!(events as usize, fired, "{name}");
     }
 }
+
+/// A backend killed under load while the proxies still route to it (for 1.5 s, a slow
+/// controller): each proxy's own counts over the event's window, read once a second into
+/// `proxy-metrics.jsonl`, show the failed connects behind the errors the client saw. With
+/// retries off in the lab, HAProxy's and Envoy's 5xx are the client's errors exactly;
+/// nginx counts no 5xx, and its error log holds a failed connect for each 502.
+#[test]
+fn each_proxy_counts_the_failed_backend_attempts_the_client_saw_at_a_kill() {
+    let dir = scratch("proxy-counts");
+    let file = dir.join("kill.yaml");
+    std::fs::write(
+        &file,
+        "name: proxy-counts\ntargets: [nginx, haproxy, envoy]\nbackends: [{ name: echo, replicas: 3 }]\nload: { mode: open, rate: 200, connections: 10, duration: 4s, sample_rate: 1 }\nevents:\n  - { at: 1s, kill: echo-2, propagation_delay: 1500ms }\n",
+    )
+    .unwrap();
+    let out = dir.join("results");
+    let run = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let json = |p: &Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    let record = json(&out.join("run.json"));
+    for cell in record["cells"].as_array().unwrap() {
+        let proxy = cell["target"].as_str().unwrap();
+        let cell_dir = out.join("cells").join(cell["dir"].as_str().unwrap());
+        let readings: Vec<serde_json::Value> =
+            std::fs::read_to_string(cell_dir.join("proxy-metrics.jsonl"))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        // One a second through the 4 s load, and one at its end.
+        assert!(readings.len() >= 5, "{proxy}: {readings:?}");
+        let times: Vec<f64> = readings
+            .iter()
+            .map(|r| r["t_s"].as_f64().unwrap())
+            .collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+        let impact = json(&cell_dir.join("impact.json"));
+        let kill = &impact[0];
+        let client_errors = kill["errors"].as_u64().unwrap();
+        let counted = &kill["proxy_counted"][proxy];
+        let failed = counted["upstream_connect_failures"].as_u64().unwrap();
+        assert!(
+            client_errors > 0,
+            "{proxy}: the kill cost the client nothing: {kill}"
+        );
+        assert!(failed > 0, "{proxy}: no failed connect counted: {kill}");
+        match proxy {
+            "nginx" => {
+                assert!(counted["responses_5xx"].is_null(), "{counted}");
+                assert!(client_errors <= failed, "{proxy}: {kill}");
+            }
+            _ => assert_eq!(
+                counted["responses_5xx"].as_u64().unwrap(),
+                client_errors,
+                "{proxy}: {kill}"
+            ),
+        }
+        if proxy == "envoy" {
+            let up = &counted["endpoints_up"];
+            assert_eq!(
+                (up["before"].as_u64(), up["after"].as_u64()),
+                (Some(3), Some(2)),
+                "{counted}"
+            );
+        }
+        eprintln!(
+            "{proxy}: client {client_errors} errors {}; proxy {counted}",
+            kill["errors_by_outcome"]
+        );
+    }
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(
+        report.contains("failed connects to backends"),
+        "the report's events table says what the proxies counted"
+    );
+    assert!(
+        !report.contains("disagree:"),
+        "client and proxies agree here"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,315 @@
+//! What a proxy itself counted, read once a second beside the load: failed connections to
+//! backends, requests a backend broke off, retries, the 5xx it sent, the endpoints it
+//! holds up, its configuration reloads. Each proxy counts some of these and names them
+//! its own way; a name here is what the report compares with the client's errors, and a
+//! proxy that does not count something has no value for it (never a 0 it did not say).
+//!
+//! Every source is one only the tool reaches: Envoy's admin interface and HAProxy's
+//! runtime API on their Unix sockets in the proxy's 0700 directory, and nginx's error log
+//! there. Caddy and Traefik count upstream failures only in Prometheus metrics that are
+//! off by default and cost CPU per request when on; they are not read (yet).
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::time::Duration;
+
+use super::{admin_request, ProxyFiles, ProxyKind};
+
+/// Connections to a backend that could not be made (refused, reset, timed out).
+pub const CONNECT_FAILURES: &str = "upstream_connect_failures";
+/// Requests whose backend connection failed after it was made (closed or reset before
+/// the answer was whole).
+pub const RESPONSE_ERRORS: &str = "upstream_response_errors";
+/// Requests sent again to another backend.
+pub const RETRIES: &str = "retries";
+/// 5xx answers the proxy sent to clients (its own and the backends').
+pub const RESPONSES_5XX: &str = "responses_5xx";
+/// Endpoints the proxy holds up now (a gauge).
+pub const ENDPOINTS_UP: &str = "endpoints_up";
+/// Configuration reloads (or updates) applied.
+pub const CONFIG_RELOADS: &str = "config_reloads";
+
+/// What a proxy counted, by the names above.
+pub type Counted = BTreeMap<&'static str, u64>;
+
+/// The most of nginx's error log read at one reading (the rest is read at the next).
+const LOG_READ_MAX: u64 = 4 << 20;
+
+/// What reading needs kept between readings: where nginx's error log was read up to, and
+/// what it held until there.
+#[derive(Debug, Default)]
+pub(crate) struct CounterState {
+    log_offset: u64,
+    log_counts: Counted,
+}
+
+/// Reads what the proxy counted so far.
+pub(crate) fn read(
+    kind: ProxyKind,
+    files: &ProxyFiles,
+    state: &mut CounterState,
+) -> Result<Counted, String> {
+    match kind {
+        ProxyKind::Envoy => {
+            let (status, body) = admin_request(files, "GET", ENVOY_STATS, None)
+                .map_err(|e| format!("Envoy's admin socket: {e}"))?;
+            if status != 200 {
+                return Err(format!("Envoy's /stats answered {status}"));
+            }
+            Ok(envoy(&body))
+        }
+        ProxyKind::Haproxy => {
+            let stat = haproxy_command(files, "show stat")?;
+            Ok(haproxy(&stat))
+        }
+        ProxyKind::Nginx => nginx_log(&files.dir.join("error.log"), state),
+        ProxyKind::Caddy | ProxyKind::Traefik => Ok(Counted::new()),
+    }
+}
+
+/// Envoy's counters asked for: those whose names end as these (every cluster's, every
+/// listener's), the filter a regular expression.
+const ENVOY_STATS: &str = "/stats?filter=%28upstream_cx_connect_fail%7Cupstream_cx_connect_timeout%7Cupstream_cx_destroy_remote_with_active_rq%7Cupstream_rq_retry%7Cmembership_healthy%7Cdownstream_rq_5xx%7Cupdate_success%29%24";
+
+/// Envoy's `/stats` text (`name: value` lines) summed into the names above: per cluster,
+/// `upstream_cx_connect_fail` and `_timeout` (connects that failed), `upstream_cx_destroy_
+/// remote_with_active_rq` (a backend closed with a request on it), `upstream_rq_retry`,
+/// `membership_healthy`; per listener, `downstream_rq_5xx` (not the admin interface's);
+/// and the discovery updates it accepted (`update_success`: listeners, clusters, and each
+/// cluster's endpoints), its reloads.
+fn envoy(stats: &str) -> Counted {
+    let mut counted = Counted::new();
+    for line in stats.lines() {
+        let Some((name, value)) = line.split_once(": ") else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<u64>() else {
+            continue;
+        };
+        let into = if name.starts_with("cluster.") {
+            match name.rsplit('.').next() {
+                Some("upstream_cx_connect_fail" | "upstream_cx_connect_timeout") => {
+                    CONNECT_FAILURES
+                }
+                Some("upstream_cx_destroy_remote_with_active_rq") => RESPONSE_ERRORS,
+                Some("upstream_rq_retry") => RETRIES,
+                Some("membership_healthy") => ENDPOINTS_UP,
+                // Its endpoints' discovery (EDS) accepted an update.
+                Some("update_success") => CONFIG_RELOADS,
+                _ => continue,
+            }
+        } else if name.starts_with("http.") && !name.starts_with("http.admin.") {
+            if !name.ends_with(".downstream_rq_5xx") {
+                continue;
+            }
+            RESPONSES_5XX
+        } else if name == "listener_manager.lds.update_success"
+            || name == "cluster_manager.cds.update_success"
+        {
+            CONFIG_RELOADS
+        } else {
+            continue;
+        };
+        *counted.entry(into).or_default() += value;
+    }
+    counted
+}
+
+/// One command to HAProxy's runtime API: its answer.
+fn haproxy_command(files: &ProxyFiles, command: &str) -> Result<String, String> {
+    let path = &files.admin_socket;
+    let fail = |e: std::io::Error| format!("HAProxy's runtime API ({}): {e}", path.display());
+    let mut sock = std::os::unix::net::UnixStream::connect(path).map_err(fail)?;
+    sock.set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(fail)?;
+    sock.write_all(format!("{command}\n").as_bytes())
+        .map_err(fail)?;
+    let mut answer = String::new();
+    sock.read_to_string(&mut answer).map_err(fail)?;
+    Ok(answer)
+}
+
+/// HAProxy's `show stat` CSV summed into the names above: the backends' `econ`
+/// (connection errors), `eresp` (response errors: the server closed or reset), `wretr`
+/// (retries) and `wredis` (redispatches, a retry on another server); the frontends'
+/// `hrsp_5xx`; servers whose `status` is UP (or `no check`: not checked, not put down). A reload starts new processes whose counters
+/// start again from 0 (the reader takes a fall as a new start).
+fn haproxy(csv: &str) -> Counted {
+    let mut lines = csv.lines();
+    let Some(header) = lines.next().and_then(|h| h.strip_prefix("# ")) else {
+        return Counted::new();
+    };
+    let columns: Vec<&str> = header.split(',').collect();
+    let at = |name: &str| columns.iter().position(|c| *c == name);
+    let (Some(sv), Some(econ), Some(eresp), Some(wretr), Some(wredis), Some(h5xx), Some(status)) = (
+        at("svname"),
+        at("econ"),
+        at("eresp"),
+        at("wretr"),
+        at("wredis"),
+        at("hrsp_5xx"),
+        at("status"),
+    ) else {
+        return Counted::new();
+    };
+    let mut counted = Counted::new();
+    for line in lines {
+        let fields: Vec<&str> = line.split(',').collect();
+        let number = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        match fields.get(sv).copied() {
+            Some("BACKEND") => {
+                *counted.entry(CONNECT_FAILURES).or_default() += number(econ);
+                *counted.entry(RESPONSE_ERRORS).or_default() += number(eresp);
+                *counted.entry(RETRIES).or_default() += number(wretr) + number(wredis);
+            }
+            Some("FRONTEND") => *counted.entry(RESPONSES_5XX).or_default() += number(h5xx),
+            // Servers without health checks say `no check`: up unless put down.
+            Some(_)
+                if fields
+                    .get(status)
+                    .is_some_and(|s| s.starts_with("UP") || *s == "no check") =>
+            {
+                *counted.entry(ENDPOINTS_UP).or_default() += 1;
+            }
+            Some(_) => {
+                counted.entry(ENDPOINTS_UP).or_default();
+            }
+            None => {}
+        }
+    }
+    counted
+}
+
+/// nginx counts upstream failures only in its error log (stub_status has connections and
+/// requests, no upstreams): the lines written since the last reading, added to what was
+/// counted before. `connect() failed … while connecting to upstream` and `upstream timed
+/// out … while connecting` are failed connects; `upstream prematurely closed`, `recv()
+/// failed` and other `upstream` errors while reading are response errors; `no live
+/// upstreams` is a 502 with every backend marked down; a `reconfiguring` notice is a
+/// reload. nginx does not say when it retried (`proxy_next_upstream`), nor count its 5xx.
+fn nginx_log(path: &std::path::Path, state: &mut CounterState) -> Result<Counted, String> {
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(nginx_base(state)),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    if len < state.log_offset {
+        // Truncated or replaced: read it from its start.
+        state.log_offset = 0;
+    }
+    file.seek(SeekFrom::Start(state.log_offset))
+        .map_err(|e| e.to_string())?;
+    let mut new = Vec::new();
+    file.take(LOG_READ_MAX)
+        .read_to_end(&mut new)
+        .map_err(|e| e.to_string())?;
+    // Whole lines only; a line still being written is read next time.
+    let whole = new.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    state.log_offset += whole as u64;
+    for line in String::from_utf8_lossy(&new[..whole]).lines() {
+        if let Some(name) = nginx_line(line) {
+            *state.log_counts.entry(name).or_default() += 1;
+        }
+    }
+    Ok(nginx_base(state))
+}
+
+/// What nginx has counted: every name it can say, 0 until a line says otherwise.
+fn nginx_base(state: &CounterState) -> Counted {
+    let mut counted = state.log_counts.clone();
+    for name in [CONNECT_FAILURES, RESPONSE_ERRORS, CONFIG_RELOADS] {
+        counted.entry(name).or_default();
+    }
+    counted
+}
+
+/// Which count one error log line adds to.
+fn nginx_line(line: &str) -> Option<&'static str> {
+    if line.contains("[notice]") && line.contains("reconfiguring") {
+        return Some(CONFIG_RELOADS);
+    }
+    if !(line.contains("[error]") || line.contains("[crit]")) || !line.contains("upstream") {
+        return None;
+    }
+    if line.contains("while connecting to upstream") || line.contains("no live upstreams") {
+        Some(CONNECT_FAILURES)
+    } else {
+        Some(RESPONSE_ERRORS)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn envoy_stats_sum_over_clusters_and_listeners() {
+        let stats = "cluster.echo.upstream_cx_connect_fail: 3\n\
+                     cluster.other.upstream_cx_connect_fail: 2\n\
+                     cluster.echo.upstream_cx_connect_timeout: 1\n\
+                     cluster.echo.upstream_rq_retry: 4\n\
+                     cluster.echo.membership_healthy: 2\n\
+                     cluster.echo.upstream_cx_destroy_remote_with_active_rq: 7\n\
+                     http.ingress_http.downstream_rq_5xx: 9\n\
+                     http.admin.downstream_rq_5xx: 100\n\
+                     cluster_manager.cds.update_success: 1\n\
+                     listener_manager.lds.update_success: 2\n\
+                     cluster.echo.update_success: 50\n";
+        let c = envoy(stats);
+        assert_eq!(c[CONNECT_FAILURES], 6);
+        assert_eq!(c[RETRIES], 4);
+        assert_eq!(c[ENDPOINTS_UP], 2);
+        assert_eq!(c[RESPONSE_ERRORS], 7);
+        assert_eq!(c[RESPONSES_5XX], 9);
+        assert_eq!(c[CONFIG_RELOADS], 53);
+    }
+
+    #[test]
+    fn haproxy_show_stat_sums_backends_and_counts_servers_up() {
+        let csv = "# pxname,svname,qcur,econ,eresp,wretr,wredis,status,hrsp_5xx,\n\
+                   web,FRONTEND,,,,,,OPEN,12,\n\
+                   echo,s1,0,0,0,0,0,UP,0,\n\
+                   echo,s2,0,3,1,2,1,DOWN,0,\n\
+                   echo,s3,0,0,0,0,0,MAINT,0,\n\
+                   echo,s4,0,0,0,0,0,no check,0,\n\
+                   echo,BACKEND,0,3,1,2,1,UP,5,\n";
+        let c = haproxy(csv);
+        assert_eq!(c[CONNECT_FAILURES], 3);
+        assert_eq!(c[RESPONSE_ERRORS], 1);
+        assert_eq!(c[RETRIES], 3);
+        assert_eq!(c[RESPONSES_5XX], 12);
+        assert_eq!(c[ENDPOINTS_UP], 2);
+        assert!(haproxy("not a csv").is_empty());
+    }
+
+    #[test]
+    fn nginx_error_lines_are_counted_once_each_as_the_log_grows() {
+        let dir = std::env::temp_dir().join(format!("ib-nginx-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("error.log");
+        std::fs::write(&log, "2026/11/26 10:00:00 [error] 1#1: *5 connect() failed (111: Connection refused) while connecting to upstream, client: 127.0.0.1\n2026/11/26 10:00:00 [notice] 1#1: signal 1 (SIGHUP) received from 9, reconfiguring\n2026/11/26 10:00:00 [error] 1#1: *6 upstream prematurely closed connection while reading response header from upstream\n2026/11/26 10:00:00 [error] 1#1: *7 connect() fa").unwrap();
+        let mut state = CounterState::default();
+        let c = nginx_log(&log, &mut state).unwrap();
+        assert_eq!(
+            (c[CONNECT_FAILURES], c[RESPONSE_ERRORS], c[CONFIG_RELOADS]),
+            (1, 1, 1)
+        );
+        // The cut line is read once it is whole, and nothing twice.
+        let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+        writeln!(
+            f,
+            "iled (111: Connection refused) while connecting to upstream"
+        )
+        .unwrap();
+        let c = nginx_log(&log, &mut state).unwrap();
+        assert_eq!((c[CONNECT_FAILURES], c[RESPONSE_ERRORS]), (2, 1));
+        assert_eq!(nginx_log(&log, &mut state).unwrap()[CONNECT_FAILURES], 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

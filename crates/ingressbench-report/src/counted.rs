@@ -1,0 +1,110 @@
+//! The client's errors in an event's window beside what the proxy counted there
+//! (`impact.json`'s `errors_by_outcome` and `proxy_counted`), in words: "client: 446 ×
+//! 502; envoy: 446 failed connects to backends, 0 retries, endpoints up 3 → 2". Where the
+//! two disagree the sentence says so: that is a finding, not noise.
+
+use serde_json::Value;
+
+/// Each count's words, in the order they are said.
+const WORDS: [(&str, &str); 5] = [
+    ("upstream_connect_failures", "failed connects to backends"),
+    (
+        "upstream_response_errors",
+        "responses broken off by backends",
+    ),
+    ("retries", "retries"),
+    ("responses_5xx", "5xx sent"),
+    ("config_reloads", "reloads"),
+];
+
+/// The sentence for one event's impact entry, or `None` when no proxy was read.
+pub fn sentence(event: &Value) -> Option<String> {
+    let proxies = event["proxy_counted"].as_object()?;
+    let client_errors = event["errors"].as_u64().unwrap_or(0);
+    let mut by_outcome: Vec<String> = (event["errors_by_outcome"].as_object())
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| format!("{} × {k}", v.as_u64().unwrap_or(0)))
+                .collect()
+        })
+        .unwrap_or_default();
+    if by_outcome.is_empty() {
+        by_outcome.push(format!("{client_errors} errors"));
+    }
+    let mut parts = vec![format!("client: {}", by_outcome.join(", "))];
+    for (name, counted) in proxies {
+        let mut said: Vec<String> = WORDS
+            .iter()
+            .filter_map(|(key, words)| Some(format!("{} {words}", counted[*key].as_u64()?)))
+            .collect();
+        let up = &counted["endpoints_up"];
+        if let (Some(before), Some(fewest), Some(after)) = (
+            up["before"].as_u64(),
+            up["fewest"].as_u64(),
+            up["after"].as_u64(),
+        ) {
+            said.push(if fewest < before.min(after) {
+                format!("endpoints up {before} → {fewest} → {after}")
+            } else {
+                format!("endpoints up {before} → {after}")
+            });
+        }
+        if said.is_empty() {
+            said.push("counts none of these".into());
+        }
+        let failures = ["upstream_connect_failures", "upstream_response_errors"]
+            .iter()
+            .filter_map(|k| counted[*k].as_u64())
+            .sum::<u64>();
+        let counts_failures = counted["upstream_connect_failures"].is_u64();
+        let finding = match (client_errors, failures) {
+            (0, f) if f > 0 => format!(
+                " (the client saw no error: {name} hid {f} failed backend attempts{})",
+                if counted["retries"].as_u64().unwrap_or(0) > 0 {
+                    " by retrying"
+                } else {
+                    ""
+                }
+            ),
+            (e, 0) if e > 0 && counts_failures => {
+                format!(" (disagree: the client saw {e} errors, {name} counted no failed backend attempt)")
+            }
+            _ => String::new(),
+        };
+        parts.push(format!("{name}: {}{finding}", said.join(", ")));
+    }
+    Some(parts.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_client_and_each_proxy_in_one_sentence_with_their_disagreement() {
+        let agree = json!({
+            "errors": 446, "errors_by_outcome": { "502": 446 },
+            "proxy_counted": { "envoy": {
+                "upstream_connect_failures": 446, "retries": 0,
+                "endpoints_up": { "before": 3, "fewest": 2, "after": 2 } } }
+        });
+        assert_eq!(
+            sentence(&agree).unwrap(),
+            "client: 446 × 502; envoy: 446 failed connects to backends, 0 retries, endpoints up 3 → 2"
+        );
+        let hidden = json!({
+            "errors": 0, "errors_by_outcome": {},
+            "proxy_counted": { "haproxy": { "upstream_connect_failures": 3, "retries": 3 } }
+        });
+        assert!(sentence(&hidden).unwrap().ends_with(
+            "(the client saw no error: haproxy hid 3 failed backend attempts by retrying)"
+        ));
+        let disagree = json!({
+            "errors": 5, "errors_by_outcome": { "refused": 5 },
+            "proxy_counted": { "nginx": { "upstream_connect_failures": 0, "upstream_response_errors": 0 } }
+        });
+        assert!(sentence(&disagree).unwrap().contains("disagree"));
+        assert!(sentence(&json!({ "errors": 1 })).is_none());
+    }
+}

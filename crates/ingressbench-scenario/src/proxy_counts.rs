@@ -1,0 +1,202 @@
+//! What the proxies themselves counted while a cell ran, read once a second beside the
+//! load (`proxy-metrics.jsonl`), and per event what they counted in its window, to stand
+//! beside the errors the client saw there (`impact.json`'s `proxy_counted`).
+//!
+//! The counts are each proxy's own (see `ingressbench_lab::proxy::counters`): connects to
+//! backends that failed, responses a backend broke off, retries, 5xx sent, endpoints up,
+//! reloads. A count that falls between two readings started again (a reload's new
+//! processes): what it holds then is what was counted since.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ingressbench_lab::proxy::counters::{Counted, ENDPOINTS_UP};
+use serde_json::{json, Map, Value};
+
+use crate::site::Site;
+use crate::usage::signed_offset;
+
+/// How often the proxies are read.
+const INTERVAL: Duration = Duration::from_secs(1);
+
+/// One reading: seconds from the start of measurement, and each proxy's counts.
+struct Reading {
+    t_s: f64,
+    proxies: BTreeMap<String, Counted>,
+}
+
+/// The proxies' counts, read on a one-second grid aligned to the start of measurement and
+/// appended to `proxy-metrics.jsonl` as they come.
+pub(crate) struct ProxyCounts {
+    file: File,
+    measure_from: Instant,
+    next_at: Instant,
+    readings: Vec<Reading>,
+}
+
+impl ProxyCounts {
+    /// Starts the file at `path` with a first reading now, if the site's proxies count
+    /// anything it can read (none: no file).
+    pub(crate) fn new(
+        path: &Path,
+        site: &mut dyn Site,
+        start: Instant,
+        measure_from: Instant,
+    ) -> std::io::Result<Option<Self>> {
+        let first = site.proxy_counters();
+        if first
+            .iter()
+            .all(|(_, c)| c.as_ref().is_ok_and(BTreeMap::is_empty))
+        {
+            return Ok(None);
+        }
+        let behind = measure_from.saturating_duration_since(start);
+        let mut counts = Self {
+            file: File::create(path)?,
+            measure_from,
+            next_at: measure_from - Duration::from_secs(behind.as_secs()),
+            readings: Vec::new(),
+        };
+        counts.write(Instant::now(), first)?;
+        Ok(Some(counts))
+    }
+
+    /// Reads the proxies if a reading is due by `now`.
+    pub(crate) fn poll(&mut self, now: Instant, site: &mut dyn Site) -> std::io::Result<()> {
+        if now < self.next_at {
+            return Ok(());
+        }
+        while self.next_at <= now {
+            self.next_at += INTERVAL;
+        }
+        self.read_now(now, site)
+    }
+
+    /// Reads the proxies now (the last reading, when the load has ended).
+    pub(crate) fn read_now(&mut self, now: Instant, site: &mut dyn Site) -> std::io::Result<()> {
+        let counted = site.proxy_counters();
+        self.write(now, counted)
+    }
+
+    fn write(
+        &mut self,
+        now: Instant,
+        counted: Vec<(String, Result<Counted, String>)>,
+    ) -> std::io::Result<()> {
+        let t_s = signed_offset(now, self.measure_from);
+        let mut proxies = BTreeMap::new();
+        let mut errors = Map::new();
+        for (name, c) in counted {
+            match c {
+                Ok(c) => {
+                    proxies.insert(name, c);
+                }
+                Err(e) => {
+                    errors.insert(name, json!(e));
+                }
+            }
+        }
+        let mut line = json!({ "t_s": (t_s * 1e6).round() / 1e6, "proxies": proxies });
+        if !errors.is_empty() {
+            line["errors"] = Value::Object(errors);
+        }
+        writeln!(self.file, "{line}")?;
+        self.file.flush()?;
+        self.readings.push(Reading { t_s, proxies });
+        Ok(())
+    }
+
+    /// What each proxy counted between `from_s` and `to_s` (seconds from the start of
+    /// measurement): from the last reading at or before `from_s` to the first at or after
+    /// `to_s` (the last one, if none is), each count's increase (a count that started
+    /// again adds what it holds after), and the endpoints up before, at the fewest, and
+    /// after. `None` when no reading brackets the window.
+    pub(crate) fn between(&self, from_s: f64, to_s: f64) -> Option<Value> {
+        let first = self.readings.iter().rposition(|r| r.t_s <= from_s)?;
+        let last = (self.readings.iter())
+            .position(|r| r.t_s >= to_s)
+            .unwrap_or(self.readings.len() - 1);
+        if last <= first {
+            return None;
+        }
+        let span = &self.readings[first..=last];
+        let mut out = Map::new();
+        for name in span[0].proxies.keys() {
+            let mut counted = Map::new();
+            let values = |key: &str| -> Vec<u64> {
+                (span.iter())
+                    .filter_map(|r| r.proxies.get(name)?.get(key).copied())
+                    .collect()
+            };
+            for key in span[0].proxies[name].keys() {
+                let v = values(key);
+                if *key == ENDPOINTS_UP {
+                    counted.insert(
+                        (*key).to_owned(),
+                        json!({ "before": v.first(), "fewest": v.iter().min(), "after": v.last() }),
+                    );
+                    continue;
+                }
+                let increase: u64 = (v.windows(2))
+                    .map(|w| if w[1] >= w[0] { w[1] - w[0] } else { w[1] })
+                    .sum();
+                counted.insert((*key).to_owned(), json!(increase));
+            }
+            counted.insert(
+                "read_from_s".into(),
+                json!((span[0].t_s * 1e3).round() / 1e3),
+            );
+            counted.insert(
+                "read_to_s".into(),
+                json!((span[span.len() - 1].t_s * 1e3).round() / 1e3),
+            );
+            out.insert(name.clone(), Value::Object(counted));
+        }
+        Some(Value::Object(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ingressbench_lab::proxy::counters::CONNECT_FAILURES;
+
+    fn reading(t_s: f64, failures: u64, up: u64) -> Reading {
+        let counted: Counted = [(CONNECT_FAILURES, failures), (ENDPOINTS_UP, up)].into();
+        Reading {
+            t_s,
+            proxies: [("envoy".to_owned(), counted)].into(),
+        }
+    }
+
+    #[test]
+    fn an_events_window_takes_each_counts_increase_across_a_restart() {
+        let dir = std::env::temp_dir().join(format!("ib-proxy-counts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let counts = ProxyCounts {
+            file: File::create(dir.join("proxy-metrics.jsonl")).unwrap(),
+            measure_from: Instant::now(),
+            next_at: Instant::now(),
+            readings: vec![
+                reading(0.0, 5, 3),
+                reading(1.0, 5, 3),
+                reading(2.0, 9, 2),
+                // Started again (a reload): 2 since.
+                reading(3.0, 2, 2),
+                reading(4.0, 4, 2),
+            ],
+        };
+        let got = counts.between(1.5, 3.5).unwrap();
+        // From the reading at 1 s to the one at 4 s: 4, then 2, then 2 more.
+        assert_eq!(got["envoy"][CONNECT_FAILURES], 8);
+        assert_eq!(got["envoy"][ENDPOINTS_UP]["before"], 3);
+        assert_eq!(got["envoy"][ENDPOINTS_UP]["fewest"], 2);
+        assert_eq!(got["envoy"]["read_from_s"], 1.0);
+        assert_eq!(got["envoy"]["read_to_s"], 4.0);
+        assert!(counts.between(-1.0, 2.0).is_none(), "no reading before");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
