@@ -33,6 +33,10 @@ pub fn sentence(event: &Value) -> Option<String> {
     }
     let mut parts = vec![format!("client: {}", by_outcome.join(", "))];
     for (name, counted) in proxies {
+        if let Some(why) = counted["not_read"].as_str() {
+            parts.push(format!("{name}: not read ({why})"));
+            continue;
+        }
         let mut said: Vec<String> = WORDS
             .iter()
             .filter_map(|(key, words)| Some(format!("{} {words}", counted[*key].as_u64()?)))
@@ -106,5 +110,11 @@ mod tests {
         });
         assert!(sentence(&disagree).unwrap().contains("disagree"));
         assert!(sentence(&json!({ "errors": 1 })).is_none());
+        let not_read =
+            json!({ "errors": 2, "proxy_counted": { "traefik": { "not_read": "off" } } });
+        assert_eq!(
+            sentence(&not_read).unwrap(),
+            "client: 2 errors; traefik: not read (off)"
+        );
     }
 }

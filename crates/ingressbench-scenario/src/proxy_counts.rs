@@ -26,6 +26,8 @@ const INTERVAL: Duration = Duration::from_secs(1);
 struct Reading {
     t_s: f64,
     proxies: BTreeMap<String, Counted>,
+    /// The proxies that could not be read, and why.
+    errors: BTreeMap<String, String>,
 }
 
 /// The proxies' counts, read on a one-second grid aligned to the start of measurement and
@@ -88,24 +90,28 @@ impl ProxyCounts {
     ) -> std::io::Result<()> {
         let t_s = signed_offset(now, self.measure_from);
         let mut proxies = BTreeMap::new();
-        let mut errors = Map::new();
+        let mut errors = BTreeMap::new();
         for (name, c) in counted {
             match c {
                 Ok(c) => {
                     proxies.insert(name, c);
                 }
                 Err(e) => {
-                    errors.insert(name, json!(e));
+                    errors.insert(name, e);
                 }
             }
         }
         let mut line = json!({ "t_s": (t_s * 1e6).round() / 1e6, "proxies": proxies });
         if !errors.is_empty() {
-            line["errors"] = Value::Object(errors);
+            line["errors"] = json!(errors);
         }
         writeln!(self.file, "{line}")?;
         self.file.flush()?;
-        self.readings.push(Reading { t_s, proxies });
+        self.readings.push(Reading {
+            t_s,
+            proxies,
+            errors,
+        });
         Ok(())
     }
 
@@ -155,6 +161,10 @@ impl ProxyCounts {
             );
             out.insert(name.clone(), Value::Object(counted));
         }
+        // A proxy not read at the window's start: why, so the report can say it.
+        for (name, why) in &span[0].errors {
+            out.insert(name.clone(), json!({ "not_read": why }));
+        }
         Some(Value::Object(out))
     }
 }
@@ -169,6 +179,7 @@ mod tests {
         Reading {
             t_s,
             proxies: [("envoy".to_owned(), counted)].into(),
+            errors: BTreeMap::new(),
         }
     }
 

@@ -6,8 +6,9 @@
 //!
 //! Every source is one only the tool reaches: Envoy's admin interface and HAProxy's
 //! runtime API on their Unix sockets in the proxy's 0700 directory, and nginx's error log
-//! there. Caddy and Traefik count upstream failures only in Prometheus metrics that are
-//! off by default and cost CPU per request when on; they are not read (yet).
+//! and Caddy's log there. Traefik counts upstream failures only in Prometheus metrics (off
+//! in the lab: on, they cost CPU on every request, and would change the Traefik compared)
+//! and in its access log (off, for the same reason); it is not read.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -31,6 +32,9 @@ pub const CONFIG_RELOADS: &str = "config_reloads";
 
 /// What a proxy counted, by the names above.
 pub type Counted = BTreeMap<&'static str, u64>;
+
+/// Why Traefik's counts are not read.
+pub const TRAEFIK_NOT_READ: &str = "Traefik counts failed backend attempts only in its Prometheus metrics and its access log, both off in the lab (on, they cost CPU on every request and change the Traefik compared)";
 
 /// The most of nginx's error log read at one reading (the rest is read at the next).
 const LOG_READ_MAX: u64 = 4 << 20;
@@ -62,8 +66,9 @@ pub(crate) fn read(
             let stat = haproxy_command(files, "show stat")?;
             Ok(haproxy(&stat))
         }
-        ProxyKind::Nginx => nginx_log(&files.dir.join("error.log"), state),
-        ProxyKind::Caddy | ProxyKind::Traefik => Ok(Counted::new()),
+        ProxyKind::Nginx => log_counts(&files.dir.join("error.log"), state, &NGINX),
+        ProxyKind::Caddy => log_counts(&files.dir.join("proxy.log"), state, &CADDY),
+        ProxyKind::Traefik => Err(TRAEFIK_NOT_READ.into()),
     }
 }
 
@@ -185,17 +190,47 @@ fn haproxy(csv: &str) -> Counted {
     counted
 }
 
+/// A proxy's log, read as it grows: what each line counts toward, and every name it can
+/// say (0 until a line says otherwise).
+struct LogCounts {
+    line: fn(&str) -> Option<&'static str>,
+    names: &'static [&'static str],
+}
+
 /// nginx counts upstream failures only in its error log (stub_status has connections and
-/// requests, no upstreams): the lines written since the last reading, added to what was
-/// counted before. `connect() failed … while connecting to upstream` and `upstream timed
-/// out … while connecting` are failed connects; `upstream prematurely closed`, `recv()
-/// failed` and other `upstream` errors while reading are response errors; `no live
-/// upstreams` is a 502 with every backend marked down; a `reconfiguring` notice is a
-/// reload. nginx does not say when it retried (`proxy_next_upstream`), nor count its 5xx.
-fn nginx_log(path: &std::path::Path, state: &mut CounterState) -> Result<Counted, String> {
+/// requests, no upstreams). nginx does not say when it retried (`proxy_next_upstream`),
+/// nor count its 5xx.
+const NGINX: LogCounts = LogCounts {
+    line: nginx_line,
+    names: &[CONNECT_FAILURES, RESPONSE_ERRORS, CONFIG_RELOADS],
+};
+
+/// Caddy logs each error its handlers return (`http.log.error`, at the default level),
+/// with the status it sent: a failed dial to a backend, or a backend that broke off. Its
+/// per-request metrics are off unless configured (and cost CPU on every request when on),
+/// so its log is what says what it did.
+const CADDY: LogCounts = LogCounts {
+    line: caddy_line,
+    names: &[CONNECT_FAILURES, RESPONSE_ERRORS],
+};
+
+/// The lines of the log at `path` written since the last reading, added to what was
+/// counted before.
+fn log_counts(
+    path: &std::path::Path,
+    state: &mut CounterState,
+    counts: &LogCounts,
+) -> Result<Counted, String> {
+    let base = |state: &CounterState| {
+        let mut counted = state.log_counts.clone();
+        for name in counts.names {
+            counted.entry(name).or_default();
+        }
+        counted
+    };
     let mut file = match std::fs::File::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(nginx_base(state)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(base(state)),
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
     let len = file.metadata().map_err(|e| e.to_string())?.len();
@@ -213,23 +248,17 @@ fn nginx_log(path: &std::path::Path, state: &mut CounterState) -> Result<Counted
     let whole = new.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
     state.log_offset += whole as u64;
     for line in String::from_utf8_lossy(&new[..whole]).lines() {
-        if let Some(name) = nginx_line(line) {
+        if let Some(name) = (counts.line)(line) {
             *state.log_counts.entry(name).or_default() += 1;
         }
     }
-    Ok(nginx_base(state))
+    Ok(base(state))
 }
 
-/// What nginx has counted: every name it can say, 0 until a line says otherwise.
-fn nginx_base(state: &CounterState) -> Counted {
-    let mut counted = state.log_counts.clone();
-    for name in [CONNECT_FAILURES, RESPONSE_ERRORS, CONFIG_RELOADS] {
-        counted.entry(name).or_default();
-    }
-    counted
-}
-
-/// Which count one error log line adds to.
+/// Which count one nginx error log line adds to: `connect() failed … while connecting to
+/// upstream`, `upstream timed out … while connecting` and `no live upstreams` are failed
+/// connects; `upstream prematurely closed`, `recv() failed` and other `upstream` errors
+/// while reading are response errors; a `reconfiguring` notice is a reload.
 fn nginx_line(line: &str) -> Option<&'static str> {
     if line.contains("[notice]") && line.contains("reconfiguring") {
         return Some(CONFIG_RELOADS);
@@ -242,6 +271,21 @@ fn nginx_line(line: &str) -> Option<&'static str> {
     } else {
         Some(RESPONSE_ERRORS)
     }
+}
+
+/// Which count one line of Caddy's log adds to: an `http.log.error` whose message is a
+/// failed dial (`dial tcp …`) is a failed connect; any other with a 502, 503 or 504 is a
+/// backend that failed after it (closed, reset, timed out).
+fn caddy_line(line: &str) -> Option<&'static str> {
+    if !line.contains("\"logger\":\"http.log.error\"") {
+        return None;
+    }
+    let entry: serde_json::Value = serde_json::from_str(line).ok()?;
+    let msg = entry["msg"].as_str().unwrap_or_default();
+    if msg.starts_with("dial tcp") || msg.contains("no upstreams available") {
+        return Some(CONNECT_FAILURES);
+    }
+    matches!(entry["status"].as_u64(), Some(502..=504)).then_some(RESPONSE_ERRORS)
 }
 
 #[cfg(test)]
@@ -295,7 +339,7 @@ mod tests {
         let log = dir.join("error.log");
         std::fs::write(&log, "2026/11/26 10:00:00 [error] 1#1: *5 connect() failed (111: Connection refused) while connecting to upstream, client: 127.0.0.1\n2026/11/26 10:00:00 [notice] 1#1: signal 1 (SIGHUP) received from 9, reconfiguring\n2026/11/26 10:00:00 [error] 1#1: *6 upstream prematurely closed connection while reading response header from upstream\n2026/11/26 10:00:00 [error] 1#1: *7 connect() fa").unwrap();
         let mut state = CounterState::default();
-        let c = nginx_log(&log, &mut state).unwrap();
+        let c = log_counts(&log, &mut state, &NGINX).unwrap();
         assert_eq!(
             (c[CONNECT_FAILURES], c[RESPONSE_ERRORS], c[CONFIG_RELOADS]),
             (1, 1, 1)
@@ -307,9 +351,26 @@ mod tests {
             "iled (111: Connection refused) while connecting to upstream"
         )
         .unwrap();
-        let c = nginx_log(&log, &mut state).unwrap();
+        let c = log_counts(&log, &mut state, &NGINX).unwrap();
         assert_eq!((c[CONNECT_FAILURES], c[RESPONSE_ERRORS]), (2, 1));
-        assert_eq!(nginx_log(&log, &mut state).unwrap()[CONNECT_FAILURES], 2);
+        assert_eq!(
+            log_counts(&log, &mut state, &NGINX).unwrap()[CONNECT_FAILURES],
+            2
+        );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn caddy_error_lines_are_failed_dials_or_broken_responses() {
+        let dial = r#"{"level":"error","ts":1.0,"logger":"http.log.error","msg":"dial tcp 127.0.0.1:43177: connect: connection refused","status":502}"#;
+        let eof =
+            r#"{"level":"error","ts":1.0,"logger":"http.log.error","msg":"EOF","status":502}"#;
+        let other = r#"{"level":"warn","ts":1.0,"logger":"http","msg":"automatic HTTPS is completely disabled for server"}"#;
+        let not_found =
+            r#"{"level":"error","ts":1.0,"logger":"http.log.error","msg":"no route","status":404}"#;
+        assert_eq!(caddy_line(dial), Some(CONNECT_FAILURES));
+        assert_eq!(caddy_line(eof), Some(RESPONSE_ERRORS));
+        assert_eq!(caddy_line(other), None);
+        assert_eq!(caddy_line(not_found), None);
     }
 }
