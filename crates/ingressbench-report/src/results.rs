@@ -6,6 +6,7 @@
 //! shows it as such and a gate cannot judge without it. Missing parts of cells that never
 //! finished are noted, not fatal, so that an incomplete run still gets a report.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -71,6 +72,9 @@ pub struct CellResults {
     /// The proxies' CPU over time from `usage.jsonl`: (middle of each interval in seconds
     /// from the start of measurement, cores used in it).
     pub proxy_cpu: Vec<(f64, f64)>,
+    /// What the proxies counted over time from `proxy-metrics.jsonl`: per kind of count
+    /// (its words), the rate per second in each interval between readings, at its middle.
+    pub proxy_counts: Vec<(&'static str, Vec<(f64, f64)>)>,
     /// Its `workers.json`, when several processes sent its load.
     pub workers: Option<Value>,
     /// Its error, if it failed.
@@ -201,6 +205,7 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             measure_from_s: c["measure_from_s"].as_f64().unwrap_or(0.0),
             usage: c.get("usage").filter(|u| !u.is_null()).cloned(),
             proxy_cpu: Vec::new(),
+            proxy_counts: Vec::new(),
             workers: None,
             error: c["error"].as_str().map(str::to_owned),
         };
@@ -377,6 +382,7 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         None => {}
     }
     cell.proxy_cpu = usage_readings(cell, root, windows);
+    cell.proxy_counts = count_readings(cell, root, windows);
     if why.is_empty() {
         cell.summary = Some(value);
     } else {
@@ -401,6 +407,88 @@ fn usage_readings(cell: &CellResults, root: &Path, seconds: u64) -> Vec<(f64, f6
         Ok(Ok(lines)) => cpu_rates(&lines.join("\n"), "proxy"),
         _ => Vec::new(),
     }
+}
+
+/// The counts a report charts from `proxy-metrics.jsonl`: their words, and the tool's
+/// names summed into each (over every proxy).
+const CHARTED_COUNTS: [(&str, &[&str]); 3] = [
+    (
+        "failed backend attempts",
+        &["upstream_connect_failures", "upstream_response_errors"],
+    ),
+    ("retries", &["retries"]),
+    ("5xx sent", &["responses_5xx"]),
+];
+
+/// `proxy-metrics.jsonl` read as [`CellResults::proxy_counts`] (a line a second; a
+/// missing or unreadable file charts nothing).
+fn count_readings(
+    cell: &CellResults,
+    root: &Path,
+    seconds: u64,
+) -> Vec<(&'static str, Vec<(f64, f64)>)> {
+    let Some(parts) = cell.file_parts("proxy-metrics.jsonl") else {
+        return Vec::new();
+    };
+    if !files::exists_in(root, &parts) {
+        return Vec::new();
+    }
+    let Ok(Ok(lines)) = files::Lines::open(root, &parts, seconds + 1)
+        .map(|lines| lines.collect::<Result<Vec<_>, _>>())
+    else {
+        return Vec::new();
+    };
+    let readings: Vec<Value> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    CHARTED_COUNTS
+        .iter()
+        .filter_map(|(words, names)| Some((*words, count_rates(&readings, names)?)))
+        .collect()
+}
+
+/// The rate per second of the sum of `names` over every proxy, between consecutive
+/// readings, at each interval's middle; a count that fell started again (a reload), and
+/// what it holds then is its increase. `None` when no proxy counts any of them.
+fn count_rates(readings: &[Value], names: &[&str]) -> Option<Vec<(f64, f64)>> {
+    let mut counted = false;
+    // Per reading: its time, and each proxy's count.
+    let points: Vec<(f64, BTreeMap<String, u64>)> = readings
+        .iter()
+        .filter_map(|r| {
+            let t = r["t_s"].as_f64()?;
+            let by_proxy = r["proxies"]
+                .as_object()?
+                .iter()
+                .filter_map(|(proxy, c)| {
+                    let values: Vec<u64> = names.iter().filter_map(|n| c[*n].as_u64()).collect();
+                    counted |= !values.is_empty();
+                    (!values.is_empty()).then(|| (proxy.clone(), values.iter().sum()))
+                })
+                .collect();
+            Some((t, by_proxy))
+        })
+        .collect();
+    if !counted {
+        return None;
+    }
+    Some(
+        points
+            .windows(2)
+            .filter(|w| w[1].0 - w[0].0 >= 0.1)
+            .map(|w| {
+                let increase: u64 = (w[1].1.iter())
+                    .map(|(proxy, now)| match w[0].1.get(proxy) {
+                        Some(before) if now >= before => now - before,
+                        Some(_) => *now,
+                        None => 0,
+                    })
+                    .sum();
+                ((w[0].0 + w[1].0) / 2.0, increase as f64 / (w[1].0 - w[0].0))
+            })
+            .collect(),
+    )
 }
 
 /// The status shown for a run whose run.json says `running` while the process that
@@ -654,6 +742,7 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
             measure_from_s: 0.0,
             usage: None,
             proxy_cpu: Vec::new(),
+            proxy_counts: Vec::new(),
             workers: None,
             error: None,
         }],
@@ -776,6 +865,25 @@ mod tests {
         assert_eq!(mid[0].generations, [4, 0]);
         assert_eq!(new[0].generations, [4, 0]);
         assert!(old[0].in_sample && mid[0].in_sample && !new[0].in_sample);
+    }
+
+    #[test]
+    fn count_rates_sum_the_proxies_and_take_a_fall_as_a_new_start() {
+        let readings: Vec<Value> = [
+            r#"{"t_s":0.0,"proxies":{"a":{"upstream_connect_failures":0,"upstream_response_errors":0},"b":{"upstream_connect_failures":5}}}"#,
+            r#"{"t_s":1.0,"proxies":{"a":{"upstream_connect_failures":3,"upstream_response_errors":1},"b":{"upstream_connect_failures":6}}}"#,
+            r#"{"t_s":2.0,"proxies":{"a":{"upstream_connect_failures":2,"upstream_response_errors":1},"b":{"upstream_connect_failures":6}}}"#,
+        ]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+        let failed = count_rates(&readings, CHARTED_COUNTS[0].1).unwrap();
+        // 4 + 1 in the first second; then a's count fell (a new start: 3 since), b's stayed.
+        assert_eq!(failed, vec![(0.5, 5.0), (1.5, 3.0)]);
+        assert!(
+            count_rates(&readings, &["retries"]).is_none(),
+            "nobody counts it"
+        );
     }
 
     #[test]

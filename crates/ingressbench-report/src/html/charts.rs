@@ -27,6 +27,11 @@ pub(super) fn time_axis(cell: &CellResults, samples: &[SampleRow]) -> Axis {
                 .map(|w| w.start.as_secs_f64() + w.length.as_secs_f64() / 2.0 - shift),
         )
         .chain(cell.proxy_cpu.iter().map(|p| p.0))
+        .chain(
+            cell.proxy_counts
+                .iter()
+                .flat_map(|(_, p)| p.iter().map(|v| v.0)),
+        )
         .chain([0.0, end]);
     Axis::covering(xs, false)
 }
@@ -56,6 +61,46 @@ pub(super) fn proxy_cpu_chart(
         }
     }
     Some(plot.finish(&format!("Proxy CPU over time: {title}")))
+}
+
+/// What the proxies counted per second (failed backend attempts, retries, 5xx sent) under
+/// a cell's latency chart, on the same time axis, with the events marked.
+pub(super) fn proxy_counts_chart(cell: &CellResults, title: &str, x: Axis) -> Option<String> {
+    if cell
+        .proxy_counts
+        .iter()
+        .all(|(_, points)| points.is_empty())
+    {
+        return None;
+    }
+    let values = cell
+        .proxy_counts
+        .iter()
+        .flat_map(|(_, p)| p.iter().map(|v| v.1));
+    let y = Axis::covering(values.chain([0.0, 1.0]), false);
+    let mut plot = Plot::new(900.0, 130.0, x, y);
+    plot.axes(
+        "seconds from the start of measurement",
+        "the proxy counted (per s)",
+        &|v| short(v),
+    );
+    let mut legend = Vec::new();
+    for (i, (words, points)) in cell.proxy_counts.iter().enumerate() {
+        let colour = if i == 0 {
+            ERROR_COLOUR
+        } else {
+            PALETTE[(i + 2) % PALETTE.len()]
+        };
+        plot.line(points, colour, 1.6, i > 0);
+        legend.push(((*words).to_owned(), colour.to_owned()));
+    }
+    plot.legend(&legend);
+    for (i, e) in cell.impact.iter().enumerate() {
+        if let Some(at) = e["requested_s"].as_f64() {
+            plot.marker(at, &event_label(i, e), i % 3);
+        }
+    }
+    Some(plot.finish(&format!("What the proxy counted over time: {title}")))
 }
 
 /// An event's marker label: its number and what it did in a few words (`3 scale 3→4`).

@@ -15,7 +15,9 @@ mod charts;
 mod sections;
 
 pub(crate) use charts::spectrum_points;
-use charts::{bars, phases, proxy_cpu_chart, spectrum, sweep, time_axis, timeline};
+use charts::{
+    bars, phases, proxy_counts_chart, proxy_cpu_chart, spectrum, sweep, time_axis, timeline,
+};
 use sections::{differences_table, events_section, measured_section};
 
 /// At most this many points per latency-over-time panel (errors first); statistics always
@@ -137,15 +139,20 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
         let log = timeline(cell, &samples, colour, true, &title, x);
         let lin = timeline(cell, &samples, colour, false, &title, x);
         let cpu = proxy_cpu_chart(cell, colour, &title, x);
+        let counted = proxy_counts_chart(cell, &title, x);
         let _ = write!(
             body,
-            "<figure class=\"panel\"><figcaption>{}</figcaption><div class=\"log\">{log}</div><div class=\"lin\">{lin}</div>{}</figure>",
+            "<figure class=\"panel\"><figcaption>{}</figcaption><div class=\"log\">{log}</div><div class=\"lin\">{lin}</div>{}{}</figure>",
             esc(&title),
-            cpu.as_deref().unwrap_or_default()
+            cpu.as_deref().unwrap_or_default(),
+            counted.as_deref().unwrap_or_default()
         );
         charts.push((format!("timeline {title}"), log));
         if let Some(cpu) = cpu {
             charts.push((format!("proxy cpu {title}"), cpu));
+        }
+        if let Some(counted) = counted {
+            charts.push((format!("proxy counts {title}"), counted));
         }
     }
     body.push_str("</div></section>");
