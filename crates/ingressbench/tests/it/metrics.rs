@@ -454,3 +454,62 @@ fn each_proxy_counts_the_failed_backend_attempts_the_client_saw_at_a_kill() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Load from several worker processes (the path the cluster's load pods take: each
+/// worker's windows travel to the coordinator, which merges them): the coordinator's
+/// endpoint shows the merged windows, and its last scrape counts what the summary does.
+#[test]
+fn the_endpoint_of_a_load_from_several_workers_shows_their_merged_windows() {
+    let dir = scratch("metrics-workers");
+    let target = server();
+    let scrape = free_port();
+    let summary_path = dir.join("summary.json");
+    let mut load = Command::new(BIN)
+        .args(["load", &format!("http://{target}/"), "-R", "400", "-c", "8"])
+        .args(["-d", "4s", "--workers", "2", "--quiet", "--metrics-listen"])
+        .arg(format!("127.0.0.1:{scrape}"))
+        .arg("--json")
+        .arg(&summary_path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Scraped every 200 ms until the load is gone: the endpoint waits for a scrape after
+    // the load, so the last one answered holds the final figures.
+    let started = Instant::now();
+    let mut last = None;
+    while load.try_wait().unwrap().is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the load did not end"
+        );
+        if let Some((200, body)) = get(scrape, "/metrics") {
+            last = Some(body);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(load.wait().unwrap().success());
+    let last = last.expect("scraped at least once");
+    let value = |name: &str| -> u64 {
+        last.lines()
+            .filter(|l| l.starts_with(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum()
+    };
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&summary_path).unwrap()).unwrap();
+    let total = summary["requests"]["total"].as_u64().unwrap();
+    assert!(total > 1_000, "{summary}");
+    assert_eq!(value("ingressbench_requests_total{"), total, "{last}");
+    assert_eq!(
+        value("ingressbench_scheduler_lag_seconds_count"),
+        total,
+        "{last}"
+    );
+    assert_eq!(
+        value("ingressbench_latency_seconds_count"),
+        summary["latency_us"]["count"].as_u64().unwrap(),
+        "{last}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
