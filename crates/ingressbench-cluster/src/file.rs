@@ -112,6 +112,29 @@ pub struct ClusterTarget {
     /// this).
     #[serde(default)]
     pub restart: Option<RestartVia>,
+    /// Where what the controller's proxy itself counted (failed connects to backends,
+    /// 5xx, …) is read once a second on this machine: a local cluster's controller
+    /// (`cluster local up` writes it).
+    #[serde(default)]
+    pub counters: Option<CountersVia>,
+}
+
+/// Where a controller's proxy keeps its counts: its Envoy's admin interface or its
+/// HAProxy's runtime API, each a Unix socket on this machine.
+///
+/// ```yaml
+/// counters: { envoy_admin: /root/.cache/ingressbench/local/contour/envoy-admin.sock }
+/// counters: { haproxy_stat: /root/.cache/ingressbench/local/haproxy-ingress/fs/var/run/haproxy/admin.sock }
+/// ```
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CountersVia {
+    /// Envoy's admin socket (its `/stats`).
+    #[serde(default)]
+    pub envoy_admin: Option<PathBuf>,
+    /// Or HAProxy's runtime API socket (its `show stat`).
+    #[serde(default)]
+    pub haproxy_stat: Option<PathBuf>,
 }
 
 /// How a controller is restarted: a rollout restart of its workload, as `kubectl rollout
@@ -404,6 +427,15 @@ impl ClusterFile {
             if let Some(dir) = restart.filter(|d| d.is_relative()) {
                 *dir = here.join(&*dir);
             }
+            if let Some(c) = target.counters.as_mut() {
+                for socket in [c.envoy_admin.as_mut(), c.haproxy_stat.as_mut()]
+                    .into_iter()
+                    .flatten()
+                    .filter(|s| s.is_relative())
+                {
+                    *socket = here.join(&*socket);
+                }
+            }
         }
         Ok(file)
     }
@@ -496,6 +528,13 @@ impl ClusterFile {
                 restart
                     .checked()
                     .map_err(|e| format!("targets.{name}.restart: {e}"))?;
+            }
+            if let Some(c) = &t.counters {
+                if c.envoy_admin.is_some() == c.haproxy_stat.is_some() {
+                    return Err(format!(
+                        "targets.{name}.counters: give one of `envoy_admin` (its Envoy's admin socket) or `haproxy_stat` (its HAProxy's runtime API socket)"
+                    ));
+                }
             }
             for (field, value, scheme) in [
                 ("tls_address", &t.tls_address, "https://"),

@@ -624,7 +624,12 @@ impl LocalCluster {
         }
         if let Some([http, https]) = self.contour {
             let (secret, namespace) = contour::MESH_CLIENT_SECRET;
-            let own = pids("contour", Some("contour-envoy"));
+            // What its Envoy counted, read through Envoy's admin socket here.
+            let counters = format!(
+                ", counters: {{ envoy_admin: \"{}\" }}",
+                self.dir.join("envoy-admin.sock").display()
+            );
+            let own = pids("contour", Some("contour-envoy")) + &counters;
             let how = format!(
                 "ingress_class: contour, mesh_client: {{ name: {secret}, namespace: {namespace} }}{own}"
             );
@@ -640,6 +645,10 @@ impl LocalCluster {
                 "ingress_class: {}{}",
                 haproxy_ingress::CLASS,
                 pids("haproxy-ingress", None)
+                    + &format!(
+                        ", counters: {{ haproxy_stat: \"{}\" }}",
+                        haproxy_ingress::admin_socket(&self.dir).display()
+                    )
             );
             target("haproxy-ingress", class, http, https);
         }

@@ -61,14 +61,14 @@ pub fn sentence(event: &Value) -> Option<String> {
             .filter_map(|k| counted[*k].as_u64())
             .sum::<u64>();
         let counts_failures = counted["upstream_connect_failures"].is_u64();
+        let retries = counted["retries"].as_u64().unwrap_or(0);
         let finding = match (client_errors, failures) {
+            (0, 0) if retries > 0 => {
+                format!(" (the client saw no error: {name} retried {retries} requests)")
+            }
             (0, f) if f > 0 => format!(
                 " (the client saw no error: {name} hid {f} failed backend attempts{})",
-                if counted["retries"].as_u64().unwrap_or(0) > 0 {
-                    " by retrying"
-                } else {
-                    ""
-                }
+                if retries > 0 { " by retrying" } else { "" }
             ),
             (e, 0) if e > 0 && counts_failures => {
                 format!(" (disagree: the client saw {e} errors, {name} counted no failed backend attempt)")
@@ -109,6 +109,13 @@ mod tests {
             "proxy_counted": { "nginx": { "upstream_connect_failures": 0, "upstream_response_errors": 0 } }
         });
         assert!(sentence(&disagree).unwrap().contains("disagree"));
+        let retried = json!({
+            "errors": 0,
+            "proxy_counted": { "haproxy-ingress": { "upstream_connect_failures": 0, "retries": 13 } }
+        });
+        assert!(sentence(&retried)
+            .unwrap()
+            .ends_with("(the client saw no error: haproxy-ingress retried 13 requests)"));
         assert!(sentence(&json!({ "errors": 1 })).is_none());
         let not_read =
             json!({ "errors": 2, "proxy_counted": { "traefik": { "not_read": "off" } } });

@@ -66,6 +66,12 @@ impl HaproxyIngressOptions {
     }
 }
 
+/// Where the haproxy HAProxy Ingress runs takes runtime API commands (its `stats socket`,
+/// under the controller's filesystem prefix): what a run reads its counts through.
+pub(super) fn admin_socket(cluster_dir: &Path) -> PathBuf {
+    cluster_dir.join("haproxy-ingress/fs/var/run/haproxy/admin.sock")
+}
+
 impl LocalCluster {
     /// Installs HAProxy Ingress's identity, IngressClass and global ConfigMap, starts it
     /// (with its own token) and waits until its haproxy takes connections on both ports.

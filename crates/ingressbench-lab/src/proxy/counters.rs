@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::time::Duration;
 
-use super::{admin_request, ProxyFiles, ProxyKind};
+use super::{ProxyFiles, ProxyKind};
 
 /// Connections to a backend that could not be made (refused, reset, timed out).
 pub const CONNECT_FAILURES: &str = "upstream_connect_failures";
@@ -47,6 +47,23 @@ pub(crate) struct CounterState {
     log_counts: Counted,
 }
 
+/// Envoy's counts through the admin interface on the Unix socket at `socket` (a cluster
+/// controller's Envoy, such as Contour's).
+pub fn envoy_admin(socket: &std::path::Path) -> Result<Counted, String> {
+    let (status, body) = super::unix_request(socket, "GET", ENVOY_STATS, None)
+        .map_err(|e| format!("Envoy's admin socket {}: {e}", socket.display()))?;
+    if status != 200 {
+        return Err(format!("Envoy's /stats answered {status}"));
+    }
+    Ok(envoy(&body))
+}
+
+/// HAProxy's counts through the runtime API on the Unix socket at `socket` (a cluster
+/// controller's HAProxy, such as HAProxy Ingress's).
+pub fn haproxy_stat(socket: &std::path::Path) -> Result<Counted, String> {
+    Ok(haproxy(&haproxy_command(socket, "show stat")?))
+}
+
 /// Reads what the proxy counted so far.
 pub(crate) fn read(
     kind: ProxyKind,
@@ -54,18 +71,8 @@ pub(crate) fn read(
     state: &mut CounterState,
 ) -> Result<Counted, String> {
     match kind {
-        ProxyKind::Envoy => {
-            let (status, body) = admin_request(files, "GET", ENVOY_STATS, None)
-                .map_err(|e| format!("Envoy's admin socket: {e}"))?;
-            if status != 200 {
-                return Err(format!("Envoy's /stats answered {status}"));
-            }
-            Ok(envoy(&body))
-        }
-        ProxyKind::Haproxy => {
-            let stat = haproxy_command(files, "show stat")?;
-            Ok(haproxy(&stat))
-        }
+        ProxyKind::Envoy => envoy_admin(&files.admin_socket),
+        ProxyKind::Haproxy => haproxy_stat(&files.admin_socket),
         ProxyKind::Nginx => log_counts(&files.dir.join("error.log"), state, &NGINX),
         ProxyKind::Caddy => log_counts(&files.dir.join("proxy.log"), state, &CADDY),
         ProxyKind::Traefik => Err(TRAEFIK_NOT_READ.into()),
@@ -121,8 +128,7 @@ fn envoy(stats: &str) -> Counted {
 }
 
 /// One command to HAProxy's runtime API: its answer.
-fn haproxy_command(files: &ProxyFiles, command: &str) -> Result<String, String> {
-    let path = &files.admin_socket;
+fn haproxy_command(path: &std::path::Path, command: &str) -> Result<String, String> {
     let fail = |e: std::io::Error| format!("HAProxy's runtime API ({}): {e}", path.display());
     let mut sock = std::os::unix::net::UnixStream::connect(path).map_err(fail)?;
     sock.set_read_timeout(Some(Duration::from_secs(5)))

@@ -945,7 +945,17 @@ pub(crate) fn admin_request(
     path: &str,
     body: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
-    let stream = std::os::unix::net::UnixStream::connect(&files.admin_socket)?;
+    unix_request(&files.admin_socket, method, path, body)
+}
+
+/// One HTTP/1.1 request on the Unix socket at `socket`: the status and body.
+pub(crate) fn unix_request(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> std::io::Result<(u16, String)> {
+    let stream = std::os::unix::net::UnixStream::connect(socket)?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     exchange(stream, "", method, path, body)
 }

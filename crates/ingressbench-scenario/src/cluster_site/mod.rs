@@ -236,6 +236,8 @@ pub(crate) struct ClusterSite {
     beat_at: Instant,
     /// How the target's controller is restarted (the cluster file's `restart:`).
     restart: Option<ingressbench_cluster::file::Restart>,
+    /// Where its proxy's own counts are read (the cluster file's `counters:`).
+    counters: Option<ingressbench_cluster::file::CountersVia>,
     /// Restarts not yet complete, by record.
     restarting: Vec<(usize, events::Restarting)>,
     restart_read_at: Instant,
@@ -281,6 +283,26 @@ impl Site for ClusterSite {
 
     fn route_probe(&self) -> Option<std::net::SocketAddr> {
         self.probe_at
+    }
+
+    /// What the controller's proxy counted: its Envoy's `/stats` or its HAProxy's `show
+    /// stat`, on the socket the cluster file's `counters:` names.
+    fn proxy_counters(
+        &mut self,
+    ) -> Vec<(
+        String,
+        Result<ingressbench_lab::proxy::counters::Counted, String>,
+    )> {
+        use ingressbench_lab::proxy::counters::{envoy_admin, haproxy_stat};
+        let Some(via) = &self.counters else {
+            return Vec::new();
+        };
+        let counted = match (&via.envoy_admin, &via.haproxy_stat) {
+            (Some(socket), _) => envoy_admin(socket),
+            (None, Some(socket)) => haproxy_stat(socket),
+            (None, None) => return Vec::new(),
+        };
+        vec![(self.local.0.clone(), counted)]
     }
 
     /// The pods the cluster file's `usage:` names, read through the API; or a local

@@ -122,6 +122,7 @@ impl ClusterSite {
             before: Vec::new(),
             beat_at: Instant::now(),
             restart: placed.restart.as_ref().map(|r| r.checked()).transpose()?,
+            counters: placed.counters.clone(),
             restarting: Vec::new(),
             restart_read_at: Instant::now(),
         };

@@ -1354,6 +1354,26 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
     for cell in &cells {
         let impact = json_of(cell, "impact.json").as_array().unwrap().clone();
         assert_eq!(impact.len(), 10, "{cell:?}: 6 scales and 4 route changes");
+        // What Contour's Envoy and HAProxy Ingress's haproxy counted, read through their
+        // sockets in the cluster's directory once a second, per event beside the client's
+        // errors; Traefik's are not read.
+        let name = cell.file_name().unwrap().to_string_lossy().into_owned();
+        let read = name.ends_with("contour") || name.ends_with("haproxy-ingress");
+        assert_eq!(cell.join("proxy-metrics.jsonl").is_file(), read, "{cell:?}");
+        if read {
+            let target = name.split_once('-').unwrap().1;
+            let readings = std::fs::read_to_string(cell.join("proxy-metrics.jsonl")).unwrap();
+            assert!(readings.lines().count() >= 5, "{cell:?}: {readings}");
+            assert!(!readings.contains("\"errors\""), "{cell:?}: {readings}");
+            for e in &impact {
+                let counted = &e["proxy_counted"][target];
+                assert!(
+                    counted["upstream_connect_failures"].is_u64(),
+                    "{cell:?}: {e}"
+                );
+                assert!(counted["responses_5xx"].is_u64(), "{cell:?}: {e}");
+            }
+        }
         // The control plane's part is always read; the traffic's when it showed the
         // change before the next event (quick mode puts them 2.2 s apart here, and
         // Traefik applies changes at most once per 2 s).
