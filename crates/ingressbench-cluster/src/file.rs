@@ -722,6 +722,14 @@ mod tests {
                 "targets: { t: { ingress_class: c, address: http://x, restart: { statefulset: t } } }",
                 "unknown field `statefulset`",
             ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, counters: {} } }",
+                "targets.t.counters: give one of `envoy_admin`",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, counters: { envoy_admin: /a, haproxy_stat: /b } } }",
+                "targets.t.counters: give one of `envoy_admin`",
+            ),
         ] {
             let e = ClusterFile::parse(text).unwrap_err();
             assert!(e.contains(says), "{text}: {e}");
