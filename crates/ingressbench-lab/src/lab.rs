@@ -1204,9 +1204,7 @@ impl Lab {
 
     /// What each proxy counted so far, by its name in readings (see
     /// [`crate::proxy::counters`]); a proxy that could not be read says why.
-    pub fn proxy_counters(
-        &mut self,
-    ) -> Vec<(String, Result<crate::proxy::counters::Counted, String>)> {
+    pub fn proxy_counters(&mut self) -> crate::proxy::counters::Readings {
         (0..self.proxies.len())
             .map(|i| (self.proxy_name(i), self.proxies[i].counted()))
             .collect()

@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use ingressbench_lab::proxy::counters::{Counted, ENDPOINTS_UP};
+use ingressbench_lab::proxy::counters::{Counted, Readings, ENDPOINTS_UP};
 use serde_json::{json, Map, Value};
 
 use crate::site::Site;
@@ -83,11 +83,7 @@ impl ProxyCounts {
         self.write(now, counted)
     }
 
-    fn write(
-        &mut self,
-        now: Instant,
-        counted: Vec<(String, Result<Counted, String>)>,
-    ) -> std::io::Result<()> {
+    fn write(&mut self, now: Instant, counted: Readings) -> std::io::Result<()> {
         let t_s = signed_offset(now, self.measure_from);
         let mut proxies = BTreeMap::new();
         let mut errors = BTreeMap::new();

@@ -15,6 +15,7 @@ use ingressbench_lab::kernel::ListenCounters;
 use ingressbench_lab::labfile::LabFile;
 use ingressbench_lab::model::UpstreamProtocol;
 
+use ingressbench_lab::proxy::counters::Readings;
 use ingressbench_lab::usage::Part;
 use ingressbench_lab::{Change, ChangeRecord, Lab, RoutesDelta};
 use ingressbench_load::TlsOptions;
@@ -95,12 +96,7 @@ pub(crate) trait Site {
 
     /// What each proxy itself counted so far (failed connects to backends, retries, …),
     /// by name; none where the site reads no proxy's counts.
-    fn proxy_counters(
-        &mut self,
-    ) -> Vec<(
-        String,
-        Result<ingressbench_lab::proxy::counters::Counted, String>,
-    )> {
+    fn proxy_counters(&mut self) -> Readings {
         Vec::new()
     }
 
@@ -258,12 +254,7 @@ impl Site for LabSite {
         self.lab.usage_parts()
     }
 
-    fn proxy_counters(
-        &mut self,
-    ) -> Vec<(
-        String,
-        Result<ingressbench_lab::proxy::counters::Counted, String>,
-    )> {
+    fn proxy_counters(&mut self) -> Readings {
         self.lab.proxy_counters()
     }
 

@@ -33,6 +33,9 @@ pub const CONFIG_RELOADS: &str = "config_reloads";
 /// What a proxy counted, by the names above.
 pub type Counted = BTreeMap<&'static str, u64>;
 
+/// Each proxy's counts by its name, or why it could not be read.
+pub type Readings = Vec<(String, Result<Counted, String>)>;
+
 /// Why Traefik's counts are not read.
 pub const TRAEFIK_NOT_READ: &str = "Traefik counts failed backend attempts only in its Prometheus metrics and its access log, both off in the lab (on, they cost CPU on every request and change the Traefik compared)";
 

@@ -287,12 +287,7 @@ impl Site for ClusterSite {
 
     /// What the controller's proxy counted: its Envoy's `/stats` or its HAProxy's `show
     /// stat`, on the socket the cluster file's `counters:` names.
-    fn proxy_counters(
-        &mut self,
-    ) -> Vec<(
-        String,
-        Result<ingressbench_lab::proxy::counters::Counted, String>,
-    )> {
+    fn proxy_counters(&mut self) -> ingressbench_lab::proxy::counters::Readings {
         use ingressbench_lab::proxy::counters::{envoy_admin, haproxy_stat};
         let Some(via) = &self.counters else {
             return Vec::new();

@@ -356,26 +356,13 @@ pub(crate) fn a_backfilled_run_agrees_with_its_summaries(dir: &Path, out: &Path)
 /// `proxy-metrics.jsonl`, show the failed backend attempts behind the errors the client
 /// saw. With retries off in the lab, HAProxy's and Envoy's 5xx are the client's errors
 /// exactly; nginx and Caddy count no 5xx, and their logs hold a failed attempt for each
-/// 502;
-/// Traefik's are not read, and the report says why.
+/// 502; Traefik's are not read, and the report says why.
 #[test]
 fn each_proxy_counts_the_failed_backend_attempts_the_client_saw_at_a_kill() {
-    let dir = scratch("proxy-counts");
-    let file = dir.join("kill.yaml");
-    std::fs::write(
-        &file,
+    let (dir, out) = crate::run::run_ok(
+        "proxy-counts",
         "name: proxy-counts\ntargets: [nginx, haproxy, envoy, caddy, traefik]\nbackends: [{ name: echo, replicas: 3 }]\nload: { mode: open, rate: 200, connections: 10, duration: 4s, sample_rate: 1 }\nevents:\n  - { at: 1s, kill: echo-2, propagation_delay: 1500ms }\n",
-    )
-    .unwrap();
-    let out = dir.join("results");
-    let run = Command::new(BIN)
-        .arg("run")
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", text(&run));
+    );
     let json = |p: &Path| -> serde_json::Value {
         serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
     };

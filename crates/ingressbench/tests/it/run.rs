@@ -15,7 +15,9 @@ fn json(path: &Path) -> serde_json::Value {
 
 /// Writes `yaml` as a scenario into a scratch directory, runs it to its end and returns
 /// the scratch directory and the results directory.
-fn run_ok(tag: &str, yaml: &str) -> (PathBuf, PathBuf) {
+/// Runs `yaml` as a scenario into a scratch directory's `results`, which it returns with
+/// the directory; fails the test if the run fails.
+pub(crate) fn run_ok(tag: &str, yaml: &str) -> (PathBuf, PathBuf) {
     let dir = scratch(tag);
     let file = dir.join(format!("{tag}.yaml"));
     std::fs::write(&file, yaml).unwrap();
