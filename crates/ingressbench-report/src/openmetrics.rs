@@ -80,150 +80,157 @@ impl<'a> Export<'a> {
         })
     }
 
-    /// Writes it to `out`.
+    /// Writes it to `out`: each family in turn, over every cell.
     pub fn write(&self, out: &mut dyn Write) -> std::io::Result<Exported> {
-        let (series, scenario) = (self.series.as_slice(), self.scenario);
         let mut text = Text::new(out);
-        text.family(
-        "ingressbench_requests",
-        "counter",
-        "Requests finished after the warm-up, by outcome (an HTTP status, a gRPC status, or how it failed)",
-    )?;
-        for s in series {
-            let by_window: Vec<BTreeMap<String, u64>> = (s.windows.iter())
-                .map(|(_, w)| {
-                    w.outcomes
-                        .as_ref()
-                        .map(OutcomeCounts::to_map)
-                        .unwrap_or_default()
-                })
-                .collect();
-            let outcomes: BTreeSet<&String> = by_window.iter().flat_map(BTreeMap::keys).collect();
-            for outcome in outcomes {
-                let labels = format!("{},outcome=\"{}\"", s.labels, escape(outcome));
-                let mut total = 0u64;
-                for ((at, _), counts) in s.windows.iter().zip(&by_window) {
-                    total += counts.get(outcome).copied().unwrap_or(0);
-                    text.sample(
-                        "ingressbench_requests_total",
-                        &labels,
-                        &total.to_string(),
-                        *at,
-                    )?;
-                }
-            }
-        }
-
-        text.family(
-        "ingressbench_latency_seconds",
-        "histogram",
-        "Latency of the answered requests after the warm-up, from when each was due (coordinated omission corrected)",
-    )?;
-        let bounds = HistogramUs::prometheus_bounds_s();
-        let les: Vec<String> = bounds
-            .iter()
-            .map(|b| dtoa::Buffer::new().format(*b).to_owned())
-            .chain(["+Inf".to_owned()])
-            .collect();
-        for s in series {
-            let mut cumulative = vec![0u64; les.len()];
-            let mut sum = 0.0;
-            for (at, w) in &s.windows {
-                let (counts, window_sum) = w.histogram.cut_s(&bounds);
-                for (c, n) in cumulative.iter_mut().zip(counts) {
-                    *c += n;
-                }
-                sum += window_sum;
-                let mut below = 0;
-                for (le, n) in les.iter().zip(&cumulative) {
-                    below += n;
-                    let labels = format!("{},le=\"{le}\"", s.labels);
-                    text.sample(
-                        "ingressbench_latency_seconds_bucket",
-                        &labels,
-                        &below.to_string(),
-                        *at,
-                    )?;
-                }
-                text.sample(
-                    "ingressbench_latency_seconds_count",
-                    &s.labels,
-                    &below.to_string(),
-                    *at,
-                )?;
-                text.sample(
-                    "ingressbench_latency_seconds_sum",
-                    &s.labels,
-                    dtoa::Buffer::new().format(sum),
-                    *at,
-                )?;
-            }
-        }
-
-        text.family(
-            "ingressbench_rate_per_second",
-            "gauge",
-            "Requests finished in the window, per second",
-        )?;
-        for s in series {
-            for (at, w) in &s.windows {
-                let n = w
-                    .outcomes
-                    .as_ref()
-                    .map_or(w.histogram.count(), OutcomeCounts::total);
-                let rate = n as f64 / w.length.as_secs_f64().max(1e-9);
-                text.sample(
-                    "ingressbench_rate_per_second",
-                    &s.labels,
-                    dtoa::Buffer::new().format(rate),
-                    *at,
-                )?;
-            }
-        }
-
-        text.family("ingressbench_events", "counter", "Events fired, by kind")?;
-        for s in series {
-            let mut kinds: Vec<&str> = s.events.iter().map(|(_, k)| k.as_str()).collect();
-            kinds.sort_unstable();
-            kinds.dedup();
-            let start = s.windows.first().map(|(at, w)| at - w.length.as_secs_f64());
-            for kind in kinds {
-                let labels = format!("{},kind=\"{}\"", s.labels, escape(kind));
-                // From 0 at the cell's start, so that the first event is an increase.
-                if let Some(start) = start.filter(|t| s.events.iter().all(|(at, _)| at > t)) {
-                    text.sample("ingressbench_events_total", &labels, "0", start)?;
-                }
-                let mut n = 0;
-                for (at, _) in s.events.iter().filter(|(_, k)| k == kind) {
-                    n += 1;
-                    text.sample("ingressbench_events_total", &labels, &n.to_string(), *at)?;
-                }
-            }
-        }
-
-        text.family(
-            "ingressbench_run",
-            "info",
-            "The cell's settings: the scenario, the cell, its label and target",
-        )?;
-        for s in series {
-            let labels = format!(
-                "{},scenario=\"{}\",label=\"{}\"",
-                s.labels,
-                escape(scenario),
-                escape(&s.cell.settings_label())
-            );
-            for (at, _) in &s.windows {
-                text.sample("ingressbench_run_info", &labels, "1", *at)?;
-            }
-        }
+        requests(&mut text, &self.series)?;
+        latency(&mut text, &self.series)?;
+        rate(&mut text, &self.series)?;
+        events(&mut text, &self.series)?;
+        settings(&mut text, &self.series, self.scenario)?;
         text.end()?;
         Ok(Exported {
-            cells: series.len(),
+            cells: self.series.len(),
             samples: text.samples,
             span: text.span,
         })
     }
+}
+
+const REQUESTS_HELP: &str = "Requests finished after the warm-up, by outcome (an HTTP status, a gRPC status, or how it failed)";
+const LATENCY_HELP: &str = "Latency of the answered requests after the warm-up, from when each was due (coordinated omission corrected)";
+
+/// `ingressbench_requests_total{outcome}`: cumulative through each cell, every outcome the
+/// cell saw at every window (0 before its first).
+fn requests(text: &mut Text<'_>, series: &[Series<'_>]) -> std::io::Result<()> {
+    text.family("ingressbench_requests", "counter", REQUESTS_HELP)?;
+    for s in series {
+        let by_window: Vec<BTreeMap<String, u64>> = (s.windows.iter())
+            .map(|(_, w)| {
+                w.outcomes
+                    .as_ref()
+                    .map(OutcomeCounts::to_map)
+                    .unwrap_or_default()
+            })
+            .collect();
+        let outcomes: BTreeSet<&String> = by_window.iter().flat_map(BTreeMap::keys).collect();
+        for outcome in outcomes {
+            let labels = format!("{},outcome=\"{}\"", s.labels, escape(outcome));
+            let mut total = 0u64;
+            for ((at, _), counts) in s.windows.iter().zip(&by_window) {
+                total += counts.get(outcome).copied().unwrap_or(0);
+                text.sample(
+                    "ingressbench_requests_total",
+                    &labels,
+                    &total.to_string(),
+                    *at,
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `ingressbench_latency_seconds`: the live endpoint's buckets, cumulative through each
+/// cell.
+fn latency(text: &mut Text<'_>, series: &[Series<'_>]) -> std::io::Result<()> {
+    text.family("ingressbench_latency_seconds", "histogram", LATENCY_HELP)?;
+    let bounds = HistogramUs::prometheus_bounds_s();
+    let les: Vec<String> = (bounds.iter())
+        .map(|b| dtoa::Buffer::new().format(*b).to_owned())
+        .chain(["+Inf".to_owned()])
+        .collect();
+    for s in series {
+        let mut cumulative = vec![0u64; les.len()];
+        let mut sum = 0.0;
+        for (at, w) in &s.windows {
+            let (counts, window_sum) = w.histogram.cut_s(&bounds);
+            for (c, n) in cumulative.iter_mut().zip(counts) {
+                *c += n;
+            }
+            sum += window_sum;
+            let mut below = 0;
+            for (le, n) in les.iter().zip(&cumulative) {
+                below += n;
+                let labels = format!("{},le=\"{le}\"", s.labels);
+                text.sample(
+                    "ingressbench_latency_seconds_bucket",
+                    &labels,
+                    &below.to_string(),
+                    *at,
+                )?;
+            }
+            let (count, sum) = (
+                below.to_string(),
+                dtoa::Buffer::new().format(sum).to_owned(),
+            );
+            text.sample("ingressbench_latency_seconds_count", &s.labels, &count, *at)?;
+            text.sample("ingressbench_latency_seconds_sum", &s.labels, &sum, *at)?;
+        }
+    }
+    Ok(())
+}
+
+/// `ingressbench_rate_per_second`: each window's requests per second.
+fn rate(text: &mut Text<'_>, series: &[Series<'_>]) -> std::io::Result<()> {
+    text.family(
+        "ingressbench_rate_per_second",
+        "gauge",
+        "Requests finished in the window, per second",
+    )?;
+    for s in series {
+        for (at, w) in &s.windows {
+            let n = (w.outcomes.as_ref()).map_or(w.histogram.count(), OutcomeCounts::total);
+            let rate = n as f64 / w.length.as_secs_f64().max(1e-9);
+            let rate = dtoa::Buffer::new().format(rate).to_owned();
+            text.sample("ingressbench_rate_per_second", &s.labels, &rate, *at)?;
+        }
+    }
+    Ok(())
+}
+
+/// `ingressbench_events_total{kind}`: from 0 at the cell's start, one more at each event.
+fn events(text: &mut Text<'_>, series: &[Series<'_>]) -> std::io::Result<()> {
+    text.family("ingressbench_events", "counter", "Events fired, by kind")?;
+    for s in series {
+        let mut kinds: Vec<&str> = s.events.iter().map(|(_, k)| k.as_str()).collect();
+        kinds.sort_unstable();
+        kinds.dedup();
+        let start = s.windows.first().map(|(at, w)| at - w.length.as_secs_f64());
+        for kind in kinds {
+            let labels = format!("{},kind=\"{}\"", s.labels, escape(kind));
+            // From 0 at the cell's start, so that the first event is an increase.
+            if let Some(start) = start.filter(|t| s.events.iter().all(|(at, _)| at > t)) {
+                text.sample("ingressbench_events_total", &labels, "0", start)?;
+            }
+            let fired = s.events.iter().filter(|(_, k)| k == kind);
+            for (n, (at, _)) in (1u64..).zip(fired) {
+                text.sample("ingressbench_events_total", &labels, &n.to_string(), *at)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `ingressbench_run_info{scenario, label}`: the cell's settings, at each window.
+fn settings(text: &mut Text<'_>, series: &[Series<'_>], scenario: &str) -> std::io::Result<()> {
+    text.family(
+        "ingressbench_run",
+        "info",
+        "The cell's settings: the scenario, the cell, its label and target",
+    )?;
+    for s in series {
+        let labels = format!(
+            "{},scenario=\"{}\",label=\"{}\"",
+            s.labels,
+            escape(scenario),
+            escape(&s.cell.settings_label())
+        );
+        for (at, _) in &s.windows {
+            text.sample("ingressbench_run_info", &labels, "1", *at)?;
+        }
+    }
+    Ok(())
 }
 
 /// A cell's windows and events, timed, or why it cannot be exported.
