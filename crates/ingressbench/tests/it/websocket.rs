@@ -486,10 +486,13 @@ matrix:
     for cell in cells {
         let name = cell.file_name().unwrap().to_string_lossy().into_owned();
         let summary = json(cell.join("summary.json"));
-        if name.contains("envoy") {
+        if name.contains("envoy") || name == "000-nginx_load.kind_http" {
             // The old epoch ends its kept-alive connections when it exits: a request or a
             // message out on one then fails (seen once, under a loaded machine: one `eof`
-            // of 1,000 requests), at most one per connection.
+            // of 1,000 requests), at most one per connection. nginx's old workers close
+            // theirs too as they finish gracefully: a request written as the close comes
+            // is reset (seen once in CI, session 49: one `reset_after_write` of 1,000,
+            // with retries off).
             let errors = summary["requests"]["errors"].as_u64().unwrap();
             assert!(errors <= 8, "{name}: {summary}");
             let outcomes = summary["outcomes"].as_object().unwrap();
