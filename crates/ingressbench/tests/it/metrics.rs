@@ -352,9 +352,9 @@ pub(crate) fn a_backfilled_run_agrees_with_its_summaries(dir: &Path, out: &Path)
 }
 
 /// A backend killed under load while the proxies still route to it (for 1.5 s, a slow
-/// controller): each proxy's own counts over the event's window, read once a second into
+/// controller): each proxy's own counts through the cell, read once a second into
 /// `proxy-metrics.jsonl`, show the failed backend attempts behind the errors the client
-/// saw. With retries off in the lab, HAProxy's and Envoy's 5xx are the client's errors
+/// saw, and the event's `proxy_counted` says what they were. With retries off in the lab, HAProxy's and Envoy's 5xx are the client's errors
 /// exactly; nginx and Caddy count no 5xx, and their logs hold a failed attempt for each
 /// 502; Traefik's are not read, and the report says why.
 #[test]
@@ -392,29 +392,48 @@ fn each_proxy_counts_the_failed_backend_attempts_the_client_saw_at_a_kill() {
             .map(|r| r["t_s"].as_f64().unwrap())
             .collect();
         assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
-        let client_errors = kill["errors"].as_u64().unwrap();
-        let counted = &kill["proxy_counted"][proxy];
+        // The whole cell's, the client's and the proxy's: the event's window holds the
+        // requests scheduled in it, and one scheduled a millisecond before the kill can
+        // fail after it, in the proxy's window but not the client's (CI saw nginx's one
+        // broken response counted there with the client's 502 just before).
+        let summary = json(&cell_dir.join("summary.json"));
+        let client_errors = summary["requests"]["errors"].as_u64().unwrap();
+        let count = |key: &str| -> Option<u64> {
+            let values: Vec<u64> = (readings.iter())
+                .filter_map(|r| r["proxies"][proxy][key].as_u64())
+                .collect();
+            // No reload in a kill: each count only grows.
+            assert!(
+                values.windows(2).all(|w| w[0] <= w[1]),
+                "{proxy} {key}: {values:?}"
+            );
+            Some(values.last()? - values.first()?)
+        };
         // A failed connect (to the dead backend's port) or a response broken off (a
         // request on a kept-alive connection to it when it died).
-        let failed = counted["upstream_connect_failures"].as_u64().unwrap()
-            + counted["upstream_response_errors"].as_u64().unwrap();
+        let failed = count("upstream_connect_failures").unwrap()
+            + count("upstream_response_errors").unwrap();
         assert!(
             client_errors > 0,
-            "{proxy}: the kill cost the client nothing: {kill}"
+            "{proxy}: the kill cost the client nothing: {summary}"
         );
         assert!(
             failed > 0,
-            "{proxy}: no failed backend attempt counted: {kill}"
+            "{proxy}: no failed backend attempt counted: {readings:?}"
         );
+        let counted = &kill["proxy_counted"][proxy];
         match proxy {
             "nginx" | "caddy" => {
                 assert!(counted["responses_5xx"].is_null(), "{counted}");
-                assert!(client_errors <= failed, "{proxy}: {kill}");
+                assert!(
+                    client_errors <= failed,
+                    "{proxy}: {client_errors} {readings:?}"
+                );
             }
             _ => assert_eq!(
-                counted["responses_5xx"].as_u64().unwrap(),
+                count("responses_5xx").unwrap(),
                 client_errors,
-                "{proxy}: {kill}"
+                "{proxy}: {readings:?}"
             ),
         }
         if proxy == "envoy" {
