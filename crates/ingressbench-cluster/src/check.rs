@@ -128,6 +128,13 @@ pub async fn check(file: &ClusterFile, kubeconfig: &Path) -> Vec<Finding> {
         if let Some(secret) = &target.mesh_client {
             out.push(mesh_client_finding(&client, name, secret).await);
         }
+        if let Some(pods) = target.counters.as_ref().and_then(|c| c.pods.as_ref()) {
+            let what = format!("{name}: counters");
+            out.push(match crate::counters::read_once(&client, pods).await {
+                Ok(found) => finding(what, true, found),
+                Err(e) => finding(what, false, e),
+            });
+        }
         if let Some(usage) = &target.usage {
             for (part, pods) in [("controller", &usage.controller), ("proxy", &usage.proxy)] {
                 if let Some(pods) = pods {

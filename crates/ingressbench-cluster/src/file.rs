@@ -113,18 +113,21 @@ pub struct ClusterTarget {
     #[serde(default)]
     pub restart: Option<RestartVia>,
     /// Where what the controller's proxy itself counted (failed connects to backends,
-    /// 5xx, …) is read once a second on this machine: a local cluster's controller
-    /// (`cluster local up` writes it).
+    /// 5xx, …) is read once a second: a socket on this machine (a local cluster's
+    /// controller; `cluster local up` writes it), or its pods' Prometheus endpoint.
     #[serde(default)]
     pub counters: Option<CountersVia>,
 }
 
 /// Where a controller's proxy keeps its counts: its Envoy's admin interface or its
-/// HAProxy's runtime API, each a Unix socket on this machine.
+/// HAProxy's runtime API, each a Unix socket on this machine; or, on a cluster whose
+/// machines are elsewhere, its pods' Prometheus endpoint through the API server's pod
+/// proxy.
 ///
 /// ```yaml
 /// counters: { envoy_admin: /root/.cache/ingressbench/local/contour/envoy-admin.sock }
 /// counters: { haproxy_stat: /root/.cache/ingressbench/local/haproxy-ingress/fs/var/run/haproxy/admin.sock }
+/// counters: { pods: { namespace: projectcontour, selector: app=envoy, port: 8002, exposition: envoy } }
 /// ```
 #[derive(Clone, Debug, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -135,6 +138,35 @@ pub struct CountersVia {
     /// Or HAProxy's runtime API socket (its `show stat`).
     #[serde(default)]
     pub haproxy_stat: Option<PathBuf>,
+    /// Or the proxy's pods, each read through the API server's pod proxy.
+    #[serde(default)]
+    pub pods: Option<CounterPods>,
+}
+
+/// A proxy's pods and their Prometheus endpoint.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CounterPods {
+    /// Their namespace.
+    pub namespace: String,
+    /// Their label selector (`app=envoy`).
+    pub selector: String,
+    /// The endpoint's port on each pod (Contour's Envoy: 8002; HAProxy Ingress's exporter:
+    /// its `prometheus-port`, 9105; Traefik's metrics entrypoint: 9100 in its chart).
+    pub port: u16,
+    /// Its path (by default the exposition's usual one: `/stats/prometheus` for Envoy,
+    /// `/metrics` for the others).
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Whose series they are: `envoy`, `haproxy` or `traefik`.
+    pub exposition: ingressbench_lab::proxy::exposition::Exposition,
+}
+
+impl CounterPods {
+    /// The endpoint's path.
+    pub fn path(&self) -> &str {
+        (self.path.as_deref()).unwrap_or(self.exposition.default_path())
+    }
 }
 
 /// How a controller is restarted: a rollout restart of its workload, as `kubectl rollout
@@ -530,10 +562,18 @@ impl ClusterFile {
                     .map_err(|e| format!("targets.{name}.restart: {e}"))?;
             }
             if let Some(c) = &t.counters {
-                if c.envoy_admin.is_some() == c.haproxy_stat.is_some() {
+                let given = [
+                    c.envoy_admin.is_some(),
+                    c.haproxy_stat.is_some(),
+                    c.pods.is_some(),
+                ];
+                if given.iter().filter(|g| **g).count() != 1 {
                     return Err(format!(
-                        "targets.{name}.counters: give one of `envoy_admin` (its Envoy's admin socket) or `haproxy_stat` (its HAProxy's runtime API socket)"
+                        "targets.{name}.counters: give one of `envoy_admin` (its Envoy's admin socket), `haproxy_stat` (its HAProxy's runtime API socket) or `pods` (its pods' Prometheus endpoint)"
                     ));
+                }
+                if c.pods.as_ref().is_some_and(|p| !p.path().starts_with('/')) {
+                    return Err(format!("targets.{name}.counters.pods.path: begins with /"));
                 }
             }
             for (field, value, scheme) in [
@@ -729,6 +769,18 @@ mod tests {
             (
                 "targets: { t: { ingress_class: c, address: http://x, counters: { envoy_admin: /a, haproxy_stat: /b } } }",
                 "targets.t.counters: give one of `envoy_admin`",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, counters: { envoy_admin: /a, pods: { namespace: n, selector: a=b, port: 8002, exposition: envoy } } } }",
+                "targets.t.counters: give one of `envoy_admin`",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, counters: { pods: { namespace: n, selector: a=b, port: 8002, exposition: nginx } } } }",
+                "unknown variant `nginx`, expected one of `envoy`, `haproxy`, `traefik`",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, counters: { pods: { namespace: n, selector: a=b, port: 8002, path: stats, exposition: envoy } } } }",
+                "counters.pods.path: begins with /",
             ),
         ] {
             let e = ClusterFile::parse(text).unwrap_err();

@@ -8,6 +8,7 @@
 pub mod agent;
 pub mod api;
 pub mod check;
+pub mod counters;
 pub mod deploy;
 mod error;
 pub mod file;

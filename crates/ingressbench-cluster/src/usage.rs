@@ -206,21 +206,12 @@ impl PartReader {
     async fn read(&mut self, client: &Client) -> Result<(), String> {
         let figures = match &self.pods.metrics {
             Some(endpoint) => {
-                let pods = running_pods(client, &self.pods).await?;
+                let ns = &self.pods.namespace;
+                let pods = running_pods(client, ns, &self.pods.selector).await?;
                 let mut counters = BTreeMap::new();
                 let mut rss_bytes = 0u64;
                 for (name, uid) in &pods {
-                    let uri = format!(
-                        "/api/v1/namespaces/{}/pods/{name}:{}/proxy{}",
-                        self.pods.namespace, endpoint.port, endpoint.path
-                    );
-                    let request = http::Request::get(&uri)
-                        .body(Vec::new())
-                        .map_err(|e| e.to_string())?;
-                    let text = client
-                        .request_text(request)
-                        .await
-                        .map_err(|e| format!("GET {uri} through the API server: {e}"))?;
+                    let text = pod_get(client, ns, name, endpoint.port, &endpoint.path).await?;
                     let (cpu_s, rss) = process_series(&text).map_err(|e| {
                         format!(
                             "pod {name}'s {} on port {}: {e}",
@@ -257,14 +248,36 @@ impl PartReader {
     }
 }
 
-/// The running pods the selector matches: (name, uid). None is an error: the part would
-/// read as zero, which is not what it spent.
-async fn running_pods(client: &Client, pods: &PodsUsage) -> Result<Vec<(String, String)>, String> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), &pods.namespace);
-    let list = api
-        .list(&ListParams::default().labels(&pods.selector))
+/// `GET path` on port `port` of pod `name` through the API server's pod proxy: the text.
+pub(crate) async fn pod_get(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    port: u16,
+    path: &str,
+) -> Result<String, String> {
+    let uri = format!("/api/v1/namespaces/{namespace}/pods/{name}:{port}/proxy{path}");
+    let request = http::Request::get(&uri)
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
+    client
+        .request_text(request)
         .await
-        .map_err(|e| format!("listing pods {} in {}: {e}", pods.selector, pods.namespace))?;
+        .map_err(|e| format!("GET {uri} through the API server: {e}"))
+}
+
+/// The running pods the selector matches in `namespace`: (name, uid). None is an error:
+/// what they hold would read as zero, which is not what they counted or spent.
+pub(crate) async fn running_pods(
+    client: &Client,
+    namespace: &str,
+    selector: &str,
+) -> Result<Vec<(String, String)>, String> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let list = api
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(|e| format!("listing pods {selector} in {namespace}: {e}"))?;
     let running: Vec<(String, String)> = list
         .items
         .into_iter()
@@ -273,8 +286,7 @@ async fn running_pods(client: &Client, pods: &PodsUsage) -> Result<Vec<(String, 
         .collect();
     if running.is_empty() {
         return Err(format!(
-            "no running pod in namespace {} matches {}; fix usage's namespace or selector in the cluster file",
-            pods.namespace, pods.selector
+            "no running pod in namespace {namespace} matches {selector}; fix the namespace or selector in the cluster file"
         ));
     }
     Ok(running)

@@ -221,6 +221,15 @@ impl RunNamespace {
             .map_err(|e| api_error(&format!("deleting pod {name}"), e))
     }
 
+    /// What a controller's proxy counted, read now from its pods (the cluster file's
+    /// `counters: { pods }`) with this run's client.
+    pub fn read_counters(
+        &self,
+        counters: &mut crate::counters::PodCounters,
+    ) -> Result<ingressbench_lab::proxy::counters::Counted, String> {
+        self.runtime.block_on(counters.read(&self.client))
+    }
+
     /// Asks pod `name`'s backend, through the API server's pod proxy, to hold its answers
     /// for `duration` (its control endpoint).
     pub fn stall_pod(&self, name: &str, duration: Duration) -> Result<(), ClusterError> {

@@ -4,6 +4,7 @@
 mod caddy;
 pub mod counters;
 mod envoy;
+pub mod exposition;
 mod haproxy;
 mod nginx;
 mod traefik;
@@ -949,7 +950,7 @@ pub(crate) fn admin_request(
 }
 
 /// One HTTP/1.1 request on the Unix socket at `socket`: the status and body.
-pub(crate) fn unix_request(
+pub fn unix_request(
     socket: &Path,
     method: &str,
     path: &str,
@@ -994,11 +995,39 @@ fn exchange(
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(0);
-    let body = raw
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let chunked = head.lines().any(|l| {
+        l.split_once(':').is_some_and(|(name, value)| {
+            name.eq_ignore_ascii_case("transfer-encoding")
+                && value.trim().eq_ignore_ascii_case("chunked")
+        })
+    });
+    let body = if chunked {
+        dechunk(body).ok_or_else(|| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "a chunked answer cut short",
+            )
+        })?
+    } else {
+        body.to_owned()
+    };
     Ok((status, body))
+}
+
+/// A chunked body's data (Envoy's admin interface streams large answers so: a chunk's
+/// size line may fall in the middle of a line of the text), or `None` if it is cut short.
+fn dechunk(mut body: &str) -> Option<String> {
+    let mut data = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(data);
+        }
+        data.push_str(rest.get(..size)?);
+        body = rest.get(size..)?.strip_prefix("\r\n")?;
+    }
 }
 
 /// Writes `value` as pretty JSON, atomically (JSON is also YAML, for proxies that read YAML).
@@ -1033,4 +1062,18 @@ pub(crate) fn write_atomically(path: &Path, contents: &str) -> Result<(), LabErr
         path: path.to_owned(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_chunked_answer_is_joined_even_where_a_chunk_splits_a_line() {
+        let body = "b\r\nline one\nli\r\n7;ext=1\r\nne two\n\r\n0\r\n\r\n";
+        assert_eq!(
+            super::dechunk(body).as_deref(),
+            Some("line one\nline two\n")
+        );
+        assert_eq!(super::dechunk("b\r\nline one\nli\r\n5\r\nne"), None);
+        assert_eq!(super::dechunk("zz\r\n"), None);
+    }
 }

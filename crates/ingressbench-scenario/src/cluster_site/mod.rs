@@ -238,6 +238,8 @@ pub(crate) struct ClusterSite {
     restart: Option<ingressbench_cluster::file::Restart>,
     /// Where its proxy's own counts are read (the cluster file's `counters:`).
     counters: Option<ingressbench_cluster::file::CountersVia>,
+    /// Its proxy's pods, when they are read through the API (`counters: { pods }`).
+    pod_counters: Option<ingressbench_cluster::counters::PodCounters>,
     /// Restarts not yet complete, by record.
     restarting: Vec<(usize, events::Restarting)>,
     restart_read_at: Instant,
@@ -286,16 +288,19 @@ impl Site for ClusterSite {
     }
 
     /// What the controller's proxy counted: its Envoy's `/stats` or its HAProxy's `show
-    /// stat`, on the socket the cluster file's `counters:` names.
+    /// stat`, on the socket the cluster file's `counters:` names; or its pods' Prometheus
+    /// endpoints, through the API server (a reading waits for the API, at most
+    /// `counters::READ_TIMEOUT`).
     fn proxy_counters(&mut self) -> ingressbench_lab::proxy::counters::Readings {
         use ingressbench_lab::proxy::counters::{envoy_admin, haproxy_stat};
         let Some(via) = &self.counters else {
             return Vec::new();
         };
-        let counted = match (&via.envoy_admin, &via.haproxy_stat) {
-            (Some(socket), _) => envoy_admin(socket),
-            (None, Some(socket)) => haproxy_stat(socket),
-            (None, None) => return Vec::new(),
+        let counted = match (&via.envoy_admin, &via.haproxy_stat, &mut self.pod_counters) {
+            (Some(socket), _, _) => envoy_admin(socket),
+            (None, Some(socket), _) => haproxy_stat(socket),
+            (None, None, Some(pods)) => self.run.read_counters(pods),
+            (None, None, None) => return Vec::new(),
         };
         vec![(self.local.0.clone(), counted)]
     }

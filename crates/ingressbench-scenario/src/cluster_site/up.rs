@@ -123,6 +123,9 @@ impl ClusterSite {
             beat_at: Instant::now(),
             restart: placed.restart.as_ref().map(|r| r.checked()).transpose()?,
             counters: placed.counters.clone(),
+            pod_counters: (placed.counters.as_ref())
+                .and_then(|c| c.pods.clone())
+                .map(ingressbench_cluster::counters::PodCounters::new),
             restarting: Vec::new(),
             restart_read_at: Instant::now(),
         };

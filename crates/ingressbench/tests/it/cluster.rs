@@ -1142,7 +1142,10 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
 /// endpoint. The stand-in is a Deployment of the backend, whose control endpoint serves
 /// the process collector's series: the run's figures for it are what /proc says of its
 /// process. The metrics API, which this cluster does not serve, is refused by `cluster
-/// check` naming metrics-server.
+/// check` naming metrics-server. Its proxy's counts (`counters: { pods }`) are read the
+/// same way from a real Envoy in a pod, which serves `/stats/prometheus` as Contour's
+/// does (a listener on 8002 that passes that one path to an admin interface on the pod's
+/// own loopback).
 fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
     use kube::api::DeleteParams;
     let kubeconfig = dir.join("cluster/kubeconfig");
@@ -1157,13 +1160,26 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
     let pid = wait_until("the stand-in's process", || {
         processes_with("usage-stand-in").first().copied()
     });
+    let envoys = envoy_stand_in(&runtime, &kubeconfig, "counters-stand-in");
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(envoys.clone().into_client(), "default");
+    wait_until("the Envoy stand-in ready", || {
+        let list = runtime
+            .block_on(pods.list(&kube::api::ListParams::default().labels("app=counters-stand-in")))
+            .ok()?;
+        let ready = list.items.iter().any(|p| {
+            let conditions = (p.status.as_ref()).and_then(|s| s.conditions.as_ref());
+            conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        });
+        ready.then_some(())
+    });
     // The cluster file with Traefik's usage read from the stand-in's pods, not /proc.
     let written = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
     let own = written.find(", local_pids: {").expect(&written);
     let end = own + written[own..].find('}').unwrap() + 1;
-    let with = |usage: &str| {
+    let with = |usage: &str, more: &str| {
         format!(
-            "{}, usage: {{ {usage} }}{}",
+            "{}, usage: {{ {usage} }}{more}{}",
             &written[..own],
             &written[end..]
         )
@@ -1172,7 +1188,7 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
     let through_metrics_api = dir.join("usage-metrics-api.yaml");
     std::fs::write(
         &through_metrics_api,
-        with(&format!("controller: {{ {pods} }}")),
+        with(&format!("controller: {{ {pods} }}"), ""),
     )
     .unwrap();
     let checked = check(&through_metrics_api, &kubeconfig);
@@ -1185,15 +1201,23 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
     let through_pods = dir.join("usage-pods.yaml");
     std::fs::write(
         &through_pods,
-        with(&format!(
-            "controller: {{ {pods}, metrics: {{ port: 8081 }} }}"
-        )),
+        with(
+            &format!("controller: {{ {pods}, metrics: {{ port: 8081 }} }}"),
+            ", counters: { pods: { namespace: default, selector: app=counters-stand-in, port: 8002, exposition: envoy } }",
+        ),
     )
     .unwrap();
     let checked = check(&through_pods, &kubeconfig);
     assert!(checked.status.success(), "{}", tail(&checked));
     assert!(
         text(&checked).contains("1 pod, ") && text(&checked).contains("on port 8081"),
+        "{}",
+        tail(&checked)
+    );
+    // Its static pool of 2 and the cluster of its admin interface: 3 endpoints up.
+    assert!(
+        text(&checked).contains("traefik: counters: 1 pod, /stats/prometheus on port 8002")
+            && text(&checked).contains("endpoints_up 3"),
         "{}",
         tail(&checked)
     );
@@ -1239,11 +1263,30 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
         .map(|r| r["cpu_s"].as_f64().unwrap())
         .collect();
     assert!(cpu.windows(2).all(|w| w[1] >= w[0]), "{cpu:?}");
+    // The Envoy's counts, once a second through the API server.
+    let counted = std::fs::read_to_string(cell.join("proxy-metrics.jsonl")).unwrap();
+    let counted: Vec<serde_json::Value> = (counted.lines())
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(counted.len() >= 4, "{counted:?}");
+    for r in &counted {
+        assert!(r["errors"].is_null(), "{r}");
+        assert_eq!(r["proxies"]["traefik"]["endpoints_up"], 3, "{r}");
+        assert_eq!(
+            r["proxies"]["traefik"]["upstream_connect_failures"], 0,
+            "{r}"
+        );
+    }
     runtime
         .block_on(deployments.delete("usage-stand-in", &DeleteParams::default()))
         .unwrap();
-    wait_until("the stand-in gone", || {
-        processes_with("usage-stand-in").is_empty().then_some(())
+    runtime
+        .block_on(envoys.delete("counters-stand-in", &DeleteParams::default()))
+        .unwrap();
+    wait_until("the stand-ins gone", || {
+        (processes_with("usage-stand-in").is_empty()
+            && processes_with("counters-stand-in").is_empty())
+        .then_some(())
     });
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())
@@ -2462,6 +2505,61 @@ fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
 /// A Deployment `name` of `replicas` pods in `default` standing in for a controller's: the
 /// backend's image, answering on 8080 (ready when `/healthz` is), `extra` arguments
 /// beside. Returns the namespace's Deployments.
+/// A Deployment of one real Envoy (the `envoy` image runs the project's) that serves
+/// `/stats/prometheus` on port 8002 as Contour's Envoy does: a listener passing that one
+/// path to its admin interface, which listens on the pod's own loopback only.
+fn envoy_stand_in(
+    runtime: &tokio::runtime::Runtime,
+    kubeconfig: &Path,
+    name: &str,
+) -> kube::Api<k8s_openapi::api::apps::v1::Deployment> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let deployments: kube::Api<Deployment> = runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(kubeconfig, None)
+            .await
+            .unwrap();
+        kube::Api::namespaced(client, "default")
+    });
+    let endpoint = |port: u16| {
+        format!("{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}")
+    };
+    let cluster = |name: &str, ports: &[u16]| {
+        let endpoints: Vec<String> = ports.iter().map(|p| endpoint(*p)).collect();
+        format!(
+            "{{ name: {name}, type: STATIC, load_assignment: {{ cluster_name: {name}, endpoints: [ {{ lb_endpoints: [ {} ] }} ] }} }}",
+            endpoints.join(", ")
+        )
+    };
+    let config = format!(
+        "{{ admin: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: 9901 }} }} }}, static_resources: {{ listeners: [ {{ name: stats, address: {{ socket_address: {{ address: 0.0.0.0, port_value: 8002 }} }}, filter_chains: [ {{ filters: [ {{ name: envoy.filters.network.http_connection_manager, typed_config: {{ \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager, stat_prefix: stats, route_config: {{ virtual_hosts: [ {{ name: stats, domains: [\"*\"], routes: [ {{ match: {{ path: /stats/prometheus }}, route: {{ cluster: admin }} }} ] }} ] }}, http_filters: [ {{ name: envoy.filters.http.router, typed_config: {{ \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }} }} ] }} }} ] }} ] }} ], clusters: [ {}, {} ] }} }}",
+        cluster("admin", &[9901]),
+        cluster("pool", &[1, 2])
+    );
+    let envoy: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": name },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": name } },
+            "template": {
+                "metadata": { "labels": { "app": name } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [{
+                        "name": "envoy", "image": "docker.io/envoyproxy/envoy:v1.40.0",
+                        "args": ["--disable-hot-restart", "--config-yaml", config, "--service-node", name],
+                        "readinessProbe": { "httpGet": { "path": "/stats/prometheus", "port": 8002 } }
+                    }]
+                }
+            }
+        }
+    }))
+    .unwrap();
+    runtime
+        .block_on(deployments.create(&kube::api::PostParams::default(), &envoy))
+        .unwrap();
+    deployments
+}
+
 fn stand_in(
     runtime: &tokio::runtime::Runtime,
     kubeconfig: &Path,

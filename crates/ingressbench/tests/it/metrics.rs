@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use crate::common::{scratch, server, text, BIN};
 
-/// A Prometheus server, killed when dropped.
-struct Prometheus(Child);
+/// A process the test started (a Prometheus server, a proxy), killed when dropped.
+struct Running(Child);
 
-impl Drop for Prometheus {
+impl Drop for Running {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -136,7 +136,7 @@ fn within_its_bucket(p99_s: f64, p99_us: f64) -> (f64, f64) {
 
 /// Prometheus on a free port, its data in `dir/tsdb`, scraping 127.0.0.1:`scrape` every
 /// second (none: scraping nothing).
-fn start_prometheus(dir: &Path, scrape: Option<u16>) -> (Prometheus, u16) {
+fn start_prometheus(dir: &Path, scrape: Option<u16>) -> (Running, u16) {
     let web = free_port();
     let config = dir.join("prometheus.yml");
     let scrapes = scrape.map_or(String::new(), |port| format!(
@@ -159,7 +159,7 @@ fn start_prometheus(dir: &Path, scrape: Option<u16>) -> (Prometheus, u16) {
         .stderr(log)
         .spawn()
         .expect("prometheus (apt-get install prometheus; scripts/install-deps.sh installs it)");
-    let prometheus = Prometheus(child);
+    let prometheus = Running(child);
     let started = Instant::now();
     while get(web, "/-/ready").map(|(c, _)| c) != Some(200) {
         assert!(
@@ -459,6 +459,197 @@ fn each_proxy_counts_the_failed_backend_attempts_the_client_saw_at_a_kill() {
         "client and proxies agree here"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What a run reads of a controller's proxy on a real cluster, its Prometheus endpoint
+/// (through the API server's pod proxy), counts what its own interface does: one real
+/// Envoy read through `/stats` and `/stats/prometheus`, one HAProxy through `show stat`
+/// and its exporter, both after requests to a backend pool with a dead member; Traefik's
+/// metrics against the 502s the client saw, and its servers up by its health check.
+#[test]
+fn each_proxys_prometheus_endpoint_counts_what_its_own_interface_does() {
+    use ingressbench_lab::proxy::counters::{self, RESPONSES_5XX};
+    use ingressbench_lab::proxy::exposition::{self, Exposition};
+    use ingressbench_lab::proxy::{unix_request, Binaries, ProxyKind};
+    let dir = scratch("exposition");
+    let live = server();
+    let dead = free_port();
+    let binaries = Binaries::discover();
+    let start = |kind: ProxyKind, args: &[String]| -> Running {
+        let log = std::fs::File::create(dir.join(format!("{}.log", kind.name()))).unwrap();
+        Running(
+            Command::new(binaries.locate(kind).unwrap())
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap(),
+        )
+    };
+    // 20 requests once the proxy answers; the codes the client saw.
+    let requests = |port: u16, path: &str| -> Vec<u16> {
+        let started = Instant::now();
+        let first = loop {
+            if let Some(code) = status(port, path) {
+                break code;
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "port {port}");
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let rest = (1..20).map(|_| status(port, path).unwrap());
+        std::iter::once(first).chain(rest).collect()
+    };
+    let fives = |codes: &[u16]| codes.iter().filter(|c| **c >= 500).count() as u64;
+    let unix_text = |socket: &Path, path: &str| -> String {
+        let (code, body) = unix_request(socket, "GET", path, None).unwrap();
+        assert_eq!(code, 200, "{path}: {body}");
+        body
+    };
+
+    // Envoy: a static pool of the live backend and a dead port.
+    let admin = dir.join("envoy-admin.sock");
+    let envoy_port = free_port();
+    let endpoint = |port: u16| {
+        format!("{{ endpoint: {{ address: {{ socket_address: {{ address: 127.0.0.1, port_value: {port} }} }} }} }}")
+    };
+    let config = format!(
+        "admin: {{ address: {{ pipe: {{ path: {} }} }} }}\nstatic_resources:\n  listeners:\n  - name: l\n    address: {{ socket_address: {{ address: 127.0.0.1, port_value: {envoy_port} }} }}\n    filter_chains:\n    - filters:\n      - name: envoy.filters.network.http_connection_manager\n        typed_config:\n          \"@type\": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager\n          stat_prefix: ingress_http\n          route_config: {{ virtual_hosts: [ {{ name: a, domains: [\"*\"], routes: [ {{ match: {{ prefix: \"/\" }}, route: {{ cluster: echo }} }} ] }} ] }}\n          http_filters: [ {{ name: envoy.filters.http.router, typed_config: {{ \"@type\": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }} }} ]\n  clusters:\n  - name: echo\n    type: STATIC\n    load_assignment: {{ cluster_name: echo, endpoints: [ {{ lb_endpoints: [ {}, {} ] }} ] }}\n",
+        admin.display(),
+        endpoint(live.port()),
+        endpoint(dead)
+    );
+    std::fs::write(dir.join("envoy.yaml"), config).unwrap();
+    let base_id = (std::process::id() % 60000 + 1000).to_string();
+    let envoy = start(
+        ProxyKind::Envoy,
+        &[
+            "-c".into(),
+            dir.join("envoy.yaml").display().to_string(),
+            "--base-id".into(),
+            base_id,
+        ],
+    );
+    let codes = requests(envoy_port, "/");
+    let native = counters::envoy_admin(&admin).unwrap();
+    let scraped =
+        exposition::counted(Exposition::Envoy, &unix_text(&admin, "/stats/prometheus")).unwrap();
+    assert_eq!(native, scraped, "Envoy: /stats and /stats/prometheus");
+    assert!(fives(&codes) > 0, "{codes:?}");
+    assert_eq!(
+        scraped[RESPONSES_5XX],
+        fives(&codes),
+        "{scraped:?} {codes:?}"
+    );
+    assert_eq!(
+        scraped[counters::CONNECT_FAILURES],
+        fives(&codes),
+        "{scraped:?}"
+    );
+    assert_eq!(
+        scraped[counters::ENDPOINTS_UP],
+        2,
+        "no health check: both up"
+    );
+    drop(envoy);
+
+    // HAProxy: the same pool, its exporter on a Unix socket of its own.
+    let stat = dir.join("haproxy.sock");
+    let metrics = dir.join("haproxy-metrics.sock");
+    let haproxy_port = free_port();
+    std::fs::write(
+        dir.join("haproxy.cfg"),
+        format!(
+            "global\n  stats socket {} mode 600 level admin\ndefaults\n  mode http\n  retries 1\n  timeout connect 1s\n  timeout client 5s\n  timeout server 5s\nfrontend fe\n  bind 127.0.0.1:{haproxy_port}\n  default_backend be\nfrontend metrics\n  bind unix@{} mode 600\n  http-request use-service prometheus-exporter\nbackend be\n  server live {live}\n  server dead 127.0.0.1:{dead}\n",
+            stat.display(),
+            metrics.display()
+        ),
+    )
+    .unwrap();
+    let haproxy = start(
+        ProxyKind::Haproxy,
+        &["-f".into(), dir.join("haproxy.cfg").display().to_string()],
+    );
+    let codes = requests(haproxy_port, "/");
+    let native = counters::haproxy_stat(&stat).unwrap();
+    let scraped =
+        exposition::counted(Exposition::Haproxy, &unix_text(&metrics, "/metrics")).unwrap();
+    assert_eq!(native, scraped, "HAProxy: show stat and its exporter");
+    assert!(fives(&codes) > 0, "{codes:?}");
+    assert_eq!(
+        scraped[RESPONSES_5XX],
+        fives(&codes),
+        "{scraped:?} {codes:?}"
+    );
+    assert!(
+        scraped[counters::RETRIES] >= fives(&codes),
+        "one retry each: {scraped:?}"
+    );
+    drop(haproxy);
+
+    // Traefik: /a through a pool with no health check (its 502s), /b through one whose
+    // check finds the dead member down.
+    let web = free_port();
+    let metrics_port = free_port();
+    std::fs::write(
+        dir.join("traefik.yaml"),
+        format!(
+            "http:\n  routers:\n    a: {{ rule: \"PathPrefix(`/a`)\", service: a, entryPoints: [web] }}\n    b: {{ rule: \"PathPrefix(`/b`)\", service: b, entryPoints: [web] }}\n  services:\n    a: {{ loadBalancer: {{ servers: [ {{ url: \"http://{live}\" }}, {{ url: \"http://127.0.0.1:{dead}\" }} ] }} }}\n    b: {{ loadBalancer: {{ healthCheck: {{ path: /, interval: 1s, timeout: 1s }}, servers: [ {{ url: \"http://{live}\" }}, {{ url: \"http://127.0.0.1:{dead}\" }} ] }} }}\n"
+        ),
+    )
+    .unwrap();
+    let _traefik = start(
+        ProxyKind::Traefik,
+        &[
+            format!("--entrypoints.web.address=127.0.0.1:{web}"),
+            format!("--entrypoints.metrics.address=127.0.0.1:{metrics_port}"),
+            "--metrics.prometheus=true".into(),
+            "--metrics.prometheus.entrypoint=metrics".into(),
+            "--metrics.prometheus.addServicesLabels=true".into(),
+            format!(
+                "--providers.file.filename={}",
+                dir.join("traefik.yaml").display()
+            ),
+        ],
+    );
+    let codes = requests(web, "/a");
+    let started = Instant::now();
+    let scraped = loop {
+        let (code, text) = get(metrics_port, "/metrics").unwrap();
+        assert_eq!(code, 200, "{text}");
+        let c = exposition::counted(Exposition::Traefik, &text).unwrap();
+        if c.get(counters::ENDPOINTS_UP) == Some(&1) {
+            break c;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{c:?}: {text}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(fives(&codes) > 0, "{codes:?}");
+    assert_eq!(
+        scraped[RESPONSES_5XX],
+        fives(&codes),
+        "{scraped:?} {codes:?}"
+    );
+    assert!(scraped[counters::CONFIG_RELOADS] >= 1, "{scraped:?}");
+    assert!(
+        !scraped.contains_key(counters::CONNECT_FAILURES),
+        "{scraped:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `GET path` on 127.0.0.1:`port` over HTTP/1.1 (Envoy refuses HTTP/1.0): the status.
+fn status(port: u16, path: &str) -> Option<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut all = String::new();
+    s.read_to_string(&mut all).ok()?;
+    all.split(' ').nth(1)?.parse().ok()
 }
 
 /// Load from several worker processes (the path the cluster's load pods take: each

@@ -1,0 +1,157 @@
+//! What a controller's proxy counted, on a cluster whose sockets this machine cannot
+//! reach: each of its pods' Prometheus endpoint (the cluster file's `counters: { pods }`),
+//! read through the API server's pod proxy, the same path and grant as `usage`'s, and
+//! mapped to the lab's names ([`ingressbench_lab::proxy::exposition`]).
+//!
+//! Per pod, not through the Service: a Service's proxy answers from one pod at random,
+//! and two readings from different pods would look like counters going back. The pods'
+//! counts are summed; a pod that goes, or restarts (a count that fell), keeps what it had
+//! counted, as the usage reader keeps a gone pod's CPU time. Endpoints up is each pod's
+//! own view of the same backends: the fewest any pod holds up, not their sum.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use ingressbench_lab::proxy::counters::{Counted, ENDPOINTS_UP};
+use ingressbench_lab::proxy::exposition;
+use kube::Client;
+
+use crate::file::CounterPods;
+use crate::usage::{pod_get, running_pods};
+
+/// How long one reading of every pod may take.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A proxy's pods and what they have counted so far.
+#[derive(Debug)]
+pub struct PodCounters {
+    pods: CounterPods,
+    tally: Tally,
+}
+
+impl PodCounters {
+    /// The pods, nothing counted yet.
+    pub fn new(pods: CounterPods) -> Self {
+        Self {
+            pods,
+            tally: Tally::default(),
+        }
+    }
+
+    /// The pods, read now: their counts together, with those of pods gone.
+    pub async fn read(&mut self, client: &Client) -> Result<Counted, String> {
+        let each = tokio::time::timeout(READ_TIMEOUT, read_pods(client, &self.pods))
+            .await
+            .unwrap_or_else(|_| Err(format!("no answer in {} s", READ_TIMEOUT.as_secs())))?;
+        Ok(self.tally.add(each))
+    }
+}
+
+/// Reads the pods once, as a run would: what it found (`2 pods, envoy: 5 counts, 3
+/// endpoints up`), or why it cannot, with what to grant when the API refused.
+pub async fn read_once(client: &Client, pods: &CounterPods) -> Result<String, String> {
+    let n = running_pods(client, &pods.namespace, &pods.selector)
+        .await
+        .map(|p| p.len())
+        .unwrap_or(0);
+    match PodCounters::new(pods.clone()).read(client).await {
+        Ok(c) => Ok(format!(
+            "{n} pod{}, {} on port {}: {}",
+            if n == 1 { "" } else { "s" },
+            pods.path(),
+            pods.port,
+            (c.iter())
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+        Err(e) if e.contains("403") || e.contains("forbidden") => {
+            let ns = &pods.namespace;
+            Err(format!("{e}: a run reads these pods' counts; grant it in their namespace only with: kubectl create role ingressbench-counters -n {ns} --verb=get,list --resource=pods,pods/proxy && kubectl create rolebinding ingressbench-counters -n {ns} --role=ingressbench-counters --serviceaccount=ingressbench-system:ingressbench"))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Each running pod's counts, by uid.
+async fn read_pods(
+    client: &Client,
+    pods: &CounterPods,
+) -> Result<BTreeMap<String, Counted>, String> {
+    let ns = &pods.namespace;
+    let running = running_pods(client, ns, &pods.selector).await?;
+    let reads = running.iter().map(|(name, uid)| async move {
+        let text = pod_get(client, ns, name, pods.port, pods.path()).await?;
+        let counted = exposition::counted(pods.exposition, &text)
+            .map_err(|e| format!("pod {name}'s {} on port {}: {e}", pods.path(), pods.port))?;
+        Ok::<_, String>((uid.clone(), counted))
+    });
+    futures_util::future::join_all(reads)
+        .await
+        .into_iter()
+        .collect()
+}
+
+/// Counts kept whole across pods that go and counts that start again.
+#[derive(Debug, Default)]
+struct Tally {
+    /// Each live pod's last counts, by uid.
+    last: BTreeMap<String, Counted>,
+    /// What pods that went (or restarted) had counted.
+    gone: Counted,
+}
+
+impl Tally {
+    fn add(&mut self, now: BTreeMap<String, Counted>) -> Counted {
+        for (uid, before) in &self.last {
+            for (key, value) in before.iter().filter(|(k, _)| **k != ENDPOINTS_UP) {
+                let still = now.get(uid).and_then(|c| c.get(key));
+                if still.is_none_or(|v| v < value) {
+                    *self.gone.entry(key).or_default() += value;
+                }
+            }
+        }
+        self.last = now;
+        let mut total = self.gone.clone();
+        for counted in self.last.values() {
+            for (key, value) in counted {
+                if *key == ENDPOINTS_UP {
+                    let fewest = total.entry(key).or_insert(*value);
+                    *fewest = (*fewest).min(*value);
+                } else {
+                    *total.entry(key).or_default() += value;
+                }
+            }
+        }
+        total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ingressbench_lab::proxy::counters::CONNECT_FAILURES;
+
+    fn pods(list: &[(&str, u64, u64)]) -> BTreeMap<String, Counted> {
+        list.iter()
+            .map(|(uid, fails, up)| {
+                let c = Counted::from([(CONNECT_FAILURES, *fails), (ENDPOINTS_UP, *up)]);
+                (uid.to_string(), c)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn pods_that_go_or_restart_keep_what_they_counted() {
+        let mut t = Tally::default();
+        let c = t.add(pods(&[("a", 3, 3), ("b", 4, 2)]));
+        assert_eq!((c[CONNECT_FAILURES], c[ENDPOINTS_UP]), (7, 2));
+        // b restarted (its count fell to 1): the 4 it had stay.
+        let c = t.add(pods(&[("a", 5, 3), ("b", 1, 3)]));
+        assert_eq!((c[CONNECT_FAILURES], c[ENDPOINTS_UP]), (10, 3));
+        // a went, c came.
+        let c = t.add(pods(&[("b", 1, 3), ("c", 2, 3)]));
+        assert_eq!(c[CONNECT_FAILURES], 4 + 5 + 1 + 2);
+        assert_eq!(c[ENDPOINTS_UP], 3);
+    }
+}
