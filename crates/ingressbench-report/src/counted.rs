@@ -3,6 +3,8 @@
 //! 502; envoy: 446 failed connects to backends, 0 retries, endpoints up 3 → 2". Where the
 //! two disagree the sentence says so: that is a finding, not noise.
 
+use std::fmt::Write;
+
 use serde_json::Value;
 
 /// Each count's words, in the order they are said.
@@ -31,7 +33,17 @@ pub fn sentence(event: &Value) -> Option<String> {
     if by_outcome.is_empty() {
         by_outcome.push(format!("{client_errors} errors"));
     }
-    let mut parts = vec![format!("client: {}", by_outcome.join(", "))];
+    // What the proxies' counts are set against: the client's failures that ended between
+    // the same readings (a request sent just before the event that failed after it is
+    // one), where the entry has them.
+    let seen = event["client_errors_between_readings"]
+        .as_u64()
+        .unwrap_or(client_errors);
+    let mut client = format!("client: {}", by_outcome.join(", "));
+    if seen != client_errors {
+        let _ = write!(client, " ({seen} ended between the proxy's readings)");
+    }
+    let mut parts = vec![client];
     for (name, counted) in proxies {
         if let Some(why) = counted["not_read"].as_str() {
             parts.push(format!("{name}: not read ({why})"));
@@ -62,7 +74,7 @@ pub fn sentence(event: &Value) -> Option<String> {
             .sum::<u64>();
         let counts_failures = counted["upstream_connect_failures"].is_u64();
         let retries = counted["retries"].as_u64().unwrap_or(0);
-        let finding = match (client_errors, failures) {
+        let finding = match (seen, failures) {
             (0, 0) if retries > 0 => {
                 format!(" (the client saw no error: {name} retried {retries} requests)")
             }
@@ -116,6 +128,16 @@ mod tests {
         assert!(sentence(&retried)
             .unwrap()
             .ends_with("(the client saw no error: haproxy-ingress retried 13 requests)"));
+        // A request sent just before the event failed after it: in the proxy's readings,
+        // not in the window's errors; no finding.
+        let before = json!({
+            "errors": 0, "client_errors_between_readings": 1,
+            "proxy_counted": { "nginx": { "upstream_connect_failures": 0, "upstream_response_errors": 1 } }
+        });
+        assert_eq!(
+            sentence(&before).unwrap(),
+            "client: 0 errors (1 ended between the proxy's readings); nginx: 0 failed connects to backends, 1 responses broken off by backends"
+        );
         assert!(sentence(&json!({ "errors": 1 })).is_none());
         let not_read =
             json!({ "errors": 2, "proxy_counted": { "traefik": { "not_read": "off" } } });

@@ -369,8 +369,20 @@ pub(crate) fn write_impact(
         if let Some(usage) = usage {
             figures["cpu"] = usage.around(t);
         }
-        // What the proxies counted over the window the client's errors are counted in.
+        // What the proxies counted over the window the client's errors are counted in,
+        // and the client's failures that ended between the same two readings: a request
+        // sent just before the event can fail after it, counted by the proxy but not in
+        // the window (which holds the requests sent in it).
         if let Some(counted) = counts.and_then(|c| c.between(t, until)) {
+            let span = (counted.as_object().into_iter())
+                .flat_map(|m| m.values())
+                .find_map(|v| Some((v["read_from_s"].as_f64()?, v["read_to_s"].as_f64()?)));
+            if let Some((from, to)) = span {
+                let ended = (points.iter())
+                    .filter(|p| !p.ok && (from..=to).contains(&(p.at_s + p.latency_s)))
+                    .count();
+                figures["client_errors_between_readings"] = json!(ended);
+            }
             figures["proxy_counted"] = counted;
         }
         out.push(figures);
