@@ -47,8 +47,8 @@ impl PodCounters {
     }
 }
 
-/// Reads the pods once, as a run would: what it found (`2 pods, envoy: 5 counts, 3
-/// endpoints up`), or why it cannot, with what to grant when the API refused.
+/// Reads the pods once, as a run would: what it found (`2 pods, /stats/prometheus on port
+/// 8002: endpoints_up 3, …`), or why it cannot, with what to grant when the API refused.
 pub async fn read_once(client: &Client, pods: &CounterPods) -> Result<String, String> {
     let n = running_pods(client, &pods.namespace, &pods.selector)
         .await

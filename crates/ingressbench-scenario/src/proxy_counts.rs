@@ -11,16 +11,13 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use ingressbench_lab::proxy::counters::{Counted, Readings, ENDPOINTS_UP};
 use serde_json::{json, Map, Value};
 
 use crate::site::Site;
-use crate::usage::signed_offset;
-
-/// How often the proxies are read.
-const INTERVAL: Duration = Duration::from_secs(1);
+use crate::usage::{signed_offset, Grid};
 
 /// One reading: seconds from the start of measurement, and each proxy's counts.
 struct Reading {
@@ -30,12 +27,12 @@ struct Reading {
     errors: BTreeMap<String, String>,
 }
 
-/// The proxies' counts, read on a one-second grid aligned to the start of measurement and
-/// appended to `proxy-metrics.jsonl` as they come.
+/// The proxies' counts, read on the usage log's one-second grid and appended to
+/// `proxy-metrics.jsonl` as they come.
 pub(crate) struct ProxyCounts {
     file: File,
     measure_from: Instant,
-    next_at: Instant,
+    grid: Grid,
     readings: Vec<Reading>,
 }
 
@@ -55,11 +52,10 @@ impl ProxyCounts {
         {
             return Ok(None);
         }
-        let behind = measure_from.saturating_duration_since(start);
         let mut counts = Self {
             file: File::create(path)?,
             measure_from,
-            next_at: measure_from - Duration::from_secs(behind.as_secs()),
+            grid: Grid::new(start, measure_from),
             readings: Vec::new(),
         };
         counts.write(Instant::now(), first)?;
@@ -68,11 +64,8 @@ impl ProxyCounts {
 
     /// Reads the proxies if a reading is due by `now`.
     pub(crate) fn poll(&mut self, now: Instant, site: &mut dyn Site) -> std::io::Result<()> {
-        if now < self.next_at {
+        if !self.grid.due(now) {
             return Ok(());
-        }
-        while self.next_at <= now {
-            self.next_at += INTERVAL;
         }
         self.read_now(now, site)
     }
@@ -186,7 +179,7 @@ mod tests {
         let counts = ProxyCounts {
             file: File::create(dir.join("proxy-metrics.jsonl")).unwrap(),
             measure_from: Instant::now(),
-            next_at: Instant::now(),
+            grid: Grid::new(Instant::now(), Instant::now()),
             readings: vec![
                 reading(0.0, 5, 3),
                 reading(1.0, 5, 3),

@@ -34,14 +34,42 @@ impl Reading {
     }
 }
 
-/// Samples the parts on a one-second grid aligned to the start of measurement (so one
-/// reading falls exactly there), appending each reading to `usage.jsonl`.
+/// A one-second grid aligned to the start of measurement (so one reading falls exactly
+/// there), from the first of its points at or after the load's start: when the usage log
+/// and the proxies' counts read.
+pub(crate) struct Grid {
+    next_at: Instant,
+}
+
+impl Grid {
+    /// The grid of a load that starts at `start` and is measured from `measure_from`.
+    pub(crate) fn new(start: Instant, measure_from: Instant) -> Self {
+        let behind = measure_from.saturating_duration_since(start);
+        Self {
+            next_at: measure_from - Duration::from_secs(behind.as_secs()),
+        }
+    }
+
+    /// Whether a reading is due by `now` (the next one is then the grid's next point
+    /// after `now`).
+    pub(crate) fn due(&mut self, now: Instant) -> bool {
+        if now < self.next_at {
+            return false;
+        }
+        while self.next_at <= now {
+            self.next_at += INTERVAL;
+        }
+        true
+    }
+}
+
+/// Samples the parts on the one-second [`Grid`], appending each reading to `usage.jsonl`.
 pub(crate) struct UsageLog {
     reader: UsageReader,
     parts: Vec<Part>,
     file: File,
     measure_from: Instant,
-    next_at: Instant,
+    grid: Grid,
     readings: Vec<Reading>,
     /// CPU seconds of processes a part had before they were replaced (a proxy restarted),
     /// by part name: added beneath what its processes now spend.
@@ -58,14 +86,12 @@ impl UsageLog {
         measure_from: Instant,
     ) -> std::io::Result<Self> {
         parts.push(Part::process("client", "client", std::process::id()));
-        let behind = measure_from.saturating_duration_since(start);
-        let whole = Duration::from_secs(behind.as_secs());
         let mut log = Self {
             reader: UsageReader::new(),
             parts,
             file: File::create(path)?,
             measure_from,
-            next_at: measure_from - whole,
+            grid: Grid::new(start, measure_from),
             readings: Vec::new(),
             spent_before: std::collections::BTreeMap::new(),
         };
@@ -80,11 +106,8 @@ impl UsageLog {
         now: Instant,
         parts: impl FnOnce() -> Vec<Part>,
     ) -> std::io::Result<()> {
-        if now < self.next_at {
+        if !self.grid.due(now) {
             return Ok(());
-        }
-        while self.next_at <= now {
-            self.next_at += INTERVAL;
         }
         self.follow(parts());
         self.read_now(now)
@@ -327,6 +350,27 @@ fn cpu_between(readings: &[Reading], role: &str, from_s: f64, to_s: f64) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_grid_has_a_point_at_the_start_of_measurement_and_one_a_second_from_the_load() {
+        let measure_from = Instant::now() + Duration::from_secs(10);
+        // A warm-up of 2.5 s: the grid starts 2 s before measurement.
+        let mut grid = Grid::new(measure_from - Duration::from_millis(2500), measure_from);
+        let at = |s: f64| {
+            if s < 0.0 {
+                measure_from - Duration::from_secs_f64(-s)
+            } else {
+                measure_from + Duration::from_secs_f64(s)
+            }
+        };
+        assert!(!grid.due(at(-2.1)));
+        assert!(grid.due(at(-2.0)));
+        assert!(!grid.due(at(-1.5)));
+        // Late by 1.2 s: one reading, and the next on the grid.
+        assert!(grid.due(at(0.2)));
+        assert!(!grid.due(at(0.9)));
+        assert!(grid.due(at(1.0)));
+    }
 
     #[test]
     fn a_steps_cpu_is_read_between_the_readings_around_it() {
