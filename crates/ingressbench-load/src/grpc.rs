@@ -441,7 +441,7 @@ async fn unary_connection(run: Rc<Run>, index: usize) {
     let (out, again) = (calls.outstanding.get(), calls.again.borrow().len() as u64);
     let mut report = run.report.borrow_mut();
     report.in_flight_at_end += out + again;
-    run.recorder.borrow_mut().record_abandoned(out + again);
+    run.recorder.borrow_mut().record_waiting_at_end(out + again);
 }
 
 /// One unary call (`number`, due as `out` says, its `attempt`), recorded when it ends,

@@ -58,6 +58,7 @@ enum Header {
     Connection,
     Backend,
     Generation(usize),
+    ContentType,
     Other,
 }
 
@@ -76,6 +77,8 @@ pub(crate) struct ResponseParser {
     chunked: bool,
     close: bool,
     keep_alive: bool,
+    /// The Content-Type said `text/event-stream`.
+    event_stream: bool,
     name: [u8; NAME_CAP],
     name_len: usize,
     name_overflow: bool,
@@ -114,6 +117,7 @@ impl ResponseParser {
             chunked: false,
             close: false,
             keep_alive: false,
+            event_stream: false,
             name: [0; NAME_CAP],
             name_len: 0,
             name_overflow: false,
@@ -142,6 +146,7 @@ impl ResponseParser {
         self.chunked = false;
         self.close = false;
         self.keep_alive = false;
+        self.event_stream = false;
         self.backend_len = 0;
         self.generations = [0; GENERATION_SLOTS];
         self.head_bytes = 0;
@@ -152,7 +157,12 @@ impl ResponseParser {
         self.status
     }
 
-    /// The value of the backend header, if the response had one.
+    /// Whether the response's Content-Type is `text/event-stream`.
+    pub(crate) fn is_event_stream(&self) -> bool {
+        self.event_stream
+    }
+
+    /// The backend header's value, if the response had one.
     pub(crate) fn backend(&self) -> Option<&[u8]> {
         (self.backend_len > 0).then(|| &self.backend[..self.backend_len])
     }
@@ -437,6 +447,7 @@ impl ResponseParser {
             b"content-length" => Header::ContentLength,
             b"transfer-encoding" => Header::TransferEncoding,
             b"connection" => Header::Connection,
+            b"content-type" => Header::ContentType,
             name if name == &*self.backend_header => Header::Backend,
             name => self
                 .generation_headers
@@ -508,6 +519,12 @@ impl ResponseParser {
                         self.keep_alive = true;
                     }
                 }
+            }
+            Header::ContentType => {
+                let media = value.split(|&c| c == b';').next().unwrap_or_default();
+                self.event_stream = media
+                    .trim_ascii()
+                    .eq_ignore_ascii_case(b"text/event-stream");
             }
             Header::Backend => {
                 self.backend[..value.len()].copy_from_slice(value);

@@ -119,6 +119,12 @@ async fn open(run: &Run, events: &Numbered) -> Result<Open, String> {
     if parser.status() != 200 {
         return Err(format!("status {}", parser.status()));
     }
+    if !parser.is_event_stream() {
+        // An HTML page with `id:` lines in it is not an event stream.
+        return Err(
+            "status 200 without Content-Type text/event-stream: not an event stream".into(),
+        );
+    }
     let backend = parser
         .backend()
         .map(|name| String::from_utf8_lossy(name).into_owned());

@@ -144,6 +144,15 @@ pub enum ClosedBy {
     Abnormal,
 }
 
+/// Why [`Run::bounded`] gave up on a write or a close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Bound {
+    /// Its timeout, or the run's drain, passed: the peer stopped reading.
+    TimedOut,
+    /// The run was stopped.
+    Stopped,
+}
+
 /// What a long-lived load carries.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -221,11 +230,19 @@ pub struct StreamReport {
     pub late: u64,
     /// Echoes of a message already echoed.
     pub duplicated: u64,
+    /// Of the lost, never answered while a later one on the same connection was: the
+    /// server skipped them (outcome `unanswered`).
+    pub unanswered: u64,
+    /// Frames that were no message of ours: the wrong size, or a number and due time
+    /// that no message sent carried (a server that answers something else). In no
+    /// message's outcome; the report says how many.
+    pub not_ours: u64,
     /// Echoes that came after the echo of a later message.
     pub reordered: u64,
     /// Due while no WebSocket was open, and older than the timeout when one was.
     pub unsent: u64,
-    /// Sent and not yet echoed when the run ended.
+    /// Sent and not yet echoed when the run ended and its drain was over (outcome
+    /// `waiting_at_end`: a failure, in the summary's figures).
     pub in_flight_at_end: u64,
     /// Of all these, due during the warm-up: in this report's counts, in none of the
     /// summary's (as the HTTP engine's warm-up requests).
@@ -416,6 +433,31 @@ impl Run {
         }
     }
 
+    /// When the answers still coming after the run's end stop being waited for: a
+    /// timeout after the end, at most a second.
+    pub(crate) fn drain_deadline(&self) -> Instant {
+        self.end + self.plan.timeout.min(Duration::from_secs(1))
+    }
+
+    /// Runs `io` (a write, a close) until it is done, a timeout passes, the run's drain
+    /// is over, or the run is stopped: no peer holds a connection, or the run, longer.
+    pub(crate) async fn bounded<T>(
+        &self,
+        io: impl std::future::Future<Output = T>,
+    ) -> Result<T, Bound> {
+        let deadline = (Instant::now() + self.plan.timeout).min(self.drain_deadline());
+        let stopped = async {
+            while !self.stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::select! {
+            done = io => Ok(done),
+            () = tokio::time::sleep_until(deadline.into()) => Err(Bound::TimedOut),
+            () = stopped => Err(Bound::Stopped),
+        }
+    }
+
     /// A connection to the target (TCP, and TLS for https), its phases in `phases`; why
     /// not (`connect: refused …`).
     pub(crate) async fn connect(&self, phases: &mut Phases) -> Result<Stream, String> {
@@ -501,6 +543,11 @@ pub(crate) struct Numbered {
     next: u64,
     /// Counted lost on the clock; one may still come (late).
     expired: BTreeSet<u64>,
+    /// Came past `next` on a live stream: the ones between may still come (reordered),
+    /// until their timeout.
+    ahead: BTreeSet<u64>,
+    /// The highest id that came.
+    highest: Option<u64>,
     /// The last id seen (what a resumed stream asks to follow).
     last_id: Option<u64>,
 }
@@ -525,6 +572,8 @@ impl Numbered {
             count,
             next: 0,
             expired: BTreeSet::new(),
+            ahead: BTreeSet::new(),
+            highest: None,
             last_id: None,
         }
     }
@@ -573,18 +622,29 @@ impl Numbered {
     pub(crate) fn expire(&mut self, run: &Run, backend: Option<BackendId>) {
         let now = Instant::now();
         while self.next < self.count && self.due(run, self.next) + run.plan.timeout < now {
-            self.lose(run, self.next, Outcome::ReadTimeout, backend);
-            self.expired.insert(self.next);
-            if self.expired.len() > 1 << 16 {
-                self.expired.pop_first();
+            if !self.ahead.remove(&self.next) {
+                self.lose(run, self.next, Outcome::ReadTimeout, backend);
+                self.expired.insert(self.next);
+                if self.expired.len() > 1 << 16 {
+                    self.expired.pop_first();
+                }
             }
             self.next += 1;
         }
     }
 
+    /// Moves `next` past what already came ahead of it.
+    fn advance(&mut self) {
+        while self.ahead.remove(&self.next) {
+            self.next += 1;
+        }
+    }
+
     /// Message `id` came, `bytes` long, answered `outcome` on a stream answered by
-    /// `backend`; the first on a stream carries the phases of opening it. Returns how
-    /// many messages it showed the stream skipped.
+    /// `backend`; the first on a stream carries the phases of opening it. On a resumed
+    /// stream (one opened after another was cut), ids its first message jumps over were
+    /// skipped, and are lost with the cut; on a live stream, a gap may still fill
+    /// (reordered) until its timeout. Returns how many messages a resumed stream skipped.
     pub(crate) fn came(
         &mut self,
         run: &Run,
@@ -592,18 +652,25 @@ impl Numbered {
         backend: Option<BackendId>,
         opened: &mut Option<Phases>,
     ) -> u64 {
+        let resumed = opened.is_some() && self.last_id.is_some();
         self.last_id = Some(id);
         if self.expired.remove(&id) {
             run.report.borrow_mut().late += 1;
             return 0;
         }
-        if id < self.next || id >= self.count {
+        if id < self.next || id >= self.count || self.ahead.contains(&id) {
             run.report.borrow_mut().duplicated += 1;
             return 0;
         }
-        let skipped = id - self.next;
-        for missing in self.next..id {
-            self.lose(run, missing, Outcome::Eof, backend);
+        let mut skipped = 0;
+        if resumed {
+            while self.next < id {
+                if !self.ahead.remove(&self.next) {
+                    self.lose(run, self.next, Outcome::Eof, backend);
+                    skipped += 1;
+                }
+                self.next += 1;
+            }
         }
         let due_ns = run.ns(self.due(run, id));
         let out = Out {
@@ -617,7 +684,16 @@ impl Numbered {
         let mut report = run.report.borrow_mut();
         report.sent += 1;
         report.echoed += 1;
-        self.next = id + 1;
+        if self.highest.is_some_and(|h| id < h) {
+            report.reordered += 1;
+        }
+        self.highest = Some(self.highest.map_or(id, |h| h.max(id)));
+        if id == self.next {
+            self.next += 1;
+        } else {
+            self.ahead.insert(id);
+        }
+        self.advance();
         skipped
     }
 
@@ -625,26 +701,44 @@ impl Numbered {
     /// not come was lost with the cut; what falls due from here is never sent.
     pub(crate) fn give_up(&mut self, run: &Run) {
         let now = Instant::now();
-        while self.next < self.count && self.due(run, self.next) <= now {
-            self.lose(run, self.next, Outcome::Eof, None);
-            self.next += 1;
-        }
         while self.next < self.count {
-            let due_ns = run.ns(self.due(run, self.next));
-            run.record(Out::unsent(due_ns), Outcome::NotSent, None, 0);
-            run.report.borrow_mut().unsent += 1;
+            let came = self.ahead.remove(&self.next);
+            if !came && self.due(run, self.next) <= now {
+                self.lose(run, self.next, Outcome::Eof, None);
+            } else if !came {
+                let due_ns = run.ns(self.due(run, self.next));
+                run.record(Out::unsent(due_ns), Outcome::NotSent, None, 0);
+                run.report.borrow_mut().unsent += 1;
+            }
             self.next += 1;
         }
     }
 
-    /// The run is over: what is still to come is in flight.
+    /// The run is over: what never came ends as `unanswered` when a later one came (the
+    /// server skipped it), else as `waiting_at_end`; both failures in every figure.
     pub(crate) fn finish(&mut self, run: &Run) {
         self.expire(run, None);
-        let in_flight = self.count - self.next.min(self.count);
-        let mut report = run.report.borrow_mut();
-        report.sent += in_flight;
-        report.in_flight_at_end += in_flight;
-        run.recorder.borrow_mut().record_abandoned(in_flight);
+        while self.next < self.count {
+            if !self.ahead.remove(&self.next) {
+                let skipped = self.highest.is_some_and(|h| self.next < h);
+                let outcome = if skipped {
+                    Outcome::Unanswered
+                } else {
+                    Outcome::WaitingAtEnd
+                };
+                let due_ns = run.ns(self.due(run, self.next));
+                run.record(Out::unsent(due_ns), outcome, None, 0);
+                let mut report = run.report.borrow_mut();
+                report.sent += 1;
+                if skipped {
+                    report.lost += 1;
+                    report.unanswered += 1;
+                } else {
+                    report.in_flight_at_end += 1;
+                }
+            }
+            self.next += 1;
+        }
     }
 }
 

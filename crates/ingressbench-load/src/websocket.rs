@@ -31,7 +31,8 @@ use tokio_tungstenite::WebSocketStream;
 
 use crate::connection::Stream;
 use crate::stream::{
-    drive, ClosedBy, Downtime, Out, Pacer, Run, Said, StreamKind, StreamOptions, MESSAGE_HEADER,
+    drive, Bound, ClosedBy, Downtime, Out, Pacer, Run, Said, StreamKind, StreamOptions,
+    MESSAGE_HEADER,
 };
 use crate::{LoadError, LoadReport, Observer, Plan, Scheme};
 
@@ -77,7 +78,7 @@ async fn connection(run: Rc<Run>, index: usize) {
         match open(&run).await {
             Ok((mut ws, backend_name, phases)) => {
                 let backend = run.reopened(&mut down, backend_name.as_deref());
-                let mut outstanding = BTreeMap::new();
+                let mut outstanding = Outstanding::default();
                 let ended = converse(
                     &run,
                     (&mut ws, backend, Some(phases)),
@@ -88,7 +89,7 @@ async fn connection(run: Rc<Run>, index: usize) {
                 match ended {
                     Ended::RunOver => {
                         run.open.set(run.open.get() - 1);
-                        finish(&run, ws, &mut outstanding, backend).await;
+                        finish(&run, ws, outstanding, backend).await;
                         return;
                     }
                     Ended::Cut { by, code, reason } => {
@@ -96,15 +97,16 @@ async fn connection(run: Rc<Run>, index: usize) {
                             ClosedBy::Server => Outcome::Eof,
                             ClosedBy::Abnormal => Outcome::ResetAfterWrite,
                         };
-                        for out in outstanding.values() {
+                        for out in outstanding.sent.values() {
                             run.record(*out, outcome, backend, 0);
                         }
-                        run.report.borrow_mut().lost += outstanding.len() as u64;
+                        let lost = outstanding.sent.len() as u64;
+                        run.report.borrow_mut().lost += lost;
                         run.cut(
                             &mut down,
                             (by, Said::Code(code), reason),
                             backend_name,
-                            outstanding.len() as u64,
+                            lost,
                         );
                     }
                 }
@@ -181,9 +183,41 @@ fn frame_limits(message_bytes: usize) -> WebSocketConfig {
 /// is told from a duplicate.
 const EXPIRED_KEPT: usize = 1 << 16;
 
+/// The messages of one WebSocket sent and not yet echoed (by sequence number), and the
+/// highest number echoed on it: a message below it that never comes was skipped.
+#[derive(Default)]
+struct Outstanding {
+    sent: BTreeMap<u64, Out>,
+    highest: Option<u64>,
+}
+
+impl Outstanding {
+    /// Takes in an echo numbered `number`, and what it answers, if it is one of ours.
+    fn echoed(&mut self, number: u64) -> Option<Out> {
+        let out = self.sent.remove(&number)?;
+        self.highest = Some(self.highest.map_or(number, |h| h.max(number)));
+        Some(out)
+    }
+}
+
+/// Reads an echo: its sequence number, if it is a message of ours as it was sent (its
+/// size, and the due time it carries, that of the message with that number); none for
+/// anything else, which the report counts as not ours.
+fn echo_of(echo: &[u8], message_bytes: usize, sent: &BTreeMap<u64, Out>) -> Option<u64> {
+    if echo.len() != message_bytes || echo.len() < MESSAGE_HEADER {
+        return None;
+    }
+    let number = u64::from_be_bytes(echo[..8].try_into().ok()?);
+    let due_ns = u64::from_be_bytes(echo[8..16].try_into().ok()?);
+    match sent.get(&number) {
+        Some(out) if out.due_ns != due_ns => None,
+        _ => Some(number),
+    }
+}
+
 /// Sends the messages that fall due and reads their echoes until the run ends or the
-/// WebSocket is cut. `outstanding` holds the messages sent and not yet echoed (by
-/// sequence number).
+/// WebSocket is cut. Every write is bounded ([`Run::bounded`]): a server that stops
+/// reading cuts the WebSocket (`write_timeout`), it does not hold the run.
 async fn converse(
     run: &Run,
     (ws, backend, mut opened): (
@@ -192,7 +226,7 @@ async fn converse(
         Option<Phases>,
     ),
     (clock, due, seq): (&mut Pacer, &mut Instant, &mut u64),
-    outstanding: &mut BTreeMap<u64, Out>,
+    outstanding: &mut Outstanding,
 ) -> Ended {
     let timeout = run.plan.timeout;
     // What fell due while no WebSocket was open: too old to send, or sent now.
@@ -202,25 +236,32 @@ async fn converse(
         run.record(Out::unsent(run.ns(*due)), Outcome::NotSent, None, 0);
         *due += run.interval;
     }
-    let mut highest: Option<u64> = None;
     let mut expired = BTreeSet::new();
     loop {
-        if run.stop.load(Ordering::Relaxed) || *due >= run.end {
+        // On the clock too: a peer that floods frames cannot keep the run going.
+        let now = Instant::now();
+        if run.stop.load(Ordering::Relaxed) || *due >= run.end || now >= run.end {
             return Ended::RunOver;
         }
+        // Reading comes first, unless a message is due: a flood of frames (pings) cannot
+        // hold the schedule back.
+        let overdue = now >= *due;
         tokio::select! {
             biased;
-            message = ws.next() => match message {
-                Some(Ok(Message::Binary(echo))) if echo.len() >= MESSAGE_HEADER => {
-                    let number = u64::from_be_bytes(echo[..8].try_into().unwrap_or_default());
-                    if let Some(out) = outstanding.remove(&number) {
+            message = ws.next(), if !overdue => match message {
+                Some(Ok(Message::Binary(echo))) => {
+                    let Some(number) = echo_of(&echo, run.options.message_bytes, &outstanding.sent) else {
+                        run.report.borrow_mut().not_ours += 1;
+                        continue;
+                    };
+                    let before = outstanding.highest;
+                    if let Some(out) = outstanding.echoed(number) {
                         run.record(out, Outcome::Status(101), backend, echo.len() as u64);
                         let mut report = run.report.borrow_mut();
                         report.echoed += 1;
-                        if highest.is_some_and(|h| number < h) {
+                        if before.is_some_and(|h| number < h) {
                             report.reordered += 1;
                         }
-                        highest = Some(highest.map_or(number, |h| h.max(number)));
                     } else if expired.remove(&number) {
                         run.report.borrow_mut().late += 1;
                     } else {
@@ -254,17 +295,43 @@ async fn converse(
                 frame[8..16].copy_from_slice(&due_ns.to_be_bytes());
                 let message = Message::Binary(frame.freeze());
                 let sent_ns = run.ns(Instant::now());
-                if let Err(e) = ws.send(message).await {
-                    return Ended::Cut { by: ClosedBy::Abnormal, code: 1006, reason: e.to_string() };
+                let out = Out { due_ns, released_ns, sent_ns, opened: opened.take(), retried_after: None };
+                match run.bounded(ws.send(message)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => {
+                        return Ended::Cut { by: ClosedBy::Abnormal, code: 1006, reason: e.to_string() };
+                    }
+                    Err(bound) => {
+                        // Part of it may be on the wire: it ends here, as the WebSocket does.
+                        let outcome = match bound {
+                            Bound::TimedOut => Outcome::WriteTimeout,
+                            Bound::Stopped => Outcome::WaitingAtEnd,
+                        };
+                        run.record(out, outcome, backend, 0);
+                        let mut report = run.report.borrow_mut();
+                        report.sent += 1;
+                        *seq += 1;
+                        *due += run.interval;
+                        if bound == Bound::Stopped {
+                            report.in_flight_at_end += 1;
+                            return Ended::RunOver;
+                        }
+                        report.lost += 1;
+                        return Ended::Cut {
+                            by: ClosedBy::Abnormal,
+                            code: 1006,
+                            reason: "write_timeout: the server stopped reading (a message could not be written within --timeout, or by the end of the run)".into(),
+                        };
+                    }
                 }
-                outstanding.insert(*seq, Out { due_ns, released_ns, sent_ns, opened: opened.take(), retried_after: None });
+                outstanding.sent.insert(*seq, out);
                 run.report.borrow_mut().sent += 1;
                 *seq += 1;
                 *due += run.interval;
                 // What has waited longer than the timeout is lost, unless it comes late.
                 let now_ns = run.ns(Instant::now());
                 let timeout_ns = crate::connection::nanos(timeout);
-                while let Some(entry) = outstanding.first_entry() {
+                while let Some(entry) = outstanding.sent.first_entry() {
                     if entry.get().sent_ns + timeout_ns >= now_ns {
                         break;
                     }
@@ -282,29 +349,47 @@ async fn converse(
 }
 
 /// Ends a WebSocket at the end of the run: a close (1000), then the echoes still coming
-/// until the server's close or one timeout (at most a second); what is still out then is
-/// in flight at the end, as requests a stopped HTTP run abandons.
+/// until the server's close or the run's drain is over; every close and read is bounded,
+/// so a server that stops reading cannot hold the run. What is still out then ends as
+/// `unanswered` when a later message was echoed (the server skipped it), else as
+/// `waiting_at_end`: both failures, in every figure.
 async fn finish(
     run: &Run,
     mut ws: WebSocketStream<Stream>,
-    outstanding: &mut BTreeMap<u64, Out>,
+    mut outstanding: Outstanding,
     backend: Option<BackendId>,
 ) {
-    let _ = ws.close(None).await;
-    let deadline = Instant::now() + run.plan.timeout.min(Duration::from_secs(1));
+    let _ = run.bounded(ws.close(None)).await;
+    let deadline = run
+        .drain_deadline()
+        .max(Instant::now() + Duration::from_millis(50));
     while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline.into(), ws.next()).await {
         if let Message::Binary(echo) = message {
-            if echo.len() >= MESSAGE_HEADER {
-                let number = u64::from_be_bytes(echo[..8].try_into().unwrap_or_default());
-                if let Some(out) = outstanding.remove(&number) {
-                    run.record(out, Outcome::Status(101), backend, echo.len() as u64);
-                    run.report.borrow_mut().echoed += 1;
-                }
+            let Some(number) = echo_of(&echo, run.options.message_bytes, &outstanding.sent) else {
+                run.report.borrow_mut().not_ours += 1;
+                continue;
+            };
+            if let Some(out) = outstanding.echoed(number) {
+                run.record(out, Outcome::Status(101), backend, echo.len() as u64);
+                run.report.borrow_mut().echoed += 1;
             }
         }
     }
-    run.report.borrow_mut().in_flight_at_end += outstanding.len() as u64;
-    run.recorder
-        .borrow_mut()
-        .record_abandoned(outstanding.len() as u64);
+    let highest = outstanding.highest;
+    for (number, out) in std::mem::take(&mut outstanding.sent) {
+        let skipped = highest.is_some_and(|h| number < h);
+        let outcome = if skipped {
+            Outcome::Unanswered
+        } else {
+            Outcome::WaitingAtEnd
+        };
+        run.record(out, outcome, backend, 0);
+        let mut report = run.report.borrow_mut();
+        if skipped {
+            report.lost += 1;
+            report.unanswered += 1;
+        } else {
+            report.in_flight_at_end += 1;
+        }
+    }
 }

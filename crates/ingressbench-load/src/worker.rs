@@ -225,7 +225,7 @@ pub(crate) fn run(
     });
     let windows = {
         let mut recorder = worker.recorder.borrow_mut();
-        recorder.record_abandoned(worker.in_flight.get());
+        recorder.record_waiting_at_end(worker.in_flight.get());
         recorder.roll_windows(worker.now_ns());
         recorder.finish_windows()
     };

@@ -367,13 +367,27 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
     match stream {
         Some(Ok(w)) => {
             let total = value["requests"]["total"].as_u64().unwrap_or(0);
+            let waiting = value["outcomes"]["waiting_at_end"].as_u64().unwrap_or(0);
+            let (_, items) = w.kind.nouns();
             // Every message (event) due after the warm-up is in the summary once: sent or
-            // never sent, less those still out when the run ended.
-            if w.sent + w.unsent != total + w.in_flight_at_end + w.warmup {
-                let (_, items) = w.kind.nouns();
+            // never sent. Those still out at the end are its `waiting_at_end` (in results
+            // written before that outcome, in none of its figures).
+            if w.sent + w.unsent != total - waiting.min(total) + w.in_flight_at_end + w.warmup
+                || (waiting > 0 && waiting != w.in_flight_at_end)
+            {
                 why.push(format!(
-                    "{} counts {} {items} sent, {} never sent and {} out at the end, and the summary {total} (not this cell's)",
+                    "{} counts {} {items} sent, {} never sent and {} out at the end, and the summary {total} ({waiting} waiting at the end): not this cell's",
                     w.kind.file_name(), w.sent, w.unsent, w.in_flight_at_end
+                ));
+            }
+            // And every one sent ended in exactly one way.
+            let ended = w.echoed + w.lost + w.in_flight_at_end;
+            if ended != w.sent {
+                why.push(format!(
+                    "{} counts {} {items} sent and {ended} that ended ({} answered, {} lost, {} still out): {} {} in no outcome",
+                    w.kind.file_name(), w.sent, w.echoed, w.lost, w.in_flight_at_end,
+                    w.sent.abs_diff(ended),
+                    if ended < w.sent { "sent and" } else { "ended and not sent," },
                 ));
             }
             cell.websocket = Some(w);

@@ -14,9 +14,13 @@ pub fn render(summary: &Summary, title: &str) -> String {
         .target_per_s
         .map(|t| format!(" of {} req/s target", trim_float(t)))
         .unwrap_or_default();
+    let answered = match s.rate.answered_per_s {
+        Some(r) => format!(", {r:.1} req/s answered"),
+        None => ", none answered".to_owned(),
+    };
     let _ = writeln!(
         out,
-        "  {} requests in {:.2}s: {} ok, {} errors; {:.1} req/s achieved{target}{}",
+        "  {} requests in {:.2}s: {} ok, {} errors; {:.1} req/s sent{target}{answered}{}",
         group(s.requests.total),
         s.duration_s,
         group(s.requests.ok),
@@ -306,7 +310,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "100 requests in 1.00s: 99 ok, 1 errors; 100.0 req/s achieved of 100 req/s target"
+                "100 requests in 1.00s: 99 ok, 1 errors; 100.0 req/s sent of 100 req/s target, 100.0 req/s answered"
             ),
             "{text}"
         );

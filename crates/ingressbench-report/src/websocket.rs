@@ -78,9 +78,16 @@ pub struct WebSocketFile {
     pub duplicated: u64,
     /// Echoed after a later one.
     pub reordered: u64,
+    /// Of the lost, never answered while a later one was: skipped by the server.
+    #[serde(default)]
+    pub unanswered: u64,
+    /// Frames that were no message of ours (the wrong size or contents).
+    #[serde(default)]
+    pub not_ours: u64,
     /// Due while no WebSocket was open, too old to send when one was.
     pub unsent: u64,
-    /// Out when the run ended.
+    /// Out when the run ended and its drain was over (`waiting_at_end` in the summary's
+    /// outcomes in results written since that outcome exists; in none before).
     pub in_flight_at_end: u64,
     /// Of all these, due during the warm-up (the summary counts none of them).
     #[serde(default)]
@@ -401,16 +408,21 @@ pub fn text(file: &WebSocketFile) -> String {
     }
     let _ = writeln!(
         out,
-        "    {items}  {} sent, {} {echoed}, {} lost ({} of them {closed}), {} late, {} duplicated, {} reordered, {} never sent, {} out at the end",
+        "    {items}  {} sent, {} {echoed}, {} lost ({} of them {closed}, {} skipped by the server), {} late, {} duplicated, {} reordered, {} never sent, {} still waiting at the end (errors){}",
         file.sent,
         file.echoed,
         file.lost,
         all.lost,
+        file.unanswered,
         file.late,
         file.duplicated,
         file.reordered,
         file.unsent,
-        file.in_flight_at_end
+        file.in_flight_at_end,
+        match file.not_ours {
+            0 => String::new(),
+            n => format!("; {n} frames that were none of ours (wrong size or contents)"),
+        }
     );
     let r = &file.reconnect;
     if r.count > 0 {

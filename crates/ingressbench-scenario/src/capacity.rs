@@ -41,9 +41,10 @@ pub enum Figure {
 }
 
 impl Objective {
-    /// Parses `p99 < 5ms`, `p99.9 <= 20ms`, `errors < 0.1%`: the grammar of `compare
+    /// Parses `p99 < 5ms`, `p99.9 <= 1.5s`, `errors < 0.1%`: the grammar of `compare
     /// --fail-if`, where an objective bounds a figure from above (`<` or `<=`), a latency
-    /// is in milliseconds and errors are a percentage of the requests.
+    /// is a duration with its unit (kept in milliseconds) and errors are a percentage of
+    /// the requests below 100% (an objective that cannot fail is refused).
     pub fn parse(text: &str) -> Result<Self, String> {
         const LATENCIES: [&str; 5] = ["mean", "p50", "p99", "p99.9", "max"];
         let bad = |why: &str| {
@@ -85,13 +86,23 @@ impl Objective {
                 let percent = value
                     .strip_suffix('%')
                     .ok_or_else(|| bad("an error objective is a percentage of requests"))?;
-                number(percent)? / 100.0
+                let share = number(percent)? / 100.0;
+                // Errors are a share of the requests: at most all of them.
+                if share > 1.0 || (share == 1.0 && inclusive) {
+                    return Err(bad(
+                        "that error objective cannot fail (errors are at most 100% of the requests); give a share below 100%",
+                    ));
+                }
+                share
             }
-            Figure::Latency(_) => number(
-                value
-                    .strip_suffix("ms")
-                    .ok_or_else(|| bad("a latency objective is in ms"))?,
-            )?,
+            Figure::Latency(_) => {
+                let duration = ingressbench_stats::parse_duration(value)
+                    .map_err(|e| bad(&format!("a latency objective is a duration ({e})")))?;
+                if !value.trim().ends_with(char::is_alphabetic) {
+                    return Err(bad("a latency objective needs a unit (5ms, 250us, 1s)"));
+                }
+                duration.as_secs_f64() * 1000.0
+            }
         };
         Ok(Self {
             text: t.to_owned(),
@@ -161,6 +172,7 @@ pub struct WindowFigures {
     /// The largest, in ms.
     pub max_ms: f64,
     /// Per objective: answers at or over its limit (quantile objectives; 0 for others).
+    /// Requests that were never answered count over every limit besides these.
     pub over: Vec<u64>,
 }
 
@@ -213,9 +225,14 @@ pub fn measure(
                         ratio(sum(&|w| w.latency_sum_ms), sum(&|w| w.answered as f64))
                     }
                     Figure::Latency("max") => ws.iter().map(|w| w.max_ms).fold(0.0, f64::max),
+                    // A request never answered took longer than any limit: it counts
+                    // over it, among all the requests (the SRE book's latency SLI).
                     Figure::Latency(_) => ratio(
-                        sum(&|w| w.over.get(i).copied().unwrap_or(0) as f64),
-                        sum(&|w| w.answered as f64),
+                        sum(&|w| {
+                            (w.over.get(i).copied().unwrap_or(0) + w.requests
+                                - w.answered.min(w.requests)) as f64
+                        }),
+                        sum(&|w| w.requests as f64),
                     ),
                 }
             };
@@ -251,6 +268,11 @@ pub enum Verdict {
     /// The generator, not the system, was the limit at this rate (its lateness or CPU):
     /// nothing can be said of the system here.
     GeneratorLimited(String),
+    /// Nothing in the trial was answered: the target stopped answering (or never did).
+    /// A pass needs answers; the search ends saying so.
+    NoAnswers(String),
+    /// The trial measured too little to judge an objective (why, in words): never a pass.
+    CannotJudge(String),
 }
 
 /// Judges one trial: `figures[i]` is objective `i`'s figure ([`measure`]).
@@ -326,6 +348,27 @@ pub enum Outcome {
         /// The rate the search started from.
         from: f64,
     },
+    /// The target stopped answering at this rate (none of a trial's requests was): no
+    /// capacity is claimed past what passed before it.
+    TargetStopped {
+        /// The highest rate that passed before it (if any).
+        passed: Option<f64>,
+        /// The lowest rate that failed before it (if any).
+        failed: Option<f64>,
+        /// The rate of the trial nothing answered.
+        at: f64,
+        /// What that trial saw.
+        why: String,
+    },
+    /// A trial measured too little to judge its objectives: the search cannot go on.
+    CannotJudge {
+        /// The highest rate that passed before it (if any).
+        passed: Option<f64>,
+        /// The rate of that trial.
+        at: f64,
+        /// Why, in words.
+        why: String,
+    },
     /// The generator was the limit before the system was, at this rate.
     GeneratorLimited {
         /// The highest rate that passed before it (if any).
@@ -352,6 +395,34 @@ impl fmt::Display for Outcome {
             ),
             Outcome::AtLeast(r) => write!(f, "capacity at least {r:.0} req/s (up_to passed)"),
             Outcome::FromFails { .. } => write!(f, "the starting rate already fails"),
+            Outcome::TargetStopped {
+                passed,
+                failed,
+                at,
+                why,
+            } => {
+                write!(
+                    f,
+                    "no capacity: the target stopped answering at {at:.0} req/s ({why})"
+                )?;
+                match (passed, failed) {
+                    (Some(p), Some(x)) => {
+                        write!(f, "; before it {p:.0} req/s passed and {x:.0} req/s failed")
+                    }
+                    (Some(p), None) => write!(f, "; before it {p:.0} req/s passed"),
+                    _ => Ok(()),
+                }
+            }
+            Outcome::CannotJudge { passed, at, why } => {
+                write!(
+                    f,
+                    "no capacity: the trial at {at:.0} req/s cannot be judged ({why})"
+                )?;
+                match passed {
+                    Some(p) => write!(f, "; before it {p:.0} req/s passed"),
+                    None => Ok(()),
+                }
+            }
             Outcome::GeneratorLimited {
                 at,
                 why,
@@ -457,6 +528,23 @@ impl Search {
                 self.outcome = Some(Outcome::GeneratorLimited {
                     passed: self.passed,
                     failed: self.failed.map(|(r, _)| r),
+                    at: rate,
+                    why,
+                });
+                return;
+            }
+            Verdict::NoAnswers(why) => {
+                self.outcome = Some(Outcome::TargetStopped {
+                    passed: self.passed,
+                    failed: self.failed.map(|(r, _)| r),
+                    at: rate,
+                    why,
+                });
+                return;
+            }
+            Verdict::CannotJudge(why) => {
+                self.outcome = Some(Outcome::CannotJudge {
+                    passed: self.passed,
                     at: rate,
                     why,
                 });
@@ -773,6 +861,9 @@ pub fn judge_trial(
 ) -> (Vec<Measured>, Verdict) {
     let mut rng = ingressbench_stats::compare::Rng::new(seed);
     let figures = measure(objectives, windows, DRAWS, &mut rng);
+    if let Some(unjudged) = unmeasured(objectives, windows) {
+        return (figures, unjudged);
+    }
     let mut verdict = judge(objectives, &figures);
     if verdict != Verdict::Pass {
         if let Some(why) = behind(seen) {
@@ -780,6 +871,31 @@ pub fn judge_trial(
         }
     }
     (figures, verdict)
+}
+
+/// What makes a trial's windows no ground for a verdict, if anything: no request ended
+/// in it, none was answered (the target stopped answering), or a quantile objective of
+/// which not even one request may break (`p99.9` over 500 requests: the maximum, not a
+/// percentile). A trial passes only on what it measured.
+fn unmeasured(objectives: &[Objective], windows: &[WindowFigures]) -> Option<Verdict> {
+    let requests: u64 = windows.iter().map(|w| w.requests).sum();
+    let answered: u64 = windows.iter().map(|w| w.answered).sum();
+    let errors: u64 = windows.iter().map(|w| w.errors).sum();
+    if requests == 0 {
+        return Some(Verdict::CannotJudge("no request ended in the trial".into()));
+    }
+    if answered == 0 {
+        return Some(Verdict::NoAnswers(format!(
+            "none of its {requests} requests was answered; {errors} failed"
+        )));
+    }
+    let few = objectives
+        .iter()
+        .find(|o| o.quantile().is_some() && o.bound() * (requests as f64) < 1.0)?;
+    Some(Verdict::CannotJudge(format!(
+        "{requests} requests: not one of them may break `{}`, so the trial says nothing of it; a longer trial or a higher rate can",
+        few.text
+    )))
 }
 
 /// Each objective's figure with its interval: `share at or over 5 ms 0.20% (0.10-0.40%)`.
@@ -829,6 +945,8 @@ impl Verdict {
             Verdict::Fail(i) => format!("fail ({})", named(i)),
             Verdict::Straddle(i) => format!("straddles {}", named(i)),
             Verdict::GeneratorLimited(why) => format!("generator-limited ({why})"),
+            Verdict::NoAnswers(why) => format!("no answers ({why})"),
+            Verdict::CannotJudge(why) => format!("cannot judge ({why})"),
         }
     }
 
@@ -840,6 +958,8 @@ impl Verdict {
             Verdict::Fail(i) => json!({ "kind": "fail", "objective": i }),
             Verdict::Straddle(i) => json!({ "kind": "straddle", "objective": i }),
             Verdict::GeneratorLimited(why) => json!({ "kind": "generator", "why": why }),
+            Verdict::NoAnswers(why) => json!({ "kind": "no_answers", "why": why }),
+            Verdict::CannotJudge(why) => json!({ "kind": "cannot_judge", "why": why }),
         }
     }
 
@@ -851,6 +971,8 @@ impl Verdict {
             "fail" => Verdict::Fail(objective()?),
             "straddle" => Verdict::Straddle(objective()?),
             "generator" => Verdict::GeneratorLimited(v["why"].as_str()?.to_owned()),
+            "no_answers" => Verdict::NoAnswers(v["why"].as_str()?.to_owned()),
+            "cannot_judge" => Verdict::CannotJudge(v["why"].as_str()?.to_owned()),
             _ => return None,
         })
     }
@@ -911,6 +1033,19 @@ impl Outcome {
                 "kind": "generator", "capacity_per_s": passed, "failed_at_per_s": failed,
                 "generator_at_per_s": at, "why": why,
             }),
+            // No capacity is claimed: what passed before is `passed_per_s`.
+            Outcome::TargetStopped {
+                passed,
+                failed,
+                at,
+                why,
+            } => json!({
+                "kind": "target_stopped", "passed_per_s": passed, "failed_at_per_s": failed,
+                "stopped_at_per_s": at, "why": why,
+            }),
+            Outcome::CannotJudge { passed, at, why } => json!({
+                "kind": "cannot_judge", "passed_per_s": passed, "at_per_s": at, "why": why,
+            }),
         };
         v["said"] = json!(self.text(objectives));
         v
@@ -943,12 +1078,19 @@ mod tests {
         assert_eq!(le.counted_from_us(), 20_001);
         let mean = Objective::parse("mean <= 2ms").unwrap();
         assert!(mean.within(2.0) && !mean.within(2.01));
+        // Any duration, kept in ms.
+        assert_eq!(Objective::parse("p99 < 1s").unwrap().limit, 1000.0);
+        assert_eq!(Objective::parse("p50 < 250us").unwrap().limit, 0.25);
+        assert_eq!(Objective::parse("errors < 100%").unwrap().limit, 1.0);
         for (bad, says) in [
             ("p99 > 5ms", "must stay below"),
             ("p98 < 5ms", "unknown figure"),
-            ("p99 < 5", "in ms"),
+            ("p99 < 5", "needs a unit"),
+            ("p99 < 5 parsecs", "duration"),
             ("errors < 3", "percentage"),
-            ("p99 < -1ms", "not a number"),
+            ("errors < 200%", "cannot fail"),
+            ("errors <= 100%", "cannot fail"),
+            ("p99 < -1ms", "duration"),
             ("p99", "no comparison"),
         ] {
             let e = Objective::parse(bad).unwrap_err();
@@ -1054,6 +1196,71 @@ mod tests {
         repeats: 2,
         down_from: false,
     };
+
+    #[test]
+    fn a_trial_passes_only_on_what_it_measured() {
+        let latency = vec![Objective::parse("p99 < 10ms").unwrap()];
+        let window = |requests: u64, answered: u64| WindowFigures {
+            requests,
+            errors: requests - answered,
+            answered,
+            latency_sum_ms: answered as f64,
+            max_ms: 1.0,
+            over: vec![0],
+        };
+        let seen = GeneratorSeen {
+            lag_p99_us: 10,
+            latency_p99_us: 1000,
+            cpu_share: Some(0.1),
+            threads: 1,
+        };
+        let judged =
+            |windows: Vec<WindowFigures>, o: &[Objective]| judge_trial(o, &windows, &seen, 1).1;
+        // A dead target: every request refused, none answered. Not "0% slow".
+        let dead = (0..20).map(|_| window(100, 0)).collect::<Vec<_>>();
+        let verdict = judged(dead.clone(), &latency);
+        assert!(
+            matches!(&verdict, Verdict::NoAnswers(w) if w.contains("none of its 2000")),
+            "{verdict:?}"
+        );
+        // A request never answered is over every limit: 5% unanswered breaks p99 < 10ms
+        // though every answer was fast.
+        let half = (0..20).map(|_| window(100, 95)).collect::<Vec<_>>();
+        assert_eq!(judged(half, &latency), Verdict::Fail(0));
+        // Too few requests for the quantile: p99.9 over 400 requests is no percentile.
+        let p999 = vec![Objective::parse("p99.9 < 10ms").unwrap()];
+        let few = (0..20).map(|_| window(20, 20)).collect::<Vec<_>>();
+        assert!(matches!(judged(few, &p999), Verdict::CannotJudge(_)));
+        assert!(matches!(
+            judged(Vec::new(), &latency),
+            Verdict::CannotJudge(_)
+        ));
+        // A search whose target stops answering ends there, claiming nothing past it.
+        let mut search = Search::new(BOUNDS);
+        search.record(1000.0, Verdict::Pass);
+        search.record(2000.0, judged(dead, &latency));
+        let outcome = search.outcome().expect("ended");
+        assert!(
+            matches!(outcome, Outcome::TargetStopped { passed: Some(p), .. } if *p == 1000.0),
+            "{outcome:?}"
+        );
+        let json = outcome.to_json(&latency);
+        assert_eq!(json["kind"], "target_stopped");
+        assert!(json.get("capacity_per_s").is_none(), "{json}");
+        assert!(
+            json["said"]
+                .as_str()
+                .unwrap()
+                .contains("stopped answering at 2000 req/s"),
+            "{json}"
+        );
+        for v in [
+            Verdict::NoAnswers("x".into()),
+            Verdict::CannotJudge("y".into()),
+        ] {
+            assert_eq!(Verdict::from_json(&v.to_json()), Some(v));
+        }
+    }
 
     #[test]
     fn a_steady_system_is_bracketed_to_five_percent_in_at_most_ten_trials() {

@@ -31,10 +31,12 @@ use prometheus_client::registry::Registry;
 /// The most scrapes answered in a second: a flood of scrapers waits, and cannot take the
 /// load's CPU (Prometheus scrapes once every few seconds).
 const SCRAPES_PER_SECOND: u32 = 100;
-/// The most scrapes served at once; more wait to be accepted.
+/// The most connections held at once; a new one past it closes the oldest (a scraper
+/// sends its request at once, so the oldest is the idlest): idle connections cannot
+/// shut a scraper out.
 const MAX_CONNECTIONS: usize = 256;
 /// How long a scraper may take to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// The most a request's head may hold.
 const REQUEST_MAX_BYTES: usize = 16 * 1024;
 
@@ -208,7 +210,7 @@ impl Live {
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let state = Arc::new(Mutex::new(State {
-            info,
+            info: redacted(info),
             ..State::default()
         }));
         let mut registry = Registry::default();
@@ -238,6 +240,19 @@ impl Live {
         self.addr
     }
 
+    /// A warning when it is served on every address of the machine (`0.0.0.0`, `[::]`):
+    /// whatever reaches the machine reads the run's settings and figures.
+    pub fn exposure_warning(&self) -> Option<String> {
+        self.addr.ip().is_unspecified().then(|| {
+            format!(
+                "warning: --metrics-listen {} serves the metrics on every address of this machine; \
+                 anyone who reaches it reads the run's settings and figures (give 127.0.0.1:PORT to keep \
+                 them on this machine)",
+                self.addr
+            )
+        })
+    }
+
     /// Takes a closed window's requests.
     pub fn window(&self, window: &Window) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -265,7 +280,7 @@ impl Live {
     /// The settings the info metric shows from now on (a scenario's next cell).
     pub fn settings(&self, info: Vec<(String, String)>) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        state.info = info;
+        state.info = redacted(info);
         state.version += 1;
     }
 
@@ -297,6 +312,66 @@ impl Drop for Live {
     fn drop(&mut self) {
         self.stop_now();
     }
+}
+
+/// The settings as shown: a URL's user name, password, query and fragment (tokens often
+/// ride there) are left out; whatever reads the endpoint needs none of them.
+fn redacted(info: Vec<(String, String)>) -> Vec<(String, String)> {
+    info.into_iter().map(|(k, v)| (k, redact_url(&v))).collect()
+}
+
+/// `https://user:secret@host/path?token=x#f` as `https://host/path`; anything that is
+/// not a URL as it is.
+pub fn redact_url(text: &str) -> String {
+    let Some((scheme, rest)) = text.split_once("://") else {
+        return text.to_owned();
+    };
+    let rest = rest.split(['?', '#']).next().unwrap_or_default();
+    let (authority, path) = match rest.find('/') {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    format!("{scheme}://{host}{path}")
+}
+
+/// Prometheus's text format (0.0.4) from the OpenMetrics text prometheus-client writes:
+/// a counter's HELP and TYPE name its samples' `_total`, an info metric is a gauge named
+/// `_info`, and the lines only OpenMetrics has (`# UNIT`, `# EOF`) go. What passes
+/// `promtool check metrics`.
+fn prometheus_text(openmetrics: &str) -> String {
+    let types: BTreeMap<&str, &str> = openmetrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .collect();
+    let renamed = |name: &str| -> String {
+        match types.get(name) {
+            Some(&"counter") => format!("{name}_total"),
+            Some(&"info") => format!("{name}_info"),
+            _ => name.to_owned(),
+        }
+    };
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line.starts_with("# UNIT ") || line == "# EOF" {
+            continue;
+        }
+        if let Some((name, help)) = line.strip_prefix("# HELP ").and_then(|l| l.split_once(' ')) {
+            out += &format!("# HELP {} {help}\n", renamed(name));
+        } else if let Some((name, kind)) =
+            line.strip_prefix("# TYPE ").and_then(|l| l.split_once(' '))
+        {
+            let kind = if kind == "info" { "gauge" } else { kind };
+            out += &format!("# TYPE {} {kind}\n", renamed(name));
+        } else {
+            out += line;
+            out.push('\n');
+        }
+    }
+    out
 }
 
 /// The registry's text, encoded again only when what it shows changed (once a window):
@@ -333,8 +408,8 @@ impl Exposer {
 }
 
 /// Answers scrapes on `listener` until `stop`: each connection on its own task, at most
-/// [`MAX_CONNECTIONS`] at once, each request read within [`REQUEST_TIMEOUT`]; counts the
-/// scrapes answered in `scrapes`.
+/// [`MAX_CONNECTIONS`] held at once (the oldest closed for a new one), each request read
+/// within [`REQUEST_TIMEOUT`]; counts the scrapes answered in `scrapes`.
 fn serve(
     listener: std::net::TcpListener,
     exposer: Exposer,
@@ -358,11 +433,12 @@ fn serve(
         let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
             return;
         };
-        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        // The connections held, oldest first, by number.
+        let held: std::rc::Rc<
+            std::cell::RefCell<std::collections::VecDeque<(u64, tokio::task::AbortHandle)>>,
+        > = std::rc::Rc::default();
+        let mut numbered = 0u64;
         while !stop.load(Ordering::Relaxed) {
-            let Ok(slot) = slots.clone().acquire_owned().await else {
-                return;
-            };
             // Woken at least every 50 ms to see `stop`.
             let accepted = tokio::time::timeout(Duration::from_millis(50), listener.accept()).await;
             let Ok(Ok((stream, _))) = accepted else {
@@ -376,13 +452,21 @@ fn serve(
                 tokio::time::sleep_until((second.0 + Duration::from_secs(1)).into()).await;
                 second = (Instant::now(), 1);
             }
-            let (exposer, scrapes) = (exposer.clone(), scrapes.clone());
-            tokio::task::spawn_local(async move {
+            if held.borrow().len() >= MAX_CONNECTIONS {
+                if let Some((_, oldest)) = held.borrow_mut().pop_front() {
+                    oldest.abort();
+                }
+            }
+            numbered += 1;
+            let number = numbered;
+            let (exposer, scrapes, mine) = (exposer.clone(), scrapes.clone(), held.clone());
+            let task = tokio::task::spawn_local(async move {
                 if answer(stream, &exposer).await {
                     scrapes.fetch_add(1, Ordering::Relaxed);
                 }
-                drop(slot);
+                mine.borrow_mut().retain(|(n, _)| *n != number);
             });
+            held.borrow_mut().push_back((number, task.abort_handle()));
         }
     });
 }
@@ -421,26 +505,23 @@ async fn answer(mut stream: tokio::net::TcpStream, exposer: &Exposer) -> bool {
     });
     let path = path.split('?').next().unwrap_or_default();
     let (status, content_type, body) = match (method, path) {
-        ("GET", "/metrics" | "/") => {
-            match exposer.text() {
-                Err(_) => (
-                    "500 Internal Server Error",
-                    "text/plain",
-                    "encoding failed\n".to_owned(),
-                ),
-                Ok(body) if openmetrics => (
-                    "200 OK",
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    body.to_string(),
-                ),
-                // Prometheus's text format: OpenMetrics' without its end marker.
-                Ok(body) => (
-                    "200 OK",
-                    "text/plain; version=0.0.4; charset=utf-8",
-                    body.trim_end_matches("# EOF\n").to_owned(),
-                ),
-            }
-        }
+        ("GET", "/metrics" | "/") => match exposer.text() {
+            Err(_) => (
+                "500 Internal Server Error",
+                "text/plain",
+                "encoding failed\n".to_owned(),
+            ),
+            Ok(body) if openmetrics => (
+                "200 OK",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body.to_string(),
+            ),
+            Ok(body) => (
+                "200 OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                prometheus_text(&body),
+            ),
+        },
         ("GET", _) => (
             "404 Not Found",
             "text/plain",
@@ -471,6 +552,68 @@ mod tests {
         let mut all = String::new();
         s.read_to_string(&mut all).unwrap();
         all
+    }
+
+    #[test]
+    fn the_text_format_names_counters_and_info_as_prometheus_reads_them() {
+        let om = "# HELP a_requests Requests.\n# TYPE a_requests counter\na_requests_total{x=\"1\"} 3\n\
+                  # HELP a_run The run.\n# TYPE a_run info\na_run_info{t=\"u\"} 1\n\
+                  # HELP a_lat Latency.\n# TYPE a_lat histogram\n# UNIT a_lat seconds\na_lat_count 1\n# EOF\n";
+        let text = prometheus_text(om);
+        for line in [
+            "# HELP a_requests_total Requests.",
+            "# TYPE a_requests_total counter",
+            "# TYPE a_run_info gauge",
+            "# HELP a_run_info The run.",
+            "# TYPE a_lat histogram",
+            "a_lat_count 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line}: {text}");
+        }
+        assert!(
+            !text.contains("# UNIT") && !text.contains("# EOF"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn credentials_and_queries_never_reach_the_endpoint() {
+        assert_eq!(
+            redact_url("https://user:secret@example.test:8443/a/b?token=x#frag"),
+            "https://example.test:8443/a/b"
+        );
+        assert_eq!(redact_url("http://h?token=1"), "http://h");
+        assert_eq!(redact_url("nginx"), "nginx");
+        let live = Live::start(
+            "127.0.0.1:0".parse().unwrap(),
+            vec![("target".into(), "http://127.0.0.1:1/p?token=sekrit".into())],
+        )
+        .unwrap();
+        assert!(live.exposure_warning().is_none());
+        live.settings(vec![(
+            "target".into(),
+            "http://u:pw@127.0.0.1:1/q?token=sekrit".into(),
+        )]);
+        let text = get(live.addr(), "GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(!text.contains("sekrit") && !text.contains("pw@"), "{text}");
+        assert!(text.contains("target=\"http://127.0.0.1:1/q\""), "{text}");
+    }
+
+    #[test]
+    fn idle_connections_cannot_shut_a_scraper_out() {
+        let live = Live::start("127.0.0.1:0".parse().unwrap(), Vec::new()).unwrap();
+        // Twice the connections held at once, each sending nothing.
+        let idle: Vec<_> = (0..2 * MAX_CONNECTIONS)
+            .map(|_| std::net::TcpStream::connect(live.addr()).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let mut s = std::net::TcpStream::connect(live.addr()).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let mut all = String::new();
+        s.read_to_string(&mut all).unwrap();
+        assert!(all.starts_with("HTTP/1.1 200"), "{all}");
+        drop(idle);
     }
 
     #[test]

@@ -251,7 +251,10 @@ fn past_the_ceiling(
     let failed = match outcome {
         Outcome::Found { failed_at, .. } => *failed_at,
         Outcome::FromFails { lowest, .. } => *lowest,
-        Outcome::AtLeast(_) | Outcome::GeneratorLimited { .. } => return None,
+        Outcome::AtLeast(_)
+        | Outcome::GeneratorLimited { .. }
+        | Outcome::TargetStopped { .. }
+        | Outcome::CannotJudge { .. } => return None,
     };
     (failed >= *at).then(|| {
         format!(

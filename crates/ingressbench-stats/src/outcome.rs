@@ -48,6 +48,16 @@ pub enum Outcome {
     /// A gRPC call answered with this status (`grpc-status`, 0 OK to 16
     /// UNAUTHENTICATED; codes past 16 count as 2, UNKNOWN, as gRPC's clients read them).
     Grpc(u8),
+    /// Sent, never answered, while a later unit on the same connection was: the server
+    /// skipped it (an echo server that drops one message in ten).
+    Unanswered,
+    /// Sent, and still waiting for its answer when the run ended (its duration and the
+    /// bounded drain after it, or a stop): a failure every figure and gate sees, so that a
+    /// server that accepts and never answers is never a clean run.
+    WaitingAtEnd,
+    /// The peer stopped reading: the request or message could not be written within the
+    /// timeout (or by the end of the run), and the connection was given up.
+    WriteTimeout,
 }
 
 /// gRPC's status codes by number (the `grpc-status` trailer), as outcomes name them.
@@ -92,7 +102,7 @@ const H2_CODES: [&str; 15] = [
 ];
 
 /// Every failure kind, in the order used for counting and printing.
-pub const FAILURE_KINDS: [Outcome; 29] = [
+pub const FAILURE_KINDS: [Outcome; 32] = [
     Outcome::Refused,
     Outcome::ConnectTimeout,
     Outcome::DnsError,
@@ -122,6 +132,9 @@ pub const FAILURE_KINDS: [Outcome; 29] = [
     Outcome::GoawayUnprocessed,
     Outcome::GoawayProcessedLost,
     Outcome::ProtocolError,
+    Outcome::Unanswered,
+    Outcome::WaitingAtEnd,
+    Outcome::WriteTimeout,
 ];
 
 const STATUS_MIN: u16 = 100;
@@ -213,6 +226,9 @@ impl Outcome {
             Outcome::GoawayProcessedLost => "goaway_processed_lost",
             Outcome::ProtocolError => "protocol_error",
             Outcome::Grpc(_) => "grpc",
+            Outcome::Unanswered => "unanswered",
+            Outcome::WaitingAtEnd => "waiting_at_end",
+            Outcome::WriteTimeout => "write_timeout",
         }
     }
 

@@ -300,7 +300,6 @@ pub struct Recorder {
     generations: Vec<GenerationSeen>,
     generations_untracked: u64,
     goaways: Vec<Goaway>,
-    abandoned_at_stop: u64,
     bytes: u64,
     connections_opened: u64,
     reused_requests: u64,
@@ -308,6 +307,8 @@ pub struct Recorder {
     first_intended_ns: Option<u64>,
     last_intended_ns: u64,
     last_done_ns: u64,
+    /// When the first and the last answer ended (none before the first).
+    answers_span_ns: Option<(u64, u64)>,
     window: Window,
     finished_windows: Vec<Window>,
 }
@@ -332,7 +333,6 @@ impl Recorder {
             generations: Vec::new(),
             generations_untracked: 0,
             goaways: Vec::new(),
-            abandoned_at_stop: 0,
             bytes: 0,
             connections_opened: 0,
             reused_requests: 0,
@@ -340,6 +340,7 @@ impl Recorder {
             first_intended_ns: None,
             last_intended_ns: 0,
             last_done_ns: 0,
+            answers_span_ns: None,
             window: Window::new(0, window_ns),
             finished_windows: Vec::new(),
         }
@@ -388,6 +389,11 @@ impl Recorder {
                 self.service_time.record_ns(sample.service_time_ns());
                 self.phases.ttfb.record_ns(sample.phases.ttfb_ns);
                 self.phases.total.record_ns(sample.service_time_ns());
+                let done = sample.done_at_ns;
+                self.answers_span_ns = Some(match self.answers_span_ns {
+                    Some((first, last)) => (first.min(done), last.max(done)),
+                    None => (done, done),
+                });
                 if let Some(BackendId(id)) = sample.backend {
                     if let Some(b) = self.backends.get_mut(usize::from(id)) {
                         b.count += 1;
@@ -598,7 +604,6 @@ impl Recorder {
         self.goaways
             .extend(other.goaways.iter().take(room).copied());
         self.goaways.sort_by_key(|g| g.at_ns);
-        self.abandoned_at_stop += other.abandoned_at_stop;
         self.bytes += other.bytes;
         self.connections_opened += other.connections_opened;
         self.reused_requests += other.reused_requests;
@@ -609,6 +614,10 @@ impl Recorder {
         };
         self.last_intended_ns = self.last_intended_ns.max(other.last_intended_ns);
         self.last_done_ns = self.last_done_ns.max(other.last_done_ns);
+        self.answers_span_ns = match (self.answers_span_ns, other.answers_span_ns) {
+            (Some(a), Some(b)) => Some((a.0.min(b.0), a.1.max(b.1))),
+            (a, b) => a.or(b),
+        };
     }
 
     /// Latency of answered requests from the intended send time: corrected for
@@ -664,15 +673,18 @@ impl Recorder {
         &self.generations
     }
 
-    /// Counts requests that were in flight when the run was stopped and were given up
-    /// after a short grace: they have no outcome, and are in no other figure.
-    pub fn record_abandoned(&mut self, requests: u64) {
-        self.abandoned_at_stop += requests;
+    /// Counts `units` (requests, messages, events, calls) that were sent and were still
+    /// waiting for their answer when the run ended (its drain over, or a stop's grace):
+    /// each ends as [`Outcome::WaitingAtEnd`], a failure, in the totals and in the window
+    /// open now, so that what was sent always equals the sum of the outcomes.
+    pub fn record_waiting_at_end(&mut self, units: u64) {
+        self.outcomes.add_n(Outcome::WaitingAtEnd, units);
+        self.window.outcomes.add_n(Outcome::WaitingAtEnd, units);
     }
 
-    /// Requests in flight when the run was stopped, given up without an outcome.
+    /// Units still waiting for an answer when the run ended ([`Outcome::WaitingAtEnd`]).
     pub fn abandoned_at_stop(&self) -> u64 {
-        self.abandoned_at_stop
+        self.outcomes.get(Outcome::WaitingAtEnd)
     }
 
     /// Answers whose generation the table had no room for.
@@ -704,6 +716,12 @@ impl Recorder {
     pub fn span_ns(&self) -> Option<(u64, u64)> {
         self.first_intended_ns
             .map(|first| (first, self.last_done_ns))
+    }
+
+    /// When the first answer ended and when the last one did, if any came: the span the
+    /// answered rate is taken over.
+    pub fn answers_span_ns(&self) -> Option<(u64, u64)> {
+        self.answers_span_ns
     }
 
     /// How long the open-loop schedule of `rate_per_s` that the measured requests belong
@@ -753,11 +771,16 @@ impl Recorder {
         .collect();
         let counters = [
             ("generations_untracked", self.generations_untracked),
-            ("abandoned_at_stop", self.abandoned_at_stop),
             ("bytes", self.bytes),
             ("connections_opened", self.connections_opened),
             ("reused_requests", self.reused_requests),
             ("warmup_requests", self.warmup_requests),
+            // One past the time, so that 0 says none came.
+            (
+                "first_answer_ns",
+                self.answers_span_ns.map_or(0, |(f, _)| f + 1),
+            ),
+            ("last_answer_ns", self.answers_span_ns.map_or(0, |(_, l)| l)),
         ]
         .into_iter()
         .map(|(name, n)| (name.to_owned(), n))
@@ -840,7 +863,6 @@ impl Recorder {
         let counter = |name: &str| w.counters.get(name).copied().unwrap_or(0);
         r.generations_untracked = counter("generations_untracked");
         r.goaways = w.goaways.clone();
-        r.abandoned_at_stop = counter("abandoned_at_stop");
         r.bytes = counter("bytes");
         r.connections_opened = counter("connections_opened");
         r.reused_requests = counter("reused_requests");
@@ -848,6 +870,10 @@ impl Recorder {
         r.first_intended_ns = w.first_intended_ns;
         r.last_intended_ns = w.last_intended_ns;
         r.last_done_ns = w.last_done_ns;
+        r.answers_span_ns = match counter("first_answer_ns") {
+            0 => None,
+            first => Some((first - 1, counter("last_answer_ns"))),
+        };
         Ok(r)
     }
 }

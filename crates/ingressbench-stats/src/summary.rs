@@ -15,6 +15,9 @@ pub const LAG_SHARE_WARNING: f64 = 0.10;
 pub const LAG_FLOOR_US: u64 = 25;
 /// An achieved rate below this share of the target means the generator fell short.
 const RATE_SHORTFALL: f64 = 0.99;
+/// Answers slower than this share of the rate sent mean the server fell behind the
+/// schedule (its queue grew for the whole run).
+const ANSWERS_BEHIND: f64 = 0.9;
 /// Fewer requests than this make p99.9 a guess; the summary says so.
 const MIN_REQUESTS_FOR_P999: u64 = 1_000;
 
@@ -184,14 +187,20 @@ pub struct GenerationSummary {
     pub last_answer_s: f64,
 }
 
-/// Target and achieved rate.
+/// The rate sent and the rate answered, as wrk2 gives both: a server that falls behind
+/// the schedule shows as answers slower than sends, never as "achieved".
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RateSummary {
     /// The target of open-loop load; `null` for closed-loop and sequential load.
     pub target_per_s: Option<f64>,
-    /// Measured requests that were sent (`not_sent` ones are not offered load) divided
-    /// by the measured duration.
+    /// The rate sent: measured requests that were sent (`not_sent` ones are not offered
+    /// load) divided by the measured duration (open loop: the span of the schedule).
     pub achieved_per_s: f64,
+    /// The rate answered: answers (any status) a second over the span they came in, from
+    /// the first answer to the last (none with fewer than two answers, and in results
+    /// written before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_per_s: Option<f64>,
 }
 
 /// The summary of one load run. Its JSON form is documented by
@@ -286,6 +295,14 @@ impl Summary {
         } else {
             0.0
         };
+        // Answers a second between the first answer and the last: a steady latency moves
+        // both ends alike, a queue that grows stretches the span.
+        let answers = recorder.latency().count();
+        let answered_per_s = recorder
+            .answers_span_ns()
+            .map(|(first, last)| last.saturating_sub(first))
+            .filter(|span| *span > 0 && answers > 1)
+            .map(|span| round3((answers - 1) as f64 * 1e9 / span as f64));
         let phases = recorder.phases();
         let phases_us = [
             ("dns", &phases.dns),
@@ -311,6 +328,7 @@ impl Summary {
             rate: RateSummary {
                 target_per_s: ctx.target_rate_per_s,
                 achieved_per_s: round3(achieved_per_s),
+                answered_per_s,
             },
             latency_corrected: ctx.mode == LoadMode::Open,
             latency_us: Percentiles::of(recorder.latency()),
@@ -389,6 +407,28 @@ impl Summary {
             && lag as f64 > LAG_SHARE_WARNING * self.latency_us.p50 as f64
     }
 
+    /// Whether answers came slower than requests went, by more than the noise of the
+    /// run's last answers: the server fell behind the schedule, and says so by name.
+    fn answers_behind(&self) -> Option<String> {
+        let answered = self.rate.answered_per_s?;
+        let answers = self.latency_us.count;
+        let sent = self.rate.achieved_per_s;
+        let share_answered = answers as f64 / self.requests.total.max(1) as f64;
+        let expected = sent * share_answered;
+        (self.mode == LoadMode::Open
+            && !self.interrupted
+            && answers >= 10
+            && answered < expected * ANSWERS_BEHIND)
+            .then(|| {
+                format!(
+                    "ANSWERS FELL BEHIND: {sent:.1} req/s were sent and the target answered {answered:.1} req/s \
+                     (from its first answer to its last); the server, not the \
+                     generator, could not keep up, and its queue grew for the whole run (latency p50 {} us)",
+                    self.latency_us.p50
+                )
+            })
+    }
+
     fn rate_short(&self) -> bool {
         match self.rate.target_per_s {
             Some(target) if !self.interrupted && target > 0.0 => {
@@ -438,11 +478,27 @@ impl Summary {
             ));
         }
         if self.abandoned_at_stop > 0 {
+            let when = if self.interrupted {
+                "0.5 s after the stop"
+            } else {
+                "the end of the run and its drain"
+            };
             warnings.push(format!(
-                "STOPPED WITH REQUESTS IN FLIGHT: {} requests had not ended 0.5 s after the stop \
-                 and were given up; they are in no figure (not errors, not latency).",
+                "WAITING AT THE END: {} requests (or messages, events, calls) were sent and had no \
+                 answer by {when}; they count as errors (`waiting_at_end`), with no latency. A server \
+                 that accepts and never answers does this, as does a --timeout longer than the run.",
                 self.abandoned_at_stop
             ));
+        }
+        let unanswered = recorder.outcomes().get(crate::Outcome::Unanswered);
+        if unanswered > 0 {
+            warnings.push(format!(
+                "THE SERVER SKIPPED {unanswered}: they were sent and never answered while later ones on \
+                 the same connection were (`unanswered`): the server dropped them."
+            ));
+        }
+        if let Some(behind) = self.answers_behind() {
+            warnings.push(behind);
         }
         if self.rate_short() {
             let target = self.rate.target_per_s.unwrap_or_default();

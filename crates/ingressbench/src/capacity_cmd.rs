@@ -165,6 +165,9 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
             "bounds": { "from": args.from, "up_to": args.up_to, "precision": precision, "repeats": args.repeats, "down_from": args.down_from },
             "generator_ceiling": ceiling.to_json(),
             "trials": trials,
+            // The result as numbers (capacity_per_s, failed_at_per_s, broke, …; its
+            // `kind` says which), and in words.
+            "result": search.outcome().map(|o| o.to_json(&objectives)),
             "outcome": said,
             "spent": search.spent(),
         });

@@ -49,6 +49,9 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
         .transpose()
         .map_err(|e| UsageError(e.into()))?;
     if let Some(live) = &live {
+        if let Some(warning) = live.exposure_warning() {
+            eprintln!("{warning}");
+        }
         sink = sink.with_live(live.clone());
         eprintln!("metrics: http://{}/metrics", live.addr());
     }
@@ -138,7 +141,7 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
 }
 
 fn plan_from(args: &LoadArgs) -> Result<Plan> {
-    let mut plan = Plan::new(Target::parse(&args.url)?);
+    let mut plan = Plan::new(Target::parse(&websocket_url(&args.url, args.websocket)?)?);
     let mut headers = Vec::new();
     for raw in &args.headers {
         headers.push(parse_header(raw)?);
@@ -355,4 +358,38 @@ pub(crate) fn worker() -> Result<ExitCode> {
             Err(_) => ExitCode::FAILURE,
         },
     )
+}
+
+/// The URL as the load engine takes it: with `--websocket`, `ws://` and `wss://` (what
+/// users type for a WebSocket) are `http://` and `https://` upgraded; without it they
+/// are refused with the flag to add.
+fn websocket_url(url: &str, websocket: bool) -> anyhow::Result<String> {
+    let upgraded = [("ws://", "http://"), ("wss://", "https://")]
+        .into_iter()
+        .find_map(|(ws, http)| url.strip_prefix(ws).map(|rest| format!("{http}{rest}")));
+    match upgraded {
+        Some(http) if websocket => Ok(http),
+        Some(_) => Err(UsageError(anyhow::anyhow!(
+            "{url} is a WebSocket URL: add --websocket to send messages over it, or give http(s):// for requests"
+        ))
+        .into()),
+        None => Ok(url.to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn websocket_urls_are_taken_with_websocket_and_refused_without() {
+        assert_eq!(
+            websocket_url("ws://h:1/p?q", true).unwrap(),
+            "http://h:1/p?q"
+        );
+        assert_eq!(websocket_url("wss://h/", true).unwrap(), "https://h/");
+        assert_eq!(websocket_url("http://h/", true).unwrap(), "http://h/");
+        let e = websocket_url("ws://h/", false).unwrap_err();
+        assert!(format!("{e:#}").contains("add --websocket"), "{e:#}");
+    }
 }

@@ -149,6 +149,9 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
         .transpose()
         .map_err(|e| UsageError(e.into()))?;
     if let Some(metrics) = &metrics {
+        if let Some(warning) = metrics.exposure_warning() {
+            eprintln!("{warning}");
+        }
         eprintln!("metrics: http://{}/metrics", metrics.addr());
     }
     let options = ingressbench_scenario::runner::RunOptions {

@@ -49,9 +49,15 @@ fn accounted(load: &LoadReport, kind: StreamKind) -> &StreamReport {
     let outcomes = load.recorder.outcomes();
     assert_eq!(outcomes.get(Outcome::grpc(0)), r.echoed, "{r:?}");
     assert_eq!(outcomes.get(Outcome::NotSent), r.unsent, "{r:?}");
+    // What was still out at the end is a failure the figures count, not a blank.
+    assert_eq!(
+        outcomes.get(Outcome::WaitingAtEnd),
+        r.in_flight_at_end,
+        "{r:?}"
+    );
     assert_eq!(
         load.summary.requests.total,
-        r.sent + r.unsent - r.in_flight_at_end,
+        r.sent + r.unsent,
         "{:?}",
         load.summary
     );
@@ -101,7 +107,18 @@ fn a_lossy_grpc_stream_is_counted_message_by_message() {
     assert!((1_190..=1_200).contains(&(r.sent + r.unsent)), "{r:?}");
     let skipped = r.sent as f64 / 10.0;
     assert!((r.lost as f64 - skipped).abs() <= 6.0, "{r:?}");
-    assert_eq!(load.recorder.outcomes().get(Outcome::Eof), r.lost, "{r:?}");
+    // On a live stream a gap waits its timeout (a later event may fill it, reordered):
+    // a skipped one is lost then, or with the stream's end (`eof`, the gaps of its last
+    // timeout), or `unanswered` at the run's end.
+    let outcomes = load.recorder.outcomes();
+    assert_eq!(
+        outcomes.get(Outcome::ReadTimeout)
+            + outcomes.get(Outcome::Eof)
+            + outcomes.get(Outcome::Unanswered),
+        r.lost,
+        "{r:?}"
+    );
+    assert!(outcomes.get(Outcome::ReadTimeout) > r.lost / 2, "{r:?}");
     let twice = r.sent as f64 / 7.0 - r.sent as f64 / 70.0;
     assert!((r.duplicated as f64 - twice).abs() <= 8.0, "{r:?}");
     assert_eq!(r.late, 0, "{r:?}");

@@ -284,16 +284,22 @@ fn the_first_ctrl_c_acts_at_once_even_while_every_request_is_stalled() {
     let summary: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(summary["interrupted"], true, "{summary}");
-    // The 4 connections' requests were in flight: given up, and said so.
+    // The 4 connections' requests were in flight: given up, counted as failures
+    // (`waiting_at_end`), and said so.
     assert!(
         summary["abandoned_at_stop"].as_u64().unwrap() >= 1,
         "{summary}"
     );
+    assert_eq!(
+        summary["outcomes"]["waiting_at_end"], summary["abandoned_at_stop"],
+        "{summary}"
+    );
     assert!(
-        summary["warnings"].as_array().unwrap().iter().any(|w| w
-            .as_str()
+        summary["warnings"]
+            .as_array()
             .unwrap()
-            .starts_with("STOPPED WITH REQUESTS IN FLIGHT")),
+            .iter()
+            .any(|w| w.as_str().unwrap().starts_with("WAITING AT THE END")),
         "{summary}"
     );
     let _ = std::fs::remove_dir_all(dir);

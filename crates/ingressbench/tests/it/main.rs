@@ -15,6 +15,7 @@ mod hostile;
 mod kernel;
 mod lab;
 mod metrics;
+mod peers;
 mod report;
 mod run;
 mod sse;

@@ -721,3 +721,93 @@ fn the_endpoint_of_a_load_from_several_workers_shows_their_merged_windows() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What the live endpoint serves passes Prometheus's own tools: the text format
+/// `promtool check metrics` (no error, no lint), the OpenMetrics text Prometheus's
+/// OpenMetrics parser (promtool's backfill, each sample stamped); and neither shows the
+/// target's query string.
+#[test]
+fn the_live_metrics_pass_promtool_in_both_formats_and_hide_the_query() {
+    let dir = scratch("metrics-promtool");
+    let target = server();
+    let scrape = free_port();
+    let mut load = Command::new(BIN)
+        .args([
+            "load",
+            &format!("http://{target}/?token=sekrit"),
+            "-R",
+            "200",
+            "-c",
+            "2",
+        ])
+        .args(["-d", "4s", "--quiet", "--metrics-listen"])
+        .arg(format!("127.0.0.1:{scrape}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // After a window or two has closed.
+    std::thread::sleep(Duration::from_millis(2500));
+    let fetch = |accept: &str| -> String {
+        let mut s = TcpStream::connect(("127.0.0.1", scrape)).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(s, "GET /metrics HTTP/1.0\r\nAccept: {accept}\r\n\r\n").unwrap();
+        let mut all = String::new();
+        s.read_to_string(&mut all).unwrap();
+        all.split_once("\r\n\r\n").unwrap().1.to_owned()
+    };
+    let plain = fetch("text/plain");
+    let openmetrics = fetch("application/openmetrics-text; version=1.0.0");
+    let _ = load.wait();
+    for body in [&plain, &openmetrics] {
+        assert!(body.contains("ingressbench_requests_total{"), "{body}");
+        assert!(!body.contains("sekrit"), "{body}");
+    }
+    let check = |args: &[&str], input: Option<&str>| {
+        let mut child = Command::new("promtool")
+            .args(args)
+            .current_dir(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("promtool (Debian's prometheus package)");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.unwrap_or_default().as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    let linted = check(&["check", "metrics"], Some(&plain));
+    assert!(
+        linted.status.success() && linted.stdout.is_empty() && linted.stderr.is_empty(),
+        "promtool check metrics: {}\n{plain}",
+        text(&linted)
+    );
+    // The backfill takes OpenMetrics with a timestamp on each sample.
+    let stamped: String = openmetrics
+        .lines()
+        .map(|l| {
+            if l.starts_with('#') {
+                format!("{l}\n")
+            } else {
+                format!("{l} 1700000000\n")
+            }
+        })
+        .collect();
+    std::fs::write(dir.join("live.om"), &stamped).unwrap();
+    let parsed = check(
+        &[
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            "live.om",
+            "blocks",
+        ],
+        None,
+    );
+    assert!(parsed.status.success(), "{}\n{stamped}", text(&parsed));
+}

@@ -1,0 +1,310 @@
+//! Peers that misbehave (issue #48): a WebSocket server that stops reading, an event
+//! stream that never sends, an echo server that skips messages, events that come out of
+//! order, a page that is not an event stream. Each unit the schedule sent ends in exactly
+//! one outcome, "still waiting at the end" included, and no peer holds a run past its
+//! duration and a bounded drain.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ingressbench_load::stream::{Reconnect, StreamOptions, StreamReport};
+use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
+use ingressbench_stats::Outcome;
+
+use crate::backend::Backend;
+use crate::common::{scratch, BIN};
+
+/// Serves each connection on a thread of its own with `serve`, for as long as the test
+/// process lives; every connection is dropped after a minute whatever `serve` does.
+fn serve_each(serve: fn(TcpStream)) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let _ = stream.set_write_timeout(Some(Duration::from_secs(60)));
+            std::thread::spawn(move || serve(stream));
+        }
+    });
+    addr
+}
+
+/// Reads a request's head (to its blank line).
+fn read_head(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 16 << 10 {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+/// Completes a WebSocket upgrade, then sends pings as fast as it can and never reads:
+/// the client's pongs fill the connection until its writes block.
+fn pings_and_never_reads(mut stream: TcpStream) {
+    let head = read_head(&mut stream);
+    let key = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("sec-websocket-key")
+                .then(|| v.trim().to_owned())
+        })
+        .unwrap_or_default();
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let answer = format!(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
+    );
+    if stream.write_all(answer.as_bytes()).is_err() {
+        return;
+    }
+    let mut ping = vec![0x89u8, 125];
+    ping.extend_from_slice(&[b'p'; 125]);
+    let until = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < until && stream.write_all(&ping).is_ok() {}
+}
+
+/// Answers an event stream's head, then sends nothing.
+fn silent_events(mut stream: TcpStream) {
+    read_head(&mut stream);
+    let _ = stream.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+    );
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// The events the request asks for (`sse_count`), each pair sent in the wrong order: 1,
+/// 0, 3, 2, … all at once, then the stream stays open.
+fn swapped_events(mut stream: TcpStream) {
+    let head = read_head(&mut stream);
+    let count: u64 = head
+        .split(['?', '&', ' '])
+        .find_map(|p| p.strip_prefix("sse_count="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    let mut body = String::new();
+    for pair in 0..count / 2 {
+        for id in [2 * pair + 1, 2 * pair] {
+            let event = format!("id: {id}\ndata: x\n\n");
+            body += &format!("{:x}\r\n{event}\r\n", event.len());
+        }
+    }
+    let _ = stream.write_all(
+        format!("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n{body}")
+            .as_bytes(),
+    );
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+/// A web page that happens to hold `id:` lines.
+fn html_with_ids(mut stream: TcpStream) {
+    read_head(&mut stream);
+    let page = "id: 0\ndata: x\n\nid: 1\ndata: x\n\n";
+    let _ = stream.write_all(
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n{page}",
+            page.len()
+        )
+        .as_bytes(),
+    );
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+fn stream_plan(url: &str, kind: fn(StreamOptions) -> Kind, rate: f64, length: Duration) -> Plan {
+    let mut plan = Plan::new(Target::parse(url).unwrap());
+    plan.kind = kind(StreamOptions {
+        message_bytes: 64,
+        reconnect: Reconnect::Never,
+    });
+    plan.mode = Mode::Open { rate_per_s: rate };
+    plan.connections = 2;
+    plan.length = Length::Duration(length);
+    // Longer than the run: nothing times out before the end.
+    plan.timeout = Duration::from_secs(10);
+    plan
+}
+
+fn run(plan: &Plan) -> LoadReport {
+    ingressbench_load::run(plan, Arc::new(AtomicBool::new(false)), &mut NoObserver).unwrap()
+}
+
+/// Every unit sent ended in exactly one way, and the summary counts each once.
+fn conserved(load: &LoadReport) -> &StreamReport {
+    let r = load.stream.as_deref().expect("a stream report");
+    assert_eq!(r.echoed + r.lost + r.in_flight_at_end, r.sent, "{r:?}");
+    assert_eq!(load.summary.requests.total, r.sent + r.unsent, "{r:?}");
+    let outcomes = load.recorder.outcomes();
+    assert_eq!(
+        outcomes.get(Outcome::WaitingAtEnd),
+        r.in_flight_at_end,
+        "{r:?}"
+    );
+    assert_eq!(outcomes.get(Outcome::Unanswered), r.unanswered, "{r:?}");
+    r
+}
+
+/// A server that accepts the upgrade and stops reading: the run ends at its duration and
+/// a bounded drain, every file written, the blocked messages counted as `write_timeout`.
+#[test]
+fn a_websocket_peer_that_stops_reading_cannot_hold_the_run() {
+    let addr = serve_each(pings_and_never_reads);
+    let dir = scratch("peer-stops-reading");
+    let (json, stream_json) = (dir.join("load.json"), dir.join("stream.json"));
+    let mut child = Command::new(BIN)
+        .args([
+            "load",
+            "--websocket",
+            "-R",
+            "200",
+            "-c",
+            "2",
+            "-d",
+            "3s",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--stream-json")
+        .arg(&stream_json)
+        .arg(format!("ws://{addr}/"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A hang detector, not a timing: the run is 3 s and its drain at most 1 s.
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("the run did not end by itself");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{status:?}\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).expect(&said)).expect(&said);
+    let stream: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&stream_json).expect(&said)).expect(&said);
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    let outcomes = &summary["outcomes"];
+    assert!(n(&outcomes["write_timeout"]) >= 1, "{outcomes}\n{said}");
+    assert_eq!(
+        n(&summary["requests"]["total"]),
+        n(&stream["sent"]) + n(&stream["unsent"]),
+        "{stream}"
+    );
+    assert_eq!(
+        n(&stream["echoed"]) + n(&stream["lost"]) + n(&stream["in_flight_at_end"]),
+        n(&stream["sent"]),
+        "{stream}"
+    );
+    assert!(n(&summary["requests"]["errors"]) > 0, "{summary}");
+}
+
+/// An event stream that answers its head and sends nothing: every event due is a failure
+/// (`waiting_at_end`), never a clean run with no outcomes.
+#[test]
+fn a_silent_event_stream_is_a_failure_not_a_clean_run() {
+    let addr = serve_each(silent_events);
+    let load = run(&stream_plan(
+        &format!("http://{addr}/events"),
+        Kind::Sse,
+        20.0,
+        Duration::from_secs(3),
+    ));
+    let r = conserved(&load);
+    assert_eq!(r.echoed, 0, "{r:?}");
+    assert!(r.in_flight_at_end >= 55, "60 due: {r:?}");
+    assert_eq!(load.summary.requests.errors, load.summary.requests.total);
+    assert!(
+        load.summary
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("WAITING AT THE END")),
+        "{:?}",
+        load.summary.warnings
+    );
+}
+
+/// An echo server that never answers one message in ten, with a timeout longer than the
+/// run: those it skipped (a later one was echoed) are `unanswered`, and the run says the
+/// server dropped them.
+#[test]
+fn messages_an_echo_server_skips_are_unanswered_and_named() {
+    let backend = Backend::start(&["--listen", "127.0.0.1:0", "--ws-drop-every", "10"]);
+    let load = run(&stream_plan(
+        &format!("http://{}/ws", backend.addr),
+        Kind::WebSocket,
+        200.0,
+        Duration::from_secs(3),
+    ));
+    let r = conserved(&load);
+    let tenth = r.sent as f64 / 10.0;
+    // A connection's last skipped message may have no echoed one after it.
+    assert!(
+        (r.unanswered as f64 - tenth).abs() <= 2.0,
+        "{} of {}: {r:?}",
+        r.unanswered,
+        r.sent
+    );
+    assert!(r.in_flight_at_end <= 2, "{r:?}");
+    assert!(
+        load.summary
+            .warnings
+            .iter()
+            .any(|w| w.starts_with("THE SERVER SKIPPED")),
+        "{:?}",
+        load.summary.warnings
+    );
+}
+
+/// Events sent 1, 0, 3, 2, …: every one came once, each second of a pair reordered, none
+/// lost or duplicated.
+#[test]
+fn reordered_events_are_counted_reordered_not_lost_and_duplicated() {
+    let addr = serve_each(swapped_events);
+    let load = run(&stream_plan(
+        &format!("http://{addr}/events"),
+        Kind::Sse,
+        20.0,
+        Duration::from_secs(3),
+    ));
+    let r = conserved(&load);
+    assert_eq!((r.lost, r.duplicated), (0, 0), "{r:?}");
+    assert_eq!(r.echoed, r.sent, "{r:?}");
+    assert_eq!(r.reordered, r.echoed / 2, "{r:?}");
+}
+
+/// A 200 answer that is a web page, not `text/event-stream`, is a failed stream whatever
+/// lines it holds.
+#[test]
+fn a_page_that_is_not_an_event_stream_is_refused() {
+    let addr = serve_each(html_with_ids);
+    let load = run(&stream_plan(
+        &format!("http://{addr}/events"),
+        Kind::Sse,
+        20.0,
+        Duration::from_secs(2),
+    ));
+    let r = conserved(&load);
+    assert_eq!(r.echoed, 0, "{r:?}");
+    assert!(
+        r.upgrade_failures
+            .keys()
+            .any(|k| k.contains("not an event stream")),
+        "{r:?}"
+    );
+}
