@@ -77,6 +77,9 @@ pub(crate) struct ResponseParser {
     chunked: bool,
     close: bool,
     keep_alive: bool,
+    /// Whether the Content-Type is read (event streams only: the HTTP engine's
+    /// per-response path does not pay for it).
+    read_content_type: bool,
     /// The Content-Type said `text/event-stream`.
     event_stream: bool,
     name: [u8; NAME_CAP],
@@ -117,6 +120,7 @@ impl ResponseParser {
             chunked: false,
             close: false,
             keep_alive: false,
+            read_content_type: false,
             event_stream: false,
             name: [0; NAME_CAP],
             name_len: 0,
@@ -132,6 +136,13 @@ impl ResponseParser {
             chunk_digits: 0,
             head_bytes: 0,
         }
+    }
+
+    /// The same parser, also reading whether the Content-Type is `text/event-stream`
+    /// ([`ResponseParser::is_event_stream`]).
+    pub(crate) fn reading_content_type(mut self) -> Self {
+        self.read_content_type = true;
+        self
     }
 
     /// Gets ready for the next response; `head_request` says the request was a HEAD (whose
@@ -447,7 +458,7 @@ impl ResponseParser {
             b"content-length" => Header::ContentLength,
             b"transfer-encoding" => Header::TransferEncoding,
             b"connection" => Header::Connection,
-            b"content-type" => Header::ContentType,
+            b"content-type" if self.read_content_type => Header::ContentType,
             name if name == &*self.backend_header => Header::Backend,
             name => self
                 .generation_headers

@@ -88,7 +88,7 @@ async fn open(run: &Run, events: &Numbered) -> Result<Open, String> {
     let mut phases = Phases::default();
     let mut stream = run.connect(&mut phases).await?;
     let request = render(run, events);
-    let mut parser = ResponseParser::new(&plan.backend_header, &[]);
+    let mut parser = ResponseParser::new(&plan.backend_header, &[]).reading_content_type();
     let head = async {
         stream
             .write_all(&request)

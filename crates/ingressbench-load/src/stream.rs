@@ -433,6 +433,26 @@ impl Run {
         }
     }
 
+    /// Settles a message (event, call) that never came by the end of the run: `unanswered`
+    /// when a later one on its connection came (`skipped`: the server dropped it), else
+    /// `waiting_at_end`; both failures in every figure, each counted once (its `sent` is
+    /// the caller's).
+    pub(crate) fn never_came(&self, out: Out, skipped: bool, backend: Option<BackendId>) {
+        let outcome = if skipped {
+            Outcome::Unanswered
+        } else {
+            Outcome::WaitingAtEnd
+        };
+        self.record(out, outcome, backend, 0);
+        let mut report = self.report.borrow_mut();
+        if skipped {
+            report.lost += 1;
+            report.unanswered += 1;
+        } else {
+            report.in_flight_at_end += 1;
+        }
+    }
+
     /// When the answers still coming after the run's end stop being waited for: a
     /// timeout after the end, at most a second.
     pub(crate) fn drain_deadline(&self) -> Instant {
@@ -445,6 +465,11 @@ impl Run {
         &self,
         io: impl std::future::Future<Output = T>,
     ) -> Result<T, Bound> {
+        let mut io = std::pin::pin!(io);
+        // Most writes end at once: no timer for them (this is on every message's path).
+        if let Some(done) = futures_util::FutureExt::now_or_never(io.as_mut()) {
+            return Ok(done);
+        }
         let deadline = (Instant::now() + self.plan.timeout).min(self.drain_deadline());
         let stopped = async {
             while !self.stop.load(Ordering::Relaxed) {
@@ -721,21 +746,8 @@ impl Numbered {
         while self.next < self.count {
             if !self.ahead.remove(&self.next) {
                 let skipped = self.highest.is_some_and(|h| self.next < h);
-                let outcome = if skipped {
-                    Outcome::Unanswered
-                } else {
-                    Outcome::WaitingAtEnd
-                };
-                let due_ns = run.ns(self.due(run, self.next));
-                run.record(Out::unsent(due_ns), outcome, None, 0);
-                let mut report = run.report.borrow_mut();
-                report.sent += 1;
-                if skipped {
-                    report.lost += 1;
-                    report.unanswered += 1;
-                } else {
-                    report.in_flight_at_end += 1;
-                }
+                run.report.borrow_mut().sent += 1;
+                run.never_came(Out::unsent(run.ns(self.due(run, self.next))), skipped, None);
             }
             self.next += 1;
         }

@@ -183,35 +183,54 @@ fn frame_limits(message_bytes: usize) -> WebSocketConfig {
 /// is told from a duplicate.
 const EXPIRED_KEPT: usize = 1 << 16;
 
-/// The messages of one WebSocket sent and not yet echoed (by sequence number), and the
-/// highest number echoed on it: a message below it that never comes was skipped.
+/// The messages of one WebSocket sent and not yet echoed (by sequence number), those
+/// counted lost on the clock (one may still come, late), and the highest number echoed
+/// on it: a message below it that never comes was skipped.
 #[derive(Default)]
 struct Outstanding {
     sent: BTreeMap<u64, Out>,
+    expired: BTreeSet<u64>,
     highest: Option<u64>,
 }
 
 impl Outstanding {
-    /// Takes in an echo numbered `number`, and what it answers, if it is one of ours.
-    fn echoed(&mut self, number: u64) -> Option<Out> {
-        let out = self.sent.remove(&number)?;
-        self.highest = Some(self.highest.map_or(number, |h| h.max(number)));
-        Some(out)
+    /// Takes in a binary frame the server sent: the echo of a message of ours (timed and
+    /// counted, reordered if a later one came first), a late or repeated echo, or a
+    /// frame that is none of ours (the wrong size, or a number and due time no message
+    /// carried); each counted once in the run's report.
+    fn echo(&mut self, run: &Run, echo: &[u8], backend: Option<BackendId>) {
+        let mut report = run.report.borrow_mut();
+        let Some(number) = self.number_of(echo, run.options.message_bytes) else {
+            report.not_ours += 1;
+            return;
+        };
+        if let Some(out) = self.sent.remove(&number) {
+            if self.highest.is_some_and(|h| number < h) {
+                report.reordered += 1;
+            }
+            self.highest = Some(self.highest.map_or(number, |h| h.max(number)));
+            report.echoed += 1;
+            drop(report);
+            run.record(out, Outcome::Status(101), backend, echo.len() as u64);
+        } else if self.expired.remove(&number) {
+            report.late += 1;
+        } else {
+            report.duplicated += 1;
+        }
     }
-}
 
-/// Reads an echo: its sequence number, if it is a message of ours as it was sent (its
-/// size, and the due time it carries, that of the message with that number); none for
-/// anything else, which the report counts as not ours.
-fn echo_of(echo: &[u8], message_bytes: usize, sent: &BTreeMap<u64, Out>) -> Option<u64> {
-    if echo.len() != message_bytes || echo.len() < MESSAGE_HEADER {
-        return None;
-    }
-    let number = u64::from_be_bytes(echo[..8].try_into().ok()?);
-    let due_ns = u64::from_be_bytes(echo[8..16].try_into().ok()?);
-    match sent.get(&number) {
-        Some(out) if out.due_ns != due_ns => None,
-        _ => Some(number),
+    /// An echo's sequence number, if it is a message of ours as it was sent: its size,
+    /// and the due time it carries that of the message with that number.
+    fn number_of(&self, echo: &[u8], message_bytes: usize) -> Option<u64> {
+        if echo.len() != message_bytes || echo.len() < MESSAGE_HEADER {
+            return None;
+        }
+        let number = u64::from_be_bytes(echo[..8].try_into().ok()?);
+        let due_ns = u64::from_be_bytes(echo[8..16].try_into().ok()?);
+        match self.sent.get(&number) {
+            Some(out) if out.due_ns != due_ns => None,
+            _ => Some(number),
+        }
     }
 }
 
@@ -236,7 +255,6 @@ async fn converse(
         run.record(Out::unsent(run.ns(*due)), Outcome::NotSent, None, 0);
         *due += run.interval;
     }
-    let mut expired = BTreeSet::new();
     loop {
         // On the clock too: a peer that floods frames cannot keep the run going.
         let now = Instant::now();
@@ -249,25 +267,7 @@ async fn converse(
         tokio::select! {
             biased;
             message = ws.next(), if !overdue => match message {
-                Some(Ok(Message::Binary(echo))) => {
-                    let Some(number) = echo_of(&echo, run.options.message_bytes, &outstanding.sent) else {
-                        run.report.borrow_mut().not_ours += 1;
-                        continue;
-                    };
-                    let before = outstanding.highest;
-                    if let Some(out) = outstanding.echoed(number) {
-                        run.record(out, Outcome::Status(101), backend, echo.len() as u64);
-                        let mut report = run.report.borrow_mut();
-                        report.echoed += 1;
-                        if before.is_some_and(|h| number < h) {
-                            report.reordered += 1;
-                        }
-                    } else if expired.remove(&number) {
-                        run.report.borrow_mut().late += 1;
-                    } else {
-                        run.report.borrow_mut().duplicated += 1;
-                    }
-                }
+                Some(Ok(Message::Binary(echo))) => outstanding.echo(run, &echo, backend),
                 Some(Ok(Message::Close(frame))) => {
                     let (code, reason) = frame.map_or((1005, String::new()), |f: CloseFrame| {
                         (u16::from(f.code), f.reason.to_string())
@@ -336,11 +336,11 @@ async fn converse(
                         break;
                     }
                     let (number, out) = entry.remove_entry();
-                    expired.insert(number);
+                    outstanding.expired.insert(number);
                     run.record(out, Outcome::ReadTimeout, backend, 0);
                     run.report.borrow_mut().lost += 1;
-                    if expired.len() > EXPIRED_KEPT {
-                        expired.pop_first();
+                    if outstanding.expired.len() > EXPIRED_KEPT {
+                        outstanding.expired.pop_first();
                     }
                 }
             }
@@ -365,31 +365,11 @@ async fn finish(
         .max(Instant::now() + Duration::from_millis(50));
     while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline.into(), ws.next()).await {
         if let Message::Binary(echo) = message {
-            let Some(number) = echo_of(&echo, run.options.message_bytes, &outstanding.sent) else {
-                run.report.borrow_mut().not_ours += 1;
-                continue;
-            };
-            if let Some(out) = outstanding.echoed(number) {
-                run.record(out, Outcome::Status(101), backend, echo.len() as u64);
-                run.report.borrow_mut().echoed += 1;
-            }
+            outstanding.echo(run, &echo, backend);
         }
     }
     let highest = outstanding.highest;
     for (number, out) in std::mem::take(&mut outstanding.sent) {
-        let skipped = highest.is_some_and(|h| number < h);
-        let outcome = if skipped {
-            Outcome::Unanswered
-        } else {
-            Outcome::WaitingAtEnd
-        };
-        run.record(out, outcome, backend, 0);
-        let mut report = run.report.borrow_mut();
-        if skipped {
-            report.lost += 1;
-            report.unanswered += 1;
-        } else {
-            report.in_flight_at_end += 1;
-        }
+        run.never_came(out, highest.is_some_and(|h| number < h), backend);
     }
 }

@@ -405,23 +405,14 @@ impl fmt::Display for Outcome {
                     f,
                     "no capacity: the target stopped answering at {at:.0} req/s ({why})"
                 )?;
-                match (passed, failed) {
-                    (Some(p), Some(x)) => {
-                        write!(f, "; before it {p:.0} req/s passed and {x:.0} req/s failed")
-                    }
-                    (Some(p), None) => write!(f, "; before it {p:.0} req/s passed"),
-                    _ => Ok(()),
-                }
+                before_it(f, *passed, *failed, "")
             }
             Outcome::CannotJudge { passed, at, why } => {
                 write!(
                     f,
                     "no capacity: the trial at {at:.0} req/s cannot be judged ({why})"
                 )?;
-                match passed {
-                    Some(p) => write!(f, "; before it {p:.0} req/s passed"),
-                    None => Ok(()),
-                }
+                before_it(f, *passed, None, "")
             }
             Outcome::GeneratorLimited {
                 at,
@@ -430,16 +421,32 @@ impl fmt::Display for Outcome {
                 failed,
             } => {
                 write!(f, "limited by the generator at {at:.0} req/s ({why})")?;
-                match (passed, failed) {
-                    (Some(p), Some(x)) => write!(
-                        f,
-                        "; before it {p:.0} req/s passed and {x:.0} req/s failed, the limit between them not narrowed to the precision"
-                    ),
-                    (Some(p), None) => write!(f, "; before it {p:.0} req/s passed"),
-                    _ => Ok(()),
-                }
+                before_it(
+                    f,
+                    *passed,
+                    *failed,
+                    ", the limit between them not narrowed to the precision",
+                )
             }
         }
+    }
+}
+
+/// What a search that ended early had seen before: `; before it 800 req/s passed and
+/// 1600 req/s failed` and `bracketed` when both are known.
+fn before_it(
+    f: &mut fmt::Formatter<'_>,
+    passed: Option<f64>,
+    failed: Option<f64>,
+    bracketed: &str,
+) -> fmt::Result {
+    match (passed, failed) {
+        (Some(p), Some(x)) => write!(
+            f,
+            "; before it {p:.0} req/s passed and {x:.0} req/s failed{bracketed}"
+        ),
+        (Some(p), None) => write!(f, "; before it {p:.0} req/s passed"),
+        _ => Ok(()),
     }
 }
 

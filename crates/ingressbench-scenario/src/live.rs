@@ -374,12 +374,20 @@ fn prometheus_text(openmetrics: &str) -> String {
     out
 }
 
-/// The registry's text, encoded again only when what it shows changed (once a window):
-/// scrapers that come more often than that share one encoding.
+/// The registry's text in both formats, encoded again only when what it shows changed
+/// (once a window): scrapers that come more often than that share one encoding.
 struct Exposer {
     registry: Registry,
     state: Arc<Mutex<State>>,
-    last: std::cell::RefCell<Option<(u64, std::rc::Rc<str>)>>,
+    last: std::cell::RefCell<Option<Encoded>>,
+}
+
+/// One encoding of the state: its version, its OpenMetrics text and Prometheus's text.
+#[derive(Clone)]
+struct Encoded {
+    version: u64,
+    openmetrics: std::rc::Rc<str>,
+    prometheus: std::rc::Rc<str>,
 }
 
 impl Exposer {
@@ -391,19 +399,21 @@ impl Exposer {
         }
     }
 
-    /// The OpenMetrics text of the state now.
-    fn text(&self) -> Result<std::rc::Rc<str>, std::fmt::Error> {
+    /// The state now, in both formats.
+    fn text(&self) -> Result<Encoded, std::fmt::Error> {
         let version = self.state.lock().unwrap_or_else(|e| e.into_inner()).version;
-        if let Some((v, text)) = self.last.borrow().as_ref() {
-            if *v == version {
-                return Ok(text.clone());
-            }
+        if let Some(last) = self.last.borrow().as_ref().filter(|l| l.version == version) {
+            return Ok(last.clone());
         }
         let mut body = String::new();
         prometheus_client::encoding::text::encode(&mut body, &self.registry)?;
-        let text: std::rc::Rc<str> = body.into();
-        *self.last.borrow_mut() = Some((version, text.clone()));
-        Ok(text)
+        let encoded = Encoded {
+            version,
+            prometheus: prometheus_text(&body).into(),
+            openmetrics: body.into(),
+        };
+        *self.last.borrow_mut() = Some(encoded.clone());
+        Ok(encoded)
     }
 }
 
@@ -511,15 +521,15 @@ async fn answer(mut stream: tokio::net::TcpStream, exposer: &Exposer) -> bool {
                 "text/plain",
                 "encoding failed\n".to_owned(),
             ),
-            Ok(body) if openmetrics => (
+            Ok(text) if openmetrics => (
                 "200 OK",
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                body.to_string(),
+                text.openmetrics.to_string(),
             ),
-            Ok(body) => (
+            Ok(text) => (
                 "200 OK",
                 "text/plain; version=0.0.4; charset=utf-8",
-                prometheus_text(&body),
+                text.prometheus.to_string(),
             ),
         },
         ("GET", _) => (

@@ -130,6 +130,17 @@ fn stream_plan(url: &str, kind: fn(StreamOptions) -> Kind, rate: f64, length: Du
     plan
 }
 
+/// 20 events a second over two streams from a server that serves each with `serve`.
+fn events_from(serve: fn(TcpStream), length: Duration) -> LoadReport {
+    let addr = serve_each(serve);
+    run(&stream_plan(
+        &format!("http://{addr}/events"),
+        Kind::Sse,
+        20.0,
+        length,
+    ))
+}
+
 fn run(plan: &Plan) -> LoadReport {
     ingressbench_load::run(plan, Arc::new(AtomicBool::new(false)), &mut NoObserver).unwrap()
 }
@@ -218,13 +229,7 @@ fn a_websocket_peer_that_stops_reading_cannot_hold_the_run() {
 /// (`waiting_at_end`), never a clean run with no outcomes.
 #[test]
 fn a_silent_event_stream_is_a_failure_not_a_clean_run() {
-    let addr = serve_each(silent_events);
-    let load = run(&stream_plan(
-        &format!("http://{addr}/events"),
-        Kind::Sse,
-        20.0,
-        Duration::from_secs(3),
-    ));
+    let load = events_from(silent_events, Duration::from_secs(3));
     let r = conserved(&load);
     assert_eq!(r.echoed, 0, "{r:?}");
     assert!(r.in_flight_at_end >= 55, "60 due: {r:?}");
@@ -275,13 +280,7 @@ fn messages_an_echo_server_skips_are_unanswered_and_named() {
 /// lost or duplicated.
 #[test]
 fn reordered_events_are_counted_reordered_not_lost_and_duplicated() {
-    let addr = serve_each(swapped_events);
-    let load = run(&stream_plan(
-        &format!("http://{addr}/events"),
-        Kind::Sse,
-        20.0,
-        Duration::from_secs(3),
-    ));
+    let load = events_from(swapped_events, Duration::from_secs(3));
     let r = conserved(&load);
     assert_eq!((r.lost, r.duplicated), (0, 0), "{r:?}");
     assert_eq!(r.echoed, r.sent, "{r:?}");
@@ -292,13 +291,7 @@ fn reordered_events_are_counted_reordered_not_lost_and_duplicated() {
 /// lines it holds.
 #[test]
 fn a_page_that_is_not_an_event_stream_is_refused() {
-    let addr = serve_each(html_with_ids);
-    let load = run(&stream_plan(
-        &format!("http://{addr}/events"),
-        Kind::Sse,
-        20.0,
-        Duration::from_secs(2),
-    ));
+    let load = events_from(html_with_ids, Duration::from_secs(2));
     let r = conserved(&load);
     assert_eq!(r.echoed, 0, "{r:?}");
     assert!(

@@ -87,9 +87,16 @@ fn a_lossy_event_stream_is_counted_event_by_event() {
     assert!(r.closes.iter().all(|c| c.at_s > 2.9), "{r:?}");
     let skipped = r.sent as f64 / 10.0;
     assert!((r.lost as f64 - skipped).abs() <= 6.0, "{r:?}");
-    // On a live stream a gap waits its timeout (a later event may fill it, reordered):
-    // a skipped one is lost then, or with the stream's end (`eof`, the gaps of its last
-    // timeout), or `unanswered` at the run's end.
+    skips_lost_at_their_timeout(&load, r);
+    let twice = r.sent as f64 / 7.0 - r.sent as f64 / 70.0;
+    assert!((r.duplicated as f64 - twice).abs() <= 8.0, "{r:?}");
+    assert_eq!(r.late, 0, "{r:?}");
+}
+
+/// On a live stream a gap waits its timeout (a later event may fill it, reordered): a
+/// skipped one is lost then, or with the stream's end (`eof`, the gaps of its last
+/// timeout), or `unanswered` at the run's end. Event streams and gRPC streams alike.
+pub(crate) fn skips_lost_at_their_timeout(load: &LoadReport, r: &StreamReport) {
     let outcomes = load.recorder.outcomes();
     assert_eq!(
         outcomes.get(Outcome::ReadTimeout)
@@ -99,9 +106,6 @@ fn a_lossy_event_stream_is_counted_event_by_event() {
         "{r:?}"
     );
     assert!(outcomes.get(Outcome::ReadTimeout) > r.lost / 2, "{r:?}");
-    let twice = r.sent as f64 / 7.0 - r.sent as f64 / 70.0;
-    assert!((r.duplicated as f64 - twice).abs() <= 8.0, "{r:?}");
-    assert_eq!(r.late, 0, "{r:?}");
 }
 
 /// SIGTERM to the backend mid-run: by default it ends each stream's response, and the
