@@ -56,14 +56,21 @@ pub struct Export<'a> {
 }
 
 impl<'a> Export<'a> {
-    /// The cells of `run` that can be exported; an error if none can.
+    /// The cells of `run` that can be exported; an error if none can, or if a cell holds a
+    /// value its run cannot have recorded (a time outside the run, a line over the limit).
     pub fn of(run: &'a RunResults) -> Result<Self, String> {
         let mut series = Vec::new();
         let mut left_out = Vec::new();
         for cell in &run.cells {
             match cell_series(run, cell) {
                 Ok(s) => series.push(s),
-                Err(why) => left_out.push(format!("{}: {why}", cell.label())),
+                Err(Unwritten::LeftOut(why)) => left_out.push(format!("{}: {why}", cell.label())),
+                Err(Unwritten::Refused(why)) => {
+                    return Err(format!(
+                        "{}: {why}; nothing exported (a value the run cannot have recorded)",
+                        cell.label()
+                    ))
+                }
             }
         }
         if series.is_empty() {
@@ -190,6 +197,9 @@ fn rate(text: &mut Text<'_>, series: &[Series<'_>]) -> std::io::Result<()> {
 }
 
 /// `ingressbench_events_total{kind}`: from 0 at the cell's start, one more at each event.
+/// Each sample of a series has its own millisecond (the format's timestamps' resolution
+/// here): two events of a kind in one millisecond are written a millisecond apart, since a
+/// reader keeps one sample per timestamp and would count them as one.
 fn events(text: &mut Text<'_>, series: &[Series<'_>]) -> std::io::Result<()> {
     text.family("ingressbench_events", "counter", "Events fired, by kind")?;
     for s in series {
@@ -199,17 +209,28 @@ fn events(text: &mut Text<'_>, series: &[Series<'_>]) -> std::io::Result<()> {
         let start = s.windows.first().map(|(at, w)| at - w.length.as_secs_f64());
         for kind in kinds {
             let labels = format!("{},kind=\"{}\"", s.labels, escape(kind));
+            let mut last_ms = None;
             // From 0 at the cell's start, so that the first event is an increase.
-            if let Some(start) = start.filter(|t| s.events.iter().all(|(at, _)| at > t)) {
-                text.sample("ingressbench_events_total", &labels, "0", start)?;
-            }
             let fired = s.events.iter().filter(|(_, k)| k == kind);
+            let first_ms = fired.clone().map(|(at, _)| millis(*at)).min();
+            if let Some(start) = start.filter(|t| first_ms.is_some_and(|f| f > millis(*t))) {
+                text.sample("ingressbench_events_total", &labels, "0", start)?;
+                last_ms = Some(millis(start));
+            }
             for (n, (at, _)) in (1u64..).zip(fired) {
-                text.sample("ingressbench_events_total", &labels, &n.to_string(), *at)?;
+                let ms = last_ms.map_or(millis(*at), |last: i64| millis(*at).max(last + 1));
+                last_ms = Some(ms);
+                let at = ms as f64 / 1000.0;
+                text.sample("ingressbench_events_total", &labels, &n.to_string(), at)?;
             }
         }
     }
     Ok(())
+}
+
+/// A time (Unix seconds) in whole milliseconds, as written.
+fn millis(at: f64) -> i64 {
+    (at * 1000.0).round() as i64
 }
 
 /// `ingressbench_run_info{scenario, label}`: the cell's settings, at each window.
@@ -233,17 +254,60 @@ fn settings(text: &mut Text<'_>, series: &[Series<'_>], scenario: &str) -> std::
     Ok(())
 }
 
+/// Why a cell is not written.
+enum Unwritten {
+    /// It has nothing to write (not done, unreadable, or written by an older version).
+    LeftOut(String),
+    /// It holds a value its run cannot have recorded: the whole export is refused.
+    Refused(String),
+}
+
+impl From<&str> for Unwritten {
+    fn from(why: &str) -> Self {
+        Self::LeftOut(why.to_owned())
+    }
+}
+
+/// The most an event's kind may hold, as a label value.
+const KIND_LIMIT: usize = 64;
+
+/// How far outside its run's recorded start and end a cell's times may fall (clocks are
+/// read at different moments).
+const CLOCK_SLACK_S: f64 = 60.0;
+
+/// The times a cell's figures may carry: those of its run, as `run.json` records them, or
+/// this century when it does not.
+fn run_span(run: &RunResults) -> (f64, f64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let recorded = |key: &str| run.record[key].as_f64().filter(|t| t.is_finite());
+    (
+        recorded("started_at_unix_s").map_or(946_684_800.0, |t| t - CLOCK_SLACK_S),
+        recorded("finished_at_unix_s").unwrap_or(now) + CLOCK_SLACK_S,
+    )
+}
+
 /// A cell's windows and events, timed, or why it cannot be exported.
-fn cell_series<'a>(run: &RunResults, cell: &'a CellResults) -> Result<Series<'a>, String> {
+fn cell_series<'a>(run: &RunResults, cell: &'a CellResults) -> Result<Series<'a>, Unwritten> {
     if cell.summary.is_none() {
-        return Err(match (cell.status.as_str(), cell.unreadable.first()) {
-            (_, Some(why)) => format!("unreadable ({why})"),
-            (status, None) => format!("{status}, no figures"),
-        });
+        return Err(Unwritten::LeftOut(
+            match (cell.status.as_str(), cell.unreadable.first()) {
+                (_, Some(why)) => format!("unreadable ({why})"),
+                (status, None) => format!("{status}, no figures"),
+            },
+        ));
     }
     let start = cell
         .log_start_unix_s
         .ok_or("its latency.hlog has no StartTime, so its windows have no time")?;
+    let (earliest, latest) = run_span(run);
+    let outside = |at: f64| !(at.is_finite() && (earliest..=latest).contains(&at));
+    if outside(start) {
+        return Err(Unwritten::Refused(format!(
+            "its latency.hlog's StartTime {start} is not within its run ({earliest:.0} to {latest:.0} Unix seconds)"
+        )));
+    }
     let windows: Vec<_> = cell
         .windows
         .iter()
@@ -252,34 +316,20 @@ fn cell_series<'a>(run: &RunResults, cell: &'a CellResults) -> Result<Series<'a>
     if windows.is_empty() {
         return Err("no windows in its latency.hlog".into());
     }
+    if let Some((at, _)) = windows.iter().find(|(at, _)| outside(*at)) {
+        return Err(Unwritten::Refused(format!(
+            "its latency.hlog has a window ending at {at:.3}, after its run ended ({latest:.0} Unix seconds)"
+        )));
+    }
     if cell.windows.iter().any(|w| w.outcomes.is_none()) {
         return Err("its latency.hlog has no outcomes per window (written before 0.1.0)".into());
     }
-    let mut events = Vec::new();
-    if let Some(parts) = cell.file_parts("events.jsonl") {
-        if files::exists_in(&run.root, &parts) {
-            let bytes =
-                files::read_in(&run.root, &parts, files::CELL_JSON_LIMIT, "a cell record's")?;
-            for line in String::from_utf8_lossy(&bytes).lines() {
-                let Ok(v) = serde_json::from_str::<Value>(line) else {
-                    continue;
-                };
-                let (Some(requested), Some(what)) = (v["requested_s"].as_f64(), v["what"].as_str())
-                else {
-                    continue;
-                };
-                if v.get("event").is_none() {
-                    continue;
-                }
-                // Runs before `kind` was written: the first word of what it did.
-                let kind = v["kind"]
-                    .as_str()
-                    .unwrap_or_else(|| what.split(' ').next().unwrap_or("event"));
-                events.push((start + cell.measure_from_s + requested, kind.to_owned()));
-            }
-        }
+    let events = cell_events(run, cell, start + cell.measure_from_s)?;
+    if let Some((at, _)) = events.iter().find(|(at, _)| outside(*at)) {
+        return Err(Unwritten::Refused(format!(
+            "its events.jsonl has an event at {at:.3} Unix seconds, outside its run ({earliest:.0} to {latest:.0})"
+        )));
     }
-    events.sort_by(|a, b| a.0.total_cmp(&b.0));
     Ok(Series {
         cell,
         labels: format!(
@@ -291,6 +341,55 @@ fn cell_series<'a>(run: &RunResults, cell: &'a CellResults) -> Result<Series<'a>
         events,
     })
 }
+
+/// The events a cell fired: when each was asked for (Unix seconds, from `zero`, the
+/// measurement's start) and its kind, in time order. Lines that are not events (an
+/// event's later record) are passed over; an event with no time or a kind that is no
+/// label is refused, as is a line over [`files::LINE_LIMIT`].
+fn cell_events(
+    run: &RunResults,
+    cell: &CellResults,
+    zero: f64,
+) -> Result<Vec<(f64, String)>, Unwritten> {
+    let mut events = Vec::new();
+    let Some(parts) = cell.file_parts("events.jsonl") else {
+        return Ok(events);
+    };
+    if !files::exists_in(&run.root, &parts) {
+        return Ok(events);
+    }
+    let refused = |why: String| Unwritten::Refused(format!("events.jsonl: {why}"));
+    let lines = files::Lines::open(&run.root, &parts, EVENT_LINES_LIMIT).map_err(refused)?;
+    for (n, line) in (1..).zip(lines) {
+        let line = line.map_err(Unwritten::Refused)?;
+        let Ok(v) = serde_json::from_str::<Value>(&line) else {
+            return Err(refused(format!("line {n} is not JSON")));
+        };
+        if v.get("event").is_none() {
+            continue;
+        }
+        let Some(requested) = v["requested_s"].as_f64() else {
+            return Err(refused(format!("line {n}: an event with no requested_s")));
+        };
+        let what = v["what"].as_str().unwrap_or("event");
+        // Runs before `kind` was written: the first word of what it did.
+        let kind = v["kind"]
+            .as_str()
+            .unwrap_or_else(|| what.split(' ').next().unwrap_or("event"));
+        let label = |c: char| c.is_ascii_alphanumeric() || "_-.".contains(c);
+        if kind.is_empty() || kind.len() > KIND_LIMIT || !kind.chars().all(label) {
+            return Err(refused(format!(
+                "line {n}: an event kind that is not a word of at most {KIND_LIMIT} letters, digits, `_`, `-` or `.`"
+            )));
+        }
+        events.push((zero + requested, kind.to_owned()));
+    }
+    events.sort_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(events)
+}
+
+/// The most lines an events.jsonl is read for: far more than a cell fires.
+const EVENT_LINES_LIMIT: u64 = 1 << 20;
 
 /// A label value escaped as the format asks.
 fn escape(value: &str) -> String {

@@ -68,6 +68,9 @@ fn fake_run(dir: &Path, scenario_text: &str, cells: &[FakeCell<'_>]) {
         for k in 0..4 {
             w.interval(Duration::from_secs(k), Duration::from_secs(1), &h)
                 .unwrap();
+            let mut outcomes = ingressbench_stats::OutcomeCounts::default();
+            outcomes.add_n(ingressbench_stats::Outcome::Status(200), h.count());
+            w.outcomes(Duration::from_secs(k), &outcomes).unwrap();
         }
         w.flush().unwrap();
         drop(w);
@@ -703,12 +706,13 @@ fn a_gate_cannot_judge_a_run_with_a_done_cell_it_cannot_read() {
         (
             "hlog cut",
             |p| {
+                // The last interval and the outcomes line after it.
                 let log = std::fs::read(p.join("latency.hlog")).unwrap();
-                let last = log[..log.len() - 1]
-                    .iter()
-                    .rposition(|b| *b == b'\n')
-                    .unwrap();
-                std::fs::write(p.join("latency.hlog"), &log[..=last]).unwrap();
+                let mut end = log.len() - 1;
+                for _ in 0..2 {
+                    end = log[..end].iter().rposition(|b| *b == b'\n').unwrap();
+                }
+                std::fs::write(p.join("latency.hlog"), &log[..=end]).unwrap();
             },
             "latency.hlog holds 1200 answered requests and the summary counts 1600",
         ),
@@ -802,4 +806,123 @@ fn a_report_written_into_a_directory_from_elsewhere_replaces_a_link_rather_than_
     assert!(!report.symlink_metadata().unwrap().file_type().is_symlink());
     assert!(std::fs::read_to_string(report).unwrap().contains("<html"));
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `export prometheus` writes what the run recorded and refuses what it cannot have:
+/// two events of a kind in one millisecond are two samples Prometheus keeps (read back by
+/// promtool's own backfill and dump), and a StartTime of 1e30, NaN or before the epoch, or
+/// an events.jsonl line over the 1 MiB limit, ends the export with the cell and the value
+/// named and nothing written.
+#[test]
+fn an_export_keeps_every_event_and_refuses_times_and_lines_no_run_recorded() {
+    let dir = scratch("export-refusals");
+    let out = dir.join("run");
+    fake_run(&out, "name: fake\n", &[cell("nginx", 0, 4000, 0)]);
+    let events = out.join("cells/000-cell/events.jsonl");
+    let event = |requested: f64, kind: &str| {
+        format!(
+            "{{\"event\":0,\"kind\":\"{kind}\",\"what\":\"{kind}\",\"requested_s\":{requested}}}\n"
+        )
+    };
+    std::fs::write(
+        &events,
+        [
+            event(1.0, "kill"),
+            event(1.0002, "kill"),
+            event(2.0, "scale"),
+        ]
+        .concat(),
+    )
+    .unwrap();
+    let om = dir.join("run.om");
+    let export = |extra: &[&str]| {
+        let mut args = vec!["export", "prometheus", out.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        ib(&args)
+    };
+    let written = export(&["--out", om.to_str().unwrap()]);
+    assert!(written.status.success(), "{}", text(&written));
+    let db = dir.join("tsdb");
+    let backfill = Command::new("promtool")
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&om)
+        .arg(&db)
+        .output()
+        .expect("promtool (Debian's prometheus package)");
+    assert!(backfill.status.success(), "{}", text(&backfill));
+    // promtool 2.42 reads a write-ahead log beside the blocks, which a backfill does not make.
+    std::fs::create_dir_all(db.join("wal")).unwrap();
+    let dump = Command::new("promtool")
+        .args([
+            "tsdb",
+            "dump",
+            "--match",
+            "{__name__=\"ingressbench_events_total\"}",
+        ])
+        .arg(&db)
+        .output()
+        .unwrap();
+    assert!(dump.status.success(), "{}", text(&dump));
+    let dumped = String::from_utf8_lossy(&dump.stdout);
+    let kills: Vec<&str> = dumped
+        .lines()
+        .filter(|l| l.contains("kind=\"kill\""))
+        .collect();
+    // 0 at the start, then 1 and 2: both kills kept.
+    assert_eq!(kills.len(), 3, "{dumped}");
+    assert!(kills.iter().any(|l| l.contains(" 2 ")), "{dumped}");
+
+    let hlog = out.join("cells/000-cell/latency.hlog");
+    let original = std::fs::read_to_string(&hlog).unwrap();
+    let start_line = original
+        .lines()
+        .find(|l| l.starts_with("#[StartTime: "))
+        .unwrap()
+        .to_owned();
+    for bad in ["1e30", "NaN", "-5e9"] {
+        std::fs::write(
+            &hlog,
+            original.replace(
+                &start_line,
+                &format!("#[StartTime: {bad} (seconds since epoch)]"),
+            ),
+        )
+        .unwrap();
+        let refused = export(&[]);
+        assert!(
+            !refused.status.success(),
+            "StartTime {bad}: {}",
+            text(&refused)
+        );
+        assert!(
+            text(&refused).contains("StartTime") && text(&refused).contains("nothing exported"),
+            "StartTime {bad}: {}",
+            text(&refused)
+        );
+        assert!(
+            refused.stdout.is_empty(),
+            "StartTime {bad}: wrote {} bytes",
+            refused.stdout.len()
+        );
+    }
+    std::fs::write(&hlog, &original).unwrap();
+
+    let long = format!(
+        "{{\"event\":0,\"kind\":\"kill\",\"requested_s\":1.0,\"what\":\"{}\"}}\n",
+        "x".repeat(2 << 20)
+    );
+    std::fs::write(&events, [event(1.0, "kill"), long].concat()).unwrap();
+    let refused = export(&[]);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(text(&refused).contains("longer than"), "{}", text(&refused));
+
+    std::fs::write(&events, event(1e30, "kill")).unwrap();
+    let refused = export(&[]);
+    assert!(!refused.status.success(), "{}", text(&refused));
+    assert!(
+        text(&refused).contains("outside its run"),
+        "{}",
+        text(&refused)
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }
