@@ -29,12 +29,14 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_tungstenite::WebSocketStream;
 
-use crate::connection::Stream;
 use crate::stream::{
     drive, Bound, ClosedBy, Downtime, Out, Pacer, Run, Said, StreamKind, StreamOptions,
     MESSAGE_HEADER,
 };
 use crate::{LoadError, LoadReport, Observer, Plan, Scheme};
+
+mod tap;
+use tap::Tapped;
 
 /// Runs a WebSocket plan ([`crate::Kind::WebSocket`]) to its end or until `stop` is set,
 /// giving windows and samples to `observer` as the HTTP engine does.
@@ -127,7 +129,7 @@ async fn connection(run: Rc<Run>, index: usize) {
 
 /// Opens a WebSocket: a connection, then the upgrade; the backend the answer names, and
 /// the connection's phases.
-async fn open(run: &Run) -> Result<(WebSocketStream<Stream>, Option<String>, Phases), String> {
+async fn open(run: &Run) -> Result<(WebSocketStream<Tapped>, Option<String>, Phases), String> {
     let plan = &run.plan;
     let mut phases = Phases::default();
     let stream = run.connect(&mut phases).await?;
@@ -150,7 +152,7 @@ async fn open(run: &Run) -> Result<(WebSocketStream<Stream>, Option<String>, Pha
     }
     let upgrade = tokio_tungstenite::client_async_with_config(
         request,
-        stream,
+        Tapped::new(stream),
         Some(frame_limits(run.options.message_bytes)),
     );
     let (ws, answer) = match tokio::time::timeout(plan.timeout, upgrade).await {
@@ -240,7 +242,7 @@ impl Outstanding {
 async fn converse(
     run: &Run,
     (ws, backend, mut opened): (
-        &mut WebSocketStream<Stream>,
+        &mut WebSocketStream<Tapped>,
         Option<BackendId>,
         Option<Phases>,
     ),
@@ -272,6 +274,9 @@ async fn converse(
                     let (code, reason) = frame.map_or((1005, String::new()), |f: CloseFrame| {
                         (u16::from(f.code), f.reason.to_string())
                     });
+                    // The code the server sent, where tungstenite gives 1002 for one that
+                    // is not valid.
+                    let code = ws.get_ref().close_code().unwrap_or(code);
                     return Ended::Cut { by: ClosedBy::Server, code, reason };
                 }
                 Some(Ok(_)) => {}
@@ -355,7 +360,7 @@ async fn converse(
 /// `waiting_at_end`: both failures, in every figure.
 async fn finish(
     run: &Run,
-    mut ws: WebSocketStream<Stream>,
+    mut ws: WebSocketStream<Tapped>,
     mut outstanding: Outstanding,
     backend: Option<BackendId>,
 ) {

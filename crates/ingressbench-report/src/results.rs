@@ -74,7 +74,9 @@ pub struct CellResults {
     pub proxy_cpu: Vec<(f64, f64)>,
     /// What the proxies counted over time from `proxy-metrics.jsonl`: per kind of count
     /// (its words), the rate per second in each interval between readings, at its middle.
-    pub proxy_counts: Vec<(&'static str, Vec<(f64, f64)>)>,
+    pub proxy_counts: Vec<CountRates>,
+    /// Why the proxies' counts could not be read from a `proxy-metrics.jsonl` that is there.
+    pub proxy_counts_unread: Option<String>,
     /// Its `workers.json`, when several processes sent its load.
     pub workers: Option<Value>,
     /// Its error, if it failed.
@@ -82,6 +84,23 @@ pub struct CellResults {
 }
 
 impl CellResults {
+    /// Makes the cell unreadable for `why` (when there is one): none of its figures is
+    /// the run's.
+    fn set_unreadable(&mut self, why: Vec<String>) {
+        if why.is_empty() {
+            return;
+        }
+        self.summary = None;
+        self.windows.clear();
+        self.impact.clear();
+        self.workers = None;
+        self.routes = None;
+        self.websocket = None;
+        self.proxy_counts.clear();
+        self.proxy_cpu.clear();
+        self.unreadable.extend(why);
+    }
+
     /// Where `file` of this cell is, as path parts under the results directory.
     pub fn file_parts<'a>(&'a self, file: &'a str) -> Option<[&'a str; 3]> {
         self.dir_name.as_deref().map(|d| ["cells", d, file])
@@ -206,12 +225,14 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             usage: c.get("usage").filter(|u| !u.is_null()).cloned(),
             proxy_cpu: Vec::new(),
             proxy_counts: Vec::new(),
+            proxy_counts_unread: None,
             workers: None,
             error: c["error"].as_str().map(str::to_owned),
         };
         match (dir, cell.status.as_str()) {
             (Some(_), "done" | "interrupted") => {
                 load_cell_files(&mut cell, &root);
+                check_files_written(&mut cell, &root, &c["files"]);
                 notes.extend(
                     cell.unreadable
                         .iter()
@@ -234,6 +255,63 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
         cells,
         notes,
     })
+}
+
+/// Whether the files a cell wrote (its run.json entry's `files`, name and size; runs
+/// before 0.1.0 recorded none) are still what it wrote: a file deleted, emptied or cut
+/// would otherwise take its section of the report and its sentence of the headline away
+/// without a word. A cell whose files differ is unreadable, each difference named.
+fn check_files_written(cell: &mut CellResults, root: &Path, written: &Value) {
+    let Some(written) = written.as_object() else {
+        return;
+    };
+    let dir_name = cell.dir_name.clone().unwrap_or_default();
+    let mut why = Vec::new();
+    for (name, size) in written {
+        let Some(size) = size.as_u64() else {
+            why.push(format!("run.json records {name} with no size"));
+            continue;
+        };
+        if !is_plain_name(name) {
+            why.push(format!(
+                "run.json records a file named {name:?}, not a name in the cell's directory"
+            ));
+            continue;
+        }
+        let parts = ["cells", dir_name.as_str(), name.as_str()];
+        if !files::exists_in(root, &parts) {
+            why.push(format!("{name} was written ({size} bytes) and is gone"));
+            continue;
+        }
+        match files::open_in(root, &parts)
+            .and_then(|f| f.metadata().map_err(|e| format!("{name}: {e}")))
+        {
+            Ok(meta) if meta.len() == size => {}
+            Ok(meta) => why.push(format!(
+                "{name} was written with {size} bytes and holds {} (changed since)",
+                meta.len()
+            )),
+            Err(e) => why.push(e),
+        }
+    }
+    cell.set_unreadable(why);
+}
+
+/// Where `value` holds a negative number (`routes.json: firings[2].routes`), if it does.
+fn negative_at(value: &Value, at: &str) -> Option<String> {
+    match value {
+        Value::Number(n) => n.as_f64().filter(|x| *x < 0.0).map(|_| at.to_owned()),
+        Value::Array(items) => {
+            (items.iter().enumerate()).find_map(|(i, v)| negative_at(v, &format!("{at}[{i}]")))
+        }
+        Value::Object(fields) => (fields.iter()).find_map(|(k, v)| {
+            negative_at(
+                v,
+                &format!("{at}{}{k}", if at.ends_with(".json") { ": " } else { "." }),
+            )
+        }),
+        _ => None,
+    }
 }
 
 /// One path component, not `.` or `..`.
@@ -351,7 +429,12 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         None => {}
     }
     match optional("routes.json") {
-        Some(Ok(v)) if v["firings"].is_array() => cell.routes = Some(v),
+        Some(Ok(v)) if v["firings"].is_array() => match negative_at(&v, "routes.json") {
+            Some(at) => why.push(format!(
+                "{at} is negative, and no count, time or size the route probe records can be"
+            )),
+            None => cell.routes = Some(v),
+        },
         Some(Ok(_)) => why.push("routes.json has no list of firings".into()),
         Some(Err(e)) => why.push(e),
         None => {}
@@ -396,17 +479,12 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         None => {}
     }
     cell.proxy_cpu = usage_readings(cell, root, windows);
-    cell.proxy_counts = count_readings(cell, root, windows);
-    if why.is_empty() {
-        cell.summary = Some(value);
-    } else {
-        cell.windows.clear();
-        cell.impact.clear();
-        cell.workers = None;
-        cell.routes = None;
-        cell.websocket = None;
-        cell.unreadable = why;
+    match count_readings(cell, root, windows) {
+        Ok(counts) => cell.proxy_counts = counts,
+        Err(why) => cell.proxy_counts_unread = Some(why),
     }
+    cell.summary = Some(value);
+    cell.set_unreadable(why);
 }
 
 /// The proxies' CPU over time from a cell's `usage.jsonl` (one reading a second; none
@@ -423,6 +501,10 @@ fn usage_readings(cell: &CellResults, root: &Path, seconds: u64) -> Vec<(f64, f6
     }
 }
 
+/// A kind of count (its words) and its rate per second between readings, at each
+/// interval's middle.
+pub type CountRates = (&'static str, Vec<(f64, f64)>);
+
 /// The counts a report charts from `proxy-metrics.jsonl`: their words, and the tool's
 /// names summed into each (over every proxy).
 const CHARTED_COUNTS: [(&str, &[&str]); 3] = [
@@ -434,32 +516,37 @@ const CHARTED_COUNTS: [(&str, &[&str]); 3] = [
     ("5xx sent", &["responses_5xx"]),
 ];
 
-/// `proxy-metrics.jsonl` read as [`CellResults::proxy_counts`] (a line a second; a
-/// missing or unreadable file charts nothing).
+/// `proxy-metrics.jsonl` read as [`CellResults::proxy_counts`] (a line a second; none
+/// when the cell's proxies count nothing and it has no such file). A file that is there
+/// and gives no reading (unreadable, empty, or no line of it JSON) is an error that says
+/// so: the chart is not a figure a gate reads, but its absence is said, not silent.
 fn count_readings(
     cell: &CellResults,
     root: &Path,
     seconds: u64,
-) -> Vec<(&'static str, Vec<(f64, f64)>)> {
+) -> Result<Vec<CountRates>, String> {
     let Some(parts) = cell.file_parts("proxy-metrics.jsonl") else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     if !files::exists_in(root, &parts) {
-        return Vec::new();
+        return Ok(Vec::new());
     }
-    let Ok(Ok(lines)) = files::Lines::open(root, &parts, seconds + 1)
-        .map(|lines| lines.collect::<Result<Vec<_>, _>>())
-    else {
-        return Vec::new();
-    };
+    let lines = files::Lines::open(root, &parts, seconds + 1)
+        .and_then(|lines| lines.collect::<Result<Vec<_>, _>>())?;
     let readings: Vec<Value> = lines
         .iter()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
-    CHARTED_COUNTS
+    if readings.is_empty() {
+        return Err(format!(
+            "proxy-metrics.jsonl holds no reading ({} lines), so the proxies' counts are unread",
+            lines.len()
+        ));
+    }
+    Ok(CHARTED_COUNTS
         .iter()
         .filter_map(|(words, names)| Some((*words, count_rates(&readings, names)?)))
-        .collect()
+        .collect())
 }
 
 /// The rate per second of the sum of `names` over every proxy, between consecutive
@@ -757,6 +844,7 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
             usage: None,
             proxy_cpu: Vec::new(),
             proxy_counts: Vec::new(),
+            proxy_counts_unread: None,
             workers: None,
             error: None,
         }],

@@ -24,11 +24,13 @@ pub(crate) fn section(
         .cells
         .iter()
         .filter_map(|c| Some((c, c.routes.as_ref()?["firings"].as_array()?)))
-        .filter(|(_, f)| !f.is_empty())
         .collect();
     if cells.is_empty() {
         return None;
     }
+    // A probe that ran and saw no change fired (the cell was stopped first) is said, not
+    // left out.
+    let (cells, unfired): (Vec<_>, Vec<_>) = cells.into_iter().partition(|(_, f)| !f.is_empty());
     let mut html = String::from("<section><h2>Route scale</h2><p class=\"note\">Per step of each cell: the routes it added or removed, each probed beside the load until it answered as the change says (a 2xx from its pool after 404s; 404 after its pool's answers), timed from the change's request to the probe that first found it right. <em>Resolution</em> is the median gap between a route's last wrong probe and its first right one's answer: the route became right within it (the pending routes over the probe's rate for a bulk step, under a millisecond one at a time). <em>Wrong</em>: answers that were neither the before nor the after. <em>Errors on existing routes</em>: the load's failed requests from the step's request to the next step's. Memory: the proxy's resident memory (every process) read just before the next step, once this step's routes were right; in a local cluster also the controller's, when it runs apart from its proxy (Traefik is both, counted as the proxy). Proxy CPU: what the proxy spent from the step's request to the next step's (read once a second). Config: the size of the proxy's configuration files as rendered for the step (the lab's). Tool CPU: what this tool spent rendering and applying the step (the probe's own CPU is in the cell's total).</p>");
     let mut headline = Vec::new();
     let colour = |c: &CellResults| {
@@ -79,6 +81,14 @@ pub(crate) fn section(
             );
         }
         headline.extend(sentences(&label, firings));
+    }
+    for (cell, _) in unfired {
+        let said = format!(
+            "{}: the route probe ran and no route change fired (the cell ended first), so there is nothing to show.",
+            cell.label()
+        );
+        let _ = write!(html, "<p class=\"note\">{}</p>", esc(&said));
+        headline.push(said);
     }
     html.push_str("</section>");
     Some((html, headline))

@@ -172,6 +172,9 @@ impl Cuts {
         for c in closes.iter().filter(|c| c.at_s >= from_s && c.at_s < to_s) {
             cuts.closed += 1;
             let label = match (c.code, &c.grpc_status) {
+                (Some(code), _) if c.by == "server" && !sendable(code) => {
+                    format!("{code} by server (a code no endpoint may send)")
+                }
                 (Some(code), _) => format!("{code} by {}", c.by),
                 (None, Some(status)) => format!("{status} by {}", c.by),
                 (None, None) if c.by == "server" => "ended by server".to_owned(),
@@ -205,6 +208,12 @@ impl Cuts {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// Whether an endpoint may send `code` in a close frame (RFC 6455 §7.4: the defined codes
+/// but 1004-1006 and 1015, and 3000-4999 for libraries and applications).
+fn sendable(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1014 | 3000..=4999)
 }
 
 /// WebSockets open at `t_s` seconds from the load's start (the last sample at or before).

@@ -229,6 +229,7 @@ impl<'a> Runner<'a> {
             Ok(done) => {
                 progress(&format!("  {}", done.line));
                 let interrupted = done.interrupted;
+                entry["files"] = files_written(&dir);
                 if let Some(why) = note_done(entry, done) {
                     outcome.error = Some(format!("cell {} ({}): {why}", cell.index, cell.label()));
                     self.record["error"] = json!(outcome.error);
@@ -261,6 +262,25 @@ impl<'a> Runner<'a> {
         self.save()?;
         Ok(self.outcome)
     }
+}
+
+/// The files a cell wrote at its top level, each with its size in bytes: the report
+/// refuses a cell whose files are no longer these (one deleted, emptied or cut), where it
+/// would otherwise leave out the section the file held without a word.
+fn files_written(dir: &Path) -> Value {
+    let mut files = serde_json::Map::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let (Ok(kind), Some(name)) = (
+            entry.file_type(),
+            entry.file_name().to_str().map(str::to_owned),
+        ) else {
+            continue;
+        };
+        if let (true, Ok(meta)) = (kind.is_file(), entry.metadata()) {
+            files.insert(name, json!(meta.len()));
+        }
+    }
+    Value::Object(files)
 }
 
 /// Writes what a cell that ran returned into its entry of run.json; the reason it was cut

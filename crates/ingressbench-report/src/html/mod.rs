@@ -139,7 +139,10 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
         let log = timeline(cell, &samples, colour, true, &title, x);
         let lin = timeline(cell, &samples, colour, false, &title, x);
         let cpu = proxy_cpu_chart(cell, colour, &title, x);
-        let counted = proxy_counts_chart(cell, &title, x);
+        let counted = proxy_counts_chart(cell, &title, x).or_else(|| {
+            (cell.proxy_counts_unread.as_ref())
+                .map(|why| format!("<p class=\"note\">{}</p>", esc(why)))
+        });
         let _ = write!(
             body,
             "<figure class=\"panel\"><figcaption>{}</figcaption><div class=\"log\">{log}</div><div class=\"lin\">{lin}</div>{}{}</figure>",
@@ -151,7 +154,7 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
         if let Some(cpu) = cpu {
             charts.push((format!("proxy cpu {title}"), cpu));
         }
-        if let Some(counted) = counted {
+        if let Some(counted) = counted.filter(|c| c.starts_with("<svg")) {
             charts.push((format!("proxy counts {title}"), counted));
         }
     }

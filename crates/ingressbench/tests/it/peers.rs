@@ -45,10 +45,9 @@ fn read_head(stream: &mut TcpStream) -> String {
     String::from_utf8_lossy(&head).into_owned()
 }
 
-/// Completes a WebSocket upgrade, then sends pings as fast as it can and never reads:
-/// the client's pongs fill the connection until its writes block.
-fn pings_and_never_reads(mut stream: TcpStream) {
-    let head = read_head(&mut stream);
+/// Reads a WebSocket upgrade's request and accepts it; false if the client went away.
+fn upgrade(stream: &mut TcpStream) -> bool {
+    let head = read_head(stream);
     let key = head
         .lines()
         .find_map(|l| {
@@ -61,13 +60,34 @@ fn pings_and_never_reads(mut stream: TcpStream) {
     let answer = format!(
         "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n"
     );
-    if stream.write_all(answer.as_bytes()).is_err() {
+    stream.write_all(answer.as_bytes()).is_ok()
+}
+
+/// Completes a WebSocket upgrade, then sends pings as fast as it can and never reads:
+/// the client's pongs fill the connection until its writes block.
+fn pings_and_never_reads(mut stream: TcpStream) {
+    if !upgrade(&mut stream) {
         return;
     }
     let mut ping = vec![0x89u8, 125];
     ping.extend_from_slice(&[b'p'; 125]);
     let until = Instant::now() + Duration::from_secs(60);
     while Instant::now() < until && stream.write_all(&ping).is_ok() {}
+}
+
+/// Completes a WebSocket upgrade and closes it at once with code 999, which no endpoint
+/// may send; then reads what the client says until it goes.
+fn closes_with_999(mut stream: TcpStream) {
+    if !upgrade(&mut stream)
+        || stream
+            .write_all(&[0x88, 5, 0x03, 0xe7, b'b', b'y', b'e'])
+            .is_err()
+    {
+        return;
+    }
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut sink = [0u8; 512];
+    while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
 }
 
 /// Answers an event stream's head, then sends nothing.
@@ -300,4 +320,37 @@ fn a_page_that_is_not_an_event_stream_is_refused() {
             .any(|k| k.contains("not an event stream")),
         "{r:?}"
     );
+}
+
+/// A close with a code no endpoint may send (999) is reported as the server sent it and
+/// said to be invalid, not as the 1002 the client library answers with.
+#[test]
+fn a_close_code_no_endpoint_may_send_is_reported_as_received() {
+    let addr = serve_each(closes_with_999);
+    let dir = scratch("peer-close-999");
+    let stream_json = dir.join("stream.json");
+    let out = Command::new(BIN)
+        .args(["load", "--websocket", "-R", "20", "-c", "1", "-d", "1s"])
+        .args(["--reconnect", "never", "--stream-json"])
+        .arg(&stream_json)
+        .arg(format!("ws://{addr}/"))
+        .output()
+        .unwrap();
+    let said = crate::common::text(&out);
+    assert!(
+        said.contains("999 by server (a code no endpoint may send)"),
+        "{said}"
+    );
+    assert!(!said.contains("1002"), "{said}");
+    let stream: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&stream_json).expect(&said)).expect(&said);
+    let closes = stream["closes"].as_array().expect(&said);
+    assert!(!closes.is_empty(), "{stream}");
+    assert!(
+        closes
+            .iter()
+            .all(|c| c["code"] == 999 && c["by"] == "server"),
+        "{stream}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

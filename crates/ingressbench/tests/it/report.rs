@@ -926,3 +926,51 @@ fn an_export_keeps_every_event_and_refuses_times_and_lines_no_run_recorded() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A route probe's results that say nothing, or what no probe records, are said: a
+/// `routes.json` with no firing gets a sentence in the section and the headline (not a
+/// section that vanishes), and one with a negative figure makes its cell unreadable, named.
+#[test]
+fn route_results_with_no_firing_are_said_and_negative_figures_refused() {
+    let dir = scratch("report-routes");
+    let out = dir.join("run");
+    fake_run(
+        &out,
+        "name: fake\n",
+        &[cell("nginx", 0, 4000, 0), cell("haproxy", 0, 4000, 0)],
+    );
+    let routes = |firings: serde_json::Value| {
+        serde_json::json!({
+            "probe": { "rate": 100, "connections": 2, "cpu_ms": 3.0 },
+            "tool_cpu_ms": 5.0,
+            "firings": firings,
+        })
+        .to_string()
+    };
+    std::fs::write(
+        out.join("cells/000-cell/routes.json"),
+        routes(serde_json::json!([])),
+    )
+    .unwrap();
+    std::fs::write(
+        out.join("cells/001-cell/routes.json"),
+        routes(serde_json::json!([{ "requested_s": 1.0, "routes_after": -5, "added": 5 }])),
+    )
+    .unwrap();
+    let report = ib(&["report", out.to_str().unwrap()]);
+    let said = text(&report);
+    assert!(report.status.success(), "{said}");
+    assert!(
+        said.contains("nginx, repeat 1 (cell 0): the route probe ran and no route change fired"),
+        "{said}"
+    );
+    assert!(said.contains("UNREADABLE: 1 of the cells"), "{said}");
+    assert!(
+        said.contains("routes.json: firings[0].routes_after is negative"),
+        "{said}"
+    );
+    let html = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(html.contains("no route change fired"));
+    assert!(!html.contains("at -5 routes"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

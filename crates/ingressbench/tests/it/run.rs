@@ -451,6 +451,28 @@ fn shipped_scenarios_each_have_a_quick_run_test() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// Each cell done records the files it wrote (name and size), and they are those in its
+/// directory: the report refuses a cell whose files have changed since.
+fn files_recorded(out: &Path, record: &serde_json::Value) {
+    for cell in record["cells"].as_array().unwrap() {
+        if cell["status"] != "done" || cell["search"].is_object() {
+            continue;
+        }
+        let dir = out.join("cells").join(cell["dir"].as_str().unwrap());
+        let on_disk: serde_json::Map<String, serde_json::Value> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(Result::unwrap)
+            .filter(|e| e.file_type().unwrap().is_file())
+            .map(|e| {
+                let size = e.metadata().unwrap().len();
+                (e.file_name().to_string_lossy().into_owned(), size.into())
+            })
+            .collect();
+        assert_eq!(cell["files"], serde_json::Value::Object(on_disk), "{dir:?}");
+        assert!(cell["files"]["summary.json"].as_u64() > Some(0), "{dir:?}");
+    }
+}
+
 /// `name` in scenarios/ runs in quick mode to the end, every cell done, with what its
 /// kind of scenario must show.
 fn shipped_runs_in_quick_mode(name: &str) {
@@ -491,6 +513,7 @@ fn shipped_runs_in_quick_mode(name: &str) {
     );
     let record = json(&out.join("run.json"));
     assert_eq!(record["status"], "complete", "{}", file.display());
+    files_recorded(&out, &record);
     if file.ends_with("sequential-bursts.yaml") {
         placements_add_their_links(&record);
     }

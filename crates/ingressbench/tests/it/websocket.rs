@@ -389,6 +389,24 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
         said.contains("UNREADABLE") && said.contains("websocket.json counts"),
         "{said}"
     );
+    // A stream file deleted: the cell is unreadable by name, and a gate cannot judge,
+    // where the section and its sentence would otherwise vanish.
+    let second = crate::common::cells_of(out)
+        .into_iter()
+        .map(|cell| cell.join("websocket.json"))
+        .filter(|file| file.exists())
+        .nth(1)
+        .unwrap();
+    std::fs::remove_file(&second).unwrap();
+    let compare = std::process::Command::new(crate::common::BIN)
+        .args(["compare", out.to_str().unwrap(), out.to_str().unwrap()])
+        .args(["--fail-if", "errors > 1000000"])
+        .output()
+        .unwrap();
+    let said = crate::common::text(&compare);
+    assert_eq!(compare.status.code(), Some(3), "{said}");
+    assert!(said.contains("websocket.json was written ("), "{said}");
+    assert!(said.contains("bytes) and is gone"), "{said}");
 }
 
 /// A `restart` of each proxy under WebSocket load: its own graceful stop, at most a
