@@ -237,6 +237,9 @@ pub(crate) struct Exchange {
     pub(crate) first_byte: Option<Instant>,
     /// Whether the connection can carry another request.
     pub(crate) reusable: bool,
+    /// Whether the whole request was written: a timeout before it was is the server not
+    /// reading (`write_timeout`), not a slow answer.
+    pub(crate) written: bool,
 }
 
 /// Writes `request` and reads one response into `parser`, using the worker's shared read
@@ -257,6 +260,7 @@ pub(crate) async fn exchange(
             return write_failure(&e, is_tls);
         }
     }
+    progress.written = true;
     loop {
         let read = poll_fn(|cx| {
             let mut buf = buffer.borrow_mut();

@@ -233,11 +233,21 @@ async fn open(run: &Run) -> Result<(Connection, Phases), String> {
             .map_err(|e| format!("the backend header: {e}"))?,
     };
     let connection = Connection {
-        grpc: tonic::client::Grpc::with_origin(service, origin),
+        // The client's own limit (4 MiB by default) never refuses an echo of the size
+        // sent: were it to, tonic would give `out_of_range` as if the server had said it.
+        grpc: tonic::client::Grpc::with_origin(service, origin)
+            .max_decoding_message_size(message_limit(run.options.message_bytes))
+            .max_encoding_message_size(message_limit(run.options.message_bytes)),
         ended,
         going_away: Cell::new(false),
     };
     Ok((connection, phases))
+}
+
+/// The most a message may hold either way: twice the size sent and a margin, and no less
+/// than gRPC's usual 4 MiB.
+fn message_limit(message_bytes: usize) -> usize {
+    (message_bytes.saturating_mul(2) + (64 << 10)).max(4 << 20)
 }
 
 /// Waits until the connection takes another call (HTTP/2's stream limit); why not.
@@ -487,7 +497,15 @@ fn call(
                 let bytes = prost::Message::encoded_len(reply.get_ref()) as u64;
                 (Outcome::grpc(0), bytes)
             }
-            Ok(Ok(_)) => (Outcome::Malformed, 0),
+            Ok(Ok(reply)) => {
+                let got = reply.get_ref().seq;
+                run.recorder
+                    .borrow_mut()
+                    .note_failure_detail(Outcome::Malformed, || {
+                        format!("the server answered call {number} with the echo of call {got}: it is not echoing what it was sent")
+                    });
+                (Outcome::Malformed, 0)
+            }
             Ok(Err(status)) => {
                 let (outcome, _, unprocessed) = failure(&status, &seen, &connection);
                 if unprocessed && attempt < MOST_ATTEMPTS {

@@ -484,6 +484,7 @@ async fn ask(
             bytes: 0,
             first_byte: None,
             reusable: false,
+            written: false,
         };
         let outcome = tokio::time::timeout(
             PROBE_TIMEOUT,

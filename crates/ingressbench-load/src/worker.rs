@@ -461,6 +461,7 @@ impl Worker {
             bytes: 0,
             first_byte: None,
             reusable: false,
+            written: false,
         };
         let mut retried_after = None;
         let phases = &mut sample.phases;
@@ -474,6 +475,7 @@ impl Worker {
                 stage = Stage::Exchanging;
                 write_at = Instant::now();
                 parser.reset(self.shared.head_request);
+                progress.written = false;
                 let Some(stream) = conn.as_mut() else {
                     return Err(Outcome::ConnectError);
                 };
@@ -513,6 +515,7 @@ impl Worker {
             Ok(Ok(outcome) | Err(outcome)) => outcome,
             Err(_elapsed) => match stage {
                 Stage::Connecting => Outcome::ConnectTimeout,
+                Stage::Exchanging if !progress.written => Outcome::WriteTimeout,
                 Stage::Exchanging => Outcome::ReadTimeout,
             },
         };
@@ -524,6 +527,14 @@ impl Worker {
                     .borrow_mut()
                     .note_failure_detail(sample.outcome, || {
                         format!("connecting to {to} took longer than --timeout {timeout:?}")
+                    });
+            }
+            Outcome::WriteTimeout => {
+                let (bytes, timeout) = (self.shared.request.len(), self.shared.timeout);
+                self.recorder
+                    .borrow_mut()
+                    .note_failure_detail(sample.outcome, || {
+                        format!("the server stopped reading: a request of {bytes} bytes was not written within --timeout {timeout:?}")
                     });
             }
             Outcome::Refused | Outcome::DnsError | Outcome::ConnectError | Outcome::TlsError => {

@@ -367,11 +367,15 @@ impl OutcomeCounts {
             .collect()
     }
 
-    /// The most frequent failure (not a success), if any request failed.
+    /// The most frequent failure (not a success), if any request failed. Requests never
+    /// sent (`not_sent`) are a consequence, not a cause: the dominant failure only when
+    /// there is no other.
     pub fn dominant_failure(&self) -> Option<(Outcome, u64)> {
-        self.iter()
-            .filter(|(o, _)| !o.is_ok())
+        let failures = || self.iter().filter(|(o, _)| !o.is_ok());
+        failures()
+            .filter(|(o, _)| *o != Outcome::NotSent)
             .max_by_key(|(_, n)| *n)
+            .or_else(|| failures().max_by_key(|(_, n)| *n))
     }
 }
 
@@ -420,6 +424,12 @@ mod tests {
         assert_eq!(c.get(Outcome::grpc(14)), 1);
         assert_eq!(c.get(Outcome::ReadTimeout), 3);
         assert_eq!(c.dominant_failure(), Some((Outcome::ReadTimeout, 3)));
+        // Never sent because every connection was held by what is: the cause leads.
+        c.add_n(Outcome::NotSent, 30);
+        assert_eq!(c.dominant_failure(), Some((Outcome::ReadTimeout, 3)));
+        let mut only = OutcomeCounts::default();
+        only.add_n(Outcome::NotSent, 2);
+        assert_eq!(only.dominant_failure(), Some((Outcome::NotSent, 2)));
         let map = c.to_map();
         assert_eq!(map["502"], 1);
         assert_eq!(map["refused"], 1);

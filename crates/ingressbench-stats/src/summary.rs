@@ -551,6 +551,9 @@ fn hint_for(outcome: &str) -> &'static str {
             " (the server does not speak HTTP/1.x on that port: is it TLS? use https://)"
         }
         "read_timeout" => " (the server accepts but does not answer within --timeout)",
+        "write_timeout" => {
+            " (the server stopped reading: what was sent could not be written within --timeout)"
+        }
         _ => "",
     }
 }

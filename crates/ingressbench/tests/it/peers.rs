@@ -90,6 +90,23 @@ fn closes_with_999(mut stream: TcpStream) {
     while matches!(stream.read(&mut sink), Ok(n) if n > 0) {}
 }
 
+/// Accepts and never reads a byte: the client's writes fill the connection and block.
+fn never_reads(stream: TcpStream) {
+    std::thread::sleep(Duration::from_secs(60));
+    drop(stream);
+}
+
+/// Accepts and reads one byte a second: a writer blocks, and sees progress.
+fn reads_a_byte_a_second(mut stream: TcpStream) {
+    let mut byte = [0u8; 1];
+    for _ in 0..60 {
+        if !matches!(stream.read(&mut byte), Ok(1)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
 /// Answers an event stream's head, then sends nothing.
 fn silent_events(mut stream: TcpStream) {
     read_head(&mut stream);
@@ -352,5 +369,92 @@ fn a_close_code_no_endpoint_may_send_is_reported_as_received() {
             .all(|c| c["code"] == 999 && c["by"] == "server"),
         "{stream}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ingressbench load ARGS` to its end (a hang detector, not a timing: the runs here are
+/// 2 s and a drain of at most their timeout), and its summary.
+fn load_ends_by_itself(args: &[String], dir: &std::path::Path) -> serde_json::Value {
+    let json = dir.join("load.json");
+    let mut child = Command::new(BIN)
+        .arg("load")
+        .args(args)
+        .arg("--json")
+        .arg(&json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("load {args:?} did not end by itself");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let said = crate::common::text(&out);
+    serde_json::from_slice(&std::fs::read(&json).expect(&said)).expect(&said)
+}
+
+/// A server that never reads, and one that reads a byte a second, hold no HTTP/1, HTTP/2
+/// or gRPC run past its end: each request is in exactly one outcome, every one a failure,
+/// and an HTTP/1 request whose body could not be written is `write_timeout` (the server
+/// stopped reading), not a slow answer.
+#[test]
+fn a_peer_that_stops_reading_holds_no_http_or_grpc_run() {
+    let dir = scratch("peer-http-stops-reading");
+    let body = dir.join("body");
+    std::fs::write(&body, vec![b'x'; 4 << 20]).unwrap();
+    for (name, serve) in [
+        ("never reads", never_reads as fn(TcpStream)),
+        ("reads a byte a second", reads_a_byte_a_second),
+    ] {
+        let addr = serve_each(serve);
+        let common = ["-R", "20", "-c", "2", "-d", "2s", "--timeout", "1s"];
+        let body_args = [
+            "-X".to_owned(),
+            "POST".to_owned(),
+            "--body-file".to_owned(),
+            body.display().to_string(),
+        ];
+        for (kind, extra) in [
+            ("HTTP/1", body_args.to_vec()),
+            (
+                "HTTP/2",
+                [body_args.to_vec(), vec!["--http2".to_owned()]].concat(),
+            ),
+            (
+                "gRPC",
+                vec![
+                    "--grpc".to_owned(),
+                    "--message-size".to_owned(),
+                    (4 << 20).to_string(),
+                ],
+            ),
+        ] {
+            let mut args: Vec<String> = common.iter().map(|a| (*a).to_owned()).collect();
+            args.extend(extra);
+            args.push(format!("http://{addr}/"));
+            let summary = load_ends_by_itself(&args, &dir);
+            let what = format!("{kind} against a server that {name}: {summary}");
+            let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+            let total = n(&summary["requests"]["total"]);
+            let outcomes: u64 = summary["outcomes"]
+                .as_object()
+                .expect(&what)
+                .values()
+                .map(n)
+                .sum();
+            assert!(total > 0, "{what}");
+            assert_eq!(outcomes, total, "{what}");
+            assert_eq!(n(&summary["requests"]["errors"]), total, "{what}");
+            if kind == "HTTP/1" {
+                assert!(n(&summary["outcomes"]["write_timeout"]) > 0, "{what}");
+                assert_eq!(n(&summary["outcomes"]["read_timeout"]), 0, "{what}");
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
