@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ingressbench_stats::HistogramUs;
@@ -271,6 +273,8 @@ pub struct Lab {
     serial: usize,
     startup: Duration,
     reaper: Option<Reaper>,
+    /// Set when the run that drives the lab was stopped: a restart's grace ends there.
+    stopping: Arc<AtomicBool>,
     terminating: Vec<(Backend, Instant)>,
     pending: Vec<(Instant, usize)>,
     stalled: Vec<(String, Instant)>,
@@ -375,6 +379,12 @@ pub struct ChangeRecord {
 }
 
 impl Lab {
+    /// Waits the lab makes for a proxy to drain (a restart's grace) end when `stopping`
+    /// is set: a run stopped with Ctrl-C does not wait out a 15 s grace.
+    pub fn cut_waits_short_on(&mut self, stopping: Arc<AtomicBool>) {
+        self.stopping = stopping;
+    }
+
     /// Starts the backends, then the proxies, and waits until each listens.
     pub fn up(spec: LabSpec) -> Result<Lab, LabError> {
         let started = Instant::now();
@@ -410,6 +420,7 @@ impl Lab {
             told_proxies: None,
             reload_due: false,
             restart_due: None,
+            stopping: Arc::default(),
             generation: 1,
             sidecar_generation: 1,
             serial: 0,
@@ -899,9 +910,9 @@ impl Lab {
                     let to = to
                         .get(&p.kind())
                         .map(|(binary, line)| (binary.as_path(), line.clone()));
-                    p.upgrade(&table, grace, to, &mut watch)?
+                    p.upgrade(&table, (grace, &self.stopping), to, &mut watch)?
                 } else {
-                    p.restart(&table, None, grace, &mut watch)?;
+                    p.restart(&table, None, (grace, &self.stopping), &mut watch)?;
                     "restart (a graceful stop, then a new process)"
                 };
                 mechanisms.push((p.kind(), mechanism));

@@ -26,8 +26,17 @@ use crate::{Length, LoadError, LoadReport, Mode, Observer, Plan, Protocol, Schem
 /// reconnects at once, makes thousands a second); past it they are only counted.
 pub const MAX_CLOSES_KEPT: usize = 50_000;
 
-/// How long `immediate` waits after a failed attempt before the next.
+/// How long `immediate` waits at most after its first failed attempt; each failure after
+/// that doubles it, up to [`IMMEDIATE_RETRY_MAX`], with full jitter.
 pub const IMMEDIATE_RETRY: Duration = Duration::from_millis(10);
+
+/// The longest `immediate` waits between failed attempts.
+pub const IMMEDIATE_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// How long a connection must stay open for its reconnect policy to start again from its
+/// first attempt (reconnecting-websocket's `minUptime`, shorter): one that opens and ends
+/// at once is a failed attempt, and its waits grow.
+pub const STABLE_UPTIME: Duration = Duration::from_secs(1);
 
 /// The smallest message: a sequence number and a due time, eight bytes each.
 pub const MESSAGE_HEADER: usize = 16;
@@ -37,8 +46,9 @@ pub const MESSAGE_HEADER: usize = 16;
 pub enum Reconnect {
     /// Nothing: the connection stays down to the end of the run.
     Never,
-    /// Opens a new one at once; after a failed attempt, waits [`IMMEDIATE_RETRY`] (at
-    /// once again would be thousands of attempts a second at a proxy that is down).
+    /// Opens a new one at once; after a failed attempt, backs off from
+    /// [`IMMEDIATE_RETRY`] to [`IMMEDIATE_RETRY_MAX`] (at once again would be thousands of
+    /// attempts a second at a proxy that is down).
     Immediate,
     /// Waits a random time between zero and `first` doubled for each failed attempt
     /// (at most `max`) before each attempt: exponential backoff with full jitter, as
@@ -98,15 +108,24 @@ impl Reconnect {
         match *self {
             Self::Never => None,
             Self::Immediate if attempt == 0 => Some(Duration::ZERO),
-            Self::Immediate => Some(IMMEDIATE_RETRY),
-            Self::Backoff { first, max } => {
-                let ceiling = first
-                    .saturating_mul(1u32.checked_shl(attempt.min(31)).unwrap_or(u32::MAX))
-                    .min(max);
-                Some(ceiling.mul_f64(uniform(rng)))
-            }
+            Self::Immediate => Some(jittered(
+                IMMEDIATE_RETRY,
+                IMMEDIATE_RETRY_MAX,
+                attempt - 1,
+                rng,
+            )),
+            Self::Backoff { first, max } => Some(jittered(first, max, attempt, rng)),
         }
     }
+}
+
+/// A random wait from zero to `first` doubled `doublings` times (at most `max`): full
+/// jitter.
+fn jittered(first: Duration, max: Duration, doublings: u32, rng: &mut u64) -> Duration {
+    let ceiling = first
+        .saturating_mul(1u32.checked_shl(doublings.min(31)).unwrap_or(u32::MAX))
+        .min(max);
+    ceiling.mul_f64(uniform(rng))
 }
 
 /// A long-lived load's own settings ([`crate::Kind::WebSocket`], [`crate::Kind::Sse`],
@@ -352,6 +371,8 @@ pub(crate) struct Downtime {
     /// The close that cut it, in the report's list, until it is open again.
     pub(crate) close: Option<usize>,
     attempt: u32,
+    /// When the connection last opened, while it is open.
+    opened_at: Option<Instant>,
     rng: u64,
 }
 
@@ -362,6 +383,7 @@ impl Downtime {
             since: None,
             close: None,
             attempt: 0,
+            opened_at: None,
             rng: 0x9E37_79B9_7F4A_7C15_u64 ^ ((connection as u64 + 1) << 17),
         }
     }
@@ -383,7 +405,7 @@ impl Run {
     /// A WebSocket (event stream) is open on the connection `down` follows, answered by
     /// `backend`: the time since its cut is a reconnect. Returns the backend's id.
     pub(crate) fn reopened(&self, down: &mut Downtime, backend: Option<&str>) -> Option<BackendId> {
-        down.attempt = 0;
+        down.opened_at = Some(Instant::now());
         let mut report = self.report.borrow_mut();
         if let Some(cut) = down.since.take() {
             report
@@ -410,6 +432,11 @@ impl Run {
         self.open.set(self.open.get() - 1);
         let mut report = self.report.borrow_mut();
         report.cut += 1;
+        // Only a connection that stayed up starts its policy again; one that ended at once
+        // is one more failed attempt.
+        if (down.opened_at.take()).is_some_and(|at| at.elapsed() >= STABLE_UPTIME) {
+            down.attempt = 0;
+        }
         down.since = Some(Instant::now());
         down.close = None;
         if report.closes.len() < MAX_CLOSES_KEPT {
@@ -940,9 +967,20 @@ mod tests {
             Reconnect::Immediate.delay(0, &mut rng),
             Some(Duration::ZERO)
         );
-        assert_eq!(
-            Reconnect::Immediate.delay(3, &mut rng),
-            Some(IMMEDIATE_RETRY)
-        );
+        // Each failed attempt after that backs off, as browsers' libraries do.
+        for (attempt, ceiling) in [
+            (1, IMMEDIATE_RETRY),
+            (3, IMMEDIATE_RETRY * 4),
+            (30, IMMEDIATE_RETRY_MAX),
+        ] {
+            let longest = (0..200)
+                .map(|_| Reconnect::Immediate.delay(attempt, &mut rng).unwrap())
+                .max()
+                .unwrap();
+            assert!(
+                longest <= ceiling && longest > ceiling.mul_f64(0.8),
+                "{attempt}: {longest:?}"
+            );
+        }
     }
 }

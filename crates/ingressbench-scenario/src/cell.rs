@@ -579,7 +579,8 @@ fn bring_up(
             binaries_for(cell, &options.binaries)?,
         )
         .map_err(|e| e.to_string())?;
-    let lab = Lab::up(spec).map_err(|e| e.to_string())?;
+    let mut lab = Lab::up(spec).map_err(|e| e.to_string())?;
+    lab.cut_waits_short_on(options.stop.clone());
     Ok(SiteUp {
         site: Box::new(LabSite::new(lab)),
         key: Some(key),

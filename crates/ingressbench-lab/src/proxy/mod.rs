@@ -17,6 +17,7 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use crate::model::RouteTable;
@@ -659,16 +660,16 @@ impl Proxy {
     /// `table`, from `binary` if given (another version: an upgrade by stop and start). As a
     /// service manager's restart does: nothing listens between the two. `spawned` is told
     /// the new process id. Returns how long the proxy was gone (from the stop's signal to
-    /// the new one routing).
+    /// the new one routing). The grace ends early when `cut` is set (the run was stopped).
     pub fn restart(
         &mut self,
         table: &RouteTable,
         binary: Option<(&Path, String)>,
-        grace: Duration,
+        (grace, cut): (Duration, &AtomicBool),
         spawned: &mut dyn FnMut(u32),
     ) -> Result<Duration, LabError> {
         let stopped = Instant::now();
-        self.child.stop(self.kind.graceful_stop(), grace);
+        (self.child).stop_unless_cut(self.kind.graceful_stop(), grace, cut);
         for mut old in self.retiring.drain(..) {
             old.terminate(Duration::ZERO);
         }
@@ -837,7 +838,7 @@ impl Proxy {
     pub fn upgrade(
         &mut self,
         table: &RouteTable,
-        grace: Duration,
+        (grace, cut): (Duration, &AtomicBool),
         to: Option<(&Path, String)>,
         spawned: &mut dyn FnMut(u32),
     ) -> Result<&'static str, LabError> {
@@ -862,7 +863,7 @@ impl Proxy {
                 Ok("master re-exec (USR2), listening sockets passed on")
             }
             ProxyKind::Traefik | ProxyKind::Caddy => {
-                self.restart(table, to, grace, spawned)?;
+                self.restart(table, to, (grace, cut), spawned)?;
                 Ok("stop and start (no zero-downtime upgrade documented)")
             }
             ProxyKind::Envoy => {

@@ -1081,3 +1081,54 @@ fn a_hang_up_ends_the_run_as_incomplete_and_keeps_what_was_measured() {
     assert!(left.is_empty(), "temporary files left: {left:?}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Ctrl-C during a restart's grace ends it there: the proxy's WebSockets would hold its
+/// graceful stop for the whole grace (120 s here), and a stopped run does not wait it out.
+/// The run ends as Ctrl-C ends one (the cell interrupted with what it measured, its
+/// files written). The bound below is a hang detector at half
+/// the grace, not a timing.
+#[test]
+fn ctrl_c_during_a_restarts_grace_ends_the_grace() {
+    let dir = scratch("hostile-grace");
+    let file = dir.join("scenario.yaml");
+    std::fs::write(
+        &file,
+        "name: grace\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 1 }]\nload: { kind: websocket, rate: 50, connections: 2, duration: 200s, timeout: 1s }\nevents:\n  - { at: 1s, restart: true, grace: 120s }\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let mut child = spawn_run(&file, &out);
+    // Three windows measured: the restart (at 1 s) is in its grace.
+    let hlog = out.join("cells").join("000-nginx").join("latency.hlog");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::read_to_string(&hlog).map_or(0, |l| l.matches("#outcomes").count()) < 3 {
+        assert!(Instant::now() < deadline, "the cell never measured");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let signalled = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if signalled.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the run waited out the restart's grace after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let said = text(&child.wait_with_output().unwrap());
+    assert_eq!(status.code(), Some(130), "{said}");
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    assert_eq!(record["status"], "incomplete", "{record}");
+    assert_eq!(record["cells"][0]["status"], "interrupted", "{record}");
+    assert!(out.join("cells/000-nginx/summary.json").is_file(), "{said}");
+    let events = std::fs::read_to_string(out.join("cells/000-nginx/events.jsonl")).unwrap();
+    assert!(events.contains("\"restart\""), "{events}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -107,6 +107,21 @@ fn reads_a_byte_a_second(mut stream: TcpStream) {
     }
 }
 
+/// Refuses every WebSocket upgrade (403).
+fn refuses_upgrades(mut stream: TcpStream) {
+    read_head(&mut stream);
+    let _ = stream
+        .write_all(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+}
+
+/// Answers an event stream's head and ends it at once.
+fn ends_each_stream_at_once(mut stream: TcpStream) {
+    read_head(&mut stream);
+    let _ = stream.write_all(
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n",
+    );
+}
+
 /// Answers an event stream's head, then sends nothing.
 fn silent_events(mut stream: TcpStream) {
     read_head(&mut stream);
@@ -457,4 +472,48 @@ fn a_peer_that_stops_reading_holds_no_http_or_grpc_run() {
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A failed attempt backs off even under `immediate`, and a stream that opens and ends at
+/// once is a failed attempt: against a server that refuses every upgrade, and one that
+/// ends every event stream at once, 4 connections over 3 s make a bounded number of
+/// attempts (a count, not a timing: a fixed 10 ms retry made about 950).
+#[test]
+fn failed_and_instantly_ended_connections_back_off() {
+    for (kind, serve, reconnect) in [
+        (
+            Kind::WebSocket as fn(StreamOptions) -> Kind,
+            refuses_upgrades as fn(TcpStream),
+            Reconnect::Immediate,
+        ),
+        (Kind::Sse, ends_each_stream_at_once, Reconnect::Immediate),
+        (
+            Kind::Sse,
+            ends_each_stream_at_once,
+            Reconnect::Backoff {
+                first: Duration::from_millis(10),
+                max: Duration::from_secs(1),
+            },
+        ),
+    ] {
+        let addr = serve_each(serve);
+        let mut plan = stream_plan(
+            &format!("http://{addr}/"),
+            kind,
+            20.0,
+            Duration::from_secs(3),
+        );
+        plan.connections = 4;
+        let options = StreamOptions {
+            message_bytes: 64,
+            reconnect,
+        };
+        plan.kind = kind(options);
+        let load = run(&plan);
+        let r = load.stream.as_deref().expect("a stream report");
+        let attempts = r.opened + r.upgrade_failures.values().sum::<u64>();
+        // 4 connections each doubling its wait from 10 ms to 1 s make about 40 in 3 s.
+        assert!(attempts < 150, "{reconnect}: {attempts} attempts: {r:?}");
+        assert!(attempts >= 4, "{reconnect}: {r:?}");
+    }
 }
