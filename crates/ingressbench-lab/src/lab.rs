@@ -1584,17 +1584,51 @@ pub fn remove_leftovers() {
             .flatten();
         for entry in dirs.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if dead_owner(&name).is_some()
-                && !entry.path().join(KEPT).exists()
-                && std::fs::remove_dir_all(entry.path()).is_ok()
-            {
-                removed.push(entry.path().display().to_string());
+            if dead_owner(&name).is_some() && !entry.path().join(KEPT).exists() {
+                removed.extend(remove_dead_lab(&entry.path()));
             }
         }
         for name in removed {
             eprintln!("removed {name}, left behind by an ingressbench that is gone");
         }
     });
+}
+
+/// Removes a lab directory whose owner is gone, and the shared memory its Envoys' hot
+/// restarts left in /dev/shm (Envoy never removes it; a lab removes it as it stops, which
+/// a SIGKILL prevents): found by the `base-id` files in the lab's proxy directories.
+/// Returns what it removed, described.
+fn remove_dead_lab(dir: &Path) -> Vec<String> {
+    let mut removed = Vec::new();
+    let mut base_ids = Vec::new();
+    find_base_ids(dir, 3, &mut base_ids);
+    for id in base_ids {
+        if crate::proxy::remove_envoy_shared_memory(id) {
+            removed.push(format!(
+                "Envoy's hot-restart shared memory for base id {id}"
+            ));
+        }
+    }
+    if std::fs::remove_dir_all(dir).is_ok() {
+        removed.push(dir.display().to_string());
+    }
+    removed
+}
+
+/// The base ids in `base-id` files at most `depth` directories below `dir` (no link
+/// followed).
+fn find_base_ids(dir: &Path, depth: u32, found: &mut Vec<u64>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() && depth > 0 {
+            find_base_ids(&entry.path(), depth - 1, found);
+        } else if kind.is_file() && entry.file_name() == "base-id" {
+            let id = std::fs::read_to_string(entry.path()).ok();
+            found.extend(id.and_then(|t| t.trim().parse::<u64>().ok()));
+        }
+    }
 }
 
 /// For a name that starts `ingressbench-lab-PID-` (as [`private_dir`] names them): PID,
@@ -1701,5 +1735,38 @@ fn wait_for_address(child: &mut OwnedChild, log: &Path, from: u64) -> Result<Soc
             )));
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lab whose owner was SIGKILLed mid hot restart: its directory goes, and with it the
+    /// shared memory its Envoy left in /dev/shm, found by the lab's `base-id`.
+    #[test]
+    fn a_dead_labs_envoy_shared_memory_goes_with_it() {
+        let gone = std::process::Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        let _ = { gone }.wait();
+        let dir = std::env::temp_dir().join(format!("{DIR_PREFIX}{pid}-test-shm"));
+        let envoy = dir.join("proxies").join("envoy-0");
+        std::fs::create_dir_all(&envoy).unwrap();
+        // A base id no Envoy of this machine uses.
+        let id = 4_000_000_000 + u64::from(pid);
+        std::fs::write(envoy.join("base-id"), format!("{id}\n")).unwrap();
+        let shm = crate::proxy::envoy_shared_memory(id);
+        std::fs::write(&shm, b"left by a hot restart").unwrap();
+        assert_eq!(
+            dead_owner(dir.file_name().unwrap().to_str().unwrap()),
+            Some(pid.to_string().as_str())
+        );
+        let removed = remove_dead_lab(&dir);
+        assert!(!shm.exists(), "{removed:?}");
+        assert!(!dir.exists(), "{removed:?}");
+        assert!(
+            removed.iter().any(|r| r.contains(&id.to_string())),
+            "{removed:?}"
+        );
     }
 }

@@ -57,9 +57,18 @@ pub(crate) fn hot_restart_args(launch: &mut Launch, epoch: u32, base_id: u64, dr
 }
 
 /// Removes the shared memory Envoy's hot restart left for `base_id` (Envoy never does,
-/// even at a clean exit).
-pub(crate) fn remove_shared_memory(base_id: u64) {
-    let _ = std::fs::remove_file(format!("/dev/shm/envoy_shared_memory_{}", base_id * 10));
+/// even at a clean exit); whether there was any.
+pub(crate) fn remove_shared_memory(base_id: u64) -> bool {
+    std::fs::remove_file(shared_memory(base_id)).is_ok()
+}
+
+/// Where Envoy keeps its hot restart's shared memory for `base_id`.
+pub(crate) fn shared_memory(base_id: u64) -> std::path::PathBuf {
+    format!(
+        "/dev/shm/envoy_shared_memory_{}",
+        base_id.saturating_mul(10)
+    )
+    .into()
 }
 
 /// The Envoy driver.
