@@ -1008,6 +1008,11 @@ impl Lab {
             | Change::ChangeRoutes(_) => {
                 let routes = self.routes_after(&change);
                 let what = crate::routes::routes_change(&self.spec.routes, &routes);
+                // One that changes no route (remove_routes with none generated) is said as
+                // `routes N (unchanged)`, and no proxy is told or reloaded for it.
+                if routes == self.spec.routes {
+                    return Ok(self.record_unchanged(what, requested_at));
+                }
                 // Refused here, before anything changes, as an overlay is.
                 let mut next = self.spec.clone();
                 next.routes = routes.clone();
@@ -1071,6 +1076,24 @@ impl Lab {
         self.pending.push((requested_at + propagation_delay, index));
         self.tick()?;
         Ok(index)
+    }
+
+    /// Records a change that changed nothing as done when it was asked: no proxy is told.
+    fn record_unchanged(&mut self, what: String, requested_at: Instant) -> usize {
+        self.records.push(ChangeRecord {
+            what,
+            requested_at,
+            applied_at: Some(requested_at),
+            endpoints_at: None,
+            reported_at: None,
+            completed_at: None,
+            mechanisms: Vec::new(),
+            versions: Vec::new(),
+            started: Vec::new(),
+            removed: Vec::new(),
+            generations: Vec::new(),
+        });
+        self.records.len() - 1
     }
 
     /// Applies the changes whose propagation delay has passed (the proxies get the state

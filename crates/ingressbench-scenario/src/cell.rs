@@ -342,7 +342,8 @@ fn collect(
         impact?;
     }
     if let Some(why) = went_wrong {
-        return Err(why.into());
+        // Its files are copied into the cell: the lab's own directory goes with the lab.
+        return Err(site.at_copies(why, dir).into());
     }
     let s = &report.summary;
     // An event that never fired would leave a report of a scenario that did not happen.

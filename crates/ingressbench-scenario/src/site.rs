@@ -146,6 +146,12 @@ pub(crate) trait Site {
         SiteRecord::default()
     }
 
+    /// `why` (a failure that names the site's files) pointing at the copies
+    /// [`Site::record`] made under `dir`, which outlive the site's own directory.
+    fn at_copies(&self, why: String, _dir: &Path) -> String {
+        why
+    }
+
     /// The load from pods of the site's cluster: how they reach it (`tls`, `host`,
     /// `path` as for [`Site::entry`]) and the Job of `workers` pods placed as `placement`
     /// says that will send it.
@@ -290,6 +296,14 @@ impl Site for LabSite {
         self.lab.records()
     }
 
+    fn at_copies(&self, why: String, dir: &Path) -> String {
+        copied_dirs(&self.lab, &dir.join("proxy"))
+            .into_iter()
+            .fold(why, |why, (from, to)| {
+                why.replace(&from.display().to_string(), &to.display().to_string())
+            })
+    }
+
     fn record(&self, dir: &Path) -> SiteRecord {
         copy_proxy_files(&self.lab, &dir.join("proxy"));
         let overhead = self.lab.link_overhead();
@@ -332,23 +346,34 @@ impl Site for Upstream {
 /// Copies the proxies' rendered configurations and logs (and the front's) into the
 /// cell's directory; replicas each into a directory of their own.
 fn copy_proxy_files(lab: &Lab, to: &Path) {
+    for (from, to) in copied_dirs(lab, to) {
+        copy_config_files(&from, &to);
+    }
+}
+
+/// Each directory of the lab's proxies (and the sidecar's and the front's) and where its
+/// files are copied under `to`.
+fn copied_dirs(lab: &Lab, to: &Path) -> Vec<(PathBuf, PathBuf)> {
     let replicas = lab.proxies().len();
+    let mut dirs = Vec::new();
     for (i, proxy) in lab.proxies().iter().enumerate() {
         let to = if replicas > 1 {
             to.join(format!("replica-{}", i + 1))
         } else {
             to.to_owned()
         };
-        copy_config_files(&proxy.files().dir, &to);
+        dirs.push((proxy.files().dir.clone(), to));
     }
     if let Some(sidecar) = lab.sidecar() {
-        copy_config_files(&sidecar.files().dir, &to.join("sidecar"));
+        dirs.push((sidecar.files().dir.clone(), to.join("sidecar")));
     }
-    if let Some(front) = lab.front() {
-        if let Some(dir) = front.config().parent() {
-            copy_config_files(dir, &to.join("front"));
-        }
+    if let Some(dir) = lab
+        .front()
+        .and_then(|f| f.config().parent().map(Path::to_owned))
+    {
+        dirs.push((dir, to.join("front")));
     }
+    dirs
 }
 
 /// Copies the configuration and log files under `from` into `to`, flattening paths.

@@ -86,6 +86,18 @@ pub(crate) fn read(
 /// listener's), the filter a regular expression.
 const ENVOY_STATS: &str = "/stats?filter=%28upstream_cx_connect_fail%7Cupstream_cx_connect_timeout%7Cupstream_cx_destroy_remote_with_active_rq%7Cupstream_rq_retry%7Cmembership_healthy%7Cdownstream_rq_5xx%7Cupdate_success%29%24";
 
+/// The clusters an Envoy's controller defines for itself in its bootstrap, not for a
+/// backend: Contour's xDS (`contour`) and stats (`envoy-admin`), Envoy Gateway's
+/// (`xds_cluster`, `prometheus_stats`, `ratelimit_cluster`, `wasm_cluster`).
+const NOT_BACKENDS: [&str; 6] = [
+    "contour",
+    "envoy-admin",
+    "xds_cluster",
+    "prometheus_stats",
+    "ratelimit_cluster",
+    "wasm_cluster",
+];
+
 /// Envoy's `/stats` text (`name: value` lines) summed into the names above: per cluster,
 /// `upstream_cx_connect_fail` and `_timeout` (connects that failed), `upstream_cx_destroy_
 /// remote_with_active_rq` (a backend closed with a request on it), `upstream_rq_retry`,
@@ -101,7 +113,16 @@ fn envoy(stats: &str) -> Counted {
         let Ok(value) = value.trim().parse::<u64>() else {
             continue;
         };
-        let into = if name.starts_with("cluster.") {
+        let into = if let Some(cluster) = name.strip_prefix("cluster.") {
+            // A controller's own clusters (its xDS server, its stats listener's) are no
+            // backend's: their members are not endpoints up.
+            if NOT_BACKENDS.iter().any(|c| {
+                cluster
+                    .strip_prefix(c)
+                    .is_some_and(|rest| rest.starts_with('.') && rest[1..].find('.').is_none())
+            }) {
+                continue;
+            }
             match name.rsplit('.').next() {
                 Some("upstream_cx_connect_fail" | "upstream_cx_connect_timeout") => {
                     CONNECT_FAILURES
@@ -313,7 +334,10 @@ mod tests {
                      http.admin.downstream_rq_5xx: 100\n\
                      cluster_manager.cds.update_success: 1\n\
                      listener_manager.lds.update_success: 2\n\
-                     cluster.echo.update_success: 50\n";
+                     cluster.echo.update_success: 50\n\
+                     cluster.contour.membership_healthy: 1\n\
+                     cluster.envoy-admin.membership_healthy: 1\n\
+                     cluster.envoy-admin.upstream_rq_retry: 8\n";
         let c = envoy(stats);
         assert_eq!(c[CONNECT_FAILURES], 6);
         assert_eq!(c[RETRIES], 4);

@@ -4,9 +4,9 @@
 mod caddy;
 pub mod counters;
 mod envoy;
-pub(crate) use envoy::{
-    remove_shared_memory as remove_envoy_shared_memory, shared_memory as envoy_shared_memory,
-};
+pub(crate) use envoy::remove_shared_memory as remove_envoy_shared_memory;
+#[cfg(test)]
+pub(crate) use envoy::shared_memory as envoy_shared_memory;
 pub mod exposition;
 mod haproxy;
 mod nginx;

@@ -301,6 +301,23 @@ fn routes_and_changes(kind: ProxyKind) {
         s.outcomes
     );
 
+    // Removing generated routes where there are none changes nothing: it says so, and no
+    // proxy is told or reloaded for it.
+    let i = lab
+        .request(ingressbench_lab::Change::RemoveRoutes(5), Duration::ZERO)
+        .unwrap();
+    let record = &lab.records()[i];
+    assert!(
+        record.what.ends_with("(unchanged)"),
+        "{kind}: {}",
+        record.what
+    );
+    assert!(
+        record.mechanisms.is_empty(),
+        "{kind}: {:?}",
+        record.mechanisms
+    );
+
     // Tear-down leaves nothing behind.
     let pids: Vec<u32> = lab.backends().iter().map(|b| b.pid()).collect();
     let dir = lab.dir().to_owned();
