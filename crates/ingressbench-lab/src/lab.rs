@@ -281,6 +281,25 @@ pub struct Lab {
     records: Vec<ChangeRecord>,
 }
 
+impl ChangeRecord {
+    /// A change asked for at `requested_at`, nothing of it done yet.
+    fn asked(what: String, requested_at: Instant) -> Self {
+        Self {
+            what,
+            requested_at,
+            applied_at: None,
+            endpoints_at: None,
+            reported_at: None,
+            completed_at: None,
+            mechanisms: Vec::new(),
+            versions: Vec::new(),
+            started: Vec::new(),
+            removed: Vec::new(),
+            generations: Vec::new(),
+        }
+    }
+}
+
 /// What an upgrade goes to: per kind of proxy named, the binary and its version line.
 type UpgradeTo = BTreeMap<ProxyKind, (PathBuf, String)>;
 
@@ -1060,17 +1079,10 @@ impl Lab {
             }
         };
         self.records.push(ChangeRecord {
-            what,
-            requested_at,
-            applied_at: None,
-            endpoints_at: None,
-            reported_at: None,
-            completed_at: None,
-            mechanisms: Vec::new(),
-            versions: Vec::new(),
             started,
             removed,
             generations,
+            ..ChangeRecord::asked(what, requested_at)
         });
         let index = self.records.len() - 1;
         self.pending.push((requested_at + propagation_delay, index));
@@ -1081,17 +1093,8 @@ impl Lab {
     /// Records a change that changed nothing as done when it was asked: no proxy is told.
     fn record_unchanged(&mut self, what: String, requested_at: Instant) -> usize {
         self.records.push(ChangeRecord {
-            what,
-            requested_at,
             applied_at: Some(requested_at),
-            endpoints_at: None,
-            reported_at: None,
-            completed_at: None,
-            mechanisms: Vec::new(),
-            versions: Vec::new(),
-            started: Vec::new(),
-            removed: Vec::new(),
-            generations: Vec::new(),
+            ..ChangeRecord::asked(what, requested_at)
         });
         self.records.len() - 1
     }

@@ -357,10 +357,49 @@ fn summary_figures(summary: &Value) -> Result<(f64, u64), String> {
     ] {
         number(path)?;
     }
+    conserved(summary)?;
     Ok((
         number(&["duration_s"])?,
         number(&["latency_us", "count"])? as u64,
     ))
+}
+
+/// Whether every request the summary counts ended in exactly one outcome: its outcomes
+/// add up to its requests, the failed ones to its errors, and (where it says) ok and
+/// errors to the whole. Summaries before the outcomes were written are not checked.
+fn conserved(summary: &Value) -> Result<(), String> {
+    let requests = &summary["requests"];
+    let (total, errors) = (
+        requests["total"].as_u64().unwrap_or(0),
+        requests["errors"].as_u64().unwrap_or(0),
+    );
+    if let Some(ok) = requests["ok"].as_u64() {
+        if ok.checked_add(errors) != Some(total) {
+            return Err(format!(
+                "summary.json counts {total} requests, {ok} ok and {errors} errors: they do not add up"
+            ));
+        }
+    }
+    let Some(outcomes) = summary["outcomes"].as_object() else {
+        return Ok(());
+    };
+    let (mut all, mut failed) = (0u64, 0u64);
+    for (name, n) in outcomes {
+        let Some(n) = n.as_u64() else {
+            return Err(format!("summary.json's outcome {name} is not a count"));
+        };
+        all = all.saturating_add(n);
+        if !ingressbench_stats::Outcome::from_name(name).is_some_and(|o| o.is_ok()) {
+            failed = failed.saturating_add(n);
+        }
+    }
+    if all != total || failed != errors {
+        return Err(format!(
+            "summary.json's outcomes count {all} requests ({failed} failed) and its requests {total} ({errors} errors): {} in no outcome or in two",
+            all.abs_diff(total).max(failed.abs_diff(errors))
+        ));
+    }
+    Ok(())
 }
 
 /// Reads a cell the run recorded as done: its summary (which must be one), its interval

@@ -48,6 +48,10 @@ const LOG_READ_MAX: u64 = 4 << 20;
 pub(crate) struct CounterState {
     log_offset: u64,
     log_counts: Counted,
+    /// A line of the log was in the format it is read in.
+    log_shaped: bool,
+    /// The first line that was not, until one is.
+    log_unshaped: Option<String>,
 }
 
 /// Envoy's counts through the admin interface on the Unix socket at `socket` (a cluster
@@ -225,6 +229,12 @@ fn haproxy(csv: &str) -> Counted {
 struct LogCounts {
     line: fn(&str) -> Option<&'static str>,
     names: &'static [&'static str],
+    /// Whether a line is in the format `line` reads (the proxy's own, as it writes it):
+    /// a log none of whose lines is says the counts cannot be read from it, instead of
+    /// counting nothing without a word when a version changes its format.
+    shaped: fn(&str) -> bool,
+    /// The log's name, for that message.
+    log: &'static str,
 }
 
 /// nginx counts upstream failures only in its error log (stub_status has connections and
@@ -233,7 +243,25 @@ struct LogCounts {
 const NGINX: LogCounts = LogCounts {
     line: nginx_line,
     names: &[CONNECT_FAILURES, RESPONSE_ERRORS, CONFIG_RELOADS],
+    shaped: nginx_shaped,
+    log: "nginx's error.log",
 };
+
+/// An nginx error log line: `2026/11/26 10:00:00 [error] 1#1: …`.
+fn nginx_shaped(line: &str) -> bool {
+    let b = line.as_bytes();
+    b.len() > 21
+        && [4, 7].iter().all(|&i| b[i] == b'/')
+        && b[10] == b' '
+        && [13, 16].iter().all(|&i| b[i] == b':')
+        && line[19..].starts_with(" [")
+}
+
+/// A Caddy log line: a JSON object with its level, time and message.
+fn caddy_shaped(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(line)
+        .is_ok_and(|v| v["level"].is_string() && v["ts"].is_number() && v["msg"].is_string())
+}
 
 /// Caddy logs each error its handlers return (`http.log.error`, at the default level),
 /// with the status it sent: a failed dial to a backend, or a backend that broke off. Its
@@ -242,6 +270,8 @@ const NGINX: LogCounts = LogCounts {
 const CADDY: LogCounts = LogCounts {
     line: caddy_line,
     names: &[CONNECT_FAILURES, RESPONSE_ERRORS],
+    shaped: caddy_shaped,
+    log: "Caddy's log",
 };
 
 /// The lines of the log at `path` written since the last reading, added to what was
@@ -278,9 +308,25 @@ fn log_counts(
     let whole = new.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
     state.log_offset += whole as u64;
     for line in String::from_utf8_lossy(&new[..whole]).lines() {
+        if !state.log_shaped && !line.trim().is_empty() {
+            if !(counts.shaped)(line) {
+                state
+                    .log_unshaped
+                    .get_or_insert_with(|| line.chars().take(120).collect());
+                continue;
+            }
+            state.log_shaped = true;
+        }
         if let Some(name) = (counts.line)(line) {
             *state.log_counts.entry(name).or_default() += 1;
         }
+    }
+    if let (false, Some(first)) = (state.log_shaped, &state.log_unshaped) {
+        return Err(format!(
+            "{} ({}) is not in the format its counts are read from (its first line: {first:?}): the counts are unread",
+            counts.log,
+            path.display()
+        ));
     }
     Ok(base(state))
 }
@@ -390,6 +436,39 @@ mod tests {
             log_counts(&log, &mut state, &NGINX).unwrap()[CONNECT_FAILURES],
             2
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_log_in_another_format_says_its_counts_are_unread() {
+        let dir = std::env::temp_dir().join(format!("ib-log-format-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("error.log");
+        std::fs::write(
+            &log,
+            "{\"level\":\"error\",\"msg\":\"connect() failed while connecting to upstream\"}\n",
+        )
+        .unwrap();
+        let why = log_counts(&log, &mut CounterState::default(), &NGINX).unwrap_err();
+        assert!(
+            why.contains("not in the format") && why.contains("unread"),
+            "{why}"
+        );
+        let why = log_counts(&log, &mut CounterState::default(), &CADDY).unwrap_err();
+        assert!(why.contains("Caddy's log"), "{why}");
+        // nginx's own lines, and Caddy's, are read.
+        std::fs::write(
+            &log,
+            "2026/11/26 10:00:00 [notice] 1#1: start worker processes\n",
+        )
+        .unwrap();
+        assert!(log_counts(&log, &mut CounterState::default(), &NGINX).is_ok());
+        std::fs::write(
+            &log,
+            r#"{"level":"info","ts":1.5,"logger":"http","msg":"server running"}"#.to_owned() + "\n",
+        )
+        .unwrap();
+        assert!(log_counts(&log, &mut CounterState::default(), &CADDY).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -173,3 +173,23 @@ pub(crate) fn hlog_requests(path: &Path) -> u64 {
         .filter_map(|kv| kv.split_once('=').and_then(|(_, n)| n.parse::<u64>().ok()))
         .sum()
 }
+
+/// Waits for `child` to end by itself; kills it and fails with `why` if it has not after
+/// `limit` (a hang detector, not a timing: the limit is far above what the run takes).
+pub(crate) fn ends_within(
+    child: &mut std::process::Child,
+    limit: std::time::Duration,
+    why: &str,
+) -> std::process::ExitStatus {
+    let started = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{why}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}

@@ -1110,17 +1110,11 @@ fn ctrl_c_during_a_restarts_grace_ends_the_grace() {
         .status()
         .unwrap()
         .success());
-    let signalled = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if signalled.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            panic!("the run waited out the restart's grace after Ctrl-C");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    let status = crate::common::ends_within(
+        &mut child,
+        Duration::from_secs(60),
+        "the run waited out the restart's grace after Ctrl-C",
+    );
     let said = text(&child.wait_with_output().unwrap());
     assert_eq!(status.code(), Some(130), "{said}");
     let record: serde_json::Value =

@@ -16,7 +16,7 @@ use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target
 use ingressbench_stats::Outcome;
 
 use crate::backend::Backend;
-use crate::common::{scratch, BIN};
+use crate::common::{ends_within, scratch, BIN};
 
 /// Serves each connection on a thread of its own with `serve`, for as long as the test
 /// process lives; every connection is dropped after a minute whatever `serve` does.
@@ -239,18 +239,12 @@ fn a_websocket_peer_that_stops_reading_cannot_hold_the_run() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    // A hang detector, not a timing: the run is 3 s and its drain at most 1 s.
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("the run did not end by itself");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    // The run is 3 s and its drain at most 1 s.
+    let status = ends_within(
+        &mut child,
+        Duration::from_secs(120),
+        "the run did not end by itself",
+    );
     let out = child.wait_with_output().unwrap();
     let said = format!(
         "{status:?}\n{}\n{}",
@@ -400,14 +394,11 @@ fn load_ends_by_itself(args: &[String], dir: &std::path::Path) -> serde_json::Va
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let started = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if started.elapsed() > Duration::from_secs(120) {
-            let _ = child.kill();
-            panic!("load {args:?} did not end by itself");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    ends_within(
+        &mut child,
+        Duration::from_secs(120),
+        &format!("load {args:?} did not end by itself"),
+    );
     let out = child.wait_with_output().unwrap();
     let said = crate::common::text(&out);
     serde_json::from_slice(&std::fs::read(&json).expect(&said)).expect(&said)

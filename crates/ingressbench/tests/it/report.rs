@@ -678,7 +678,7 @@ fn a_gate_cannot_judge_a_run_with_a_done_cell_it_cannot_read() {
     );
     // Each way one repeat of a +215% candidate (with 3 errors) can be broken.
     type Break = fn(&Path);
-    let breaks: [(&str, Break, &str); 8] = [
+    let breaks: [(&str, Break, &str); 9] = [
         (
             "summary deleted",
             |p| std::fs::remove_file(p.join("summary.json")).unwrap(),
@@ -693,6 +693,17 @@ fn a_gate_cannot_judge_a_run_with_a_done_cell_it_cannot_read() {
             "summary {}",
             |p| std::fs::write(p.join("summary.json"), "{}").unwrap(),
             "no number at requests.total",
+        ),
+        (
+            "summary outcomes short of its requests",
+            |p| {
+                let file = p.join("summary.json");
+                let mut v: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+                v["outcomes"] = serde_json::json!({ "200": 1500, "reset": 3 });
+                std::fs::write(&file, v.to_string()).unwrap();
+            },
+            "summary.json's outcomes count 1503 requests (3 failed) and its requests 1600 (3 errors)",
         ),
         (
             "summary a link",
