@@ -984,20 +984,8 @@ impl Lab {
                         source,
                     })?;
                 self.stalled.push((name.clone(), requested_at + *duration));
-                self.records.push(ChangeRecord {
-                    what: format!("stall {name} for {duration:?}"),
-                    requested_at,
-                    applied_at: Some(requested_at),
-                    endpoints_at: None,
-                    reported_at: None,
-                    completed_at: None,
-                    mechanisms: Vec::new(),
-                    versions: Vec::new(),
-                    started: Vec::new(),
-                    removed: Vec::new(),
-                    generations: Vec::new(),
-                });
-                return Ok(self.records.len() - 1);
+                let what = format!("stall {name} for {duration:?}");
+                return Ok(self.record_done_when_asked(what, requested_at));
             }
             Change::Kill(name) | Change::Terminate(name) => {
                 let name = self.pick_backend(name.as_deref())?;
@@ -1030,7 +1018,7 @@ impl Lab {
                 // One that changes no route (remove_routes with none generated) is said as
                 // `routes N (unchanged)`, and no proxy is told or reloaded for it.
                 if routes == self.spec.routes {
-                    return Ok(self.record_unchanged(what, requested_at));
+                    return Ok(self.record_done_when_asked(what, requested_at));
                 }
                 // Refused here, before anything changes, as an overlay is.
                 let mut next = self.spec.clone();
@@ -1090,8 +1078,9 @@ impl Lab {
         Ok(index)
     }
 
-    /// Records a change that changed nothing as done when it was asked: no proxy is told.
-    fn record_unchanged(&mut self, what: String, requested_at: Instant) -> usize {
+    /// Records a change that is done when it is asked and that no proxy is told of (a
+    /// stall; a route change that changes nothing). Returns its index.
+    fn record_done_when_asked(&mut self, what: String, requested_at: Instant) -> usize {
         self.records.push(ChangeRecord {
             applied_at: Some(requested_at),
             ..ChangeRecord::asked(what, requested_at)

@@ -39,8 +39,9 @@ impl Tapped {
 enum At {
     /// In the upgrade's answer: how much of its `\r\n\r\n` end has been seen.
     Answer(usize),
-    /// In a frame's header, with the bytes of it so far.
-    Header(Vec<u8>),
+    /// In a frame's header, with the bytes of it so far (at most 14: two, eight of
+    /// length, four of mask).
+    Header([u8; 14], usize),
     /// In a frame's payload: bytes left, and a close frame's payload so far (its code is
     /// its first two bytes) with its mask.
     Payload {
@@ -79,13 +80,14 @@ impl Frames {
                         _ => 0,
                     };
                     if *seen == 4 {
-                        self.at = At::Header(Vec::new());
+                        self.at = At::Header([0; 14], 0);
                     }
                 }
-                At::Header(header) => {
-                    header.push(bytes[0]);
+                At::Header(header, len) => {
+                    header[*len] = bytes[0];
+                    *len += 1;
                     bytes = &bytes[1..];
-                    if let Some((length, opcode, mask)) = parsed(header) {
+                    if let Some((length, opcode, mask)) = parsed(&header[..*len]) {
                         let close = (opcode == 8 && self.close_code.is_none())
                             .then(|| (Vec::with_capacity(2), mask));
                         self.at = At::Payload {
@@ -93,7 +95,7 @@ impl Frames {
                             close,
                         };
                         if length == 0 {
-                            self.at = At::Header(Vec::new());
+                            self.at = At::Header([0; 14], 0);
                         }
                     }
                 }
@@ -112,7 +114,7 @@ impl Frames {
                     bytes = &bytes[n..];
                     *left -= n as u64;
                     if *left == 0 {
-                        self.at = At::Header(Vec::new());
+                        self.at = At::Header([0; 14], 0);
                     }
                 }
             }
