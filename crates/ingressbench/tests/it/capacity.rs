@@ -387,17 +387,31 @@ fn a_scenario_search_runs_its_trials_as_cells_with_their_events_and_resumes() {
     );
     assert!(failed_at > capacity && (failed_at - capacity) / capacity <= 0.1 + 1e-9);
     // Before it searched, the generator alone was sent the same load (50 connections) to
-    // an echo backend, from the search's first rate doubling; it kept up past the
-    // backend's 1,000 (how far past is the machine's: 2,000 and more alone, behind at
-    // 2,000 in a clean-clone run whose other tests and a compile shared the two cores).
+    // an echo backend, from the search's first rate doubling, until it fell behind. Where
+    // is the machine's: 2,000 and more alone; behind at 2,000 in a clean-clone run whose
+    // other tests and a compile shared the two cores; behind at its first 250 (scheduler
+    // lag p99 2 ms) with two busy loops beside it, as in a CI run. Either way the record
+    // says which rate it kept up with or where it fell behind and why, and the run said it.
     let ceiling = &search["generator_ceiling"];
     assert_eq!(ceiling["steps"][0]["rate_per_s"], 250.0, "{ceiling}");
+    let kept_up = ceiling["healthy_per_s"].as_f64();
+    let behind = ceiling["behind_at_per_s"].as_f64();
+    assert!(kept_up.is_some() || behind == Some(250.0), "{ceiling}");
+    if let Some(behind) = behind {
+        assert!(kept_up.is_none_or(|k| k < behind), "{ceiling}");
+        assert!(
+            ceiling["why"].as_str().is_some_and(|w| !w.is_empty()),
+            "{ceiling}"
+        );
+        assert!(
+            said.contains(&format!("fell behind at {behind:.0} req/s (")),
+            "{said}"
+        );
+    }
     assert!(
-        ceiling["healthy_per_s"].as_f64().unwrap_or(0.0) >= 1000.0,
-        "{ceiling}"
-    );
-    assert!(
-        said.contains("the generator alone (50 connections, 1 thread, http1, to a local echo backend): kept up with"),
+        said.contains(
+            "the generator alone (50 connections, 1 thread, http1, to a local echo backend): "
+        ),
         "{said}"
     );
     let spent = search["spent"].as_str().unwrap();
