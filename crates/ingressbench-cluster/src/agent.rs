@@ -60,9 +60,19 @@ pub struct AgentOptions {
 pub enum Runs {
     /// The image itself, unpacked.
     Image(Box<crate::image::Image>),
-    /// A local binary with the container's arguments (where no image was built).
-    Binary(PathBuf),
+    /// A local binary with the container's arguments (where no image was built), run as
+    /// the user the image would run as (`user`), unless the security context names one.
+    Binary {
+        /// The program.
+        binary: PathBuf,
+        /// The image's `USER`, if it has one ([`IMAGE_USER`] for this tool's image).
+        user: Option<(u32, u32)>,
+    },
 }
+
+/// The user this tool's image runs as (`scripts/image.sh`: `USER 65532:65532`); its
+/// pods run as it from the binary too, so that `runAsNonRoot` holds either way.
+pub const IMAGE_USER: (u32, u32) = (65532, 65532);
 
 /// The file in the agent's directory with a line per container started: the pod, the
 /// image, whether it ran from the image's root filesystem, its digest, user and command.
@@ -538,16 +548,26 @@ impl State {
                     .dir
                     .join(format!("{namespace}_{name}_{}.log", container.name)),
             };
-            let (program, argv, mut record) = command_line(&runs, pod, container, &mut env);
-            // A local binary runs as the user the security context names (an image's
-            // container drops to its user itself, inside its root filesystem).
+            let (mut program, argv, mut record) = command_line(&runs, pod, container, &mut env);
+            // A local binary runs as the user the security context names, else as the
+            // image's (an image's container drops to its user itself, inside its root
+            // filesystem); from where that user can reach it (not root's home).
             let user = match runs {
-                Runs::Binary(_) => run_as(pod, container)
+                Runs::Binary { user, .. } => run_as(pod, container)
+                    .or(user)
                     .map(|(uid, gid)| ingressbench_lab::identity::Identity { uid, gid }),
                 Runs::Image(_) => None,
             };
             if let Some(u) = &user {
                 record["user"] = json!(format!("{}:{}", u.uid, u.gid));
+                let stage = self.options.dir.join(format!("bin-{}", u.uid));
+                program = match ingressbench_lab::identity::runnable(&program, user, &stage) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        running.kill_all();
+                        return Err(e.into());
+                    }
+                };
             }
             self.record_start(&namespace, &name, &container.name, &image, record);
             let child = OwnedChild::spawn_with_env(
@@ -860,7 +880,7 @@ fn command_line(
     };
     let (command, args) = (expand(&container.command), expand(&container.args));
     match runs {
-        Runs::Binary(binary) => {
+        Runs::Binary { binary, .. } => {
             let argv = args.unwrap_or_default();
             let record = json!({ "ran": "binary", "binary": binary, "argv": argv });
             (binary.clone(), argv, record)
@@ -918,7 +938,9 @@ fn user_of(image: &crate::image::Image, pod: &Pod, container: &Container) -> (u3
 fn runs_as_root(runs: &Runs, pod: &Pod, container: &Container) -> bool {
     match runs {
         Runs::Image(image) => user_of(image, pod, container).0 == 0,
-        Runs::Binary(_) => run_as(pod, container).is_none_or(|(uid, _)| uid == 0),
+        Runs::Binary { user, .. } => run_as(pod, container)
+            .or(*user)
+            .is_none_or(|(uid, _)| uid == 0),
     }
 }
 

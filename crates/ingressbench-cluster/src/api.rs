@@ -7,6 +7,48 @@ use kube::{Client, Config};
 
 use crate::ClusterError;
 
+/// A secret token: `bytes` random bytes from the kernel, in hex.
+pub(crate) fn random_token(bytes: usize) -> Result<String, ClusterError> {
+    use std::io::Read;
+    let mut read = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut r| r.read_exact(&mut read))
+        .map_err(|source| ClusterError::Io {
+            path: "/dev/urandom".into(),
+            source,
+        })?;
+    Ok(read.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Runs `work` on a thread of its own named `name`, with a client of its own (a client
+/// serves only while its own runtime runs): for reads beside a run that must not hold
+/// the run up while they wait on the API. `work` gets the client, or why there is none.
+pub(crate) fn on_own_thread<W, F>(
+    name: &str,
+    kubeconfig: &Path,
+    context: Option<&str>,
+    work: W,
+) -> Result<std::thread::JoinHandle<()>, ClusterError>
+where
+    W: FnOnce(Result<Client, ClusterError>) -> F + Send + 'static,
+    F: std::future::Future<Output = ()>,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Api(format!("starting the {name} thread: {e}")))?;
+    let kubeconfig = kubeconfig.to_owned();
+    let context = context.map(str::to_owned);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                work(client(&kubeconfig, context.as_deref()).await).await;
+            });
+        })
+        .map_err(|e| ClusterError::Api(format!("starting the {name} thread: {e}")))
+}
+
 /// A client for the cluster `kubeconfig` describes (its current context, or `context`).
 pub async fn client(kubeconfig: &Path, context: Option<&str>) -> Result<Client, ClusterError> {
     let file = Kubeconfig::read_from(kubeconfig)

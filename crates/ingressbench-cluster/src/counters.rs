@@ -10,14 +10,18 @@
 //! own view of the same backends: the fewest any pod holds up, not their sum.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use ingressbench_lab::proxy::counters::{Counted, ENDPOINTS_UP};
 use ingressbench_lab::proxy::exposition;
 use kube::Client;
 
 use crate::file::CounterPods;
-use crate::usage::{pod_get, running_pods};
+use crate::usage::{pause_until, pod_get, running_pods};
+use crate::ClusterError;
 
 /// How long one reading of every pod may take.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
@@ -44,6 +48,82 @@ impl PodCounters {
             .await
             .unwrap_or_else(|_| Err(format!("no answer in {} s", READ_TIMEOUT.as_secs())))?;
         Ok(self.tally.add(each))
+    }
+}
+
+/// How often the watch reads the pods (the proxy-metrics log's grid).
+const INTERVAL: Duration = Duration::from_secs(1);
+
+/// One reading: when it was asked, and what came of it.
+pub type Reading = (Instant, Result<Counted, String>);
+
+/// A proxy's pods read once a second by a thread of its own, so that a reading that
+/// waits (a pod that does not answer, up to [`READ_TIMEOUT`], as a restarting
+/// controller's does) holds up neither the events nor the load beside it. Stops when
+/// dropped.
+pub struct CountersWatch {
+    latest: Arc<Mutex<Option<Reading>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl CountersWatch {
+    /// Starts reading `pods`; returns once they have been read once (an error: the
+    /// client could not be made).
+    pub fn start(
+        kubeconfig: &Path,
+        context: Option<&str>,
+        pods: CounterPods,
+    ) -> Result<Self, ClusterError> {
+        let (first_tx, first_rx) = std::sync::mpsc::channel::<Result<(), ClusterError>>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let latest: Arc<Mutex<Option<Reading>>> = Arc::default();
+        let (stop_w, latest_w) = (stop.clone(), latest.clone());
+        let thread =
+            crate::api::on_own_thread("ib-counters", kubeconfig, context, |client| async move {
+                let client = match client {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = first_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let mut counters = PodCounters::new(pods);
+                while !stop_w.load(Ordering::Relaxed) {
+                    let asked = Instant::now();
+                    let reading = (asked, counters.read(&client).await);
+                    *latest_w.lock().unwrap_or_else(|p| p.into_inner()) = Some(reading);
+                    let _ = first_tx.send(Ok(()));
+                    pause_until(asked + INTERVAL, &stop_w).await;
+                }
+            })?;
+        let watch = Self {
+            latest,
+            stop,
+            thread: Some(thread),
+        };
+        match first_rx.recv() {
+            Ok(Ok(())) => Ok(watch),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ClusterError::Api("the counters thread ended".into())),
+        }
+    }
+
+    /// The last reading (there is one from the start).
+    pub fn latest(&self) -> Reading {
+        let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());
+        latest
+            .clone()
+            .unwrap_or_else(|| (Instant::now(), Err("not read yet".into())))
+    }
+}
+
+impl Drop for CountersWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 

@@ -113,14 +113,23 @@ impl LocalOptions {
         if let Ok(exe) = std::env::current_exe() {
             images.insert(
                 crate::agent::IMAGE.to_owned(),
-                crate::agent::Runs::Binary(exe),
+                crate::agent::Runs::Binary {
+                    binary: exe,
+                    user: Some(crate::agent::IMAGE_USER),
+                },
             );
         }
         // A mesh's sidecar image is the Envoy the lab runs.
         if let Ok(envoy) = ingressbench_lab::proxy::Binaries::discover()
             .locate(ingressbench_lab::proxy::ProxyKind::Envoy)
         {
-            images.insert("envoy".to_owned(), crate::agent::Runs::Binary(envoy));
+            images.insert(
+                "envoy".to_owned(),
+                crate::agent::Runs::Binary {
+                    binary: envoy,
+                    user: None,
+                },
+            );
         }
         let traefik = ingressbench_lab::proxy::Binaries::discover()
             .locate(ingressbench_lab::proxy::ProxyKind::Traefik)
@@ -1033,14 +1042,7 @@ impl Files {
         write_private(&service_account_key, &key.serialize_pem())?;
         let service_account_public = dir.join("service-account.pub");
         write_private(&service_account_public, &key.public_key_pem())?;
-        let token = || {
-            use std::io::Read;
-            let mut bytes = [0u8; 24];
-            std::fs::File::open("/dev/urandom")
-                .and_then(|mut r| r.read_exact(&mut bytes))
-                .map_err(|e| io(Path::new("/dev/urandom"), e))?;
-            Ok::<_, ClusterError>(bytes.iter().map(|b| format!("{b:02x}")).collect::<String>())
-        };
+        let token = || crate::api::random_token(24);
         let (admin_token, controller_token, scheduler_token) = (token()?, token()?, token()?);
         let (traefik_token, contour_token, haproxy_ingress_token) = (token()?, token()?, token()?);
         let tokens = dir.join("tokens.csv");

@@ -36,6 +36,13 @@ const INTERVAL: Duration = Duration::from_secs(1);
 /// last figures).
 const READ_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// Waits until `then`, or until `stop` is set (looked at every 50 ms).
+pub(crate) async fn pause_until(then: Instant, stop: &AtomicBool) {
+    while Instant::now() < then && !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// The thread reading a target's pods; stops when dropped.
 pub struct UsageWatch {
     parts: Vec<Part>,
@@ -70,59 +77,40 @@ impl UsageWatch {
         let parts: Vec<Part> = named.iter().map(|(p, _)| p.clone()).collect();
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), ClusterError>>();
-        let kubeconfig = kubeconfig.to_owned();
-        let context = context.map(str::to_owned);
         let stop_w = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("ib-usage".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(r) => r,
+        let thread =
+            crate::api::on_own_thread("ib-usage", kubeconfig, context, |client| async move {
+                let client = match client {
+                    Ok(c) => c,
                     Err(e) => {
-                        let _ = ready_tx.send(Err(ClusterError::Api(e.to_string())));
+                        let _ = ready_tx.send(Err(e));
                         return;
                     }
                 };
-                runtime.block_on(async {
-                    let client = match crate::api::client(&kubeconfig, context.as_deref()).await {
-                        Ok(c) => c,
-                        Err(e) => {
-                            let _ = ready_tx.send(Err(e));
+                let mut readers: Vec<PartReader> = named.into_iter().map(PartReader::new).collect();
+                let mut first = Some(ready_tx);
+                while !stop_w.load(Ordering::Relaxed) {
+                    let started = Instant::now();
+                    for reader in &mut readers {
+                        let read = tokio::time::timeout(READ_TIMEOUT, reader.read(&client))
+                            .await
+                            .unwrap_or_else(|_| {
+                                Err(format!("no answer in {} s", READ_TIMEOUT.as_secs()))
+                            });
+                        if let (Err(e), Some(tx)) = (read, first.as_ref()) {
+                            let _ = tx.send(Err(ClusterError::Api(format!(
+                                "reading the usage of {}: {e}",
+                                reader.part.name
+                            ))));
                             return;
                         }
-                    };
-                    let mut readers: Vec<PartReader> =
-                        named.into_iter().map(PartReader::new).collect();
-                    let mut first = Some(ready_tx);
-                    while !stop_w.load(Ordering::Relaxed) {
-                        let started = Instant::now();
-                        for reader in &mut readers {
-                            let read = tokio::time::timeout(READ_TIMEOUT, reader.read(&client))
-                                .await
-                                .unwrap_or_else(|_| {
-                                    Err(format!("no answer in {} s", READ_TIMEOUT.as_secs()))
-                                });
-                            if let (Err(e), Some(tx)) = (read, first.as_ref()) {
-                                let _ = tx.send(Err(ClusterError::Api(format!(
-                                    "reading the usage of {}: {e}",
-                                    reader.part.name
-                                ))));
-                                return;
-                            }
-                        }
-                        if let Some(tx) = first.take() {
-                            let _ = tx.send(Ok(()));
-                        }
-                        while started.elapsed() < INTERVAL && !stop_w.load(Ordering::Relaxed) {
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
                     }
-                });
-            })
-            .map_err(|e| ClusterError::Api(format!("starting the usage thread: {e}")))?;
+                    if let Some(tx) = first.take() {
+                        let _ = tx.send(Ok(()));
+                    }
+                    pause_until(started + INTERVAL, &stop_w).await;
+                }
+            })?;
         let watch = Self {
             parts,
             stop,

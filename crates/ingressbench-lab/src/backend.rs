@@ -423,17 +423,32 @@ pub async fn serve(
     Ok(report)
 }
 
+/// The environment variable that carries the control endpoint's token (never an argument:
+/// a command line is every local user's to read).
+pub const CONTROL_TOKEN_ENV: &str = "INGRESSBENCH_CONTROL_TOKEN";
+
+/// The request header a control request carries the token in (not `Authorization`: the
+/// API server's pod proxy takes that one for itself).
+pub const CONTROL_TOKEN_HEADER: &str = "x-ingressbench-token";
+
 /// The backend's control endpoint on `listener` (until its task is dropped): `POST
 /// /stall?for=DURATION` holds every answer (health checks included) for that long from
 /// now, as a process that stops answering would; `GET /metrics` answers the process's CPU
 /// time and resident memory as the Prometheus clients' process collector names them
 /// ([`process_metrics`]); anything else is 404.
-pub async fn serve_control(listener: TcpListener, hold: Hold) {
+///
+/// A stall is an action on the benchmark: with a `token`, only a request that carries it
+/// in [`CONTROL_TOKEN_HEADER`] is obeyed (403 otherwise); without one, only a listener on
+/// loopback obeys (any pod of a cluster reaches a pod's address). `/metrics` reads and is
+/// open, as a controller's own is.
+pub async fn serve_control(listener: TcpListener, hold: Hold, token: Option<String>) {
+    let token = std::sync::Arc::new(token);
+    let open_to_all = token.is_none() && listener.local_addr().is_ok_and(|a| !a.ip().is_loopback());
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        let hold = hold.clone();
+        let (hold, token) = (hold.clone(), token.clone());
         tokio::spawn(async move {
             let mut stream = stream;
             let mut head = Vec::with_capacity(512);
@@ -454,7 +469,14 @@ pub async fn serve_control(listener: TcpListener, hold: Hold) {
                 ["POST", t] => t.strip_prefix("/stall?for="),
                 _ => None,
             };
+            let allowed = match token.as_ref() {
+                Some(token) => carries_token(&line, token),
+                None => !open_to_all,
+            };
             let answer = match asked.map(ingressbench_stats::parse_duration) {
+                Some(_) if !allowed => {
+                    simple_response(403, "a stall needs this backend's control token\n", true)
+                }
                 Some(Ok(d)) => {
                     hold.hold_for(d);
                     simple_response(200, &format!("holding answers for {d:?}\n"), true)
@@ -466,6 +488,24 @@ pub async fn serve_control(listener: TcpListener, hold: Hold) {
             let _ = stream.shutdown().await;
         });
     }
+}
+
+/// Whether the request head `head` carries `token` in [`CONTROL_TOKEN_HEADER`], compared in
+/// time that does not depend on where they differ.
+fn carries_token(head: &str, token: &str) -> bool {
+    let given = head.lines().skip(1).find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.trim()
+            .eq_ignore_ascii_case(CONTROL_TOKEN_HEADER)
+            .then(|| value.trim())
+    });
+    given.is_some_and(|g| {
+        g.len() == token.len()
+            && g.bytes()
+                .zip(token.bytes())
+                .fold(0u8, |d, (a, b)| d | (a ^ b))
+                == 0
+    })
 }
 
 /// This process's `process_cpu_seconds_total` and `process_resident_memory_bytes`, in

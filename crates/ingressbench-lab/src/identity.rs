@@ -95,11 +95,7 @@ fn hand_to(path: &Path, who: Identity) -> Result<(), LabError> {
 /// `binary` as the lab's processes can run it: the binary itself when `who` can reach
 /// it, else a link to it (a copy across file systems) in `stage`, a directory of the
 /// lab. (A build under root's 0700 home is the usual case.)
-pub(crate) fn runnable(
-    binary: &Path,
-    who: Option<Identity>,
-    stage: &Path,
-) -> Result<PathBuf, LabError> {
+pub fn runnable(binary: &Path, who: Option<Identity>, stage: &Path) -> Result<PathBuf, LabError> {
     let Some(who) = who else {
         return Ok(binary.to_owned());
     };

@@ -283,8 +283,9 @@ pub struct Lab {
 
 impl ChangeRecord {
     /// A change asked for at `requested_at`, nothing of it done yet.
-    fn asked(what: String, requested_at: Instant) -> Self {
+    pub fn asked(what: String, requested_at: Instant) -> Self {
         Self {
+            on_proxies: false,
             what,
             requested_at,
             applied_at: None,
@@ -395,6 +396,10 @@ pub struct ChangeRecord {
     /// replica new and available; the local cluster's process ready). Its `applied_at` is
     /// when the first new pod (process) was ready.
     pub completed_at: Option<Instant>,
+    /// Made to the proxies themselves (their routes, configuration or processes: a route
+    /// change, a reload, a restart, an upgrade), not to the backends: what closes the
+    /// connections they hold.
+    pub on_proxies: bool,
 }
 
 impl Lab {
@@ -1069,6 +1074,8 @@ impl Lab {
         self.records.push(ChangeRecord {
             started,
             removed,
+            // Every change to the proxies makes a generation of their configuration.
+            on_proxies: !generations.is_empty(),
             generations,
             ..ChangeRecord::asked(what, requested_at)
         });

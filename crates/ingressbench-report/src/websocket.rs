@@ -168,8 +168,13 @@ pub struct Cuts {
 impl Cuts {
     /// The closes of `closes` from `from_s` (inclusive) to `to_s` (exclusive).
     pub fn between(closes: &[CloseRecord], from_s: f64, to_s: f64) -> Self {
+        Self::of(closes.iter().filter(|c| c.at_s >= from_s && c.at_s < to_s))
+    }
+
+    /// The figures of `closes`.
+    pub fn of<'a>(closes: impl Iterator<Item = &'a CloseRecord>) -> Self {
         let mut cuts = Cuts::default();
-        for c in closes.iter().filter(|c| c.at_s >= from_s && c.at_s < to_s) {
+        for c in closes {
             cuts.closed += 1;
             let label = match (c.code, &c.grpc_status) {
                 (Some(code), _) if c.by == "server" && !sendable(code) => {

@@ -249,16 +249,50 @@ fn round6(x: f64) -> f64 {
 /// it took effect (from the traffic, the generation it made, or for a route change
 /// nothing else shows, when the route probe found its last route right: `probed`).
 /// `times` are the start of measurement and the load's start.
-/// The WebSockets an event's window cut (`closes` timed from the load's start, as the
-/// window's ends are given): how many, by code, the messages lost with them, and how long
-/// their connections took to have one again.
-fn websocket_cuts(
+/// The longest an event's action is taken to go on closing connections after it (an
+/// event's window is no longer).
+const CUT_BY_EVENT_WITHIN_S: f64 = 15.0;
+
+/// Which event's action closed each of `closes` (timed from the load's start; the events'
+/// `requested_s` from the start of measurement, `shift` later), or none: the latest
+/// event before the close, within [`CUT_BY_EVENT_WITHIN_S`], that took away the backend
+/// the connection was on (a kill, a termination, a scale-down); else the latest made to
+/// the proxies (a reload, a restart, an upgrade, a route change). Not the window the
+/// close fell in: a reload's connections close as its old workers drain, often after the
+/// next event.
+fn cut_by(
     closes: &[ingressbench_report::websocket::CloseRecord],
-    from_s: f64,
-    to_s: f64,
+    events: &[(f64, &ChangeRecord)],
+    shift: f64,
+) -> Vec<Option<usize>> {
+    let latest = |at: f64, acted: &dyn Fn(&ChangeRecord) -> bool| {
+        (events.iter().enumerate().rev())
+            .find(|(_, (t, rec))| {
+                let t = t + shift;
+                t <= at && at - t <= CUT_BY_EVENT_WITHIN_S && acted(rec)
+            })
+            .map(|(i, _)| i)
+    };
+    closes
+        .iter()
+        .map(|c| {
+            let on_backend =
+                |rec: &ChangeRecord| c.backend.as_ref().is_some_and(|b| rec.removed.contains(b));
+            latest(c.at_s, &on_backend).or_else(|| latest(c.at_s, &|rec| rec.on_proxies))
+        })
+        .collect()
+}
+
+/// The WebSockets an event's action cut (`mine`, see [`cut_by`]): how many, by code, the
+/// messages lost with them, and how long their connections took to have one again; and
+/// how many closes in its window no event's action explains (`unexplained`).
+fn websocket_cuts<'a>(
+    mine: impl Iterator<Item = &'a ingressbench_report::websocket::CloseRecord>,
+    unexplained: usize,
 ) -> Value {
-    let cuts = ingressbench_report::websocket::Cuts::between(closes, from_s, to_s);
+    let cuts = ingressbench_report::websocket::Cuts::of(mine);
     json!({
+        "cut_by_no_event_in_window": unexplained,
         "cut": cuts.closed,
         "by_code": cuts.by_code,
         "messages_lost": cuts.lost,
@@ -290,12 +324,13 @@ pub(crate) fn write_impact(
         .map(|p| p.at_s)
         .fold(summary.duration_s, f64::max)
         + 1e-6;
+    let events: Vec<(f64, &ChangeRecord)> = (records.iter())
+        .map(|r| (offset_from(r.requested_at, measure_from), r))
+        .collect();
+    let causes = closes.map(|c| cut_by(c, &events, shift));
     let mut out = Vec::new();
     for (i, rec) in records.iter().enumerate() {
-        let t = rec
-            .requested_at
-            .saturating_duration_since(measure_from)
-            .as_secs_f64();
+        let t = events[i].0;
         let next = records.get(i + 1).map(|r| {
             r.requested_at
                 .saturating_duration_since(measure_from)
@@ -328,8 +363,12 @@ pub(crate) fn write_impact(
         }
         figures["took_effect_s"] = json!(effect.map(|e| t + e));
         figures["took_effect_basis"] = json!(basis);
-        if let Some(closes) = closes {
-            figures["websocket"] = websocket_cuts(closes, t + shift, until + shift);
+        if let (Some(closes), Some(causes)) = (closes, &causes) {
+            let mine = (closes.iter().zip(causes)).filter(|(_, by)| **by == Some(i));
+            let unexplained = (closes.iter().zip(causes))
+                .filter(|(c, by)| by.is_none() && (t + shift..until + shift).contains(&c.at_s))
+                .count();
+            figures["websocket"] = websocket_cuts(mine.map(|(c, _)| c), unexplained);
         }
         // Route changes and reloads: read from the generation every answer carries.
         let by_hop: Vec<Value> = rec
@@ -390,6 +429,11 @@ pub(crate) fn write_impact(
     write_json(&dir.join("impact.json"), &Value::Array(out)).map_err(|e| e.to_string())
 }
 
+/// Seconds from `measure_from` to `at` (none before).
+fn offset_from(at: Instant, measure_from: Instant) -> f64 {
+    at.saturating_duration_since(measure_from).as_secs_f64()
+}
+
 /// When the last event written so far was requested (or before any).
 fn out_requested(out: &[Value]) -> f64 {
     out.last()
@@ -400,6 +444,45 @@ fn out_requested(out: &[Value]) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_cut_belongs_to_the_event_whose_action_closed_it() {
+        let close = |at_s: f64, backend: &str| ingressbench_report::websocket::CloseRecord {
+            at_s,
+            connection: 0,
+            by: "server".into(),
+            code: Some(1001),
+            grpc_status: None,
+            reason: String::new(),
+            backend: Some(backend.into()),
+            lost: 0,
+            reconnected_after_ms: None,
+        };
+        let now = Instant::now();
+        let reload = ChangeRecord {
+            on_proxies: true,
+            ..ChangeRecord::asked("reload".into(), now)
+        };
+        let kill = ChangeRecord {
+            removed: vec!["echo-2".into()],
+            ..ChangeRecord::asked("kill echo-2".into(), now)
+        };
+        let scale_up = ChangeRecord::asked("scale echo 2->3".into(), now);
+        // Measurement starts 1 s into the load: a reload at 1.0 s, a kill 0.2 s later, a
+        // scale-up at 5 s.
+        let events = [(1.0, &reload), (1.2, &kill), (5.0, &scale_up)];
+        let closes = [
+            close(0.5, "echo-1"),  // before any event
+            close(2.3, "echo-1"),  // the reload's old workers draining, after the kill
+            close(2.25, "echo-2"), // the killed backend's
+            close(6.5, "echo-1"),  // after the scale-up, which closes nothing
+            close(30.0, "echo-1"), // long after: none
+        ];
+        assert_eq!(
+            cut_by(&closes, &events, 1.0),
+            [None, Some(0), Some(1), Some(0), None]
+        );
+    }
 
     #[test]
     fn errors_are_exact_from_every_failure_and_the_rest_is_from_the_sample() {

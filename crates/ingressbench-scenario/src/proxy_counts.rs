@@ -45,7 +45,7 @@ impl ProxyCounts {
         start: Instant,
         measure_from: Instant,
     ) -> std::io::Result<Option<Self>> {
-        let first = site.proxy_counters();
+        let (at, first) = site.proxy_counters();
         if first
             .iter()
             .all(|(_, c)| c.as_ref().is_ok_and(BTreeMap::is_empty))
@@ -58,7 +58,7 @@ impl ProxyCounts {
             grid: Grid::new(start, measure_from),
             readings: Vec::new(),
         };
-        counts.write(Instant::now(), first)?;
+        counts.write(at, first)?;
         Ok(Some(counts))
     }
 
@@ -67,17 +67,22 @@ impl ProxyCounts {
         if !self.grid.due(now) {
             return Ok(());
         }
-        self.read_now(now, site)
+        self.read_now(site)
     }
 
     /// Reads the proxies now (the last reading, when the load has ended).
-    pub(crate) fn read_now(&mut self, now: Instant, site: &mut dyn Site) -> std::io::Result<()> {
-        let counted = site.proxy_counters();
-        self.write(now, counted)
+    pub(crate) fn read_now(&mut self, site: &mut dyn Site) -> std::io::Result<()> {
+        let (at, counted) = site.proxy_counters();
+        self.write(at, counted)
     }
 
-    fn write(&mut self, now: Instant, counted: Readings) -> std::io::Result<()> {
-        let t_s = signed_offset(now, self.measure_from);
+    /// Appends the reading taken at `at`, unless it is the last one again (a reading
+    /// from a thread of its own that has not read since).
+    fn write(&mut self, at: Instant, counted: Readings) -> std::io::Result<()> {
+        let t_s = signed_offset(at, self.measure_from);
+        if self.readings.last().is_some_and(|r| r.t_s >= t_s) {
+            return Ok(());
+        }
         let mut proxies = BTreeMap::new();
         let mut errors = BTreeMap::new();
         for (name, c) in counted {

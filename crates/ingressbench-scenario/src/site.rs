@@ -9,7 +9,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ingressbench_lab::kernel::ListenCounters;
 use ingressbench_lab::labfile::LabFile;
@@ -95,9 +95,10 @@ pub(crate) trait Site {
     }
 
     /// What each proxy itself counted so far (failed connects to backends, retries, …),
-    /// by name; none where the site reads no proxy's counts.
-    fn proxy_counters(&mut self) -> Readings {
-        Vec::new()
+    /// by name, and when it was read (a reading taken beside the run, by a thread of its
+    /// own, can be older than now); none where the site reads no proxy's counts.
+    fn proxy_counters(&mut self) -> (Instant, Readings) {
+        (Instant::now(), Vec::new())
     }
 
     /// An error if a part nothing asked to stop is gone (what is measured after is not the
@@ -260,8 +261,9 @@ impl Site for LabSite {
         self.lab.usage_parts()
     }
 
-    fn proxy_counters(&mut self) -> Readings {
-        self.lab.proxy_counters()
+    fn proxy_counters(&mut self) -> (Instant, Readings) {
+        let asked = Instant::now();
+        (asked, self.lab.proxy_counters())
     }
 
     fn check_alive(&mut self) -> Result<(), String> {

@@ -467,7 +467,9 @@ pub(crate) struct BackendArgs {
 
     /// Serve a control endpoint here: `POST /stall?for=2s` makes the backend stop
     /// answering (health checks included) for that long, as cluster mode's
-    /// `stall_backend` asks through the API server.
+    /// `stall_backend` asks through the API server. A stall is obeyed only with the token
+    /// in $INGRESSBENCH_CONTROL_TOKEN (header x-ingressbench-token), or, without one, on
+    /// a loopback address.
     #[arg(long, value_name = "ADDR")]
     pub(crate) control: Option<std::net::SocketAddr>,
 

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use ingressbench_lab::backend::{
     serve, serve_control, BackendConfig, BackendTls, Hold, Latency, Stall, WebSocketBehaviour,
+    CONTROL_TOKEN_ENV,
 };
 
 use crate::args::BackendArgs;
@@ -31,9 +32,19 @@ pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
                 let control = tokio::net::TcpListener::bind(at).await.map_err(|e| {
                     UsageError(anyhow::Error::new(e).context(format!("cannot listen on {at}")))
                 })?;
+                let token = std::env::var(CONTROL_TOKEN_ENV)
+                    .ok()
+                    .filter(|t| !t.is_empty());
+                if token.is_none() && !at.ip().is_loopback() {
+                    eprintln!(
+                        "backend {}: the control endpoint on {at} has no token ({CONTROL_TOKEN_ENV}): it serves /metrics and refuses stalls",
+                        args.name
+                    );
+                }
                 Some(AbortOnDrop(tokio::spawn(serve_control(
                     control,
                     config.hold.clone(),
+                    token,
                 ))))
             }
             None => None,

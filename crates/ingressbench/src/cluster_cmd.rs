@@ -288,7 +288,11 @@ fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         dir.join("pods-run"),
         match &options.image {
             Some((layout, tag)) => format!("the image {}:{tag}", layout.display()),
-            None => "this binary (no image: scripts/image.sh builds one)".into(),
+            None => format!(
+                "this binary as the image's user {}:{} (no image: scripts/image.sh builds one)",
+                ingressbench_cluster::agent::IMAGE_USER.0,
+                ingressbench_cluster::agent::IMAGE_USER.1
+            ),
         },
     )?;
     match options.traefik.as_mut() {

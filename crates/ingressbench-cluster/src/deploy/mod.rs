@@ -30,7 +30,9 @@ pub use rollout::{Rollout, RolloutState, RESTARTED_AT};
 
 use endpoints::ready_addresses;
 pub use endpoints::EndpointsWatch;
-use objects::{deployment, labels, pool_selector, service, tls_secret};
+use objects::{
+    control_secret, deployment, labels, pool_selector, service, tls_secret, CONTROL_SECRET,
+};
 pub(crate) use objects::{ingress_object, tls_secret_name, POOL_LABEL};
 
 /// The label every object of the tool carries (`app.kubernetes.io/managed-by`).
@@ -68,7 +70,8 @@ pub const CANNOT_START: &[&str] = &[
 pub const BACKEND_PORT: i32 = 8080;
 
 /// The port of the backends' control endpoint (`POST /stall?for=2s`), reached through
-/// the API server's pod proxy, never through the Service.
+/// the API server's pod proxy, never through the Service, with the run's token (a Secret
+/// of the run's namespace): another pod that reaches it is refused.
 pub const CONTROL_PORT: i32 = 8081;
 
 /// What a run puts in its namespace.
@@ -149,6 +152,8 @@ pub struct RunNamespace {
     /// work on other threads makes its own from these.
     kubeconfig: std::path::PathBuf,
     context: Option<String>,
+    /// What the backends' control endpoints obey (from [`objects::control_secret`]).
+    control_token: String,
 }
 
 impl RunNamespace {
@@ -169,14 +174,16 @@ impl RunNamespace {
             objects,
             kubeconfig: kubeconfig.to_owned(),
             context: context.map(str::to_owned),
+            control_token: crate::api::random_token(16)?,
         };
         run.runtime
             .block_on(create_namespace(&run.client, &run.objects))?;
         // From here on, the namespace is ours to delete if the rest fails.
-        if let Err(e) = run
-            .runtime
-            .block_on(create_objects(&run.client, &run.objects))
-        {
+        if let Err(e) = run.runtime.block_on(create_objects(
+            &run.client,
+            &run.objects,
+            &run.control_token,
+        )) {
             let _ = run.delete();
             return Err(e);
         }
@@ -221,15 +228,6 @@ impl RunNamespace {
             .map_err(|e| api_error(&format!("deleting pod {name}"), e))
     }
 
-    /// What a controller's proxy counted, read now from its pods (the cluster file's
-    /// `counters: { pods }`) with this run's client.
-    pub fn read_counters(
-        &self,
-        counters: &mut crate::counters::PodCounters,
-    ) -> Result<ingressbench_lab::proxy::counters::Counted, String> {
-        self.runtime.block_on(counters.read(&self.client))
-    }
-
     /// Asks pod `name`'s backend, through the API server's pod proxy, to hold its answers
     /// for `duration` (its control endpoint).
     pub fn stall_pod(&self, name: &str, duration: Duration) -> Result<(), ClusterError> {
@@ -239,6 +237,10 @@ impl RunNamespace {
             duration.as_millis()
         );
         let request = http::Request::post(path)
+            .header(
+                ingressbench_lab::backend::CONTROL_TOKEN_HEADER,
+                &self.control_token,
+            )
             .body(Vec::new())
             .map_err(|e| ClusterError::Api(e.to_string()))?;
         self.runtime
@@ -610,9 +612,18 @@ async fn create_namespace(client: &Client, o: &RunObjects) -> Result<(), Cluster
         .map_err(|e| api_error(&format!("creating namespace {}", o.namespace), e))
 }
 
-async fn create_objects(client: &Client, o: &RunObjects) -> Result<(), ClusterError> {
+async fn create_objects(
+    client: &Client,
+    o: &RunObjects,
+    control_token: &str,
+) -> Result<(), ClusterError> {
     let post = PostParams::default();
     let ns = o.namespace.as_str();
+    // Before the pods that read it.
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&post, &control_secret(o, control_token))
+        .await
+        .map_err(|e| api_error(&format!("creating secret {CONTROL_SECRET}"), e))?;
     let pools = std::iter::once((&o.pool, o.replicas)).chain(
         o.other_pools
             .iter()

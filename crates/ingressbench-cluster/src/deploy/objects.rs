@@ -4,12 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use ingressbench_lab::backend::CONTROL_TOKEN_ENV;
 use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
     ObjectFieldSelector, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, SeccompProfile,
-    Secret, SecurityContext, Service, ServicePort, ServiceSpec, Sysctl,
+    Secret, SecretKeySelector, SecurityContext, Service, ServicePort, ServiceSpec, Sysctl,
 };
 use k8s_openapi::api::networking::v1::{
     HTTPIngressPath, HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule,
@@ -81,11 +82,27 @@ pub(crate) fn deployment(o: &RunObjects, pool: &str, replicas: i32) -> Deploymen
         name: "backend".into(),
         image: Some(o.image.clone()),
         args: Some(args),
-        env: Some(vec![EnvVar {
-            name: "POD_NAME".into(),
-            value_from: Some(field("metadata.name")),
-            ..EnvVar::default()
-        }]),
+        env: Some(vec![
+            EnvVar {
+                name: "POD_NAME".into(),
+                value_from: Some(field("metadata.name")),
+                ..EnvVar::default()
+            },
+            // The stall a run asks for through the API server carries the token; any
+            // other pod's is refused.
+            EnvVar {
+                name: CONTROL_TOKEN_ENV.into(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: CONTROL_SECRET.into(),
+                        key: CONTROL_SECRET_KEY.into(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            },
+        ]),
         ports: named_ports(&[(BACKEND_PORT, "http"), (CONTROL_PORT, "control")]),
         readiness_probe: http_probe("/healthz", "http"),
         security_context: locked_down(None),
@@ -261,6 +278,25 @@ pub(crate) fn tls_secret(o: &RunObjects) -> Option<Secret> {
         ])),
         ..Secret::default()
     })
+}
+
+/// The Secret with the backends' control token.
+pub(crate) const CONTROL_SECRET: &str = "ingressbench-control";
+
+/// Its key.
+const CONTROL_SECRET_KEY: &str = "token";
+
+/// The run's control token as the Secret its backends read it from.
+pub(crate) fn control_secret(o: &RunObjects, token: &str) -> Secret {
+    Secret {
+        metadata: named(o, CONTROL_SECRET, labels(o)),
+        type_: Some("Opaque".into()),
+        string_data: Some(BTreeMap::from([(
+            CONTROL_SECRET_KEY.to_owned(),
+            token.to_owned(),
+        )])),
+        ..Secret::default()
+    }
 }
 
 /// A container's ports, each with its name.
@@ -548,6 +584,18 @@ mod tests {
             ]
         );
         assert_eq!(&args[5..7], ["--control", "0.0.0.0:8081"]);
+        // Its control token from the run's Secret, never on its command line.
+        let env = pod.containers[0].env.clone().unwrap();
+        let token = env
+            .iter()
+            .find(|e| e.name == CONTROL_TOKEN_ENV)
+            .and_then(|e| e.value_from.clone()?.secret_key_ref)
+            .unwrap();
+        assert_eq!(token.name, CONTROL_SECRET);
+        assert_eq!(
+            control_secret(&o, "t0k").string_data.unwrap()[&token.key],
+            "t0k"
+        );
         assert_eq!(&args[7..], ["--latency", "1ms"]);
     }
 

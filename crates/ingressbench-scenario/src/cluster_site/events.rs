@@ -179,8 +179,9 @@ impl ClusterSite {
                 )
             }
         };
-        // Not an EndpointSlice's change: followed on its own.
+        // Not an EndpointSlice's change: followed on its own. A change to the proxies.
         let index = self.record(what, Vec::new(), None, asked);
+        self.records[index].on_proxies = true;
         self.restarting.push((index, restarting));
         Ok(index)
     }
@@ -332,7 +333,8 @@ impl ClusterSite {
         Ok(pods[index].clone())
     }
 
-    /// Records a change asked at `asked` that is applied now (no EndpointSlice shows it).
+    /// Records a change asked at `asked` that is applied now (no EndpointSlice shows it);
+    /// one with `generations` is a change of the routes, made to the proxies.
     pub(super) fn applied(
         &mut self,
         what: String,
@@ -340,17 +342,10 @@ impl ClusterSite {
         generations: Vec<(&'static str, u32)>,
     ) -> usize {
         self.records.push(ChangeRecord {
-            what,
-            requested_at: asked,
             applied_at: Some(Instant::now()),
-            endpoints_at: None,
-            mechanisms: Vec::new(),
-            versions: Vec::new(),
-            started: Vec::new(),
-            removed: Vec::new(),
+            on_proxies: !generations.is_empty(),
             generations,
-            reported_at: None,
-            completed_at: None,
+            ..ChangeRecord::asked(what, asked)
         });
         self.records.len() - 1
     }
@@ -365,17 +360,8 @@ impl ClusterSite {
         // Requested when the tool sent it (the call then succeeded): the control plane
         // can publish the change before the API's answer is back here.
         self.records.push(ChangeRecord {
-            what,
-            requested_at: asked,
-            applied_at: None,
-            endpoints_at: None,
-            mechanisms: Vec::new(),
-            versions: Vec::new(),
-            started: Vec::new(),
             removed,
-            generations: Vec::new(),
-            reported_at: None,
-            completed_at: None,
+            ..ChangeRecord::asked(what, asked)
         });
         let index = self.records.len() - 1;
         if let Some(expect) = expect {

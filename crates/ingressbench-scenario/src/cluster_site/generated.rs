@@ -134,7 +134,10 @@ impl ClusterSite {
             .delete_concurrently(&gone, IN_FLIGHT)
             .map_err(|e| e.to_string())?;
         self.routes = after;
-        Ok(self.applied(what, asked, Vec::new()))
+        // A change of the routes, which carry no generation here.
+        let index = self.applied(what, asked, Vec::new());
+        self.records[index].on_proxies = true;
+        Ok(index)
     }
 }
 

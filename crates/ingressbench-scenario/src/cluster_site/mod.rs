@@ -239,7 +239,7 @@ pub(crate) struct ClusterSite {
     /// Where its proxy's own counts are read (the cluster file's `counters:`).
     counters: Option<ingressbench_cluster::file::CountersVia>,
     /// Its proxy's pods, when they are read through the API (`counters: { pods }`).
-    pod_counters: Option<ingressbench_cluster::counters::PodCounters>,
+    pod_counters: Option<ingressbench_cluster::counters::CountersWatch>,
     /// Restarts not yet complete, by record.
     restarting: Vec<(usize, events::Restarting)>,
     restart_read_at: Instant,
@@ -289,20 +289,21 @@ impl Site for ClusterSite {
 
     /// What the controller's proxy counted: its Envoy's `/stats` or its HAProxy's `show
     /// stat`, on the socket the cluster file's `counters:` names; or its pods' Prometheus
-    /// endpoints, through the API server (a reading waits for the API, at most
-    /// `counters::READ_TIMEOUT`).
-    fn proxy_counters(&mut self) -> ingressbench_lab::proxy::counters::Readings {
+    /// endpoints, through the API server: the last reading of the thread that reads them
+    /// (one that waits for the API holds up nothing here).
+    fn proxy_counters(&mut self) -> (Instant, ingressbench_lab::proxy::counters::Readings) {
         use ingressbench_lab::proxy::counters::{envoy_admin, haproxy_stat};
+        let now = Instant::now();
         let Some(via) = &self.counters else {
-            return Vec::new();
+            return (now, Vec::new());
         };
-        let counted = match (&via.envoy_admin, &via.haproxy_stat, &mut self.pod_counters) {
-            (Some(socket), _, _) => envoy_admin(socket),
-            (None, Some(socket), _) => haproxy_stat(socket),
-            (None, None, Some(pods)) => self.run.read_counters(pods),
-            (None, None, None) => return Vec::new(),
+        let (at, counted) = match (&via.envoy_admin, &via.haproxy_stat, &self.pod_counters) {
+            (Some(socket), _, _) => (now, envoy_admin(socket)),
+            (None, Some(socket), _) => (now, haproxy_stat(socket)),
+            (None, None, Some(pods)) => pods.latest(),
+            (None, None, None) => return (now, Vec::new()),
         };
-        vec![(self.local.0.clone(), counted)]
+        (at, vec![(self.local.0.clone(), counted)])
     }
 
     /// The pods the cluster file's `usage:` names, read through the API; or a local

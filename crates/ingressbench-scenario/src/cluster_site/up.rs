@@ -57,6 +57,18 @@ impl ClusterSite {
             ),
             None => None,
         };
+        // Read by a thread of their own: a reading that waits holds up no event.
+        let pod_counters = match placed.counters.as_ref().and_then(|c| c.pods.clone()) {
+            Some(pods) => Some(
+                ingressbench_cluster::counters::CountersWatch::start(
+                    &options.kubeconfig,
+                    options.context.as_deref(),
+                    pods,
+                )
+                .map_err(|e| format!("target `{target}`: {e}"))?,
+            ),
+            None => None,
+        };
         let pool_names: Vec<String> = shape.pools.iter().map(|(p, _)| p.clone()).collect();
         let own_routes: Vec<ingressbench_lab::model::Route> = shape
             .routes
@@ -123,9 +135,7 @@ impl ClusterSite {
             beat_at: Instant::now(),
             restart: placed.restart.as_ref().map(|r| r.checked()).transpose()?,
             counters: placed.counters.clone(),
-            pod_counters: (placed.counters.as_ref())
-                .and_then(|c| c.pods.clone())
-                .map(ingressbench_cluster::counters::PodCounters::new),
+            pod_counters,
             restarting: Vec::new(),
             restart_read_at: Instant::now(),
         };

@@ -20,9 +20,15 @@ pub(crate) struct Backend {
 
 impl Backend {
     pub(crate) fn start(args: &[&str]) -> Backend {
+        Self::start_with(args, &[])
+    }
+
+    /// A backend started with `env` set.
+    pub(crate) fn start_with(args: &[&str], env: &[(&str, &str)]) -> Backend {
         let mut child = Command::new(BIN)
             .arg("backend")
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -324,6 +330,82 @@ fn the_control_endpoint_holds_every_answer_for_the_time_asked() {
     assert!(get(backend.addr, "/healthz").contains("200 OK"));
     let held = started.elapsed();
     assert!(held >= Duration::from_millis(1000), "held {held:?}");
+}
+
+/// A free port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn a_control_endpoint_obeys_only_who_holds_its_token() {
+    // With a token (as a cluster run's backends have, from a Secret): a stall without it,
+    // or with another, is refused, and the backend keeps answering.
+    let port = free_port();
+    let token = "0123456789abcdef0123456789abcdef";
+    let backend = Backend::start_with(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--name",
+            "guarded",
+            "--control",
+            &format!("127.0.0.1:{port}"),
+        ],
+        &[("INGRESSBENCH_CONTROL_TOKEN", token)],
+    );
+    let control: SocketAddr = ([127, 0, 0, 1], port).into();
+    let stall = |header: &str| {
+        ask(
+            control,
+            &format!("POST /stall?for=60s HTTP/1.1\r\nHost: c\r\n{header}\r\n"),
+        )
+    };
+    for refused in [
+        String::new(),
+        "x-ingressbench-token: 0123456789abcdef0123456789abcdee\r\n".into(),
+        "x-ingressbench-token: 0123456789abcdef\r\n".into(),
+        format!("authorization: Bearer {token}\r\n"),
+    ] {
+        let said = stall(&refused);
+        assert!(said.starts_with("HTTP/1.1 403"), "{refused:?}: {said}");
+    }
+    assert!(get(backend.addr, "/healthz").contains("200 OK"), "not held");
+    // /metrics reads, and is open.
+    assert!(ask(control, "GET /metrics HTTP/1.1\r\nHost: c\r\n\r\n").starts_with("HTTP/1.1 200"));
+    let said = ask(
+        control,
+        &format!(
+            "POST /stall?for=1ms HTTP/1.1\r\nHost: c\r\nX-Ingressbench-Token: {token}\r\n\r\n"
+        ),
+    );
+    assert!(said.starts_with("HTTP/1.1 200"), "{said}");
+    // Without a token, on an address other pods reach (all of them here; asked through
+    // loopback), no stall is obeyed, and it says so when it starts.
+    let port = free_port();
+    let mut open = Backend::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--name",
+        "open",
+        "--control",
+        &format!("0.0.0.0:{port}"),
+    ]);
+    let said = ask(
+        ([127, 0, 0, 1], port).into(),
+        "POST /stall?for=60s HTTP/1.1\r\nHost: c\r\n\r\n",
+    );
+    assert!(said.starts_with("HTTP/1.1 403"), "{said}");
+    assert!(get(open.addr, "/healthz").contains("200 OK"), "not held");
+    let (_, stderr) = open.terminate();
+    assert!(
+        stderr.contains("has no token (INGRESSBENCH_CONTROL_TOKEN)"),
+        "{stderr}"
+    );
 }
 
 #[test]

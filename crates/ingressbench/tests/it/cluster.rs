@@ -848,6 +848,7 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
         backend_via(&entry, "app.test").filter(|b| first.contains(b))
     });
     assert!(first.contains(&answer));
+    another_pod_cannot_stall_the_runs_backends(dir, &run, &first[0]);
     // Scale, then kill one (grace 0): the API and the EndpointSlices follow.
     run.scale(3).unwrap();
     let three = wait_until("3 pods ready", || ready_pods(&run, 3));
@@ -918,6 +919,58 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
         .await;
     });
     assert!(run.pods().unwrap().is_empty());
+}
+
+/// A pod of another namespace that reaches a backend's control endpoint (every pod
+/// reaches every pod's address) is refused a stall, and the backend answers on; the run's
+/// own stall, through the API server with the run's token, is obeyed.
+fn another_pod_cannot_stall_the_runs_backends(
+    dir: &Path,
+    run: &ingressbench_cluster::deploy::RunNamespace,
+    target: &str,
+) {
+    use k8s_openapi::api::core::v1::Pod;
+    let ip = run
+        .pods()
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name == target)
+        .and_then(|p| p.ip)
+        .unwrap();
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let pods: kube::Api<Pod> = runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(&kubeconfig, None)
+            .await
+            .unwrap();
+        kube::Api::namespaced(client, "default")
+    });
+    let intruder: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": { "name": "intruder" },
+        "spec": { "restartPolicy": "Never", "containers": [{
+            "name": "intruder", "image": "ingressbench",
+            "args": ["load", "-X", "POST", "--sequential", "-n", "1",
+                     format!("http://{ip}:8081/stall?for=60s")]
+        }] }
+    }))
+    .unwrap();
+    runtime
+        .block_on(pods.create(&kube::api::PostParams::default(), &intruder))
+        .unwrap();
+    runtime.block_on(wait_for("the intruder's request to end", async || {
+        let p = pods.get("intruder").await.ok()?;
+        let phase = p.status?.phase?;
+        (phase == "Succeeded" || phase == "Failed").then_some(())
+    }));
+    let said = std::fs::read_to_string(dir.join("cluster/pods/default_intruder.log")).unwrap();
+    assert!(said.contains("403"), "{said}");
+    // Not held: a stall of 60 s would hold this answer past its own timeout.
+    assert_eq!(backend_at(&ip).as_deref(), Some(target), "{said}");
+    runtime
+        .block_on(pods.delete("intruder", &kube::api::DeleteParams::default()))
+        .unwrap();
+    run.stall_pod(target, std::time::Duration::from_millis(1))
+        .unwrap_or_else(|e| panic!("the run's own stall: {e}"));
 }
 
 /// The tool's namespaces in the cluster (terminating ones included).
@@ -1278,6 +1331,7 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
             "{r}"
         );
     }
+    events_fire_on_time_while_a_reading_waits(dir, &written, end);
     runtime
         .block_on(deployments.delete("usage-stand-in", &DeleteParams::default()))
         .unwrap();
@@ -1292,6 +1346,84 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())
     });
+}
+
+/// Counts read from a pod that stops answering once the run has started (the Envoy
+/// stand-in's process stopped: each reading gives up after 2 s, as at a controller that
+/// is restarting): the events still fire when due, because the readings wait on a
+/// thread of their own, and the readings say why they have no counts. `written`: the
+/// cluster file `up` wrote, whose Traefik's `local_pids` ends at `end`.
+fn events_fire_on_time_while_a_reading_waits(dir: &Path, written: &str, end: usize) {
+    let envoy = processes_with("counters-stand-in");
+    assert!(!envoy.is_empty());
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let file = dir.join("slow-counters.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "{}, counters: {{ pods: {{ namespace: default, selector: app=counters-stand-in, port: 8002, exposition: envoy }} }}{}",
+            &written[..end],
+            &written[end..]
+        ),
+    )
+    .unwrap();
+    let scenario = dir.join("slow-counters-scenario.yaml");
+    std::fs::write(
+        &scenario,
+        "name: slow-counters\ntargets: [{ cluster: traefik }]\nbackends: [{ name: echo, replicas: 2 }]\ntls: false\nload: { mode: open, rate: 50, connections: 4, duration: 5s, warmup: 1s }\nevents:\n  - { at: 1s, every: 500ms, times: 6, stall_backend: { backend: random, for: 10ms } }\n",
+    )
+    .unwrap();
+    let out = dir.join("slow-counters-results");
+    let log = dir.join("slow-counters.log");
+    let mut run = run_in_cluster(&scenario, &file, &kubeconfig, &out)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
+        .spawn()
+        .unwrap();
+    // Checked and started: the pod stops answering while the cell is made.
+    wait_until("the cell started", || {
+        std::fs::read_dir(out.join("cells"))
+            .ok()?
+            .next()
+            .is_some()
+            .then_some(())
+    });
+    let signal = |s: &str| {
+        Command::new("kill")
+            .arg(s)
+            .args(envoy.iter().map(u32::to_string))
+            .status()
+            .unwrap()
+    };
+    assert!(signal("-STOP").success());
+    let ended =
+        crate::common::ends_within(&mut run, std::time::Duration::from_secs(300), "the run");
+    assert!(signal("-CONT").success());
+    let said = std::fs::read_to_string(&log).unwrap_or_default()
+        + &std::fs::read_to_string(log.with_extension("err")).unwrap_or_default();
+    assert!(ended.success(), "{said}");
+    let cell = cells_of(&out)[0].clone();
+    let events = std::fs::read_to_string(cell.join("events.jsonl")).unwrap();
+    let fired: Vec<(f64, f64)> = events
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter_map(|e| Some((e["due_s"].as_f64()?, e["requested_s"].as_f64()?)))
+        .collect();
+    assert_eq!(fired.len(), 6, "{events}");
+    // Before, each reading held the driver for its 2 s: events fired up to 2 s late.
+    for (due, requested) in &fired {
+        assert!(
+            requested - due < 1.0,
+            "due at {due} s, asked for at {requested} s: {events}"
+        );
+    }
+    let counted = std::fs::read_to_string(cell.join("proxy-metrics.jsonl")).unwrap();
+    let unanswered = counted
+        .lines()
+        .filter(|l| l.contains("no answer in 2 s"))
+        .count();
+    assert!(unanswered >= 2, "{counted}");
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 fn json_of(cell: &Path, name: &str) -> serde_json::Value {
