@@ -35,6 +35,14 @@ pub const INDEX_ENV: &str = "JOB_COMPLETION_INDEX";
 /// The environment variable with a worker pod's name, which it reports as its host.
 pub const POD_ENV: &str = "INGRESSBENCH_POD";
 
+/// How long workers asked to stop have, beyond a request's timeout, to hand over what
+/// they hold before they are ended.
+pub const HAND_OVER: Duration = Duration::from_secs(10);
+
+/// How long an ended worker's output has to end before the coordinator gives up on it (a
+/// pod's log that is still followed, a process whose output another holds open).
+pub const AFTER_KILL: Duration = Duration::from_secs(5);
+
 /// A worker that starts later than this after the common start is named in the warnings.
 const LATE_START_WARNING: Duration = Duration::from_millis(50);
 
@@ -592,15 +600,32 @@ pub fn coordinate(
             observer.progress(&progress_after(&window, &cumulative, requests, errors));
         }
     };
-    let (mut interrupted, mut killed) = (false, false);
+    // Bounded whatever the workers do: asked to stop, they have a request's timeout and
+    // HAND_OVER to send what they hold; then they are ended, and what has not ended its
+    // output AFTER_KILL later is given up (what it sent is kept).
+    let (mut interrupted_at, mut killed_at): (Option<Instant>, Option<Instant>) = (None, None);
     while seen.iter().any(|s| !s.ended) {
-        if stop.load(Ordering::Relaxed) && !interrupted {
-            interrupted = true;
+        let now = Instant::now();
+        if stop.load(Ordering::Relaxed) && interrupted_at.is_none() {
+            interrupted_at = Some(now);
             handles.iter_mut().for_each(|h| h.interrupt());
         }
-        if deadline.is_some_and(|d| Instant::now() > d) && !killed {
-            killed = true;
+        let handed_over = interrupted_at.is_some_and(|at| now > at + plan.timeout + HAND_OVER);
+        if (deadline.is_some_and(|d| now > d) || handed_over) && killed_at.is_none() {
+            killed_at = Some(now);
             handles.iter_mut().for_each(|h| h.kill());
+        }
+        if killed_at.is_some_and(|at| now > at + AFTER_KILL) {
+            for (k, s) in seen.iter_mut().enumerate().filter(|(_, s)| !s.ended) {
+                s.ended = true;
+                s.error.get_or_insert_with(|| {
+                    format!("its output had not ended {AFTER_KILL:?} after it was ended: what it sent before is kept")
+                });
+                s.dropped_samples = s.held.drain(..).map(|(h, _)| h.len()).sum();
+                let ready = merger.retire(k);
+                emit(ready, observer);
+            }
+            break;
         }
         let event = match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(event) => event,
@@ -833,6 +858,47 @@ pub fn workers_json(report: &FleetReport) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A worker whose output never ends, whatever it is told (a followed log that hangs).
+    struct Deaf(Arc<std::sync::Mutex<Vec<&'static str>>>);
+
+    impl WorkerHandle for Deaf {
+        fn interrupt(&mut self) {
+            self.0.lock().unwrap().push("interrupt");
+        }
+        fn kill(&mut self) {
+            self.0.lock().unwrap().push("kill");
+        }
+        fn wait(&mut self) -> String {
+            "still there".into()
+        }
+    }
+
+    /// Stopped (Ctrl-C, SIGTERM) with a worker whose output never ends, the coordinator
+    /// asks it to hand over, ends it after a request's timeout and HAND_OVER, and gives
+    /// up on it AFTER_KILL later, saying so: it does not wait for ever.
+    #[test]
+    fn a_worker_whose_output_never_ends_cannot_hold_the_coordinator() {
+        let mut plan = Plan::new(Target::parse("http://127.0.0.1:9/").unwrap());
+        plan.length = Length::Requests(10);
+        plan.timeout = Duration::from_millis(100);
+        let (reader, writer) = std::io::pipe().unwrap();
+        let told = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sources = vec![Source {
+            lines: Box::new(BufReader::new(reader)),
+            stderr: None,
+            handle: Box::new(Deaf(told.clone())),
+            place: None,
+        }];
+        let stop = Arc::new(AtomicBool::new(true));
+        let outcome = coordinate(&plan, sources, stop, None, &mut crate::NoObserver);
+        drop(writer);
+        let Err(err) = outcome else {
+            panic!("a worker that sent nothing is an error");
+        };
+        assert!(err.to_string().contains("had not ended"), "{err}");
+        assert_eq!(*told.lock().unwrap(), ["interrupt", "kill"]);
+    }
 
     /// A worker gets the HTTP version and streams its coordinator was given; a plan from
     /// a coordinator that predates them reads as HTTP/1.1.

@@ -313,6 +313,8 @@ pub(crate) struct Run {
     pub(crate) rng: std::cell::Cell<u64>,
     pub(crate) next_seq: std::cell::Cell<u64>,
     pub(crate) open: std::cell::Cell<u32>,
+    /// When the stop was first seen (Ctrl-C, SIGTERM): the run's end from then on.
+    pub(crate) stopped_at: std::cell::Cell<Option<Instant>>,
 }
 
 impl Run {
@@ -481,9 +483,20 @@ impl Run {
     }
 
     /// When the answers still coming after the run's end stop being waited for: a
-    /// timeout after the end, at most a second.
+    /// timeout after the end, at most a second. A stopped run ended when the stop was
+    /// first seen, not at its planned end (before, a WebSocket stopped a minute into a
+    /// two-minute run waited out the other minute for its echoes).
     pub(crate) fn drain_deadline(&self) -> Instant {
-        self.end + self.plan.timeout.min(Duration::from_secs(1))
+        let end = match self.stopped_at.get() {
+            Some(at) => at.min(self.end),
+            None if self.stop.load(Ordering::Relaxed) => {
+                let now = Instant::now();
+                self.stopped_at.set(Some(now));
+                now.min(self.end)
+            }
+            None => self.end,
+        };
+        end + self.plan.timeout.min(Duration::from_secs(1))
     }
 
     /// Runs `io` (a write, a close) until it is done, a timeout passes, the run's drain
@@ -860,6 +873,7 @@ where
         rng: std::cell::Cell::new(0x2545_F491_4F6C_DD1D),
         next_seq: std::cell::Cell::new(0),
         open: std::cell::Cell::new(0),
+        stopped_at: std::cell::Cell::new(None),
     });
     let local = tokio::task::LocalSet::new();
     local.block_on(&runtime, async {

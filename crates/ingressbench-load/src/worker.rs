@@ -636,11 +636,10 @@ async fn pace(worker: Rc<Worker>, schedule: Schedule) {
         }
     }
     dispatch.close();
-    if worker.stopped() {
-        // Interrupted: what was not sent yet was never due from the user's point of view.
-        dispatch.take_backlog();
-        return;
-    }
+    // Interrupted, what the schedule had not released yet was never due (it is in no
+    // figure); what it had released was due, and what no connection took is `not_sent`
+    // (before, a stop while no connection was open left a run of due requests with none
+    // counted).
     let deadline = Instant::now() + worker.shared.timeout;
     while dispatch.backlog() > 0 && Instant::now() < deadline && !worker.stopped() {
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -168,6 +168,68 @@ pub fn pair(
     (changes, alone)
 }
 
+/// The table's "limit between" and "first failure" of a search's `outcome`: where the
+/// limit lies and what failed first, or, where no capacity is claimed (the target
+/// stopped answering, a trial could not be judged), what passed before and why not.
+fn bracket(outcome: &Value) -> (String, String) {
+    let why = || outcome["why"].as_str().unwrap_or("?");
+    let passed = || match outcome["passed_per_s"].as_f64() {
+        Some(_) => format!(
+            "none claimed (passed up to {})",
+            rate(&outcome["passed_per_s"])
+        ),
+        None => "none claimed (nothing passed)".into(),
+    };
+    match outcome["kind"].as_str() {
+        Some("found") => (
+            format!(
+                "{}-{}",
+                rate(&outcome["capacity_per_s"]),
+                rate(&outcome["failed_at_per_s"])
+            ),
+            format!(
+                "{} broke {}",
+                rate(&outcome["failed_at_per_s"]),
+                outcome["broke"].as_str().unwrap_or("?")
+            ),
+        ),
+        Some("at_least") => (
+            format!("over {}", rate(&outcome["capacity_per_s"])),
+            "none up to up_to".into(),
+        ),
+        Some("generator") if !outcome["failed_at_per_s"].is_null() => (
+            format!(
+                "{}-{} (not narrowed: the generator fell behind at {})",
+                rate(&outcome["capacity_per_s"]),
+                rate(&outcome["failed_at_per_s"]),
+                rate(&outcome["generator_at_per_s"])
+            ),
+            format!("{} failed", rate(&outcome["failed_at_per_s"])),
+        ),
+        Some("target_stopped") => (
+            passed(),
+            format!(
+                "{}: the target stopped answering ({})",
+                rate(&outcome["stopped_at_per_s"]),
+                why()
+            ),
+        ),
+        Some("cannot_judge") => (
+            passed(),
+            format!("{}: cannot judge ({})", rate(&outcome["at_per_s"]), why()),
+        ),
+        Some("from_fails") => (
+            format!("under {}", rate(&outcome["lowest_per_s"])),
+            format!(
+                "{} broke {}",
+                rate(&outcome["lowest_per_s"]),
+                outcome["broke"].as_str().unwrap_or("?")
+            ),
+        ),
+        _ => ("-".into(), "-".into()),
+    }
+}
+
 /// A rate as people read it: `1,000`, `1,062.5`.
 fn rate(v: &Value) -> String {
     match v.as_f64() {
@@ -254,34 +316,7 @@ pub(crate) fn section(
             .and_then(|c| c.usage.as_ref())
             .and_then(|u| u["by_role"]["proxy"]["cpu_cores_mean"].as_f64());
         let cpu_text = cpu.map_or("-".into(), |c| format!("{c:.2} cores"));
-        let (between, failure) = match outcome["kind"].as_str() {
-            Some("found") => (
-                format!(
-                    "{}-{}",
-                    rate(&outcome["capacity_per_s"]),
-                    rate(&outcome["failed_at_per_s"])
-                ),
-                format!(
-                    "{} broke {}",
-                    rate(&outcome["failed_at_per_s"]),
-                    outcome["broke"].as_str().unwrap_or("?")
-                ),
-            ),
-            Some("at_least") => (
-                format!("over {}", rate(&outcome["capacity_per_s"])),
-                "none up to up_to".into(),
-            ),
-            Some("generator") if !outcome["failed_at_per_s"].is_null() => (
-                format!(
-                    "{}-{} (not narrowed: the generator fell behind at {})",
-                    rate(&outcome["capacity_per_s"]),
-                    rate(&outcome["failed_at_per_s"]),
-                    rate(&outcome["generator_at_per_s"])
-                ),
-                format!("{} failed", rate(&outcome["failed_at_per_s"])),
-            ),
-            _ => ("-".into(), "-".into()),
-        };
+        let (between, failure) = bracket(outcome);
         let generator = generator_alone(&s["generator_ceiling"]);
         let status = match s["status"].as_str() {
             Some("done") => outcome["said"].as_str().unwrap_or("done").to_owned(),
@@ -489,6 +524,32 @@ mod tests {
             failed_at,
             said: "x".into(),
         }
+    }
+
+    #[test]
+    fn a_search_that_claims_no_capacity_says_what_passed_and_why_in_the_table() {
+        let stopped = serde_json::json!({
+            "kind": "target_stopped", "passed_per_s": 800.0, "failed_at_per_s": 1600.0,
+            "stopped_at_per_s": 1600.0, "why": "3200 of 3200 requests refused",
+        });
+        assert_eq!(
+            bracket(&stopped),
+            (
+                "none claimed (passed up to 800)".to_owned(),
+                "1,600: the target stopped answering (3200 of 3200 requests refused)".to_owned()
+            )
+        );
+        let unjudged = serde_json::json!({
+            "kind": "cannot_judge", "passed_per_s": null, "at_per_s": 200.0,
+            "why": "p99 over 3 answers",
+        });
+        assert_eq!(
+            bracket(&unjudged),
+            (
+                "none claimed (nothing passed)".to_owned(),
+                "200: cannot judge (p99 over 3 answers)".to_owned()
+            )
+        );
     }
 
     #[test]

@@ -1126,3 +1126,83 @@ fn ctrl_c_during_a_restarts_grace_ends_the_grace() {
     assert!(events.contains("\"restart\""), "{events}");
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A restart whose new process will not start fails its cell, and the message points at
+/// the copies of the proxy's files kept in the cell (`cells/NNN/proxy/`), which outlive
+/// the lab's own directory: a path in it that still exists, and no path of the lab's.
+#[test]
+fn a_restart_that_cannot_start_the_proxy_again_points_at_the_cells_copies() {
+    let dir = scratch("hostile-restart-fails");
+    let nginx = std::process::Command::new("sh")
+        .args(["-c", "command -v nginx"])
+        .output()
+        .unwrap();
+    let nginx = String::from_utf8_lossy(&nginx.stdout).trim().to_owned();
+    assert!(
+        !nginx.is_empty(),
+        "nginx is installed (scripts/install-deps.sh)"
+    );
+    // Starts the server once (`-p DIR`), refuses the second time; asked its version, says it.
+    let mark = dir.join("started-once");
+    let fake = dir.join("nginx");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = -p ]; then\n  if [ -e {mark} ]; then echo 'refusing to start a second time' >&2; exit 1; fi\n  : > {mark}\nfi\nexec {nginx} \"$@\"\n",
+            mark = mark.display()
+        ),
+    )
+    .unwrap();
+    Command::new("chmod")
+        .arg("755")
+        .arg(&fake)
+        .status()
+        .unwrap();
+    Command::new("chmod").arg("777").arg(&dir).status().unwrap();
+    let file = dir.join("restart.yaml");
+    std::fs::write(
+        &file,
+        "name: restart-fails\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 1 }]\ntls: false\nload: { mode: open, rate: 20, connections: 2, duration: 4s }\nevents:\n  - { at: 1s, restart: true, grace: 1s }\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let mut run = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .arg("--proxy-bin")
+        .arg(format!("nginx={}", fake.display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    crate::common::ends_within(
+        &mut run,
+        Duration::from_secs(120),
+        "the run did not end after the failed restart",
+    );
+    let done = run.wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(1), "{}", text(&done));
+    let record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    let error = record["cells"][0]["error"].as_str().unwrap().to_owned();
+    let copies = out.join("cells");
+    let named: Vec<&str> = error
+        .split(|c: char| c.is_whitespace() || c == '(' || c == ')' || c == ',' || c == ';')
+        .map(|w| w.trim_end_matches(['.', ':']))
+        .filter(|w| w.starts_with('/'))
+        .collect();
+    // Besides the binary's own path: each file named is the cell's copy, still there.
+    let fake = fake.display().to_string();
+    let named: Vec<&str> = named.into_iter().filter(|p| *p != fake).collect();
+    assert!(!named.is_empty(), "no path in: {error}");
+    for path in &named {
+        assert!(
+            path.starts_with(&copies.display().to_string()),
+            "{path} is not in the cell's copies: {error}"
+        );
+        assert!(Path::new(path).exists(), "{path} is gone: {error}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

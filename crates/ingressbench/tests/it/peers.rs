@@ -465,6 +465,95 @@ fn a_peer_that_stops_reading_holds_no_http_or_grpc_run() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// SIGTERM in the middle of a long run against a peer that holds every unit (it never
+/// reads; an event stream that never sends): each load kind ends in a bounded time, exit
+/// 130, with its summary written, marked interrupted, every unit sent in one outcome.
+#[test]
+fn sigterm_against_a_stuck_peer_ends_every_kind_with_its_files_written() {
+    let dir = scratch("sigterm-stuck-peer");
+    let body = dir.join("body");
+    std::fs::write(&body, vec![b'x'; 4 << 20]).unwrap();
+    let never = serve_each(never_reads);
+    let pinging = serve_each(pings_and_never_reads);
+    let silent = serve_each(silent_events);
+    let post = ["-X", "POST", "--body-file", &body.display().to_string()].map(str::to_owned);
+    let kinds: [(&str, Vec<String>, String); 5] = [
+        ("HTTP/1", post.to_vec(), format!("http://{never}/")),
+        (
+            "HTTP/2",
+            [post.to_vec(), vec!["--http2".into()]].concat(),
+            format!("http://{never}/"),
+        ),
+        (
+            "gRPC",
+            vec![
+                "--grpc".into(),
+                "--message-size".into(),
+                (4 << 20).to_string(),
+            ],
+            format!("http://{never}/"),
+        ),
+        (
+            "WebSocket",
+            vec!["--websocket".into()],
+            format!("ws://{pinging}/"),
+        ),
+        ("SSE", vec!["--sse".into()], format!("http://{silent}/")),
+    ];
+    for (kind, extra, url) in kinds {
+        let json = dir.join(format!("{}.json", kind.replace('/', "")));
+        let mut child = Command::new(BIN)
+            .args([
+                "load",
+                "-R",
+                "20",
+                "-c",
+                "2",
+                "-d",
+                "60s",
+                "--timeout",
+                "2s",
+                "--json",
+            ])
+            .arg(&json)
+            .args(&extra)
+            .arg(&url)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // After the connections' opening (which HTTP/2 waits for before its schedule
+        // starts: up to the 2 s timeout against this peer), into the schedule.
+        std::thread::sleep(Duration::from_millis(3500));
+        let sent = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        // Bounded: a request's timeout (2 s) and the drain, not the 60 s.
+        let status = ends_within(
+            &mut child,
+            Duration::from_secs(40),
+            &format!("{kind}: SIGTERM did not end the run"),
+        );
+        let out = child.wait_with_output().unwrap();
+        let said = format!("{kind}: {status:?}\n{}", crate::common::text(&out));
+        assert_eq!(status.code(), Some(130), "{said}");
+        let summary: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).expect(&said)).expect(&said);
+        assert_eq!(summary["interrupted"], true, "{said}");
+        let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+        let total = n(&summary["requests"]["total"]);
+        let outcomes: u64 = (summary["outcomes"].as_object().expect(&said).values())
+            .map(n)
+            .sum();
+        assert!(total > 0, "{said}");
+        assert_eq!(outcomes, total, "{said}");
+        assert_eq!(n(&summary["requests"]["errors"]), total, "{said}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A failed attempt backs off even under `immediate`, and a stream that opens and ends at
 /// once is a failed attempt: against a server that refuses every upgrade, and one that
 /// ends every event stream at once, 4 connections over 3 s make a bounded number of
