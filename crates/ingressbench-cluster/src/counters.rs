@@ -20,7 +20,7 @@ use ingressbench_lab::proxy::exposition;
 use kube::Client;
 
 use crate::file::CounterPods;
-use crate::usage::{pause_until, pod_get, running_pods};
+use crate::usage::{pod_get, running_pods};
 use crate::ClusterError;
 
 /// How long one reading of every pod may take.
@@ -57,9 +57,10 @@ const INTERVAL: Duration = Duration::from_secs(1);
 /// One reading: when it was asked, and what came of it.
 pub type Reading = (Instant, Result<Counted, String>);
 
-/// A proxy's pods read once a second by a thread of its own, so that a reading that
-/// waits (a pod that does not answer, up to [`READ_TIMEOUT`], as a restarting
-/// controller's does) holds up neither the events nor the load beside it. Stops when
+/// A proxy's counts read once a second by a thread of its own (its pods through the API,
+/// or a socket on this machine), so that a reading that waits (a pod that does not
+/// answer, up to [`READ_TIMEOUT`]; an admin socket of a proxy that is restarting, up to
+/// its own timeout) holds up neither the events nor the load beside it. Stops when
 /// dropped.
 pub struct CountersWatch {
     latest: Arc<Mutex<Option<Reading>>>,
@@ -68,45 +69,54 @@ pub struct CountersWatch {
 }
 
 impl CountersWatch {
-    /// Starts reading `pods`; returns once they have been read once (an error: the
-    /// client could not be made).
-    pub fn start(
+    /// Starts reading `pods` through the API; returns once they have been read once (an
+    /// error: the client could not be made).
+    pub fn pods(
         kubeconfig: &Path,
         context: Option<&str>,
         pods: CounterPods,
     ) -> Result<Self, ClusterError> {
-        let (first_tx, first_rx) = std::sync::mpsc::channel::<Result<(), ClusterError>>();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| ClusterError::Api(format!("starting the counters' reader: {e}")))?;
+        // Made on the runtime that goes with it to the reading thread.
+        let client = runtime.block_on(crate::api::client(kubeconfig, context))?;
+        let mut counters = PodCounters::new(pods);
+        Self::start(move || runtime.block_on(counters.read(&client)))
+    }
+
+    /// Starts calling `read` once a second; returns once it has been called once.
+    pub fn start(
+        mut read: impl FnMut() -> Result<Counted, String> + Send + 'static,
+    ) -> Result<Self, ClusterError> {
+        let (first_tx, first_rx) = std::sync::mpsc::channel::<()>();
         let stop = Arc::new(AtomicBool::new(false));
         let latest: Arc<Mutex<Option<Reading>>> = Arc::default();
         let (stop_w, latest_w) = (stop.clone(), latest.clone());
-        let thread =
-            crate::api::on_own_thread("ib-counters", kubeconfig, context, |client| async move {
-                let client = match client {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = first_tx.send(Err(e));
-                        return;
-                    }
-                };
-                let mut counters = PodCounters::new(pods);
+        let thread = std::thread::Builder::new()
+            .name("ib-counters".into())
+            .spawn(move || {
                 while !stop_w.load(Ordering::Relaxed) {
                     let asked = Instant::now();
-                    let reading = (asked, counters.read(&client).await);
+                    let reading = (asked, read());
                     *latest_w.lock().unwrap_or_else(|p| p.into_inner()) = Some(reading);
-                    let _ = first_tx.send(Ok(()));
-                    pause_until(asked + INTERVAL, &stop_w).await;
+                    let _ = first_tx.send(());
+                    while Instant::now() < asked + INTERVAL && !stop_w.load(Ordering::Relaxed) {
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
                 }
-            })?;
+            })
+            .map_err(|e| ClusterError::Api(format!("starting the counters' reader: {e}")))?;
         let watch = Self {
             latest,
             stop,
             thread: Some(thread),
         };
-        match first_rx.recv() {
-            Ok(Ok(())) => Ok(watch),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(ClusterError::Api("the counters thread ended".into())),
-        }
+        first_rx
+            .recv()
+            .map_err(|_| ClusterError::Api("the counters' reader ended".into()))?;
+        Ok(watch)
     }
 
     /// The last reading (there is one from the start).

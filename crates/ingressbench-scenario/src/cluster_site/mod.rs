@@ -237,9 +237,7 @@ pub(crate) struct ClusterSite {
     /// How the target's controller is restarted (the cluster file's `restart:`).
     restart: Option<ingressbench_cluster::file::Restart>,
     /// Where its proxy's own counts are read (the cluster file's `counters:`).
-    counters: Option<ingressbench_cluster::file::CountersVia>,
-    /// Its proxy's pods, when they are read through the API (`counters: { pods }`).
-    pod_counters: Option<ingressbench_cluster::counters::CountersWatch>,
+    counters: Option<ingressbench_cluster::counters::CountersWatch>,
     /// Restarts not yet complete, by record.
     restarting: Vec<(usize, events::Restarting)>,
     restart_read_at: Instant,
@@ -287,23 +285,18 @@ impl Site for ClusterSite {
         self.probe_at
     }
 
-    /// What the controller's proxy counted: its Envoy's `/stats` or its HAProxy's `show
+    /// What the controller's proxy counted (its Envoy's `/stats` or its HAProxy's `show
     /// stat`, on the socket the cluster file's `counters:` names; or its pods' Prometheus
-    /// endpoints, through the API server: the last reading of the thread that reads them
-    /// (one that waits for the API holds up nothing here).
+    /// endpoints, through the API server): the last reading of the thread that reads it
+    /// (one that waits holds up nothing here).
     fn proxy_counters(&mut self) -> (Instant, ingressbench_lab::proxy::counters::Readings) {
-        use ingressbench_lab::proxy::counters::{envoy_admin, haproxy_stat};
-        let now = Instant::now();
-        let Some(via) = &self.counters else {
-            return (now, Vec::new());
-        };
-        let (at, counted) = match (&via.envoy_admin, &via.haproxy_stat, &self.pod_counters) {
-            (Some(socket), _, _) => (now, envoy_admin(socket)),
-            (None, Some(socket), _) => (now, haproxy_stat(socket)),
-            (None, None, Some(pods)) => pods.latest(),
-            (None, None, None) => return (now, Vec::new()),
-        };
-        (at, vec![(self.local.0.clone(), counted)])
+        match &self.counters {
+            Some(watch) => {
+                let (at, counted) = watch.latest();
+                (at, vec![(self.local.0.clone(), counted)])
+            }
+            None => (Instant::now(), Vec::new()),
+        }
     }
 
     /// The pods the cluster file's `usage:` names, read through the API; or a local

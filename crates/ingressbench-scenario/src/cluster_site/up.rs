@@ -58,15 +58,10 @@ impl ClusterSite {
             None => None,
         };
         // Read by a thread of their own: a reading that waits holds up no event.
-        let pod_counters = match placed.counters.as_ref().and_then(|c| c.pods.clone()) {
-            Some(pods) => Some(
-                ingressbench_cluster::counters::CountersWatch::start(
-                    &options.kubeconfig,
-                    options.context.as_deref(),
-                    pods,
-                )
-                .map_err(|e| format!("target `{target}`: {e}"))?,
-            ),
+        let counters = match placed.counters.as_ref() {
+            Some(via) => {
+                Some(counters_watch(via, options).map_err(|e| format!("target `{target}`: {e}"))?)
+            }
             None => None,
         };
         let pool_names: Vec<String> = shape.pools.iter().map(|(p, _)| p.clone()).collect();
@@ -134,8 +129,7 @@ impl ClusterSite {
             before: Vec::new(),
             beat_at: Instant::now(),
             restart: placed.restart.as_ref().map(|r| r.checked()).transpose()?,
-            counters: placed.counters.clone(),
-            pod_counters,
+            counters,
             restarting: Vec::new(),
             restart_read_at: Instant::now(),
         };
@@ -318,6 +312,32 @@ impl ClusterSite {
 /// Where the cell's traffic enters the controller (its address over the cell's scheme,
 /// from the cluster file or the LoadBalancer Service's status), its plain HTTP address
 /// (the route probe's), and how the cluster's own pods reach it.
+/// The reader of what the target's proxy counts: its Envoy's admin socket, its HAProxy's
+/// runtime API, or its pods through the API; on a thread of its own.
+fn counters_watch(
+    via: &ingressbench_cluster::file::CountersVia,
+    options: &ClusterOptions,
+) -> Result<ingressbench_cluster::counters::CountersWatch, ingressbench_cluster::ClusterError> {
+    use ingressbench_cluster::counters::CountersWatch;
+    use ingressbench_lab::proxy::counters::{envoy_admin, haproxy_stat};
+    match (&via.envoy_admin, &via.haproxy_stat, &via.pods) {
+        (Some(socket), _, _) => {
+            let socket = socket.clone();
+            CountersWatch::start(move || envoy_admin(&socket))
+        }
+        (None, Some(socket), _) => {
+            let socket = socket.clone();
+            CountersWatch::start(move || haproxy_stat(&socket))
+        }
+        (None, None, Some(pods)) => CountersWatch::pods(
+            &options.kubeconfig,
+            options.context.as_deref(),
+            pods.clone(),
+        ),
+        (None, None, None) => CountersWatch::start(|| Ok(Default::default())),
+    }
+}
+
 fn entrances(
     options: &ClusterOptions,
     target: &str,
