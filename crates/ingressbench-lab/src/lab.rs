@@ -397,8 +397,9 @@ pub struct ChangeRecord {
     /// when the first new pod (process) was ready.
     pub completed_at: Option<Instant>,
     /// Made to the proxies themselves (their routes, configuration or processes: a route
-    /// change, a reload, a restart, an upgrade), not to the backends: what closes the
-    /// connections they hold.
+    /// change, a reload, a restart, an upgrade), or applied to them by a mechanism that
+    /// can end their connections (nginx reloads for a backend's change too): what closes
+    /// the connections they hold.
     pub on_proxies: bool,
 }
 
@@ -1134,11 +1135,15 @@ impl Lab {
         } else {
             Vec::new()
         };
+        let closing = (mechanisms.iter()).any(|(_, m)| crate::proxy::closes_connections(m));
         for (_, index) in due {
             if let Some(record) = self.records.get_mut(index) {
                 record.applied_at = Some(applied);
                 record.mechanisms = mechanisms.clone();
                 record.versions = versions.clone();
+                // A backend's change that nginx applies by a reload ends connections as
+                // a reload does.
+                record.on_proxies |= closing;
             }
         }
         Ok(())

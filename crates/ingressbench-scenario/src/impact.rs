@@ -257,9 +257,10 @@ const CUT_BY_EVENT_WITHIN_S: f64 = 15.0;
 /// `requested_s` from the start of measurement, `shift` later), or none: the latest
 /// event before the close, within [`CUT_BY_EVENT_WITHIN_S`], that took away the backend
 /// the connection was on (a kill, a termination, a scale-down); else the latest made to
-/// the proxies (a reload, a restart, an upgrade, a route change). Not the window the
-/// close fell in: a reload's connections close as its old workers drain, often after the
-/// next event.
+/// the proxies or applied to them by a reload (a reload, a restart, an upgrade, a route
+/// change; nginx's scale-down). Not the window the close fell in: a reload's connections
+/// close as its old workers drain, often after the next event. A close whose backend is
+/// not known goes to the latest event before it.
 fn cut_by(
     closes: &[ingressbench_report::websocket::CloseRecord],
     events: &[(f64, &ChangeRecord)],
@@ -275,10 +276,12 @@ fn cut_by(
     };
     closes
         .iter()
-        .map(|c| {
-            let on_backend =
-                |rec: &ChangeRecord| c.backend.as_ref().is_some_and(|b| rec.removed.contains(b));
-            latest(c.at_s, &on_backend).or_else(|| latest(c.at_s, &|rec| rec.on_proxies))
+        .map(|c| match &c.backend {
+            Some(b) => latest(c.at_s, &|rec| rec.removed.contains(b))
+                .or_else(|| latest(c.at_s, &|rec| rec.on_proxies)),
+            // Which backend it was on is not known (a stream whose answer did not say):
+            // the latest event before it, as its window would have it.
+            None => latest(c.at_s, &|_| true),
         })
         .collect()
 }
@@ -482,6 +485,12 @@ mod tests {
             cut_by(&closes, &events, 1.0),
             [None, Some(0), Some(1), Some(0), None]
         );
+        // On a backend no answer named: the latest event before it.
+        let unknown = ingressbench_report::websocket::CloseRecord {
+            backend: None,
+            ..close(2.3, "")
+        };
+        assert_eq!(cut_by(&[unknown], &events, 1.0), [Some(1)]);
     }
 
     #[test]

@@ -198,7 +198,9 @@ fn grpc_streams_cut_by_a_resetting_link_resume_after_their_last_message() {
 /// proxy's upstream connections: a call that races it can fail (retries are off in the
 /// lab, grpc_next_upstream too), a handful at most (seen: 1 or 2 of 1,000): 502 from
 /// nginx, `grpc:unavailable` from Envoy (which answers a gRPC call's failed upstream
-/// attempt with gRPC's status; seen in CI, session 50), and nothing else fails.
+/// attempt with gRPC's status; seen in CI, session 50), or from nginx a call its old
+/// worker reset after it was written (`reset_after_write`: seen once in 1,000 with
+/// another test beside it), and nothing else fails.
 #[test]
 fn unary_calls_through_a_reload_are_sent_again_after_a_goaway_and_none_fails() {
     let (out, said) = run_scenario(
@@ -232,12 +234,12 @@ events:
             .iter()
             .filter(|(k, _)| *k != "grpc:ok")
             .map(|(k, v)| {
-                let race = if name.contains("nginx") {
-                    "502"
+                let races: &[&str] = if name.contains("nginx") {
+                    &["502", "reset_after_write"]
                 } else {
-                    "grpc:unavailable"
+                    &["grpc:unavailable"]
                 };
-                assert_eq!(k, race, "{name}: {outcomes:?}");
+                assert!(races.contains(&k.as_str()), "{name}: {outcomes:?}");
                 v.as_u64().unwrap()
             })
             .sum();

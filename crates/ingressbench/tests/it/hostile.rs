@@ -434,25 +434,24 @@ fn a_rate_the_target_cannot_take_keeps_memory_flat_and_says_what_was_offered() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-#[test]
-fn a_proxy_binary_that_hangs_fails_its_cell_in_seconds_and_leaves_nothing() {
-    let dir = scratch("hostile-hang");
-    // Answers nothing, ever, not even its version; and forks a helper that would outlive it.
+/// Starts `run` of `scenario` (written in `dir`) with nginx replaced by the shell script
+/// `script`: the run, its results directory and the script's path.
+fn run_with_nginx(
+    dir: &Path,
+    script: &str,
+    scenario: &str,
+) -> (std::process::Child, PathBuf, PathBuf) {
     let fake = dir.join("nginx");
-    std::fs::write(&fake, "#!/bin/sh\nsleep 3600 &\nexec sleep 3600\n").unwrap();
+    std::fs::write(&fake, script).unwrap();
     Command::new("chmod")
         .arg("755")
         .arg(&fake)
         .status()
         .unwrap();
-    let file = dir.join("hang.yaml");
-    std::fs::write(
-        &file,
-        "name: hang\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 1 }]\nload: { mode: open, rate: 20, connections: 2, duration: 2s }\n",
-    )
-    .unwrap();
+    let file = dir.join("scenario.yaml");
+    std::fs::write(&file, scenario).unwrap();
     let out = dir.join("out");
-    let mut run = Command::new(BIN)
+    let run = Command::new(BIN)
         .arg("run")
         .arg(&file)
         .arg("--out")
@@ -463,6 +462,18 @@ fn a_proxy_binary_that_hangs_fails_its_cell_in_seconds_and_leaves_nothing() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    (run, out, fake)
+}
+
+#[test]
+fn a_proxy_binary_that_hangs_fails_its_cell_in_seconds_and_leaves_nothing() {
+    let dir = scratch("hostile-hang");
+    // Answers nothing, ever, not even its version; and forks a helper that would outlive it.
+    let (mut run, out, fake) = run_with_nginx(
+        &dir,
+        "#!/bin/sh\nsleep 3600 &\nexec sleep 3600\n",
+        "name: hang\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 1 }]\nload: { mode: open, rate: 20, connections: 2, duration: 2s }\n",
+    );
     let deadline = Instant::now() + Duration::from_secs(90);
     while run.try_wait().unwrap().is_none() {
         if Instant::now() > deadline {
@@ -1144,39 +1155,15 @@ fn a_restart_that_cannot_start_the_proxy_again_points_at_the_cells_copies() {
     );
     // Starts the server once (`-p DIR`), refuses the second time; asked its version, says it.
     let mark = dir.join("started-once");
-    let fake = dir.join("nginx");
-    std::fs::write(
-        &fake,
-        format!(
+    Command::new("chmod").arg("777").arg(&dir).status().unwrap();
+    let (mut run, out, fake) = run_with_nginx(
+        &dir,
+        &format!(
             "#!/bin/sh\nif [ \"$1\" = -p ]; then\n  if [ -e {mark} ]; then echo 'refusing to start a second time' >&2; exit 1; fi\n  : > {mark}\nfi\nexec {nginx} \"$@\"\n",
             mark = mark.display()
         ),
-    )
-    .unwrap();
-    Command::new("chmod")
-        .arg("755")
-        .arg(&fake)
-        .status()
-        .unwrap();
-    Command::new("chmod").arg("777").arg(&dir).status().unwrap();
-    let file = dir.join("restart.yaml");
-    std::fs::write(
-        &file,
         "name: restart-fails\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 1 }]\ntls: false\nload: { mode: open, rate: 20, connections: 2, duration: 4s }\nevents:\n  - { at: 1s, restart: true, grace: 1s }\n",
-    )
-    .unwrap();
-    let out = dir.join("out");
-    let mut run = Command::new(BIN)
-        .arg("run")
-        .arg(&file)
-        .arg("--out")
-        .arg(&out)
-        .arg("--proxy-bin")
-        .arg(format!("nginx={}", fake.display()))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    );
     crate::common::ends_within(
         &mut run,
         Duration::from_secs(120),
