@@ -46,24 +46,31 @@ impl Observer for Collect {
 }
 
 /// No errors, and the latency percentiles of a server that stalls `stall` of every
-/// `every` at 1,000 req/s, as computed in `coordinated_omission_is_corrected`, within 5%.
+/// `every` at 1,000 req/s, as computed in `coordinated_omission_is_corrected`: not more than
+/// 5% below, and not more than 5% plus `BUSY_ALLOWANCE` above.
 fn assert_corrected_for_stalls(report: &LoadReport, every: Duration, stall: Duration) {
     let s = &report.summary;
     assert_eq!(s.requests.errors, 0, "{:?}", s.outcomes);
     let stalled_share = stall.as_secs_f64() / every.as_secs_f64();
+    let allowance_ms = BUSY_ALLOWANCE.as_secs_f64() * 1e3;
     for percentile in [90.0, 95.0, 99.0] {
         let got_ms = report.recorder.latency().value_at_percentile(percentile) as f64 / 1e3;
         let want_ms =
             stall.as_secs_f64() * 1e3 * (1.0 - (1.0 - percentile / 100.0) / stalled_share);
-        let error = (got_ms - want_ms).abs() / want_ms;
         eprintln!("p{percentile}: measured {got_ms:.1} ms, expected {want_ms:.1} ms");
         assert!(
-            error < 0.05,
-            "p{percentile}: measured {got_ms:.1} ms, expected {want_ms:.1} ms ({:.1}% off)",
-            error * 100.0
+            got_ms > want_ms * 0.95 && got_ms < want_ms * 1.05 + allowance_ms,
+            "p{percentile}: measured {got_ms:.1} ms, expected {want_ms:.1} ms \
+             (-5% to +5% and {allowance_ms} ms)"
         );
     }
 }
+
+/// What a busy machine adds to every stalled request, and can only add: the server's
+/// wake-up after the stall, and the 200 requests queued behind it drained over eight
+/// connections (CI saw p90 at 105.1 ms for 100 ms). A client that did not correct would
+/// measure under 1 ms; one that timed from the stall's start, 100 ms more.
+const BUSY_ALLOWANCE: Duration = Duration::from_millis(10);
 
 /// The server stalls 200 ms of every second. At 1,000 req/s, a fifth of the requests are
 /// due during a stall and wait until it ends, a wait uniform over 0-200 ms; so the share of

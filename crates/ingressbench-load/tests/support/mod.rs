@@ -38,7 +38,8 @@ pub enum Behavior {
     /// Reads the request and answers with bytes that are not HTTP.
     Garbage,
     /// Answers like `Answer`, and closes (FIN) a connection that stays idle for `after`
-    /// (nginx's `keepalive_timeout`).
+    /// after an answer (nginx's `keepalive_timeout`; before its first request a connection
+    /// waits as long as it likes, as under nginx's 60 s `client_header_timeout`).
     IdleClose { after: Duration },
     /// Answers the first request of each connection; on the second it reads the request
     /// and closes without a byte of answer: the server closing a kept-alive connection
@@ -219,7 +220,7 @@ async fn serve_connection<S: AsyncRead + AsyncWrite + Unpin>(
     let mut served = 0u64;
     loop {
         let head = match &behavior {
-            Behavior::IdleClose { after } => {
+            Behavior::IdleClose { after } if served > 0 => {
                 match tokio::time::timeout(*after, read_head(&mut stream, &mut buf)).await {
                     Ok(head) => head,
                     Err(_idle) => {
