@@ -265,6 +265,8 @@ pub struct Lab {
     /// A restart (or, with the binary and version line each kind goes to, an upgrade)
     /// was asked and not yet done, with its grace.
     restart_due: Option<(Duration, Option<UpgradeTo>)>,
+    /// A restart begun and not finished: it holds every change to the proxies.
+    restarting: Option<Restarting>,
     overlay: Overlay,
     /// The proxies' configuration generation, bumped by every route change and reload.
     generation: u32,
@@ -279,6 +281,13 @@ pub struct Lab {
     pending: Vec<(Instant, usize)>,
     stalled: Vec<(String, Instant)>,
     records: Vec<ChangeRecord>,
+}
+
+/// A restart (or an upgrade by stop and start) begun and not finished: the records it
+/// applies, and the mechanism each proxy takes it by.
+struct Restarting {
+    records: Vec<usize>,
+    mechanisms: Vec<(ProxyKind, &'static str)>,
 }
 
 impl ChangeRecord {
@@ -445,6 +454,7 @@ impl Lab {
             told_proxies: None,
             reload_due: false,
             restart_due: None,
+            restarting: None,
             stopping: Arc::default(),
             generation: 1,
             sidecar_generation: 1,
@@ -935,9 +945,9 @@ impl Lab {
                     let to = to
                         .get(&p.kind())
                         .map(|(binary, line)| (binary.as_path(), line.clone()));
-                    p.upgrade(&table, (grace, &self.stopping), to, &mut watch)?
+                    p.upgrade(&table, grace, to, &mut watch)?
                 } else {
-                    p.restart(&table, None, (grace, &self.stopping), &mut watch)?;
+                    p.begin_restart(grace, None);
                     "restart (a graceful stop, then a new process)"
                 };
                 mechanisms.push((p.kind(), mechanism));
@@ -1119,15 +1129,68 @@ impl Lab {
             }
             false
         });
+        // A restart holds every change to the proxies until its new processes route.
+        if self.restarting.is_some() && !self.finish_restart()? {
+            return Ok(());
+        }
         let (due, waiting): (Vec<_>, Vec<_>) = self.pending.iter().partition(|(at, _)| *at <= now);
         self.pending = waiting;
         if due.is_empty() {
             return Ok(());
         }
-        let restarting = self.restart_due.is_some();
+        let restart = self.restart_due.is_some();
         let mechanisms = self.sync_proxies()?;
+        let records = due.into_iter().map(|(_, index)| index).collect();
+        if restart {
+            // Applied when the new processes route; the old ones drain meanwhile, and
+            // events go on firing.
+            self.restarting = Some(Restarting {
+                records,
+                mechanisms,
+            });
+            self.finish_restart()?;
+            return Ok(());
+        }
+        self.applied(records, mechanisms, false);
+        Ok(())
+    }
+
+    /// Finishes the restart under way once no proxy waits for its old process any more
+    /// (each has left, or its grace is over): starts the new processes with the table as
+    /// it is now, and records the restart applied. Returns whether none is under way.
+    fn finish_restart(&mut self) -> Result<bool, LabError> {
+        let cut = &self.stopping;
+        if self.proxies.iter_mut().any(|p| p.restart_waits(cut)) {
+            return Ok(false);
+        }
+        let Some(restarting) = self.restarting.take() else {
+            return Ok(true);
+        };
+        let table = self.proxies_table();
+        let reaper = &mut self.reaper;
+        for p in &mut self.proxies {
+            let mut watch = |pid| {
+                if let Some(r) = reaper.as_mut() {
+                    r.watch(pid);
+                }
+            };
+            p.finish_restart(&table, &mut watch)?;
+        }
+        self.told_proxies = Some(table);
+        self.applied(restarting.records, restarting.mechanisms, true);
+        Ok(true)
+    }
+
+    /// Records the changes `records` applied now, by `mechanisms`; after a restart or an
+    /// upgrade, with the version line each proxy runs.
+    fn applied(
+        &mut self,
+        records: Vec<usize>,
+        mechanisms: Vec<(ProxyKind, &'static str)>,
+        restarted: bool,
+    ) {
         let applied = Instant::now();
-        let versions: Vec<(ProxyKind, String)> = if restarting {
+        let versions: Vec<(ProxyKind, String)> = if restarted {
             self.proxies
                 .iter()
                 .map(|p| (p.kind(), p.version().to_owned()))
@@ -1136,7 +1199,7 @@ impl Lab {
             Vec::new()
         };
         let closing = (mechanisms.iter()).any(|(_, m)| crate::proxy::closes_connections(m));
-        for (_, index) in due {
+        for index in records {
             if let Some(record) = self.records.get_mut(index) {
                 record.applied_at = Some(applied);
                 record.mechanisms = mechanisms.clone();
@@ -1146,13 +1209,12 @@ impl Lab {
                 record.on_proxies |= closing;
             }
         }
-        Ok(())
     }
 
     /// Whether changes are still waiting for their propagation delay, or backends to
     /// be let go on.
     pub fn has_pending(&self) -> bool {
-        !self.pending.is_empty() || !self.stalled.is_empty()
+        !self.pending.is_empty() || !self.stalled.is_empty() || self.restarting.is_some()
     }
 
     /// Every change requested so far.
@@ -1252,9 +1314,9 @@ impl Lab {
     /// replica), the front, the sidecar and every backend no event killed or drained. The
     /// first one that exited is the error, with how it ended and its log's end.
     pub fn check_alive(&mut self) -> Result<(), LabError> {
-        let proxies = self
-            .proxies
-            .iter_mut()
+        // A proxy whose restart is under way has left on purpose.
+        let proxies = (self.proxies.iter_mut())
+            .filter(|p| !p.restarting())
             .map(|p| (p.kind().to_string(), p.child()));
         let front = self
             .front

@@ -12,7 +12,6 @@ use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process, kill_process_group, Pid, Signal};
@@ -188,24 +187,13 @@ impl OwnedChild {
     /// `signal` to the group, up to `grace` to exit, then SIGKILL to what is left of it.
     /// Returns how it ended.
     pub fn stop(&mut self, signal: Signal, grace: Duration) -> Option<ExitStatus> {
-        self.stop_unless_cut(signal, grace, &AtomicBool::new(false))
-    }
-
-    /// [`Child::stop`], its grace cut short when `cut` is set (the run was stopped: the
-    /// grace is the proxy's to drain a benchmark's connections, not worth waiting out).
-    pub fn stop_unless_cut(
-        &mut self,
-        signal: Signal,
-        grace: Duration,
-        cut: &AtomicBool,
-    ) -> Option<ExitStatus> {
         if let Some(status) = self.try_wait() {
             self.kill_group(Signal::KILL);
             return Some(status);
         }
         self.kill_group(signal);
         let deadline = Instant::now() + grace;
-        while Instant::now() < deadline && !cut.load(Ordering::Relaxed) {
+        while Instant::now() < deadline {
             if let Some(status) = self.try_wait() {
                 // Leftovers of the group (nginx workers, say) go too.
                 self.kill_group(Signal::KILL);
@@ -215,6 +203,13 @@ impl OwnedChild {
         }
         self.kill_group(Signal::KILL);
         self.child.wait().ok()
+    }
+
+    /// `signal` to its group, unless it has exited.
+    pub fn signal_group(&mut self, signal: Signal) {
+        if self.try_wait().is_none() {
+            self.kill_group(signal);
+        }
     }
 
     fn kill_group(&self, signal: Signal) {

@@ -20,8 +20,10 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
 
 use crate::model::RouteTable;
 use crate::process::{free_port, OwnedChild, RunAs};
@@ -503,6 +505,16 @@ pub struct Proxy {
     retiring: Vec<OwnedChild>,
     /// What reading its own counters keeps between readings.
     counter_state: counters::CounterState,
+    /// A stop and start under way: the old process was asked to stop.
+    restart: Option<Restart>,
+}
+
+/// A restart under way (see [`Proxy::begin_restart`]).
+struct Restart {
+    asked: Instant,
+    grace: Duration,
+    /// Another binary and its version line to start (an upgrade by stop and start).
+    to: Option<(PathBuf, String)>,
 }
 
 /// Starts a proxy of `kind` from `binary` as `launch` says (as the lab's user, in `netns`,
@@ -671,32 +683,63 @@ impl Proxy {
             epoch: 0,
             retiring: Vec::new(),
             counter_state: counters::CounterState::default(),
+            restart: None,
         })
     }
 
-    /// Stops the proxy its own graceful way (nginx QUIT, HAProxy's soft stop USR1, TERM
-    /// for Envoy, Traefik and Caddy), waits up to `grace` for it to exit (then kills what
-    /// is left of its group), and starts it again on the same ports with the table it
-    /// `table`, from `binary` if given (another version: an upgrade by stop and start). As a
-    /// service manager's restart does: nothing listens between the two. `spawned` is told
-    /// the new process id. Returns how long the proxy was gone (from the stop's signal to
-    /// the new one routing). The grace ends early when `cut` is set (the run was stopped).
-    pub fn restart(
-        &mut self,
-        table: &RouteTable,
-        binary: Option<(&Path, String)>,
-        (grace, cut): (Duration, &AtomicBool),
-        spawned: &mut dyn FnMut(u32),
-    ) -> Result<Duration, LabError> {
-        let stopped = Instant::now();
-        (self.child).stop_unless_cut(self.kind.graceful_stop(), grace, cut);
+    /// Begins a restart as a service manager's does (nothing listens between the old
+    /// process and the new): asks the proxy to stop its own graceful way (nginx QUIT,
+    /// HAProxy's soft stop USR1, TERM for Envoy, Traefik and Caddy), and returns at once.
+    /// [`Proxy::restart_waits`] says when the old process has left or its `grace` is over;
+    /// [`Proxy::finish_restart`] starts the new one, from `to` if given (another version:
+    /// an upgrade by stop and start).
+    pub fn begin_restart(&mut self, grace: Duration, to: Option<(&Path, String)>) {
+        self.child.signal_group(self.kind.graceful_stop());
         for mut old in self.retiring.drain(..) {
             old.terminate(Duration::ZERO);
         }
+        self.restart = Some(Restart {
+            asked: Instant::now(),
+            grace,
+            to: to.map(|(binary, version)| (binary.to_owned(), version)),
+        });
+    }
+
+    /// Whether a restart waits for the old process: it is still there, and its grace is
+    /// not over (it ends early when `cut` is set: the run was stopped, and the grace is
+    /// the proxy's to drain a benchmark's connections, not worth waiting out).
+    pub fn restart_waits(&mut self, cut: &AtomicBool) -> bool {
+        let Some(restart) = &self.restart else {
+            return false;
+        };
+        let within_grace = restart.asked.elapsed() < restart.grace && !cut.load(Ordering::Relaxed);
+        within_grace && self.child.try_wait().is_none()
+    }
+
+    /// Whether a restart is under way (the old process may have left, the new one is not
+    /// started).
+    pub fn restarting(&self) -> bool {
+        self.restart.is_some()
+    }
+
+    /// Ends a restart begun with [`Proxy::begin_restart`]: kills what is left of the old
+    /// process's group (nginx workers, say) and starts the proxy again on the same ports
+    /// with `table`; `spawned` is told the new process id. Returns how long the proxy was
+    /// gone (from the stop's signal to the new one routing), or nothing when no restart
+    /// was under way.
+    pub fn finish_restart(
+        &mut self,
+        table: &RouteTable,
+        spawned: &mut dyn FnMut(u32),
+    ) -> Result<Option<Duration>, LabError> {
+        let Some(restart) = self.restart.take() else {
+            return Ok(None);
+        };
+        self.child.stop(Signal::KILL, Duration::ZERO);
         self.forget_shared_memory();
         self.epoch = 0;
-        if let Some((binary, version)) = binary {
-            self.binary = binary.to_owned();
+        if let Some((binary, version)) = restart.to {
+            self.binary = binary;
             self.version = version;
         }
         table.validate()?;
@@ -710,7 +753,7 @@ impl Proxy {
         )?;
         self.child = child;
         self.startup = startup;
-        Ok(stopped.elapsed())
+        Ok(Some(restart.asked.elapsed()))
     }
 
     /// Envoy's hot restart: a process of the next epoch, from the same files with
@@ -853,12 +896,12 @@ impl Proxy {
     /// the master executes the binary again, the new workers take the listening sockets,
     /// the old ones finish theirs), Envoy's hot restart (the next epoch takes the listening
     /// sockets, the old drains for `grace` and exits a second after); Traefik and Caddy
-    /// document no such mechanism, so theirs is a restart with `grace`. Returns the
-    /// mechanism.
+    /// document no such mechanism, so theirs is a restart with `grace`, begun here and
+    /// finished as a restart is. Returns the mechanism.
     pub fn upgrade(
         &mut self,
         table: &RouteTable,
-        (grace, cut): (Duration, &AtomicBool),
+        grace: Duration,
         to: Option<(&Path, String)>,
         spawned: &mut dyn FnMut(u32),
     ) -> Result<&'static str, LabError> {
@@ -883,7 +926,7 @@ impl Proxy {
                 Ok("master re-exec (USR2), listening sockets passed on")
             }
             ProxyKind::Traefik | ProxyKind::Caddy => {
-                self.restart(table, to, (grace, cut), spawned)?;
+                self.begin_restart(grace, to);
                 Ok("stop and start (no zero-downtime upgrade documented)")
             }
             ProxyKind::Envoy => {

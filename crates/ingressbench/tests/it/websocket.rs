@@ -482,6 +482,48 @@ events:
     println!("{}", measured.join("\n"));
 }
 
+/// A restart waits for the old process, here nginx keeping its WebSockets through its
+/// graceful stop until the grace (4 s) is over; events go on firing meanwhile. A scale due
+/// a second into the grace is asked for then (its backend starts), and the proxies hear
+/// of it once the new process routes: a restart holds every change to the proxies, not
+/// the events. Before, the whole grace held the events' thread.
+#[test]
+fn events_fire_while_a_restart_waits_for_the_old_process() {
+    let (out, said) = run_scenario(
+        "websocket-restart-holds",
+        "name: restart-holds
+targets: [nginx]
+backends: [{ name: echo, replicas: 1 }]
+tls: false
+load: { kind: websocket, rate: 50, connections: 2, duration: 8s, timeout: 1s }
+events:
+  - { at: 1s, restart: true, grace: 4s }
+  - { at: 2s, scale: 2 }
+",
+    );
+    let cell = &crate::common::cells_of(&out)[0];
+    let impact = json(cell.join("impact.json"));
+    let time = |i: usize, field: &str| impact[i][field].as_f64().unwrap_or(f64::NAN);
+    assert_eq!(impact[0]["what"], "restart", "{impact}");
+    assert!(
+        impact[1]["what"].as_str().unwrap().starts_with("scale"),
+        "{impact}"
+    );
+    // nginx kept its WebSockets: the restart was applied when the grace was over.
+    assert!(
+        time(0, "applied_s") >= time(0, "requested_s") + 4.0,
+        "{impact}\n{said}"
+    );
+    assert!(
+        time(1, "requested_s") < time(0, "applied_s"),
+        "the scale waited for the restart: {impact}"
+    );
+    assert!(
+        time(1, "applied_s") >= time(0, "applied_s"),
+        "the proxies heard of the scale before their new process: {impact}"
+    );
+}
+
 /// nginx's binary upgrade, HAProxy's master re-exec (each to the binary it runs) and
 /// Envoy's hot restart from 1.39.3 to 1.40.0 (installed beside it) under HTTP and under
 /// WebSocket load: no request fails through nginx or HAProxy (through Envoy, at most one
