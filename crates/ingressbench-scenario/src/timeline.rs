@@ -446,6 +446,12 @@ impl Driver<'_> {
             if let Some(at) = rec.endpoints_at {
                 line["endpoints_s"] = json!(offset(at, self.measure_from));
             }
+            // In a cluster, known once the API answered (the pod an event picked).
+            for (key, names) in [("started", &rec.started), ("removed", &rec.removed)] {
+                if !names.is_empty() {
+                    line[key] = json!(names);
+                }
+            }
             if let Some(at) = rec.completed_at {
                 line["completed_s"] = json!(offset(at, self.measure_from));
             }

@@ -156,6 +156,38 @@ pub struct RunNamespace {
     control_token: String,
 }
 
+/// A run's namespace as another thread reaches it (see [`RunNamespace::twin`]).
+#[derive(Clone, Debug)]
+pub struct Twin {
+    objects: RunObjects,
+    kubeconfig: std::path::PathBuf,
+    context: Option<String>,
+    control_token: String,
+}
+
+impl Twin {
+    /// The namespace, with a client and a runtime of this thread's own. Dropping it
+    /// deletes nothing.
+    pub fn open(self) -> Result<RunNamespace, ClusterError> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| ClusterError::Api(format!("starting an API client: {e}")))?;
+        let client = runtime.block_on(crate::api::client(
+            &self.kubeconfig,
+            self.context.as_deref(),
+        ))?;
+        Ok(RunNamespace {
+            runtime,
+            client,
+            objects: self.objects,
+            kubeconfig: self.kubeconfig,
+            context: self.context,
+            control_token: self.control_token,
+        })
+    }
+}
+
 impl RunNamespace {
     /// Makes the namespace and everything in it; on an error, deletes what it made.
     pub fn create(
@@ -188,6 +220,17 @@ impl RunNamespace {
             return Err(e);
         }
         Ok(run)
+    }
+
+    /// What another thread needs to reach this namespace with a client of its own
+    /// ([`Twin::open`]): a client serves only while its own runtime runs.
+    pub fn twin(&self) -> Twin {
+        Twin {
+            objects: self.objects.clone(),
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            control_token: self.control_token.clone(),
+        }
     }
 
     /// The namespace's name.

@@ -1,16 +1,19 @@
 //! A cell's events made through the cluster's API as a person or a pipeline would make
 //! them, and their times: requested, seen in the EndpointSlices (the control plane's
-//! part), reported in an HTTPRoute's status (the controller's).
+//! part), reported in an HTTPRoute's status (the controller's). The calls themselves go
+//! out as errands (see [`super::errands`]): an event is recorded when it is asked, and
+//! what the API answered fills its record in when the driver next ticks.
 
 use std::time::{Duration, Instant};
 
-use ingressbench_cluster::deploy::PodState;
+use ingressbench_cluster::deploy::{PodState, RunNamespace};
 use ingressbench_cluster::routes::{self, gateway, Routing};
 use ingressbench_lab::model::{Overlay, GENERATION_HEADER};
 use ingressbench_lab::{Change, ChangeRecord};
 
 use ingressbench_cluster::file::Restart;
 
+use super::errands::{Answer, Back, Errand, Lane};
 use super::{ClusterSite, Expect, HEARTBEAT_EVERY, ROUTE_STATUS_TIMEOUT, STATUS_EVERY};
 
 /// How long a controller's rollout restart may take to complete.
@@ -34,15 +37,15 @@ fn instant_of(unix_ns: u64, now: Instant) -> Instant {
 }
 
 impl ClusterSite {
-    /// Makes `change` through the API (a scale, a kill, a route change, …) and records it;
-    /// its index among the records.
+    /// Asks for `change` through the API (a scale, a kill, a route change, …) and records
+    /// it, requested now; its index among the records. Its calls go out as an errand.
     pub(super) fn apply(&mut self, change: Change) -> Result<usize, String> {
         match change {
-            Change::Scale { pool, replicas } => self.scale(&pool, replicas),
-            Change::Kill(name) => self.delete_pod(name.as_deref(), true),
-            Change::Terminate(name) => self.delete_pod(name.as_deref(), false),
+            Change::Scale { pool, replicas } => Ok(self.scale(&pool, replicas)),
+            Change::Kill(name) => Ok(self.delete_pod(name, true)),
+            Change::Terminate(name) => Ok(self.delete_pod(name, false)),
             Change::Overlay(overlay) => self.change_routes(&overlay),
-            Change::Stall { backend, duration } => self.stall(backend.as_deref(), duration),
+            Change::Stall { backend, duration } => Ok(self.stall(backend, duration)),
             Change::AddRoutes(_)
             | Change::RemoveRoutes(_)
             | Change::GeneratedRoutes(_)
@@ -64,42 +67,54 @@ impl ClusterSite {
     }
 
     /// Scales the pool's Deployment; done when the EndpointSlices show that many ready.
-    fn scale(&mut self, pool: &str, replicas: usize) -> Result<usize, String> {
-        let now: Vec<String> = self.live_pods()?.into_iter().map(|p| p.name).collect();
-        let before = now.len();
-        let asked = Instant::now();
-        self.run
-            .scale(i32::try_from(replicas).map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
+    fn scale(&mut self, pool: &str, replicas: usize) -> usize {
         let index = self.record(
-            format!("scale {pool} {before}->{replicas}"),
-            Vec::new(),
+            format!("scale {pool} to {replicas}"),
             Some(Expect::Ready(replicas)),
-            asked,
         );
-        self.before.push((index, now));
-        Ok(index)
+        let pool = pool.to_owned();
+        self.errands.event(
+            index,
+            Some(Lane::Scales),
+            Box::new(move |run| {
+                let before: Vec<String> = live_pods(run)?.into_iter().map(|p| p.name).collect();
+                let count = i32::try_from(replicas).map_err(|e| e.to_string())?;
+                run.scale(count).map_err(|e| e.to_string())?;
+                Ok(Answer::Scaled {
+                    what: format!("scale {pool} {}->{replicas}", before.len()),
+                    before,
+                })
+            }),
+        );
+        index
     }
 
     /// Deletes a pod (`name`, or one at random): at once (`kill`, a crash) or with its
     /// grace period (a drain); done when its address leaves the ready endpoints.
-    fn delete_pod(&mut self, name: Option<&str>, kill: bool) -> Result<usize, String> {
-        let pod = self.pick(name)?;
-        let asked = Instant::now();
-        self.run
-            .delete_pod(&pod.name, kill.then_some(0))
-            .map_err(|e| e.to_string())?;
+    fn delete_pod(&mut self, name: Option<String>, kill: bool) -> usize {
         let verb = if kill { "kill" } else { "terminate" };
-        let expect = match pod.ip {
-            Some(ip) => Expect::Gone(ip),
-            None => Expect::Ready(0),
-        };
-        Ok(self.record(
-            format!("{verb} {}", pod.name),
-            vec![pod.name],
-            Some(expect),
-            asked,
-        ))
+        let index = self.record(
+            format!("{verb} {}", name.as_deref().unwrap_or("a pod at random")),
+            None,
+        );
+        self.errands.event(
+            index,
+            None,
+            Box::new(move |run| {
+                let pod = pick(run, name.as_deref())?;
+                run.delete_pod(&pod.name, kill.then_some(0))
+                    .map_err(|e| e.to_string())?;
+                Ok(Answer::Picked {
+                    what: format!("{verb} {}", pod.name),
+                    expect: Some(match pod.ip {
+                        Some(ip) => Expect::Gone(ip),
+                        None => Expect::Ready(0),
+                    }),
+                    pod: pod.name,
+                })
+            }),
+        );
+        index
     }
 
     /// Applies the routes of the next generation with `overlay`. Applied when the API
@@ -110,39 +125,48 @@ impl ClusterSite {
             .generation
             .ok_or("the cell was made without route changes")?
             + 1;
-        let asked = Instant::now();
-        self.run
-            .apply(&routes::render(
-                self.run.objects(),
-                Some(generation),
-                overlay,
-            ))
-            .map_err(|e| e.to_string())?;
+        let objects = routes::render(self.run.objects(), Some(generation), overlay);
         self.generation = Some(generation);
-        let index = self.applied(
-            overlay.describe(),
-            asked,
-            vec![(GENERATION_HEADER, generation)],
+        let index = self.record(overlay.describe(), None);
+        let record = &mut self.records[index];
+        record.generations = vec![(GENERATION_HEADER, generation)];
+        record.on_proxies = true;
+        self.errands.event(
+            index,
+            Some(Lane::Routes),
+            Box::new(move |run| {
+                run.apply(&objects).map_err(|e| e.to_string())?;
+                Ok(Answer::Stored)
+            }),
         );
-        if matches!(self.run.objects().routing, Routing::Gateway { .. }) {
-            self.reporting.push(index);
-        }
         Ok(index)
     }
 
     /// Stops a backend pod (`backend`, or one at random) answering for `duration`;
     /// applied when the backend said so (through the API server's proxy).
-    fn stall(&mut self, backend: Option<&str>, duration: Duration) -> Result<usize, String> {
-        let pod = self.pick(backend)?;
-        let asked = Instant::now();
-        self.run
-            .stall_pod(&pod.name, duration)
-            .map_err(|e| e.to_string())?;
-        Ok(self.applied(
-            format!("stall {} for {duration:?}", pod.name),
-            asked,
-            Vec::new(),
-        ))
+    fn stall(&mut self, backend: Option<String>, duration: Duration) -> usize {
+        let index = self.record(
+            format!(
+                "stall {} for {duration:?}",
+                backend.as_deref().unwrap_or("a pod at random")
+            ),
+            None,
+        );
+        self.errands.event(
+            index,
+            None,
+            Box::new(move |run| {
+                let pod = pick(run, backend.as_deref())?;
+                run.stall_pod(&pod.name, duration)
+                    .map_err(|e| e.to_string())?;
+                Ok(Answer::Picked {
+                    what: format!("stall {} for {duration:?}", pod.name),
+                    pod: pod.name,
+                    expect: None,
+                })
+            }),
+        );
+        index
     }
 
     /// Restarts the target's controller as the cluster file says: a rollout restart of
@@ -153,73 +177,167 @@ impl ClusterSite {
         let restart = self.restart.clone().ok_or(
             "the cluster file does not say how to restart the target's controller: give it `restart: { deployment: NAME, namespace: NS }`",
         )?;
-        let asked = Instant::now();
-        let (what, restarting) = match &restart {
+        let index = match restart {
             Restart::Rollout {
                 kind,
                 namespace,
                 name,
             } => {
-                let rollout = self
-                    .run
-                    .rollout_restart(kind, namespace, name)
-                    .map_err(|e| e.to_string())?;
-                let what = format!(
-                    "restart: rollout of {kind} {namespace}/{name} ({} pods)",
-                    rollout.before.len()
+                let index = self.record(
+                    format!("restart: rollout of {kind} {namespace}/{name}"),
+                    None,
                 );
-                (what, Restarting::Rollout(rollout))
+                self.errands.event(
+                    index,
+                    None,
+                    Box::new(move |run| {
+                        let rollout = run
+                            .rollout_restart(kind, &namespace, &name)
+                            .map_err(|e| e.to_string())?;
+                        Ok(Answer::RolledOut {
+                            what: format!(
+                                "restart: rollout of {kind} {namespace}/{name} ({} pods)",
+                                rollout.before.len()
+                            ),
+                            rollout,
+                        })
+                    }),
+                );
+                index
             }
             Restart::Local { dir, process } => {
-                let request = ingressbench_cluster::local::request_restart(dir, process, grace)
+                // A request written to a file: nothing to wait for.
+                let asked = Instant::now();
+                let request = ingressbench_cluster::local::request_restart(&dir, &process, grace)
                     .map_err(|e| e.to_string())?;
-                (
+                self.records.push(ChangeRecord::asked(
                     format!("restart: {process} process"),
-                    Restarting::Local(request),
-                )
+                    asked,
+                ));
+                let index = self.records.len() - 1;
+                self.restarting.push((index, Restarting::Local(request)));
+                index
             }
         };
         // Not an EndpointSlice's change: followed on its own. A change to the proxies.
-        let index = self.record(what, Vec::new(), None, asked);
         self.records[index].on_proxies = true;
-        self.restarting.push((index, restarting));
         Ok(index)
     }
 
-    /// Follows each restart not yet complete: the first new pod ready (applied), every
-    /// one (complete); the local cluster's process ready (both), whose id the usage
-    /// readings follow from then.
+    /// Takes what each errand brought back into the records.
+    fn take_answers(&mut self) -> Result<(), String> {
+        for Back { errand, answer, at } in self.errands.back() {
+            let index = match errand {
+                Errand::Event(i) | Errand::Follow(i) => i,
+                Errand::Heartbeat => {
+                    answer?;
+                    continue;
+                }
+            };
+            let answer = answer.map_err(|e| format!("`{}`: {e}", self.records[index].what))?;
+            let record = &mut self.records[index];
+            match (errand, answer) {
+                (Errand::Event(_), Answer::Scaled { what, before }) => {
+                    record.what = what;
+                    self.before.push((index, before, None));
+                }
+                (Errand::Event(_), Answer::Picked { what, pod, expect }) => {
+                    record.what = what;
+                    record.removed = vec![pod];
+                    match expect {
+                        Some(expect) => self.pending.push((index, expect)),
+                        None => record.applied_at = Some(at),
+                    }
+                }
+                (Errand::Event(_), Answer::Stored) => {
+                    record.applied_at = Some(at);
+                    if matches!(self.run.objects().routing, Routing::Gateway { .. })
+                        && !record.generations.is_empty()
+                    {
+                        self.reporting.push(index);
+                    }
+                }
+                (Errand::Event(_), Answer::RolledOut { what, rollout }) => {
+                    record.what = what;
+                    self.restarting.push((index, Restarting::Rollout(rollout)));
+                }
+                (Errand::Follow(_), Answer::Rollout(state)) => {
+                    self.rollout_read(index, &state, at)?
+                }
+                (Errand::Follow(_), Answer::Verdict(verdict)) => {
+                    self.status_read(index, verdict, at)?
+                }
+                (Errand::Follow(_), Answer::Pods(pods)) => self.pods_after_scale(index, &pods),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// What a read of a rollout's state says: applied when its first new pod is ready,
+    /// complete when the rollout is.
+    fn rollout_read(
+        &mut self,
+        index: usize,
+        state: &ingressbench_cluster::deploy::RolloutState,
+        at: Instant,
+    ) -> Result<(), String> {
+        let Some(k) = self.restarting.iter().position(|(i, _)| *i == index) else {
+            return Ok(());
+        };
+        let Restarting::Rollout(rollout) = &self.restarting[k].1 else {
+            return Ok(());
+        };
+        let record = &mut self.records[index];
+        if !state.new_ready.is_empty() && record.applied_at.is_none() {
+            record.applied_at = Some(at);
+        }
+        if state.complete {
+            record.completed_at = Some(at);
+            record.applied_at.get_or_insert(at);
+            self.restarting.remove(k);
+        } else if at.duration_since(record.requested_at) > ROLLOUT_TIMEOUT {
+            return Err(format!(
+                "{} {}/{}: the rollout restart was not complete within {} s ({} of its {} pods replaced, {} new ready)",
+                rollout.kind,
+                rollout.namespace,
+                rollout.name,
+                ROLLOUT_TIMEOUT.as_secs(),
+                state.old_gone.len(),
+                rollout.before.len(),
+                state.new_ready.len()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Follows each restart not yet complete: a rollout's state is read by the
+    /// follow-ups' thread (at most every [`STATUS_EVERY`]); the local cluster's process is
+    /// ready when its answer file says so (applied and complete), and the usage readings
+    /// follow its id from then.
     fn follow_restarts(&mut self, now: Instant) -> Result<(), String> {
         let mut done = Vec::new();
+        let read = now.duration_since(self.restart_read_at) >= STATUS_EVERY;
         for (k, (index, restarting)) in self.restarting.iter().enumerate() {
-            let record = &mut self.records[*index];
             match restarting {
                 Restarting::Rollout(rollout) => {
-                    let state = self.run.rollout_state(rollout).map_err(|e| e.to_string())?;
-                    if !state.new_ready.is_empty() && record.applied_at.is_none() {
-                        record.applied_at = Some(now);
-                    }
-                    if state.complete {
-                        record.completed_at = Some(now);
-                        record.applied_at.get_or_insert(now);
-                        done.push(k);
-                    } else if now.duration_since(record.requested_at) > ROLLOUT_TIMEOUT {
-                        return Err(format!(
-                            "{} {}/{}: the rollout restart was not complete within {} s ({} of its {} pods replaced, {} new ready)",
-                            rollout.kind,
-                            rollout.namespace,
-                            rollout.name,
-                            ROLLOUT_TIMEOUT.as_secs(),
-                            state.old_gone.len(),
-                            rollout.before.len(),
-                            state.new_ready.len()
-                        ));
+                    if read {
+                        let rollout = rollout.clone();
+                        self.errands.follow(
+                            Errand::Follow(*index),
+                            Box::new(move |run| {
+                                run.rollout_state(&rollout)
+                                    .map(Answer::Rollout)
+                                    .map_err(|e| e.to_string())
+                            }),
+                        );
                     }
                 }
                 Restarting::Local(request) => {
                     let Some(restarted) = request.poll().map_err(|e| e.to_string())? else {
                         continue;
                     };
+                    let record = &mut self.records[*index];
                     let ready = instant_of(restarted.ready_unix_ns, now);
                     record.applied_at = Some(ready);
                     record.completed_at = Some(ready);
@@ -246,149 +364,146 @@ impl ClusterSite {
                 }
             }
         }
+        if read {
+            self.restart_read_at = now;
+        }
         for k in done.into_iter().rev() {
             self.restarting.remove(k);
         }
         Ok(())
     }
 
-    /// Moves pending changes on: when the EndpointSlices show them, when the controller
-    /// reports a route change, restarts, and the namespace's heartbeat.
+    /// Moves pending changes on: what the API answered, when the EndpointSlices show
+    /// them, when the controller reports a route change, restarts, and the namespace's
+    /// heartbeat. Every call to the API goes out as an errand.
     pub(super) fn advance(&mut self) -> Result<(), String> {
         let now = Instant::now();
+        self.take_answers()?;
         if now.duration_since(self.beat_at) >= HEARTBEAT_EVERY {
             self.beat_at = now;
-            self.run.heartbeat().map_err(|e| e.to_string())?;
+            self.errands.follow(
+                Errand::Heartbeat,
+                Box::new(|run| {
+                    run.heartbeat()
+                        .map(|()| Answer::Done)
+                        .map_err(|e| e.to_string())
+                }),
+            );
         }
-        self.read_route_status(now)?;
-        if !self.restarting.is_empty() && now.duration_since(self.restart_read_at) >= STATUS_EVERY {
-            self.restart_read_at = now;
-            self.follow_restarts(now)?;
-        }
+        self.read_route_status(now);
+        self.follow_restarts(now)?;
         // Each pending change is shown by the first set the watch delivered after it was
         // asked that has it.
         let mut done = Vec::new();
-        for (i, (index, expect, asked)) in self.pending.iter().enumerate() {
+        for (i, (index, expect)) in self.pending.iter().enumerate() {
+            // A scale is judged once its calls are back (the pods before it are known);
+            // the watch's log keeps every set with its time meanwhile.
+            if self.errands.is_out(Errand::Event(*index)) {
+                continue;
+            }
+            let asked = self.records[*index].requested_at;
             let shown = self
                 .endpoints
-                .since(*asked)
+                .since(asked)
                 .into_iter()
-                .filter(|(at, _)| at > asked)
+                .filter(|(at, _)| *at > asked)
                 .find(|(_, set)| match expect {
                     Expect::Ready(n) => set.len() == *n,
                     Expect::Gone(ip) => !set.contains(ip),
                 });
             if let Some((at, _)) = shown {
-                done.push(i);
-                self.records[*index].endpoints_at = Some(at);
-                self.records[*index].applied_at = Some(at);
+                done.push((i, at));
             }
         }
-        for i in done.into_iter().rev() {
-            let (index, _, _) = self.pending.remove(i);
-            if let Some(at) = self.before.iter().position(|(k, _)| *k == index) {
-                let (_, before) = self.before.remove(at);
-                let pods = self.run.pods().map_err(|e| e.to_string())?;
-                let live = |name: &String| pods.iter().any(|p| &p.name == name && !p.terminating);
-                // A scale-up's new pods; a scale-down's pods the Deployment chose to stop.
-                self.records[index].started = pods
-                    .iter()
-                    .filter(|p| p.ready && !before.contains(&p.name))
-                    .map(|p| p.name.clone())
-                    .collect();
-                self.records[index].removed = before.iter().filter(|n| !live(n)).cloned().collect();
+        for (i, at) in done.into_iter().rev() {
+            let (index, _) = self.pending.remove(i);
+            match self.before.iter_mut().find(|(k, _, _)| *k == index) {
+                // A scale: applied once the pods it started and stopped are read.
+                Some((_, _, shown)) => {
+                    *shown = Some(at);
+                    self.errands.follow(
+                        Errand::Follow(index),
+                        Box::new(|run| run.pods().map(Answer::Pods).map_err(|e| e.to_string())),
+                    );
+                }
+                None => {
+                    self.records[index].endpoints_at = Some(at);
+                    self.records[index].applied_at = Some(at);
+                }
             }
         }
         Ok(())
     }
 
-    /// The pool's pods not being deleted, by name.
-    pub(super) fn live_pods(&self) -> Result<Vec<PodState>, String> {
-        let pods = self.run.pods().map_err(|e| e.to_string())?;
-        Ok(pods.into_iter().filter(|p| !p.terminating).collect())
-    }
-
-    /// The pod an event names: `POOL-N` is the N-th by name of the pods not being deleted,
-    /// `None` one of them at random.
-    pub(super) fn pick(&self, name: Option<&str>) -> Result<PodState, String> {
-        let pods = self.live_pods()?;
-        if pods.is_empty() {
-            return Err("no pod of the pool is running".into());
-        }
-        let index = match name {
-            None => {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default()
-                    .subsec_nanos() as usize
-                    % pods.len()
-            }
-            Some(n) => n
-                .rsplit_once('-')
-                .and_then(|(_, k)| k.parse::<usize>().ok())
-                .and_then(|k| k.checked_sub(1))
-                .filter(|k| *k < pods.len())
-                .ok_or_else(|| format!("`{n}`: the pool has {} pods", pods.len()))?,
+    /// A scale the EndpointSlices showed, with the pods after it: the new pods it
+    /// started, the pods the Deployment chose to stop; applied when the slices showed it.
+    fn pods_after_scale(&mut self, index: usize, pods: &[PodState]) {
+        let Some(k) = self.before.iter().position(|(i, _, _)| *i == index) else {
+            return;
         };
-        Ok(pods[index].clone())
+        let (_, before, shown) = self.before.remove(k);
+        let live = |name: &String| pods.iter().any(|p| &p.name == name && !p.terminating);
+        let record = &mut self.records[index];
+        record.started = pods
+            .iter()
+            .filter(|p| p.ready && !before.contains(&p.name))
+            .map(|p| p.name.clone())
+            .collect();
+        record.removed = before.iter().filter(|n| !live(n)).cloned().collect();
+        record.endpoints_at = shown;
+        record.applied_at = shown;
     }
 
-    /// Records a change asked at `asked` that is applied now (no EndpointSlice shows it);
-    /// one with `generations` is a change of the routes, made to the proxies.
-    pub(super) fn applied(
-        &mut self,
-        what: String,
-        asked: Instant,
-        generations: Vec<(&'static str, u32)>,
-    ) -> usize {
-        self.records.push(ChangeRecord {
-            applied_at: Some(Instant::now()),
-            on_proxies: !generations.is_empty(),
-            generations,
-            ..ChangeRecord::asked(what, asked)
-        });
-        self.records.len() - 1
-    }
-
-    pub(super) fn record(
-        &mut self,
-        what: String,
-        removed: Vec<String>,
-        expect: Option<Expect>,
-        asked: Instant,
-    ) -> usize {
-        // Requested when the tool sent it (the call then succeeded): the control plane
-        // can publish the change before the API's answer is back here.
-        self.records.push(ChangeRecord {
-            removed,
-            ..ChangeRecord::asked(what, asked)
-        });
+    /// Records a change asked now, applied when its errand or the EndpointSlices say
+    /// (`expect`: what they will show).
+    pub(super) fn record(&mut self, what: String, expect: Option<Expect>) -> usize {
+        // Requested when the tool asked for it: the control plane can publish the change
+        // before the API's answer is back here.
+        self.records.push(ChangeRecord::asked(what, Instant::now()));
         let index = self.records.len() - 1;
         if let Some(expect) = expect {
-            self.pending.push((index, expect, asked));
+            self.pending.push((index, expect));
         }
         index
     }
 
-    /// For the oldest route change not yet reported: reads the routes' status (at most
-    /// every [`STATUS_EVERY`]) and records when the controller reported the change's
-    /// generation. A condition false for it is an error at once (the controller judged
-    /// that very generation; waiting would let a later change hide it), as is no report
-    /// within [`ROUTE_STATUS_TIMEOUT`].
-    pub(super) fn read_route_status(&mut self, now: Instant) -> Result<(), String> {
+    /// For the oldest route change not yet reported: has the routes' status read (at
+    /// most every [`STATUS_EVERY`]) by the follow-ups' thread.
+    fn read_route_status(&mut self, now: Instant) {
         let (Some(&index), Routing::Gateway { parent, .. }) =
             (self.reporting.first(), &self.run.objects().routing)
         else {
-            return Ok(());
+            return;
         };
         if now.duration_since(self.status_at) < STATUS_EVERY {
+            return;
+        }
+        let parent = parent.clone();
+        if self.errands.follow(
+            Errand::Follow(index),
+            Box::new(move |run| route_verdict(run, &parent).map(Answer::Verdict)),
+        ) {
+            self.status_at = now;
+        }
+    }
+
+    /// What a read of the routes' status says of the oldest route change not reported:
+    /// reported when every route is ready. A condition false for it is an error at once
+    /// (the controller judged that very generation; waiting would let a later change hide
+    /// it), as is no report within [`ROUTE_STATUS_TIMEOUT`].
+    fn status_read(
+        &mut self,
+        index: usize,
+        verdict: Option<(String, gateway::Verdict)>,
+        at: Instant,
+    ) -> Result<(), String> {
+        if self.reporting.first() != Some(&index) {
             return Ok(());
         }
-        self.status_at = now;
-        let what = self.records[index].what.clone();
-        match self.route_verdict(parent)? {
+        let what = &self.records[index].what;
+        match verdict {
             None => {
-                self.records[index].reported_at = Some(now);
+                self.records[index].reported_at = Some(at);
                 self.reporting.remove(0);
             }
             Some((name, gateway::Verdict::Refused(why))) => {
@@ -399,7 +514,7 @@ impl ClusterSite {
             }
             Some((name, why)) => {
                 let asked = self.records[index].requested_at;
-                if now.duration_since(asked) >= ROUTE_STATUS_TIMEOUT {
+                if at.duration_since(asked) >= ROUTE_STATUS_TIMEOUT {
                     return Err(format!(
                         "HTTPRoute {}/{name}: the controller did not report the change `{what}` within {} s ({why:?})",
                         self.run.name(),
@@ -410,4 +525,54 @@ impl ClusterSite {
         }
         Ok(())
     }
+}
+
+/// The pool's pods not being deleted, by name.
+pub(super) fn live_pods(run: &RunNamespace) -> Result<Vec<PodState>, String> {
+    let pods = run.pods().map_err(|e| e.to_string())?;
+    Ok(pods.into_iter().filter(|p| !p.terminating).collect())
+}
+
+/// The pod an event names: `POOL-N` is the N-th by name of the pods not being deleted,
+/// `None` one of them at random.
+fn pick(run: &RunNamespace, name: Option<&str>) -> Result<PodState, String> {
+    let pods = live_pods(run)?;
+    if pods.is_empty() {
+        return Err("no pod of the pool is running".into());
+    }
+    let index = match name {
+        None => {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_nanos() as usize
+                % pods.len()
+        }
+        Some(n) => n
+            .rsplit_once('-')
+            .and_then(|(_, k)| k.parse::<usize>().ok())
+            .and_then(|k| k.checked_sub(1))
+            .filter(|k| *k < pods.len())
+            .ok_or_else(|| format!("`{n}`: the pool has {} pods", pods.len()))?,
+    };
+    Ok(pods[index].clone())
+}
+
+/// The first of the cell's HTTPRoutes that is not ready, with what its status says
+/// (none: all are).
+pub(super) fn route_verdict(
+    run: &RunNamespace,
+    parent: &ingressbench_cluster::file::GatewayRef,
+) -> Result<Option<(String, gateway::Verdict)>, String> {
+    for name in gateway::route_names(run.objects()) {
+        let route = run
+            .get(gateway::API_VERSION, "HTTPRoute", &name)
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default();
+        match gateway::verdict(&route, parent) {
+            gateway::Verdict::Ready => {}
+            other => return Ok(Some((name, other))),
+        }
+    }
+    Ok(None)
 }

@@ -15,6 +15,7 @@ use ingressbench_lab::{Change, RoutesDelta};
 use ingressbench_load::probe::{Expect, ProbeRoute, Prober};
 use serde_json::json;
 
+use super::errands::{Answer, Job, Lane};
 use super::ClusterSite;
 use crate::site::CellFailure;
 
@@ -37,10 +38,11 @@ impl ClusterSite {
             return Err("generated routes need the target's plain HTTP address".into());
         };
         let asked = Instant::now();
-        let index = self
-            .change_generated(&Change::AddRoutes(count))
+        let (_, make) = self
+            .generated_job(&Change::AddRoutes(count))
             .map_err(CellFailure::from)?;
-        let made = self.records[index].applied_at.unwrap_or(asked);
+        make(&self.run).map_err(CellFailure::from)?;
+        let made = Instant::now();
         let added: Vec<Route> = self
             .routes
             .iter()
@@ -87,8 +89,6 @@ impl ClusterSite {
             "objects_made_s": made.saturating_duration_since(asked).as_secs_f64(),
             "all_answered_s": last.saturating_duration_since(asked).as_secs_f64(),
         });
-        // The start's making is not one of the cell's events.
-        self.records.clear();
         Ok(())
     }
 
@@ -100,8 +100,19 @@ impl ClusterSite {
 
     /// Makes a generated-route change through the API: an object for each route it adds
     /// or changes (what they name first), deleting each it removes; applied when the API
-    /// has stored them all.
+    /// has stored them all (an errand: a thousand objects take seconds).
     pub(super) fn change_generated(&mut self, change: &Change) -> Result<usize, String> {
+        let (what, job) = self.generated_job(change)?;
+        let index = self.record(what, None);
+        // A change of the routes, which carry no generation here.
+        self.records[index].on_proxies = true;
+        self.errands.event(index, Some(Lane::Routes), job);
+        Ok(index)
+    }
+
+    /// What a generated-route change is, and the API calls that make it; the routes in
+    /// force are the new ones from here on.
+    pub(super) fn generated_job(&mut self, change: &Change) -> Result<(String, Job), String> {
         let after = routes_after(&self.routes, &self.pool_names, change)
             .ok_or("not a change of generated routes")?;
         let delta = RoutesDelta::between(&self.routes, &after);
@@ -118,26 +129,23 @@ impl ClusterSite {
         let o = self.run.objects();
         let touched: Vec<Route> = delta.added.iter().chain(&delta.changed).cloned().collect();
         let (first, then) = generated::objects(o, self.plain_parent.as_ref(), &touched);
-        let gone: Vec<(&str, &str, String)> = delta
+        let gone: Vec<(&'static str, &'static str, String)> = delta
             .removed
             .iter()
             .map(|r| generated::object_ref(o, r))
             .collect();
-        let asked = Instant::now();
-        if !first.is_empty() {
-            self.run.apply(&first).map_err(|e| e.to_string())?;
-        }
-        self.run
-            .apply_concurrently(&then, IN_FLIGHT)
-            .map_err(|e| e.to_string())?;
-        self.run
-            .delete_concurrently(&gone, IN_FLIGHT)
-            .map_err(|e| e.to_string())?;
         self.routes = after;
-        // A change of the routes, which carry no generation here.
-        let index = self.applied(what, asked, Vec::new());
-        self.records[index].on_proxies = true;
-        Ok(index)
+        let job: Job = Box::new(move |run| {
+            if !first.is_empty() {
+                run.apply(&first).map_err(|e| e.to_string())?;
+            }
+            run.apply_concurrently(&then, IN_FLIGHT)
+                .map_err(|e| e.to_string())?;
+            run.delete_concurrently(&gone, IN_FLIGHT)
+                .map_err(|e| e.to_string())?;
+            Ok(Answer::Stored)
+        });
+        Ok((what, job))
     }
 }
 

@@ -8,10 +8,11 @@
 //! API also gets `reported_at`: when the controller reported the route's new generation
 //! in its status.
 //!
-//! The site in five rooms: `check` (what a cluster cell refuses before anything is made),
+//! The site in six rooms: `check` (what a cluster cell refuses before anything is made),
 //! `up` (the cell's namespace, routes and certificate, up to routes that answer),
 //! `events` (changes through the API, and when the EndpointSlices and the controller's
-//! status show them; a controller's restart and when it was complete), `generated` (route scale: an object per generated route, made,
+//! status show them; a controller's restart and when it was complete), `errands` (the API
+//! calls of events and their follow-ups, each off the events' driver), `generated` (route scale: an object per generated route, made,
 //! changed and deleted K at a time), `pods` (load from the cluster's own pods). This file
 //! holds the site itself and what they share.
 
@@ -31,6 +32,7 @@ use crate::site::{CellFailure, Entry, Site};
 use crate::timeline::route_changes;
 
 mod check;
+mod errands;
 mod events;
 mod generated;
 mod pods;
@@ -228,11 +230,14 @@ pub(crate) struct ClusterSite {
     local: (String, Option<ingressbench_cluster::file::LocalPids>),
     /// Or the thread reading its pods through the API (the cluster file's `usage:`).
     usage: Option<ingressbench_cluster::usage::UsageWatch>,
-    /// Changes not yet in the EndpointSlices: record, what to look for, and when it was
-    /// asked (just before the API call).
-    pending: Vec<(usize, Expect, Instant)>,
-    /// Pods before each pending scale, to name the ones it started.
-    before: Vec<(usize, Vec<String>)>,
+    /// Changes not yet in the EndpointSlices: record, and what to look for after it was
+    /// asked.
+    pending: Vec<(usize, Expect)>,
+    /// Pods before each scale, to name the ones it started and stopped, and when the
+    /// EndpointSlices showed it.
+    before: Vec<(usize, Vec<String>, Option<Instant>)>,
+    /// The API calls out on threads of their own.
+    errands: errands::Errands,
     beat_at: Instant,
     /// How the target's controller is restarted (the cluster file's `restart:`).
     restart: Option<ingressbench_cluster::file::Restart>,

@@ -115,6 +115,7 @@ impl ClusterSite {
                 "kind": if matches!(run.objects().routing, Routing::Gateway { .. }) { "HTTPRoute" } else { "Ingress" },
                 "controller": controller,
             }),
+            errands: super::errands::Errands::new(&run),
             run,
             routes: own_routes,
             pool_names,
@@ -158,7 +159,7 @@ impl ClusterSite {
         let deadline = Instant::now() + ROUTE_STATUS_TIMEOUT;
         let mut refused_since: Option<Instant> = None;
         loop {
-            match self.route_verdict(parent)? {
+            match super::events::route_verdict(&self.run, parent)? {
                 None => return Ok(Instant::now()),
                 Some((name, gateway::Verdict::Refused(why))) => {
                     let since = *refused_since.get_or_insert_with(Instant::now);
@@ -185,26 +186,6 @@ impl ClusterSite {
             }
             std::thread::sleep(STATUS_EVERY);
         }
-    }
-
-    /// The first of the cell's HTTPRoutes that is not ready, with what its status says
-    /// (none: all are).
-    pub(super) fn route_verdict(
-        &self,
-        parent: &ingressbench_cluster::file::GatewayRef,
-    ) -> Result<Option<(String, gateway::Verdict)>, String> {
-        for name in gateway::route_names(self.run.objects()) {
-            let route = self
-                .run
-                .get(gateway::API_VERSION, "HTTPRoute", &name)
-                .map_err(|e| e.to_string())?
-                .unwrap_or_default();
-            match gateway::verdict(&route, parent) {
-                gateway::Verdict::Ready => {}
-                other => return Ok(Some((name, other))),
-            }
-        }
-        Ok(None)
     }
 
     /// Ready means routing: every pod of every pool ready, the first pool's in the

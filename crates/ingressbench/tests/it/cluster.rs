@@ -1332,6 +1332,7 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
         );
     }
     events_fire_on_time_while_a_reading_waits(dir, &written, end);
+    events_fire_on_time_while_another_events_call_waits(dir, &written);
     runtime
         .block_on(deployments.delete("usage-stand-in", &DeleteParams::default()))
         .unwrap();
@@ -1423,6 +1424,71 @@ fn events_fire_on_time_while_a_reading_waits(dir: &Path, written: &str, end: usi
         .filter(|l| l.contains("no answer in 2 s"))
         .count();
     assert!(unanswered >= 2, "{counted}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// An event's API call that never returns: every backend pod of the cell stopped once
+/// the load runs, so each `stall_backend` call (through the API server's pod proxy to
+/// the backend's control endpoint) waits with no answer. Each event's calls are its own
+/// thread's, so the next stall still fires when due; before, the first held the driver
+/// and the others never fired. The stalls asked after the stop are never applied, and
+/// the run ends all the same.
+fn events_fire_on_time_while_another_events_call_waits(dir: &Path, written: &str) {
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let file = dir.join("stuck-call.yaml");
+    std::fs::write(&file, written).unwrap();
+    let scenario = dir.join("stuck-call-scenario.yaml");
+    std::fs::write(
+        &scenario,
+        "name: stuck-call\ntargets: [{ cluster: traefik }]\nbackends: [{ name: stuckapi, replicas: 2 }]\ntls: false\nload: { mode: open, rate: 20, connections: 4, duration: 7s, timeout: 500ms }\nevents:\n  - { at: 3s, every: 500ms, times: 6, stall_backend: { backend: random, for: 10ms } }\n",
+    )
+    .unwrap();
+    let out = dir.join("stuck-call-results");
+    let log = dir.join("stuck-call.log");
+    let mut run = run_in_cluster(&scenario, &file, &kubeconfig, &out)
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
+        .spawn()
+        .unwrap();
+    // The load's first window written: the backends stop before the first event (3 s).
+    wait_until("the load measured a window", || {
+        let cell = std::fs::read_dir(out.join("cells")).ok()?.next()?.ok()?;
+        let hlog = std::fs::read_to_string(cell.path().join("latency.hlog")).ok()?;
+        hlog.contains("#outcomes").then_some(())
+    });
+    let backends = processes_with("stuckapi-");
+    assert_eq!(backends.len(), 2, "{backends:?}");
+    let signal = |s: &str| {
+        Command::new("kill")
+            .arg(s)
+            .args(backends.iter().map(u32::to_string))
+            .status()
+            .unwrap()
+    };
+    assert!(signal("-STOP").success());
+    crate::common::ends_within(&mut run, std::time::Duration::from_secs(300), "the run");
+    let _ = signal("-CONT");
+    let said = std::fs::read_to_string(&log).unwrap_or_default()
+        + &std::fs::read_to_string(log.with_extension("err")).unwrap_or_default();
+    let cell = cells_of(&out)[0].clone();
+    let events = std::fs::read_to_string(cell.join("events.jsonl")).unwrap_or_default();
+    let lines: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let fired: Vec<(f64, f64)> = lines
+        .iter()
+        .filter_map(|e| Some((e["due_s"].as_f64()?, e["requested_s"].as_f64()?)))
+        .collect();
+    assert_eq!(fired.len(), 6, "{events}\n{said}");
+    for (due, requested) in &fired {
+        assert!(
+            requested - due < 1.0,
+            "due at {due} s, asked for at {requested} s: {events}"
+        );
+    }
+    let applied = lines.iter().filter(|e| e["applied_s"].is_number()).count();
+    assert!(applied <= 1, "the stalls' calls were answered: {events}");
     let _ = std::fs::remove_dir_all(&out);
 }
 
