@@ -1357,74 +1357,29 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
 fn events_fire_on_time_while_a_reading_waits(dir: &Path, written: &str, end: usize) {
     let envoy = processes_with("counters-stand-in");
     assert!(!envoy.is_empty());
-    let kubeconfig = dir.join("cluster/kubeconfig");
-    let file = dir.join("slow-counters.yaml");
-    std::fs::write(
-        &file,
-        format!(
+    let stopped = run_stopping(
+        dir,
+        "slow-counters",
+        &format!(
             "{}, counters: {{ pods: {{ namespace: default, selector: app=counters-stand-in, port: 8002, exposition: envoy }} }}{}",
             &written[..end],
             &written[end..]
         ),
-    )
-    .unwrap();
-    let scenario = dir.join("slow-counters-scenario.yaml");
-    std::fs::write(
-        &scenario,
         "name: slow-counters\ntargets: [{ cluster: traefik }]\nbackends: [{ name: echo, replicas: 2 }]\ntls: false\nload: { mode: open, rate: 50, connections: 4, duration: 5s, warmup: 1s }\nevents:\n  - { at: 1s, every: 500ms, times: 6, stall_backend: { backend: random, for: 10ms } }\n",
-    )
-    .unwrap();
-    let out = dir.join("slow-counters-results");
-    let log = dir.join("slow-counters.log");
-    let mut run = run_in_cluster(&scenario, &file, &kubeconfig, &out)
-        .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
-        .spawn()
-        .unwrap();
-    // Checked and started: the pod stops answering while the cell is made.
-    wait_until("the cell started", || {
-        std::fs::read_dir(out.join("cells"))
-            .ok()?
-            .next()
-            .is_some()
-            .then_some(())
-    });
-    let signal = |s: &str| {
-        Command::new("kill")
-            .arg(s)
-            .args(envoy.iter().map(u32::to_string))
-            .status()
-            .unwrap()
-    };
-    assert!(signal("-STOP").success());
-    let ended =
-        crate::common::ends_within(&mut run, std::time::Duration::from_secs(300), "the run");
-    assert!(signal("-CONT").success());
-    let said = std::fs::read_to_string(&log).unwrap_or_default()
-        + &std::fs::read_to_string(log.with_extension("err")).unwrap_or_default();
-    assert!(ended.success(), "{said}");
-    let cell = cells_of(&out)[0].clone();
-    let events = std::fs::read_to_string(cell.join("events.jsonl")).unwrap();
-    let fired: Vec<(f64, f64)> = events
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter_map(|e| Some((e["due_s"].as_f64()?, e["requested_s"].as_f64()?)))
-        .collect();
-    assert_eq!(fired.len(), 6, "{events}");
+        // Checked and started: the pod stops answering while the cell is made.
+        |_| Some(()),
+        || envoy.clone(),
+    );
+    assert!(stopped.ended.success(), "{}", stopped.said);
     // Before, each reading held the driver for its 2 s: events fired up to 2 s late.
-    for (due, requested) in &fired {
-        assert!(
-            requested - due < 1.0,
-            "due at {due} s, asked for at {requested} s: {events}"
-        );
-    }
-    let counted = std::fs::read_to_string(cell.join("proxy-metrics.jsonl")).unwrap();
+    assert_eq!(fired_on_time(&stopped.events), 6);
+    let counted = std::fs::read_to_string(stopped.cell.join("proxy-metrics.jsonl")).unwrap();
     let unanswered = counted
         .lines()
         .filter(|l| l.contains("no answer in 2 s"))
         .count();
     assert!(unanswered >= 2, "{counted}");
-    let _ = std::fs::remove_dir_all(&out);
+    let _ = std::fs::remove_dir_all(stopped.cell.parent().unwrap().parent().unwrap());
 }
 
 /// An event's API call that never returns: every backend pod of the cell stopped once
@@ -1434,62 +1389,110 @@ fn events_fire_on_time_while_a_reading_waits(dir: &Path, written: &str, end: usi
 /// and the others never fired. The stalls asked after the stop are never applied, and
 /// the run ends all the same.
 fn events_fire_on_time_while_another_events_call_waits(dir: &Path, written: &str) {
-    let kubeconfig = dir.join("cluster/kubeconfig");
-    let file = dir.join("stuck-call.yaml");
-    std::fs::write(&file, written).unwrap();
-    let scenario = dir.join("stuck-call-scenario.yaml");
-    std::fs::write(
-        &scenario,
+    let stopped = run_stopping(
+        dir,
+        "stuck-call",
+        written,
         "name: stuck-call\ntargets: [{ cluster: traefik }]\nbackends: [{ name: stuckapi, replicas: 2 }]\ntls: false\nload: { mode: open, rate: 20, connections: 4, duration: 7s, timeout: 500ms }\nevents:\n  - { at: 3s, every: 500ms, times: 6, stall_backend: { backend: random, for: 10ms } }\n",
-    )
-    .unwrap();
-    let out = dir.join("stuck-call-results");
-    let log = dir.join("stuck-call.log");
-    let mut run = run_in_cluster(&scenario, &file, &kubeconfig, &out)
+        // The load's first window written: the backends stop before the first event (3 s).
+        |cell| {
+            let hlog = std::fs::read_to_string(cell.join("latency.hlog")).ok()?;
+            hlog.contains("#outcomes").then_some(())
+        },
+        || {
+            let backends = processes_with("stuckapi-");
+            assert_eq!(backends.len(), 2, "{backends:?}");
+            backends
+        },
+    );
+    assert_eq!(fired_on_time(&stopped.events), 6, "{}", stopped.said);
+    let applied = (stopped.events.lines())
+        .filter(|l| l.contains("\"applied_s\""))
+        .count();
+    assert!(
+        applied <= 1,
+        "the stalls' calls were answered: {}",
+        stopped.events
+    );
+    let _ = std::fs::remove_dir_all(stopped.cell.parent().unwrap().parent().unwrap());
+}
+
+/// A run that ended with processes stopped under it.
+struct Stopped {
+    ended: std::process::ExitStatus,
+    said: String,
+    /// Its one cell's directory.
+    cell: std::path::PathBuf,
+    /// Its events.jsonl.
+    events: String,
+}
+
+/// Runs `scenario` (`NAME-scenario.yaml`) with `cluster` (`NAME.yaml`) in the background;
+/// once its cell's directory exists and `ready` says so, SIGSTOPs the processes `pids`
+/// names, waits for the run to end by itself, and lets them go on.
+fn run_stopping(
+    dir: &Path,
+    name: &str,
+    cluster: &str,
+    scenario: &str,
+    ready: impl Fn(&Path) -> Option<()>,
+    pids: impl Fn() -> Vec<u32>,
+) -> Stopped {
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let file = dir.join(format!("{name}.yaml"));
+    std::fs::write(&file, cluster).unwrap();
+    let scenario_file = dir.join(format!("{name}-scenario.yaml"));
+    std::fs::write(&scenario_file, scenario).unwrap();
+    let out = dir.join(format!("{name}-results"));
+    let log = dir.join(format!("{name}.log"));
+    let mut run = run_in_cluster(&scenario_file, &file, &kubeconfig, &out)
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
         .spawn()
         .unwrap();
-    // The load's first window written: the backends stop before the first event (3 s).
-    wait_until("the load measured a window", || {
+    wait_until("the cell started", || {
         let cell = std::fs::read_dir(out.join("cells")).ok()?.next()?.ok()?;
-        let hlog = std::fs::read_to_string(cell.path().join("latency.hlog")).ok()?;
-        hlog.contains("#outcomes").then_some(())
+        ready(&cell.path())
     });
-    let backends = processes_with("stuckapi-");
-    assert_eq!(backends.len(), 2, "{backends:?}");
+    let pids = pids();
     let signal = |s: &str| {
         Command::new("kill")
             .arg(s)
-            .args(backends.iter().map(u32::to_string))
+            .args(pids.iter().map(u32::to_string))
             .status()
             .unwrap()
     };
     assert!(signal("-STOP").success());
-    crate::common::ends_within(&mut run, std::time::Duration::from_secs(300), "the run");
-    let _ = signal("-CONT");
+    let ended =
+        crate::common::ends_within(&mut run, std::time::Duration::from_secs(300), "the run");
+    assert!(signal("-CONT").success());
     let said = std::fs::read_to_string(&log).unwrap_or_default()
         + &std::fs::read_to_string(log.with_extension("err")).unwrap_or_default();
     let cell = cells_of(&out)[0].clone();
     let events = std::fs::read_to_string(cell.join("events.jsonl")).unwrap_or_default();
-    let lines: Vec<serde_json::Value> = events
+    Stopped {
+        ended,
+        said,
+        cell,
+        events,
+    }
+}
+
+/// How many events fired, each asked for within 1 s of when it was due (`events`: an
+/// events.jsonl).
+fn fired_on_time(events: &str) -> usize {
+    let fired: Vec<(f64, f64)> = events
         .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let fired: Vec<(f64, f64)> = lines
-        .iter()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .filter_map(|e| Some((e["due_s"].as_f64()?, e["requested_s"].as_f64()?)))
         .collect();
-    assert_eq!(fired.len(), 6, "{events}\n{said}");
     for (due, requested) in &fired {
         assert!(
             requested - due < 1.0,
             "due at {due} s, asked for at {requested} s: {events}"
         );
     }
-    let applied = lines.iter().filter(|e| e["applied_s"].is_number()).count();
-    assert!(applied <= 1, "the stalls' calls were answered: {events}");
-    let _ = std::fs::remove_dir_all(&out);
+    fired.len()
 }
 
 fn json_of(cell: &Path, name: &str) -> serde_json::Value {
