@@ -1,7 +1,7 @@
 //! API work done off the events' driver, each thread with a client of its own. An
-//! event's calls (a delete with the list that picks its pod, a stall, a rollout restart)
-//! run on a thread of their own; those whose order matters (route changes; scales) run
-//! in turn on their lane's thread, as a pipeline would apply them; the follow-ups (a
+//! event's calls (a stall with the list that picks its pod, a rollout restart) run on a
+//! thread of their own; those whose order matters (route changes; scales and deletes)
+//! run in turn on their lane's thread, as a pipeline would apply them; the follow-ups (a
 //! rollout's state, a route's status, the pods after a scale, the heartbeat) in turn on
 //! one more. The driver sends them and takes what came back when it ticks: an event never
 //! waits on another's work, nor on a reading of the API.
@@ -31,8 +31,9 @@ pub(super) enum Errand {
 pub(super) enum Lane {
     /// Route changes: a later generation must not land before an earlier one.
     Routes,
-    /// Scales: `3->4` then `4->3` must not end at 4.
-    Scales,
+    /// Changes to the pool's pods, scales and deletes: `3->4` then `4->3` must not end
+    /// at 4, and a kill must see the pod an earlier one took as going.
+    Pods,
     /// The follow-ups.
     Follow,
 }

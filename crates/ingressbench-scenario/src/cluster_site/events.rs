@@ -75,7 +75,7 @@ impl ClusterSite {
         let pool = pool.to_owned();
         self.errands.event(
             index,
-            Some(Lane::Scales),
+            Some(Lane::Pods),
             Box::new(move |run| {
                 let before: Vec<String> = live_pods(run)?.into_iter().map(|p| p.name).collect();
                 let count = i32::try_from(replicas).map_err(|e| e.to_string())?;
@@ -99,7 +99,7 @@ impl ClusterSite {
         );
         self.errands.event(
             index,
-            None,
+            Some(Lane::Pods),
             Box::new(move |run| {
                 let pod = pick(run, name.as_deref())?;
                 run.delete_pod(&pod.name, kill.then_some(0))
