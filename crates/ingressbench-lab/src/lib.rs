@@ -34,5 +34,7 @@ pub mod topology;
 pub mod usage;
 
 pub use error::LabError;
-pub use lab::{remove_leftovers, Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, PoolSpec};
+pub use lab::{
+    remove_leftovers, Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, PoolSpec, Synced,
+};
 pub use routes::{is_route_change, RoutesDelta};

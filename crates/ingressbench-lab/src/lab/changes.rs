@@ -16,7 +16,17 @@ use super::{Backend, Lab, DRAIN_GRACE};
 /// applies, and the mechanism each proxy takes it by.
 pub(super) struct Restarting {
     records: Vec<usize>,
-    mechanisms: Vec<(ProxyKind, &'static str)>,
+    synced: Synced,
+}
+
+/// How the proxies took a change.
+#[derive(Clone, Debug, Default)]
+pub struct Synced {
+    /// Each proxy's (and the sidecar's) mechanism.
+    pub mechanisms: Vec<(ProxyKind, &'static str)>,
+    /// Whether one of them can end connections it held (a reload, a restart, an upgrade,
+    /// Caddy's `/load`), not only change endpoints in place.
+    pub ends_connections: bool,
 }
 
 impl ChangeRecord {
@@ -195,13 +205,16 @@ impl Lab {
         self.generation += 1;
     }
 
-    /// Pushes the current table to every proxy, each its own way; returns how each took it.
-    pub fn sync_proxies(&mut self) -> Result<Vec<(ProxyKind, &'static str)>, LabError> {
-        let mut mechanisms = Vec::new();
+    /// Pushes the current table to every proxy, each its own way; returns how they took it.
+    pub fn sync_proxies(&mut self) -> Result<Synced, LabError> {
+        let mut synced = Synced::default();
+        let mut took = |kind, update: crate::proxy::Update| {
+            synced.mechanisms.push((kind, update.mechanism));
+            synced.ends_connections |= update.ends_connections;
+        };
         let sidecar_table = self.sidecar_table();
         if let Some(sidecar) = self.sidecar.as_mut() {
-            let update = sidecar.update(&sidecar_table)?;
-            mechanisms.push((sidecar.kind(), update.mechanism));
+            took(sidecar.kind(), sidecar.update(&sidecar_table)?);
         }
         // With a sidecar, endpoint changes stop there: the proxies hear only of theirs
         // (a reload is pushed to them all the same).
@@ -224,17 +237,23 @@ impl Lab {
                     p.begin_restart(grace, None);
                     "restart (a graceful stop, then a new process)"
                 };
-                mechanisms.push((p.kind(), mechanism));
+                // Every restart and upgrade replaces processes.
+                took(
+                    p.kind(),
+                    crate::proxy::Update {
+                        mechanism,
+                        ends_connections: true,
+                    },
+                );
             }
             self.told_proxies = Some(table);
         } else if self.sidecar.is_none() || reload || self.told_proxies.as_ref() != Some(&table) {
             for p in &mut self.proxies {
-                let update = p.update(&table)?;
-                mechanisms.push((p.kind(), update.mechanism));
+                took(p.kind(), p.update(&table)?);
             }
             self.told_proxies = Some(table);
         }
-        Ok(mechanisms)
+        Ok(synced)
     }
 
     /// Requests a change. The backend side happens now (a pod starts, dies or drains
@@ -413,19 +432,16 @@ impl Lab {
             return Ok(());
         }
         let restart = self.restart_due.is_some();
-        let mechanisms = self.sync_proxies()?;
+        let synced = self.sync_proxies()?;
         let records = due.into_iter().map(|(_, index)| index).collect();
         if restart {
             // Applied when the new processes route; the old ones drain meanwhile, and
             // events go on firing.
-            self.restarting = Some(Restarting {
-                records,
-                mechanisms,
-            });
+            self.restarting = Some(Restarting { records, synced });
             self.finish_restart()?;
             return Ok(());
         }
-        self.applied(records, mechanisms, false);
+        self.applied(records, synced, false);
         Ok(())
     }
 
@@ -451,18 +467,13 @@ impl Lab {
             p.finish_restart(&table, &mut watch)?;
         }
         self.told_proxies = Some(table);
-        self.applied(restarting.records, restarting.mechanisms, true);
+        self.applied(restarting.records, restarting.synced, true);
         Ok(true)
     }
 
-    /// Records the changes `records` applied now, by `mechanisms`; after a restart or an
+    /// Records the changes `records` applied now, as `synced` says; after a restart or an
     /// upgrade, with the version line each proxy runs.
-    fn applied(
-        &mut self,
-        records: Vec<usize>,
-        mechanisms: Vec<(ProxyKind, &'static str)>,
-        restarted: bool,
-    ) {
+    fn applied(&mut self, records: Vec<usize>, synced: Synced, restarted: bool) {
         let applied = Instant::now();
         let versions: Vec<(ProxyKind, String)> = if restarted {
             self.proxies
@@ -472,15 +483,14 @@ impl Lab {
         } else {
             Vec::new()
         };
-        let closing = (mechanisms.iter()).any(|(_, m)| crate::proxy::closes_connections(m));
         for index in records {
             if let Some(record) = self.records.get_mut(index) {
                 record.applied_at = Some(applied);
-                record.mechanisms = mechanisms.clone();
+                record.mechanisms = synced.mechanisms.clone();
                 record.versions = versions.clone();
                 // A backend's change that nginx applies by a reload ends connections as
                 // a reload does.
-                record.on_proxies |= closing;
+                record.on_proxies |= synced.ends_connections;
             }
         }
     }

@@ -35,7 +35,7 @@ mod leftovers;
 mod observe;
 mod up;
 
-pub use changes::{Change, ChangeRecord};
+pub use changes::{Change, ChangeRecord, Synced};
 use changes::{Restarting, UpgradeTo};
 use leftovers::mark_kept;
 pub use leftovers::remove_leftovers;

@@ -53,8 +53,10 @@ impl Driver for Caddy {
                 reason: format!("HTTP {status}: {body}"),
             });
         }
+        // A new configuration closes every WebSocket the old one held.
         Ok(Update {
             mechanism: "admin API (POST /load)",
+            ends_connections: true,
         })
     }
 }

@@ -162,7 +162,10 @@ impl Driver for Envoy {
             "file-based xDS (CDS/EDS/RDS files replaced by rename)"
         };
         self.rendered = Some(table.clone());
-        Ok(Update { mechanism })
+        Ok(Update {
+            mechanism,
+            ends_connections: false,
+        })
     }
 }
 

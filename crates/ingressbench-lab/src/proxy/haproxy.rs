@@ -104,6 +104,7 @@ impl Haproxy {
         self.reloading = Some(before);
         Ok(Update {
             mechanism: "config rewrite + master-worker reload (SIGUSR2)",
+            ends_connections: true,
         })
     }
 
@@ -330,6 +331,7 @@ impl Driver for Haproxy {
                 }
                 return Ok(Update {
                     mechanism: "runtime API (set server addr/state on the admin socket)",
+                    ends_connections: false,
                 });
             }
         }

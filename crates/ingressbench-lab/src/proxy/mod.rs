@@ -455,23 +455,10 @@ pub(crate) struct Launch {
 pub struct Update {
     /// How it was applied (`SIGHUP reload`, `runtime API`, …).
     pub mechanism: &'static str,
-}
-
-/// Whether a change applied by `mechanism` (an [`Update`]'s, a restart's, an upgrade's)
-/// can end connections the proxy holds: one that replaces its processes or its servers
-/// (a reload, a restart, an upgrade, Caddy's `/load`, which closes every WebSocket), not
-/// one that changes endpoints in place (the runtime API, xDS, a watched file).
-pub fn closes_connections(mechanism: &str) -> bool {
-    [
-        "reload",
-        "restart",
-        "upgrade",
-        "re-exec",
-        "POST /load",
-        "stop and start",
-    ]
-    .iter()
-    .any(|m| mechanism.contains(m))
+    /// Whether it can end connections the proxy holds: one that replaces its processes
+    /// or its servers (a reload; Caddy's `/load`, which closes every WebSocket), not one
+    /// that changes endpoints in place (the runtime API, xDS, a watched file).
+    pub ends_connections: bool,
 }
 
 /// One kind of proxy: renders its configuration and applies changes its own way.

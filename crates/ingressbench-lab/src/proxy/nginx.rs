@@ -61,6 +61,7 @@ impl Driver for Nginx {
             })?;
         Ok(Update {
             mechanism: "config rewrite + SIGHUP reload",
+            ends_connections: true,
         })
     }
 }

@@ -72,6 +72,7 @@ impl Driver for Traefik {
         write_dynamic(files, table)?;
         Ok(Update {
             mechanism: "file provider (watched directory, file replaced by rename)",
+            ends_connections: false,
         })
     }
 }
