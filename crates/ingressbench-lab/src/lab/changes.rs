@@ -10,7 +10,7 @@ use crate::model::{Overlay, Route, GENERATION_HEADER, SIDECAR_GENERATION_HEADER}
 use crate::proxy::ProxyKind;
 use crate::LabError;
 
-use super::{Backend, Lab, DRAIN_GRACE};
+use super::{watching, Backend, Lab, DRAIN_GRACE};
 
 /// A restart (or an upgrade by stop and start) begun and not finished: the records it
 /// applies, and the mechanism each proxy takes it by.
@@ -221,13 +221,8 @@ impl Lab {
         let table = self.proxies_table();
         let reload = std::mem::take(&mut self.reload_due);
         if let Some((grace, upgrade)) = self.restart_due.take() {
-            let reaper = &mut self.reaper;
             for p in &mut self.proxies {
-                let mut watch = |pid| {
-                    if let Some(r) = reaper.as_mut() {
-                        r.watch(pid);
-                    }
-                };
+                let mut watch = watching(&mut self.reaper);
                 let mechanism = if let Some(to) = &upgrade {
                     let to = to
                         .get(&p.kind())
@@ -457,13 +452,8 @@ impl Lab {
             return Ok(true);
         };
         let table = self.proxies_table();
-        let reaper = &mut self.reaper;
         for p in &mut self.proxies {
-            let mut watch = |pid| {
-                if let Some(r) = reaper.as_mut() {
-                    r.watch(pid);
-                }
-            };
+            let mut watch = watching(&mut self.reaper);
             p.finish_restart(&table, &mut watch)?;
         }
         self.told_proxies = Some(table);

@@ -367,6 +367,16 @@ impl Lab {
     }
 }
 
+/// What a part is told to call with each process it starts: the lab's reaper watches
+/// that process's group (a lab without a reaper tells no one).
+fn watching(reaper: &mut Option<Reaper>) -> impl FnMut(u32) + '_ {
+    move |pid| {
+        if let Some(r) = reaper.as_mut() {
+            r.watch(pid);
+        }
+    }
+}
+
 impl Backend {
     /// Stops it gracefully: SIGTERM (it drains), SIGKILL after a grace period.
     pub fn drain(mut self) {

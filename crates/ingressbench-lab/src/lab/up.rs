@@ -18,7 +18,9 @@ use crate::relay::Relay;
 use crate::topology::{Node, Nodes, Topology};
 use crate::LabError;
 
-use super::{mark_kept, remove_leftovers, Backend, HopSpec, Lab, LabSpec, PoolSpec, DIR_PREFIX};
+use super::{
+    mark_kept, remove_leftovers, watching, Backend, HopSpec, Lab, LabSpec, PoolSpec, DIR_PREFIX,
+};
 
 /// How long a backend may take to say where it listens.
 const BACKEND_START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -152,7 +154,6 @@ impl Lab {
         };
         let node = self.node(&topology.sidecar)?;
         let table = self.sidecar_table();
-        let reaper = self.reaper.as_mut();
         let sidecar = Proxy::start(
             ProxyKind::Envoy,
             &node,
@@ -161,11 +162,7 @@ impl Lab {
             &table,
             None,
             &options,
-            |pid| {
-                if let Some(r) = reaper {
-                    r.watch(pid);
-                }
-            },
+            watching(&mut self.reaper),
         )?;
         let at = sidecar.http_addr();
         self.sidecar = Some(sidecar);
@@ -192,7 +189,6 @@ impl Lab {
                 } else {
                     self.dir.clone()
                 };
-                let reaper = self.reaper.as_mut();
                 let proxy = Proxy::start(
                     kind,
                     &node,
@@ -201,11 +197,7 @@ impl Lab {
                     &table,
                     tls,
                     &self.spec.proxy_options,
-                    |pid| {
-                        if let Some(r) = reaper {
-                            r.watch(pid);
-                        }
-                    },
+                    watching(&mut self.reaper),
                 )?;
                 self.proxies.push(proxy);
                 self.proxy_nodes.push(node.name);
@@ -250,18 +242,13 @@ impl Lab {
                 _ => None,
             };
         }
-        let reaper = self.reaper.as_mut();
         let front = Front::start(
             &self.spec.binaries,
             &front_node,
             &self.dir,
             &http,
             https.as_deref(),
-            |pid| {
-                if let Some(r) = reaper {
-                    r.watch(pid);
-                }
-            },
+            watching(&mut self.reaper),
         )?;
         self.front = Some(front);
         Ok(())
@@ -401,9 +388,7 @@ impl Lab {
     }
 
     fn watch(&mut self, pid: u32) {
-        if let Some(reaper) = self.reaper.as_mut() {
-            reaper.watch(pid);
-        }
+        watching(&mut self.reaper)(pid);
     }
 }
 
