@@ -63,7 +63,7 @@ pub struct LoadReport {
     /// The summary of it.
     pub summary: Summary,
     /// A WebSocket or event stream load's closes, reconnects and message accounting.
-    pub stream: Option<Box<crate::stream::StreamReport>>,
+    pub stream: Option<Box<crate::stream::StreamFile>>,
 }
 
 /// Descriptors the process needs besides its connections: files it writes, the reactor,

@@ -2,14 +2,14 @@
 //! server-sent events ([`crate::sse`]) keep one connection each open for the run, count
 //! every message or event by its sequence number, record each into the run's
 //! [`Recorder`] as a request (timed from when it was due), and report the closes, the
-//! reconnects and the accounting in a [`StreamReport`]. Cut connections come back as
+//! reconnects and the accounting in a [`StreamFile`]. Cut connections come back as
 //! their [`Reconnect`] policy says.
 //!
 //! One thread, one current-thread runtime: these loads are connections × messages a
 //! second in the thousands, not the HTTP engine's hundreds of thousands.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -22,9 +22,13 @@ use crate::run::{ensure_descriptors, progress_after, summarize};
 use crate::timer::{Clock, PreciseClock};
 use crate::{Length, LoadError, LoadReport, Mode, Observer, Plan, Protocol, Scheme, Warmup};
 
-/// The most closes kept one by one (a server that closes every WebSocket at once, with
-/// reconnects at once, makes thousands a second); past it they are only counted.
-pub const MAX_CLOSES_KEPT: usize = 50_000;
+/// The file a long-lived load fills and writes (`websocket.json`, …), with its parts: one
+/// definition, the report's too. At most [`MAX_CLOSES_KEPT`] closes are kept one by one
+/// (a server that closes every WebSocket at once, with reconnects at once, makes thousands
+/// a second); past it they are only counted.
+pub use ingressbench_results::stream::{
+    Close, ClosedBy, Reconnects, StreamFile, StreamKind, MAX_CLOSES_KEPT,
+};
 
 /// How long `immediate` waits at most after its first failed attempt; each failure after
 /// that doubles it, up to [`IMMEDIATE_RETRY_MAX`], with full jitter.
@@ -153,16 +157,6 @@ impl Default for StreamOptions {
     }
 }
 
-/// Who ended a WebSocket or an event stream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ClosedBy {
-    /// The server (or the proxy) sent a close frame, or ended the event stream's response.
-    Server,
-    /// The connection ended without one (a WebSocket's 1006), or broke mid-response.
-    Abnormal,
-}
-
 /// Why [`Run::bounded`] gave up on a write or a close.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Bound {
@@ -170,22 +164,6 @@ pub(crate) enum Bound {
     TimedOut,
     /// The run was stopped.
     Stopped,
-}
-
-/// What a long-lived load carries.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StreamKind {
-    /// Messages over WebSockets, echoed.
-    #[default]
-    Websocket,
-    /// Server-sent events (`text/event-stream`), numbered, resumed with `Last-Event-ID`.
-    Sse,
-    /// gRPC unary calls, echoed, many at once on each connection's HTTP/2.
-    Grpc,
-    /// gRPC server streams, one per connection, their messages numbered, resumed after
-    /// the last one seen.
-    GrpcStream,
 }
 
 /// What a close said of itself, besides its reason.
@@ -196,103 +174,6 @@ pub(crate) enum Said {
     Code(u16),
     /// The status a gRPC stream ended with (`grpc:unavailable`).
     Status(String),
-}
-
-/// A WebSocket or an event stream that ended before the run did.
-#[derive(Clone, Debug, PartialEq, serde::Serialize)]
-pub struct Close {
-    /// Seconds from the run's start.
-    pub at_s: f64,
-    /// Which connection (0-based).
-    pub connection: usize,
-    /// Who ended it.
-    pub by: ClosedBy,
-    /// The close frame's code (1006 when there was none); none for an event stream or
-    /// gRPC.
-    pub code: Option<u16>,
-    /// The status a gRPC stream ended with (`grpc:unavailable`), if it ended with one.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub grpc_status: Option<String>,
-    /// Its reason, or what ended the connection.
-    pub reason: String,
-    /// The backend that answered its upgrade or request (`x-backend`), if it said.
-    pub backend: Option<String>,
-    /// Messages sent on it that were never echoed; for an event stream, the events the
-    /// stream that resumed it skipped.
-    pub lost: u64,
-    /// How long until its connection had a WebSocket open again, in milliseconds (none:
-    /// not before the run ended, or its policy does not reconnect).
-    pub reconnected_after_ms: Option<f64>,
-}
-
-/// What a long-lived load measured besides its messages' figures (those are in the
-/// [`LoadReport`]'s recorder and summary, a message counted as a request). A WebSocket's
-/// message is answered with status 101 when echoed, `read_timeout` when not echoed within
-/// the timeout, `eof` or `reset_after_write` when its WebSocket was closed or broken
-/// first, `not_sent` when it fell due while none was open and was too old to send when
-/// one was. An event is answered 200 when it came, `read_timeout` when it had not come
-/// a timeout after it was due, `eof` when a resumed stream skipped it, `not_sent` when it
-/// fell due after its connection gave up.
-#[derive(Clone, Debug, Default, serde::Serialize)]
-pub struct StreamReport {
-    /// WebSockets or server-sent events.
-    pub kind: StreamKind,
-    /// Messages sent (events: that fell due while the connection had not given up).
-    pub sent: u64,
-    /// Messages echoed (events: that came), once each, in time.
-    pub echoed: u64,
-    /// Not echoed within the timeout, or sent on a WebSocket that ended before their echo
-    /// came.
-    pub lost: u64,
-    /// Of the lost, echoed after the timeout (the figures keep them as timed out, as an
-    /// HTTP client that gave up would).
-    pub late: u64,
-    /// Echoes of a message already echoed.
-    pub duplicated: u64,
-    /// Of the lost, never answered while a later one on the same connection was: the
-    /// server skipped them (outcome `unanswered`).
-    pub unanswered: u64,
-    /// Frames that were no message of ours: the wrong size, or a number and due time
-    /// that no message sent carried (a server that answers something else). In no
-    /// message's outcome; the report says how many.
-    pub not_ours: u64,
-    /// Echoes that came after the echo of a later message.
-    pub reordered: u64,
-    /// Due while no WebSocket was open, and older than the timeout when one was.
-    pub unsent: u64,
-    /// Sent and not yet echoed when the run ended and its drain was over (outcome
-    /// `waiting_at_end`: a failure, in the summary's figures).
-    pub in_flight_at_end: u64,
-    /// Of all these, due during the warm-up: in this report's counts, in none of the
-    /// summary's (as the HTTP engine's warm-up requests).
-    pub warmup: u64,
-    /// WebSockets (event streams) opened.
-    pub opened: u64,
-    /// Upgrades (event stream requests) that failed, by why (`status 502`, `connect:
-    /// refused`, …).
-    pub upgrade_failures: BTreeMap<String, u64>,
-    /// WebSockets (event streams) that ended before the run did.
-    pub cut: u64,
-    /// The first [`MAX_CLOSES_KEPT`] of them, in order.
-    pub closes: Vec<Close>,
-    /// From a cut to the next WebSocket open on that connection, in microseconds.
-    #[serde(serialize_with = "reconnect_summary")]
-    pub reconnect: HistogramUs,
-    /// WebSockets (event streams) open, every 100 ms: (seconds from the start, open).
-    pub open_over_time: Vec<(f64, u32)>,
-    /// Seconds from the start to the end.
-    pub duration_s: f64,
-}
-
-fn reconnect_summary<S: serde::Serializer>(h: &HistogramUs, s: S) -> Result<S::Ok, S::Error> {
-    use serde::ser::SerializeMap;
-    let mut map = s.serialize_map(Some(5))?;
-    map.serialize_entry("count", &h.count())?;
-    for (name, p) in [("p50_us", 50.0), ("p90_us", 90.0), ("p99_us", 99.0)] {
-        map.serialize_entry(name, &(!h.is_empty()).then(|| h.value_at_percentile(p)))?;
-    }
-    map.serialize_entry("max_us", &(!h.is_empty()).then(|| h.max()))?;
-    map.end()
 }
 
 /// What the connections share: the run's clock and what they measured.
@@ -306,7 +187,10 @@ pub(crate) struct Run {
     pub(crate) end: Instant,
     pub(crate) interval: Duration,
     pub(crate) stop: Arc<AtomicBool>,
-    pub(crate) report: RefCell<StreamReport>,
+    pub(crate) report: RefCell<StreamFile>,
+    /// From each cut to the next open on its connection (the file's `reconnect`, at the
+    /// end).
+    pub(crate) reconnects: RefCell<HistogramUs>,
     pub(crate) recorder: RefCell<Recorder>,
     pub(crate) samples: RefCell<Vec<Sample>>,
     pub(crate) sample_threshold: u64,
@@ -410,9 +294,7 @@ impl Run {
         down.opened_at = Some(Instant::now());
         let mut report = self.report.borrow_mut();
         if let Some(cut) = down.since.take() {
-            report
-                .reconnect
-                .record_ns(crate::connection::nanos(cut.elapsed()));
+            (self.reconnects.borrow_mut()).record_ns(crate::connection::nanos(cut.elapsed()));
             if let Some(close) = down.close.take().and_then(|i| report.closes.get_mut(i)) {
                 close.reconnected_after_ms = Some(cut.elapsed().as_secs_f64() * 1e3);
             }
@@ -859,10 +741,11 @@ where
         end: start + warmup + length,
         interval: Duration::from_secs_f64(plan.connections as f64 / rate_per_s),
         stop: stop.clone(),
-        report: RefCell::new(StreamReport {
+        report: RefCell::new(StreamFile {
             kind,
-            ..StreamReport::default()
+            ..StreamFile::default()
         }),
+        reconnects: RefCell::new(HistogramUs::new()),
         recorder: RefCell::new(Recorder::new(crate::connection::nanos(plan.window))),
         samples: RefCell::new(Vec::new()),
         sample_threshold: if plan.sample_rate >= 1.0 {
@@ -911,6 +794,7 @@ where
         pass(last, observer);
     });
     let mut report = run.report.take();
+    report.reconnect = Reconnects::of(&run.reconnects.borrow());
     report.duration_s = run
         .end
         .min(Instant::now())

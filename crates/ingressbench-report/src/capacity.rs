@@ -30,7 +30,7 @@ pub struct Searched {
 
 /// Every search of `run` (none if it searched nothing).
 pub fn searched(run: &RunResults) -> Vec<Searched> {
-    let Some(searches) = run.record["searches"].as_array() else {
+    let Some(searches) = &run.record.searches else {
         return Vec::new();
     };
     searches
@@ -274,7 +274,7 @@ pub(crate) fn section(
     colours: &BTreeMap<String, &str>,
     charts: &mut Vec<(String, String)>,
 ) -> Option<(String, Vec<String>)> {
-    let searches: Vec<&Value> = run.record["searches"].as_array()?.iter().collect();
+    let searches: Vec<&Value> = run.record.searches.as_ref()?.iter().collect();
     if searches.is_empty() {
         return None;
     }
@@ -413,7 +413,9 @@ fn generator_alone(ceiling: &Value) -> String {
 
 /// The trial entry run.json keeps for `cell`.
 fn trial_entry<'a>(run: &'a RunResults, cell: &CellResults) -> &'a Value {
-    &run.record["cells"][cell.index]["search"]
+    (run.record.cells.get(cell.index))
+        .and_then(|c| c.search.as_ref())
+        .unwrap_or(&Value::Null)
 }
 
 fn trial_why<'a>(run: &'a RunResults, cell: &CellResults) -> Option<&'a str> {

@@ -39,7 +39,7 @@ pub fn cannot_judge(
 ) -> Vec<String> {
     let mut why = Vec::new();
     for run in runs {
-        let status = run.record["status"].as_str().unwrap_or("unknown");
+        let status = run.record.status();
         if status != "complete" {
             why.push(format!("{} is {status}, not complete", run.dir.display()));
         }

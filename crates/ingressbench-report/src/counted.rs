@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use serde_json::Value;
+use ingressbench_results::impact::{EndpointsUp, ImpactEntry, ProxyCounted};
 
 /// Each count's words, in the order they are said.
 const WORDS: [(&str, &str); 5] = [
@@ -20,24 +20,20 @@ const WORDS: [(&str, &str); 5] = [
 ];
 
 /// The sentence for one event's impact entry, or `None` when no proxy was read.
-pub fn sentence(event: &Value) -> Option<String> {
-    let proxies = event["proxy_counted"].as_object()?;
-    let client_errors = event["errors"].as_u64().unwrap_or(0);
-    let mut by_outcome: Vec<String> = (event["errors_by_outcome"].as_object())
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{} × {k}", v.as_u64().unwrap_or(0)))
-                .collect()
-        })
-        .unwrap_or_default();
+pub fn sentence(event: &ImpactEntry) -> Option<String> {
+    let proxies = event.proxy_counted.as_ref()?;
+    let client_errors = event.requests.errors.unwrap_or(0);
+    let mut by_outcome: Vec<String> = (event.requests.errors_by_outcome.iter())
+        .map(|(k, n)| format!("{n} × {k}"))
+        .collect();
     if by_outcome.is_empty() {
         by_outcome.push(format!("{client_errors} errors"));
     }
     // What the proxies' counts are set against: the client's failures that ended between
     // the same readings (a request sent just before the event that failed after it is
     // one), where the entry has them.
-    let seen = event["client_errors_between_readings"]
-        .as_u64()
+    let seen = event
+        .client_errors_between_readings
         .unwrap_or(client_errors);
     let mut client = format!("client: {}", by_outcome.join(", "));
     if seen != client_errors {
@@ -45,20 +41,24 @@ pub fn sentence(event: &Value) -> Option<String> {
     }
     let mut parts = vec![client];
     for (name, counted) in proxies {
-        if let Some(why) = counted["not_read"].as_str() {
-            parts.push(format!("{name}: not read ({why})"));
-            continue;
-        }
+        let counted = match counted {
+            ProxyCounted::NotRead { not_read } => {
+                parts.push(format!("{name}: not read ({not_read})"));
+                continue;
+            }
+            ProxyCounted::Counted(c) => c,
+        };
+        let count = |key: &str| counted.increases.get(key).copied();
         let mut said: Vec<String> = WORDS
             .iter()
-            .filter_map(|(key, words)| Some(format!("{} {words}", counted[*key].as_u64()?)))
+            .filter_map(|(key, words)| Some(format!("{} {words}", count(key)?)))
             .collect();
-        let up = &counted["endpoints_up"];
-        if let (Some(before), Some(fewest), Some(after)) = (
-            up["before"].as_u64(),
-            up["fewest"].as_u64(),
-            up["after"].as_u64(),
-        ) {
+        if let Some(EndpointsUp {
+            before: Some(before),
+            fewest: Some(fewest),
+            after: Some(after),
+        }) = counted.endpoints_up
+        {
             said.push(if fewest < before.min(after) {
                 format!("endpoints up {before} → {fewest} → {after}")
             } else {
@@ -70,10 +70,10 @@ pub fn sentence(event: &Value) -> Option<String> {
         }
         let failures = ["upstream_connect_failures", "upstream_response_errors"]
             .iter()
-            .filter_map(|k| counted[*k].as_u64())
+            .filter_map(|k| count(k))
             .sum::<u64>();
-        let counts_failures = counted["upstream_connect_failures"].is_u64();
-        let retries = counted["retries"].as_u64().unwrap_or(0);
+        let counts_failures = count("upstream_connect_failures").is_some();
+        let retries = count("retries").unwrap_or(0);
         let finding = match (seen, failures) {
             (0, 0) if retries > 0 => {
                 format!(" (the client saw no error: {name} retried {retries} requests)")
@@ -97,6 +97,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// An entry as a file would hold it.
+    fn entry(v: serde_json::Value) -> ImpactEntry {
+        serde_json::from_value(v).unwrap()
+    }
+
     #[test]
     fn the_client_and_each_proxy_in_one_sentence_with_their_disagreement() {
         let agree = json!({
@@ -106,26 +111,26 @@ mod tests {
                 "endpoints_up": { "before": 3, "fewest": 2, "after": 2 } } }
         });
         assert_eq!(
-            sentence(&agree).unwrap(),
+            sentence(&entry(agree)).unwrap(),
             "client: 446 × 502; envoy: 446 failed connects to backends, 0 retries, endpoints up 3 → 2"
         );
         let hidden = json!({
             "errors": 0, "errors_by_outcome": {},
             "proxy_counted": { "haproxy": { "upstream_connect_failures": 3, "retries": 3 } }
         });
-        assert!(sentence(&hidden).unwrap().ends_with(
+        assert!(sentence(&entry(hidden)).unwrap().ends_with(
             "(the client saw no error: haproxy hid 3 failed backend attempts by retrying)"
         ));
         let disagree = json!({
             "errors": 5, "errors_by_outcome": { "refused": 5 },
             "proxy_counted": { "nginx": { "upstream_connect_failures": 0, "upstream_response_errors": 0 } }
         });
-        assert!(sentence(&disagree).unwrap().contains("disagree"));
+        assert!(sentence(&entry(disagree)).unwrap().contains("disagree"));
         let retried = json!({
             "errors": 0,
             "proxy_counted": { "haproxy-ingress": { "upstream_connect_failures": 0, "retries": 13 } }
         });
-        assert!(sentence(&retried)
+        assert!(sentence(&entry(retried))
             .unwrap()
             .ends_with("(the client saw no error: haproxy-ingress retried 13 requests)"));
         // A request sent just before the event failed after it: in the proxy's readings,
@@ -135,14 +140,14 @@ mod tests {
             "proxy_counted": { "nginx": { "upstream_connect_failures": 0, "upstream_response_errors": 1 } }
         });
         assert_eq!(
-            sentence(&before).unwrap(),
+            sentence(&entry(before)).unwrap(),
             "client: 0 errors (1 ended between the proxy's readings); nginx: 0 failed connects to backends, 1 responses broken off by backends"
         );
-        assert!(sentence(&json!({ "errors": 1 })).is_none());
+        assert!(sentence(&entry(json!({ "errors": 1 }))).is_none());
         let not_read =
             json!({ "errors": 2, "proxy_counted": { "traefik": { "not_read": "off" } } });
         assert_eq!(
-            sentence(&not_read).unwrap(),
+            sentence(&entry(not_read)).unwrap(),
             "client: 2 errors; traefik: not read (off)"
         );
     }

@@ -8,8 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
 use ingressbench_stats::compare::{Estimate, Verdict};
 
 use crate::analysis::{metric_index, ms, Condition, Difference};
@@ -91,8 +89,8 @@ fn error_events(cell: &CellResults) -> Vec<(String, u64)> {
         .iter()
         .enumerate()
         .filter_map(|(i, e)| {
-            let n = e["errors"].as_u64().filter(|n| *n > 0)?;
-            Some((format!("#{} {}", i + 1, short_event(what(e))), n))
+            let n = e.requests.errors.unwrap_or(0);
+            (n > 0).then(|| (format!("#{} {}", i + 1, short_event(&e.what)), n))
         })
         .collect();
     events.sort_by_key(|e| std::cmp::Reverse(e.1));
@@ -104,10 +102,10 @@ fn error_events(cell: &CellResults) -> Vec<(String, u64)> {
 fn took_effect_by_kind(cells: &[&CellResults]) -> Vec<TookEffect> {
     let mut by_kind: BTreeMap<String, (usize, Vec<f64>)> = BTreeMap::new();
     for e in cells.iter().flat_map(|cell| cell.impact.iter()) {
-        let slot = by_kind.entry(event_kind(what(e))).or_default();
+        let slot = by_kind.entry(event_kind(&e.what)).or_default();
         slot.0 += 1;
-        if let (Some(at), Some(seen)) = (e["requested_s"].as_f64(), e["took_effect_s"].as_f64()) {
-            slot.1.push((seen - at).max(0.0));
+        if let Some(seen) = e.took_effect_s {
+            slot.1.push((seen - e.requested_s).max(0.0));
         }
     }
     by_kind
@@ -130,10 +128,6 @@ fn mean_cpu(cells: &[&CellResults]) -> Option<f64> {
         })
         .collect();
     (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64)
-}
-
-fn what(e: &Value) -> &str {
-    e["what"].as_str().unwrap_or("event")
 }
 
 /// What an event did, in a few words for a chart's marker: `scale 3→4`, `CORS on`,

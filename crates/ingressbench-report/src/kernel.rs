@@ -20,7 +20,7 @@ pub(crate) fn section(run: &RunResults, conditions: &[Condition]) -> Option<Stri
         let records: Vec<&Value> = c
             .cells
             .iter()
-            .map(|i| &run.record["cells"][*i]["kernel"])
+            .filter_map(|i| run.record.cells.get(*i)?.kernel.as_ref())
             .filter(|k| k.is_object())
             .collect();
         let Some(first) = records.first() else {

@@ -82,7 +82,7 @@ impl<'a> Export<'a> {
         }
         Ok(Self {
             series,
-            scenario: run.record["scenario"].as_str().unwrap_or("run"),
+            scenario: run.record.name(),
             left_out,
         })
     }
@@ -281,10 +281,10 @@ fn run_span(run: &RunResults) -> (f64, f64) {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64());
-    let recorded = |key: &str| run.record[key].as_f64().filter(|t| t.is_finite());
+    let recorded = |t: Option<f64>| t.filter(|t| t.is_finite());
     (
-        recorded("started_at_unix_s").map_or(946_684_800.0, |t| t - CLOCK_SLACK_S),
-        recorded("finished_at_unix_s").unwrap_or(now) + CLOCK_SLACK_S,
+        recorded(run.record.started_at_unix_s).map_or(946_684_800.0, |t| t - CLOCK_SLACK_S),
+        recorded(run.record.finished_at_unix_s).unwrap_or(now) + CLOCK_SLACK_S,
     )
 }
 

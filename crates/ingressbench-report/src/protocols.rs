@@ -74,10 +74,9 @@ fn total(run: &RunResults, c: &Condition, path: &[&str]) -> f64 {
 /// GOAWAYs that came within an event's window, summed over the first cell's events.
 fn goaways_at_events(run: &RunResults, c: &Condition) -> f64 {
     cells(run, c).first().map_or(0.0, |cell| {
-        cell.impact
-            .iter()
-            .filter_map(|e| e["goaways"].as_f64())
-            .fold(0.0, |a, b| a + b)
+        (cell.impact.iter())
+            .filter_map(|e| Some(e.goaways.as_ref()?.goaways as f64))
+            .sum()
     })
 }
 

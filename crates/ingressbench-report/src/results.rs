@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+use ingressbench_results::run::RunRecord;
+
 use crate::files;
 use crate::hlog::Interval;
 
@@ -22,7 +24,7 @@ pub struct RunResults {
     /// The same, canonical: what is read must resolve inside it.
     pub root: PathBuf,
     /// `run.json` (for a single load output, a record made up from it).
-    pub record: Value,
+    pub record: RunRecord,
     /// Every cell, in running order (pending and failed ones too).
     pub cells: Vec<CellResults>,
     /// What could not be read.
@@ -59,12 +61,12 @@ pub struct CellResults {
     /// log's `StartTime`: as the load began).
     pub log_start_unix_s: Option<f64>,
     /// Its `impact.json` entries.
-    pub impact: Vec<Value>,
+    pub impact: Vec<ingressbench_results::impact::ImpactEntry>,
     /// Its `routes.json` (the route probe's figures per event firing), when it has one.
     pub routes: Option<Value>,
     /// Its `websocket.json`, `sse.json`, `grpc.json` or `grpc-stream.json`, when its
     /// load was long-lived.
-    pub websocket: Option<crate::websocket::WebSocketFile>,
+    pub websocket: Option<crate::websocket::StreamFile>,
     /// Seconds from the load's start to the start of measurement (the warm-up).
     pub measure_from_s: f64,
     /// What the lab's processes spent (`run.json`'s `usage`), if it was measured.
@@ -157,18 +159,19 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
     .map_err(|e| {
         format!("{e}; give a results directory (from `ingressbench run`) or a `load --json` file")
     })?;
-    let record: Value = serde_json::from_slice(&text)
+    let value: Value = serde_json::from_slice(&text)
         .map_err(|e| format!("{}: not a run record: {e}", run_json.display()))?;
-    let listed = record
-        .get("cells")
-        .and_then(Value::as_array)
-        .ok_or_else(|| {
-            format!(
-                "{}: not a run record (no `cells` list); give a results directory written by `ingressbench run`",
-                run_json.display()
-            )
-        })?;
-    if listed.is_empty() {
+    if !value.get("cells").is_some_and(Value::is_array) {
+        return Err(format!(
+            "{}: not a run record (no `cells` list); give a results directory written by `ingressbench run`",
+            run_json.display()
+        ));
+    }
+    ingressbench_results::run::check_format(value["format_version"].as_str())
+        .map_err(|e| format!("{}: {e}", run_json.display()))?;
+    let mut record: RunRecord = serde_json::from_value(value)
+        .map_err(|e| format!("{}: not a run record: {e}", run_json.display()))?;
+    if record.cells.is_empty() {
         return Err(format!(
             "{}: the run has no cells, so there is nothing to report",
             run_json.display()
@@ -181,15 +184,14 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
         .map_err(|e| format!("{}: {e}", path.display()))?;
     let mut notes = Vec::new();
     let mut cells = Vec::new();
-    let mut record = record.clone();
-    if record["status"] == "running" {
+    if record.status == "running" {
         if let Some(gone) = writer_gone(path) {
-            record["status"] = Value::from(RUN_CUT_SHORT);
-            record["cut_short"] = Value::from(gone);
+            record.status = RUN_CUT_SHORT.to_owned();
+            record.cut_short = Some(gone);
         }
     }
-    for (i, c) in listed.iter().enumerate() {
-        let dir = match c["dir"].as_str() {
+    for (i, c) in record.cells.iter().enumerate() {
+        let dir = match c.dir.as_deref() {
             Some(d) if !is_plain_name(d) => {
                 return Err(format!(
                     "{}: cell {i}: dir {d:?} is not a directory name under cells/ (it would leave the results directory)",
@@ -199,40 +201,33 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             d => d,
         };
         let mut cell = CellResults {
-            index: c["index"].as_u64().map_or(i, |x| x as usize),
-            repeat: c["repeat"].as_u64().unwrap_or(0) as u32,
-            target: c["target"].as_str().unwrap_or("?").to_owned(),
-            settings: c["settings"]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            status: c["status"].as_str().unwrap_or("pending").to_owned(),
+            index: c.index.unwrap_or(i),
+            repeat: c.repeat,
+            target: if c.target.is_empty() { "?" } else { &c.target }.to_owned(),
+            settings: c.settings.clone().into_iter().collect(),
+            status: c.status.clone(),
             dir: dir.map(|d| path.join("cells").join(d)),
             dir_name: dir.map(str::to_owned),
             unreadable: Vec::new(),
             summary: None,
-            proxy_version: c["proxy_version"].as_str().map(str::to_owned),
+            proxy_version: c.proxy_version.clone(),
             windows: Vec::new(),
             log_start_unix_s: None,
             impact: Vec::new(),
             routes: None,
             websocket: None,
-            measure_from_s: c["measure_from_s"].as_f64().unwrap_or(0.0),
-            usage: c.get("usage").filter(|u| !u.is_null()).cloned(),
+            measure_from_s: c.measure_from_s.unwrap_or(0.0),
+            usage: c.usage.clone().filter(|u| !u.is_null()),
             proxy_cpu: Vec::new(),
             proxy_counts: Vec::new(),
             proxy_counts_unread: None,
             workers: None,
-            error: c["error"].as_str().map(str::to_owned),
+            error: c.error.clone(),
         };
         match (dir, cell.status.as_str()) {
             (Some(_), "done" | "interrupted") => {
                 load_cell_files(&mut cell, &root);
-                check_files_written(&mut cell, &root, &c["files"]);
+                check_files_written(&mut cell, &root, c.files.as_ref());
                 notes.extend(
                     cell.unreadable
                         .iter()
@@ -261,17 +256,17 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
 /// before 0.1.0 recorded none) are still what it wrote: a file deleted, emptied or cut
 /// would otherwise take its section of the report and its sentence of the headline away
 /// without a word. A cell whose files differ is unreadable, each difference named.
-fn check_files_written(cell: &mut CellResults, root: &Path, written: &Value) {
-    let Some(written) = written.as_object() else {
+fn check_files_written(
+    cell: &mut CellResults,
+    root: &Path,
+    written: Option<&BTreeMap<String, u64>>,
+) {
+    let Some(written) = written else {
         return;
     };
     let dir_name = cell.dir_name.clone().unwrap_or_default();
     let mut why = Vec::new();
-    for (name, size) in written {
-        let Some(size) = size.as_u64() else {
-            why.push(format!("run.json records {name} with no size"));
-            continue;
-        };
+    for (name, &size) in written {
         if !is_plain_name(name) {
             why.push(format!(
                 "run.json records a file named {name:?}, not a name in the cell's directory"
@@ -456,9 +451,14 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
             })
         })
     };
-    match optional("impact.json") {
-        Some(Ok(Value::Array(entries))) => cell.impact = entries,
-        Some(Ok(_)) => why.push("impact.json is not a list of events".into()),
+    match optional("impact.json").map(|v| {
+        v.and_then(|v| {
+            serde_json::from_value(v).map_err(|e| {
+                format!("impact.json is not a list of events as the tool writes them: {e}")
+            })
+        })
+    }) {
+        Some(Ok(entries)) => cell.impact = entries,
         Some(Err(e)) => why.push(e),
         None => {}
     }
@@ -481,7 +481,7 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
     let stream = crate::websocket::STREAM_FILES.into_iter().find_map(|name| {
         optional(name).map(|v| {
             v.and_then(|v| {
-                serde_json::from_value::<crate::websocket::WebSocketFile>(v)
+                serde_json::from_value::<crate::websocket::StreamFile>(v)
                     .map_err(|e| format!("{name}: {e}"))
             })
         })
@@ -850,12 +850,17 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
     let name = path
         .file_stem()
         .map_or("load".into(), |s| s.to_string_lossy().into_owned());
-    let record = serde_json::json!({
-        "scenario": name,
-        "status": if summary["interrupted"].as_bool() == Some(true) { "incomplete" } else { "complete" },
-        "command": Value::Null,
-        "tool_version": summary.get("tool_version").cloned().unwrap_or(Value::Null),
-    });
+    let record = RunRecord {
+        scenario: name,
+        status: if summary["interrupted"].as_bool() == Some(true) {
+            "incomplete"
+        } else {
+            "complete"
+        }
+        .to_owned(),
+        tool_version: summary["tool_version"].as_str().map(str::to_owned),
+        ..RunRecord::default()
+    };
     let root = dir
         .canonicalize()
         .map_err(|e| format!("{}: {e}", dir.display()))?;

@@ -183,12 +183,8 @@ fn table(cell: &CellResults, firings: &[Value]) -> String {
         let errors: u64 = cell
             .impact
             .iter()
-            .filter(|e| {
-                e["requested_s"]
-                    .as_f64()
-                    .is_some_and(|r| r >= from - 1e-6 && r < to)
-            })
-            .filter_map(|e| e["errors"].as_u64())
+            .filter(|e| e.requested_s >= from - 1e-6 && e.requested_s < to)
+            .filter_map(|e| e.requests.errors)
             .sum();
         let wrong: Vec<String> = f["wrong"]
             .as_object()

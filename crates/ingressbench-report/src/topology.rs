@@ -23,11 +23,12 @@ pub(crate) fn section(run: &RunResults) -> Option<(String, Vec<(String, String)>
     // Topology (as JSON text) -> (topology, who ran on it, the first cell's relay overhead).
     let mut seen: BTreeMap<String, (Value, Vec<String>, Option<Value>)> = BTreeMap::new();
     for cell in &run.cells {
-        let entry = &run.record["cells"][cell.index];
-        let topology = &entry["topology"];
-        if !topology.is_object() {
+        let Some(entry) = run.record.cells.get(cell.index) else {
             continue;
-        }
+        };
+        let Some(topology) = entry.topology.as_ref().filter(|t| t.is_object()) else {
+            continue;
+        };
         let who = format!("{} {}", cell.target, cell.settings_label())
             .trim()
             .to_owned();
@@ -37,8 +38,8 @@ pub(crate) fn section(run: &RunResults) -> Option<(String, Vec<(String, String)>
         if !slot.1.contains(&who) {
             slot.1.push(who);
         }
-        if slot.2.is_none() && entry["link_overhead_us"].is_object() {
-            slot.2 = Some(entry["link_overhead_us"].clone());
+        if slot.2.is_none() {
+            slot.2 = entry.link_overhead_us.clone().filter(Value::is_object);
         }
     }
     if seen.is_empty() {

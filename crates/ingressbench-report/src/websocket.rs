@@ -9,148 +9,13 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde::Deserialize;
+pub use ingressbench_results::stream::{
+    Close, ClosedBy, Reconnects, StreamFile, StreamKind, STREAM_FILES,
+};
 
 use crate::results::{CellResults, RunResults};
 use crate::svg::{esc, short, Axis, Plot, PALETTE};
 use crate::terminal::human_us;
-
-/// What a long-lived load carried.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum StreamKind {
-    /// WebSockets, their messages echoed.
-    #[default]
-    Websocket,
-    /// Server-sent events.
-    Sse,
-    /// gRPC unary calls.
-    Grpc,
-    /// gRPC server streams.
-    GrpcStream,
-}
-
-/// Every kind's file, in the order a cell's are looked for.
-pub const STREAM_FILES: [&str; 4] = [
-    "websocket.json",
-    "sse.json",
-    "grpc.json",
-    "grpc-stream.json",
-];
-
-impl StreamKind {
-    /// The cell's file: `websocket.json`, `sse.json`, `grpc.json` or `grpc-stream.json`.
-    pub fn file_name(self) -> &'static str {
-        match self {
-            Self::Websocket => STREAM_FILES[0],
-            Self::Sse => STREAM_FILES[1],
-            Self::Grpc => STREAM_FILES[2],
-            Self::GrpcStream => STREAM_FILES[3],
-        }
-    }
-
-    /// What its connections and their items are called: (`WebSockets`, `messages`).
-    pub fn nouns(self) -> (&'static str, &'static str) {
-        match self {
-            Self::Websocket => ("WebSockets", "messages"),
-            Self::Sse => ("event streams", "events"),
-            Self::Grpc => ("gRPC connections", "calls"),
-            Self::GrpcStream => ("gRPC streams", "messages"),
-        }
-    }
-}
-
-/// `websocket.json` (`sse.json`), as the load engine writes it.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct WebSocketFile {
-    /// WebSockets or server-sent events (files before event streams had none).
-    #[serde(default)]
-    pub kind: StreamKind,
-    /// Messages sent (events due).
-    pub sent: u64,
-    /// Messages echoed in time.
-    pub echoed: u64,
-    /// Not echoed in time, or cut.
-    pub lost: u64,
-    /// Of the lost, echoed after the timeout.
-    pub late: u64,
-    /// Echoed twice.
-    pub duplicated: u64,
-    /// Echoed after a later one.
-    pub reordered: u64,
-    /// Of the lost, never answered while a later one was: skipped by the server.
-    #[serde(default)]
-    pub unanswered: u64,
-    /// Frames that were no message of ours (the wrong size or contents).
-    #[serde(default)]
-    pub not_ours: u64,
-    /// Due while no WebSocket was open, too old to send when one was.
-    pub unsent: u64,
-    /// Out when the run ended and its drain was over (`waiting_at_end` in the summary's
-    /// outcomes in results written since that outcome exists; in none before).
-    pub in_flight_at_end: u64,
-    /// Of all these, due during the warm-up (the summary counts none of them).
-    #[serde(default)]
-    pub warmup: u64,
-    /// WebSockets opened.
-    pub opened: u64,
-    /// Upgrades that failed, by why.
-    #[serde(default)]
-    pub upgrade_failures: BTreeMap<String, u64>,
-    /// WebSockets that ended before the run did.
-    #[serde(default)]
-    pub cut: u64,
-    /// The first of those closes (at most 50,000), in order.
-    #[serde(default)]
-    pub closes: Vec<CloseRecord>,
-    /// From a cut to the next WebSocket on the connection.
-    pub reconnect: Reconnects,
-    /// (seconds from the start, WebSockets open), every 100 ms.
-    #[serde(default)]
-    pub open_over_time: Vec<(f64, u32)>,
-    /// Seconds the load ran.
-    pub duration_s: f64,
-}
-
-/// One close.
-#[derive(Clone, Debug, Deserialize)]
-pub struct CloseRecord {
-    /// Seconds from the load's start.
-    pub at_s: f64,
-    /// Which connection.
-    pub connection: usize,
-    /// `server` (a close frame, or the end of an event stream's response) or `abnormal`
-    /// (none: 1006; a response broken off).
-    pub by: String,
-    /// The close code (none for an event stream or gRPC).
-    pub code: Option<u16>,
-    /// The status a gRPC stream ended with (`grpc:unavailable`).
-    #[serde(default)]
-    pub grpc_status: Option<String>,
-    /// Its reason, or what ended the connection.
-    pub reason: String,
-    /// The backend the WebSocket was on.
-    pub backend: Option<String>,
-    /// Messages lost with it.
-    pub lost: u64,
-    /// Milliseconds to the next WebSocket on its connection.
-    pub reconnected_after_ms: Option<f64>,
-}
-
-/// The reconnect distribution, in microseconds.
-#[derive(Clone, Debug, Default, Deserialize)]
-pub struct Reconnects {
-    /// How many.
-    pub count: u64,
-    /// Median.
-    pub p50_us: Option<u64>,
-    /// 90th percentile.
-    pub p90_us: Option<u64>,
-    /// 99th percentile.
-    pub p99_us: Option<u64>,
-    /// Longest.
-    pub max_us: Option<u64>,
-}
 
 /// What the closes in one stretch of a run came to.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -167,22 +32,22 @@ pub struct Cuts {
 
 impl Cuts {
     /// The closes of `closes` from `from_s` (inclusive) to `to_s` (exclusive).
-    pub fn between(closes: &[CloseRecord], from_s: f64, to_s: f64) -> Self {
+    pub fn between(closes: &[Close], from_s: f64, to_s: f64) -> Self {
         Self::of(closes.iter().filter(|c| c.at_s >= from_s && c.at_s < to_s))
     }
 
     /// The figures of `closes`.
-    pub fn of<'a>(closes: impl Iterator<Item = &'a CloseRecord>) -> Self {
+    pub fn of<'a>(closes: impl Iterator<Item = &'a Close>) -> Self {
         let mut cuts = Cuts::default();
         for c in closes {
             cuts.closed += 1;
             let label = match (c.code, &c.grpc_status) {
-                (Some(code), _) if c.by == "server" && !sendable(code) => {
+                (Some(code), _) if c.by == ClosedBy::Server && !sendable(code) => {
                     format!("{code} by server (a code no endpoint may send)")
                 }
-                (Some(code), _) => format!("{code} by {}", c.by),
-                (None, Some(status)) => format!("{status} by {}", c.by),
-                (None, None) if c.by == "server" => "ended by server".to_owned(),
+                (Some(code), _) => format!("{code} by {}", c.by.as_str()),
+                (None, Some(status)) => format!("{status} by {}", c.by.as_str()),
+                (None, None) if c.by == ClosedBy::Server => "ended by server".to_owned(),
                 (None, None) => "broken off".to_owned(),
             };
             *cuts.by_code.entry(label).or_default() += 1;
@@ -222,7 +87,7 @@ fn sendable(code: u16) -> bool {
 }
 
 /// WebSockets open at `t_s` seconds from the load's start (the last sample at or before).
-fn open_at(file: &WebSocketFile, t_s: f64) -> u32 {
+fn open_at(file: &StreamFile, t_s: f64) -> u32 {
     file.open_over_time
         .iter()
         .take_while(|&&(t, _)| t <= t_s + 1e-9)
@@ -238,7 +103,7 @@ pub(crate) fn section(
     colours: &BTreeMap<String, &str>,
     charts: &mut Vec<(String, String)>,
 ) -> Option<(String, Vec<String>)> {
-    let cells: Vec<(&CellResults, &WebSocketFile)> = run
+    let cells: Vec<(&CellResults, &StreamFile)> = run
         .cells
         .iter()
         .filter_map(|c| Some((c, c.websocket.as_ref()?)))
@@ -264,47 +129,35 @@ pub(crate) fn section(
     Some((html, headline))
 }
 
-/// What an event cut, as its impact entry gives it (`websocket`).
-fn cut_of(event: &serde_json::Value) -> Option<(u64, String, u64, Option<f64>)> {
-    let w = event.get("websocket")?;
-    let codes = w["by_code"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .map(|(k, v)| format!("{} × {k}", v.as_u64().unwrap_or(0)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default();
-    Some((
-        w["cut"].as_u64()?,
-        codes,
-        w["messages_lost"].as_u64().unwrap_or(0),
-        w["reconnect_p99_ms"].as_f64(),
-    ))
+/// What an event cut, by code (`4 × 1001 by server`), or nothing.
+fn codes(cuts: &ingressbench_results::impact::EventCuts) -> String {
+    (cuts.by_code.iter())
+        .map(|(code, n)| format!("{n} × {code}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
-fn event_table(cell: &CellResults, file: &WebSocketFile) -> String {
+fn event_table(cell: &CellResults, file: &StreamFile) -> String {
     let mut t = String::from("<table><tr><th class=\"l\">event</th><th>at s</th><th>open before</th><th>cut</th><th class=\"l\">by code</th><th>lost with them</th><th>failed messages</th><th>reconnect p50 ms</th><th>p99 ms</th><th>max ms</th><th>latency p99 5 s after, ms</th></tr>");
     for e in &cell.impact {
-        let Some(w) = e.get("websocket") else {
+        let Some(w) = &e.websocket else {
             continue;
         };
-        let at = e["requested_s"].as_f64().unwrap_or(0.0);
-        let ms = |v: &serde_json::Value| v.as_f64().map_or("-".to_owned(), |m| format!("{m:.1}"));
+        let ms = |v: Option<f64>| v.map_or("-".to_owned(), |m| format!("{m:.1}"));
         let _ = write!(
             t,
-            "<tr><td class=\"l\">{}</td><td>{at:.2}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(e["what"].as_str().unwrap_or("")),
-            open_at(file, at + cell.measure_from_s - 1e-3),
-            w["cut"],
-            esc(&cut_of(e).map(|c| c.1).unwrap_or_default()),
-            w["messages_lost"],
-            e["errors"],
-            ms(&w["reconnect_p50_ms"]),
-            ms(&w["reconnect_p99_ms"]),
-            ms(&w["reconnect_max_ms"]),
-            ms(&e["p99_ms_5s_after"]),
+            "<tr><td class=\"l\">{}</td><td>{:.2}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&e.what),
+            e.requested_s,
+            open_at(file, e.requested_s + cell.measure_from_s - 1e-3),
+            w.cut,
+            esc(&codes(w)),
+            w.messages_lost,
+            e.requests.errors.map_or("-".to_owned(), |n| n.to_string()),
+            ms(w.reconnect_p50_ms),
+            ms(w.reconnect_p99_ms),
+            ms(w.reconnect_max_ms),
+            ms(e.requests.p99_ms_5s_after),
         );
     }
     t.push_str("</table>");
@@ -313,12 +166,7 @@ fn event_table(cell: &CellResults, file: &WebSocketFile) -> String {
 
 /// WebSockets open over time, every event a labelled marker; time from the start of
 /// measurement, as the other charts.
-fn open_chart(
-    cell: &CellResults,
-    file: &WebSocketFile,
-    colour: &str,
-    label: &str,
-) -> Option<String> {
+fn open_chart(cell: &CellResults, file: &StreamFile, colour: &str, label: &str) -> Option<String> {
     let points: Vec<(f64, f64)> = file
         .open_over_time
         .iter()
@@ -334,36 +182,33 @@ fn open_chart(
     plot.axes("seconds", &format!("{streams} open"), &|v| short(v));
     plot.line(&points, colour, 1.6, false);
     for (i, e) in cell.impact.iter().enumerate() {
-        if let Some(at) = e["requested_s"].as_f64() {
-            let what = e["what"].as_str().unwrap_or("");
-            plot.marker(at, &format!("{} {what}", i + 1), i % 3);
-        }
+        plot.marker(e.requested_s, &format!("{} {}", i + 1, e.what), i % 3);
     }
     Some(plot.finish(&format!("{streams} open over time, {label}")))
 }
 
 /// "caddy …: at a reload, 8 of 8 WebSockets cut (8 × 1001 by server), 0 messages lost,
 /// reconnected in 3.1 ms (p99)", for the first event of each kind.
-fn sentences(cell: &CellResults, file: &WebSocketFile) -> Vec<String> {
+fn sentences(cell: &CellResults, file: &StreamFile) -> Vec<String> {
     let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::new();
     for e in &cell.impact {
-        let Some((cut, codes, lost, p99)) = cut_of(e) else {
+        let Some(w) = &e.websocket else {
             continue;
         };
-        let what = e["what"].as_str().unwrap_or("");
+        let what = &e.what;
         let kind = what.split_whitespace().next().unwrap_or("");
         if !seen.insert(kind.to_owned()) {
             continue;
         }
-        let at = e["requested_s"].as_f64().unwrap_or(0.0);
-        let before = open_at(file, at + cell.measure_from_s - 1e-3);
-        let codes = if codes.is_empty() {
+        let before = open_at(file, e.requested_s + cell.measure_from_s - 1e-3);
+        let (cut, lost) = (w.cut, w.messages_lost);
+        let codes = if w.by_code.is_empty() {
             String::new()
         } else {
-            format!(" ({codes})")
+            format!(" ({})", codes(w))
         };
-        let reconnected = match p99 {
+        let reconnected = match w.reconnect_p99_ms {
             Some(p99) => format!(", reconnected in {p99:.1} ms (p99)"),
             None => String::new(),
         };
@@ -371,14 +216,14 @@ fn sentences(cell: &CellResults, file: &WebSocketFile) -> Vec<String> {
         out.push(format!(
             "{}: at {what}, {cut} of {before} {streams} cut{codes}, {lost} {items} lost with them, {} {items} failed in its window{reconnected}.",
             cell.label(),
-            e["errors"].as_u64().unwrap_or(0),
+            e.requests.errors.unwrap_or(0),
         ));
     }
     out
 }
 
 /// The most WebSockets open at once.
-pub fn most_open(file: &WebSocketFile) -> u32 {
+pub fn most_open(file: &StreamFile) -> u32 {
     file.open_over_time
         .iter()
         .map(|&(_, n)| n)
@@ -387,7 +232,7 @@ pub fn most_open(file: &WebSocketFile) -> u32 {
 }
 
 /// A few lines for the terminal, under the messages' summary.
-pub fn text(file: &WebSocketFile) -> String {
+pub fn text(file: &StreamFile) -> String {
     let mut out = String::new();
     let failed: u64 = file.upgrade_failures.values().sum();
     let (streams, items) = file.kind.nouns();
@@ -458,11 +303,15 @@ pub fn text(file: &WebSocketFile) -> String {
 mod tests {
     use super::*;
 
-    fn close(at_s: f64, code: u16, lost: u64, reconnected: Option<f64>) -> CloseRecord {
-        CloseRecord {
+    fn close(at_s: f64, code: u16, lost: u64, reconnected: Option<f64>) -> Close {
+        Close {
             at_s,
             connection: 0,
-            by: if code == 1006 { "abnormal" } else { "server" }.into(),
+            by: if code == 1006 {
+                ClosedBy::Abnormal
+            } else {
+                ClosedBy::Server
+            },
             code: Some(code),
             grpc_status: None,
             reason: "backend draining".into(),

@@ -26,7 +26,7 @@ use crate::store::{is_full, ProgressFn, ResultsLock, Streams};
 use crate::timeline::{unfired, Driver, Gate, Timeline};
 use crate::usage::UsageLog;
 use crate::Cell;
-use ingressbench_report::websocket::{Cuts, WebSocketFile};
+use ingressbench_report::websocket::{Cuts, StreamFile};
 
 /// How long the lab and load get before the first request is due.
 const START_DELAY: Duration = Duration::from_millis(300);
@@ -468,26 +468,23 @@ fn binaries_for(
     Ok(binaries)
 }
 
-/// A WebSocket or event stream load's own results as websocket.json or sse.json (closes,
-/// reconnects, the messages' accounting, how many were open over time), read back as the
-/// report reads them.
+/// A long-lived load's own results as websocket.json, sse.json, grpc.json or
+/// grpc-stream.json (closes, reconnects, the messages' accounting, how many were open over
+/// time): the load engine's [`StreamFile`], the type the report reads.
 fn write_websocket(
     dir: &Path,
     report: &ingressbench_load::LoadReport,
-) -> Result<Option<WebSocketFile>, String> {
-    let Some(stream) = report.stream.as_deref() else {
+) -> Result<Option<StreamFile>, String> {
+    let Some(file) = report.stream.as_deref() else {
         return Ok(None);
     };
-    let value = serde_json::to_value(stream).map_err(|e| e.to_string())?;
-    let file: WebSocketFile = serde_json::from_value(value.clone())
-        .map_err(|e| format!("the WebSocket or event stream report: {e}"))?;
     let name = file.kind.file_name();
-    write_json(&dir.join(name), &value).map_err(|e| format!("writing {name}: {e}"))?;
-    Ok(Some(file))
+    write_json(&dir.join(name), file).map_err(|e| format!("writing {name}: {e}"))?;
+    Ok(Some(file.clone()))
 }
 
 /// `; 8 WebSockets, 4 cut (4 × 1001 by server), 3 messages lost, reconnect p99 12.0 ms`.
-fn websocket_line(w: &WebSocketFile) -> String {
+fn websocket_line(w: &StreamFile) -> String {
     let cuts = Cuts::between(&w.closes, f64::NEG_INFINITY, f64::INFINITY);
     let (streams, items) = w.kind.nouns();
     let mut line = format!("; {} {streams} opened", w.opened);

@@ -4,9 +4,11 @@ use std::path::Path;
 use std::time::Instant;
 
 use ingressbench_lab::ChangeRecord;
+use ingressbench_results::impact::{
+    EventCuts, FirstGoaway, GenerationEffect, Goaways, ImpactEntry, ProxyCounted, WindowFigures,
+};
 use ingressbench_stats::GenerationSummary;
 use ingressbench_stats::Summary;
-use serde_json::{json, Value};
 
 use crate::record::write_json;
 use crate::timeline::offset;
@@ -52,7 +54,7 @@ pub fn impact(
     until_s: f64,
     sample_rate: f64,
     slot_s: Option<f64>,
-) -> Value {
+) -> WindowFigures {
     let within = |from: f64, to: f64| {
         points
             .iter()
@@ -81,27 +83,28 @@ pub fn impact(
     } else {
         0.0
     };
-    let mut by_outcome = std::collections::BTreeMap::<&str, u64>::new();
+    let mut by_outcome = std::collections::BTreeMap::<String, u64>::new();
     for p in &failed {
-        *by_outcome.entry(p.outcome.as_str()).or_default() += 1;
+        *by_outcome.entry(p.outcome.clone()).or_default() += 1;
     }
     let sampled_errors = after_sampled.iter().filter(|p| !p.ok).count();
-    json!({
-        "errors": failed.len(),
-        "errors_by_outcome": by_outcome,
-        "window_s": until_s - t_s,
-        "sampled_requests": after_sampled.len(),
-        "estimated_requests": (after_sampled.len() as f64 * scale).round(),
-        "sampled_errors": sampled_errors,
-        "first_error_after_s": failed.first().map(|p| p.at_s - t_s),
-        "last_error_after_s": failed.last().map(|p| p.at_s - t_s),
-        "longest_failure_run": longest,
-        "longest_failure_run_basis": basis,
-        "max_latency_ms": max_ms,
-        "p99_ms_5s_before": p99_ms(&sampled(t_s - 5.0, t_s)),
-        "p99_ms_5s_after": p99_ms(&sampled(t_s, t_s + 5.0)),
-        "p99_ms_5_to_15s_after": p99_ms(&sampled(t_s + 5.0, t_s + 15.0)),
-    })
+    WindowFigures {
+        errors: Some(failed.len() as u64),
+        estimated_errors: None,
+        errors_by_outcome: by_outcome,
+        window_s: Some(until_s - t_s),
+        sampled_requests: after_sampled.len() as u64,
+        estimated_requests: (after_sampled.len() as f64 * scale).round(),
+        sampled_errors: sampled_errors as u64,
+        first_error_after_s: failed.first().map(|p| p.at_s - t_s),
+        last_error_after_s: failed.last().map(|p| p.at_s - t_s),
+        longest_failure_run: Some(longest),
+        longest_failure_run_basis: basis.to_owned(),
+        max_latency_ms: max_ms,
+        p99_ms_5s_before: p99_ms(&sampled(t_s - 5.0, t_s)),
+        p99_ms_5s_after: p99_ms(&sampled(t_s, t_s + 5.0)),
+        p99_ms_5_to_15s_after: p99_ms(&sampled(t_s + 5.0, t_s + 15.0)),
+    }
 }
 
 /// The longest run of failed requests in consecutive slots of an open-loop schedule
@@ -133,39 +136,35 @@ fn longest_run_between(points: &[&Point]) -> u64 {
     longest
 }
 
-/// Adds the HTTP/2 GOAWAYs the client received in `[t_s, until_s)` to an event's figures:
-/// how many, on how many connections, the first one's delay and its last-stream-id and
+/// The HTTP/2 GOAWAYs the client received in `[t_s, until_s)`, if any: how many, on how many connections, the first one's delay and its last-stream-id and
 /// code, and the streams in flight on their connections when they came. `shift_s` is the
 /// start of measurement after the load's start (GOAWAY times run from the load's start).
-pub fn add_goaways(
-    figures: &mut Value,
+pub fn goaways_within(
     goaways: &[ingressbench_stats::Goaway],
     shift_s: f64,
     t_s: f64,
     until_s: f64,
-) {
+) -> Option<Goaways> {
     let within: Vec<(f64, &ingressbench_stats::Goaway)> = goaways
         .iter()
         .map(|g| (g.at_ns as f64 / 1e9 - shift_s, g))
         .filter(|(at, _)| *at >= t_s && *at < until_s)
         .collect();
-    if within.is_empty() {
-        return;
-    }
+    let (first_at, first) = *within.first()?;
     let connections: std::collections::BTreeSet<u64> =
         within.iter().map(|(_, g)| g.connection).collect();
-    let (first_at, first) = within[0];
-    figures["goaways"] = json!(within.len());
-    figures["goaway_connections"] = json!(connections.len());
-    figures["first_goaway_after_s"] = json!(first_at - t_s);
-    figures["first_goaway"] = json!({
-        "last_stream_id": first.last_stream_id,
-        "code": first.code,
-    });
-    figures["streams_in_flight_at_goaways"] = json!(within
-        .iter()
-        .map(|(_, g)| u64::from(g.streams_in_flight))
-        .sum::<u64>());
+    Some(Goaways {
+        goaways: within.len() as u64,
+        goaway_connections: connections.len() as u64,
+        first_goaway_after_s: first_at - t_s,
+        first_goaway: FirstGoaway {
+            last_stream_id: first.last_stream_id,
+            code: first.code,
+        },
+        streams_in_flight_at_goaways: (within.iter())
+            .map(|(_, g)| u64::from(g.streams_in_flight))
+            .sum(),
+    })
 }
 
 /// When an event took effect, read from traffic (seconds after it was requested) and
@@ -212,7 +211,7 @@ pub fn generation_effect(
     header: &str,
     generation: u32,
     shift_s: f64,
-) -> Value {
+) -> GenerationEffect {
     let of_header = || seen.iter().filter(|g| g.header == header);
     let first_new = of_header()
         .filter(|g| g.generation >= generation)
@@ -229,15 +228,15 @@ pub fn generation_effect(
             .map(|g| g.answers)
             .sum::<u64>()
     };
-    json!({
-        "header": header,
-        "generation": generation,
-        "took_effect_s": first_new.map(round6),
-        "last_old_answer_s": last_old.map(round6),
-        "mixed_window_s": mixed.map(round6),
-        "answers_before": answers(false),
-        "answers_after": answers(true),
-    })
+    GenerationEffect {
+        header: header.to_owned(),
+        generation,
+        took_effect_s: first_new.map(round6),
+        last_old_answer_s: last_old.map(round6),
+        mixed_window_s: mixed.map(round6),
+        answers_before: answers(false),
+        answers_after: answers(true),
+    }
 }
 
 fn round6(x: f64) -> f64 {
@@ -262,7 +261,7 @@ const CUT_BY_EVENT_WITHIN_S: f64 = 15.0;
 /// close as its old workers drain, often after the next event. A close whose backend is
 /// not known goes to the latest event before it.
 fn cut_by(
-    closes: &[ingressbench_report::websocket::CloseRecord],
+    closes: &[ingressbench_report::websocket::Close],
     events: &[(f64, &ChangeRecord)],
     shift: f64,
 ) -> Vec<Option<usize>> {
@@ -290,27 +289,29 @@ fn cut_by(
 /// messages lost with them, and how long their connections took to have one again; and
 /// how many closes in its window no event's action explains (`unexplained`).
 fn websocket_cuts<'a>(
-    mine: impl Iterator<Item = &'a ingressbench_report::websocket::CloseRecord>,
+    mine: impl Iterator<Item = &'a ingressbench_report::websocket::Close>,
     unexplained: usize,
-) -> Value {
+) -> EventCuts {
     let cuts = ingressbench_report::websocket::Cuts::of(mine);
-    json!({
-        "cut_by_no_event_in_window": unexplained,
-        "cut": cuts.closed,
-        "by_code": cuts.by_code,
-        "messages_lost": cuts.lost,
-        "reconnected": cuts.reconnect_ms.len(),
-        "reconnect_p50_ms": cuts.reconnect_percentile_ms(50.0),
-        "reconnect_p99_ms": cuts.reconnect_percentile_ms(99.0),
-        "reconnect_max_ms": cuts.reconnect_ms.last(),
-    })
+    EventCuts {
+        cut_by_no_event_in_window: unexplained as u64,
+        cut: cuts.closed as u64,
+        by_code: (cuts.by_code.iter())
+            .map(|(k, n)| (k.clone(), *n as u64))
+            .collect(),
+        messages_lost: cuts.lost,
+        reconnected: cuts.reconnect_ms.len() as u64,
+        reconnect_p50_ms: cuts.reconnect_percentile_ms(50.0),
+        reconnect_p99_ms: cuts.reconnect_percentile_ms(99.0),
+        reconnect_max_ms: cuts.reconnect_ms.last().copied(),
+    }
 }
 
 pub(crate) fn write_impact(
     (records, probed, closes): (
         &[ChangeRecord],
         &[crate::propagation::Probed],
-        Option<&[ingressbench_report::websocket::CloseRecord]>,
+        Option<&[ingressbench_report::websocket::Close]>,
     ),
     dir: &Path,
     summary: &Summary,
@@ -345,103 +346,89 @@ pub(crate) fn write_impact(
             .target_per_s
             .filter(|r| *r > 0.0)
             .map(|r| 1.0 / r);
-        let mut figures = crate::impact::impact(&points, t, until, sample_rate, slot_s);
-        crate::impact::add_goaways(&mut figures, &summary.goaways, shift, t, until);
         let (effect, basis) =
             crate::impact::took_effect(&points, t, until, &rec.started, &rec.removed);
-        figures["what"] = json!(rec.what);
-        figures["requested_s"] = json!(t);
-        figures["applied_s"] = json!(rec.applied_at.map(|a| offset(a, measure_from)));
-        if let Some(at) = rec.endpoints_at {
+        let mut entry = ImpactEntry {
+            what: rec.what.clone(),
+            requested_s: t,
+            applied_s: rec.applied_at.map(|a| offset(a, measure_from)),
             // The control plane's part: when the Service's EndpointSlices showed it.
-            figures["endpoints_s"] = json!(offset(at, measure_from));
-        }
-        if let Some(at) = rec.reported_at {
+            endpoints_s: rec.endpoints_at.map(|at| offset(at, measure_from)),
             // When the controller said it had it (an HTTPRoute's status).
-            figures["reported_s"] = json!(offset(at, measure_from));
-        }
-        if let Some(at) = rec.completed_at {
+            reported_s: rec.reported_at.map(|at| offset(at, measure_from)),
             // A controller's restart: when its rollout was complete.
-            figures["completed_s"] = json!(offset(at, measure_from));
-        }
-        figures["took_effect_s"] = json!(effect.map(|e| t + e));
-        figures["took_effect_basis"] = json!(basis);
+            completed_s: rec.completed_at.map(|at| offset(at, measure_from)),
+            took_effect_s: effect.map(|e| t + e),
+            took_effect_basis: basis.to_owned(),
+            requests: crate::impact::impact(&points, t, until, sample_rate, slot_s),
+            goaways: goaways_within(&summary.goaways, shift, t, until),
+            cpu: usage.map(|u| u.around(t)).unwrap_or_default(),
+            ..ImpactEntry::default()
+        };
         if let (Some(closes), Some(causes)) = (closes, &causes) {
             let mine = (closes.iter().zip(causes)).filter(|(_, by)| **by == Some(i));
             let unexplained = (closes.iter().zip(causes))
                 .filter(|(c, by)| by.is_none() && (t + shift..until + shift).contains(&c.at_s))
                 .count();
-            figures["websocket"] = websocket_cuts(mine.map(|(c, _)| c), unexplained);
+            entry.websocket = Some(websocket_cuts(mine.map(|(c, _)| c), unexplained));
         }
         // Route changes and reloads: read from the generation every answer carries.
-        let by_hop: Vec<Value> = rec
-            .generations
-            .iter()
-            .map(|(header, g)| {
-                crate::impact::generation_effect(&summary.generations, header, *g, shift)
-            })
+        entry.generations = (rec.generations.iter())
+            .map(|(header, g)| generation_effect(&summary.generations, header, *g, shift))
             .collect();
-        if let Some(proxies) = by_hop.first() {
-            figures["took_effect_s"] = proxies["took_effect_s"].clone();
-            figures["took_effect_basis"] = json!(format!(
+        if let Some(proxies) = entry.generations.first() {
+            entry.took_effect_s = proxies.took_effect_s;
+            entry.took_effect_basis = format!(
                 "first answer carrying generation {} ({})",
-                proxies["generation"],
-                proxies["header"].as_str().unwrap_or_default()
-            ));
-            figures["last_old_answer_s"] = proxies["last_old_answer_s"].clone();
-            figures["mixed_window_s"] = proxies["mixed_window_s"].clone();
-            figures["generations"] = Value::Array(by_hop);
+                proxies.generation, proxies.header
+            );
+            entry.last_old_answer_s = proxies.last_old_answer_s;
+            entry.mixed_window_s = proxies.mixed_window_s;
         }
         // A route change nothing on the existing routes shows (a cluster's routes carry
         // no generation): when the probe found the last of its routes right.
-        if figures["took_effect_s"].is_null() {
-            let since = out_requested(&out);
+        if entry.took_effect_s.is_none() {
+            let since = out
+                .last()
+                .map_or(f64::NEG_INFINITY, |e: &ImpactEntry| e.requested_s);
             if let Some(p) = probed
                 .iter()
                 .rev()
                 .find(|p| p.requested_s <= t + 1e-6 && p.requested_s > since)
             {
-                figures["took_effect_s"] = json!(p.last_right_s);
-                figures["took_effect_basis"] = json!(match p.last_right_s {
+                entry.took_effect_s = p.last_right_s;
+                entry.took_effect_basis = match p.last_right_s {
                     Some(_) => "the route probe: the last of its routes to answer right",
                     None => "the route probe: a route never answered right (routes.json)",
-                });
+                }
+                .to_owned();
             }
-        }
-        if let Some(usage) = usage {
-            figures["cpu"] = usage.around(t);
         }
         // What the proxies counted over the window the client's errors are counted in,
         // and the client's failures that ended between the same two readings: a request
         // sent just before the event can fail after it, counted by the proxy but not in
         // the window (which holds the requests sent in it).
         if let Some(counted) = counts.and_then(|c| c.between(t, until)) {
-            let span = (counted.as_object().into_iter())
-                .flat_map(|m| m.values())
-                .find_map(|v| Some((v["read_from_s"].as_f64()?, v["read_to_s"].as_f64()?)));
+            let span = counted.values().find_map(|v| match v {
+                ProxyCounted::Counted(c) => Some((c.read_from_s, c.read_to_s)),
+                ProxyCounted::NotRead { .. } => None,
+            });
             if let Some((from, to)) = span {
                 let ended = (points.iter())
                     .filter(|p| !p.ok && (from..=to).contains(&(p.at_s + p.latency_s)))
                     .count();
-                figures["client_errors_between_readings"] = json!(ended);
+                entry.client_errors_between_readings = Some(ended as u64);
             }
-            figures["proxy_counted"] = counted;
+            entry.proxy_counted = Some(counted);
         }
-        out.push(figures);
+        out.push(entry);
     }
-    write_json(&dir.join("impact.json"), &Value::Array(out)).map_err(|e| e.to_string())
+    write_json(&dir.join("impact.json"), &out).map_err(|e| e.to_string())
 }
 
 /// Seconds from `measure_from` to `at` (none before).
 fn offset_from(at: Instant, measure_from: Instant) -> f64 {
     at.saturating_duration_since(measure_from).as_secs_f64()
-}
-
-/// When the last event written so far was requested (or before any).
-fn out_requested(out: &[Value]) -> f64 {
-    out.last()
-        .and_then(|e| e["requested_s"].as_f64())
-        .unwrap_or(f64::NEG_INFINITY)
 }
 
 #[cfg(test)]
@@ -450,10 +437,10 @@ mod tests {
 
     #[test]
     fn each_cut_belongs_to_the_event_whose_action_closed_it() {
-        let close = |at_s: f64, backend: &str| ingressbench_report::websocket::CloseRecord {
+        let close = |at_s: f64, backend: &str| ingressbench_report::websocket::Close {
             at_s,
             connection: 0,
-            by: "server".into(),
+            by: ingressbench_results::stream::ClosedBy::Server,
             code: Some(1001),
             grpc_status: None,
             reason: String::new(),
@@ -486,7 +473,7 @@ mod tests {
             [None, Some(0), Some(1), Some(0), None]
         );
         // On a backend no answer named: the latest event before it.
-        let unknown = ingressbench_report::websocket::CloseRecord {
+        let unknown = ingressbench_report::websocket::Close {
             backend: None,
             ..close(2.3, "")
         };
@@ -520,24 +507,24 @@ mod tests {
             .filter(|p| p.in_sample || !p.ok)
             .collect();
         let v = impact(&points, 9.95, 15.0, 0.5, Some(0.01));
-        assert_eq!(v["errors"], 49);
-        assert_eq!(v["errors_by_outcome"]["502"], 49);
-        assert_eq!(v["sampled_errors"], 25);
-        assert_eq!(v["sampled_requests"], 252);
-        assert_eq!(v["estimated_requests"], 504.0);
+        assert_eq!(v.errors, Some(49));
+        assert_eq!(v.errors_by_outcome["502"], 49);
+        assert_eq!(v.sampled_errors, 25);
+        assert_eq!(v.sampled_requests, 252);
+        assert_eq!(v.estimated_requests, 504.0);
         // On the schedule the unsampled success at 10.25 s splits the run: 25 then 24.
-        assert_eq!(v["longest_failure_run"], 25);
-        assert_eq!(v["longest_failure_run_basis"], "schedule");
+        assert_eq!(v.longest_failure_run, Some(25));
+        assert_eq!(v.longest_failure_run_basis, "schedule");
         // Without one, only sampled successes split runs.
         let between = impact(&points, 9.95, 15.0, 0.5, None);
-        assert_eq!(between["longest_failure_run"], 49);
-        assert_eq!(between["longest_failure_run_basis"], "sampled");
-        assert!((v["first_error_after_s"].as_f64().unwrap() - 0.05).abs() < 1e-9);
-        assert!((v["last_error_after_s"].as_f64().unwrap() - 0.54).abs() < 1e-9);
-        assert!((v["max_latency_ms"].as_f64().unwrap() - 50.0).abs() < 1e-9);
-        assert!((v["p99_ms_5s_before"].as_f64().unwrap() - 1.0).abs() < 1e-9);
-        assert!((v["p99_ms_5s_after"].as_f64().unwrap() - 50.0).abs() < 1e-9);
-        assert!((v["p99_ms_5_to_15s_after"].as_f64().unwrap() - 1.0).abs() < 1e-9);
+        assert_eq!(between.longest_failure_run, Some(49));
+        assert_eq!(between.longest_failure_run_basis, "sampled");
+        assert!((v.first_error_after_s.unwrap() - 0.05).abs() < 1e-9);
+        assert!((v.last_error_after_s.unwrap() - 0.54).abs() < 1e-9);
+        assert!((v.max_latency_ms.unwrap() - 50.0).abs() < 1e-9);
+        assert!((v.p99_ms_5s_before.unwrap() - 1.0).abs() < 1e-9);
+        assert!((v.p99_ms_5s_after.unwrap() - 50.0).abs() < 1e-9);
+        assert!((v.p99_ms_5_to_15s_after.unwrap() - 1.0).abs() < 1e-9);
     }
 
     #[test]
@@ -589,18 +576,18 @@ mod tests {
             seen("x-side", 1, 1.0, 12.0),
         ];
         let v = generation_effect(&table, "x-gen", 2, 1.0);
-        assert_eq!(v["took_effect_s"], 4.2);
-        assert_eq!(v["last_old_answer_s"], 4.5);
-        assert_eq!(v["mixed_window_s"], 0.3);
-        assert_eq!(v["answers_before"], 10);
-        assert_eq!(v["answers_after"], 20);
+        assert_eq!(v.took_effect_s, Some(4.2));
+        assert_eq!(v.last_old_answer_s, Some(4.5));
+        assert_eq!(v.mixed_window_s, Some(0.3));
+        assert_eq!(v.answers_before, 10);
+        assert_eq!(v.answers_after, 20);
         let v = generation_effect(&table, "x-gen", 3, 1.0);
-        assert_eq!(v["took_effect_s"], 7.1);
-        assert_eq!(v["mixed_window_s"], 0.0);
+        assert_eq!(v.took_effect_s, Some(7.1));
+        assert_eq!(v.mixed_window_s, Some(0.0));
         // A generation no answer carried has not taken effect.
         let v = generation_effect(&table, "x-side", 2, 1.0);
-        assert_eq!(v["took_effect_s"], Value::Null);
-        assert_eq!(v["mixed_window_s"], Value::Null);
+        assert_eq!(v.took_effect_s, None);
+        assert_eq!(v.mixed_window_s, None);
     }
 
     #[test]
@@ -615,15 +602,12 @@ mod tests {
         };
         // Measurement starts 2 s after the load: a GOAWAY at 12.5 s of load is 10.5 s in.
         let goaways = [g(11.0, 1), g(12.5, 1), g(12.6, 2), g(30.0, 3)];
-        let mut figures = json!({});
-        add_goaways(&mut figures, &goaways, 2.0, 10.0, 20.0);
-        assert_eq!(figures["goaways"], 2);
-        assert_eq!(figures["goaway_connections"], 2);
-        assert!((figures["first_goaway_after_s"].as_f64().unwrap() - 0.5).abs() < 1e-6);
-        assert_eq!(figures["first_goaway"]["last_stream_id"], 7);
-        assert_eq!(figures["streams_in_flight_at_goaways"], 6);
-        let mut none = json!({});
-        add_goaways(&mut none, &goaways, 2.0, 40.0, 50.0);
-        assert!(none.get("goaways").is_none());
+        let figures = goaways_within(&goaways, 2.0, 10.0, 20.0).unwrap();
+        assert_eq!(figures.goaways, 2);
+        assert_eq!(figures.goaway_connections, 2);
+        assert!((figures.first_goaway_after_s - 0.5).abs() < 1e-6);
+        assert_eq!(figures.first_goaway.last_stream_id, 7);
+        assert_eq!(figures.streams_in_flight_at_goaways, 6);
+        assert_eq!(goaways_within(&goaways, 2.0, 40.0, 50.0), None);
     }
 }

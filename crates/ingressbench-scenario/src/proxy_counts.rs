@@ -14,7 +14,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use ingressbench_lab::proxy::counters::{Counted, Readings, ENDPOINTS_UP};
-use serde_json::{json, Map, Value};
+use ingressbench_results::impact::{EndpointsUp, Increases, ProxyCounted};
+use serde_json::json;
 
 use crate::site::Site;
 use crate::usage::{signed_offset, Grid};
@@ -114,7 +115,7 @@ impl ProxyCounts {
     /// `to_s` (the last one, if none is), each count's increase (a count that started
     /// again adds what it holds after), and the endpoints up before, at the fewest, and
     /// after. `None` when no reading brackets the window.
-    pub(crate) fn between(&self, from_s: f64, to_s: f64) -> Option<Value> {
+    pub(crate) fn between(&self, from_s: f64, to_s: f64) -> Option<BTreeMap<String, ProxyCounted>> {
         let first = self.readings.iter().rposition(|r| r.t_s <= from_s)?;
         let last = (self.readings.iter())
             .position(|r| r.t_s >= to_s)
@@ -123,43 +124,45 @@ impl ProxyCounts {
             return None;
         }
         let span = &self.readings[first..=last];
-        let mut out = Map::new();
+        let mut out = BTreeMap::new();
         for name in span[0].proxies.keys() {
-            let mut counted = Map::new();
             let values = |key: &str| -> Vec<u64> {
                 (span.iter())
                     .filter_map(|r| r.proxies.get(name)?.get(key).copied())
                     .collect()
             };
+            let mut counted = Increases {
+                read_from_s: (span[0].t_s * 1e3).round() / 1e3,
+                read_to_s: (span[span.len() - 1].t_s * 1e3).round() / 1e3,
+                ..Increases::default()
+            };
             for key in span[0].proxies[name].keys() {
                 let v = values(key);
                 if *key == ENDPOINTS_UP {
-                    counted.insert(
-                        (*key).to_owned(),
-                        json!({ "before": v.first(), "fewest": v.iter().min(), "after": v.last() }),
-                    );
+                    counted.endpoints_up = Some(EndpointsUp {
+                        before: v.first().copied(),
+                        fewest: v.iter().min().copied(),
+                        after: v.last().copied(),
+                    });
                     continue;
                 }
                 let increase: u64 = (v.windows(2))
                     .map(|w| if w[1] >= w[0] { w[1] - w[0] } else { w[1] })
                     .sum();
-                counted.insert((*key).to_owned(), json!(increase));
+                counted.increases.insert((*key).to_owned(), increase);
             }
-            counted.insert(
-                "read_from_s".into(),
-                json!((span[0].t_s * 1e3).round() / 1e3),
-            );
-            counted.insert(
-                "read_to_s".into(),
-                json!((span[span.len() - 1].t_s * 1e3).round() / 1e3),
-            );
-            out.insert(name.clone(), Value::Object(counted));
+            out.insert(name.clone(), ProxyCounted::Counted(counted));
         }
         // A proxy not read at the window's start: why, so the report can say it.
         for (name, why) in &span[0].errors {
-            out.insert(name.clone(), json!({ "not_read": why }));
+            out.insert(
+                name.clone(),
+                ProxyCounted::NotRead {
+                    not_read: why.clone(),
+                },
+            );
         }
-        Some(Value::Object(out))
+        Some(out)
     }
 }
 
@@ -196,11 +199,13 @@ mod tests {
         };
         let got = counts.between(1.5, 3.5).unwrap();
         // From the reading at 1 s to the one at 4 s: 4, then 2, then 2 more.
-        assert_eq!(got["envoy"][CONNECT_FAILURES], 8);
-        assert_eq!(got["envoy"][ENDPOINTS_UP]["before"], 3);
-        assert_eq!(got["envoy"][ENDPOINTS_UP]["fewest"], 2);
-        assert_eq!(got["envoy"]["read_from_s"], 1.0);
-        assert_eq!(got["envoy"]["read_to_s"], 4.0);
+        let ProxyCounted::Counted(envoy) = &got["envoy"] else {
+            panic!("{got:?}")
+        };
+        assert_eq!(envoy.increases[CONNECT_FAILURES], 8);
+        let up = envoy.endpoints_up.unwrap();
+        assert_eq!((up.before, up.fewest), (Some(3), Some(2)));
+        assert_eq!((envoy.read_from_s, envoy.read_to_s), (1.0, 4.0));
         assert!(counts.between(-1.0, 2.0).is_none(), "no reading before");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
+use ingressbench_results::run::{
+    check_format, status, CellEntry, EarlierAttempt, Machine, RunRecord, FORMAT_VERSION,
+};
 
 use crate::options::RunOptions;
 use crate::{Cell, ScenarioError};
@@ -23,9 +25,7 @@ pub(crate) fn clear_previous_run(dir: &Path, force: bool) -> Result<(), Scenario
     if !force {
         let status = record
             .as_ref()
-            .ok()
-            .and_then(|v| v["status"].as_str().map(str::to_owned))
-            .unwrap_or_else(|| "unreadable".to_owned());
+            .map_or_else(|_| "unreadable".to_owned(), |r| r.status.clone());
         return Err(ScenarioError::ResultsExist {
             dir: dir.to_owned(),
             status,
@@ -59,7 +59,7 @@ pub(crate) fn clear_previous_run(dir: &Path, force: bool) -> Result<(), Scenario
 
 /// The run record in `dir` if this tool wrote it: a JSON object with its version and a
 /// list of cells, each in a directory of a plain name. Else why not.
-pub(crate) fn own_record(dir: &Path) -> Result<Value, ScenarioError> {
+pub(crate) fn own_record(dir: &Path) -> Result<RunRecord, ScenarioError> {
     let path = dir.join("run.json");
     let not_ours = |why: String| ScenarioError::NotOurs {
         path: path.clone(),
@@ -72,16 +72,15 @@ pub(crate) fn own_record(dir: &Path) -> Result<Value, ScenarioError> {
         "a run record's",
     )
     .map_err(not_ours)?;
-    let record: Value = serde_json::from_slice(&bytes)
+    let record: RunRecord = serde_json::from_slice(&bytes)
         .map_err(|e| not_ours(format!("it is not a run record ({e})")))?;
-    let plain = |d: &Value| {
-        d.as_str().is_some_and(|d| {
+    check_format(record.format_version.as_deref()).map_err(not_ours)?;
+    let plain = |d: &Option<String>| {
+        d.as_deref().is_some_and(|d| {
             !d.is_empty() && d != "." && d != ".." && !d.contains(['/', '\\', '\0'])
         })
     };
-    let cells = record["cells"].as_array();
-    let ours = record["tool_version"].is_string()
-        && cells.is_some_and(|c| c.iter().all(|c| plain(&c["dir"])));
+    let ours = record.tool_version.is_some() && record.cells.iter().all(|c| plain(&c.dir));
     if !ours {
         return Err(not_ours(
             "it was not written by `ingressbench run` (no tool_version, or cells without a directory of a plain name)".into(),
@@ -91,14 +90,13 @@ pub(crate) fn own_record(dir: &Path) -> Result<Value, ScenarioError> {
 }
 
 /// The cell directories a run record lists: each cell's and its earlier attempts'.
-fn listed_dirs(record: &Value) -> Vec<&str> {
+fn listed_dirs(record: &RunRecord) -> Vec<&str> {
     let mut dirs = Vec::new();
-    for cell in record["cells"].as_array().into_iter().flatten() {
-        dirs.extend(cell["dir"].as_str());
-        for attempt in cell["earlier_attempts"].as_array().into_iter().flatten() {
+    for cell in &record.cells {
+        dirs.extend(cell.dir.as_deref());
+        for attempt in &cell.earlier_attempts {
             dirs.extend(
-                attempt["dir"]
-                    .as_str()
+                (attempt.dir.as_deref())
                     .filter(|d| !d.contains(['/', '\\']) && *d != ".." && *d != "."),
             );
         }
@@ -145,12 +143,16 @@ pub(crate) fn cell_dir_name(cell: &Cell) -> String {
 }
 
 /// A cell's entry in run.json before it runs.
-pub(crate) fn cell_entry(c: &Cell) -> Value {
-    json!({
-        "index": c.index, "repeat": c.repeat, "target": c.target.name(),
-        "settings": c.settings.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect::<serde_json::Map<_, _>>(),
-        "status": "pending", "dir": cell_dir_name(c),
-    })
+pub(crate) fn cell_entry(c: &Cell) -> CellEntry {
+    CellEntry {
+        index: Some(c.index),
+        repeat: c.repeat,
+        target: c.target.name().to_owned(),
+        settings: c.settings.iter().cloned().collect(),
+        status: status::PENDING.to_owned(),
+        dir: Some(cell_dir_name(c)),
+        ..CellEntry::default()
+    }
 }
 
 /// The record a run starts with: what was run, where and how, and every cell `pending`;
@@ -160,37 +162,35 @@ pub(crate) fn new_record(
     cells: &[Cell],
     options: &RunOptions,
     factor: f64,
-    previous: Option<&Value>,
-) -> Value {
-    let mut record = json!({
-        "scenario": cells.first().map(|c| c.scenario.name.clone()).unwrap_or_default(),
-        "status": "running",
-        "error": Value::Null,
-        "tool_version": env!("CARGO_PKG_VERSION"),
-        "command": options.command,
-        "quick": options.quick,
-        "quick_factor": factor,
-        "sets": options.sets.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
-        "machine": machine(),
-        "started_at_unix_s": now_unix(),
-        "scenario_text": options.scenario_text,
-        "cells": cells.iter().map(cell_entry).collect::<Vec<_>>(),
-    });
+    previous: Option<&RunRecord>,
+) -> RunRecord {
+    let mut record = RunRecord {
+        format_version: Some(FORMAT_VERSION.to_owned()),
+        scenario: cells
+            .first()
+            .map(|c| c.scenario.name.clone())
+            .unwrap_or_default(),
+        status: "running".to_owned(),
+        tool_version: Some(env!("CARGO_PKG_VERSION").to_owned()),
+        command: Some(options.command.clone()),
+        quick: options.quick,
+        quick_factor: factor,
+        sets: options.sets.clone(),
+        machine: machine(),
+        started_at_unix_s: Some(now_unix()),
+        scenario_text: Some(options.scenario_text.clone()),
+        cells: cells.iter().map(cell_entry).collect(),
+        ..RunRecord::default()
+    };
     if let Some(previous) = previous {
-        for key in ["started_at_unix_s", "command"] {
-            record[key] = previous[key].clone();
-        }
-        for (i, cell) in previous["cells"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            if cell["status"] == "done" && record["cells"][i]["dir"] == cell["dir"] {
-                record["cells"][i] = cell.clone();
+        record.started_at_unix_s = previous.started_at_unix_s;
+        record.command.clone_from(&previous.command);
+        for (mine, theirs) in record.cells.iter_mut().zip(&previous.cells) {
+            if theirs.is_done() && mine.dir == theirs.dir {
+                *mine = theirs.clone();
             }
         }
-        record["resumed_by"] = json!(options.command);
+        record.resumed_by = Some(options.command.clone());
     }
     record
 }
@@ -210,11 +210,11 @@ pub(crate) fn fresh_cell_dir(
     results_dir: &Path,
     dir: &Path,
     cell: &Cell,
-    previous_entry: Option<&Value>,
-) -> Result<Option<(Value, String)>, Fresh> {
+    previous_entry: Option<&CellEntry>,
+) -> Result<Option<(Vec<EarlierAttempt>, String)>, Fresh> {
     let mut kept = None;
     if dir.symlink_metadata().is_ok() {
-        if previous_entry.is_none_or(|e| e["dir"].as_str() != Some(&cell_dir_name(cell))) {
+        if previous_entry.is_none_or(|e| e.dir.as_deref() != Some(&cell_dir_name(cell))) {
             return Err(Fresh::NotOurs(ScenarioError::NotOurs {
                 path: dir.to_owned(),
                 why: "no run record of this directory lists it".into(),
@@ -223,10 +223,10 @@ pub(crate) fn fresh_cell_dir(
         match keep_attempt(results_dir, dir, previous_entry).map_err(Fresh::Io)? {
             Some((attempt, said)) => {
                 let mut attempts = previous_entry
-                    .and_then(|e| e["earlier_attempts"].as_array().cloned())
+                    .map(|e| e.earlier_attempts.clone())
                     .unwrap_or_default();
                 attempts.push(attempt);
-                kept = Some((Value::Array(attempts), said));
+                kept = Some((attempts, said));
             }
             None => std::fs::remove_dir_all(dir).map_err(Fresh::Io)?,
         }
@@ -242,8 +242,8 @@ pub(crate) fn fresh_cell_dir(
 fn keep_attempt(
     results_dir: &Path,
     dir: &Path,
-    previous: Option<&Value>,
-) -> std::io::Result<Option<(Value, String)>> {
+    previous: Option<&CellEntry>,
+) -> std::io::Result<Option<(EarlierAttempt, String)>> {
     use ingressbench_report::{files, hlog, results};
     let name = dir
         .file_name()
@@ -259,8 +259,8 @@ fn keep_attempt(
         return Ok(None);
     };
     let recorded = previous
-        .filter(|p| p["status"] == "interrupted")
-        .map(|p| p["summary"].clone())
+        .filter(|p| p.status == status::INTERRUPTED)
+        .and_then(|p| p.summary.clone())
         .filter(|s| !s.is_null());
     let rebuilt = || {
         hlog::read_partial(&bytes)
@@ -280,7 +280,11 @@ fn keep_attempt(
         results::attempt_said(&summary)
     );
     Ok(Some((
-        json!({ "dir": kept, "status": "interrupted", "summary": summary }),
+        EarlierAttempt {
+            dir: Some(kept),
+            status: status::INTERRUPTED.to_owned(),
+            summary: Some(summary),
+        },
         said,
     )))
 }
@@ -290,7 +294,10 @@ fn keep_attempt(
 /// A full disk is met by the results lock's reserve ([`ResultsLock::write_even_if_full`]).
 ///
 /// [`ResultsLock::write_even_if_full`]: crate::store::ResultsLock::write_even_if_full
-pub(crate) fn write_json(path: &Path, value: &Value) -> std::io::Result<()> {
+pub(crate) fn write_json<T: serde::Serialize + ?Sized>(
+    path: &Path,
+    value: &T,
+) -> std::io::Result<()> {
     let text = serde_json::to_string_pretty(value).unwrap_or_default();
     ingressbench_report::files::replace_file(path, text.as_bytes())
 }
@@ -302,7 +309,7 @@ pub(crate) fn now_unix() -> f64 {
         .as_secs_f64()
 }
 
-fn machine() -> Value {
+fn machine() -> Machine {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {
@@ -316,5 +323,9 @@ fn machine() -> Value {
         .unwrap_or_default()
         .trim()
         .to_owned();
-    json!({ "cpu_model": cpu, "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "kernel": kernel })
+    Machine {
+        cpu_model: cpu,
+        cores: std::thread::available_parallelism().map_or(0, |n| n.get() as u64),
+        kernel,
+    }
 }

@@ -4,12 +4,13 @@
 //! what a run may touch in a results directory is [`crate::record`]; the files a cell
 //! streams while it runs are [`crate::store`].
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ingressbench_load::Progress;
-use serde_json::{json, Value};
+use ingressbench_results::run::{status, CellEntry, RunRecord};
 
 use crate::cell::{run_cell, CellDone, SiteCache};
 use crate::load::dur;
@@ -46,24 +47,16 @@ pub fn recorded(dir: &Path) -> Result<Recorded, ScenarioError> {
             dir.display()
         ))
     })?;
-    let record: Value =
+    let record: RunRecord =
         serde_json::from_str(&text).map_err(|e| bad(format!("not a run record: {e}")))?;
-    let scenario = record["scenario_text"]
-        .as_str()
-        .ok_or_else(|| bad("no scenario_text".into()))?
-        .to_owned();
-    let sets = record["sets"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|p| Some((p[0].as_str()?.to_owned(), p[1].as_str()?.to_owned())))
-                .collect()
-        })
-        .unwrap_or_default();
+    ingressbench_results::run::check_format(record.format_version.as_deref()).map_err(bad)?;
+    let scenario = record
+        .scenario_text
+        .ok_or_else(|| bad("no scenario_text".into()))?;
     Ok(Recorded {
         scenario_text: scenario,
-        sets,
-        quick: record["quick"].as_bool().unwrap_or(false),
+        sets: record.sets,
+        quick: record.quick,
     })
 }
 
@@ -103,7 +96,7 @@ pub fn run(
     let mut runner = Runner::start(cells, options, factor)?;
     runner.outcome.total = cells.len();
     for cell in cells {
-        if runner.record["cells"][cell.index]["status"] == "done" {
+        if runner.record.cells[cell.index].is_done() {
             runner.outcome.done += 1;
             continue;
         }
@@ -136,8 +129,8 @@ pub(crate) struct Runner<'a> {
     pub(crate) options: &'a RunOptions,
     pub(crate) factor: f64,
     /// The record an earlier attempt left (`--resume`).
-    pub(crate) previous: Option<Value>,
-    pub(crate) record: Value,
+    pub(crate) previous: Option<RunRecord>,
+    pub(crate) record: RunRecord,
     pub(crate) outcome: RunOutcome,
     pub(crate) started: Instant,
     sites: SiteCache,
@@ -204,7 +197,7 @@ impl<'a> Runner<'a> {
         let path = options.dir.join("run.json");
         let io = |e: std::io::Error| ScenarioError::at(&path, format!("cannot write results: {e}"));
         let dir = options.dir.join("cells").join(cell_dir_name(cell));
-        let previous_entry = self.previous.as_ref().map(|p| &p["cells"][cell.index]);
+        let previous_entry = (self.previous.as_ref()).and_then(|p| p.cells.get(cell.index));
         let kept =
             fresh_cell_dir(&options.dir, &dir, cell, previous_entry).map_err(|e| match e {
                 Fresh::NotOurs(e) => e,
@@ -212,7 +205,7 @@ impl<'a> Runner<'a> {
             })?;
         if let Some((attempts, said)) = kept {
             progress(&format!("  {said}"));
-            self.record["cells"][cell.index]["earlier_attempts"] = attempts;
+            self.record.cells[cell.index].earlier_attempts = attempts;
         }
         let result = run_cell(
             cell,
@@ -223,16 +216,16 @@ impl<'a> Runner<'a> {
             &mut self.sites,
             &self.lock,
         );
-        let entry = &mut self.record["cells"][cell.index];
+        let entry = &mut self.record.cells[cell.index];
         let outcome = &mut self.outcome;
         let stop = match result {
             Ok(done) => {
                 progress(&format!("  {}", done.line));
                 let interrupted = done.interrupted;
-                entry["files"] = files_written(&dir);
+                entry.files = Some(files_written(&dir));
                 if let Some(why) = note_done(entry, done) {
                     outcome.error = Some(format!("cell {} ({}): {why}", cell.index, cell.label()));
-                    self.record["error"] = json!(outcome.error);
+                    self.record.error.clone_from(&outcome.error);
                 }
                 if interrupted {
                     outcome.status = "incomplete";
@@ -242,12 +235,12 @@ impl<'a> Runner<'a> {
                 interrupted
             }
             Err(CellFailure { message: e, input }) => {
-                entry["status"] = json!("failed");
-                entry["error"] = json!(e);
+                entry.status = status::FAILED.to_owned();
+                entry.error = Some(e.clone());
                 outcome.status = "failed";
                 outcome.input_error = input;
                 outcome.error = Some(format!("cell {} ({}): {e}", cell.index, cell.label()));
-                self.record["error"] = json!(outcome.error);
+                self.record.error.clone_from(&outcome.error);
                 true
             }
         };
@@ -257,8 +250,8 @@ impl<'a> Runner<'a> {
 
     /// Ends the record (status and end time) and returns how the run ended.
     pub(crate) fn finish(mut self) -> Result<RunOutcome, ScenarioError> {
-        self.record["status"] = json!(self.outcome.status);
-        self.record["finished_at_unix_s"] = json!(now_unix());
+        self.record.status = self.outcome.status.to_owned();
+        self.record.finished_at_unix_s = Some(now_unix());
         self.save()?;
         Ok(self.outcome)
     }
@@ -267,8 +260,8 @@ impl<'a> Runner<'a> {
 /// The files a cell wrote at its top level, each with its size in bytes: the report
 /// refuses a cell whose files are no longer these (one deleted, emptied or cut), where it
 /// would otherwise leave out the section the file held without a word.
-fn files_written(dir: &Path) -> Value {
-    let mut files = serde_json::Map::new();
+fn files_written(dir: &Path) -> BTreeMap<String, u64> {
+    let mut files = BTreeMap::new();
     for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
         let (Ok(kind), Some(name)) = (
             entry.file_type(),
@@ -277,39 +270,33 @@ fn files_written(dir: &Path) -> Value {
             continue;
         };
         if let (true, Ok(meta)) = (kind.is_file(), entry.metadata()) {
-            files.insert(name, json!(meta.len()));
+            files.insert(name, meta.len());
         }
     }
-    Value::Object(files)
+    files
 }
 
 /// Writes what a cell that ran returned into its entry of run.json; the reason it was cut
 /// short (a full disk), if it was.
-fn note_done(entry: &mut Value, done: CellDone) -> Option<String> {
-    entry["status"] = json!(if done.interrupted {
-        "interrupted"
+fn note_done(entry: &mut CellEntry, done: CellDone) -> Option<String> {
+    entry.status = if done.interrupted {
+        status::INTERRUPTED
     } else {
-        "done"
-    });
-    entry["summary"] = done.summary;
-    entry["proxy_version"] = json!(done.proxy_version);
-    entry["entry"] = done.entry;
-    entry["lab_reused"] = json!(done.lab_reused);
-    entry["measure_from_s"] = json!(done.measure_from_s);
-    let optional = [
-        ("link_overhead_us", done.link_overhead_us),
-        ("kernel", done.kernel),
-        ("topology", done.topology),
-        ("routes", done.routes),
-        ("usage", done.usage),
-    ];
-    for (key, value) in optional {
-        if let Some(value) = value {
-            entry[key] = value;
-        }
+        status::DONE
     }
+    .to_owned();
+    entry.summary = Some(done.summary);
+    entry.proxy_version = done.proxy_version;
+    entry.entry = Some(done.entry);
+    entry.lab_reused = Some(done.lab_reused);
+    entry.measure_from_s = Some(done.measure_from_s);
+    entry.link_overhead_us = done.link_overhead_us;
+    entry.kernel = done.kernel;
+    entry.topology = done.topology;
+    entry.routes = done.routes;
+    entry.usage = done.usage;
     if let Some(why) = &done.cut_short {
-        entry["error"] = json!(why);
+        entry.error = Some(why.clone());
     }
     done.cut_short
 }
@@ -320,13 +307,13 @@ fn note_done(entry: &mut Value, done: CellDone) -> Option<String> {
 fn live_for(
     cell: &Cell,
     cells: &[Cell],
-    record: &Value,
+    record: &RunRecord,
     (options, factor, run_start): (&RunOptions, f64, Instant),
 ) -> Option<ProgressFn> {
     let this = planned(cell).mul_f64(factor);
     let after: Duration = cells[cell.index + 1..]
         .iter()
-        .filter(|c| record["cells"][c.index]["status"] != "done")
+        .filter(|c| !record.cells[c.index].is_done())
         .map(|c| planned(c).mul_f64(factor))
         .sum();
     live_line(options, cell, cells.len(), (this, after), run_start)

@@ -21,6 +21,7 @@ use crate::ceiling::Ceiling;
 use crate::record::{cell_dir_name, cell_entry};
 use crate::runner::{live_line, planned, RunOptions, RunOutcome, Runner};
 use crate::{Cell, ScenarioError};
+use ingressbench_results::run::{CellEntry, RunRecord};
 
 /// Runs a search for each of `bases` (the expanded cells of a scenario with `search:`).
 pub(crate) fn run(
@@ -29,12 +30,12 @@ pub(crate) fn run(
     progress: &mut dyn FnMut(&str),
 ) -> Result<RunOutcome, ScenarioError> {
     let mut runner = Runner::start(&[], options, 1.0)?;
-    runner.record["scenario"] = json!(bases.first().map(|c| c.scenario.name.clone()));
-    runner.record["searches"] = json!([]);
-    let earlier: Vec<Value> = runner
-        .previous
-        .as_ref()
-        .and_then(|p| p["cells"].as_array().cloned())
+    runner.record.scenario = (bases.first())
+        .map(|c| c.scenario.name.clone())
+        .unwrap_or_default();
+    let mut searches: Vec<Value> = Vec::new();
+    let earlier: Vec<CellEntry> = (runner.previous.as_ref())
+        .map(|p| p.cells.clone())
         .unwrap_or_default();
     let results = options.dir.join("run.json");
     let bad = |m: String| ScenarioError::at(&results, m);
@@ -66,12 +67,9 @@ pub(crate) fn run(
                 |c| c.describe(plan.bounds.up_to)
             )
         ));
-        runner.record["searches"]
-            .as_array_mut()
-            .expect("searches is a list")
-            .push(json!({
+        searches.push(json!({
                 "of": base.index, "label": base.label(), "target": base.target.name(),
-                "settings": cell_entry(base)["settings"],
+                "settings": cell_entry(base).settings,
                 "slo": file.slo, "trial_s": plan.trial.as_secs_f64(),
                 "bounds": { "from": plan.bounds.from, "up_to": plan.bounds.up_to,
                             "precision": plan.bounds.precision, "repeats": plan.bounds.repeats,
@@ -79,35 +77,37 @@ pub(crate) fn run(
                 "trials": [], "outcome": Value::Null, "status": "searching",
                 "warnings": too_small,
                 "generator_ceiling": ceiling.as_ref().map(Ceiling::to_json),
-            }));
+        }));
+        runner.record.searches = Some(searches.clone());
         // What an earlier attempt finished of this search, taken as it was.
         for entry in earlier
             .iter()
-            .filter(|e| e["search"]["of"] == base.index && e["status"] == "done")
+            .filter(|e| e.search.as_ref().is_some_and(|s| s["of"] == base.index) && e.is_done())
         {
-            let index = cells_so_far(&runner.record);
+            let index = runner.record.cells.len();
+            let trial = entry.search.as_ref().unwrap_or(&Value::Null);
             let (Some(rate), Some(verdict)) = (
-                entry["search"]["rate_per_s"].as_f64(),
-                Verdict::from_json(&entry["search"]["verdict"]),
+                trial["rate_per_s"].as_f64(),
+                Verdict::from_json(&trial["verdict"]),
             ) else {
                 return Err(bad(format!(
                     "cell {index}: a finished trial without its rate or verdict; run the scenario again without --resume"
                 )));
             };
-            if entry["index"] != index {
+            if entry.index != Some(index) {
                 return Err(bad(format!(
-                    "the finished trials are not in running order (cell {} where {index} was due); run the scenario again without --resume",
-                    entry["index"]
+                    "the finished trials are not in running order (cell {:?} where {index} was due); run the scenario again without --resume",
+                    entry.index
                 )));
             }
-            push_cell(&mut runner.record, entry.clone(), n);
+            push_cell(&mut runner.record, &mut searches, entry.clone(), n);
             // A straddle's windows, for the repeats still to run.
             pool.with(&search, &[]);
             if matches!(verdict, Verdict::Straddle(_)) {
                 let dir = options
                     .dir
                     .join("cells")
-                    .join(entry["dir"].as_str().unwrap_or(""));
+                    .join(entry.dir.as_deref().unwrap_or(""));
                 pool.keep(windows_of(&plan, &dir).map_err(|m| bad(format!("cell {index}: {m}")))?);
             }
             search.record(rate, verdict);
@@ -119,8 +119,8 @@ pub(crate) fn run(
                 break 'searches;
             }
             let trial = search.trials().len() + 1;
-            let cell = trial_cell(base, cells_so_far(&runner.record), rate);
-            push_cell(&mut runner.record, cell_entry(&cell), n);
+            let cell = trial_cell(base, runner.record.cells.len(), rate);
+            push_cell(&mut runner.record, &mut searches, cell_entry(&cell), n);
             runner.save()?;
             progress(&format!(
                 "search {}/{}: {}: trial {trial} at {rate} req/s ({why})",
@@ -139,7 +139,7 @@ pub(crate) fn run(
                 break 'searches;
             }
             let seed = 0x5ea_4c11 + (base.index as u64) * 1000 + trial as u64;
-            let entry = &mut runner.record["cells"][cell.index];
+            let entry = &mut runner.record.cells[cell.index];
             let dir = options.dir.join("cells").join(cell_dir_name(&cell));
             let judged = judge(&plan, (&cell, &dir, entry), (&search, &mut pool), seed)
                 .map_err(|m| bad(format!("cell {} ({}): {m}", cell.index, cell.label())))?;
@@ -152,7 +152,7 @@ pub(crate) fn run(
                 pooled_text(judged.pooled),
                 judged.seen.lag_p99_us
             ));
-            entry["search"] = json!({
+            entry.search = Some(json!({
                 "of": base.index, "search": n, "trial": trial, "rate_per_s": rate, "why": why,
                 "verdict": verdict, "said": said, "pooled_trials": judged.pooled,
                 "figures": plan.objectives.iter().zip(&judged.figures).map(|(o, m)| json!({
@@ -160,10 +160,10 @@ pub(crate) fn run(
                 })).collect::<Vec<_>>(),
                 "scheduler_lag_us_p99": judged.seen.lag_p99_us,
                 "generator_cpu_share": judged.seen.cpu_share,
-            });
+            }));
             runner.save()?;
         }
-        let this = &mut runner.record["searches"][n];
+        let this = &mut searches[n];
         if let Some(outcome) = search.outcome() {
             this["outcome"] = outcome.to_json(&plan.objectives);
             this["status"] = json!("done");
@@ -182,16 +182,13 @@ pub(crate) fn run(
                 search.spent()
             ));
         }
+        runner.record.searches = Some(searches.clone());
         runner.save()?;
     }
-    if runner.outcome.status == "complete"
-        && runner.record["searches"]
-            .as_array()
-            .is_some_and(|s| s.iter().any(|s| s["status"] != "done"))
-    {
+    if runner.outcome.status == "complete" && searches.iter().any(|s| s["status"] != "done") {
         runner.outcome.status = "incomplete";
     }
-    runner.outcome.total = cells_so_far(&runner.record);
+    runner.outcome.total = runner.record.cells.len();
     runner.finish()
 }
 
@@ -263,22 +260,14 @@ fn past_the_ceiling(
     })
 }
 
-/// How many cells the record lists.
-fn cells_so_far(record: &Value) -> usize {
-    record["cells"].as_array().map_or(0, Vec::len)
-}
-
 /// Adds `entry` to the record's cells and to search `n`'s trials.
-fn push_cell(record: &mut Value, entry: Value, n: usize) {
-    let index = cells_so_far(record);
-    record["cells"]
-        .as_array_mut()
-        .expect("cells is a list")
-        .push(entry);
-    record["searches"][n]["trials"]
+fn push_cell(record: &mut RunRecord, searches: &mut [Value], entry: CellEntry, n: usize) {
+    searches[n]["trials"]
         .as_array_mut()
         .expect("trials is a list")
-        .push(json!(index));
+        .push(json!(record.cells.len()));
+    record.cells.push(entry);
+    record.searches = Some(searches.to_vec());
 }
 
 /// The trial of `base` at `rate`, the run's cell `index`.
@@ -318,7 +307,7 @@ fn windows_of(plan: &SearchPlan, dir: &std::path::Path) -> Result<Vec<WindowFigu
 /// alone) from its usage.
 fn judge(
     plan: &SearchPlan,
-    (cell, dir, entry): (&Cell, &std::path::Path, &Value),
+    (cell, dir, entry): (&Cell, &std::path::Path, &CellEntry),
     (search, pool): (&Search, &mut Pool),
     seed: u64,
 ) -> Result<Judged, String> {
@@ -337,7 +326,8 @@ fn judge(
     let seen = GeneratorSeen {
         lag_p99_us: us("scheduler_lag_us"),
         latency_p99_us: us("latency_us"),
-        cpu_share: entry["usage"]["by_role"]["client"]["cpu_cores_mean"]
+        cpu_share: entry.usage.as_ref().unwrap_or(&Value::Null)["by_role"]["client"]
+            ["cpu_cores_mean"]
             .as_f64()
             .filter(|_| sent_from_here)
             .map(|c| c / threads as f64),

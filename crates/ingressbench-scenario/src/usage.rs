@@ -3,12 +3,14 @@
 //! goes, then summarised per cell (CPU per 1,000 requests, peak and mean memory) and per
 //! event (the CPU spike around it).
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ingressbench_lab::usage::{Part, PartUsage, UsageReader};
+use ingressbench_results::impact::CpuAround;
 use serde_json::{json, Value};
 
 /// How often the parts are sampled.
@@ -164,13 +166,10 @@ impl UsageLog {
     }
 
     /// The CPU each role spent around an event at `t_s`, for `impact.json`.
-    pub(crate) fn around(&self, t_s: f64) -> Value {
-        let roles = self.roles();
-        let figures: serde_json::Map<String, Value> = roles
-            .into_iter()
+    pub(crate) fn around(&self, t_s: f64) -> BTreeMap<String, CpuAround> {
+        (self.roles().into_iter())
             .filter_map(|role| Some((role.to_owned(), spike(&self.readings, role, t_s)?)))
-            .collect();
-        Value::Object(figures)
+            .collect()
     }
 
     /// The resident memory of the parts with `role`, together, at the last reading
@@ -280,7 +279,7 @@ fn summarise(readings: &[Reading], requests: u64) -> Value {
 /// and its highest one-second rate (in cores), the highest one-second rate in the 5 s
 /// after and when its second began (seconds from the event), and the CPU spent in those
 /// 5 s beyond the rate before (`extra_cpu_ms`). `None` without a reading after it.
-fn spike(readings: &[Reading], role: &str, t_s: f64) -> Option<Value> {
+fn spike(readings: &[Reading], role: &str, t_s: f64) -> Option<CpuAround> {
     // Readings are taken a few milliseconds after their grid point: a little slack.
     const SLACK_S: f64 = 0.1;
     let at = readings.iter().rposition(|r| r.t_s <= t_s)?;
@@ -310,15 +309,15 @@ fn spike(readings: &[Reading], role: &str, t_s: f64) -> Option<Value> {
     let peak_after = peak(&readings[at..=until]);
     let spent = readings[until].cpu_s(role) - readings[at].cpu_s(role);
     let span = readings[until].t_s - at_s;
-    Some(json!({
-        "cores_before": before.map(round3),
-        "peak_cores_before": peak_before.map(|p| round3(p.0)),
-        "peak_cores_after": peak_after.map(|p| round3(p.0)),
-        "peak_after_at_s": peak_after.map(|p| round3(p.1 - t_s)),
-        "cpu_ms_after": round3(spent * 1e3),
-        "extra_cpu_ms": before.map(|b| round3((spent - b * span) * 1e3)),
-        "after_s": round3(span),
-    }))
+    Some(CpuAround {
+        cores_before: before.map(round3),
+        peak_cores_before: peak_before.map(|p| round3(p.0)),
+        peak_cores_after: peak_after.map(|p| round3(p.0)),
+        peak_after_at_s: peak_after.map(|p| round3(p.1 - t_s)),
+        cpu_ms_after: round3(spent * 1e3),
+        extra_cpu_ms: before.map(|b| round3((spent - b * span) * 1e3)),
+        after_s: round3(span),
+    })
 }
 
 fn round3(x: f64) -> f64 {
@@ -430,16 +429,16 @@ mod tests {
     #[test]
     fn an_event_shows_its_spike_beyond_the_rate_before_it() {
         let v = spike(&readings(), "proxy", 10.2).unwrap();
-        assert_eq!(v["cores_before"], 0.1);
-        assert_eq!(v["peak_cores_before"], 0.1);
-        assert_eq!(v["peak_cores_after"], 0.4);
-        assert_eq!(v["peak_after_at_s"], -0.2);
-        assert_eq!(v["extra_cpu_ms"], 300.0);
-        assert_eq!(v["after_s"], 5.0);
+        assert_eq!(v.cores_before, Some(0.1));
+        assert_eq!(v.peak_cores_before, Some(0.1));
+        assert_eq!(v.peak_cores_after, Some(0.4));
+        assert_eq!(v.peak_after_at_s, Some(-0.2));
+        assert_eq!(v.extra_cpu_ms, Some(300.0));
+        assert_eq!(v.after_s, 5.0);
         // Nothing after the last reading to compare with.
         assert!(spike(&readings(), "proxy", 20.5).is_none());
         // Nothing before the first: no rate before, but the spike is still measured.
         let early = spike(&readings(), "proxy", -2.0).unwrap();
-        assert_eq!(early["cores_before"], Value::Null);
+        assert_eq!(early.cores_before, None);
     }
 }

@@ -110,7 +110,7 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
         .map(|w| {
             let value = serde_json::to_value(w)?;
             Ok::<_, serde_json::Error>((
-                serde_json::from_value::<ingressbench_report::websocket::WebSocketFile>(
+                serde_json::from_value::<ingressbench_report::websocket::StreamFile>(
                     value.clone(),
                 )?,
                 value,

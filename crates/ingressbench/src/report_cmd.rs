@@ -499,7 +499,7 @@ fn compare_capacities(
         .into());
     }
     for run in std::iter::once(a_run).chain(b_run) {
-        let status = run.record["status"].as_str().unwrap_or("unknown");
+        let status = run.record.status();
         if status != "complete" {
             unjudged.push(format!("{} is {status}, not complete", run.dir.display()));
         }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use ingressbench_results::impact::ImpactEntry;
 use ingressbench_stats::HistogramUs;
 
 use super::{first_cell, settings_title, MAX_POINTS};
@@ -56,9 +57,7 @@ pub(super) fn proxy_cpu_chart(
     );
     plot.line(&cell.proxy_cpu, colour, 1.6, false);
     for (i, e) in cell.impact.iter().enumerate() {
-        if let Some(at) = e["requested_s"].as_f64() {
-            plot.marker(at, &event_label(i, e), i % 3);
-        }
+        plot.marker(e.requested_s, &event_label(i, e), i % 3);
     }
     Some(plot.finish(&format!("Proxy CPU over time: {title}")))
 }
@@ -96,17 +95,14 @@ pub(super) fn proxy_counts_chart(cell: &CellResults, title: &str, x: Axis) -> Op
     }
     plot.legend(&legend);
     for (i, e) in cell.impact.iter().enumerate() {
-        if let Some(at) = e["requested_s"].as_f64() {
-            plot.marker(at, &event_label(i, e), i % 3);
-        }
+        plot.marker(e.requested_s, &event_label(i, e), i % 3);
     }
     Some(plot.finish(&format!("What the proxy counted over time: {title}")))
 }
 
 /// An event's marker label: its number and what it did in a few words (`3 scale 3→4`).
-fn event_label(i: usize, e: &serde_json::Value) -> String {
-    let what = e["what"].as_str().unwrap_or("event");
-    format!("{} {}", i + 1, crate::headline::short_event(what))
+fn event_label(i: usize, e: &ImpactEntry) -> String {
+    format!("{} {}", i + 1, crate::headline::short_event(&e.what))
 }
 
 pub(super) fn timeline(
@@ -168,20 +164,14 @@ pub(super) fn timeline(
     plot.line(&p99, "#333", 1.2, true);
     // Every event by its number (as in the events table) and what it did; labels that
     // would overlap go on rows of their own.
-    let times: Vec<f64> = cell
-        .impact
-        .iter()
-        .filter_map(|e| e["requested_s"].as_f64())
-        .collect();
+    let times: Vec<f64> = cell.impact.iter().map(|e| e.requested_s).collect();
     let crowded = times
         .windows(2)
         .any(|w| (plot.px(w[1]) - plot.px(w[0])).abs() < 110.0);
     // Events at the same moment (a kill and its replacement) share one line.
     let mut marks: Vec<(f64, String)> = Vec::new();
     for (i, e) in cell.impact.iter().enumerate() {
-        let Some(at) = e["requested_s"].as_f64() else {
-            continue;
-        };
+        let at = e.requested_s;
         let label = event_label(i, e);
         match marks.last_mut() {
             Some((x, l)) if (plot.px(*x) - plot.px(at)).abs() < 6.0 => {

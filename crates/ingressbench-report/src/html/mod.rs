@@ -80,8 +80,8 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
         .map_or((None, Vec::new()), |(html, lines)| (Some(html), lines));
     headline.splice(0..0, capacity.iter().cloned());
     let mut body = String::new();
-    let name = run.record["scenario"].as_str().unwrap_or("run");
-    let status = run.record["status"].as_str().unwrap_or("unknown");
+    let name = run.record.name();
+    let status = run.record.status();
     let _ = write!(
         body,
         "<header><h1>{}</h1><p class=\"what\">{}</p><p class=\"status status-{}\">Run {}; {} of {} cells measured.</p></header>",
@@ -252,8 +252,17 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
 
 const CSS: &str = "body{font-family:system-ui,sans-serif;max-width:1000px;margin:1em auto;padding:0 1em;color:#222;line-height:1.4}h1{margin-bottom:.2em}h2{border-bottom:1px solid #ccc;margin-top:1.6em}figure{margin:.6em 0}figcaption{font-weight:600;font-size:.9em}svg{max-width:100%;height:auto}.note{color:#555;font-size:.85em}.warnings{background:#fff4e5;border-left:4px solid #e69f00;padding:.2em 1em}.headline-table td.good{background:#e3f4e1}.headline-table td.bad{background:#fbe3e1}.headline-table td.same{color:#555}.headline-table .ci{color:#666;font-size:.85em;white-space:nowrap}.headline-table td.nowrap{white-space:nowrap}.headline-table caption{text-align:left;color:#555;font-size:.9em}.status-incomplete,.status-failed,.status-cut-short{color:#b00}.bars{display:flex;flex-wrap:wrap;gap:4px}table{border-collapse:collapse;font-size:.85em;margin:.6em 0}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#f5f5f5}td.l,th.l{text-align:left}pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:.8em;max-height:30em}.scale input{margin-left:1em}.swatch{display:inline-block;width:.8em;height:.8em;margin:0 .3em 0 .8em}.scale .lin{display:none}#ylin:checked~figure .lin{display:block}#ylin:checked~figure .log{display:none}@media print{.scale input,.scale label{display:none}details{display:block}details>*{display:block}}";
 
+/// `text`, or `instead` when it is empty (a field an older record lacks).
+pub(crate) fn non_empty<'a>(text: &'a str, instead: &'a str) -> &'a str {
+    if text.is_empty() {
+        instead
+    } else {
+        text
+    }
+}
+
 fn description(run: &RunResults) -> String {
-    let text = run.record["scenario_text"].as_str().unwrap_or_default();
+    let text = run.record.scenario_text.as_deref().unwrap_or_default();
     text.lines()
         .find_map(|l| l.strip_prefix("description:"))
         .map(|d| d.trim().trim_matches('"').to_owned())
@@ -297,7 +306,7 @@ fn target_colours(conditions: &[Condition]) -> BTreeMap<String, &'static str> {
 
 fn warnings(run: &RunResults) -> Vec<String> {
     let mut out = Vec::new();
-    if let Some(why) = run.record["cut_short"].as_str() {
+    if let Some(why) = &run.record.cut_short {
         out.push(format!(
             "RUN CUT SHORT: {why}; the cell it was running is rebuilt from its interval log, the cells after it were never run (`ingressbench run --resume {}` runs them)",
             run.dir.display()
@@ -320,12 +329,12 @@ fn warnings(run: &RunResults) -> Vec<String> {
                 "{label} is {other}: not measured, or not to the end"
             )),
         }
-        let attempts = run.record["cells"][c.index]["earlier_attempts"].as_array();
+        let attempts = run.record.cells.get(c.index).map(|e| &e.earlier_attempts);
         for a in attempts.into_iter().flatten() {
             out.push(format!(
                 "{label}: an earlier attempt was cut short ({}); not in these figures, its files are in cells/{}",
-                crate::results::attempt_said(&a["summary"]),
-                a["dir"].as_str().unwrap_or("?")
+                crate::results::attempt_said(a.summary.as_ref().unwrap_or(&serde_json::Value::Null)),
+                a.dir.as_deref().unwrap_or("?")
             ));
         }
         if let Some(ws) = c.summary.as_ref().and_then(|s| s["warnings"].as_array()) {

@@ -110,95 +110,78 @@ pub(super) fn events_section(run: &RunResults, conditions: &[Condition]) -> Stri
             esc(&c.settings)
         );
         for (i, e) in cell.impact.iter().enumerate() {
-            let num = |k: &str| e[k].as_f64().map_or("-".to_owned(), |v| format!("{v:.3}"));
-            let at = e["requested_s"].as_f64().unwrap_or(0.0);
-            let errors = match (e["errors"].as_u64(), e["estimated_errors"].as_f64()) {
+            let r = &e.requests;
+            let num = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.3}"));
+            let errors = match (r.errors, r.estimated_errors) {
                 (Some(n), _) => n.to_string(),
                 (None, Some(n)) => format!("~{n:.0} est."),
                 (None, None) => "-".into(),
             };
-            let longest = match e["longest_failure_run_basis"].as_str() {
-                Some("sampled") => {
-                    format!("{} (between sampled successes)", num("longest_failure_run"))
-                }
-                _ => e["longest_failure_run"]
-                    .as_u64()
-                    .map_or("-".into(), |n| n.to_string()),
+            let longest = match (r.longest_failure_run, r.longest_failure_run_basis.as_str()) {
+                (Some(n), "sampled") => format!("{n} (between sampled successes)"),
+                (Some(n), _) => n.to_string(),
+                (None, _) => "-".into(),
             };
             // A change no answer showed before the next event or the load's end says how
             // long the traffic was watched for it.
-            let took_effect = match (e["took_effect_s"].as_f64(), e["window_s"].as_f64()) {
+            let took_effect = match (e.took_effect_s, r.window_s) {
                 (Some(t), _) => format!("{t:.3}"),
                 (None, Some(w)) => format!("not within {w:.2} s"),
                 (None, None) => "-".to_owned(),
             };
-            let mixed_ms = e["mixed_window_s"]
-                .as_f64()
+            let mixed_ms = e
+                .mixed_window_s
                 .map_or("-".to_owned(), |v| format!("{:.1}", v * 1e3));
             // The control plane's part (asked until the proxies were told: the lab's
             // propagation delay, or a cluster's EndpointSlices) and the proxy's (told until
             // the traffic showed it).
-            let part = |from: &str, to: &str| match (e[from].as_f64(), e[to].as_f64()) {
+            let part = |from: Option<f64>, to: Option<f64>| match (from, to) {
                 (Some(a), Some(b)) => format!("{:.0}", (b - a) * 1e3),
                 _ => "-".to_owned(),
             };
-            let cpu = &e["cpu"]["proxy"];
-            let cores = |k: &str| {
-                cpu[k]
-                    .as_f64()
-                    .map_or("-".to_owned(), |v| format!("{v:.2}"))
-            };
-            let cpu_cell = if cpu.is_null() {
-                "-".to_owned()
-            } else {
+            let cpu_cell = e.cpu.get("proxy").map_or("-".to_owned(), |cpu| {
+                let cores = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
                 format!(
                     "{} / {}; {}",
-                    cores("cores_before"),
-                    cores("peak_cores_after"),
-                    cpu["extra_cpu_ms"]
-                        .as_f64()
+                    cores(cpu.cores_before),
+                    cores(cpu.peak_cores_after),
+                    cpu.extra_cpu_ms
                         .map_or("-".to_owned(), |v| format!("{v:+.0}"))
                 )
-            };
-            let goaways = match e["goaways"].as_f64() {
-                Some(n) => format!(
-                    "{n:.0} ({}; {})",
-                    e["goaway_connections"].as_f64().unwrap_or(0.0),
-                    num("first_goaway_after_s")
-                ),
-                None => "-".to_owned(),
-            };
+            });
+            let goaways = e.goaways.as_ref().map_or("-".to_owned(), |g| {
+                format!(
+                    "{} ({}; {})",
+                    g.goaways,
+                    g.goaway_connections,
+                    num(Some(g.first_goaway_after_s))
+                )
+            });
+            let requested = Some(e.requested_s);
             let _ = write!(
                 out,
                 "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{} / {}</td><td>{}</td><td>{}</td><td>{} / {} / {}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
                 i + 1,
-                esc(e["what"].as_str().unwrap_or("?")),
-                num("requested_s"),
-                num("applied_s"),
-                esc(e["took_effect_basis"].as_str().unwrap_or_default()),
+                esc(&e.what),
+                num(requested),
+                num(e.applied_s),
+                esc(&e.took_effect_basis),
                 esc(&took_effect),
-                part("requested_s", "applied_s"),
-                part(
-                    "requested_s",
-                    if e["completed_s"].is_number() {
-                        "completed_s"
-                    } else {
-                        "reported_s"
-                    }
-                ),
-                part("applied_s", "took_effect_s"),
+                part(requested, e.applied_s),
+                part(requested, e.completed_s.or(e.reported_s)),
+                part(e.applied_s, e.took_effect_s),
                 mixed_ms,
                 errors,
                 esc(&goaways),
-                num("first_error_after_s"),
-                num("last_error_after_s"),
+                num(r.first_error_after_s),
+                num(r.last_error_after_s),
                 longest,
-                num("max_latency_ms"),
-                num("p99_ms_5s_before"),
-                num("p99_ms_5s_after"),
-                num("p99_ms_5_to_15s_after"),
+                num(r.max_latency_ms),
+                num(r.p99_ms_5s_before),
+                num(r.p99_ms_5s_after),
+                num(r.p99_ms_5_to_15s_after),
                 esc(&cpu_cell),
-                error_strip(&samples, at + cell.measure_from_s),
+                error_strip(&samples, e.requested_s + cell.measure_from_s),
                 esc(&crate::counted::sentence(e).unwrap_or_else(|| "-".into())),
             );
         }
@@ -213,36 +196,33 @@ pub(super) fn events_section(run: &RunResults, conditions: &[Condition]) -> Stri
 pub(super) fn measured_section(run: &RunResults) -> String {
     let r = &run.record;
     let mut out = String::from("<section><h2>How it was measured</h2><table>");
-    let machine = &r["machine"];
+    let machine = &r.machine;
     let rows = [
         (
             "tool",
-            format!("ingressbench {}", r["tool_version"].as_str().unwrap_or("?")),
+            format!("ingressbench {}", r.tool_version.as_deref().unwrap_or("?")),
         ),
         (
             "machine",
             format!(
                 "{}, {} cores, Linux {}",
-                machine["cpu_model"].as_str().unwrap_or("?"),
-                machine["cores"].as_u64().unwrap_or(0),
-                machine["kernel"].as_str().unwrap_or("?")
+                super::non_empty(&machine.cpu_model, "?"),
+                machine.cores,
+                super::non_empty(&machine.kernel, "?")
             ),
         ),
         (
             "command",
-            r["command"]
-                .as_str()
+            r.command
+                .as_deref()
                 .unwrap_or("ingressbench load")
                 .to_owned(),
         ),
         (
             "quick",
-            match r["quick"].as_bool() {
-                Some(true) => format!(
-                    "yes: durations x{:.3}",
-                    r["quick_factor"].as_f64().unwrap_or(1.0)
-                ),
-                _ => "no".into(),
+            match r.quick {
+                true => format!("yes: durations x{:.3}", r.quick_factor),
+                false => "no".into(),
             },
         ),
     ];
@@ -270,7 +250,7 @@ pub(super) fn measured_section(run: &RunResults) -> String {
         );
     }
     out.push_str("</table>");
-    if let Some(text) = r["scenario_text"].as_str() {
+    if let Some(text) = &r.scenario_text {
         let _ = write!(
             out,
             "<details><summary>Scenario as run</summary><pre>{}</pre></details>",

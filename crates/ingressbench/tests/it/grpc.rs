@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ingressbench_lab::relay::{LinkSpec, Relay};
-use ingressbench_load::stream::{ClosedBy, Reconnect, StreamKind, StreamOptions, StreamReport};
+use ingressbench_load::stream::{ClosedBy, Reconnect, StreamFile, StreamKind, StreamOptions};
 use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
 use ingressbench_stats::Outcome;
 
@@ -42,7 +42,7 @@ fn run(plan: &Plan) -> LoadReport {
 
 /// Every call (message) due was answered (came), lost, never sent or still out at the
 /// end; never two of them; each counted once in the figures, answered ones by status.
-fn accounted(load: &LoadReport, kind: StreamKind) -> &StreamReport {
+fn accounted(load: &LoadReport, kind: StreamKind) -> &StreamFile {
     let r = load.stream.as_deref().expect("a gRPC report");
     assert_eq!(r.kind, kind);
     assert_eq!(r.echoed + r.lost + r.in_flight_at_end, r.sent, "{r:?}");

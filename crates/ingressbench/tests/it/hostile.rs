@@ -699,7 +699,7 @@ fn a_run_killed_mid_cell_is_rebuilt_from_its_interval_log_and_resumed_without_lo
 
     // What was on disk is the cell's summary, marked as such.
     let read = ingressbench_report::results::read(&out).unwrap();
-    assert_eq!(read.record["status"], "cut short", "{}", read.record);
+    assert_eq!(read.record.status, "cut short", "{:?}", read.record);
     let c = &read.cells[0];
     assert_eq!(c.status, "interrupted");
     let answered = c.number(&["requests", "total"]).unwrap();

@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ingressbench_load::stream::{Reconnect, StreamOptions, StreamReport};
+use ingressbench_load::stream::{Reconnect, StreamFile, StreamOptions};
 use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
 use ingressbench_stats::Outcome;
 
@@ -198,7 +198,7 @@ fn run(plan: &Plan) -> LoadReport {
 }
 
 /// Every unit sent ended in exactly one way, and the summary counts each once.
-fn conserved(load: &LoadReport) -> &StreamReport {
+fn conserved(load: &LoadReport) -> &StreamFile {
     let r = load.stream.as_deref().expect("a stream report");
     assert_eq!(r.echoed + r.lost + r.in_flight_at_end, r.sent, "{r:?}");
     assert_eq!(load.summary.requests.total, r.sent + r.unsent, "{r:?}");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ingressbench_lab::relay::{LinkSpec, Relay};
-use ingressbench_load::stream::{ClosedBy, Reconnect, StreamKind, StreamOptions, StreamReport};
+use ingressbench_load::stream::{ClosedBy, Reconnect, StreamFile, StreamKind, StreamOptions};
 use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
 use ingressbench_stats::Outcome;
 
@@ -36,7 +36,7 @@ fn run(plan: &Plan) -> LoadReport {
 /// Every event due came, was lost, was never sent or was still to come at the end; never
 /// two of them; and the figures count each event once with the outcome that says what
 /// became of it.
-fn accounted(load: &LoadReport) -> &StreamReport {
+fn accounted(load: &LoadReport) -> &StreamFile {
     let r = load.stream.as_deref().expect("an event stream report");
     assert_eq!(r.kind, StreamKind::Sse);
     assert_eq!(r.echoed + r.lost + r.in_flight_at_end, r.sent, "{r:?}");
@@ -96,7 +96,7 @@ fn a_lossy_event_stream_is_counted_event_by_event() {
 /// On a live stream a gap waits its timeout (a later event may fill it, reordered): a
 /// skipped one is lost then, or with the stream's end (`eof`, the gaps of its last
 /// timeout), or `unanswered` at the run's end. Event streams and gRPC streams alike.
-pub(crate) fn skips_lost_at_their_timeout(load: &LoadReport, r: &StreamReport) {
+pub(crate) fn skips_lost_at_their_timeout(load: &LoadReport, r: &StreamFile) {
     let outcomes = load.recorder.outcomes();
     assert_eq!(
         outcomes.get(Outcome::ReadTimeout)

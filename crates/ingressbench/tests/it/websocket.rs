@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ingressbench_load::stream::{ClosedBy, Reconnect, StreamOptions, StreamReport};
+use ingressbench_load::stream::{ClosedBy, Reconnect, StreamFile, StreamOptions};
 use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
 use ingressbench_stats::Outcome;
 
@@ -33,7 +33,7 @@ fn run(plan: &Plan) -> LoadReport {
 
 /// Every message sent is echoed, lost, or still out at the end; never two of them; and
 /// the figures count each message once with the outcome that says what became of it.
-fn accounted(load: &LoadReport) -> &StreamReport {
+fn accounted(load: &LoadReport) -> &StreamFile {
     let r = load.stream.as_deref().expect("a WebSocket report");
     assert_eq!(r.echoed + r.lost + r.in_flight_at_end, r.sent, "{r:?}");
     let outcomes = load.recorder.outcomes();

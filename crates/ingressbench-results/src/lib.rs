@@ -1,0 +1,11 @@
+//! The files of a results directory (docs/RESULTS.md) as types: what the writers (the
+//! load engine, the scenario runner) write and the report reads back, one definition each.
+//! A field renamed here is renamed for both; a field added after the first version of a
+//! file defaults when an older file lacks it, so that results written before are read.
+//!
+//! Pure data: no file is opened here (the report's `files` module reads a directory from
+//! elsewhere with its bounds and without following links).
+
+pub mod impact;
+pub mod run;
+pub mod stream;
