@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ingressbench_stats::wire::{RecorderWire, SampleWire, WindowWire};
-use ingressbench_stats::{HistogramUs, Recorder, Sample, Summary, Window};
+use ingressbench_stats::{HistogramUs, Recorder, Sample, Window};
 use serde::{Deserialize, Serialize};
 
 use crate::run::{progress_after, summarize, WindowMerger};
@@ -321,36 +321,8 @@ pub fn serve(
     }
 }
 
-/// What became of one worker.
-#[derive(Clone, Debug, Serialize)]
-pub struct WorkerReport {
-    /// Its index.
-    pub index: usize,
-    /// Where it ran (host or pod name).
-    pub host: String,
-    /// Where the coordinator placed it, as the cluster says (`pod … on node …`).
-    pub place: Option<String>,
-    /// How late it began against the common start, by its own clock, in milliseconds.
-    pub start_late_ms: Option<f64>,
-    /// How far its clock is ahead of the coordinator's at least, in milliseconds (its
-    /// clock as it wrote a line minus the coordinator's as it read it, at most over the
-    /// run: the offset less the quickest delivery). Negative: no sign it is ahead; a
-    /// clock behind cannot be told from a slow delivery.
-    pub clock_ahead_at_least_ms: Option<f64>,
-    /// Whether it handed over its whole recorder. A worker that did not counts with the
-    /// windows it sent (latency and outcomes only).
-    pub complete: bool,
-    /// How it ended (`exit 0`, `killed by signal 9`, …).
-    pub exit: String,
-    /// Why it could not run, if it said.
-    pub error: Option<String>,
-    /// The last lines it wrote on its standard error.
-    pub stderr: Vec<String>,
-    /// The summary of its own requests (against its share of the target rate).
-    pub summary: Summary,
-    /// What is wrong with its share, in words, each naming it.
-    pub warnings: Vec<String>,
-}
+/// What became of one worker: a record of workers.json.
+pub use ingressbench_results::workers::{Worker as WorkerReport, WorkersFile};
 
 /// What a fleet run measured: the merged run and each worker's part.
 #[derive(Debug)]
@@ -847,12 +819,13 @@ pub fn deadline(plan: &Plan, start: Instant) -> Option<Instant> {
 }
 
 /// Each worker's summary and health (in index order), for `workers.json`.
-pub fn workers_json(report: &FleetReport) -> serde_json::Value {
-    serde_json::json!({
-        "workers": &report.workers,
-        "merged_p99_us": report.load.summary.latency_us.p99,
-        "p99_average_of_workers_us": report.p99_average_of_workers_us,
-    })
+pub fn workers_file(report: &FleetReport) -> WorkersFile {
+    WorkersFile {
+        workers: report.workers.clone(),
+        merged_p99_us: Some(report.load.summary.latency_us.p99),
+        p99_average_of_workers_us: report.p99_average_of_workers_us,
+        cluster: None,
+    }
 }
 
 #[cfg(test)]

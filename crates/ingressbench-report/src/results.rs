@@ -80,7 +80,7 @@ pub struct CellResults {
     /// Why the proxies' counts could not be read from a `proxy-metrics.jsonl` that is there.
     pub proxy_counts_unread: Option<String>,
     /// Its `workers.json`, when several processes sent its load.
-    pub workers: Option<Value>,
+    pub workers: Option<ingressbench_results::workers::WorkersFile>,
     /// Its error, if it failed.
     pub error: Option<String>,
 }
@@ -462,8 +462,10 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         Some(Err(e)) => why.push(e),
         None => {}
     }
-    match optional("workers.json") {
-        Some(Ok(v)) => cell.workers = Some(v),
+    match optional("workers.json").map(|v| {
+        v.and_then(|v| serde_json::from_value(v).map_err(|e| format!("workers.json: {e}")))
+    }) {
+        Some(Ok(file)) => cell.workers = Some(file),
         Some(Err(e)) => why.push(e),
         None => {}
     }

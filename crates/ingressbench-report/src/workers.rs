@@ -5,22 +5,23 @@
 
 use std::fmt::Write as _;
 
+use ingressbench_results::workers::WorkersFile;
 use ingressbench_stats::HistogramUs;
-use serde_json::Value;
+use ingressbench_stats::Percentiles;
 
 use crate::analysis;
 use crate::html::spectrum_points;
 use crate::results::{CellResults, RunResults};
 use crate::svg::{esc, short, Axis, Plot, PALETTE};
 
-/// Percentiles a worker's summary gives, with their keys.
-const POINTS: [(&str, f64); 6] = [
-    ("p50", 50.0),
-    ("p75", 75.0),
-    ("p90", 90.0),
-    ("p99", 99.0),
-    ("p999", 99.9),
-    ("p9999", 99.99),
+/// Percentiles a worker's summary gives, each with its value.
+const POINTS: [(fn(&Percentiles) -> u64, f64); 6] = [
+    (|p| p.p50, 50.0),
+    (|p| p.p75, 75.0),
+    (|p| p.p90, 90.0),
+    (|p| p.p99, 99.0),
+    (|p| p.p999, 99.9),
+    (|p| p.p9999, 99.99),
 ];
 
 /// A line of the chart: its name, its points, its width.
@@ -45,8 +46,8 @@ pub(crate) fn section(run: &RunResults, charts: &mut Vec<(String, String)>) -> O
         let workers = cell.workers.as_ref().expect("filtered");
         let title = format!("{} {}", cell.target, cell.settings_label());
         let (svg, table) = cell_parts(cell, workers, &title);
-        let merged = workers["merged_p99_us"].as_f64();
-        let average = workers["p99_average_of_workers_us"].as_f64();
+        let merged = workers.merged_p99_us.map(|p| p as f64);
+        let average = workers.p99_average_of_workers_us;
         let p99_line = match (merged, average) {
             (Some(m), Some(a)) if m > 0.0 => format!(
                 "p99: merged {}, average of the workers' p99s {} ({:+.1}%).",
@@ -56,16 +57,11 @@ pub(crate) fn section(run: &RunResults, charts: &mut Vec<(String, String)>) -> O
             ),
             _ => String::new(),
         };
-        let cluster = &workers["cluster"];
-        let from_cluster = match cluster["backend_nodes"].as_array() {
-            Some(nodes) => format!(
+        let from_cluster = match &workers.cluster {
+            Some(cluster) => format!(
                 " Sent from the pods of Job {}; the backends were on {} when they started.",
-                cluster["job"].as_str().unwrap_or("?"),
-                nodes
-                    .iter()
-                    .filter_map(Value::as_str)
-                    .collect::<Vec<_>>()
-                    .join(", ")
+                cluster.job,
+                cluster.backend_nodes.join(", ")
             ),
             None => String::new(),
         };
@@ -82,7 +78,7 @@ pub(crate) fn section(run: &RunResults, charts: &mut Vec<(String, String)>) -> O
     Some(body)
 }
 
-fn cell_parts(cell: &CellResults, workers: &Value, title: &str) -> (String, String) {
+fn cell_parts(cell: &CellResults, workers: &WorkersFile, title: &str) -> (String, String) {
     let mut merged = HistogramUs::new();
     for w in &cell.windows {
         merged.merge(&w.histogram);
@@ -92,34 +88,31 @@ fn cell_parts(cell: &CellResults, workers: &Value, title: &str) -> (String, Stri
         curves.push(("merged".into(), spectrum_points(&merged), 2.6));
     }
     let mut rows = String::new();
-    for w in workers["workers"].as_array().into_iter().flatten() {
-        let k = w["index"].as_u64().unwrap_or(0);
-        let s = &w["summary"];
-        let lat = &s["latency_us"];
+    for w in &workers.workers {
+        let k = w.index;
+        let s = &w.summary;
+        let lat = &s.latency_us;
         let points: Vec<(f64, f64)> = POINTS
             .iter()
-            .filter_map(|(key, p)| lat[key].as_f64().map(|v| (x_of(*p), (v * 1e-3).max(0.001))))
+            .map(|(value, p)| (x_of(*p), (value(lat) as f64 * 1e-3).max(0.001)))
             .collect();
-        if lat["count"].as_u64().unwrap_or(0) > 0 {
+        if lat.count > 0 {
             curves.push((format!("worker {k}"), points, 1.2));
         }
-        let us = |v: &Value| v.as_f64().map_or("-".into(), |v| analysis::ms(v * 1e-3));
+        let us = |v: u64| analysis::ms(v as f64 * 1e-3);
         let _ = write!(
             rows,
             "<tr><td>{k}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
             // Where the cluster placed it, else the host it named.
-            esc(w["place"].as_str().or(w["host"].as_str()).unwrap_or("")),
-            s["requests"]["total"].as_u64().unwrap_or(0),
-            s["rate"]["achieved_per_s"].as_f64().map_or("-".into(), |r| format!("{r:.1}")),
-            us(&lat["p99"]),
-            us(&s["scheduler_lag_us"]["p99"]),
-            w["start_late_ms"].as_f64().map_or("-".into(), |l| format!("{l:.1} ms")),
-            if w["complete"] == true { "yes" } else { "no" },
-            esc(w["exit"].as_str().unwrap_or("")),
-            esc(&w["warnings"]
-                .as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join("; "))
-                .unwrap_or_default()),
+            esc(w.place.as_deref().unwrap_or(&w.host)),
+            s.requests.total,
+            format!("{:.1}", s.rate.achieved_per_s),
+            us(lat.p99),
+            us(s.scheduler_lag_us.p99),
+            w.start_late_ms.map_or("-".into(), |l| format!("{l:.1} ms")),
+            if w.complete { "yes" } else { "no" },
+            esc(&w.exit),
+            esc(&w.warnings.join("; ")),
         );
     }
     let table = format!(

@@ -9,3 +9,4 @@
 pub mod impact;
 pub mod run;
 pub mod stream;
+pub mod workers;

@@ -11,13 +11,14 @@ use ingressbench_load::{
     parse_duration, parse_header, Length, Mode, Plan, RequestSpec, Resolve, RetryPolicy,
     Target as Url, Warmup,
 };
-#[cfg(feature = "cluster")]
-use serde_json::{json, Value};
 
 use crate::model::{LoadModeFile, Timing};
 use crate::site::Entry;
 use crate::store::Streams;
 use crate::Cell;
+use ingressbench_results::workers::WorkersFile;
+#[cfg(feature = "cluster")]
+use ingressbench_results::workers::{Placement, WorkerNode};
 
 pub(crate) fn scaled(d: Duration, factor: f64) -> Duration {
     d.mul_f64(factor)
@@ -128,8 +129,8 @@ pub(crate) fn spawn_load(
             use ingressbench_load::fleet;
             let ran = entered.and_then(|()| {
                 let with_workers = |fleet: fleet::FleetReport| {
-                    let json = fleet::workers_json(&fleet);
-                    (fleet.load, Some(json))
+                    let file = fleet::workers_file(&fleet);
+                    (fleet.load, Some(file))
                 };
                 match senders {
                     Senders::One => {
@@ -143,11 +144,11 @@ pub(crate) fn spawn_load(
                     Senders::Cluster(job, workers) => {
                         run_in_cluster(&plan, job, workers, stop, &mut streams).map(
                             |(fleet, cluster)| {
-                                let (load, mut json) = with_workers(fleet);
-                                if let Some(json) = json.as_mut() {
-                                    json["cluster"] = cluster;
+                                let (load, mut file) = with_workers(fleet);
+                                if let Some(file) = file.as_mut() {
+                                    file.cluster = Some(cluster);
                                 }
-                                (load, json)
+                                (load, file)
                             },
                         )
                     }
@@ -172,7 +173,7 @@ fn run_in_cluster(
     workers: usize,
     stop: Arc<AtomicBool>,
     observer: &mut Streams,
-) -> Result<(ingressbench_load::fleet::FleetReport, Value), ingressbench_load::LoadError> {
+) -> Result<(ingressbench_load::fleet::FleetReport, Placement), ingressbench_load::LoadError> {
     use ingressbench_load::fleet;
     let start = plan.start.unwrap_or_else(Instant::now);
     let wall = std::time::SystemTime::now() + start.saturating_duration_since(Instant::now());
@@ -198,17 +199,23 @@ fn run_in_cluster(
 
 /// Where a load Job's pods and the backends ran.
 #[cfg(feature = "cluster")]
-fn job_placement(running: &ingressbench_cluster::workers::RunningJob) -> Value {
-    json!({
-        "job": ingressbench_cluster::workers::JOB_NAME,
-        "worker_nodes": running.pods.iter().map(|p| json!({ "index": p.index, "pod": p.pod, "node": p.node })).collect::<Vec<_>>(),
-        "backend_nodes": running.backend_nodes,
-    })
+fn job_placement(running: &ingressbench_cluster::workers::RunningJob) -> Placement {
+    Placement {
+        job: ingressbench_cluster::workers::JOB_NAME.to_owned(),
+        worker_nodes: (running.pods.iter())
+            .map(|p| WorkerNode {
+                index: p.index,
+                pod: p.pod.clone(),
+                node: p.node.clone(),
+            })
+            .collect(),
+        backend_nodes: running.backend_nodes.clone(),
+    }
 }
 
 pub(crate) type LoadThread = std::thread::JoinHandle<(
     Result<ingressbench_load::LoadReport, ingressbench_load::LoadError>,
-    Option<serde_json::Value>,
+    Option<WorkersFile>,
     Streams,
 )>;
 

@@ -64,7 +64,7 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
         let program = std::env::current_exe().context("finding the ingressbench binary")?;
         ingressbench_load::fleet::run_local(&plan, args.workers, &program, stop, &mut sink).map(
             |fleet| {
-                let json = ingressbench_load::fleet::workers_json(&fleet);
+                let json = ingressbench_load::fleet::workers_file(&fleet);
                 (fleet.load, Some(json))
             },
         )
