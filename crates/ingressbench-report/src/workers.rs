@@ -14,8 +14,11 @@ use crate::html::spectrum_points;
 use crate::results::{CellResults, RunResults};
 use crate::svg::{esc, short, Axis, Plot, PALETTE};
 
+/// One percentile of a summary's latency.
+type Percentile = fn(&Percentiles) -> u64;
+
 /// Percentiles a worker's summary gives, each with its value.
-const POINTS: [(fn(&Percentiles) -> u64, f64); 6] = [
+const POINTS: [(Percentile, f64); 6] = [
     (|p| p.p50, 50.0),
     (|p| p.p75, 75.0),
     (|p| p.p90, 90.0),
@@ -102,11 +105,11 @@ fn cell_parts(cell: &CellResults, workers: &WorkersFile, title: &str) -> (String
         let us = |v: u64| analysis::ms(v as f64 * 1e-3);
         let _ = write!(
             rows,
-            "<tr><td>{k}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
+            "<tr><td>{k}</td><td class=\"l\">{}</td><td>{}</td><td>{:.1}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
             // Where the cluster placed it, else the host it named.
             esc(w.place.as_deref().unwrap_or(&w.host)),
             s.requests.total,
-            format!("{:.1}", s.rate.achieved_per_s),
+            s.rate.achieved_per_s,
             us(lat.p99),
             us(s.scheduler_lag_us.p99),
             w.start_late_ms.map_or("-".into(), |l| format!("{l:.1} ms")),
