@@ -1,8 +1,8 @@
 //! The echo backend as a real process: what it answers, how it drains, how it dies.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,80 +11,7 @@ use ingressbench_lab::backend::PROTOCOL_HEADER;
 use ingressbench_load::{run, Length, Mode, NoObserver, Plan, Protocol, Target};
 
 use crate::common::BIN;
-
-/// A backend process, killed when dropped (so a failing test leaves nothing behind).
-pub(crate) struct Backend {
-    child: Child,
-    pub(crate) addr: SocketAddr,
-}
-
-impl Backend {
-    pub(crate) fn start(args: &[&str]) -> Backend {
-        Self::start_with(args, &[])
-    }
-
-    /// A backend started with `env` set.
-    pub(crate) fn start_with(args: &[&str], env: &[(&str, &str)]) -> Backend {
-        let mut child = Command::new(BIN)
-            .arg("backend")
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap_or_else(|| panic!("unexpected first line {line:?}"))
-            .parse()
-            .unwrap();
-        Backend { child, addr }
-    }
-
-    /// SIGTERM, then its exit status and what it wrote on stderr once it has drained.
-    pub(crate) fn terminate(&mut self) -> (std::process::ExitStatus, String) {
-        self.signal("-TERM");
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "still running after the drain"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut stderr = String::new();
-        self.child
-            .stderr
-            .take()
-            .unwrap()
-            .read_to_string(&mut stderr)
-            .unwrap();
-        (status, stderr)
-    }
-
-    fn signal(&self, sig: &str) {
-        assert!(Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success());
-    }
-}
-
-impl Drop for Backend {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::process::Backend;
 
 fn get(addr: SocketAddr, path: &str) -> String {
     let mut s = TcpStream::connect(addr).unwrap();

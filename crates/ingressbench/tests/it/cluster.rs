@@ -91,9 +91,17 @@ impl Drop for Down {
         if self.0.exists() {
             let _ = local("down", &self.0);
         }
-        // The image and the user's kubeconfig the test made beside it.
-        let _ = std::fs::remove_dir_all(self.0.with_extension("image"));
+        // The user's kubeconfig the test made beside it.
         let _ = std::fs::remove_file(users_kubeconfig(&self.0));
+    }
+}
+
+/// A directory removed when dropped, however the test ends.
+struct RemovedAtEnd(std::path::PathBuf);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -145,22 +153,63 @@ fn processes_with(needle: &str) -> Vec<u32> {
 /// One local cluster for all the cluster tests (bringing one up is most of what each
 /// would cost): up in the background, checked, used by each part in turn, then down
 /// without a trace.
+/// One part of the cluster test: its name and what it runs against a cluster's directory.
+type Part = (&'static str, fn(&Path));
+
+/// A local cluster up from the image built from the binary under test runs the parts below
+/// in turn (each alone on it, so that a part that asserts the cluster holds nothing of the
+/// tool's sees only its own), and goes down without a trace.
 #[test]
 fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
-    let dir = std::env::temp_dir().join(format!("ib-cluster-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let _down = Down(dir.clone());
-    // The ports the local cluster used to take by default: `up` takes free ones.
-    let _taken = std::net::TcpListener::bind("127.0.0.1:18080");
-    // The user's kubeconfig, with a context of their own.
-    let users = users_kubeconfig(&dir);
-    std::fs::write(
-        &users,
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: { server: https://prod.invalid }\nusers:\n- name: me\n  user: { token: x }\ncontexts:\n- name: prod\n  context: { cluster: prod, user: me }\ncurrent-context: prod\n",
-    )
-    .unwrap();
+    let parts: &[Part] = &[
+        (
+            "the node agent runs pods",
+            the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletion,
+        ),
+        (
+            "a run namespace",
+            a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes_only_the_tools,
+        ),
+        (
+            "three times per event",
+            a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing,
+        ),
+        (
+            "the pod proxy",
+            a_controller_in_pods_is_read_through_the_api_servers_pod_proxy,
+        ),
+        (
+            "the shipped scenarios",
+            the_shipped_scenarios_run_against_every_controller_of_the_cluster,
+        ),
+        (
+            "the mesh",
+            the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tls,
+        ),
+        (
+            "each controller's routes",
+            each_controller_routes_and_takes_route_changes_the_way_its_api_does,
+        ),
+        (
+            "generated routes",
+            generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell,
+        ),
+        (
+            "load from pods",
+            load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing,
+        ),
+        (
+            "a capacity search",
+            a_capacity_search_runs_from_the_clusters_pods,
+        ),
+        (
+            "restarts",
+            a_controller_restarts_by_its_process_or_by_a_rollout_under_load,
+        ),
+    ];
     // The image a user would push, built from the binary under test.
-    let layout = dir.with_extension("image");
+    let layout = std::env::temp_dir().join(format!("ib-cluster-image-{}", std::process::id()));
+    let _image = RemovedAtEnd(layout.clone());
     let image = Command::new("bash")
         .arg(concat!(
             env!("CARGO_MANIFEST_DIR"),
@@ -171,11 +220,36 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         .output()
         .unwrap();
     assert!(image.status.success(), "{}", tail(&image));
+    // One cluster runs them all, in turn. On two clusters side by side (half the parts
+    // each) the test took 453 s instead of 793 s, but with the other tests beside them a
+    // cluster's kill was not applied within its cell, and a gRPC reload test beside them
+    // saw a call reset: two clusters are more than this 2-core machine gives the tests
+    // beside them (issue 49's note). `a_cluster_runs` takes any share of the parts.
+    a_cluster_runs("ib-cluster", parts, &layout, true);
+}
+
+/// A local cluster in a directory named from `tag` comes up, runs `parts` in turn (load
+/// workers among their pods when `workers`) from the image in `layout`, and goes down
+/// without a trace.
+fn a_cluster_runs(tag: &str, parts: &[Part], layout: &Path, workers: bool) {
+    let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let _down = Down(dir.clone());
+    let began = std::time::Instant::now();
+    // The ports the local cluster used to take by default: `up` takes free ones.
+    let _taken = std::net::TcpListener::bind("127.0.0.1:18080");
+    // The user's kubeconfig, with a context of their own.
+    let users = users_kubeconfig(&dir);
+    std::fs::write(
+        &users,
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: { server: https://prod.invalid }\nusers:\n- name: me\n  user: { token: x }\ncontexts:\n- name: prod\n  context: { cluster: prod, user: me }\ncurrent-context: prod\n",
+    )
+    .unwrap();
     let up = Command::new(BIN)
         .args(["cluster", "local", "up", "--dir"])
         .arg(&dir)
         .arg("--image")
-        .arg(&layout)
+        .arg(layout)
         .env("KUBECONFIG", &users)
         .output()
         .unwrap();
@@ -216,24 +290,17 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         running.len() >= 5,
         "serve, etcd and the three kube binaries: {running:?}"
     );
+    eprintln!("{tag}: up: {:.1} s", began.elapsed().as_secs_f64());
     cluster_check_says_what_is_missing(&dir);
     let again = local("up", &dir);
     assert_eq!(again.status.code(), Some(2), "{}", tail(&again));
     assert!(text(&again).contains("already up"), "{}", tail(&again));
-    the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletion(&dir);
-    a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes_only_the_tools(
-        &dir,
-    );
-    a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(&dir);
-    a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(&dir);
-    the_shipped_scenarios_run_against_every_controller_of_the_cluster(&dir);
-    the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tls(&dir);
-    each_controller_routes_and_takes_route_changes_the_way_its_api_does(&dir);
-    generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell(&dir);
-    load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing(&dir);
-    a_capacity_search_runs_from_the_clusters_pods(&dir);
-    a_controller_restarts_by_its_process_or_by_a_rollout_under_load(&dir);
-    every_pod_ran_from_the_image(&dir, &layout);
+    for (name, part) in parts {
+        let started = std::time::Instant::now();
+        part(&dir);
+        eprintln!("{tag}: {name}: {:.1} s", started.elapsed().as_secs_f64());
+    }
+    every_pod_ran_from_the_image(&dir, layout, workers);
     let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
     let down = local("down", &dir);
     assert!(down.status.success(), "{}", tail(&down));
@@ -265,8 +332,9 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
 
 /// What the node agent recorded of every container it started: each ran from the image's
 /// unpacked root filesystem (the digest of the layout's manifest), as the image's user,
-/// backends and load workers alike; and the tool in that root filesystem is this one.
-fn every_pod_ran_from_the_image(dir: &Path, layout: &Path) {
+/// backends and load workers (when its parts ran some) alike; and the tool in that root
+/// filesystem is this one.
+fn every_pod_ran_from_the_image(dir: &Path, layout: &Path, workers: bool) {
     let index: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(layout.join("index.json")).unwrap()).unwrap();
     let digest = index["manifests"][0]["digest"].as_str().unwrap().to_owned();
@@ -289,7 +357,9 @@ fn every_pod_ran_from_the_image(dir: &Path, layout: &Path) {
     }
     let ran_as = |what: &str| records.iter().filter(|r| r["argv"][1] == what).count();
     assert!(ran_as("backend") >= 4, "{ran}");
-    assert!(ran_as("worker") >= 3, "{ran}");
+    if workers {
+        assert!(ran_as("worker") >= 3, "{ran}");
+    }
     let rootfs = dir.join("cluster/image/rootfs");
     let version = Command::new(BIN)
         .args(["cluster", "local", "enter", "--root"])

@@ -193,3 +193,16 @@ pub(crate) fn ends_within(
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
+
+/// Held by the tests that keep every core busy (a thousand routes through five proxies,
+/// chromium, a million samples) or whose figures a busy machine moves most (coordinated
+/// omission across workers, a rate the target cannot take): at most one of them runs at
+/// a time, beside the tests that mostly wait. (The capacity searches need the machine to
+/// themselves: tests/capacity.rs.) A test that failed while holding it does not stop the
+/// others.
+pub(crate) fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    HEAVY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

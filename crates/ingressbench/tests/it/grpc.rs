@@ -13,7 +13,7 @@ use ingressbench_load::stream::{ClosedBy, Reconnect, StreamFile, StreamKind, Str
 use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
 use ingressbench_stats::Outcome;
 
-use crate::backend::Backend;
+use crate::process::Backend;
 use crate::websocket::{json, run_scenario};
 
 /// A gRPC load of `addr` (h2c): `connections`, `rate` calls (stream messages) a second

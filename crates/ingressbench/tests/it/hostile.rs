@@ -354,6 +354,7 @@ fn peak_rss_kib(child: &mut std::process::Child) -> u64 {
 
 #[test]
 fn a_rate_the_target_cannot_take_keeps_memory_flat_and_says_what_was_offered() {
+    let _heavy = crate::common::heavy();
     // Every request beyond the two in flight waits, and the schedule asks for 900,000 a
     // second, every request sampled (those never sent are counted, not written).
     let addr = silent_server();
@@ -519,7 +520,20 @@ fn what_a_lab_leaves_when_the_tool_and_its_reaper_are_killed_goes_at_the_next_st
     )
     .unwrap();
     let out = dir.join("out");
-    let mut run = spawn_run(&file, &out);
+    // A temporary directory of the test's own: labs are found there, and the tests beside
+    // this one start the tool too, whose start would take what this one leaves first.
+    let tmp = std::env::temp_dir().join(format!("ibr-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp).unwrap();
+    let mut run = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .env("TMPDIR", &tmp)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     let hlog = out.join("cells").join("000-nginx").join("latency.hlog");
     let deadline = Instant::now() + Duration::from_secs(30);
     while !std::fs::read_to_string(&hlog).is_ok_and(|t| t.lines().any(|l| !l.starts_with('#'))) {
@@ -567,7 +581,14 @@ fn what_a_lab_leaves_when_the_tool_and_its_reaper_are_killed_goes_at_the_next_st
     assert!(lab.exists(), "{}", lab.display());
     // The next start of the tool, even for a run with no lab of its own, removes them.
     let quick = scenario(&dir, "next", "1s");
-    let next = run_quietly(&quick, &dir.join("next"));
+    let next = Command::new(BIN)
+        .arg("run")
+        .arg(&quick)
+        .arg("--out")
+        .arg(dir.join("next"))
+        .env("TMPDIR", &tmp)
+        .output()
+        .unwrap();
     assert!(next.status.success(), "{}", text(&next));
     assert!(
         text(&next).contains("left behind by an ingressbench that is gone"),
@@ -586,16 +607,7 @@ fn what_a_lab_leaves_when_the_tool_and_its_reaper_are_killed_goes_at_the_next_st
         lab.display()
     );
     let _ = std::fs::remove_dir_all(dir);
-}
-
-fn run_quietly(file: &Path, out: &Path) -> Output {
-    Command::new(BIN)
-        .arg("run")
-        .arg(file)
-        .arg("--out")
-        .arg(out)
-        .output()
-        .unwrap()
+    let _ = std::fs::remove_dir_all(tmp);
 }
 
 /// `ingressbench load` for 1 s at 10 req/s with a JSON summary; returns the summary and

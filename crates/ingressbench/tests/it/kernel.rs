@@ -129,6 +129,7 @@ fn burst_against_stopped_proxy(somaxconn: u32, connections: usize) -> (u64, u64,
 
 #[test]
 fn a_small_accept_queue_drops_connections_a_deep_one_takes() {
+    let _heavy = crate::common::heavy();
     let (slow_small, errors_small, small) = burst_against_stopped_proxy(16, 200);
     let (slow_deep, errors_deep, deep) = burst_against_stopped_proxy(4096, 200);
     // The kernel's own count: a queue of 16 overflowed, one of 4096 (nginx's 511) took

@@ -764,6 +764,7 @@ fn scale_route_serves(lab: &Lab, i: usize) -> bool {
 
 #[test]
 fn every_proxy_takes_a_thousand_routes_and_a_hundred_more_in_one_change() {
+    let _heavy = crate::common::heavy();
     for kind in ProxyKind::ALL {
         let mut spec = two_host_spec(kind);
         spec.tls = false;

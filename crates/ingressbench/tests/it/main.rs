@@ -5,7 +5,6 @@
 //! namespaces so that they do not meet).
 
 mod backend;
-mod capacity;
 mod cli;
 #[cfg(feature = "cluster")]
 mod cluster;
@@ -16,6 +15,7 @@ mod kernel;
 mod lab;
 mod metrics;
 mod peers;
+mod process;
 mod report;
 mod run;
 mod sse;

@@ -15,8 +15,8 @@ use ingressbench_load::stream::{Reconnect, StreamFile, StreamOptions};
 use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
 use ingressbench_stats::Outcome;
 
-use crate::backend::Backend;
 use crate::common::{ends_within, scratch, BIN};
+use crate::process::Backend;
 
 /// Serves each connection on a thread of its own with `serve`, for as long as the test
 /// process lives; every connection is dropped after a minute whatever `serve` does.

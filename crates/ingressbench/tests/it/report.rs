@@ -359,6 +359,7 @@ fn hostile_strings_in_results_produce_no_markup() {
 
 #[test]
 fn a_million_sample_run_gives_a_small_report_from_every_request() {
+    let _heavy = crate::common::heavy();
     let dir = scratch("report-million");
     // One cell whose statistics come from its interval log, with a million samples.
     let mut c = cell("nginx", 0, 5000, 0);
@@ -487,6 +488,7 @@ fn ink(path: &Path) -> f64 {
 
 #[test]
 fn the_report_of_a_real_run_renders_in_chromium_without_errors_and_every_chart_has_ink() {
+    let _heavy = crate::common::heavy();
     let dir = scratch("report-real");
     let file = dir.join("small.yaml");
     std::fs::write(
@@ -984,4 +986,60 @@ fn route_results_with_no_firing_are_said_and_negative_figures_refused() {
     assert!(html.contains("no route change fired"));
     assert!(!html.contains("at -5 routes"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Copies the tree at `from` into `to` (files and directories only).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// A results directory written by ingressbench 0.1.0 before the results files became
+/// types (tests/fixtures/old-format.yaml: an HTTP cell and a WebSocket cell through Envoy,
+/// with a scale, a kill, a route change and a reload) reads as it did: the same table,
+/// sentences and warnings as the tool of then printed for it, every cell readable. A
+/// record of a newer major format is refused, naming it.
+#[test]
+fn results_written_before_the_types_read_the_same_and_a_newer_format_is_refused() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let dir = scratch("old-format");
+    copy_tree(&fixtures.join("results-0.1.0"), &dir);
+    let out = ib(&["report", dir.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", text(&out));
+    let printed: String = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .chain(String::from_utf8_lossy(&out.stderr).lines())
+        .filter(|l| !l.starts_with("report: "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let then = std::fs::read_to_string(fixtures.join("results-0.1.0.report.txt")).unwrap();
+    assert_eq!(printed, then);
+    let read = ingressbench_report::results::read(&dir).unwrap();
+    assert_eq!(read.cells.len(), 2);
+    assert!(read.notes.is_empty(), "{:?}", read.notes);
+    assert!(read.cells.iter().all(|c| c.unreadable.is_empty()));
+    assert_eq!(read.cells[0].impact.len(), 4);
+    assert!(read.cells[1].websocket.is_some());
+    // The same record in a format from the future.
+    let record = dir.join("run.json");
+    let mut value: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
+    value["format_version"] = "2.0".into();
+    std::fs::write(&record, serde_json::to_vec(&value).unwrap()).unwrap();
+    let newer = ib(&["report", dir.to_str().unwrap()]);
+    assert_eq!(newer.status.code(), Some(2), "{}", text(&newer));
+    assert!(
+        text(&newer).contains("results format 2.0, newer than"),
+        "{}",
+        text(&newer)
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -227,6 +227,7 @@ fn answers(cell_dir: &Path) -> Vec<(f64, [u32; 2])> {
 
 #[test]
 fn route_changes_and_reloads_take_effect_as_the_answers_generations_say() {
+    let _heavy = crate::common::heavy();
     let (dir, out) = run_ok("generations", GENERATIONS);
     let record = json(&out.join("run.json"));
     for cell in record["cells"].as_array().unwrap() {

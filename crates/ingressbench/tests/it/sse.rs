@@ -12,7 +12,7 @@ use ingressbench_load::stream::{ClosedBy, Reconnect, StreamFile, StreamKind, Str
 use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
 use ingressbench_stats::Outcome;
 
-use crate::backend::Backend;
+use crate::process::Backend;
 
 /// An event stream load of `addr`: `connections`, `rate` events a second over them, for
 /// `length`, an event not come 300 ms after it was due counted lost.

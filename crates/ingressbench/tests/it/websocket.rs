@@ -10,7 +10,7 @@ use ingressbench_load::stream::{ClosedBy, Reconnect, StreamFile, StreamOptions};
 use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
 use ingressbench_stats::Outcome;
 
-use crate::backend::Backend;
+use crate::process::Backend;
 
 /// A WebSocket load of `backend`: `connections`, `rate` messages a second over them, for
 /// `length`, a message unanswered for 300 ms counted lost.

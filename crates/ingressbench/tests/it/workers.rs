@@ -5,8 +5,8 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use crate::backend::Backend;
 use crate::common::{alive, close, from_samples, scratch, text, BIN};
+use crate::process::Backend;
 
 fn json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap())
@@ -127,6 +127,7 @@ fn three_workers_merge_to_exactly_the_figures_of_all_their_requests() {
 /// each sends a third of the schedule, so each sees the stalls the one would.
 #[test]
 fn coordinated_omission_is_corrected_across_workers() {
+    let _heavy = crate::common::heavy();
     let dir = scratch("workers-stall");
     let backend = Backend::start(&["--stall-every", "1s", "--stall-for", "200ms"]);
     let url = format!("http://{}/", backend.addr);

@@ -1,13 +1,60 @@
 //! `ingressbench capacity` against servers whose limits are known by construction.
+//!
+//! A test binary of its own, which cargo runs after the others have ended: a search
+//! judges the generator's lateness and latencies of a millisecond, which the end-to-end
+//! tests beside it (two local clusters, five proxies under load) would add to, and did
+//! (the start rate of a search for `p99 < 1ms` failing, a straddle ending as
+//! generator-limited at 200 req/s). Its searches are one test, run in turn, for the same
+//! reason.
 
 use std::process::Command;
 
-use crate::backend::Backend;
-use crate::common::{scratch, text, BIN};
+#[allow(dead_code)]
+#[path = "it/common.rs"]
+mod common;
+#[allow(dead_code)]
+#[path = "it/process.rs"]
+mod process;
 
-/// One search at a time: the generator-limited one saturates a core, which the other's
-/// trials would otherwise share.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+use common::{scratch, text, BIN};
+use process::Backend;
+
+/// The searches below, in turn: each judges the generator's lateness, which another
+/// search's trials beside it would add to.
+#[test]
+fn capacity_searches_find_what_servers_of_known_capacity_take() {
+    let searches: [(&str, fn()); 6] = [
+        (
+            "known capacity",
+            the_capacity_of_a_server_of_known_capacity_is_found_within_five_percent,
+        ),
+        (
+            "generator-limited",
+            a_server_faster_than_the_generator_is_reported_as_generator_limited,
+        ),
+        (
+            "down from a failing rate",
+            a_search_from_a_failing_rate_goes_down_only_when_asked,
+        ),
+        (
+            "a straddle repeated",
+            a_trial_whose_interval_straddles_the_objective_is_run_again_a_bounded_number_of_times,
+        ),
+        (
+            "a scenario's search",
+            a_scenario_search_runs_its_trials_as_cells_with_their_events_and_resumes,
+        ),
+        (
+            "from load workers",
+            a_search_from_load_workers_is_judged_on_their_merged_log,
+        ),
+    ];
+    for (name, search) in searches {
+        let started = std::time::Instant::now();
+        search();
+        eprintln!("capacity: {name}: {:.1} s", started.elapsed().as_secs_f64());
+    }
+}
 
 /// `capacity` of `backend` with `args` (`tag`: the test's own scratch directory); its
 /// output and the JSON it wrote.
@@ -16,7 +63,6 @@ fn capacity(
     tag: &str,
     args: &[&str],
 ) -> (std::process::Output, serde_json::Value) {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let json = scratch(&format!("capacity-{tag}")).join("capacity.json");
     let out = Command::new(BIN)
         .arg("capacity")
@@ -46,7 +92,6 @@ fn found(out: &std::process::Output, doc: &serde_json::Value) -> f64 {
 /// second and queues the rest, so above 2,000 every answer waits longer than the last.
 /// The search brackets that to 2% and reports a capacity within 5% of it; every trial is
 /// in the JSON with its figures and their intervals.
-#[test]
 fn the_capacity_of_a_server_of_known_capacity_is_found_within_five_percent() {
     let backend = Backend::start(&[
         "--listen",
@@ -103,7 +148,6 @@ fn the_capacity_of_a_server_of_known_capacity_is_found_within_five_percent() {
 /// A server faster than the generator (answers at once; the generator asked for
 /// 200,000 requests a second on one thread): the search stops saying the generator was
 /// the limit, with its lag or CPU, and reports no capacity.
-#[test]
 fn a_server_faster_than_the_generator_is_reported_as_generator_limited() {
     let backend = Backend::start(&["--listen", "127.0.0.1:0", "--name", "fast"]);
     let (out, doc) = capacity(
@@ -147,7 +191,6 @@ fn a_server_faster_than_the_generator_is_reported_as_generator_limited() {
 /// The server of known capacity searched from a rate it cannot hold: without
 /// `--down-from` the search stops there and says how to go on; with it the rate is
 /// halved until one passes, then bisected, and the capacity found is the server's.
-#[test]
 fn a_search_from_a_failing_rate_goes_down_only_when_asked() {
     let backend = Backend::start(&[
         "--listen",
@@ -211,7 +254,6 @@ fn a_search_from_a_failing_rate_goes_down_only_when_asked() {
 /// trial that straddles it is run again at the same rate, judged with the windows of the
 /// straddles it repeats, at most `--repeats` times in a row, and then counts as a
 /// failure; the result says how many trials were spent and why.
-#[test]
 fn a_trial_whose_interval_straddles_the_objective_is_run_again_a_bounded_number_of_times() {
     let backend = Backend::start(&[
         "--listen",
@@ -338,9 +380,7 @@ fn run_scenario(args: &[&std::ffi::OsStr], interrupt_at: Option<&str>) -> (i32, 
     (status.code().unwrap_or(-1), said)
 }
 
-#[test]
 fn a_scenario_search_runs_its_trials_as_cells_with_their_events_and_resumes() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = scratch("search-scenario");
     let file = dir.join("search.yaml");
     std::fs::write(&file, SEARCH).unwrap();
@@ -499,9 +539,7 @@ fn a_scenario_search_runs_its_trials_as_cells_with_their_events_and_resumes() {
 /// merged interval log (the cell's own, which holds every worker's requests), the
 /// generator's ceiling is measured with two workers too, and the capacity is bracketed
 /// as from one sender.
-#[test]
 fn a_search_from_load_workers_is_judged_on_their_merged_log() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let dir = scratch("search-workers");
     let file = dir.join("search.yaml");
     std::fs::write(
