@@ -326,11 +326,7 @@ fn collect(
     let websocket = write_websocket(dir, &report)?;
     let record = site.record(dir);
     let impact = write_impact(
-        (
-            site.records(),
-            &probed,
-            websocket.as_ref().map(|w| &w.closes[..]),
-        ),
+        (site.records(), &probed, websocket.map(|w| &w.closes[..])),
         dir,
         &report.summary,
         (usage_log.as_ref(), proxy_counts.as_ref()),
@@ -368,9 +364,7 @@ fn collect(
         entry: load.entry,
         interrupted: s.interrupted || cut_short.is_some(),
         cut_short,
-        line: one_line(s)
-            + &websocket.as_ref().map(websocket_line).unwrap_or_default()
-            + &routes_line,
+        line: one_line(s) + &websocket.map(websocket_line).unwrap_or_default() + &routes_line,
     })
 }
 
@@ -471,16 +465,16 @@ fn binaries_for(
 /// A long-lived load's own results as websocket.json, sse.json, grpc.json or
 /// grpc-stream.json (closes, reconnects, the messages' accounting, how many were open over
 /// time): the load engine's [`StreamFile`], the type the report reads.
-fn write_websocket(
+fn write_websocket<'a>(
     dir: &Path,
-    report: &ingressbench_load::LoadReport,
-) -> Result<Option<StreamFile>, String> {
+    report: &'a ingressbench_load::LoadReport,
+) -> Result<Option<&'a StreamFile>, String> {
     let Some(file) = report.stream.as_deref() else {
         return Ok(None);
     };
     let name = file.kind.file_name();
     write_json(&dir.join(name), file).map_err(|e| format!("writing {name}: {e}"))?;
-    Ok(Some(file.clone()))
+    Ok(Some(file))
 }
 
 /// `; 8 WebSockets, 4 cut (4 × 1001 by server), 3 messages lost, reconnect p99 12.0 ms`.

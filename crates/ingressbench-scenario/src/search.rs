@@ -33,7 +33,7 @@ pub(crate) fn run(
     runner.record.scenario = (bases.first())
         .map(|c| c.scenario.name.clone())
         .unwrap_or_default();
-    let mut searches: Vec<Value> = Vec::new();
+    runner.record.searches = Some(Vec::new());
     let earlier: Vec<CellEntry> = (runner.previous.as_ref())
         .map(|p| p.cells.clone())
         .unwrap_or_default();
@@ -67,7 +67,7 @@ pub(crate) fn run(
                 |c| c.describe(plan.bounds.up_to)
             )
         ));
-        searches.push(json!({
+        searches(&mut runner.record).push(json!({
                 "of": base.index, "label": base.label(), "target": base.target.name(),
                 "settings": cell_entry(base).settings,
                 "slo": file.slo, "trial_s": plan.trial.as_secs_f64(),
@@ -78,7 +78,6 @@ pub(crate) fn run(
                 "warnings": too_small,
                 "generator_ceiling": ceiling.as_ref().map(Ceiling::to_json),
         }));
-        runner.record.searches = Some(searches.clone());
         // What an earlier attempt finished of this search, taken as it was.
         for entry in earlier
             .iter()
@@ -100,7 +99,7 @@ pub(crate) fn run(
                     entry.index
                 )));
             }
-            push_cell(&mut runner.record, &mut searches, entry.clone(), n);
+            push_cell(&mut runner.record, entry.clone(), n);
             // A straddle's windows, for the repeats still to run.
             pool.with(&search, &[]);
             if matches!(verdict, Verdict::Straddle(_)) {
@@ -120,7 +119,7 @@ pub(crate) fn run(
             }
             let trial = search.trials().len() + 1;
             let cell = trial_cell(base, runner.record.cells.len(), rate);
-            push_cell(&mut runner.record, &mut searches, cell_entry(&cell), n);
+            push_cell(&mut runner.record, cell_entry(&cell), n);
             runner.save()?;
             progress(&format!(
                 "search {}/{}: {}: trial {trial} at {rate} req/s ({why})",
@@ -163,7 +162,7 @@ pub(crate) fn run(
             }));
             runner.save()?;
         }
-        let this = &mut searches[n];
+        let this = &mut searches(&mut runner.record)[n];
         if let Some(outcome) = search.outcome() {
             this["outcome"] = outcome.to_json(&plan.objectives);
             this["status"] = json!("done");
@@ -182,10 +181,13 @@ pub(crate) fn run(
                 search.spent()
             ));
         }
-        runner.record.searches = Some(searches.clone());
         runner.save()?;
     }
-    if runner.outcome.status == "complete" && searches.iter().any(|s| s["status"] != "done") {
+    if runner.outcome.status == "complete"
+        && searches(&mut runner.record)
+            .iter()
+            .any(|s| s["status"] != "done")
+    {
         runner.outcome.status = "incomplete";
     }
     runner.outcome.total = runner.record.cells.len();
@@ -261,13 +263,18 @@ fn past_the_ceiling(
 }
 
 /// Adds `entry` to the record's cells and to search `n`'s trials.
-fn push_cell(record: &mut RunRecord, searches: &mut [Value], entry: CellEntry, n: usize) {
-    searches[n]["trials"]
+fn push_cell(record: &mut RunRecord, entry: CellEntry, n: usize) {
+    let index = record.cells.len();
+    searches(record)[n]["trials"]
         .as_array_mut()
         .expect("trials is a list")
-        .push(json!(record.cells.len()));
+        .push(json!(index));
     record.cells.push(entry);
-    record.searches = Some(searches.to_vec());
+}
+
+/// The record's searches (a run of searches starts with none).
+fn searches(record: &mut RunRecord) -> &mut Vec<Value> {
+    record.searches.get_or_insert_default()
 }
 
 /// The trial of `base` at `rate`, the run's cell `index`.

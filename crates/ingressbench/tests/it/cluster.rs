@@ -225,13 +225,12 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     // cluster's kill was not applied within its cell, and a gRPC reload test beside them
     // saw a call reset: two clusters are more than this 2-core machine gives the tests
     // beside them (issue 49's note). `a_cluster_runs` takes any share of the parts.
-    a_cluster_runs("ib-cluster", parts, &layout, true);
+    a_cluster_runs("ib-cluster", parts, &layout);
 }
 
-/// A local cluster in a directory named from `tag` comes up, runs `parts` in turn (load
-/// workers among their pods when `workers`) from the image in `layout`, and goes down
-/// without a trace.
-fn a_cluster_runs(tag: &str, parts: &[Part], layout: &Path, workers: bool) {
+/// A local cluster in a directory named from `tag` comes up from the image in `layout`,
+/// runs `parts` in turn, and goes down without a trace.
+fn a_cluster_runs(tag: &str, parts: &[Part], layout: &Path) {
     let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _down = Down(dir.clone());
@@ -300,7 +299,7 @@ fn a_cluster_runs(tag: &str, parts: &[Part], layout: &Path, workers: bool) {
         part(&dir);
         eprintln!("{tag}: {name}: {:.1} s", started.elapsed().as_secs_f64());
     }
-    every_pod_ran_from_the_image(&dir, layout, workers);
+    every_pod_ran_from_the_image(&dir, layout);
     let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
     let down = local("down", &dir);
     assert!(down.status.success(), "{}", tail(&down));
@@ -332,9 +331,8 @@ fn a_cluster_runs(tag: &str, parts: &[Part], layout: &Path, workers: bool) {
 
 /// What the node agent recorded of every container it started: each ran from the image's
 /// unpacked root filesystem (the digest of the layout's manifest), as the image's user,
-/// backends and load workers (when its parts ran some) alike; and the tool in that root
-/// filesystem is this one.
-fn every_pod_ran_from_the_image(dir: &Path, layout: &Path, workers: bool) {
+/// backends and load workers alike; and the tool in that root filesystem is this one.
+fn every_pod_ran_from_the_image(dir: &Path, layout: &Path) {
     let index: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(layout.join("index.json")).unwrap()).unwrap();
     let digest = index["manifests"][0]["digest"].as_str().unwrap().to_owned();
@@ -357,9 +355,7 @@ fn every_pod_ran_from_the_image(dir: &Path, layout: &Path, workers: bool) {
     }
     let ran_as = |what: &str| records.iter().filter(|r| r["argv"][1] == what).count();
     assert!(ran_as("backend") >= 4, "{ran}");
-    if workers {
-        assert!(ran_as("worker") >= 3, "{ran}");
-    }
+    assert!(ran_as("worker") >= 3, "{ran}");
     let rootfs = dir.join("cluster/image/rootfs");
     let version = Command::new(BIN)
         .args(["cluster", "local", "enter", "--root"])
