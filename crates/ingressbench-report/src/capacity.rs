@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use ingressbench_results::capacity::{Ceiling, Outcome, OutcomeKind, SearchRecord, TrialRecord};
 
 use crate::results::{CellResults, RunResults};
 use crate::routes::number;
@@ -36,26 +36,13 @@ pub fn searched(run: &RunResults) -> Vec<Searched> {
     searches
         .iter()
         .map(|s| {
-            let settings = s["settings"]
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("?")))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .unwrap_or_default();
-            let outcome = &s["outcome"];
-            let ended = s["status"] == "done";
+            let outcome = s.outcome.as_ref().filter(|_| s.is_done());
             Searched {
-                target: s["target"].as_str().unwrap_or("?").to_owned(),
-                settings,
-                capacity: outcome["capacity_per_s"].as_f64().filter(|_| ended),
-                failed_at: outcome["failed_at_per_s"].as_f64().filter(|_| ended),
-                said: match ended {
-                    true => outcome["said"].as_str().unwrap_or("?").to_owned(),
-                    false => "the search did not end".into(),
-                },
+                target: s.target.clone(),
+                settings: s.settings_words(),
+                capacity: outcome.and_then(|o| o.kind.capacity_per_s()),
+                failed_at: outcome.and_then(|o| o.kind.failed_at_per_s()),
+                said: outcome.map_or_else(|| "the search did not end".into(), |o| o.said.clone()),
             }
         })
         .collect()
@@ -109,12 +96,8 @@ impl CapacityChange {
     /// `1,000 (limit below 1,062.5)`.
     pub fn side(s: &Searched) -> String {
         match (s.capacity, s.failed_at) {
-            (Some(c), Some(f)) => format!(
-                "{} (limit below {})",
-                rate(&Value::from(c)),
-                rate(&Value::from(f))
-            ),
-            (Some(c), None) => format!("at least {}", rate(&Value::from(c))),
+            (Some(c), Some(f)) => format!("{} (limit below {})", rate(Some(c)), rate(Some(f))),
+            (Some(c), None) => format!("at least {}", rate(Some(c))),
             _ => "none".into(),
         }
     }
@@ -171,68 +154,77 @@ pub fn pair(
 /// The table's "limit between" and "first failure" of a search's `outcome`: where the
 /// limit lies and what failed first, or, where no capacity is claimed (the target
 /// stopped answering, a trial could not be judged), what passed before and why not.
-fn bracket(outcome: &Value) -> (String, String) {
-    let why = || outcome["why"].as_str().unwrap_or("?");
-    let passed = || match outcome["passed_per_s"].as_f64() {
-        Some(_) => format!(
-            "none claimed (passed up to {})",
-            rate(&outcome["passed_per_s"])
-        ),
+fn bracket(outcome: &OutcomeKind) -> (String, String) {
+    let passed = |p: &Option<f64>| match p {
+        Some(_) => format!("none claimed (passed up to {})", rate(*p)),
         None => "none claimed (nothing passed)".into(),
     };
-    match outcome["kind"].as_str() {
-        Some("found") => (
+    let broke = |b: &Option<String>| b.clone().unwrap_or_else(|| "?".into());
+    match outcome {
+        OutcomeKind::Found {
+            capacity_per_s,
+            failed_at_per_s,
+            broke: b,
+        } => (
             format!(
                 "{}-{}",
-                rate(&outcome["capacity_per_s"]),
-                rate(&outcome["failed_at_per_s"])
+                rate(Some(*capacity_per_s)),
+                rate(Some(*failed_at_per_s))
             ),
-            format!(
-                "{} broke {}",
-                rate(&outcome["failed_at_per_s"]),
-                outcome["broke"].as_str().unwrap_or("?")
-            ),
+            format!("{} broke {}", rate(Some(*failed_at_per_s)), broke(b)),
         ),
-        Some("at_least") => (
-            format!("over {}", rate(&outcome["capacity_per_s"])),
+        OutcomeKind::AtLeast { capacity_per_s } => (
+            format!("over {}", rate(Some(*capacity_per_s))),
             "none up to up_to".into(),
         ),
-        Some("generator") if !outcome["failed_at_per_s"].is_null() => (
+        OutcomeKind::Generator {
+            capacity_per_s,
+            failed_at_per_s: Some(failed),
+            generator_at_per_s,
+            ..
+        } => (
             format!(
                 "{}-{} (not narrowed: the generator fell behind at {})",
-                rate(&outcome["capacity_per_s"]),
-                rate(&outcome["failed_at_per_s"]),
-                rate(&outcome["generator_at_per_s"])
+                rate(*capacity_per_s),
+                rate(Some(*failed)),
+                rate(Some(*generator_at_per_s))
             ),
-            format!("{} failed", rate(&outcome["failed_at_per_s"])),
+            format!("{} failed", rate(Some(*failed))),
         ),
-        Some("target_stopped") => (
-            passed(),
+        OutcomeKind::TargetStopped {
+            passed_per_s,
+            stopped_at_per_s,
+            why,
+            ..
+        } => (
+            passed(passed_per_s),
             format!(
-                "{}: the target stopped answering ({})",
-                rate(&outcome["stopped_at_per_s"]),
-                why()
+                "{}: the target stopped answering ({why})",
+                rate(Some(*stopped_at_per_s))
             ),
         ),
-        Some("cannot_judge") => (
-            passed(),
-            format!("{}: cannot judge ({})", rate(&outcome["at_per_s"]), why()),
+        OutcomeKind::CannotJudge {
+            passed_per_s,
+            at_per_s,
+            why,
+        } => (
+            passed(passed_per_s),
+            format!("{}: cannot judge ({why})", rate(Some(*at_per_s))),
         ),
-        Some("from_fails") => (
-            format!("under {}", rate(&outcome["lowest_per_s"])),
-            format!(
-                "{} broke {}",
-                rate(&outcome["lowest_per_s"]),
-                outcome["broke"].as_str().unwrap_or("?")
-            ),
+        OutcomeKind::FromFails {
+            broke: b,
+            lowest_per_s,
+        } => (
+            format!("under {}", rate(Some(*lowest_per_s))),
+            format!("{} broke {}", rate(Some(*lowest_per_s)), broke(b)),
         ),
-        _ => ("-".into(), "-".into()),
+        OutcomeKind::Generator { .. } | OutcomeKind::Other => ("-".into(), "-".into()),
     }
 }
 
 /// A rate as people read it: `1,000`, `1,062.5`.
-fn rate(v: &Value) -> String {
-    match v.as_f64() {
+fn rate(v: Option<f64>) -> String {
+    match v {
         Some(x) if x.fract() == 0.0 => number(v, 0),
         Some(_) => number(v, 1),
         None => "-".into(),
@@ -249,7 +241,7 @@ struct Point {
 
 fn point(cell: &CellResults) -> Option<Point> {
     let s = cell.summary.as_ref()?;
-    let total = s["requests"]["total"].as_f64()?;
+    let total = s.requests.total? as f64;
     Some(Point {
         rate: cell
             .settings
@@ -258,10 +250,10 @@ fn point(cell: &CellResults) -> Option<Point> {
             .1
             .parse()
             .ok()?,
-        p50_ms: s["latency_us"]["p50"].as_f64()? / 1000.0,
-        p99_ms: s["latency_us"]["p99"].as_f64()? / 1000.0,
+        p50_ms: s.latency_us.p50? / 1000.0,
+        p99_ms: s.latency_us.p99? / 1000.0,
         errors_pct: if total > 0.0 {
-            s["requests"]["errors"].as_f64()? * 100.0 / total
+            s.requests.errors? as f64 * 100.0 / total
         } else {
             0.0
         },
@@ -274,61 +266,54 @@ pub(crate) fn section(
     colours: &BTreeMap<String, &str>,
     charts: &mut Vec<(String, String)>,
 ) -> Option<(String, Vec<String>)> {
-    let searches: Vec<&Value> = run.record.searches.as_ref()?.iter().collect();
+    let searches: &[SearchRecord] = run.record.searches.as_ref()?;
     if searches.is_empty() {
         return None;
     }
-    let cell = |i: &Value| {
-        i.as_u64()
-            .and_then(|i| run.cells.iter().find(|c| c.index as u64 == i))
-    };
+    let cell = |i: &usize| run.cells.iter().find(|c| c.index == *i);
     let mut html = String::from("<section><h2>Capacity</h2><p class=\"note\">Each search offered open-loop rates, one trial (a cell of the run, with the scenario's events) at a time: from <code>from</code>, doubling until a trial failed, then halving the bracket until it was as narrow as the search's precision. A trial passes only when the 95% interval of every objective's figure (bootstrapped over the trial's windows) is inside the objective, fails when one is wholly outside, and is run again when one straddles it. The capacity is the highest rate that passed; the true limit lies between it and the lowest rate that failed. A failure while the generator was behind its schedule or out of CPU is the generator's, and ends the search without a capacity. Generator alone: the same load (connections, threads, protocol, workers; no TLS) sent to a local echo backend before the search, a second at each rate from <code>from</code> doubling, and where it fell behind. Proxy CPU: the proxy's cores in use, on average, during the trial at capacity.</p>");
     html.push_str("<table><tr><th class=\"l\">target and settings</th><th class=\"l\">objectives</th><th>capacity req/s</th><th>limit between req/s</th><th class=\"l\">first failure</th><th>trials</th><th>repeats of a straddle</th><th>proxy CPU at capacity</th><th class=\"l\">generator alone</th><th class=\"l\">status</th></tr>");
     let mut headline = Vec::new();
     let mut lines: Vec<(String, String, Vec<Point>)> = Vec::new();
     let mut limits: BTreeMap<&str, f64> = BTreeMap::new();
-    for s in &searches {
-        let label = s["label"].as_str().unwrap_or("?");
-        let slo: Vec<&str> = s["slo"]
-            .as_array()
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
+    for s in searches {
+        let label = s.label.as_str();
+        let slo: Vec<&str> = s.slo.iter().map(String::as_str).collect();
         for o in &slo {
             if let Some((figure, limit)) = objective_line(o) {
                 limits.entry(figure).or_insert(limit);
             }
         }
-        let trials: Vec<&CellResults> = s["trials"]
-            .as_array()
-            .map(|t| t.iter().filter_map(cell).collect())
-            .unwrap_or_default();
-        let repeats = trials
-            .iter()
-            .filter(|c| trial_why(run, c) == Some("repeat of a straddle"))
+        let trials: Vec<&CellResults> = s.trials.iter().filter_map(cell).collect();
+        let repeats = (trials.iter())
+            .filter(|c| trial(run, c).is_some_and(|t| t.why == "repeat of a straddle"))
             .count();
-        let outcome = &s["outcome"];
+        let outcome = s.outcome.as_ref();
+        let capacity = outcome.and_then(|o| o.kind.capacity_per_s());
         let at_capacity = trials.iter().find(|c| {
-            c.settings.iter().any(|(k, v)| {
-                k == "load.rate" && v.parse::<f64>().ok() == outcome["capacity_per_s"].as_f64()
-            }) && trial_kind(run, c) == Some("pass")
+            c.settings
+                .iter()
+                .any(|(k, v)| k == "load.rate" && v.parse::<f64>().ok() == capacity)
+                && trial(run, c).is_some_and(|t| t.verdict.as_ref().is_some_and(|v| v.passed()))
         });
         let cpu = at_capacity
             .and_then(|c| c.usage.as_ref())
-            .and_then(|u| u["by_role"]["proxy"]["cpu_cores_mean"].as_f64());
+            .and_then(|u| u.cores("proxy"));
         let cpu_text = cpu.map_or("-".into(), |c| format!("{c:.2} cores"));
-        let (between, failure) = bracket(outcome);
-        let generator = generator_alone(&s["generator_ceiling"]);
-        let status = match s["status"].as_str() {
-            Some("done") => outcome["said"].as_str().unwrap_or("done").to_owned(),
-            Some(other) => format!("{other}: the search did not end"),
-            None => "?".into(),
+        let (between, failure) = outcome.map_or(("-".into(), "-".into()), |o| bracket(&o.kind));
+        let generator = generator_alone(s.generator_ceiling.as_ref());
+        let status = match (s.status.as_str(), outcome) {
+            ("done", Some(o)) => o.said.clone(),
+            ("done", None) => "done".into(),
+            ("", _) => "?".into(),
+            (other, _) => format!("{other}: the search did not end"),
         };
         let _ = write!(
             html,
             "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{repeats}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td></tr>",
             esc(label),
             esc(&slo.join(", ")),
-            rate(&outcome["capacity_per_s"]),
+            rate(capacity),
             esc(&between),
             esc(&failure),
             trials.len(),
@@ -336,7 +321,7 @@ pub(crate) fn section(
             esc(&generator),
             esc(&status)
         );
-        let spent = s["spent"].as_str().map_or_else(
+        let spent = s.spent.as_deref().map_or_else(
             || match trials.len() {
                 1 => "1 trial".to_owned(),
                 n => format!("{n} trials"),
@@ -346,23 +331,17 @@ pub(crate) fn section(
         headline.push(sentence(label, &slo, outcome, &spent, cpu));
         let mut points: Vec<Point> = trials.iter().filter_map(|c| point(c)).collect();
         points.sort_by(|a, b| a.rate.total_cmp(&b.rate));
-        let target = s["target"].as_str().unwrap_or("?");
         let colour = colours
-            .get(target)
+            .get(&s.target)
             .copied()
             .unwrap_or(PALETTE[0])
             .to_owned();
         lines.push((label.to_owned(), colour, points));
     }
     html.push_str("</table>");
-    for s in &searches {
-        for w in s["warnings"].as_array().into_iter().flatten() {
-            let _ = write!(
-                html,
-                "<p class=\"note\">{}: {}</p>",
-                esc(s["label"].as_str().unwrap_or("?")),
-                esc(w.as_str().unwrap_or("?"))
-            );
+    for s in searches {
+        for w in &s.warnings {
+            let _ = write!(html, "<p class=\"note\">{}: {}</p>", esc(&s.label), esc(w));
         }
     }
     for (name, unit, figure, limit) in [
@@ -395,35 +374,23 @@ pub(crate) fn section(
 
 /// What the generator sustained alone before the search (a search's
 /// `generator_ceiling`), in a few words.
-fn generator_alone(ceiling: &Value) -> String {
-    if ceiling.is_null() {
+fn generator_alone(ceiling: Option<&Ceiling>) -> String {
+    let Some(ceiling) = ceiling else {
         return "not measured (load from the cluster's pods)".into();
-    }
-    let kept = if ceiling["healthy_per_s"].is_null() {
-        "never kept up".to_owned()
-    } else {
-        format!("kept up with {}", rate(&ceiling["healthy_per_s"]))
     };
-    if ceiling["behind_at_per_s"].is_null() {
-        kept
-    } else {
-        format!("{kept}, behind at {}", rate(&ceiling["behind_at_per_s"]))
+    let kept = match ceiling.healthy_per_s {
+        None => "never kept up".to_owned(),
+        Some(r) => format!("kept up with {}", rate(Some(r))),
+    };
+    match ceiling.behind_at_per_s {
+        None => kept,
+        Some(r) => format!("{kept}, behind at {}", rate(Some(r))),
     }
 }
 
 /// The trial entry run.json keeps for `cell`.
-fn trial_entry<'a>(run: &'a RunResults, cell: &CellResults) -> &'a Value {
-    (run.record.cells.get(cell.index))
-        .and_then(|c| c.search.as_ref())
-        .unwrap_or(&Value::Null)
-}
-
-fn trial_why<'a>(run: &'a RunResults, cell: &CellResults) -> Option<&'a str> {
-    trial_entry(run, cell)["why"].as_str()
-}
-
-fn trial_kind<'a>(run: &'a RunResults, cell: &CellResults) -> Option<&'a str> {
-    trial_entry(run, cell)["verdict"]["kind"].as_str()
+fn trial<'a>(run: &'a RunResults, cell: &CellResults) -> Option<&'a TrialRecord> {
+    run.record.cells.get(cell.index)?.search.as_ref()
 }
 
 /// The figure an objective draws a line on (`p50`, `p99`, `errors`) and its limit in the
@@ -441,28 +408,37 @@ fn objective_line(objective: &str) -> Option<(&'static str, f64)> {
 
 /// The headline's sentence for one search.
 /// `spent`: the trials in words (a search's `spent`, else a count).
-fn sentence(label: &str, slo: &[&str], outcome: &Value, spent: &str, cpu: Option<f64>) -> String {
+fn sentence(
+    label: &str,
+    slo: &[&str],
+    outcome: Option<&Outcome>,
+    spent: &str,
+    cpu: Option<f64>,
+) -> String {
     let within = slo.join(" and ");
     let cpu = cpu.map_or(String::new(), |c| {
         format!("; the proxy used {c:.2} cores there")
     });
-    match outcome["kind"].as_str() {
-        Some("found") => format!(
+    let Some(outcome) = outcome else {
+        return format!("{label}: the search did not end ({spent} so far).");
+    };
+    match &outcome.kind {
+        OutcomeKind::Found {
+            capacity_per_s,
+            failed_at_per_s,
+            broke,
+        } => format!(
             "{label}: capacity {} req/s within {within} (the limit lies between {} and {} req/s, where {} broke); {spent}{cpu}.",
-            rate(&outcome["capacity_per_s"]),
-            rate(&outcome["capacity_per_s"]),
-            rate(&outcome["failed_at_per_s"]),
-            outcome["broke"].as_str().unwrap_or("?")
+            rate(Some(*capacity_per_s)),
+            rate(Some(*capacity_per_s)),
+            rate(Some(*failed_at_per_s)),
+            broke.as_deref().unwrap_or("?")
         ),
-        Some("at_least") => format!(
+        OutcomeKind::AtLeast { capacity_per_s } => format!(
             "{label}: capacity at least {} req/s within {within} (the highest rate searched passed); {spent}{cpu}.",
-            rate(&outcome["capacity_per_s"])
+            rate(Some(*capacity_per_s))
         ),
-        Some(_) => format!(
-            "{label}: no capacity: {}; {spent}.",
-            outcome["said"].as_str().unwrap_or("?")
-        ),
-        None => format!("{label}: the search did not end ({spent} so far)."),
+        _ => format!("{label}: no capacity: {}; {spent}.", outcome.said),
     }
 }
 
@@ -530,10 +506,11 @@ mod tests {
 
     #[test]
     fn a_search_that_claims_no_capacity_says_what_passed_and_why_in_the_table() {
-        let stopped = serde_json::json!({
+        let stopped: OutcomeKind = serde_json::from_value(serde_json::json!({
             "kind": "target_stopped", "passed_per_s": 800.0, "failed_at_per_s": 1600.0,
             "stopped_at_per_s": 1600.0, "why": "3200 of 3200 requests refused",
-        });
+        }))
+        .unwrap();
         assert_eq!(
             bracket(&stopped),
             (
@@ -541,10 +518,11 @@ mod tests {
                 "1,600: the target stopped answering (3200 of 3200 requests refused)".to_owned()
             )
         );
-        let unjudged = serde_json::json!({
+        let unjudged: OutcomeKind = serde_json::from_value(serde_json::json!({
             "kind": "cannot_judge", "passed_per_s": null, "at_per_s": 200.0,
             "why": "p99 over 3 answers",
-        });
+        }))
+        .unwrap();
         assert_eq!(
             bracket(&unjudged),
             (

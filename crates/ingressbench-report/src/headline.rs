@@ -124,7 +124,11 @@ fn mean_cpu(cells: &[&CellResults]) -> Option<f64> {
     let cpu: Vec<f64> = cells
         .iter()
         .filter_map(|cell| {
-            cell.usage.as_ref()?["by_role"]["proxy"]["cpu_ms_per_1000_requests"].as_f64()
+            cell.usage
+                .as_ref()?
+                .by_role
+                .get("proxy")?
+                .cpu_ms_per_1000_requests
         })
         .collect();
     (!cpu.is_empty()).then(|| cpu.iter().sum::<f64>() / cpu.len() as f64)

@@ -3,10 +3,9 @@
 //! limit), what the proxy node's listen queues dropped, and the client's connect times
 //! beside it: a full accept queue shows in both, counted by each side.
 
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use ingressbench_results::site::Kernel;
 
 use crate::analysis::{self, Condition};
 use crate::results::RunResults;
@@ -17,11 +16,8 @@ use crate::svg::esc;
 pub(crate) fn section(run: &RunResults, conditions: &[Condition]) -> Option<String> {
     let mut rows = String::new();
     for c in conditions {
-        let records: Vec<&Value> = c
-            .cells
-            .iter()
+        let records: Vec<&Kernel> = (c.cells.iter())
             .filter_map(|i| run.record.cells.get(*i)?.kernel.as_ref())
-            .filter(|k| k.is_object())
             .collect();
         let Some(first) = records.first() else {
             continue;
@@ -42,13 +38,11 @@ pub(crate) fn section(run: &RunResults, conditions: &[Condition]) -> Option<Stri
         };
         // Summed over repeats: each cell counted from its own load's start.
         let mut queue = (0u64, 0u64, false);
-        for k in &records {
-            if let Some(nodes) = k["listen_queue"].as_object() {
-                queue.2 = true;
-                for c in nodes.values() {
-                    queue.0 += c["overflows"].as_u64().unwrap_or(0);
-                    queue.1 += c["drops"].as_u64().unwrap_or(0);
-                }
+        for nodes in records.iter().filter_map(|k| k.listen_queue.as_ref()) {
+            queue.2 = true;
+            for c in nodes.values() {
+                queue.0 += c.overflows;
+                queue.1 += c.drops;
             }
         }
         let _ = write!(
@@ -58,10 +52,10 @@ pub(crate) fn section(run: &RunResults, conditions: &[Condition]) -> Option<Stri
             esc(&c.settings),
             esc(&sysctls(first)),
             esc(&backlogs(first)),
-            first["open_files"]
-                .as_object()
-                .map(|m| m.values().map(Value::to_string).collect::<Vec<_>>().join(", "))
-                .unwrap_or_default(),
+            (first.open_files.values())
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
             if queue.2 {
                 format!("{} / {}", queue.0, queue.1)
             } else {
@@ -80,21 +74,9 @@ pub(crate) fn section(run: &RunResults, conditions: &[Condition]) -> Option<Stri
 }
 
 /// `node: name=value, …; node: …` of a kernel record.
-fn sysctls(kernel: &Value) -> String {
-    let Some(nodes) = kernel["sysctls"].as_object() else {
-        return String::new();
-    };
-    nodes
-        .iter()
+fn sysctls(kernel: &Kernel) -> String {
+    (kernel.sysctls.iter())
         .map(|(node, settings)| {
-            let settings: BTreeMap<&String, &str> = settings
-                .as_object()
-                .map(|m| {
-                    m.iter()
-                        .map(|(k, v)| (k, v.as_str().unwrap_or("?")))
-                        .collect()
-                })
-                .unwrap_or_default();
             let list: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
             format!("{node}: {}", list.join(", "))
         })
@@ -103,22 +85,14 @@ fn sysctls(kernel: &Value) -> String {
 }
 
 /// `port: backlog, …` of a kernel record's listeners.
-fn backlogs(kernel: &Value) -> String {
-    kernel["listeners"]
-        .as_array()
-        .map(|ls| {
-            ls.iter()
-                .map(|l| {
-                    format!(
-                        "{}: {}",
-                        l["port"],
-                        l["backlog"].as_u64().map_or("?".into(), |b| b.to_string())
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
+fn backlogs(kernel: &Kernel) -> String {
+    (kernel.listeners.iter())
+        .map(|l| {
+            let backlog = l.backlog.map_or("?".into(), |b| b.to_string());
+            format!("{}: {backlog}", l.port)
         })
-        .unwrap_or_default()
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 #[cfg(test)]
@@ -128,10 +102,11 @@ mod tests {
 
     #[test]
     fn a_record_reads_as_settings_and_queue_lengths() {
-        let k = json!({
+        let k: Kernel = serde_json::from_value(json!({
             "sysctls": { "node-1": { "net.core.somaxconn": "128", "net.ipv4.ip_local_port_range": "1024 65000" } },
             "listeners": [{ "proxy": "nginx", "node": "node-1", "port": 8080, "backlog": 128 }, { "proxy": "nginx", "node": "node-1", "port": 8443, "backlog": null }],
-        });
+        }))
+        .unwrap();
         assert_eq!(
             sysctls(&k),
             "node-1: net.core.somaxconn=128, net.ipv4.ip_local_port_range=1024 65000"

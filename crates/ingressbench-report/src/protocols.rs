@@ -41,11 +41,7 @@ pub(crate) fn pairs(conditions: &[Condition]) -> Vec<(&Condition, &Condition)> {
 fn stream_outcomes(run: &RunResults, c: &Condition) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for cell in cells(run, c) {
-        let Some(outcomes) = cell
-            .summary
-            .as_ref()
-            .and_then(|s| s["outcomes"].as_object())
-        else {
+        let Some(outcomes) = cell.summary.as_ref().and_then(|s| s.outcomes.as_ref()) else {
             continue;
         };
         for (name, n) in outcomes {

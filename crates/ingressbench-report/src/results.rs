@@ -9,6 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use ingressbench_results::site::{CountsReading, UsageReading};
+use ingressbench_results::summary::{CellSummary, Latency, Requests};
 use serde_json::Value;
 
 use ingressbench_results::run::RunRecord;
@@ -52,7 +54,7 @@ pub struct CellResults {
     /// the rule it broke); its figures are then none of the run's.
     pub unreadable: Vec<String>,
     /// Its `summary.json`.
-    pub summary: Option<Value>,
+    pub summary: Option<CellSummary>,
     /// The proxy's version.
     pub proxy_version: Option<String>,
     /// Its one-second windows (`latency.hlog`).
@@ -63,14 +65,14 @@ pub struct CellResults {
     /// Its `impact.json` entries.
     pub impact: Vec<ingressbench_results::impact::ImpactEntry>,
     /// Its `routes.json` (the route probe's figures per event firing), when it has one.
-    pub routes: Option<Value>,
+    pub routes: Option<ingressbench_results::routes::RoutesFile>,
     /// Its `websocket.json`, `sse.json`, `grpc.json` or `grpc-stream.json`, when its
     /// load was long-lived.
     pub websocket: Option<crate::websocket::StreamFile>,
     /// Seconds from the load's start to the start of measurement (the warm-up).
     pub measure_from_s: f64,
     /// What the lab's processes spent (`run.json`'s `usage`), if it was measured.
-    pub usage: Option<Value>,
+    pub usage: Option<ingressbench_results::site::Usage>,
     /// The proxies' CPU over time from `usage.jsonl`: (middle of each interval in seconds
     /// from the start of measurement, cores used in it).
     pub proxy_cpu: Vec<(f64, f64)>,
@@ -135,11 +137,7 @@ impl CellResults {
 
     /// A number from the summary by path (`["latency_us", "p99"]`).
     pub fn number(&self, path: &[&str]) -> Option<f64> {
-        let mut v = self.summary.as_ref()?;
-        for key in path {
-            v = v.get(key)?;
-        }
-        v.as_f64()
+        self.summary.as_ref()?.figure(path)
     }
 }
 
@@ -161,13 +159,7 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
     })?;
     let value: Value = serde_json::from_slice(&text)
         .map_err(|e| format!("{}: not a run record: {e}", run_json.display()))?;
-    if !value.get("cells").is_some_and(Value::is_array) {
-        return Err(format!(
-            "{}: not a run record (no `cells` list); give a results directory written by `ingressbench run`",
-            run_json.display()
-        ));
-    }
-    ingressbench_results::run::check_format(value["format_version"].as_str())
+    ingressbench_results::run::check_record(&value)
         .map_err(|e| format!("{}: {e}", run_json.display()))?;
     let mut record: RunRecord = serde_json::from_value(value)
         .map_err(|e| format!("{}: not a run record: {e}", run_json.display()))?;
@@ -217,7 +209,7 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             routes: None,
             websocket: None,
             measure_from_s: c.measure_from_s.unwrap_or(0.0),
-            usage: c.usage.clone().filter(|u| !u.is_null()),
+            usage: c.usage.clone(),
             proxy_cpu: Vec::new(),
             proxy_counts: Vec::new(),
             proxy_counts_unread: None,
@@ -327,76 +319,6 @@ fn seconds_allowed(duration_s: f64, measure_from_s: f64) -> u64 {
         + 60
 }
 
-/// The figures of a summary that a report and a gate read, checked: its duration and
-/// how many answered requests its latency counts. An error names what is missing.
-fn summary_figures(summary: &Value) -> Result<(f64, u64), String> {
-    let number = |path: &[&str]| {
-        path.iter()
-            .try_fold(summary, |v, key| v.get(key))
-            .and_then(Value::as_f64)
-            .filter(|x| x.is_finite() && *x >= 0.0)
-            .ok_or_else(|| {
-                format!(
-                    "summary.json is not a load summary: no number at {}",
-                    path.join(".")
-                )
-            })
-    };
-    for path in [
-        &["requests", "total"][..],
-        &["requests", "errors"],
-        &["latency_us", "p50"],
-        &["latency_us", "p99"],
-        &["latency_us", "mean"],
-        &["latency_us", "max"],
-    ] {
-        number(path)?;
-    }
-    conserved(summary)?;
-    Ok((
-        number(&["duration_s"])?,
-        number(&["latency_us", "count"])? as u64,
-    ))
-}
-
-/// Whether every request the summary counts ended in exactly one outcome: its outcomes
-/// add up to its requests, the failed ones to its errors, and (where it says) ok and
-/// errors to the whole. Summaries before the outcomes were written are not checked.
-fn conserved(summary: &Value) -> Result<(), String> {
-    let requests = &summary["requests"];
-    let (total, errors) = (
-        requests["total"].as_u64().unwrap_or(0),
-        requests["errors"].as_u64().unwrap_or(0),
-    );
-    if let Some(ok) = requests["ok"].as_u64() {
-        if ok.checked_add(errors) != Some(total) {
-            return Err(format!(
-                "summary.json counts {total} requests, {ok} ok and {errors} errors: they do not add up"
-            ));
-        }
-    }
-    let Some(outcomes) = summary["outcomes"].as_object() else {
-        return Ok(());
-    };
-    let (mut all, mut failed) = (0u64, 0u64);
-    for (name, n) in outcomes {
-        let Some(n) = n.as_u64() else {
-            return Err(format!("summary.json's outcome {name} is not a count"));
-        };
-        all = all.saturating_add(n);
-        if !ingressbench_stats::Outcome::from_name(name).is_some_and(|o| o.is_ok()) {
-            failed = failed.saturating_add(n);
-        }
-    }
-    if all != total || failed != errors {
-        return Err(format!(
-            "summary.json's outcomes count {all} requests ({failed} failed) and its requests {total} ({errors} errors): {} in no outcome or in two",
-            all.abs_diff(total).max(failed.abs_diff(errors))
-        ));
-    }
-    Ok(())
-}
-
 /// Reads a cell the run recorded as done: its summary (which must be one), its interval
 /// log (whole, and holding every answered request the summary counts), its impact and
 /// workers records when present, and its CPU readings. Any of these that cannot be read
@@ -410,16 +332,18 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
     let summary = read("summary.json", files::CELL_JSON_LIMIT, "a summary's").and_then(|b| {
         let value: Value =
             serde_json::from_slice(&b).map_err(|e| format!("summary.json is not JSON: {e}"))?;
-        let figures = summary_figures(&value)?;
-        Ok((value, figures))
+        CellSummary::read(value)
     });
-    let (value, (duration_s, answered)) = match summary {
-        Ok(both) => both,
+    let summary = match summary {
+        Ok(s) => s,
         Err(e) => {
             cell.unreadable.push(e);
             return;
         }
     };
+    // Both there: checked as it was read.
+    let duration_s = summary.duration_s.unwrap_or(0.0);
+    let answered = summary.latency_us.count.unwrap_or(0);
     let windows = seconds_allowed(duration_s, cell.measure_from_s);
     let hlog = read(
         "latency.hlog",
@@ -474,7 +398,10 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
             Some(at) => why.push(format!(
                 "{at} is negative, and no count, time or size the route probe records can be"
             )),
-            None => cell.routes = Some(v),
+            None => match serde_json::from_value(v) {
+                Ok(routes) => cell.routes = Some(routes),
+                Err(e) => why.push(format!("routes.json: {e}")),
+            },
         },
         Some(Ok(_)) => why.push("routes.json has no list of firings".into()),
         Some(Err(e)) => why.push(e),
@@ -490,8 +417,8 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
     });
     match stream {
         Some(Ok(w)) => {
-            let total = value["requests"]["total"].as_u64().unwrap_or(0);
-            let waiting = value["outcomes"]["waiting_at_end"].as_u64().unwrap_or(0);
+            let total = summary.requests.total.unwrap_or(0);
+            let waiting = summary.outcome("waiting_at_end").unwrap_or(0);
             let (_, items) = w.kind.nouns();
             // Every message (event) due after the warm-up is in the summary once: sent or
             // never sent. Those still out at the end are its `waiting_at_end` (in results
@@ -524,7 +451,7 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         Ok(counts) => cell.proxy_counts = counts,
         Err(why) => cell.proxy_counts_unread = Some(why),
     }
-    cell.summary = Some(value);
+    cell.summary = Some(summary);
     cell.set_unreadable(why);
 }
 
@@ -574,7 +501,7 @@ fn count_readings(
     }
     let lines = files::Lines::open(root, &parts, seconds + 1)
         .and_then(|lines| lines.collect::<Result<Vec<_>, _>>())?;
-    let readings: Vec<Value> = lines
+    let readings: Vec<CountsReading> = lines
         .iter()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect();
@@ -593,23 +520,21 @@ fn count_readings(
 /// The rate per second of the sum of `names` over every proxy, between consecutive
 /// readings, at each interval's middle; a count that fell started again (a reload), and
 /// what it holds then is its increase. `None` when no proxy counts any of them.
-fn count_rates(readings: &[Value], names: &[&str]) -> Option<Vec<(f64, f64)>> {
+fn count_rates(readings: &[CountsReading], names: &[&str]) -> Option<Vec<(f64, f64)>> {
     let mut counted = false;
     // Per reading: its time, and each proxy's count.
     let points: Vec<(f64, BTreeMap<String, u64>)> = readings
         .iter()
-        .filter_map(|r| {
-            let t = r["t_s"].as_f64()?;
-            let by_proxy = r["proxies"]
-                .as_object()?
-                .iter()
+        .map(|r| {
+            let by_proxy = (r.proxies.iter())
                 .filter_map(|(proxy, c)| {
-                    let values: Vec<u64> = names.iter().filter_map(|n| c[*n].as_u64()).collect();
+                    let values: Vec<u64> =
+                        names.iter().filter_map(|n| c.get(*n).copied()).collect();
                     counted |= !values.is_empty();
                     (!values.is_empty()).then(|| (proxy.clone(), values.iter().sum()))
                 })
                 .collect();
-            Some((t, by_proxy))
+            (r.t_s, by_proxy)
         })
         .collect();
     if !counted {
@@ -694,35 +619,12 @@ fn recover_cell(cell: &mut CellResults, root: &Path, notes: &mut Vec<String>) {
     cell.proxy_cpu = usage_readings(cell, root, cell.windows.len() as u64 + 60);
 }
 
-/// What a cut-short attempt had measured, in words, from its summary as run.json keeps
-/// it (`requests`, `p99_us`) or as [`rebuild_summary`] makes it: `after 3 s: 1234
-/// requests answered, p99 2345 us`, or `before any request was answered`.
-pub fn attempt_said(summary: &Value) -> String {
-    let requests = summary["requests"]
-        .as_u64()
-        .or_else(|| summary["latency_us"]["count"].as_u64())
-        .unwrap_or(0);
-    let after = summary["duration_s"]
-        .as_f64()
-        .map_or(String::new(), |s| format!("after {s:.0} s: "));
-    if requests == 0 {
-        return format!("{after}before any request was answered");
-    }
-    let p99 = summary["p99_us"]
-        .as_u64()
-        .or_else(|| summary["latency_us"]["p99"].as_u64());
-    match p99 {
-        Some(p99) => format!("{after}{requests} requests answered, p99 {p99} us"),
-        None => format!("{after}{requests} requests answered"),
-    }
-}
-
 /// The summary of a cell cut short, from its interval log: requests answered and their
 /// latency from the histograms; every outcome, errors included, from the per-interval
 /// counts (a log without them, from an older version, leaves errors unknown). Marked
 /// `rebuilt_from` and `interrupted`, with a warning that says so. `None` without an
 /// interval.
-pub fn rebuild_summary(partial: &crate::hlog::Partial) -> Option<Value> {
+pub fn rebuild_summary(partial: &crate::hlog::Partial) -> Option<CellSummary> {
     let last = partial.intervals.last()?;
     let mut latency = ingressbench_stats::HistogramUs::new();
     for i in &partial.intervals {
@@ -731,40 +633,47 @@ pub fn rebuild_summary(partial: &crate::hlog::Partial) -> Option<Value> {
     let seconds = (last.start + last.length).as_secs_f64();
     let with_outcomes = partial.intervals_with_outcomes == partial.intervals.len();
     let o = &partial.outcomes;
-    let (total, ok, errors, outcomes) = if with_outcomes {
-        (
-            Value::from(o.total()),
-            Value::from(o.ok()),
-            Value::from(o.errors()),
-            serde_json::to_value(o.to_map()).unwrap_or(Value::Null),
-        )
+    let (requests, outcomes) = if with_outcomes {
+        let outcomes = (o.to_map().into_iter())
+            .map(|(k, v)| (k, Value::from(v)))
+            .collect();
+        let requests = Requests {
+            total: Some(o.total()),
+            ok: Some(o.ok()),
+            errors: Some(o.errors()),
+        };
+        (requests, Some(outcomes))
     } else {
-        (
-            Value::from(latency.count()),
-            Value::Null,
-            Value::Null,
-            Value::Null,
-        )
+        let requests = Requests {
+            total: Some(latency.count()),
+            ..Requests::default()
+        };
+        (requests, None)
     };
-    let pct = |p: f64| Value::from(latency.value_at_percentile(p));
-    Some(serde_json::json!({
-        "rebuilt_from": "latency.hlog",
-        "interrupted": true,
-        "duration_s": seconds,
-        "requests": { "total": total, "ok": ok, "errors": errors },
-        "outcomes": outcomes,
-        "latency_us": {
-            "count": latency.count(),
-            "mean": latency.mean(),
-            "p50": pct(50.0), "p90": pct(90.0), "p99": pct(99.0), "p999": pct(99.9),
-            "max": latency.max(),
+    let pct = |p: f64| Some(latency.value_at_percentile(p) as f64);
+    let summary = CellSummary {
+        rebuilt_from: Some("latency.hlog".into()),
+        interrupted: true,
+        duration_s: Some(seconds),
+        requests,
+        outcomes,
+        latency_us: Latency {
+            count: Some(latency.count()),
+            mean: Some(latency.mean()),
+            p50: pct(50.0),
+            p90: pct(90.0),
+            p99: pct(99.0),
+            p999: pct(99.9),
+            max: Some(latency.max() as f64),
         },
-        "warnings": [format!(
+        warnings: vec![format!(
             "CUT SHORT, REBUILT FROM DISK: this cell's run ended before the cell did (killed, crashed, or stopped by a second Ctrl-C); its figures are rebuilt from the {} one-second windows of latency.hlog (the first {seconds:.0} s){}",
             partial.intervals.len(),
             if with_outcomes { "" } else { "; the log has no outcome counts (an older version wrote it), so errors are unknown" }
         )],
-    }))
+        ..CellSummary::default()
+    };
+    Some(summary.made())
 }
 
 /// A CSV field as written: quoted (with doubled quotes inside) or plain.
@@ -781,16 +690,8 @@ fn unquote(field: &str) -> String {
 pub fn cpu_rates(usage_jsonl: &str, role: &str) -> Vec<(f64, f64)> {
     let readings: Vec<(f64, f64)> = usage_jsonl
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter_map(|r| {
-            let cpu = r["parts"]
-                .as_array()?
-                .iter()
-                .filter(|p| p["role"] == role)
-                .filter_map(|p| p["cpu_s"].as_f64())
-                .sum();
-            Some((r["t_s"].as_f64()?, cpu))
-        })
+        .filter_map(|l| serde_json::from_str::<UsageReading>(l).ok())
+        .map(|r| (r.t_s, r.cpu_s(role)))
         .collect();
     readings
         .windows(2)
@@ -825,7 +726,8 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
         )
     };
     let summary: Value = serde_json::from_slice(&bytes).map_err(|e| not_summary(e.to_string()))?;
-    let (duration_s, _) = summary_figures(&summary).map_err(not_summary)?;
+    let summary = CellSummary::read(summary).map_err(not_summary)?;
+    let duration_s = summary.duration_s.unwrap_or(0.0);
     let mut notes = Vec::new();
     let mut unreadable = Vec::new();
     let hlog = path.with_extension("hlog");
@@ -854,13 +756,13 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
         .map_or("load".into(), |s| s.to_string_lossy().into_owned());
     let record = RunRecord {
         scenario: name,
-        status: if summary["interrupted"].as_bool() == Some(true) {
+        status: if summary.interrupted {
             "incomplete"
         } else {
             "complete"
         }
         .to_owned(),
-        tool_version: summary["tool_version"].as_str().map(str::to_owned),
+        tool_version: summary.tool_version.clone(),
         ..RunRecord::default()
     };
     let root = dir
@@ -873,7 +775,7 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
         cells: vec![CellResults {
             index: 0,
             repeat: 0,
-            target: summary["target"].as_str().unwrap_or("target").to_owned(),
+            target: summary.target.clone().unwrap_or_else(|| "target".into()),
             settings: Vec::new(),
             status: "done".into(),
             dir: None,
@@ -971,23 +873,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cut_short_attempt_is_said_from_either_shape_of_summary() {
-        use serde_json::json;
-        // As run.json keeps a cell's summary.
-        let kept = json!({ "errors": 0, "p99_us": 2345, "requests": 1234 });
-        assert_eq!(attempt_said(&kept), "1234 requests answered, p99 2345 us");
-        // As rebuilt from the interval log.
-        let rebuilt = json!({ "duration_s": 3.2, "latency_us": { "count": 150, "p99": 900 } });
-        assert_eq!(
-            attempt_said(&rebuilt),
-            "after 3 s: 150 requests answered, p99 900 us"
-        );
-        // Cut during its warm-up: nothing to say but that.
-        let none = json!({ "errors": 0, "p99_us": null, "requests": 0 });
-        assert_eq!(attempt_said(&none), "before any request was answered");
-    }
-
-    #[test]
     fn samples_of_every_column_set_read_alike() {
         let dir = std::env::temp_dir().join(format!("ib-samples-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -1017,7 +902,7 @@ mod tests {
 
     #[test]
     fn count_rates_sum_the_proxies_and_take_a_fall_as_a_new_start() {
-        let readings: Vec<Value> = [
+        let readings: Vec<CountsReading> = [
             r#"{"t_s":0.0,"proxies":{"a":{"upstream_connect_failures":0,"upstream_response_errors":0},"b":{"upstream_connect_failures":5}}}"#,
             r#"{"t_s":1.0,"proxies":{"a":{"upstream_connect_failures":3,"upstream_response_errors":1},"b":{"upstream_connect_failures":6}}}"#,
             r#"{"t_s":2.0,"proxies":{"a":{"upstream_connect_failures":2,"upstream_response_errors":1},"b":{"upstream_connect_failures":6}}}"#,

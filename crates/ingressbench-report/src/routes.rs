@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use ingressbench_results::routes::{Firing, Memory};
 
 use crate::results::{CellResults, RunResults};
 use crate::svg::{esc, short, Axis, Plot, PALETTE};
@@ -20,10 +20,10 @@ pub(crate) fn section(
     colours: &BTreeMap<String, &str>,
     charts: &mut Vec<(String, String)>,
 ) -> Option<(String, Vec<String>)> {
-    let cells: Vec<(&CellResults, &Vec<Value>)> = run
+    let cells: Vec<(&CellResults, &Vec<Firing>)> = run
         .cells
         .iter()
-        .filter_map(|c| Some((c, c.routes.as_ref()?["firings"].as_array()?)))
+        .filter_map(|c| Some((c, &c.routes.as_ref()?.firings)))
         .collect();
     if cells.is_empty() {
         return None;
@@ -44,7 +44,7 @@ pub(crate) fn section(
         (
             "memory",
             "proxy memory (MiB)",
-            rss_mib as fn(&Value) -> Option<f64>,
+            rss_mib as fn(&Firing) -> Option<f64>,
         ),
         ("cpu", "proxy CPU over the step (ms)", proxy_cpu_ms),
         (
@@ -74,10 +74,10 @@ pub(crate) fn section(
             let _ = write!(
                 html,
                 "<p class=\"note\">The tool's CPU for the route changes and the probe: {} ms (the probe {} ms, at {} probes/s over {} connections).</p>",
-                number(&routes["tool_cpu_ms"], 0),
-                number(&routes["probe"]["cpu_ms"], 0),
-                number(&routes["probe"]["rate"], 0),
-                number(&routes["probe"]["connections"], 0),
+                number(Some(routes.tool_cpu_ms), 0),
+                number(Some(routes.probe.cpu_ms), 0),
+                number(Some(routes.probe.rate), 0),
+                number(Some(routes.probe.connections as f64), 0),
             );
         }
         headline.extend(sentences(&label, firings));
@@ -94,47 +94,48 @@ pub(crate) fn section(
     Some((html, headline))
 }
 
-fn rss_mib(f: &Value) -> Option<f64> {
-    f["proxy_rss_bytes"]["after"]
-        .as_f64()
-        .map(|b| b / (1024.0 * 1024.0))
+fn mib(bytes: Option<&Memory>) -> Option<f64> {
+    bytes?.after.map(|b| b as f64 / (1024.0 * 1024.0))
+}
+
+fn rss_mib(f: &Firing) -> Option<f64> {
+    mib(f.proxy_rss_bytes.as_ref())
 }
 
 /// The p99's 95% interval over the step's routes, as `95% 280-320 ms, ` (empty when the
 /// results have none).
-fn p99_interval(f: &Value) -> String {
-    match f["time_to_right_ms"]["p99_interval"]
-        .as_array()
-        .map(Vec::as_slice)
-    {
-        Some([low, high]) => format!("95% {}-{} ms, ", number(low, 0), number(high, 0)),
-        _ => String::new(),
+fn p99_interval(f: &Firing) -> String {
+    match f.time_to_right_ms.p99_interval {
+        Some([low, high]) => format!(
+            "95% {}-{} ms, ",
+            number(Some(low), 0),
+            number(Some(high), 0)
+        ),
+        None => String::new(),
     }
 }
 
 /// A cluster controller's resident memory (MiB) once the step's routes were right, when
 /// it runs apart from its proxy and was measured.
-fn controller_mib(f: &Value) -> Option<f64> {
-    f["controller_rss_bytes"]["after"]
-        .as_f64()
-        .map(|b| b / (1024.0 * 1024.0))
+fn controller_mib(f: &Firing) -> Option<f64> {
+    mib(f.controller_rss_bytes.as_ref())
 }
 
 /// The CPU the proxy spent from the step's request to the next step's (to a second).
-fn proxy_cpu_ms(f: &Value) -> Option<f64> {
-    f["proxy_cpu_ms"].as_f64()
+fn proxy_cpu_ms(f: &Firing) -> Option<f64> {
+    f.proxy_cpu_ms
 }
 
-fn p99_ms(f: &Value) -> Option<f64> {
-    f["time_to_right_ms"]["p99"].as_f64()
+fn p99_ms(f: &Firing) -> Option<f64> {
+    f.time_to_right_ms.p99
 }
 
 /// A figure of each step against the routes in force after it, a line per cell in step
 /// order (steps down come back along it); `None` with fewer than two points.
 fn against_routes(
-    cells: &[(&CellResults, &Vec<Value>)],
+    cells: &[(&CellResults, &Vec<Firing>)],
     unit: &str,
-    figure: fn(&Value) -> Option<f64>,
+    figure: fn(&Firing) -> Option<f64>,
     colour: &dyn Fn(&CellResults) -> String,
 ) -> Option<String> {
     let lines: Vec<(&CellResults, Vec<(f64, f64)>)> = cells
@@ -142,8 +143,8 @@ fn against_routes(
         .map(|(c, firings)| {
             let points = firings
                 .iter()
-                .filter(|f| f["one_at_a_time"] != true)
-                .filter_map(|f| Some((f["routes_after"].as_f64()?, figure(f)?)))
+                .filter(|f| !f.one_at_a_time)
+                .filter_map(|f| Some((f.routes_after? as f64, figure(f)?)))
                 .filter(|(x, _)| *x > 0.0)
                 .collect();
             (*c, points)
@@ -172,13 +173,12 @@ fn against_routes(
 }
 
 /// A cell's steps as a table.
-fn table(cell: &CellResults, firings: &[Value]) -> String {
+fn table(cell: &CellResults, firings: &[Firing]) -> String {
     let mut t = String::from("<table><tr><th class=\"l\">step</th><th>routes after</th><th>asked</th><th>right</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th><th>last right ms</th><th>resolution ms</th><th class=\"l\">wrong</th><th class=\"l\">never right</th><th>errors on existing routes</th><th>proxy MiB</th><th>proxy CPU ms</th><th>controller MiB</th><th>config KiB</th><th>tool CPU ms</th></tr>");
     for (i, f) in firings.iter().enumerate() {
-        let from = f["requested_s"].as_f64().unwrap_or(f64::INFINITY);
-        let to = firings
-            .get(i + 1)
-            .and_then(|n| n["requested_s"].as_f64())
+        let from = f.requested_s.unwrap_or(f64::INFINITY);
+        let to = (firings.get(i + 1))
+            .and_then(|n| n.requested_s)
             .unwrap_or(f64::INFINITY);
         let errors: u64 = cell
             .impact
@@ -186,18 +186,10 @@ fn table(cell: &CellResults, firings: &[Value]) -> String {
             .filter(|e| e.requested_s >= from - 1e-6 && e.requested_s < to)
             .filter_map(|e| e.requests.errors)
             .sum();
-        let wrong: Vec<String> = f["wrong"]
-            .as_object()
-            .into_iter()
-            .flatten()
+        let wrong: Vec<String> = (f.wrong.iter())
             .map(|(k, v)| format!("{v} × {k}"))
             .collect();
-        let never: Vec<&str> = f["never_right"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let never = &f.never_right;
         let never_cell = if never.is_empty() {
             "0".to_owned()
         } else {
@@ -207,28 +199,27 @@ fn table(cell: &CellResults, firings: &[Value]) -> String {
                 esc(&never.join(" "))
             )
         };
-        let ms = |path: &str| number(&f["time_to_right_ms"][path], 1);
+        let ms = |v: Option<f64>| number(v, 1);
+        let times = &f.time_to_right_ms;
         let _ = write!(
             t,
             "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td><td class=\"l\">{never_cell}</td><td>{errors}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            esc(f["what"].as_str().unwrap_or("")),
-            number(&f["routes_after"], 0),
-            number(&f["asked"], 0),
-            number(&f["right"], 0),
-            ms("p50"),
-            ms("p90"),
-            ms("p99"),
-            ms("max"),
-            number(&f["last_right_ms"], 1),
-            number(&f["resolution_ms"]["p50"], 2),
+            esc(&f.what),
+            number(f.routes_after.map(|r| r as f64), 0),
+            number(Some(f.asked as f64), 0),
+            number(Some(f.right as f64), 0),
+            ms(times.p50),
+            ms(times.p90),
+            ms(times.p99),
+            ms(times.max),
+            number(f.last_right_ms, 1),
+            number(f.resolution_ms.p50, 2),
             esc(&wrong.join(", ")),
             rss_mib(f).map_or("-".to_owned(), |m| format!("{m:.0}")),
             proxy_cpu_ms(f).map_or("-".to_owned(), |m| format!("{m:.0}")),
             controller_mib(f).map_or("-".to_owned(), |m| format!("{m:.0}")),
-            f["config_bytes"]
-                .as_f64()
-                .map_or("-".to_owned(), |b| format!("{:.0}", b / 1024.0)),
-            number(&f["tool_cpu_ms"], 1),
+            (f.config_bytes).map_or("-".to_owned(), |b| format!("{:.0}", b as f64 / 1024.0)),
+            number(Some(f.tool_cpu_ms), 1),
         );
     }
     t.push_str("</table>");
@@ -236,17 +227,12 @@ fn table(cell: &CellResults, firings: &[Value]) -> String {
 }
 
 /// Each step's CDF of time to right, a line per step.
-fn cdf(firings: &[Value], label: &str) -> Option<String> {
+fn cdf(firings: &[Firing], label: &str) -> Option<String> {
     let lines: Vec<(String, Vec<(f64, f64)>)> = firings
         .iter()
         .map(|f| {
-            let points = f["cdf"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|p| Some((p[0].as_f64()?.max(0.001), p[1].as_f64()?)))
-                .collect();
-            (f["what"].as_str().unwrap_or("").to_owned(), points)
+            let points = f.cdf.iter().map(|[ms, q]| (ms.max(0.001), *q)).collect();
+            (f.what.clone(), points)
         })
         .filter(|(_, p): &(String, Vec<(f64, f64)>)| !p.is_empty())
         .collect();
@@ -277,53 +263,48 @@ fn cdf(firings: &[Value], label: &str) -> Option<String> {
 
 /// The headline's sentences for a cell: the bulk step nearest 1,000 routes, and the
 /// routes added one at a time.
-fn sentences(label: &str, firings: &[Value]) -> Vec<String> {
+fn sentences(label: &str, firings: &[Firing]) -> Vec<String> {
     let mut out = Vec::new();
     let bulk = firings
         .iter()
-        .filter(|f| f["one_at_a_time"] != true)
-        .filter_map(|f| Some((f["routes_after"].as_f64()?, f)))
+        .filter(|f| !f.one_at_a_time)
+        .filter_map(|f| Some((f.routes_after? as f64, f)))
         .min_by(|a, b| (a.0 - 1000.0).abs().total_cmp(&(b.0 - 1000.0).abs()));
     if let Some((routes, f)) = bulk {
         out.push(format!(
             "{label}: at {} routes ({}), p99 time to first right answer {} ms ({}resolution {} ms){}{}.",
-            number(&Value::from(routes), 0),
-            f["what"].as_str().unwrap_or(""),
-            number(&f["time_to_right_ms"]["p99"], 0),
+            number(Some(routes), 0),
+            f.what,
+            number(f.time_to_right_ms.p99, 0),
             p99_interval(f),
-            number(&f["resolution_ms"]["p50"], 0),
+            number(f.resolution_ms.p50, 0),
             rss_mib(f).map_or(String::new(), |m| format!(", proxy memory {m:.0} MiB")),
             never_note(f),
         ));
     }
-    for f in firings.iter().filter(|f| f["one_at_a_time"] == true) {
+    for f in firings.iter().filter(|f| f.one_at_a_time) {
         out.push(format!(
             "{label}: {} with {} present, p99 {} ms (resolution {} ms){}.",
-            f["what"].as_str().unwrap_or(""),
-            number(
-                &Value::from(
-                    f["routes_after"].as_f64().unwrap_or(0.0) - f["asked"].as_f64().unwrap_or(0.0)
-                ),
-                0
-            ),
-            number(&f["time_to_right_ms"]["p99"], 1),
-            number(&f["resolution_ms"]["p50"], 2),
+            f.what,
+            number(Some(f.routes_before()), 0),
+            number(f.time_to_right_ms.p99, 1),
+            number(f.resolution_ms.p50, 2),
             never_note(f),
         ));
     }
     out
 }
 
-fn never_note(f: &Value) -> String {
-    match f["never_right"].as_array().map_or(0, Vec::len) {
+fn never_note(f: &Firing) -> String {
+    match f.never_right.len() {
         0 => String::new(),
         n => format!(", {n} never right"),
     }
 }
 
 /// A number with `decimals`, thousands grouped; `-` when absent.
-pub(crate) fn number(v: &Value, decimals: usize) -> String {
-    let Some(x) = v.as_f64() else {
+pub(crate) fn number(x: Option<f64>, decimals: usize) -> String {
+    let Some(x) = x else {
         return "-".into();
     };
     let text = format!("{x:.decimals$}");
@@ -350,15 +331,15 @@ mod tests {
 
     #[test]
     fn numbers_are_grouped_by_thousands() {
-        assert_eq!(number(&Value::from(10000.0), 0), "10,000");
-        assert_eq!(number(&Value::from(1187.44), 1), "1,187.4");
-        assert_eq!(number(&Value::from(-999.0), 0), "-999");
-        assert_eq!(number(&Value::Null, 0), "-");
+        assert_eq!(number(Some(10000.0), 0), "10,000");
+        assert_eq!(number(Some(1187.44), 1), "1,187.4");
+        assert_eq!(number(Some(-999.0), 0), "-999");
+        assert_eq!(number(None, 0), "-");
     }
 
     #[test]
     fn the_headline_takes_the_bulk_step_nearest_a_thousand_routes() {
-        let firings: Vec<Value> = serde_json::from_str(
+        let firings: Vec<Firing> = serde_json::from_str(
             r#"[{"what":"to 100 routes","routes_after":101,"one_at_a_time":false,"time_to_right_ms":{"p99":30},"resolution_ms":{"p50":5},"proxy_rss_bytes":{"after":104857600},"never_right":[]},
                 {"what":"to 1000 routes","routes_after":1001,"one_at_a_time":false,"time_to_right_ms":{"p99":300,"p99_interval":[280,320]},"resolution_ms":{"p50":50},"proxy_rss_bytes":{"after":209715200},"never_right":["r9.routes.test"]},
                 {"what":"add 2 routes one at a time","routes_after":1003,"asked":2,"one_at_a_time":true,"time_to_right_ms":{"p99":7.6},"resolution_ms":{"p50":0.5},"never_right":[]}]"#,

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use ingressbench_results::site::{Link, LinkOverhead, Topology};
 
 use crate::results::RunResults;
 use crate::svg::{document, esc};
@@ -21,25 +21,26 @@ const MAX_PARTS: usize = 4;
 /// the links' own measured added time. `None` when no cell ran on more than one node.
 pub(crate) fn section(run: &RunResults) -> Option<(String, Vec<(String, String)>)> {
     // Topology (as JSON text) -> (topology, who ran on it, the first cell's relay overhead).
-    let mut seen: BTreeMap<String, (Value, Vec<String>, Option<Value>)> = BTreeMap::new();
+    let mut seen: BTreeMap<String, (&Topology, Vec<String>, Option<LinkOverhead>)> =
+        BTreeMap::new();
     for cell in &run.cells {
         let Some(entry) = run.record.cells.get(cell.index) else {
             continue;
         };
-        let Some(topology) = entry.topology.as_ref().filter(|t| t.is_object()) else {
+        let Some(topology) = entry.topology.as_ref() else {
             continue;
         };
         let who = format!("{} {}", cell.target, cell.settings_label())
             .trim()
             .to_owned();
         let slot = seen
-            .entry(topology.to_string())
-            .or_insert_with(|| (topology.clone(), Vec::new(), None));
+            .entry(serde_json::to_string(topology).unwrap_or_default())
+            .or_insert_with(|| (topology, Vec::new(), None));
         if !slot.1.contains(&who) {
             slot.1.push(who);
         }
         if slot.2.is_none() {
-            slot.2 = entry.link_overhead_us.clone().filter(Value::is_object);
+            slot.2 = entry.link_overhead_us;
         }
     }
     if seen.is_empty() {
@@ -48,9 +49,8 @@ pub(crate) fn section(run: &RunResults) -> Option<(String, Vec<(String, String)>
     let mut html = String::from("<section><h2>Where it ran</h2><p class=\"note\">The nodes of each topology, left to right along a request's path (client, L4 front, proxies, sidecar, backends), and the emulated links between them (one-way delay ± jitter, each direction; bandwidth and reset probability when set). A request and its answer cross each link once each way. Below each, the links' own added time per chunk, as the relays measured it.</p>");
     let mut charts = Vec::new();
     for (i, (_, (topology, who, overhead))) in seen.into_iter().enumerate() {
-        let svg = diagram(&topology);
-        let isolation = topology["isolation"].as_str().unwrap_or("loopback");
-        let isolation = if isolation == "netns" {
+        let svg = diagram(topology);
+        let isolation = if topology.isolation == "netns" {
             "each node a network namespace"
         } else {
             "each node an address on loopback"
@@ -65,9 +65,7 @@ pub(crate) fn section(run: &RunResults) -> Option<(String, Vec<(String, String)>
             let _ = write!(
                 html,
                 "<p class=\"note\">Links' own added time beyond their delay, first cell: p50 {} us, p99 {} us over {} chunks.</p>",
-                o["p50"].as_u64().unwrap_or(0),
-                o["p99"].as_u64().unwrap_or(0),
-                o["chunks"].as_u64().unwrap_or(0)
+                o.p50, o.p99, o.chunks
             );
         }
         html.push_str("</figure>");
@@ -88,29 +86,20 @@ struct NodeBox {
 }
 
 /// Draws one topology.
-fn diagram(topology: &Value) -> String {
-    let empty = Vec::new();
-    let nodes = topology["nodes"].as_array().unwrap_or(&empty);
+fn diagram(topology: &Topology) -> String {
+    let nodes = &topology.nodes;
     // The columns in use, in path order, numbered from 0.
-    let mut columns: Vec<u64> = nodes.iter().filter_map(|n| n["column"].as_u64()).collect();
+    let mut columns: Vec<u64> = nodes.iter().map(|n| n.column).collect();
     columns.sort_unstable();
     columns.dedup();
     let mut heights = vec![MARGIN + 3.0 * LINE; columns.len()];
     let mut boxes = Vec::new();
     for n in nodes {
-        let Some(col) = n["column"]
-            .as_u64()
-            .and_then(|c| columns.iter().position(|x| *x == c))
-        else {
+        let Some(col) = columns.iter().position(|x| *x == n.column) else {
             continue;
         };
-        let parts: Vec<String> = n["runs"]
-            .as_array()
-            .unwrap_or(&empty)
-            .iter()
-            .filter_map(|r| r.as_str().map(str::to_owned))
-            .collect();
-        let mut lines = vec![n["address"].as_str().unwrap_or("").to_owned()];
+        let parts = &n.runs;
+        let mut lines = vec![n.address.clone()];
         lines.extend(parts.iter().take(MAX_PARTS).cloned());
         if parts.len() > MAX_PARTS {
             lines.push(format!("+{} more", parts.len() - MAX_PARTS));
@@ -120,9 +109,9 @@ fn diagram(topology: &Value) -> String {
         let y = heights[col];
         heights[col] += height + 14.0;
         boxes.push(NodeBox {
-            name: n["name"].as_str().unwrap_or("?").to_owned(),
+            name: n.name.clone(),
             lines,
-            outside: n["outside"].as_bool().unwrap_or(false),
+            outside: n.outside,
             x,
             y,
             height,
@@ -131,13 +120,9 @@ fn diagram(topology: &Value) -> String {
     let width = MARGIN * 2.0 + columns.len() as f64 * (BOX_WIDTH + COLUMN_GAP) - COLUMN_GAP;
     let height = heights.iter().copied().fold(0.0, f64::max) + MARGIN;
     let mut body = String::new();
-    for link in topology["links"].as_array().unwrap_or(&empty) {
-        let find = |key: &str| {
-            boxes
-                .iter()
-                .find(|b| Some(b.name.as_str()) == link[key].as_str())
-        };
-        let (Some(from), Some(to)) = (find("from"), find("to")) else {
+    for link in &topology.links {
+        let find = |name: &str| boxes.iter().find(|b| b.name == name);
+        let (Some(from), Some(to)) = (find(&link.from), find(&link.to)) else {
             continue;
         };
         let (x1, y1) = (from.x + BOX_WIDTH, from.y + from.height / 2.0);
@@ -189,18 +174,18 @@ fn diagram(topology: &Value) -> String {
 }
 
 /// `["0.3 ms ± 0.05 ms", "100 Mbit/s", "reset 0.1%"]`.
-fn link_label(link: &Value) -> Vec<String> {
-    let ms = |key: &str| link[key].as_f64().unwrap_or(0.0) / 1000.0;
-    let mut delay = format!("{} ms", trim(ms("delay_us")));
-    if ms("jitter_us") > 0.0 {
-        let _ = write!(delay, " ± {} ms", trim(ms("jitter_us")));
+fn link_label(link: &Link) -> Vec<String> {
+    let ms = |us: u64| us as f64 / 1000.0;
+    let mut delay = format!("{} ms", trim(ms(link.delay_us)));
+    if link.jitter_us > 0 {
+        let _ = write!(delay, " ± {} ms", trim(ms(link.jitter_us)));
     }
     let mut parts = vec![delay];
-    if let Some(b) = link["bandwidth_bytes_per_s"].as_f64() {
-        parts.push(format!("{} Mbit/s", trim(b * 8.0 / 1e6)));
+    if let Some(b) = link.bandwidth_bytes_per_s {
+        parts.push(format!("{} Mbit/s", trim(b as f64 * 8.0 / 1e6)));
     }
-    if let Some(r) = link["reset"].as_f64().filter(|r| *r > 0.0) {
-        parts.push(format!("reset {}%", trim(r * 100.0)));
+    if link.reset > 0.0 {
+        parts.push(format!("reset {}%", trim(link.reset * 100.0)));
     }
     parts
 }
@@ -218,7 +203,7 @@ mod tests {
 
     #[test]
     fn nodes_go_left_to_right_along_the_path_and_links_are_labelled() {
-        let t = json!({
+        let t: Topology = serde_json::from_value(json!({
             "isolation": "loopback",
             "nodes": [
                 { "name": "internet-client", "address": "127.0.0.1", "column": 0, "outside": true, "runs": ["client"] },
@@ -229,7 +214,8 @@ mod tests {
                 { "from": "internet-client", "to": "ingress", "delay_us": 20000, "jitter_us": 2000, "bandwidth_bytes_per_s": 12500000, "reset": 0.001 },
                 { "from": "ingress", "to": "echo-1", "delay_us": 300, "jitter_us": 50, "bandwidth_bytes_per_s": null, "reset": 0.0 },
             ],
-        });
+        }))
+        .unwrap();
         let svg = diagram(&t);
         for part in ["20 ms ± 2 ms", "100 Mbit/s", "reset 0.1%"] {
             assert!(svg.contains(part), "{part}: {svg}");

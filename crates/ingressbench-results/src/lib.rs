@@ -6,7 +6,11 @@
 //! Pure data: no file is opened here (the report's `files` module reads a directory from
 //! elsewhere with its bounds and without following links).
 
+pub mod capacity;
 pub mod impact;
+pub mod routes;
 pub mod run;
+pub mod site;
 pub mod stream;
+pub mod summary;
 pub mod workers;

@@ -9,6 +9,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::capacity::{SearchRecord, TrialRecord};
+use crate::site::{lenient, Kernel, LinkOverhead, Topology, Usage};
+use crate::summary::{AttemptSummary, LineSummary};
+
 /// The results format this tool writes, `MAJOR.MINOR`. A new minor version only adds
 /// fields (an older reader ignores them); a new major version changes what a field means
 /// or removes one, and an older reader refuses it. Records before the version was written
@@ -31,6 +35,18 @@ pub fn check_format(format: Option<&str>) -> Result<(), String> {
             "its format_version {format:?} is not MAJOR.MINOR; it was not written by ingressbench"
         )),
     }
+}
+
+/// Whether `value` (run.json as read) is a run record (it has a `cells` list) of a
+/// format this tool reads ([`check_format`]), before it is read as a [`RunRecord`].
+pub fn check_record(value: &Value) -> Result<(), String> {
+    if !value.get("cells").is_some_and(Value::is_array) {
+        return Err(
+            "not a run record (no `cells` list); give a results directory written by `ingressbench run`"
+                .into(),
+        );
+    }
+    check_format(value.get("format_version").and_then(Value::as_str))
 }
 
 /// The run. Fields this version does not know (a newer minor version's) are kept in
@@ -87,7 +103,7 @@ pub struct RunRecord {
     pub cells: Vec<CellEntry>,
     /// A scenario with capacity searches: one per searched cell (docs/RESULTS.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub searches: Option<Vec<Value>>,
+    pub searches: Option<Vec<SearchRecord>>,
     /// Fields of a newer minor version.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -168,8 +184,12 @@ pub struct CellEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The figures of its terminal line (requests, errors, latency).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub summary: Option<Value>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient"
+    )]
+    pub summary: Option<LineSummary>,
     /// The proxy's version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub proxy_version: Option<String>,
@@ -187,22 +207,29 @@ pub struct CellEntry {
     pub files: Option<BTreeMap<String, u64>>,
     /// The emulated links' own added time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub link_overhead_us: Option<Value>,
+    #[serde(deserialize_with = "lenient")]
+    pub link_overhead_us: Option<LinkOverhead>,
     /// The kernel each proxy ran with, and its listen queues' drops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kernel: Option<Value>,
+    #[serde(deserialize_with = "lenient")]
+    pub kernel: Option<Kernel>,
     /// Where it ran: nodes and links.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub topology: Option<Value>,
+    #[serde(deserialize_with = "lenient")]
+    pub topology: Option<Topology>,
     /// In a cluster: how its routes were made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub routes: Option<Value>,
     /// What the lab's processes spent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub usage: Option<Value>,
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "lenient"
+    )]
+    pub usage: Option<Usage>,
     /// A trial of a capacity search: its rate, verdict and figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub search: Option<Value>,
+    pub search: Option<TrialRecord>,
     /// Earlier attempts at it (a resumed run), moved aside.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier_attempts: Vec<EarlierAttempt>,
@@ -232,8 +259,8 @@ pub struct EarlierAttempt {
     #[serde(default)]
     pub status: String,
     /// What it measured before it stopped, if its summary could be read.
-    #[serde(default)]
-    pub summary: Option<Value>,
+    #[serde(default, deserialize_with = "lenient")]
+    pub summary: Option<AttemptSummary>,
 }
 
 #[cfg(test)]

@@ -23,6 +23,8 @@
 
 use std::fmt;
 
+use ingressbench_results::capacity as record;
+
 mod objective;
 mod trial;
 
@@ -540,48 +542,70 @@ impl Outcome {
     }
 
     /// As a results file keeps it.
-    pub fn to_json(&self, objectives: &[Objective]) -> serde_json::Value {
-        use serde_json::json;
+    pub fn record(&self, objectives: &[Objective]) -> record::Outcome {
+        use record::OutcomeKind as Kind;
         let named = |i: &usize| objectives.get(*i).map(|o| o.text.clone());
-        let mut v = match self {
+        let kind = match self {
             Outcome::Found {
                 capacity,
                 failed_at,
                 broke,
-            } => json!({
-                "kind": "found", "capacity_per_s": capacity, "failed_at_per_s": failed_at,
-                "broke": named(broke),
-            }),
-            Outcome::AtLeast(r) => json!({ "kind": "at_least", "capacity_per_s": r }),
-            Outcome::FromFails { broke, lowest, .. } => {
-                json!({ "kind": "from_fails", "broke": named(broke), "lowest_per_s": lowest })
-            }
+            } => Kind::Found {
+                capacity_per_s: *capacity,
+                failed_at_per_s: *failed_at,
+                broke: named(broke),
+            },
+            Outcome::AtLeast(r) => Kind::AtLeast { capacity_per_s: *r },
+            Outcome::FromFails { broke, lowest, .. } => Kind::FromFails {
+                broke: named(broke),
+                lowest_per_s: *lowest,
+            },
             Outcome::GeneratorLimited {
                 passed,
                 failed,
                 at,
                 why,
-            } => json!({
-                "kind": "generator", "capacity_per_s": passed, "failed_at_per_s": failed,
-                "generator_at_per_s": at, "why": why,
-            }),
+            } => Kind::Generator {
+                capacity_per_s: *passed,
+                failed_at_per_s: *failed,
+                generator_at_per_s: *at,
+                why: why.clone(),
+            },
             // No capacity is claimed: what passed before is `passed_per_s`.
             Outcome::TargetStopped {
                 passed,
                 failed,
                 at,
                 why,
-            } => json!({
-                "kind": "target_stopped", "passed_per_s": passed, "failed_at_per_s": failed,
-                "stopped_at_per_s": at, "why": why,
-            }),
-            Outcome::CannotJudge { passed, at, why } => json!({
-                "kind": "cannot_judge", "passed_per_s": passed, "at_per_s": at, "why": why,
-            }),
+            } => Kind::TargetStopped {
+                passed_per_s: *passed,
+                failed_at_per_s: *failed,
+                stopped_at_per_s: *at,
+                why: why.clone(),
+            },
+            Outcome::CannotJudge { passed, at, why } => Kind::CannotJudge {
+                passed_per_s: *passed,
+                at_per_s: *at,
+                why: why.clone(),
+            },
         };
-        v["said"] = json!(self.text(objectives));
-        v
+        record::Outcome {
+            kind,
+            said: self.text(objectives),
+        }
     }
+}
+
+/// Each objective's figure in a trial, as results keep them.
+pub fn figure_records(objectives: &[Objective], figures: &[Measured]) -> Vec<record::Figure> {
+    (objectives.iter().zip(figures))
+        .map(|(o, m)| record::Figure {
+            objective: o.text.clone(),
+            value: m.value,
+            interval: m.interval,
+            bound: o.bound(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -662,7 +686,7 @@ mod tests {
             matches!(outcome, Outcome::TargetStopped { passed: Some(p), .. } if *p == 1000.0),
             "{outcome:?}"
         );
-        let json = outcome.to_json(&latency);
+        let json = serde_json::to_value(outcome.record(&latency)).unwrap();
         assert_eq!(json["kind"], "target_stopped");
         assert!(json.get("capacity_per_s").is_none(), "{json}");
         assert!(
@@ -676,7 +700,7 @@ mod tests {
             Verdict::NoAnswers("x".into()),
             Verdict::CannotJudge("y".into()),
         ] {
-            assert_eq!(Verdict::from_json(&v.to_json()), Some(v));
+            assert_eq!(round_trip(&v), v);
         }
     }
 
@@ -854,7 +878,8 @@ mod tests {
             "{said}"
         );
         assert_eq!(
-            search.outcome().unwrap().to_json(&objectives())["failed_at_per_s"],
+            serde_json::to_value(search.outcome().unwrap().record(&objectives())).unwrap()
+                ["failed_at_per_s"],
             2000.0
         );
     }
@@ -948,6 +973,12 @@ mod tests {
         assert!(plan.too_small_at(10_000.0).is_empty());
     }
 
+    /// `v` written to JSON and read back.
+    fn round_trip(v: &Verdict) -> Verdict {
+        let text = serde_json::to_string(&v.record()).unwrap();
+        Verdict::from_record(&serde_json::from_str(&text).unwrap())
+    }
+
     #[test]
     fn verdicts_and_outcomes_read_back_as_written() {
         let o = objectives();
@@ -957,15 +988,17 @@ mod tests {
             Verdict::Straddle(0),
             Verdict::GeneratorLimited("lag".into()),
         ] {
-            assert_eq!(Verdict::from_json(&v.to_json()), Some(v.clone()));
+            assert_eq!(round_trip(&v), v);
         }
-        assert_eq!(Verdict::from_json(&serde_json::json!({"kind": "x"})), None);
+        assert!(
+            serde_json::from_value::<record::Verdict>(serde_json::json!({"kind": "x"})).is_err()
+        );
         let found = Outcome::Found {
             capacity: 3000.0,
             failed_at: 3125.0,
             broke: 0,
         };
-        let j = found.to_json(&o);
+        let j = serde_json::to_value(found.record(&o)).unwrap();
         assert_eq!(j["capacity_per_s"], 3000.0);
         assert_eq!(j["broke"], "p99 < 5ms");
         assert!(j["said"]

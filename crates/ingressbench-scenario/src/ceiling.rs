@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 
 use ingressbench_lab::usage::{Part, UsageReader};
 use ingressbench_load::{Length, Mode, NoObserver, Plan, Target, Warmup};
-use serde_json::{json, Value};
 
 use crate::capacity::{behind, Bounds, GeneratorSeen};
 
@@ -155,17 +154,22 @@ impl Ceiling {
     }
 
     /// As run.json keeps it (a search's `generator_ceiling`).
-    pub fn to_json(&self) -> Value {
-        json!({
-            "load": self.load,
-            "healthy_per_s": self.healthy,
-            "behind_at_per_s": self.behind.as_ref().map(|b| b.0),
-            "why": self.behind.as_ref().map(|b| b.1.clone()),
-            "steps": self.steps.iter().map(|s| json!({
-                "rate_per_s": s.rate_per_s, "achieved_per_s": s.achieved_per_s,
-                "scheduler_lag_us_p99": s.lag_p99_us, "generator_cpu_share": s.cpu_share,
-            })).collect::<Vec<_>>(),
-        })
+    pub fn record(&self) -> ingressbench_results::capacity::Ceiling {
+        use ingressbench_results::capacity::{Ceiling, CeilingStep};
+        Ceiling {
+            load: self.load.clone(),
+            healthy_per_s: self.healthy,
+            behind_at_per_s: self.behind.as_ref().map(|b| b.0),
+            why: self.behind.as_ref().map(|b| b.1.clone()),
+            steps: (self.steps.iter())
+                .map(|s| CeilingStep {
+                    rate_per_s: s.rate_per_s,
+                    achieved_per_s: s.achieved_per_s,
+                    scheduler_lag_us_p99: s.lag_p99_us,
+                    generator_cpu_share: s.cpu_share,
+                })
+                .collect(),
+        }
     }
 }
 

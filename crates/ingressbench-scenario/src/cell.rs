@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ingressbench_lab::Lab;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 #[cfg(feature = "cluster")]
 use crate::cluster_site::{ClusterSite, Shape};
@@ -27,6 +27,9 @@ use crate::timeline::{unfired, Driver, Gate, Timeline};
 use crate::usage::UsageLog;
 use crate::Cell;
 use ingressbench_report::websocket::{Cuts, StreamFile};
+use ingressbench_results::routes::RoutesFile;
+use ingressbench_results::site::{Kernel, LinkOverhead, Topology, Usage};
+use ingressbench_results::summary::LineSummary;
 
 /// How long the lab and load get before the first request is due.
 const START_DELAY: Duration = Duration::from_millis(300);
@@ -37,15 +40,15 @@ const CLUSTER_START_MARGIN: Duration = Duration::from_secs(5);
 
 /// What a cell returns to the run loop: its record in run.json and a line to print.
 pub(crate) struct CellDone {
-    pub(crate) summary: Value,
-    pub(crate) link_overhead_us: Option<Value>,
+    pub(crate) summary: LineSummary,
+    pub(crate) link_overhead_us: Option<LinkOverhead>,
     /// The kernel each proxy ran with, and its listen queues' drops in the cell.
-    pub(crate) kernel: Option<Value>,
-    pub(crate) topology: Option<Value>,
+    pub(crate) kernel: Option<Kernel>,
+    pub(crate) topology: Option<Topology>,
     /// How a cluster cell's routes were made.
     pub(crate) routes: Option<Value>,
     /// What the lab's processes spent (see `usage.rs`).
-    pub(crate) usage: Option<Value>,
+    pub(crate) usage: Option<Usage>,
     pub(crate) lab_reused: bool,
     pub(crate) measure_from_s: f64,
     pub(crate) proxy_version: Option<String>,
@@ -349,12 +352,19 @@ fn collect(
         }
     }
     Ok(CellDone {
-        summary: json!({ "requests": s.requests.total, "errors": s.requests.errors, "min_us": s.latency_us.min, "p50_us": s.latency_us.p50, "p99_us": s.latency_us.p99, "max_us": s.latency_us.max }),
+        summary: LineSummary {
+            requests: s.requests.total,
+            errors: Some(s.requests.errors),
+            min_us: Some(s.latency_us.min),
+            p50_us: Some(s.latency_us.p50),
+            p99_us: Some(s.latency_us.p99),
+            max_us: Some(s.latency_us.max),
+        },
         link_overhead_us: record.link_overhead_us,
         kernel: record.kernel,
         topology: record.topology,
         routes: record.routes,
-        usage: usage_log.map(|u| u.summary(s.requests.total)),
+        usage: usage_log.and_then(|u| u.summary(s.requests.total)),
         lab_reused: reused,
         measure_from_s: load
             .measure_from
@@ -402,28 +412,24 @@ fn write_measured(
 
 /// What the route probe found, for the cell's line: per firing, routes right of those
 /// asked and the p99 and last time to a right answer.
-fn probe_line(firings: &Value) -> String {
+fn probe_line(routes: &RoutesFile) -> String {
     let mut line = String::new();
-    for f in firings["firings"].as_array().into_iter().flatten() {
-        let ms = |v: &Value| v.as_f64().map_or("-".to_owned(), |m| format!("{m:.1} ms"));
+    let ms = |v: Option<f64>| v.map_or("-".to_owned(), |m| format!("{m:.1} ms"));
+    for f in &routes.firings {
         line.push_str(&format!(
             "; {}: {}/{} right, p99 {}, last {}",
-            f["what"].as_str().unwrap_or("routes"),
-            f["right"],
-            f["asked"],
-            ms(&f["time_to_right_ms"]["p99"]),
-            ms(&f["last_right_ms"]),
+            f.what,
+            f.right,
+            f.asked,
+            ms(f.time_to_right_ms.p99),
+            ms(f.last_right_ms),
         ));
     }
     // The tool's own CPU for the route changes and the probe, against the time the steps
     // took to be right: the tool must not be what is slow.
-    let took: f64 = firings["firings"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|f| f["last_right_ms"].as_f64())
-        .sum();
-    if let Some(tool) = firings["tool_cpu_ms"].as_f64().filter(|_| took > 0.0) {
+    let took: f64 = routes.firings.iter().filter_map(|f| f.last_right_ms).sum();
+    if took > 0.0 {
+        let tool = routes.tool_cpu_ms;
         line.push_str(&format!(
             "; the tool's CPU for routes and probe {tool:.0} ms, {:.1}% of the {took:.0} ms its steps took",
             tool / took * 100.0

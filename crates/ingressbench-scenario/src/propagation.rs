@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use ingressbench_lab::model::{Route, ROUTE_REVISION_HEADER};
 use ingressbench_lab::RoutesDelta;
 use ingressbench_load::probe::{Expect, JobOutcome, ProbeOptions, ProbeRoute, Prober};
-use serde_json::{json, Value};
+use ingressbench_results::routes::{self as file, RoutesFile};
 
 use crate::record::write_json;
 use crate::timeline::offset;
@@ -189,7 +189,7 @@ impl RouteProbe {
         dir: &Path,
         measure_from: Instant,
         usage: Option<&UsageLog>,
-    ) -> Result<(Value, Vec<Probed>), String> {
+    ) -> Result<(RoutesFile, Vec<Probed>), String> {
         let report = self.prober.finish();
         let mut probed: Vec<Probed> = Vec::new();
         for r in report.jobs.iter().flat_map(|j| &j.routes) {
@@ -227,7 +227,7 @@ impl RouteProbe {
                 // The proxy's (and a local controller's) memory just before this step, and
                 // just before the next (or at the end): what it holds at each number of
                 // routes; and the CPU it spent in between.
-                let from = summary["requested_s"].as_f64().unwrap_or(0.0);
+                let from = summary.requested_s.unwrap_or(0.0);
                 let next = self.firings.get(i + 1).and_then(|_| {
                     report
                         .jobs
@@ -237,16 +237,26 @@ impl RouteProbe {
                         .map(|r| offset(r.requested_at, measure_from))
                 });
                 let to = next.unwrap_or(f64::INFINITY);
-                for role in ["proxy", "controller"] {
+                for (role, rss, cpu) in [
+                    (
+                        "proxy",
+                        &mut summary.proxy_rss_bytes,
+                        &mut summary.proxy_cpu_ms,
+                    ),
+                    (
+                        "controller",
+                        &mut summary.controller_rss_bytes,
+                        &mut summary.controller_cpu_ms,
+                    ),
+                ] {
                     let before = usage.rss_before(role, from);
                     if before.is_some() {
-                        summary[format!("{role}_rss_bytes")] = json!({
-                            "before": before,
-                            "after": usage.rss_before(role, to),
+                        *rss = Some(file::Memory {
+                            before,
+                            after: usage.rss_before(role, to),
                         });
                         // What it spent on the step, to the next (to a second).
-                        summary[format!("{role}_cpu_ms")] =
-                            json!(usage.cpu_between(role, from, to).map(|s| s * 1e3));
+                        *cpu = usage.cpu_between(role, from, to).map(|s| s * 1e3);
                     }
                 }
             }
@@ -255,15 +265,15 @@ impl RouteProbe {
         std::fs::write(dir.join("routes.csv"), lines).map_err(|e| e.to_string())?;
         let tool_ms: f64 =
             self.firings.iter().map(|f| ms(f.tool_cpu)).sum::<f64>() + ms(report.cpu);
-        let value = json!({
-            "probe": {
-                "rate": self.rate,
-                "connections": self.connections,
-                "cpu_ms": ms(report.cpu),
+        let value = RoutesFile {
+            probe: file::Probe {
+                rate: self.rate,
+                connections: self.connections,
+                cpu_ms: ms(report.cpu),
             },
-            "tool_cpu_ms": tool_ms,
-            "firings": firings,
-        });
+            tool_cpu_ms: tool_ms,
+            firings,
+        };
         write_json(&dir.join("routes.json"), &value).map_err(|e| e.to_string())?;
         Ok((value, probed))
     }
@@ -291,7 +301,7 @@ fn probe_route(route: Route, expect: impl FnOnce(Route) -> Expect) -> ProbeRoute
 
 /// What one firing's routes did: the times to first right answer (p50/p90/p99/max and a
 /// CDF), when the last became right, the resolution, wrong answers, never right by name.
-fn summarize(firing: &Firing, job: &JobOutcome, measure_from: Instant) -> Value {
+fn summarize(firing: &Firing, job: &JobOutcome, measure_from: Instant) -> file::Firing {
     let mut times: Vec<f64> = Vec::new();
     let mut resolution: Vec<f64> = Vec::new();
     let mut never = Vec::new();
@@ -311,35 +321,45 @@ fn summarize(firing: &Firing, job: &JobOutcome, measure_from: Instant) -> Value 
     times.sort_by(f64::total_cmp);
     resolution.sort_by(f64::total_cmp);
     let first_request = job.routes.iter().map(|r| r.requested_at).min();
-    let quantiles = |v: &[f64]| {
-        json!({ "p50": quantile(v, 0.5), "p90": quantile(v, 0.9), "p99": quantile(v, 0.99),
-                                        "p99_interval": quantile_interval(v, 0.99), "max": v.last() })
-    };
-    let cdf: Vec<Value> = (1..=CDF_POINTS.min(times.len()))
-        .map(|k| {
+    let cdf = (1..=CDF_POINTS.min(times.len()))
+        .filter_map(|k| {
             let q = k as f64 / CDF_POINTS.min(times.len()) as f64;
-            json!([quantile(&times, q), q])
+            Some([quantile(&times, q)?, q])
         })
         .collect();
-    json!({
-        "event": firing.event,
-        "what": firing.what,
-        "one_at_a_time": firing.one_at_a_time,
-        "planned": firing.planned,
-        "routes_after": firing.routes_after,
-        "config_bytes": firing.config_bytes,
-        "asked": job.routes.len(),
-        "right": times.len(),
-        "requested_s": first_request.map(|t| offset(t, measure_from)),
-        "time_to_right_ms": quantiles(&times),
-        "last_right_ms": first_request.zip(last_right).map(|(f, l)| ms(l.saturating_duration_since(f))),
-        "resolution_ms": { "p50": quantile(&resolution, 0.5), "max": resolution.last() },
-        "wrong": job.wrong,
-        "probes": job.routes.iter().map(|r| u64::from(r.probes)).sum::<u64>(),
-        "tool_cpu_ms": ms(firing.tool_cpu),
-        "never_right": never,
-        "cdf": cdf,
-    })
+    file::Firing {
+        event: firing.event,
+        what: firing.what.clone(),
+        one_at_a_time: firing.one_at_a_time,
+        planned: firing.planned,
+        routes_after: firing.routes_after.map(|r| r as u64),
+        config_bytes: firing.config_bytes,
+        asked: job.routes.len() as u64,
+        right: times.len() as u64,
+        requested_s: first_request.map(|t| offset(t, measure_from)),
+        time_to_right_ms: file::TimeToRight {
+            p50: quantile(&times, 0.5),
+            p90: quantile(&times, 0.9),
+            p99: quantile(&times, 0.99),
+            p99_interval: quantile_interval(&times, 0.99),
+            max: times.last().copied(),
+        },
+        last_right_ms: (first_request.zip(last_right))
+            .map(|(f, l)| ms(l.saturating_duration_since(f))),
+        resolution_ms: file::Resolution {
+            p50: quantile(&resolution, 0.5),
+            max: resolution.last().copied(),
+        },
+        wrong: job.wrong.clone(),
+        probes: job.routes.iter().map(|r| u64::from(r.probes)).sum(),
+        tool_cpu_ms: ms(firing.tool_cpu),
+        never_right: never,
+        cdf,
+        proxy_rss_bytes: None,
+        proxy_cpu_ms: None,
+        controller_rss_bytes: None,
+        controller_cpu_ms: None,
+    }
 }
 
 /// The nearest-rank quantile `q` of sorted `v` (`None` when empty).

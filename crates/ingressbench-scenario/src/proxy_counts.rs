@@ -15,7 +15,7 @@ use std::time::Instant;
 
 use ingressbench_lab::proxy::counters::{Counted, Readings, ENDPOINTS_UP};
 use ingressbench_results::impact::{EndpointsUp, Increases, ProxyCounted};
-use serde_json::json;
+use ingressbench_results::site::CountsReading;
 
 use crate::site::Site;
 use crate::usage::{signed_offset, Grid};
@@ -96,11 +96,21 @@ impl ProxyCounts {
                 }
             }
         }
-        let mut line = json!({ "t_s": (t_s * 1e6).round() / 1e6, "proxies": proxies });
-        if !errors.is_empty() {
-            line["errors"] = json!(errors);
-        }
-        writeln!(self.file, "{line}")?;
+        let line = CountsReading {
+            t_s: (t_s * 1e6).round() / 1e6,
+            proxies: (proxies.iter())
+                .map(|(name, c)| {
+                    let counts = c.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect();
+                    (name.clone(), counts)
+                })
+                .collect(),
+            errors: errors.clone(),
+        };
+        writeln!(
+            self.file,
+            "{}",
+            serde_json::to_string(&line).map_err(std::io::Error::other)?
+        )?;
         self.file.flush()?;
         self.readings.push(Reading {
             t_s,

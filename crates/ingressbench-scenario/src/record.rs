@@ -10,6 +10,8 @@ use ingressbench_results::run::{
     check_format, status, CellEntry, EarlierAttempt, Machine, RunRecord, FORMAT_VERSION,
 };
 
+use ingressbench_results::summary::AttemptSummary;
+
 use crate::options::RunOptions;
 use crate::{Cell, ScenarioError};
 
@@ -261,11 +263,12 @@ fn keep_attempt(
     let recorded = previous
         .filter(|p| p.status == status::INTERRUPTED)
         .and_then(|p| p.summary.clone())
-        .filter(|s| !s.is_null());
+        .map(AttemptSummary::Line);
     let rebuilt = || {
         hlog::read_partial(&bytes)
             .ok()
             .and_then(|p| results::rebuild_summary(&p))
+            .map(|s| AttemptSummary::Rebuilt(Box::new(s)))
     };
     let Some(summary) = recorded.or_else(rebuilt) else {
         return Ok(None);
@@ -277,7 +280,7 @@ fn keep_attempt(
     std::fs::rename(dir, dir.with_file_name(&kept))?;
     let said = format!(
         "an earlier attempt was cut short ({}); kept in cells/{kept}, running the cell again",
-        results::attempt_said(&summary)
+        summary.said()
     );
     Ok(Some((
         EarlierAttempt {

@@ -11,16 +11,15 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
-
 use crate::capacity::{
-    describe, judge_trial, pooled_text, GeneratorSeen, Pool, Search, SearchPlan, Verdict,
-    WindowFigures,
+    describe, figure_records, judge_trial, pooled_text, GeneratorSeen, Pool, Search, SearchPlan,
+    Verdict, WindowFigures,
 };
 use crate::ceiling::Ceiling;
 use crate::record::{cell_dir_name, cell_entry};
 use crate::runner::{live_line, planned, RunOptions, RunOutcome, Runner};
 use crate::{Cell, ScenarioError};
+use ingressbench_results::capacity::{self as record, SearchRecord, TrialRecord};
 use ingressbench_results::run::{CellEntry, RunRecord};
 
 /// Runs a search for each of `bases` (the expanded cells of a scenario with `search:`).
@@ -67,27 +66,39 @@ pub(crate) fn run(
                 |c| c.describe(plan.bounds.up_to)
             )
         ));
-        searches(&mut runner.record).push(json!({
-                "of": base.index, "label": base.label(), "target": base.target.name(),
-                "settings": cell_entry(base).settings,
-                "slo": file.slo, "trial_s": plan.trial.as_secs_f64(),
-                "bounds": { "from": plan.bounds.from, "up_to": plan.bounds.up_to,
-                            "precision": plan.bounds.precision, "repeats": plan.bounds.repeats,
-                            "down_from": plan.bounds.down_from },
-                "trials": [], "outcome": Value::Null, "status": "searching",
-                "warnings": too_small,
-                "generator_ceiling": ceiling.as_ref().map(Ceiling::to_json),
-        }));
+        searches(&mut runner.record).push(SearchRecord {
+            of: base.index,
+            label: base.label(),
+            target: base.target.name().to_owned(),
+            settings: cell_entry(base).settings,
+            slo: file.slo.clone(),
+            trial_s: plan.trial.as_secs_f64(),
+            bounds: record::Bounds {
+                from: plan.bounds.from,
+                up_to: plan.bounds.up_to,
+                precision: plan.bounds.precision,
+                repeats: plan.bounds.repeats,
+                down_from: plan.bounds.down_from,
+            },
+            trials: Vec::new(),
+            outcome: None,
+            status: "searching".into(),
+            warnings: too_small,
+            spent: None,
+            generator_ceiling: ceiling.as_ref().map(Ceiling::record),
+        });
         // What an earlier attempt finished of this search, taken as it was.
         for entry in earlier
             .iter()
-            .filter(|e| e.search.as_ref().is_some_and(|s| s["of"] == base.index) && e.is_done())
+            .filter(|e| e.search.as_ref().is_some_and(|s| s.of == base.index) && e.is_done())
         {
             let index = runner.record.cells.len();
-            let trial = entry.search.as_ref().unwrap_or(&Value::Null);
+            let trial = entry.search.as_ref();
             let (Some(rate), Some(verdict)) = (
-                trial["rate_per_s"].as_f64(),
-                Verdict::from_json(&trial["verdict"]),
+                trial.and_then(|t| t.rate_per_s),
+                trial
+                    .and_then(|t| t.verdict.as_ref())
+                    .map(Verdict::from_record),
             ) else {
                 return Err(bad(format!(
                     "cell {index}: a finished trial without its rate or verdict; run the scenario again without --resume"
@@ -142,7 +153,7 @@ pub(crate) fn run(
             let dir = options.dir.join("cells").join(cell_dir_name(&cell));
             let judged = judge(&plan, (&cell, &dir, entry), (&search, &mut pool), seed)
                 .map_err(|m| bad(format!("cell {} ({}): {m}", cell.index, cell.label())))?;
-            let verdict = judged.verdict.to_json();
+            let verdict = judged.verdict.record();
             search.record(rate, judged.verdict);
             let said = search.last_said(&plan.objectives);
             progress(&format!(
@@ -151,28 +162,29 @@ pub(crate) fn run(
                 pooled_text(judged.pooled),
                 judged.seen.lag_p99_us
             ));
-            entry.search = Some(json!({
-                "of": base.index, "search": n, "trial": trial, "rate_per_s": rate, "why": why,
-                "verdict": verdict, "said": said, "pooled_trials": judged.pooled,
-                "figures": plan.objectives.iter().zip(&judged.figures).map(|(o, m)| json!({
-                    "objective": o.text, "value": m.value, "interval": m.interval, "bound": o.bound(),
-                })).collect::<Vec<_>>(),
-                "scheduler_lag_us_p99": judged.seen.lag_p99_us,
-                "generator_cpu_share": judged.seen.cpu_share,
-            }));
+            entry.search = Some(TrialRecord {
+                of: base.index,
+                search: n,
+                trial,
+                rate_per_s: Some(rate),
+                why: why.to_owned(),
+                verdict: Some(verdict),
+                said,
+                pooled_trials: judged.pooled,
+                figures: figure_records(&plan.objectives, &judged.figures),
+                scheduler_lag_us_p99: judged.seen.lag_p99_us,
+                generator_cpu_share: judged.seen.cpu_share,
+            });
             runner.save()?;
         }
         let this = &mut searches(&mut runner.record)[n];
         if let Some(outcome) = search.outcome() {
-            this["outcome"] = outcome.to_json(&plan.objectives);
-            this["status"] = json!("done");
-            this["spent"] = json!(search.spent());
+            this.outcome = Some(outcome.record(&plan.objectives));
+            this.status = "done".into();
+            this.spent = Some(search.spent());
             if let Some(warning) = past_the_ceiling(outcome, ceiling.as_ref()) {
                 progress(&format!("warning: {}: {warning}", base.label()));
-                this["warnings"]
-                    .as_array_mut()
-                    .expect("warnings is a list")
-                    .push(json!(warning));
+                this.warnings.push(warning);
             }
             progress(&format!(
                 "  {}: {}; {}",
@@ -184,9 +196,7 @@ pub(crate) fn run(
         runner.save()?;
     }
     if runner.outcome.status == "complete"
-        && searches(&mut runner.record)
-            .iter()
-            .any(|s| s["status"] != "done")
+        && searches(&mut runner.record).iter().any(|s| !s.is_done())
     {
         runner.outcome.status = "incomplete";
     }
@@ -265,15 +275,12 @@ fn past_the_ceiling(
 /// Adds `entry` to the record's cells and to search `n`'s trials.
 fn push_cell(record: &mut RunRecord, entry: CellEntry, n: usize) {
     let index = record.cells.len();
-    searches(record)[n]["trials"]
-        .as_array_mut()
-        .expect("trials is a list")
-        .push(json!(index));
+    searches(record)[n].trials.push(index);
     record.cells.push(entry);
 }
 
 /// The record's searches (a run of searches starts with none).
-fn searches(record: &mut RunRecord) -> &mut Vec<Value> {
+fn searches(record: &mut RunRecord) -> &mut Vec<SearchRecord> {
     record.searches.get_or_insert_default()
 }
 
@@ -322,20 +329,18 @@ fn judge(
     let windows = pool.with(search, &own);
     let pooled = pool.trials();
     let path = dir.join("summary.json");
-    let summary: Value = std::fs::read(&path)
+    let summary: ingressbench_stats::Summary = std::fs::read(&path)
         .map_err(|e| format!("reading {}: {e}", path.display()))
         .and_then(|b| serde_json::from_slice(&b).map_err(|e| format!("summary.json: {e}")))?;
-    let us = |key: &str| summary[key]["p99"].as_u64().unwrap_or(0);
     let load = &cell.scenario.load;
     let threads = load.threads.unwrap_or(1);
     let sent_from_here =
         load.workers.unwrap_or(1) == 1 && load.from == crate::model::LoadFrom::Here;
     let seen = GeneratorSeen {
-        lag_p99_us: us("scheduler_lag_us"),
-        latency_p99_us: us("latency_us"),
-        cpu_share: entry.usage.as_ref().unwrap_or(&Value::Null)["by_role"]["client"]
-            ["cpu_cores_mean"]
-            .as_f64()
+        lag_p99_us: summary.scheduler_lag_us.p99,
+        latency_p99_us: summary.latency_us.p99,
+        cpu_share: (entry.usage.as_ref())
+            .and_then(|u| u.cores("client"))
             .filter(|_| sent_from_here)
             .map(|c| c / threads as f64),
         threads,

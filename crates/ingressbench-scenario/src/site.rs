@@ -7,6 +7,7 @@
 //! machine; an [`Upstream`] is a URL nothing here manages (no events, nothing to record).
 //! Events, times, the results store and the report are the same code for every site.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -19,7 +20,8 @@ use ingressbench_lab::proxy::counters::Readings;
 use ingressbench_lab::usage::Part;
 use ingressbench_lab::{Change, ChangeRecord, Lab, RoutesDelta};
 use ingressbench_load::TlsOptions;
-use serde_json::{json, Value};
+use ingressbench_results::site::{Kernel, LinkOverhead, ListenQueue, Topology};
+use serde_json::Value;
 
 use crate::model::Target;
 use crate::Cell;
@@ -66,11 +68,11 @@ impl From<&str> for CellFailure {
 #[derive(Default)]
 pub(crate) struct SiteRecord {
     /// What the emulated links added (lab relays).
-    pub(crate) link_overhead_us: Option<Value>,
+    pub(crate) link_overhead_us: Option<LinkOverhead>,
     /// Where each part ran, when it ran on more than one node.
-    pub(crate) topology: Option<Value>,
+    pub(crate) topology: Option<Topology>,
     /// The kernel as the proxies ran with it.
-    pub(crate) kernel: Option<Value>,
+    pub(crate) kernel: Option<Kernel>,
     /// How a cluster cell's routes were made (kind, names, controller, and how long the
     /// controller took to accept them).
     pub(crate) routes: Option<Value>,
@@ -190,9 +192,9 @@ impl LabSite {
     /// proxy node's listen queues dropped from the load's start (warm-up included, when
     /// connections open) to its end: the kernel's own count, beside the client's connect
     /// times.
-    fn kernel_record(&self) -> Value {
+    fn kernel_record(&self) -> Kernel {
         let mut record = self.lab.kernel();
-        let dropped: serde_json::Map<String, Value> = self
+        let dropped: BTreeMap<String, ListenQueue> = self
             .lab
             .listen_counters()
             .into_iter()
@@ -203,11 +205,16 @@ impl LabSite {
                     .find(|(n, _)| *n == node)
                     .map(|(_, c)| *c)
                     .unwrap_or_default();
-                (node, json!(now.since(earlier)))
+                let counted = now.since(earlier);
+                let queue = ListenQueue {
+                    overflows: counted.overflows,
+                    drops: counted.drops,
+                };
+                (node, queue)
             })
             .collect();
         if !dropped.is_empty() {
-            record["listen_queue"] = Value::Object(dropped);
+            record.listen_queue = Some(dropped);
         }
         record
     }
@@ -310,8 +317,11 @@ impl Site for LabSite {
         copy_proxy_files(&self.lab, &dir.join("proxy"));
         let overhead = self.lab.link_overhead();
         SiteRecord {
-            link_overhead_us: (!overhead.is_empty()).then(|| {
-                json!({ "chunks": overhead.count(), "p50": overhead.value_at_percentile(50.0), "p99": overhead.value_at_percentile(99.0), "max": overhead.max() })
+            link_overhead_us: (!overhead.is_empty()).then(|| LinkOverhead {
+                chunks: overhead.count(),
+                p50: overhead.value_at_percentile(50.0),
+                p99: overhead.value_at_percentile(99.0),
+                max: overhead.max(),
             }),
             // One node means no topology to show.
             topology: (self.lab.nodes().len() > 1).then(|| self.lab.map()),

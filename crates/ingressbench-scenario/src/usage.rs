@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ingressbench_lab::usage::{Part, PartUsage, UsageReader};
 use ingressbench_results::impact::CpuAround;
-use serde_json::{json, Value};
+use ingressbench_results::site::{PartReading, PartSpent, Spent, Usage, UsageReading};
 
 /// How often the parts are sampled.
 pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
@@ -145,14 +145,23 @@ impl UsageLog {
         for p in &mut parts {
             p.cpu_s += self.spent_before.get(&p.name).copied().unwrap_or(0.0);
         }
-        let line = json!({
-            "t_s": round6(t_s),
-            "parts": parts.iter().map(|p| json!({
-                "name": p.name, "role": p.role, "cpu_s": round6(p.cpu_s),
-                "rss_bytes": p.rss_bytes, "processes": p.processes,
-            })).collect::<Vec<_>>(),
-        });
-        writeln!(self.file, "{line}")?;
+        let line = UsageReading {
+            t_s: round6(t_s),
+            parts: (parts.iter())
+                .map(|p| PartReading {
+                    name: p.name.clone(),
+                    role: p.role.to_owned(),
+                    cpu_s: round6(p.cpu_s),
+                    rss_bytes: p.rss_bytes,
+                    processes: u64::from(p.processes),
+                })
+                .collect(),
+        };
+        writeln!(
+            self.file,
+            "{}",
+            serde_json::to_string(&line).map_err(std::io::Error::other)?
+        )?;
         self.file.flush()?;
         self.readings.push(Reading { t_s, parts });
         Ok(())
@@ -161,7 +170,7 @@ impl UsageLog {
     /// The cell's figures, per part and per role: CPU seconds during measurement, CPU
     /// milliseconds per 1,000 of `requests`, and resident memory (peak and mean of the
     /// readings), for `run.json`.
-    pub(crate) fn summary(&self, requests: u64) -> Value {
+    pub(crate) fn summary(&self, requests: u64) -> Option<Usage> {
         summarise(&self.readings, requests)
     }
 
@@ -211,12 +220,10 @@ pub(crate) fn signed_offset(t: Instant, zero: Instant) -> f64 {
     }
 }
 
-fn summarise(readings: &[Reading], requests: u64) -> Value {
+fn summarise(readings: &[Reading], requests: u64) -> Option<Usage> {
     // Measurement starts at the first reading at or after 0 (the grid puts one there).
     let measured: Vec<&Reading> = readings.iter().filter(|r| r.t_s >= -1e-3).collect();
-    let (Some(first), Some(last)) = (measured.first(), measured.last()) else {
-        return Value::Null;
-    };
+    let (first, last) = (measured.first()?, measured.last()?);
     let per_1000 =
         |cpu_s: f64| (requests > 0).then(|| round3(cpu_s * 1e3 / (requests as f64 / 1e3)));
     let memory = |rss: Vec<u64>| {
@@ -227,7 +234,7 @@ fn summarise(readings: &[Reading], requests: u64) -> Value {
     // By name: a restart can change a site's parts (a controller whose proxy it starts
     // has none between its processes).
     let of = |r: &'_ Reading, name: &str| r.parts.iter().find(|q| q.name == name).cloned();
-    let parts: Vec<Value> = first
+    let parts = first
         .parts
         .iter()
         .map(|p| {
@@ -239,12 +246,20 @@ fn summarise(readings: &[Reading], requests: u64) -> Value {
                     .map(|q| q.rss_bytes)
                     .collect(),
             );
-            json!({ "name": p.name, "role": p.role, "cpu_s": round3(cpu_s),
-                    "cpu_ms_per_1000_requests": per_1000(cpu_s),
-                    "rss_peak_bytes": peak, "rss_mean_bytes": mean })
+            PartSpent {
+                name: p.name.clone(),
+                role: p.role.to_owned(),
+                spent: Spent {
+                    cpu_s: round3(cpu_s),
+                    cpu_ms_per_1000_requests: per_1000(cpu_s),
+                    cpu_cores_mean: None,
+                    rss_peak_bytes: peak,
+                    rss_mean_bytes: mean,
+                },
+            }
         })
         .collect();
-    let mut roles = serde_json::Map::new();
+    let mut roles = BTreeMap::new();
     for p in &first.parts {
         if roles.contains_key(p.role) {
             continue;
@@ -260,17 +275,21 @@ fn summarise(readings: &[Reading], requests: u64) -> Value {
         let (peak, mean) = memory(measured.iter().map(|r| rss(r)).collect());
         roles.insert(
             p.role.to_owned(),
-            json!({ "cpu_s": round3(cpu_s), "cpu_ms_per_1000_requests": per_1000(cpu_s),
-                    "cpu_cores_mean": round3(cpu_s / (last.t_s - first.t_s).max(1e-9)),
-                    "rss_peak_bytes": peak, "rss_mean_bytes": mean }),
+            Spent {
+                cpu_s: round3(cpu_s),
+                cpu_ms_per_1000_requests: per_1000(cpu_s),
+                cpu_cores_mean: Some(round3(cpu_s / (last.t_s - first.t_s).max(1e-9))),
+                rss_peak_bytes: peak,
+                rss_mean_bytes: mean,
+            },
         );
     }
-    json!({
-        "interval_s": INTERVAL.as_secs_f64(),
-        "measured_s": round3(last.t_s - first.t_s),
-        "requests": requests,
-        "by_role": roles,
-        "parts": parts,
+    Some(Usage {
+        interval_s: INTERVAL.as_secs_f64(),
+        measured_s: round3(last.t_s - first.t_s),
+        requests,
+        by_role: roles,
+        parts,
     })
 }
 
@@ -413,7 +432,7 @@ mod tests {
 
     #[test]
     fn a_cell_spends_what_its_readings_say_from_the_start_of_measurement() {
-        let v = summarise(&readings(), 4_000);
+        let v = serde_json::to_value(summarise(&readings(), 4_000)).unwrap();
         let proxy = &v["by_role"]["proxy"];
         // 20 s at 0.1 core, plus 0.3 s: 2.3 s for 4,000 requests.
         assert_eq!(proxy["cpu_s"], 2.3);

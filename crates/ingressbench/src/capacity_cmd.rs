@@ -11,13 +11,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use ingressbench_lab::usage::{Part, UsageReader};
 use ingressbench_load::{Length, Mode, Observer, Plan, Target, Warmup};
+use ingressbench_results::capacity::{self as record, CapacityFile, CapacityTrial};
 use ingressbench_scenario::capacity::{
-    describe, judge_trial, parse_precision, pooled_text, Bounds, GeneratorSeen, Objective, Outcome,
-    Pool, Search, Verdict, WindowFigures, SHORTEST_TRIAL,
+    describe, figure_records, judge_trial, parse_precision, pooled_text, Bounds, GeneratorSeen,
+    Objective, Outcome, Pool, Search, Verdict, WindowFigures, SHORTEST_TRIAL,
 };
 use ingressbench_scenario::ceiling::Ceiling;
 use ingressbench_stats::Window;
-use serde_json::json;
 
 use crate::args::CapacityArgs;
 use crate::UsageError;
@@ -139,19 +139,17 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
             report.summary.latency_us.p99 as f64 / 1000.0,
             cpu_share * 100.0,
         )?;
-        trials.push(json!({
-            "rate_per_s": rate,
-            "why": why,
-            "verdict": said,
-            "pooled_trials": pooled,
-            "figures": objectives.iter().zip(&figures).map(|(o, m)| json!({
-                "objective": o.text, "value": m.value, "interval": m.interval, "bound": o.bound(),
-            })).collect::<Vec<_>>(),
-            "achieved_per_s": report.summary.rate.achieved_per_s,
-            "latency_us": report.summary.latency_us,
-            "scheduler_lag_us_p99": lag_p99,
-            "generator_cpu_share": cpu_share,
-        }));
+        trials.push(CapacityTrial {
+            rate_per_s: rate,
+            why: why.to_owned(),
+            verdict: said,
+            pooled_trials: pooled,
+            figures: figure_records(&objectives, &figures),
+            achieved_per_s: report.summary.rate.achieved_per_s,
+            latency_us: report.summary.latency_us.clone(),
+            scheduler_lag_us_p99: lag_p99,
+            generator_cpu_share: cpu_share,
+        });
     }
     let said = match search.outcome() {
         Some(outcome) => outcome.text(&objectives),
@@ -159,18 +157,24 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
     };
     writeln!(out, "{said}; {}", search.spent())?;
     if let (Some(file), Some(path)) = (json_out, args.json.as_deref()) {
-        let doc = json!({
-            "url": args.url,
-            "objectives": args.slo,
-            "bounds": { "from": args.from, "up_to": args.up_to, "precision": precision, "repeats": args.repeats, "down_from": args.down_from },
-            "generator_ceiling": ceiling.to_json(),
-            "trials": trials,
+        let doc = CapacityFile {
+            url: args.url.clone(),
+            objectives: args.slo.clone(),
+            bounds: record::Bounds {
+                from: args.from,
+                up_to: args.up_to,
+                precision,
+                repeats: args.repeats,
+                down_from: args.down_from,
+            },
+            generator_ceiling: ceiling.record(),
+            trials,
             // The result as numbers (capacity_per_s, failed_at_per_s, broke, …; its
             // `kind` says which), and in words.
-            "result": search.outcome().map(|o| o.to_json(&objectives)),
-            "outcome": said,
-            "spent": search.spent(),
-        });
+            result: search.outcome().map(|o| o.record(&objectives)),
+            outcome: said,
+            spent: search.spent(),
+        };
         serde_json::to_writer_pretty(std::io::BufWriter::new(file), &doc)
             .with_context(|| format!("writing {}", path.display()))?;
     }

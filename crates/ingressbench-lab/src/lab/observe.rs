@@ -2,10 +2,12 @@
 //! whether every part is alive, the kernel's settings and counters, the map of nodes
 //! and links, and where the load enters.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use ingressbench_results::site as record;
 use ingressbench_stats::HistogramUs;
 
 use crate::certs::LabCerts;
@@ -128,8 +130,8 @@ impl Lab {
     /// settings (those the spec sets, and `net.core.somaxconn` of every proxy's node), the
     /// backlog each proxy listener got (its own, capped by `somaxconn`) and the proxies'
     /// open-file limit.
-    pub fn kernel(&self) -> serde_json::Value {
-        let mut sysctls = serde_json::Map::new();
+    pub fn kernel(&self) -> record::Kernel {
+        let mut sysctls = BTreeMap::new();
         for node in self.nodes.all() {
             let proxy = self.proxy_nodes.contains(&node.name);
             let mut names: Vec<String> = self
@@ -146,33 +148,34 @@ impl Lab {
             }
             sysctls.insert(
                 node.name.clone(),
-                serde_json::json!(kernel::read(node.netns.as_deref(), &names)),
+                kernel::read(node.netns.as_deref(), &names),
             );
         }
         let mut listeners = Vec::new();
-        let mut open_files = serde_json::Map::new();
+        let mut open_files = BTreeMap::new();
         for (p, node) in self.proxies.iter().zip(&self.proxy_nodes) {
             let Some(node) = self.nodes.all().iter().find(|n| &n.name == node) else {
                 continue;
             };
             let got = kernel::listen_backlogs(node.netns.as_deref(), node.ip);
             for port in std::iter::once(p.http_port()).chain(p.https_port()) {
-                listeners.push(serde_json::json!({
-                    "proxy": p.kind().name(),
-                    "node": node.name,
-                    "port": port,
-                    "backlog": got.get(&port),
-                }));
+                listeners.push(record::Listener {
+                    proxy: p.kind().name().to_owned(),
+                    node: node.name.clone(),
+                    port,
+                    backlog: got.get(&port).map(|b| u64::from(*b)),
+                });
             }
             if let Some(n) = kernel::open_files_limit(p.pid()) {
-                open_files.insert(p.kind().name().to_owned(), serde_json::json!(n));
+                open_files.insert(p.kind().name().to_owned(), n);
             }
         }
-        serde_json::json!({
-            "sysctls": sysctls,
-            "listeners": listeners,
-            "open_files": open_files,
-        })
+        record::Kernel {
+            sysctls,
+            listeners,
+            open_files,
+            listen_queue: None,
+        }
     }
 
     /// The listen-queue counters of each proxy node's namespace (none on loopback, where
@@ -198,7 +201,7 @@ impl Lab {
     /// Where everything runs and the links on the request's path, for the results: each
     /// node with its address, what runs on it and its column along the path (client 0,
     /// front 1, proxies 2, sidecar 3, backends 4), and each link crossed with its settings.
-    pub fn map(&self) -> serde_json::Value {
+    pub fn map(&self) -> record::Topology {
         let t = &self.spec.topology;
         let mut runs: Vec<(String, usize, String)> = vec![(t.client.clone(), 0, "client".into())];
         if self.front.is_some() {
@@ -251,21 +254,21 @@ impl Lab {
         }
         hops.sort();
         hops.dedup();
-        let links: Vec<serde_json::Value> = hops
+        let links = hops
             .into_iter()
             .filter_map(|(from, to)| {
                 let l = t.link(from, to)?;
-                Some(serde_json::json!({
-                    "from": from,
-                    "to": to,
-                    "delay_us": l.delay.as_micros() as u64,
-                    "jitter_us": l.jitter.as_micros() as u64,
-                    "bandwidth_bytes_per_s": l.bandwidth,
-                    "reset": l.reset,
-                }))
+                Some(record::Link {
+                    from: from.to_owned(),
+                    to: to.to_owned(),
+                    delay_us: l.delay.as_micros() as u64,
+                    jitter_us: l.jitter.as_micros() as u64,
+                    bandwidth_bytes_per_s: l.bandwidth,
+                    reset: l.reset,
+                })
             })
             .collect();
-        let nodes: Vec<serde_json::Value> = self
+        let nodes = self
             .nodes
             .all()
             .iter()
@@ -274,24 +277,25 @@ impl Lab {
                     runs.iter().filter(|r| r.0 == n.name).collect();
                 let column = here.iter().map(|r| r.1).min()?;
                 let parts: Vec<&str> = here.iter().map(|r| r.2.as_str()).collect();
-                Some(serde_json::json!({
-                    "name": n.name,
-                    "address": n.ip.to_string(),
-                    "namespace": n.netns.as_ref().map(|p| p.display().to_string()),
-                    "column": column,
-                    "outside": t.outside.contains(&n.name),
-                    "runs": parts,
-                }))
+                Some(record::Node {
+                    name: n.name.clone(),
+                    address: n.ip.to_string(),
+                    namespace: n.netns.as_ref().map(|p| p.display().to_string()),
+                    column: column as u64,
+                    outside: t.outside.contains(&n.name),
+                    runs: parts.into_iter().map(str::to_owned).collect(),
+                })
             })
             .collect();
-        serde_json::json!({
-            "isolation": match t.isolation {
+        record::Topology {
+            isolation: match t.isolation {
                 crate::topology::Isolation::Loopback => "loopback",
                 crate::topology::Isolation::Netns => "netns",
-            },
-            "nodes": nodes,
-            "links": links,
-        })
+            }
+            .to_owned(),
+            nodes,
+            links,
+        }
     }
 
     /// Every link relay's own added time per chunk (microseconds), merged, since the lab

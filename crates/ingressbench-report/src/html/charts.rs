@@ -18,7 +18,9 @@ use crate::svg::{esc, short, Axis, Plot, ERROR_COLOUR, PALETTE};
 /// start of measurement to its end.
 pub(super) fn time_axis(cell: &CellResults, samples: &[SampleRow]) -> Axis {
     let shift = cell.measure_from_s;
-    let end = cell.number(&["duration_s"]).unwrap_or(1.0);
+    let end = (cell.summary.as_ref())
+        .and_then(|s| s.duration_s)
+        .unwrap_or(1.0);
     let xs = samples
         .iter()
         .map(|s| s.at_s - shift)

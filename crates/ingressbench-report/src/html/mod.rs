@@ -333,14 +333,15 @@ fn warnings(run: &RunResults) -> Vec<String> {
         for a in attempts.into_iter().flatten() {
             out.push(format!(
                 "{label}: an earlier attempt was cut short ({}); not in these figures, its files are in cells/{}",
-                crate::results::attempt_said(a.summary.as_ref().unwrap_or(&serde_json::Value::Null)),
+                a.summary.as_ref().map_or_else(
+                    || "before any request was answered".into(),
+                    |s| s.said()
+                ),
                 a.dir.as_deref().unwrap_or("?")
             ));
         }
-        if let Some(ws) = c.summary.as_ref().and_then(|s| s["warnings"].as_array()) {
-            for w in ws {
-                out.push(format!("{label}: {}", w.as_str().unwrap_or_default()));
-            }
+        for w in c.summary.iter().flat_map(|s| &s.warnings) {
+            out.push(format!("{label}: {w}"));
         }
     }
     out.extend(run.notes.iter().map(|n| format!("unreadable: {n}")));

@@ -10,6 +10,7 @@ use super::{first_cell, samples_of, MAX_CONFIG_BYTES, MAX_CONFIG_FILES};
 use crate::analysis::{self, Condition, Difference, METRICS};
 use crate::results::{CellResults, RunResults};
 use crate::svg::esc;
+use ingressbench_results::site::Spent;
 
 /// What a condition's cells add up to besides latency: requests retried after the server
 /// closed a reused connection, idle connections it closed (retired before use), the
@@ -17,14 +18,13 @@ use crate::svg::esc;
 pub(super) fn client_and_cost(run: &RunResults, c: &Condition) -> [String; 4] {
     let cells: Vec<&CellResults> = c.cells.iter().filter_map(|&i| run.cells.get(i)).collect();
     let total = |path: &[&str]| -> f64 { cells.iter().filter_map(|cell| cell.number(path)).sum() };
-    let proxy = |key: &str| -> Vec<f64> {
-        cells
-            .iter()
-            .filter_map(|cell| cell.usage.as_ref()?["by_role"]["proxy"][key].as_f64())
+    let proxy = |figure: fn(&Spent) -> Option<f64>| -> Vec<f64> {
+        (cells.iter())
+            .filter_map(|cell| figure(cell.usage.as_ref()?.by_role.get("proxy")?))
             .collect()
     };
-    let cpu = proxy("cpu_ms_per_1000_requests");
-    let rss = proxy("rss_peak_bytes");
+    let cpu = proxy(|s| s.cpu_ms_per_1000_requests);
+    let rss = proxy(|s| Some(s.rss_peak_bytes as f64));
     [
         format!("{:.0}", total(&["retries", "retried"])),
         format!(

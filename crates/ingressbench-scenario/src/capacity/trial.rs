@@ -3,6 +3,8 @@
 //! the generator's own limits told from the system's; the windows a repeat pools. The
 //! search that runs trials is the parent module's.
 
+use ingressbench_results::capacity as record;
+
 use super::{measure, named, Measured, Objective, Search, WindowFigures};
 
 /// What a trial says of its rate.
@@ -198,30 +200,27 @@ impl Verdict {
     }
 
     /// As a results file keeps it.
-    pub fn to_json(&self) -> serde_json::Value {
-        use serde_json::json;
-        match self {
-            Verdict::Pass => json!({ "kind": "pass" }),
-            Verdict::Fail(i) => json!({ "kind": "fail", "objective": i }),
-            Verdict::Straddle(i) => json!({ "kind": "straddle", "objective": i }),
-            Verdict::GeneratorLimited(why) => json!({ "kind": "generator", "why": why }),
-            Verdict::NoAnswers(why) => json!({ "kind": "no_answers", "why": why }),
-            Verdict::CannotJudge(why) => json!({ "kind": "cannot_judge", "why": why }),
+    pub fn record(&self) -> record::Verdict {
+        match self.clone() {
+            Verdict::Pass => record::Verdict::Pass,
+            Verdict::Fail(objective) => record::Verdict::Fail { objective },
+            Verdict::Straddle(objective) => record::Verdict::Straddle { objective },
+            Verdict::GeneratorLimited(why) => record::Verdict::Generator { why },
+            Verdict::NoAnswers(why) => record::Verdict::NoAnswers { why },
+            Verdict::CannotJudge(why) => record::Verdict::CannotJudge { why },
         }
     }
 
-    /// Read back from [`Verdict::to_json`]; none if it is not one.
-    pub fn from_json(v: &serde_json::Value) -> Option<Self> {
-        let objective = || v["objective"].as_u64().map(|i| i as usize);
-        Some(match v["kind"].as_str()? {
-            "pass" => Verdict::Pass,
-            "fail" => Verdict::Fail(objective()?),
-            "straddle" => Verdict::Straddle(objective()?),
-            "generator" => Verdict::GeneratorLimited(v["why"].as_str()?.to_owned()),
-            "no_answers" => Verdict::NoAnswers(v["why"].as_str()?.to_owned()),
-            "cannot_judge" => Verdict::CannotJudge(v["why"].as_str()?.to_owned()),
-            _ => return None,
-        })
+    /// Read back from [`Verdict::record`].
+    pub fn from_record(v: &record::Verdict) -> Self {
+        match v.clone() {
+            record::Verdict::Pass => Verdict::Pass,
+            record::Verdict::Fail { objective } => Verdict::Fail(objective),
+            record::Verdict::Straddle { objective } => Verdict::Straddle(objective),
+            record::Verdict::Generator { why } => Verdict::GeneratorLimited(why),
+            record::Verdict::NoAnswers { why } => Verdict::NoAnswers(why),
+            record::Verdict::CannotJudge { why } => Verdict::CannotJudge(why),
+        }
     }
 }
 

@@ -1396,16 +1396,8 @@ fn each_proxy_replica_can_have_a_node_of_its_own_behind_the_front() {
     // The map names a link from the front to each replica's node, and from each replica
     // to each backend's.
     let map = lab.map();
-    let links: Vec<(String, String)> = map["links"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| {
-            (
-                l["from"].as_str().unwrap().into(),
-                l["to"].as_str().unwrap().into(),
-            )
-        })
+    let links: Vec<(String, String)> = (map.links.iter())
+        .map(|l| (l.from.clone(), l.to.clone()))
         .collect();
     for (from, to) in [
         ("client", "lb"),
