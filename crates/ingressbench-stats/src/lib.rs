@@ -26,14 +26,15 @@ mod outcome;
 mod recorder;
 mod sample;
 mod summary;
+mod window;
 pub mod wire;
 
 pub use duration::parse_duration;
 pub use histogram::{HistogramUs, MAX_TRACKABLE_US};
 pub use outcome::{Outcome, OutcomeCounts, FAILURE_KINDS};
 pub use recorder::{
-    BackendId, BackendStats, ConnectionEvents, GenerationSeen, Goaway, IdleEnd, LagBuckets,
-    PhaseHistograms, Recorder, Window, LAG_BOUNDS_NS, MAX_GOAWAYS_KEPT,
+    BackendId, BackendStats, ConnectionEvents, GenerationSeen, Goaway, IdleEnd, PhaseHistograms,
+    Recorder, MAX_GOAWAYS_KEPT,
 };
 pub use sample::{Phases, Sample, GENERATION_SLOTS};
 pub use summary::{
@@ -41,3 +42,4 @@ pub use summary::{
     RequestSummary, RetrySummary, Summary, SummaryContext, LAG_FLOOR_US, LAG_SHARE_WARNING,
     LAG_WARNING_US,
 };
+pub use window::{LagBuckets, Window, LAG_BOUNDS_NS};
