@@ -18,6 +18,7 @@
 
 pub mod backend;
 pub mod certs;
+mod change;
 mod error;
 pub mod front;
 pub mod identity;
@@ -33,8 +34,7 @@ pub mod routes;
 pub mod topology;
 pub mod usage;
 
+pub use change::{Change, ChangeRecord, Synced};
 pub use error::LabError;
-pub use lab::{
-    remove_leftovers, Backend, Change, ChangeRecord, HopSpec, Lab, LabSpec, PoolSpec, Synced,
-};
+pub use lab::{remove_leftovers, Backend, HopSpec, Lab, LabSpec, PoolSpec};
 pub use routes::{is_route_change, RoutesDelta};

@@ -20,6 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::io::Write;
 
+use ingressbench_results::events::EventLine;
 use ingressbench_stats::{HistogramUs, OutcomeCounts};
 use serde_json::Value;
 
@@ -365,17 +366,18 @@ fn cell_events(
         let Ok(v) = serde_json::from_str::<Value>(&line) else {
             return Err(refused(format!("line {n} is not JSON")));
         };
-        if v.get("event").is_none() {
-            continue;
-        }
-        let Some(requested) = v["requested_s"].as_f64() else {
-            return Err(refused(format!("line {n}: an event with no requested_s")));
+        let event = match serde_json::from_value::<EventLine>(v) {
+            Ok(EventLine::Requested(event)) => event,
+            Ok(EventLine::Failed(_) | EventLine::Applied(_)) => continue,
+            Err(_) => {
+                return Err(refused(format!(
+                    "line {n} is none the tool writes: an event with its requested_s, one that failed with its error, or a change applied with its applied_s"
+                )))
+            }
         };
-        let what = v["what"].as_str().unwrap_or("event");
+        let requested = event.requested_s;
         // Runs before `kind` was written: the first word of what it did.
-        let kind = v["kind"]
-            .as_str()
-            .unwrap_or_else(|| what.split(' ').next().unwrap_or("event"));
+        let kind = event.kind();
         let label = |c: char| c.is_ascii_alphanumeric() || "_-.".contains(c);
         if kind.is_empty() || kind.len() > KIND_LIMIT || !kind.chars().all(label) {
             return Err(refused(format!(

@@ -7,6 +7,7 @@
 //! elsewhere with its bounds and without following links).
 
 pub mod capacity;
+pub mod events;
 pub mod impact;
 pub mod routes;
 pub mod run;

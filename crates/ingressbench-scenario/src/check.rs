@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use ingressbench_lab::proxy::Binaries;
 use ingressbench_lab::proxy::ProxyKind;
+use ingressbench_lab::Change;
 use ingressbench_load::Length;
 
 use crate::load::{dur, plan_for};
@@ -87,8 +88,8 @@ fn check_route_count(cell: &Cell) -> Result<(), String> {
     let added: usize = cell
         .events
         .iter()
-        .map(|e| match e.action {
-            Action::AddRoutes(n) => n.saturating_mul(e.timing.times() as usize),
+        .map(|e| match e.action.change() {
+            Some(Change::AddRoutes(n)) => n.saturating_mul(e.timing.times() as usize),
             _ => 0,
         })
         .fold(0, usize::saturating_add);
@@ -205,9 +206,9 @@ fn check_event(
     pools: &[String],
     length: &Length,
 ) -> Result<(), String> {
-    let named = match &e.action {
-        Action::Kill(name) | Action::Terminate(name) => name.as_deref(),
-        Action::StallBackend { backend, .. } => backend.as_deref(),
+    let named = match e.action.change() {
+        Some(Change::Kill(name) | Change::Terminate(name)) => name.as_deref(),
+        Some(Change::Stall { backend, .. }) => backend.as_deref(),
         _ => None,
     };
     if let Some(name) = named {

@@ -483,11 +483,11 @@ mod tests {
         assert_eq!(all[2].pool, "b");
         assert_eq!(
             cells[0].events[0].action,
-            crate::model::Action::AddRoutes(5)
+            crate::model::Action::Change(ingressbench_lab::Change::AddRoutes(5))
         );
         assert_eq!(
             cells[0].events[1].action,
-            crate::model::Action::RemoveRoutes(5)
+            crate::model::Action::Change(ingressbench_lab::Change::RemoveRoutes(5))
         );
         // Today's list still reads as before.
         let cells = run("name: t\ntargets: [nginx]\nroutes: [{ host: a.test, pool: echo }]\nload: { rate: 5, duration: 1s }\n").unwrap();
@@ -689,15 +689,15 @@ mod tests {
                 times: 10
             }
         );
-        assert_eq!(e[0].action, crate::model::Action::Kill(None));
+        assert_eq!(
+            e[0].action,
+            crate::model::Action::Change(ingressbench_lab::Change::Kill(None))
+        );
         assert_eq!(
             e[2].propagation_delay,
             Some(std::time::Duration::from_secs(3))
         );
-        assert!(matches!(
-            e[2].action,
-            crate::model::Action::Config(crate::ConfigChange::Revert)
-        ));
+        assert!(matches!(e[2].action, crate::model::Action::Revert));
     }
 
     /// Malformed scenario files: each gives an error naming where and what would be valid.

@@ -13,10 +13,10 @@ use std::time::{Duration, Instant};
 use ingressbench_lab::model::Overlay;
 use ingressbench_lab::Change;
 use ingressbench_load::{thread_cpu, Plan, RequestGate};
-use serde_json::{json, Value};
+use ingressbench_results::events::{Applied, Due, EventLine, Failed, Generation, Requested};
 
 use crate::load::{dur, scaled, LoadThread};
-use crate::model::{Action, ConfigChange, Timing};
+use crate::model::{Action, Timing};
 use crate::propagation::{RouteProbe, Sequence};
 use crate::site::Site;
 use crate::usage::UsageLog;
@@ -163,7 +163,7 @@ pub(crate) struct Driver<'a> {
     /// The event going a step at a time, if one is.
     pub(crate) sequence: Option<Sequence>,
     /// Route events due while a sequence went on: fired in turn once it is done.
-    pub(crate) held: VecDeque<(usize, Duration, (&'static str, Value))>,
+    pub(crate) held: VecDeque<(usize, Duration, Due)>,
     /// The live metrics, told of each event as it fires.
     pub(crate) metrics: Option<Arc<crate::live::Live>>,
 }
@@ -211,14 +211,22 @@ impl Driver<'_> {
                 self.counts = None;
             }
             for (due, index, delay) in timeline.due(now, self.measure_from) {
-                self.fire(index, delay, ("due_s", json!(due.as_secs_f64())));
+                let due = Due {
+                    due_s: Some(due.as_secs_f64()),
+                    ..Due::default()
+                };
+                self.fire(index, delay, due);
             }
             if let Some(g) = &gate {
                 while let Ok(seq) = g.requests.try_recv() {
                     // Measured requests count from 1; warm-up requests fire nothing.
                     if let Some(number) = seq.checked_sub(g.warmup_requests).map(|n| n + 1) {
                         for (index, delay) in timeline.before_request(number) {
-                            self.fire(index, delay, ("due_request", json!(number)));
+                            let due = Due {
+                                due_request: Some(number),
+                                ..Due::default()
+                            };
+                            self.fire(index, delay, due);
                         }
                     }
                     let _ = g.ack.send(());
@@ -247,7 +255,7 @@ impl Driver<'_> {
     /// Fires event `index`: asks the site for its change. An event that goes a step at a
     /// time (`one_at_a_time`, `route_steps`) asks for its first step now and the rest as
     /// [`Driver::next_step`] finds each right.
-    fn fire(&mut self, index: usize, delay: Duration, due: (&'static str, Value)) {
+    fn fire(&mut self, index: usize, delay: Duration, due: Due) {
         let routes = self.cell.events[index].action.is_route_event();
         if routes && (self.sequence.is_some() || !self.held.is_empty()) {
             // One step at a time means the steps are measured alone: a route event due
@@ -259,7 +267,7 @@ impl Driver<'_> {
     }
 
     /// Fires event `index` now (see [`Driver::fire`]).
-    fn fire_now(&mut self, index: usize, delay: Duration, due: (&'static str, Value)) {
+    fn fire_now(&mut self, index: usize, delay: Duration, due: Due) {
         let event = &self.cell.events[index];
         self.fired[index] += 1;
         if let Some(metrics) = &self.metrics {
@@ -346,13 +354,11 @@ impl Driver<'_> {
         };
         let (event, delay) = (seq.event, seq.delay);
         let number = seq.planned - seq.steps.len();
-        self.ask(
-            event,
-            step,
-            delay,
-            ("step", json!(number)),
-            (&what, continuing),
-        );
+        let due = Due {
+            step: Some(number as u64),
+            ..Due::default()
+        };
+        self.ask(event, step, delay, due, (&what, continuing));
     }
 
     /// What is left undone of an event going a step at a time when the load ended.
@@ -379,7 +385,7 @@ impl Driver<'_> {
         index: usize,
         change: Change,
         delay: Duration,
-        due: (&str, Value),
+        due: Due,
         (what, continuing): (&str, bool),
     ) {
         let cpu = thread_cpu();
@@ -401,31 +407,41 @@ impl Driver<'_> {
                 self.site.config_bytes(),
             );
         }
-        let (mut line, failed) = match requested {
+        let (line, failed) = match requested {
             Ok(r) => {
                 let rec = &self.site.records()[r];
-                let generations: Vec<Value> = rec
-                    .generations
-                    .iter()
-                    .map(|(header, g)| json!({ "header": header, "generation": g }))
-                    .collect();
-                (
-                    json!({ "event": index, "kind": self.cell.events[index].action.kind(), "what": rec.what, "requested_s": offset(rec.requested_at, measure_from),
-                            "propagation_delay_s": delay.as_secs_f64(), "started": rec.started, "removed": rec.removed,
-                            "generations": generations }),
-                    None,
-                )
+                let line = EventLine::Requested(Requested {
+                    event: index,
+                    kind: Some(self.cell.events[index].action.kind().to_owned()),
+                    what: rec.what.clone(),
+                    requested_s: offset(rec.requested_at, measure_from),
+                    propagation_delay_s: delay.as_secs_f64(),
+                    started: rec.started.clone(),
+                    removed: rec.removed.clone(),
+                    generations: (rec.generations.iter())
+                        .map(|(header, generation)| Generation {
+                            header: (*header).to_owned(),
+                            generation: *generation,
+                        })
+                        .collect(),
+                    due,
+                });
+                (line, None)
             }
-            Err(e) => (
-                json!({ "event": index, "error": e }),
-                Some(format!(
+            Err(e) => {
+                let why = format!(
                     "events[{index}] could not be applied {:.3} s into the cell: {e}",
                     crate::usage::signed_offset(Instant::now(), measure_from)
-                )),
-            ),
+                );
+                let line = EventLine::Failed(Failed {
+                    event: index,
+                    error: e,
+                    due,
+                });
+                (line, Some(why))
+            }
         };
-        line[due.0] = due.1;
-        let _ = writeln!(self.events, "{line}").and_then(|()| self.events.flush());
+        self.write_line(&line);
         if let Some(why) = failed {
             self.sequence = None;
             self.fail(why);
@@ -435,38 +451,39 @@ impl Driver<'_> {
     /// Writes each change the site applied since the last call to `events.jsonl`.
     fn write_applied(&mut self) {
         let records = self.site.records();
+        let mut lines = Vec::new();
         for rec in &records[self.reported..] {
             let Some(applied) = rec.applied_at else { break };
-            let mechanisms: Vec<String> = rec
-                .mechanisms
-                .iter()
-                .map(|(k, m)| format!("{k}: {m}"))
-                .collect();
-            let mut line = json!({ "what": rec.what, "applied_s": offset(applied, self.measure_from), "mechanisms": mechanisms });
-            if let Some(at) = rec.endpoints_at {
-                line["endpoints_s"] = json!(offset(at, self.measure_from));
-            }
-            // In a cluster, known once the API answered (the pod an event picked).
-            for (key, names) in [("started", &rec.started), ("removed", &rec.removed)] {
-                if !names.is_empty() {
-                    line[key] = json!(names);
-                }
-            }
-            if let Some(at) = rec.completed_at {
-                line["completed_s"] = json!(offset(at, self.measure_from));
-            }
-            if !rec.versions.is_empty() {
-                let versions: Vec<String> = rec
-                    .versions
-                    .iter()
-                    .map(|(k, v)| format!("{k}: {v}"))
-                    .collect();
-                line["versions_after"] = json!(versions);
-            }
-            let _ = writeln!(self.events, "{line}").and_then(|()| self.events.flush());
+            let at = |t: Option<Instant>| t.map(|t| offset(t, self.measure_from));
+            lines.push(EventLine::Applied(Applied {
+                what: rec.what.clone(),
+                applied_s: offset(applied, self.measure_from),
+                mechanisms: named(&rec.mechanisms),
+                endpoints_s: at(rec.endpoints_at),
+                // In a cluster, known once the API answered (the pod an event picked).
+                started: rec.started.clone(),
+                removed: rec.removed.clone(),
+                completed_s: at(rec.completed_at),
+                versions_after: named(&rec.versions),
+            }));
+        }
+        for line in &lines {
+            self.write_line(line);
             self.reported += 1;
         }
     }
+
+    /// Appends `line` to `events.jsonl` (a side record: a line that cannot be written is
+    /// left out, the cell goes on).
+    fn write_line(&mut self, line: &EventLine) {
+        let text = serde_json::to_string(line).unwrap_or_default();
+        let _ = writeln!(self.events, "{text}").and_then(|()| self.events.flush());
+    }
+}
+
+/// `nginx: reload` for each (proxy, what) pair.
+fn named<T: std::fmt::Display>(pairs: &[(ingressbench_lab::proxy::ProxyKind, T)]) -> Vec<String> {
+    pairs.iter().map(|(k, m)| format!("{k}: {m}")).collect()
 }
 
 pub(crate) fn offset(t: Instant, measure_from: Instant) -> f64 {
@@ -509,10 +526,10 @@ pub(crate) fn route_changes(cell: &Cell) -> Vec<Overlay> {
 /// An event's action in words, for the route probe's record (`add 100 routes one at a
 /// time`).
 fn describe_action(action: &Action, one_at_a_time: bool) -> String {
-    let (verb, n) = match action {
-        Action::AddRoutes(n) => ("add", *n),
-        Action::RemoveRoutes(n) => ("remove", *n),
-        Action::ChangeRoutes(n) => ("change", *n),
+    let (verb, n) = match action.change() {
+        Some(Change::AddRoutes(n)) => ("add", *n),
+        Some(Change::RemoveRoutes(n)) => ("remove", *n),
+        Some(Change::ChangeRoutes(n)) => ("change", *n),
         _ => return String::new(),
     };
     let s = if n == 1 { "" } else { "s" };
@@ -520,25 +537,17 @@ fn describe_action(action: &Action, one_at_a_time: bool) -> String {
     format!("{verb} {n} route{s}{how}")
 }
 
-/// The lab change an action asks for of `cell`'s target.
+/// The change an action asks for of `cell`: as it is, unless it needs the cell (its
+/// first pool, its own overlay, its target's kind, a route step's first count).
 fn change_for(action: &Action, cell: &Cell) -> Change {
     let s = &cell.scenario;
-    let pool = s
-        .backends
-        .first()
-        .map_or_else(|| "echo".to_owned(), |p| p.name.clone());
     match action {
-        Action::Scale(n) => Change::Scale { pool, replicas: *n },
-        Action::Kill(name) => Change::Kill(name.clone()),
-        Action::Terminate(name) => Change::Terminate(name.clone()),
-        Action::Config(ConfigChange::Set(o)) => Change::Overlay(Overlay {
-            response_header: o.response_header.clone(),
-            cors_origin: o.cors_origin.clone(),
-            rewrite: o.rewrite.clone(),
-        }),
-        Action::Config(ConfigChange::Revert) => Change::Overlay(s.overlay.to_overlay()),
-        Action::Reload => Change::Reload,
-        Action::Restart { grace } => Change::Restart { grace: *grace },
+        Action::Change(change) => change.clone(),
+        Action::Scale(n) => Change::Scale {
+            pool: (s.backends.first()).map_or_else(|| "echo".to_owned(), |p| p.name.clone()),
+            replicas: *n,
+        },
+        Action::Revert => Change::Overlay(s.overlay.to_overlay()),
         Action::Upgrade { grace, to } => Change::Upgrade {
             grace: *grace,
             to: match &cell.target {
@@ -548,13 +557,6 @@ fn change_for(action: &Action, cell: &Cell) -> Change {
                 _ => std::collections::BTreeMap::new(),
             },
         },
-        Action::AddRoutes(n) => Change::AddRoutes(*n),
-        Action::RemoveRoutes(n) => Change::RemoveRoutes(*n),
-        Action::ChangeRoutes(n) => Change::ChangeRoutes(*n),
         Action::RouteSteps { to, .. } => Change::GeneratedRoutes(to.first().copied().unwrap_or(0)),
-        Action::StallBackend { backend, duration } => Change::Stall {
-            backend: backend.clone(),
-            duration: *duration,
-        },
     }
 }

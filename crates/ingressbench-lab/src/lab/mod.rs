@@ -35,7 +35,7 @@ mod leftovers;
 mod observe;
 mod up;
 
-pub use changes::{Change, ChangeRecord, Synced};
+use crate::change::{Change, ChangeRecord};
 use changes::{Restarting, UpgradeTo};
 use leftovers::mark_kept;
 pub use leftovers::remove_leftovers;

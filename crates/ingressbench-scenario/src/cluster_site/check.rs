@@ -5,6 +5,7 @@
 use ingressbench_cluster::file::{ClusterFile, ClusterTarget};
 use ingressbench_cluster::routes::{self, gateway, Can, Routing};
 use ingressbench_lab::model::Overlay;
+use ingressbench_lab::Change;
 
 use super::ClusterOptions;
 
@@ -103,7 +104,7 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
             ));
         }
         for (i, e) in cell.events.iter().enumerate() {
-            if matches!(e.action, crate::model::Action::Reload) {
+            if matches!(e.action.change(), Some(Change::Reload)) {
                 return Err(format!(
                     "events[{i}]: a reload has no meaning in cluster mode: the controller applies what the API holds (scale, kill, terminate, stall_backend and config events are made through it)"
                 ));
@@ -113,7 +114,7 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
                     "events[{i}]: an upgrade of a controller in cluster mode is a change of its image, not built; upgrade runs against the lab's proxies (a `restart` event restarts a controller)"
                 ));
             }
-            if matches!(e.action, crate::model::Action::Restart { .. }) && placed.restart.is_none()
+            if matches!(e.action.change(), Some(Change::Restart { .. })) && placed.restart.is_none()
             {
                 return Err(format!(
                     "events[{i}]: a restart of target `{}`'s controller: the cluster file does not say how; add `restart: {{ deployment: NAME, namespace: NS }}` (or `daemonset:`) to the target, the workload a rollout restart rolls as `kubectl rollout restart` does (the local cluster's file says `restart: {{ local: DIR, process: NAME }}`)",
@@ -224,7 +225,7 @@ pub fn route_refusals(
 pub(super) fn changes_generated_routes(cell: &crate::Cell) -> bool {
     cell.events
         .iter()
-        .any(|e| matches!(e.action, crate::model::Action::ChangeRoutes(_)))
+        .any(|e| matches!(e.action.change(), Some(Change::ChangeRoutes(_))))
 }
 
 /// A target whose routes cannot each answer their own revision (`change_routes`): an

@@ -5,6 +5,8 @@ use std::fmt;
 use std::time::Duration;
 
 use ingressbench_lab::labfile::OverlayFile;
+use ingressbench_lab::model::Overlay;
+use ingressbench_lab::Change;
 use serde::de::{self, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
@@ -77,20 +79,9 @@ pub struct RouteStepsFile {
 #[derive(Clone, Debug, PartialEq)]
 pub enum ConfigChange {
     /// Apply these changes.
-    Set(OverlayFileEq),
+    Set(Overlay),
     /// Back to the scenario's `overlay`.
     Revert,
-}
-
-/// An overlay as written (comparable).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct OverlayFileEq {
-    /// `(name, value)` of a response header.
-    pub response_header: Option<(String, String)>,
-    /// CORS origin.
-    pub cors_origin: Option<String>,
-    /// `(from, to)` of a path-prefix rewrite.
-    pub rewrite: Option<(String, String)>,
 }
 
 impl<'de> Deserialize<'de> for ConfigChange {
@@ -112,12 +103,7 @@ impl<'de> Deserialize<'de> for ConfigChange {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ConfigChange, A::Error> {
                 let o = OverlayFile::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                let o = o.to_overlay();
-                Ok(ConfigChange::Set(OverlayFileEq {
-                    response_header: o.response_header,
-                    cors_origin: o.cors_origin,
-                    rewrite: o.rewrite,
-                }))
+                Ok(ConfigChange::Set(o.to_overlay()))
             }
         }
         deserializer.deserialize_any(V)
@@ -170,50 +156,31 @@ impl Timing {
     }
 }
 
-/// What an event does.
+/// What an event does: a change to the system under test, as a lab or a cluster takes
+/// it, or what it becomes once the cell it fires in is known.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
-    /// Scale the first pool.
+    /// A change that needs nothing of the cell.
+    Change(Change),
+    /// Scale the cell's first pool to this many.
     Scale(usize),
-    /// SIGKILL a backend (`None`: at random).
-    Kill(Option<String>),
-    /// SIGTERM a backend (`None`: at random).
-    Terminate(Option<String>),
-    /// Route changes.
-    Config(ConfigChange),
-    /// Reload without change.
-    Reload,
-    /// Upgrade the proxy its own way, to the binary it runs or to another version.
+    /// Back to the cell's own overlay (`config: revert`).
+    Revert,
+    /// Upgrade the proxy its own way, to the binary it runs or to another version (the
+    /// cell's target picks its own from `to`).
     Upgrade {
         /// How long a stopped proxy has to end what it serves (where the upgrade stops it).
         grace: Duration,
         /// To what.
         to: UpgradeTo,
     },
-    /// Stop the proxy and start it again, killing it after `grace`.
-    Restart {
-        /// How long it has to end what it serves.
-        grace: Duration,
-    },
-    /// Add generated routes.
-    AddRoutes(usize),
-    /// Remove generated routes.
-    RemoveRoutes(usize),
-    /// Change generated routes (a new revision on each).
-    ChangeRoutes(usize),
-    /// Generated routes to these counts in turn, each held `pause` once right.
+    /// Generated routes to these counts in turn, each held `pause` once right (a change
+    /// per step; the driver holds the steps).
     RouteSteps {
         /// The counts.
         to: Vec<usize>,
         /// How long each is held.
         pause: Duration,
-    },
-    /// Stall a backend for a while.
-    StallBackend {
-        /// `None`: at random.
-        backend: Option<String>,
-        /// How long.
-        duration: Duration,
     },
 }
 
@@ -221,18 +188,11 @@ impl Action {
     /// Its kind, as the scenario file names it (the live metrics' `kind` label).
     pub fn kind(&self) -> &'static str {
         match self {
+            Action::Change(c) => c.kind(),
             Action::Scale(_) => "scale",
-            Action::Kill(_) => "kill",
-            Action::Terminate(_) => "terminate",
-            Action::Config(_) => "config",
-            Action::Reload => "reload",
+            Action::Revert => "config",
             Action::Upgrade { .. } => "upgrade",
-            Action::Restart { .. } => "restart",
-            Action::AddRoutes(_) => "add_routes",
-            Action::RemoveRoutes(_) => "remove_routes",
-            Action::ChangeRoutes(_) => "change_routes",
             Action::RouteSteps { .. } => "route_steps",
-            Action::StallBackend { .. } => "stall_backend",
         }
     }
 
@@ -240,11 +200,18 @@ impl Action {
     pub fn is_route_event(&self) -> bool {
         matches!(
             self,
-            Action::AddRoutes(_)
-                | Action::RemoveRoutes(_)
-                | Action::ChangeRoutes(_)
-                | Action::RouteSteps { .. }
+            Action::Change(
+                Change::AddRoutes(_) | Change::RemoveRoutes(_) | Change::ChangeRoutes(_)
+            ) | Action::RouteSteps { .. }
         )
+    }
+
+    /// The change it asks for alone, if it needs nothing of the cell.
+    pub fn change(&self) -> Option<&Change> {
+        match self {
+            Action::Change(c) => Some(c),
+            _ => None,
+        }
     }
 }
 
@@ -302,26 +269,29 @@ impl EventFile {
         let action = if let Some(n) = self.scale {
             Action::Scale(n)
         } else if let Some(k) = &self.kill {
-            Action::Kill(random_or_name(k))
+            Action::Change(Change::Kill(random_or_name(k)))
         } else if let Some(t) = &self.terminate {
-            Action::Terminate(random_or_name(t))
+            Action::Change(Change::Terminate(random_or_name(t)))
         } else if let Some(c) = &self.config {
-            Action::Config(c.clone())
+            match c {
+                ConfigChange::Set(o) => Action::Change(Change::Overlay(o.clone())),
+                ConfigChange::Revert => Action::Revert,
+            }
         } else if self.reload == Some(true) {
-            Action::Reload
+            Action::Change(Change::Reload)
         } else if self.restart == Some(true) {
-            Action::Restart { grace }
+            Action::Change(Change::Restart { grace })
         } else if let Some(to) = &self.upgrade {
             Action::Upgrade {
                 grace,
                 to: to.clone(),
             }
         } else if let Some(n) = self.add_routes {
-            Action::AddRoutes(n)
+            Action::Change(Change::AddRoutes(n))
         } else if let Some(n) = self.remove_routes {
-            Action::RemoveRoutes(n)
+            Action::Change(Change::RemoveRoutes(n))
         } else if let Some(n) = self.change_routes {
-            Action::ChangeRoutes(n)
+            Action::Change(Change::ChangeRoutes(n))
         } else if let Some(steps) = &self.route_steps {
             if steps.to.is_empty() {
                 return Err(here("route_steps.to: give at least one count".into()));
@@ -332,10 +302,10 @@ impl EventFile {
                     .map_err(here)?,
             }
         } else if let Some(s) = &self.stall_backend {
-            Action::StallBackend {
+            Action::Change(Change::Stall {
                 backend: random_or_name(&s.backend),
                 duration: duration("stall_backend.for", &s.duration).map_err(here)?,
-            }
+            })
         } else {
             return Err(here(
                 "`reload: false` does nothing; remove the event".into(),
@@ -395,7 +365,12 @@ impl EventFile {
             .transpose()
             .map_err(here)?;
         let one_at_a_time = self.one_at_a_time == Some(true);
-        if one_at_a_time && !matches!(action, Action::AddRoutes(_) | Action::RemoveRoutes(_)) {
+        if one_at_a_time
+            && !matches!(
+                action.change(),
+                Some(Change::AddRoutes(_) | Change::RemoveRoutes(_))
+            )
+        {
             return Err(here(
                 "`one_at_a_time` goes with add_routes or remove_routes".into(),
             ));
