@@ -45,8 +45,7 @@ pub const POLL: Duration = Duration::from_millis(100);
 const LEASE_RENEW: Duration = Duration::from_secs(10);
 /// The prefix of the nodes' names.
 pub const NODE_PREFIX: &str = "ib-node-";
-/// The image that runs this tool.
-pub const IMAGE: &str = "ingressbench";
+pub use crate::file::IMAGE;
 
 /// What the agent needs.
 #[derive(Clone, Debug)]
@@ -101,7 +100,7 @@ impl Agent {
         let thread = std::thread::Builder::new()
             .name("ib-node-agent".into())
             .spawn(move || {
-                let runtime = crate::local::runtime()?;
+                let runtime = crate::api::runtime()?;
                 runtime.block_on(async move {
                     let mut state = match State::new(options).await {
                         Ok(s) => {

@@ -1,6 +1,6 @@
 //! Calls to a cluster's API, through `kube`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
@@ -20,33 +20,94 @@ pub(crate) fn random_token(bytes: usize) -> Result<String, ClusterError> {
     Ok(read.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Runs `work` on a thread of its own named `name`, with a client of its own (a client
-/// serves only while its own runtime runs): for reads beside a run that must not hold
-/// the run up while they wait on the API. `work` gets the client, or why there is none.
-pub(crate) fn on_own_thread<W, F>(
-    name: &str,
-    kubeconfig: &Path,
-    context: Option<&str>,
-    work: W,
-) -> Result<std::thread::JoinHandle<()>, ClusterError>
-where
-    W: FnOnce(Result<Client, ClusterError>) -> F + Send + 'static,
-    F: std::future::Future<Output = ()>,
-{
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// A held connection to a cluster's API for the length of a run: one runtime and one
+/// client on it, cloned (cheaply) into every part of the run that calls the API. The
+/// runtime has two worker threads of its own, so that any thread can make a call
+/// ([`ClusterApi::run`]) and the client's connections are served between calls; a part
+/// that waits on the API beside the run (a watch, a poll) does so on a thread of its own
+/// ([`ClusterApi::on_own_thread`]) with the same client.
+#[derive(Clone)]
+pub struct ClusterApi {
+    pub(crate) runtime: std::sync::Arc<tokio::runtime::Runtime>,
+    pub(crate) client: Client,
+    kubeconfig: PathBuf,
+    context: Option<String>,
+}
+
+impl std::fmt::Debug for ClusterApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterApi")
+            .field("kubeconfig", &self.kubeconfig)
+            .field("context", &self.context)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterApi {
+    /// A connection to the cluster `kubeconfig` describes (its current context, or
+    /// `context`). Nothing is asked of the API yet.
+    pub fn connect(kubeconfig: &Path, context: Option<&str>) -> Result<Self, ClusterError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("cluster-api")
+            .enable_all()
+            .build()
+            .map_err(|e| ClusterError::Api(format!("starting the API client: {e}")))?;
+        let client = runtime.block_on(client(kubeconfig, context))?;
+        Ok(Self {
+            runtime: std::sync::Arc::new(runtime),
+            client,
+            kubeconfig: kubeconfig.to_owned(),
+            context: context.map(str::to_owned),
+        })
+    }
+
+    /// Runs `work` to its end on the run's runtime, from the calling thread.
+    pub fn run<F: std::future::Future>(&self, work: F) -> F::Output {
+        self.runtime.block_on(work)
+    }
+
+    /// The client.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The kubeconfig it was made from.
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The context it uses, if not the kubeconfig's current one.
+    pub fn context(&self) -> Option<&str> {
+        self.context.as_deref()
+    }
+
+    /// Runs `work` on a thread of its own named `name`, with the run's client: for reads
+    /// beside a run that must not hold the run up while they wait on the API.
+    pub fn on_own_thread<W, F>(
+        &self,
+        name: &str,
+        work: W,
+    ) -> Result<std::thread::JoinHandle<()>, ClusterError>
+    where
+        W: FnOnce(Client) -> F + Send + 'static,
+        F: std::future::Future<Output = ()>,
+    {
+        let api = self.clone();
+        std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || api.run(work(api.client())))
+            .map_err(|e| ClusterError::Api(format!("starting the {name} thread: {e}")))
+    }
+}
+
+/// A runtime of its own for a caller of the API outside a run (the local control plane,
+/// its node agent), on the calling thread.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ClusterError> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| ClusterError::Api(format!("starting the {name} thread: {e}")))?;
-    let kubeconfig = kubeconfig.to_owned();
-    let context = context.map(str::to_owned);
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            runtime.block_on(async move {
-                work(client(&kubeconfig, context.as_deref()).await).await;
-            });
-        })
-        .map_err(|e| ClusterError::Api(format!("starting the {name} thread: {e}")))
+        .map_err(|e| ClusterError::Api(format!("cannot start an async runtime: {e}")))
 }
 
 /// A client for the cluster `kubeconfig` describes (its current context, or `context`).

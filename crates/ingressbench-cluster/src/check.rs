@@ -13,6 +13,7 @@ use kube::api::PostParams;
 use kube::{Api, Client};
 
 use crate::file::{ClusterFile, ClusterTarget, GatewayRef, ServiceRef};
+use crate::ClusterError;
 
 /// How long one question to the API may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -422,6 +423,20 @@ pub async fn service_addresses(
         ));
     }
     Ok((http, https))
+}
+
+/// The plain and TLS addresses the LoadBalancer Service `service` gives its controller
+/// (see [`service_addresses`]).
+pub fn lookup_service(
+    api: &crate::api::ClusterApi,
+    service: &crate::file::ServiceRef,
+) -> Result<(Option<String>, Option<String>), ClusterError> {
+    api.run(async {
+        let client = api.client();
+        service_addresses(&client, service)
+            .await
+            .map_err(ClusterError::Api)
+    })
 }
 
 /// `http://host[:port]/…` → (host, port), parsed as the load generator parses URLs.

@@ -10,7 +10,6 @@
 //! own view of the same backends: the fewest any pod holds up, not their sum.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -71,19 +70,10 @@ pub struct CountersWatch {
 impl CountersWatch {
     /// Starts reading `pods` through the API; returns once they have been read once (an
     /// error: the client could not be made).
-    pub fn pods(
-        kubeconfig: &Path,
-        context: Option<&str>,
-        pods: CounterPods,
-    ) -> Result<Self, ClusterError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| ClusterError::Api(format!("starting the counters' reader: {e}")))?;
-        // Made on the runtime that goes with it to the reading thread.
-        let client = runtime.block_on(crate::api::client(kubeconfig, context))?;
+    pub fn pods(api: &crate::api::ClusterApi, pods: CounterPods) -> Result<Self, ClusterError> {
+        let api = api.clone();
         let mut counters = PodCounters::new(pods);
-        Self::start(move || runtime.block_on(counters.read(&client)))
+        Self::start(move || api.run(counters.read(&api.client)))
     }
 
     /// Starts calling `read` once a second; returns once it has been called once.

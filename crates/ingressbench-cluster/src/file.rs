@@ -427,8 +427,14 @@ pub struct ServiceRef {
     pub namespace: String,
 }
 
+/// The sidecar's image where the cluster file names none: the Envoy the lab runs.
+pub const SIDECAR_IMAGE: &str = "envoyproxy/envoy:v1.40.0";
+
+/// The image that runs this tool (the backends, the load workers).
+pub const IMAGE: &str = "ingressbench";
+
 fn default_sidecar_image() -> String {
-    crate::deploy::mesh::SIDECAR_IMAGE.into()
+    SIDECAR_IMAGE.into()
 }
 
 fn default_prefix() -> String {
@@ -436,7 +442,7 @@ fn default_prefix() -> String {
 }
 
 fn default_image() -> String {
-    crate::agent::IMAGE.into()
+    IMAGE.into()
 }
 
 impl ClusterFile {

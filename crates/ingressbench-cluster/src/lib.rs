@@ -15,6 +15,7 @@ pub mod file;
 pub mod image;
 pub mod local;
 mod logs;
+pub mod meta;
 pub mod routes;
 pub mod usage;
 pub mod workers;

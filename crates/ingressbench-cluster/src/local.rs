@@ -17,6 +17,7 @@ use ingressbench_lab::process::OwnedChild;
 use rcgen::KeyPair;
 
 use crate::agent::{Agent, AgentOptions};
+use crate::api::runtime;
 use crate::ClusterError;
 
 mod contour;
@@ -870,14 +871,6 @@ impl Drop for LocalCluster {
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-/// A tokio runtime for the blocking callers of the API.
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime, ClusterError> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Api(format!("cannot start an async runtime: {e}")))
 }
 
 /// The files the control plane reads: a CA and the API server's certificate, the

@@ -17,7 +17,6 @@
 //! part's CPU time, as the lab keeps what a process group's leader reaped.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -55,8 +54,7 @@ impl UsageWatch {
     /// read once (an error names the part and what to fix: no pod matches, the metrics API
     /// is not served, the endpoint has no process series).
     pub fn start(
-        kubeconfig: &Path,
-        context: Option<&str>,
+        api: &crate::api::ClusterApi,
         name: &str,
         usage: &TargetUsage,
     ) -> Result<Self, ClusterError> {
@@ -78,39 +76,31 @@ impl UsageWatch {
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), ClusterError>>();
         let stop_w = stop.clone();
-        let thread =
-            crate::api::on_own_thread("ib-usage", kubeconfig, context, |client| async move {
-                let client = match client {
-                    Ok(c) => c,
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
+        let thread = api.on_own_thread("ib-usage", |client| async move {
+            let mut readers: Vec<PartReader> = named.into_iter().map(PartReader::new).collect();
+            let mut first = Some(ready_tx);
+            while !stop_w.load(Ordering::Relaxed) {
+                let started = Instant::now();
+                for reader in &mut readers {
+                    let read = tokio::time::timeout(READ_TIMEOUT, reader.read(&client))
+                        .await
+                        .unwrap_or_else(|_| {
+                            Err(format!("no answer in {} s", READ_TIMEOUT.as_secs()))
+                        });
+                    if let (Err(e), Some(tx)) = (read, first.as_ref()) {
+                        let _ = tx.send(Err(ClusterError::Api(format!(
+                            "reading the usage of {}: {e}",
+                            reader.part.name
+                        ))));
                         return;
                     }
-                };
-                let mut readers: Vec<PartReader> = named.into_iter().map(PartReader::new).collect();
-                let mut first = Some(ready_tx);
-                while !stop_w.load(Ordering::Relaxed) {
-                    let started = Instant::now();
-                    for reader in &mut readers {
-                        let read = tokio::time::timeout(READ_TIMEOUT, reader.read(&client))
-                            .await
-                            .unwrap_or_else(|_| {
-                                Err(format!("no answer in {} s", READ_TIMEOUT.as_secs()))
-                            });
-                        if let (Err(e), Some(tx)) = (read, first.as_ref()) {
-                            let _ = tx.send(Err(ClusterError::Api(format!(
-                                "reading the usage of {}: {e}",
-                                reader.part.name
-                            ))));
-                            return;
-                        }
-                    }
-                    if let Some(tx) = first.take() {
-                        let _ = tx.send(Ok(()));
-                    }
-                    pause_until(started + INTERVAL, &stop_w).await;
                 }
-            })?;
+                if let Some(tx) = first.take() {
+                    let _ = tx.send(Ok(()));
+                }
+                pause_until(started + INTERVAL, &stop_w).await;
+            }
+        })?;
         let watch = Self {
             parts,
             stop,

@@ -25,7 +25,7 @@ use kube::api::{DeleteParams, ListParams, LogParams, PostParams, PropagationPoli
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::deploy::{CANNOT_START, MANAGED_BY, RUN_LABEL, TOOL};
+use crate::meta::{CANNOT_START, MANAGED_BY, POOL_LABEL, RUN_LABEL, TOOL};
 use crate::ClusterError;
 
 /// The Job's name (one per cell namespace).
@@ -86,10 +86,15 @@ pub struct FleetSpec {
 
 /// A run's load Job, to be made in `namespace`.
 pub struct LoadJob {
-    /// The cluster, whose client is made on the Job's own runtime (a `kube` client serves
-    /// only while the runtime it was made on runs).
-    pub(crate) kubeconfig: std::path::PathBuf,
-    pub(crate) context: Option<String>,
+    /// The run's connection to the cluster.
+    pub(crate) api: crate::api::ClusterApi,
+    /// The Job to make.
+    pub(crate) object: JobObject,
+}
+
+/// The Job of load workers, as it is made.
+#[derive(Debug)]
+pub(crate) struct JobObject {
     pub(crate) namespace: String,
     pub(crate) run_id: String,
     pub(crate) image: String,
@@ -109,8 +114,7 @@ pub struct WorkerPod {
 
 /// The Job while it runs; deleted when dropped (its pods go with it).
 pub struct RunningJob {
-    runtime: Arc<tokio::runtime::Runtime>,
-    client: Client,
+    api: crate::api::ClusterApi,
     namespace: String,
     /// Each worker's pod, by index.
     pub pods: Vec<WorkerPod>,
@@ -131,28 +135,17 @@ impl LoadJob {
         active_for: Duration,
         stop: &std::sync::atomic::AtomicBool,
     ) -> Result<(Vec<Source>, RunningJob), ClusterError> {
-        let runtime = Arc::new(
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(1)
-                .thread_name("ib-load-job")
-                .enable_all()
-                .build()
-                .map_err(|e| ClusterError::Api(format!("cannot start an async runtime: {e}")))?,
-        );
-        let client = runtime.block_on(crate::api::client(
-            &self.kubeconfig,
-            self.context.as_deref(),
-        ))?;
-        let job: Job = serde_json::from_value(self.job(wire, active_for)?)
+        let runtime = self.api.runtime.clone();
+        let client = self.api.client();
+        let job: Job = serde_json::from_value(self.object.job(wire, active_for)?)
             .map_err(|e| ClusterError::Api(format!("the load Job: {e}")))?;
-        let jobs: Api<Job> = Api::namespaced(client.clone(), &self.namespace);
+        let jobs: Api<Job> = Api::namespaced(client.clone(), &self.object.namespace);
         runtime
             .block_on(jobs.create(&PostParams::default(), &job))
             .map_err(|e| ClusterError::Api(format!("creating Job {JOB_NAME}: {e}")))?;
         let mut running = RunningJob {
-            runtime: runtime.clone(),
-            client: client.clone(),
-            namespace: self.namespace.clone(),
+            api: self.api.clone(),
+            namespace: self.object.namespace.clone(),
             pods: Vec::new(),
             backend_nodes: Vec::new(),
         };
@@ -162,12 +155,12 @@ impl LoadJob {
             + START_WAIT;
         let pods = runtime.block_on(wait_for_pods(
             &client,
-            &self.namespace,
-            self.spec.workers,
+            &self.object.namespace,
+            self.object.spec.workers,
             (give_up, stop),
         ))?;
-        let api: Api<Pod> = Api::namespaced(client, &self.namespace);
-        let backends = ListParams::default().labels(crate::deploy::POOL_LABEL);
+        let api: Api<Pod> = Api::namespaced(client, &self.object.namespace);
+        let backends = ListParams::default().labels(POOL_LABEL);
         let mut backend_nodes: Vec<String> = runtime
             .block_on(api.list(&backends))
             .map_err(|e| ClusterError::Api(format!("listing the backends' pods: {e}")))?
@@ -202,7 +195,9 @@ impl LoadJob {
         running.pods = pods;
         Ok((sources, running))
     }
+}
 
+impl JobObject {
     /// The Job's manifest.
     fn job(
         &self,
@@ -259,7 +254,7 @@ impl LoadJob {
         };
         let backends = json!({
             "matchLabels": { RUN_LABEL: self.run_id },
-            "matchExpressions": [{ "key": crate::deploy::POOL_LABEL, "operator": "Exists" }],
+            "matchExpressions": [{ "key": POOL_LABEL, "operator": "Exists" }],
         });
         match &self.spec.placement {
             Placement::Any => {}
@@ -529,12 +524,12 @@ impl WorkerHandle for PodWorker {
 
 impl Drop for RunningJob {
     fn drop(&mut self) {
-        let api: Api<Job> = Api::namespaced(self.client.clone(), &self.namespace);
+        let api: Api<Job> = Api::namespaced(self.api.client(), &self.namespace);
         let params = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
             ..DeleteParams::default()
         };
-        let _ = self.runtime.block_on(api.delete(JOB_NAME, &params));
+        let _ = self.api.run(api.delete(JOB_NAME, &params));
     }
 }
 
@@ -556,9 +551,7 @@ mod tests {
             ingressbench_load::Target::parse("http://127.0.0.1:8080/").unwrap(),
         );
         let wire = PlanWire::of(&plan, 0, 3, SystemTime::now());
-        LoadJob {
-            kubeconfig: "kubeconfig".into(),
-            context: None,
+        JobObject {
             namespace: "ib-run-1".into(),
             run_id: "run-1".into(),
             image: "registry.example/ingressbench:0.1".into(),
@@ -603,7 +596,7 @@ mod tests {
         let labels = &spec["template"]["metadata"]["labels"];
         assert_eq!(labels[RUN_LABEL], "run-1");
         assert_eq!(labels[ROLE_LABEL], ROLE);
-        assert!(labels.get(crate::deploy::POOL_LABEL).is_none());
+        assert!(labels.get(POOL_LABEL).is_none());
     }
 
     #[test]
@@ -619,7 +612,7 @@ mod tests {
         assert_eq!(near["labelSelector"]["matchLabels"][RUN_LABEL], "run-1");
         assert_eq!(
             near["labelSelector"]["matchExpressions"][0]["key"],
-            crate::deploy::POOL_LABEL
+            POOL_LABEL
         );
         let away = term(&job(Placement::OtherThanBackends, false), "podAntiAffinity");
         assert_eq!(away["labelSelector"], near["labelSelector"]);

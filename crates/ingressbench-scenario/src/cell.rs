@@ -136,7 +136,7 @@ fn start_load(
             let margin = crate::load::dur("load.start_margin", &l.start_margin)?;
             (
                 entry,
-                Senders::Cluster(job, workers),
+                Senders::Cluster(Box::new(job), workers),
                 margin.unwrap_or(CLUSTER_START_MARGIN),
             )
         }

@@ -99,7 +99,7 @@ pub(crate) enum Senders {
     Local(usize, PathBuf),
     /// This many pods of this Job.
     #[cfg(feature = "cluster")]
-    Cluster(ingressbench_cluster::workers::LoadJob, usize),
+    Cluster(Box<ingressbench_cluster::workers::LoadJob>, usize),
 }
 
 /// The load on a thread of its own, in `netns` if the site has one for the client (the
@@ -142,7 +142,7 @@ pub(crate) fn spawn_load(
                     }
                     #[cfg(feature = "cluster")]
                     Senders::Cluster(job, workers) => {
-                        run_in_cluster(&plan, job, workers, stop, &mut streams).map(
+                        run_in_cluster(&plan, *job, workers, stop, &mut streams).map(
                             |(fleet, cluster)| {
                                 let (load, mut file) = with_workers(fleet);
                                 if let Some(file) = file.as_mut() {

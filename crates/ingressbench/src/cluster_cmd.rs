@@ -29,8 +29,11 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
         ClusterCommand::Check(args) => check(&args),
         ClusterCommand::Cleanup(args) => {
             let kubeconfig = chosen_kubeconfig(args.kubeconfig.as_deref())?;
-            let removed =
-                ingressbench_cluster::deploy::cleanup(&kubeconfig, args.context.as_deref())?;
+            let api = ingressbench_cluster::api::ClusterApi::connect(
+                &kubeconfig,
+                args.context.as_deref(),
+            )?;
+            let removed = ingressbench_cluster::deploy::cleanup(&api)?;
             if removed.is_empty() {
                 println!("nothing to clean up");
             }

@@ -133,14 +133,14 @@ mod with_cluster {
         if args.context.is_some() {
             file.context = args.context.clone();
         }
-        let context = file.context.clone();
+        // One connection to the cluster for the whole run.
+        let api =
+            ingressbench_cluster::api::ClusterApi::connect(&kubeconfig, file.context.as_deref())
+                .map_err(|e| UsageError(e.into()))?;
         // What `cluster check` checks, before anything is made: the API, every verb, each
         // class, each address.
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let failed: Vec<String> = runtime
-            .block_on(ingressbench_cluster::check::check(&file, &kubeconfig))
+        let failed: Vec<String> = api
+            .run(ingressbench_cluster::check::check(&file, &kubeconfig))
             .into_iter()
             .filter(|f| !f.ok)
             .map(|f| format!("FAIL {}: {}", f.what, f.detail))
@@ -153,8 +153,8 @@ mod with_cluster {
             ))
             .into());
         }
-        let removed = ingressbench_cluster::deploy::cleanup(&kubeconfig, context.as_deref())
-            .map_err(|e| UsageError(e.into()))?;
+        let removed =
+            ingressbench_cluster::deploy::cleanup(&api).map_err(|e| UsageError(e.into()))?;
         for name in removed {
             eprintln!("deleted namespace {name}, left by a run that is gone");
         }
@@ -163,12 +163,7 @@ mod with_cluster {
             .filter(char::is_ascii_alphanumeric)
             .collect::<String>()
             .to_ascii_lowercase();
-        let options = ingressbench_scenario::cluster_site::ClusterOptions {
-            file,
-            kubeconfig,
-            context,
-            run_id,
-        };
+        let options = ingressbench_scenario::cluster_site::ClusterOptions { file, api, run_id };
         Ok(options)
     }
 }

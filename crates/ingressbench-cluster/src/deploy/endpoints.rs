@@ -3,7 +3,6 @@
 //! time, which is when a change became the control plane's to route.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,24 +51,17 @@ impl RunNamespace {
     /// Starts watching the pool's EndpointSlices on a thread of its own (a list, then a
     /// watch from its version, again whenever the watch ends); returns once the first set
     /// is known.
-    pub fn watch_endpoints(
-        &self,
-        kubeconfig: &Path,
-        context: Option<&str>,
-    ) -> Result<EndpointsWatch, ClusterError> {
+    pub fn watch_endpoints(&self) -> Result<EndpointsWatch, ClusterError> {
         let log = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<(), ClusterError>>();
-        let kubeconfig = kubeconfig.to_owned();
-        let context = context.map(str::to_owned);
         let namespace = self.objects.namespace.clone();
         let selector = format!("kubernetes.io/service-name={}", self.objects.pool);
         let (log_w, stop_w) = (log.clone(), stop.clone());
-        let thread = std::thread::Builder::new()
-            .name("ib-endpoints".into())
-            .spawn(move || {
+        let thread = self
+            .api
+            .on_own_thread("ib-endpoints", move |client| async move {
                 let watched = async {
-                    let client = crate::api::client(&kubeconfig, context.as_deref()).await?;
                     let api: Api<EndpointSlice> = Api::namespaced(client, &namespace);
                     let mut told = Some(ready_tx.clone());
                     while !stop_w.load(Ordering::Relaxed) {
@@ -89,16 +81,10 @@ impl RunNamespace {
                     }
                     Ok(())
                 };
-                let result = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .map_err(|e| ClusterError::Api(e.to_string()))
-                    .and_then(|runtime| runtime.block_on(watched));
-                if let Err(e) = result {
+                if let Err(e) = watched.await {
                     let _ = ready_tx.send(Err(e));
                 }
-            })
-            .map_err(|e| ClusterError::Api(format!("starting the endpoints watch: {e}")))?;
+            })?;
         let watch = EndpointsWatch {
             log,
             stop,

@@ -19,8 +19,7 @@ use serde_json::{json, Value};
 
 use super::{objects, RunObjects, BACKEND_PORT};
 
-/// The sidecar's image where the cluster file names none: the Envoy the lab runs.
-pub const SIDECAR_IMAGE: &str = "envoyproxy/envoy:v1.40.0";
+pub use crate::file::SIDECAR_IMAGE;
 
 /// The port the sidecar takes the mesh's traffic on (the Service's target).
 pub const MESH_PORT: i32 = 8443;

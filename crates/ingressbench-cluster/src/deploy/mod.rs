@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 
+use crate::api::ClusterApi;
 use crate::ClusterError;
 
 mod endpoints;
@@ -28,43 +29,15 @@ mod objects;
 mod rollout;
 pub use rollout::{Rollout, RolloutState, RESTARTED_AT};
 
+pub use crate::meta::{
+    CANNOT_START, HEARTBEAT, MANAGED_BY, OWNER, POOL_LABEL, RUN_LABEL, STALE_AFTER, TOOL,
+};
 use endpoints::ready_addresses;
 pub use endpoints::EndpointsWatch;
 use objects::{
     control_secret, deployment, labels, pool_selector, service, tls_secret, CONTROL_SECRET,
 };
-pub(crate) use objects::{ingress_object, tls_secret_name, POOL_LABEL};
-
-/// The label every object of the tool carries (`app.kubernetes.io/managed-by`).
-pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-
-/// Its value.
-pub const TOOL: &str = "ingressbench";
-
-/// The label with the run's id.
-pub const RUN_LABEL: &str = "ingressbench.dev/run";
-
-/// The annotation with the run's heartbeat (Unix seconds), refreshed while it runs.
-pub const HEARTBEAT: &str = "ingressbench.dev/heartbeat";
-
-/// The annotation naming the process that made the namespace (`BOOT_ID/PID`): a run
-/// killed on this machine is known to be gone at once, without waiting for its heartbeat.
-pub const OWNER: &str = "ingressbench.dev/owner";
-
-/// A namespace of the tool whose heartbeat is older than this was left by a run that is
-/// gone.
-pub const STALE_AFTER: Duration = Duration::from_secs(120);
-
-/// Container waiting reasons that mean a pod will not start without a change.
-pub const CANNOT_START: &[&str] = &[
-    "ErrImageNotKnown",
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "CreateContainerConfigError",
-    "CrashLoopBackOff",
-    "SysctlForbidden",
-];
+pub(crate) use objects::{ingress_object, tls_secret_name};
 
 /// The port the backends listen on.
 pub const BACKEND_PORT: i32 = 8080;
@@ -145,13 +118,9 @@ pub struct PodState {
 /// A run's namespace, made and changed through the API; deleted by [`RunNamespace::delete`]
 /// (and, if the run is killed, by [`cleanup`] once its heartbeat is stale).
 pub struct RunNamespace {
-    runtime: tokio::runtime::Runtime,
-    client: Client,
+    /// The run's connection to the cluster.
+    api: ClusterApi,
     objects: RunObjects,
-    /// Where the client came from: a client serves only while its own runtime runs, so
-    /// work on other threads makes its own from these.
-    kubeconfig: std::path::PathBuf,
-    context: Option<String>,
     /// What the backends' control endpoints obey (from [`objects::control_secret`]).
     control_token: String,
 }
@@ -159,30 +128,17 @@ pub struct RunNamespace {
 /// A run's namespace as another thread reaches it (see [`RunNamespace::twin`]).
 #[derive(Clone, Debug)]
 pub struct Twin {
+    api: ClusterApi,
     objects: RunObjects,
-    kubeconfig: std::path::PathBuf,
-    context: Option<String>,
     control_token: String,
 }
 
 impl Twin {
-    /// The namespace, with a client and a runtime of this thread's own. Dropping it
-    /// deletes nothing.
+    /// The namespace, on the run's connection. Dropping it deletes nothing.
     pub fn open(self) -> Result<RunNamespace, ClusterError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| ClusterError::Api(format!("starting an API client: {e}")))?;
-        let client = runtime.block_on(crate::api::client(
-            &self.kubeconfig,
-            self.context.as_deref(),
-        ))?;
         Ok(RunNamespace {
-            runtime,
-            client,
+            api: self.api,
             objects: self.objects,
-            kubeconfig: self.kubeconfig,
-            context: self.context,
             control_token: self.control_token,
         })
     }
@@ -190,29 +146,18 @@ impl Twin {
 
 impl RunNamespace {
     /// Makes the namespace and everything in it; on an error, deletes what it made.
-    pub fn create(
-        kubeconfig: &Path,
-        context: Option<&str>,
-        objects: RunObjects,
-    ) -> Result<Self, ClusterError> {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| ClusterError::Api(format!("starting the API client: {e}")))?;
-        let client = runtime.block_on(crate::api::client(kubeconfig, context))?;
+    pub fn create(api: &ClusterApi, objects: RunObjects) -> Result<Self, ClusterError> {
         let run = Self {
-            runtime,
-            client,
+            api: api.clone(),
             objects,
-            kubeconfig: kubeconfig.to_owned(),
-            context: context.map(str::to_owned),
             control_token: crate::api::random_token(16)?,
         };
-        run.runtime
-            .block_on(create_namespace(&run.client, &run.objects))?;
+        run.api
+            .runtime
+            .block_on(create_namespace(&run.api.client, &run.objects))?;
         // From here on, the namespace is ours to delete if the rest fails.
-        if let Err(e) = run.runtime.block_on(create_objects(
-            &run.client,
+        if let Err(e) = run.api.runtime.block_on(create_objects(
+            &run.api.client,
             &run.objects,
             &run.control_token,
         )) {
@@ -222,13 +167,11 @@ impl RunNamespace {
         Ok(run)
     }
 
-    /// What another thread needs to reach this namespace with a client of its own
-    /// ([`Twin::open`]): a client serves only while its own runtime runs.
+    /// What another thread needs to reach this namespace ([`Twin::open`]).
     pub fn twin(&self) -> Twin {
         Twin {
+            api: self.api.clone(),
             objects: self.objects.clone(),
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
             control_token: self.control_token.clone(),
         }
     }
@@ -245,9 +188,10 @@ impl RunNamespace {
 
     /// Sets the pool's replicas (a patch of the Deployment's scale, as `kubectl scale`).
     pub fn scale(&self, replicas: i32) -> Result<(), ClusterError> {
-        let api: Api<Deployment> = Api::namespaced(self.client.clone(), self.name());
+        let api: Api<Deployment> = Api::namespaced(self.api.client.clone(), self.name());
         let patch = serde_json::json!({ "spec": { "replicas": replicas } });
-        self.runtime
+        self.api
+            .runtime
             .block_on(api.patch_scale(
                 &self.objects.pool,
                 &PatchParams::default(),
@@ -260,12 +204,13 @@ impl RunNamespace {
     /// Deletes pod `name`, with `grace` seconds to drain (`Some(0)`: killed at once;
     /// `None`: its own grace period).
     pub fn delete_pod(&self, name: &str, grace: Option<u32>) -> Result<(), ClusterError> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), self.name());
+        let api: Api<Pod> = Api::namespaced(self.api.client.clone(), self.name());
         let params = DeleteParams {
             grace_period_seconds: grace,
             ..DeleteParams::default()
         };
-        self.runtime
+        self.api
+            .runtime
             .block_on(api.delete(name, &params))
             .map(|_| ())
             .map_err(|e| api_error(&format!("deleting pod {name}"), e))
@@ -286,8 +231,9 @@ impl RunNamespace {
             )
             .body(Vec::new())
             .map_err(|e| ClusterError::Api(e.to_string()))?;
-        self.runtime
-            .block_on(self.client.request_text(request))
+        self.api
+            .runtime
+            .block_on(self.api.client.request_text(request))
             .map(|_| ())
             .map_err(|e| api_error(&format!("stalling pod {name}"), e))
     }
@@ -303,8 +249,9 @@ impl RunNamespace {
     }
 
     fn pods_matching(&self, selector: &str) -> Result<Vec<PodState>, ClusterError> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), self.name());
+        let api: Api<Pod> = Api::namespaced(self.api.client.clone(), self.name());
         let list = self
+            .api
             .runtime
             .block_on(api.list(&ListParams::default().labels(selector)))
             .map_err(|e| api_error("listing pods", e))?;
@@ -350,9 +297,10 @@ impl RunNamespace {
     /// The addresses the Service's EndpointSlices list as ready: what the control plane
     /// tells the ingress controllers.
     pub fn ready_endpoints(&self) -> Result<Vec<String>, ClusterError> {
-        let api: Api<EndpointSlice> = Api::namespaced(self.client.clone(), self.name());
+        let api: Api<EndpointSlice> = Api::namespaced(self.api.client.clone(), self.name());
         let selector = format!("kubernetes.io/service-name={}", self.objects.pool);
         let list = self
+            .api
             .runtime
             .block_on(api.list(&ListParams::default().labels(&selector)))
             .map_err(|e| api_error("listing endpoint slices", e))?;
@@ -365,8 +313,9 @@ impl RunNamespace {
     /// Creates or updates objects of any kind in the namespace (the routes, a
     /// controller's own resources), by server-side apply.
     pub fn apply(&self, objects: &[serde_json::Value]) -> Result<(), ClusterError> {
-        self.runtime
-            .block_on(apply_here(&self.client, &self.objects, objects))
+        self.api
+            .runtime
+            .block_on(apply_here(&self.api.client, &self.objects, objects))
     }
 
     /// Applies `objects` as [`RunNamespace::apply`] does, up to `in_flight` at a time.
@@ -376,8 +325,8 @@ impl RunNamespace {
         in_flight: usize,
     ) -> Result<(), ClusterError> {
         let objects = self.own(objects);
-        self.runtime.block_on(crate::api::apply_concurrently(
-            &self.client,
+        self.api.runtime.block_on(crate::api::apply_concurrently(
+            &self.api.client,
             &objects,
             in_flight,
         ))
@@ -390,8 +339,8 @@ impl RunNamespace {
         objects: &[(&str, &str, String)],
         in_flight: usize,
     ) -> Result<(), ClusterError> {
-        self.runtime.block_on(crate::api::delete_concurrently(
-            &self.client,
+        self.api.runtime.block_on(crate::api::delete_concurrently(
+            &self.api.client,
             self.name(),
             objects,
             in_flight,
@@ -401,10 +350,10 @@ impl RunNamespace {
     /// Deletes the run's generated routes (and what they name), one call per kind.
     pub fn delete_generated(&self) -> Result<(), ClusterError> {
         let selector = format!("{}=true", crate::routes::generated::GENERATED_LABEL);
-        self.runtime.block_on(async {
+        self.api.runtime.block_on(async {
             for (api_version, kind) in crate::routes::generated::KINDS {
                 crate::api::delete_labelled(
-                    &self.client,
+                    &self.api.client,
                     api_version,
                     kind,
                     self.name(),
@@ -429,8 +378,8 @@ impl RunNamespace {
         kind: &str,
         name: &str,
     ) -> Result<Option<serde_json::Value>, ClusterError> {
-        self.runtime.block_on(crate::api::get(
-            &self.client,
+        self.api.runtime.block_on(crate::api::get(
+            &self.api.client,
             api_version,
             kind,
             Some(self.name()),
@@ -445,10 +394,10 @@ impl RunNamespace {
     pub fn delete_routes(&self) -> Result<(), ClusterError> {
         let routes =
             crate::routes::render(&self.objects, self.objects.generation, &Default::default());
-        self.runtime.block_on(async {
+        self.api.runtime.block_on(async {
             for r in routes.iter().rev() {
                 crate::api::delete(
-                    &self.client,
+                    &self.api.client,
                     r["apiVersion"].as_str().unwrap_or_default(),
                     r["kind"].as_str().unwrap_or_default(),
                     Some(self.name()),
@@ -464,20 +413,22 @@ impl RunNamespace {
     /// [`crate::workers`]).
     pub fn load_job(&self, spec: crate::workers::FleetSpec) -> crate::workers::LoadJob {
         crate::workers::LoadJob {
-            kubeconfig: self.kubeconfig.clone(),
-            context: self.context.clone(),
-            namespace: self.objects.namespace.clone(),
-            run_id: self.objects.run_id.clone(),
-            image: self.objects.image.clone(),
-            spec,
+            api: self.api.clone(),
+            object: crate::workers::JobObject {
+                namespace: self.objects.namespace.clone(),
+                run_id: self.objects.run_id.clone(),
+                image: self.objects.image.clone(),
+                spec,
+            },
         }
     }
 
     /// Refreshes the heartbeat, so that [`cleanup`] leaves the namespace alone.
     pub fn heartbeat(&self) -> Result<(), ClusterError> {
-        let api: Api<Namespace> = Api::all(self.client.clone());
+        let api: Api<Namespace> = Api::all(self.api.client.clone());
         let patch = serde_json::json!({ "metadata": { "annotations": { HEARTBEAT: now_s().to_string() } } });
-        self.runtime
+        self.api
+            .runtime
             .block_on(api.patch(self.name(), &PatchParams::default(), &Patch::Merge(&patch)))
             .map(|_| ())
             .map_err(|e| api_error("refreshing the heartbeat", e))
@@ -486,8 +437,9 @@ impl RunNamespace {
     /// Deletes the namespace (and with it everything the run made); waits at most
     /// `wait` for it to be gone.
     pub fn delete(&self) -> Result<(), ClusterError> {
-        let api: Api<Namespace> = Api::all(self.client.clone());
-        self.runtime
+        let api: Api<Namespace> = Api::all(self.api.client.clone());
+        self.api
+            .runtime
             .block_on(api.delete(self.name(), &DeleteParams::foreground()))
             .map(|_| ())
             .or_else(|e| match e {
@@ -501,13 +453,12 @@ impl RunNamespace {
 /// (e.g. [`crate::routes::traefik::CONTROLLER`]), or its Gateway's class's
 /// `controllerName`.
 pub fn route_controller(
-    kubeconfig: &Path,
-    context: Option<&str>,
+    api: &ClusterApi,
     target: &crate::file::ClusterTarget,
 ) -> Result<String, ClusterError> {
     use k8s_openapi::api::networking::v1::IngressClass;
-    crate::local::runtime()?.block_on(async {
-        let client = crate::api::client(kubeconfig, context).await?;
+    api.run(async {
+        let client = api.client();
         match (&target.ingress_class, &target.gateway) {
             (Some(class), _) => {
                 let found = Api::<IngressClass>::all(client)
@@ -526,30 +477,14 @@ pub fn route_controller(
     })
 }
 
-/// The plain and TLS addresses the LoadBalancer Service `service` gives its controller
-/// (see [`crate::check::service_addresses`]).
-pub fn lookup_service(
-    kubeconfig: &Path,
-    context: Option<&str>,
-    service: &crate::file::ServiceRef,
-) -> Result<(Option<String>, Option<String>), ClusterError> {
-    crate::local::runtime()?.block_on(async {
-        let client = crate::api::client(kubeconfig, context).await?;
-        crate::check::service_addresses(&client, service)
-            .await
-            .map_err(ClusterError::Api)
-    })
-}
-
 /// The value of `key` in Secret `secret` (as text).
 pub fn secret_value(
-    kubeconfig: &Path,
-    context: Option<&str>,
+    api: &ClusterApi,
     secret: &crate::file::ServiceRef,
     key: &str,
 ) -> Result<String, ClusterError> {
-    crate::local::runtime()?.block_on(async {
-        let client = crate::api::client(kubeconfig, context).await?;
+    api.run(async {
+        let client = api.client();
         let api: Api<Secret> = Api::namespaced(client, &secret.namespace);
         let what = format!("secret {}/{}", secret.namespace, secret.name);
         let found = api
@@ -569,12 +504,11 @@ pub fn secret_value(
 /// The labels Service `service` selects its pods by (none: it has no selector: its
 /// endpoints are made by hand, or the controller runs outside the cluster's pods).
 pub fn service_selector(
-    kubeconfig: &Path,
-    context: Option<&str>,
+    api: &ClusterApi,
     service: &crate::file::ServiceRef,
 ) -> Result<Option<BTreeMap<String, String>>, ClusterError> {
-    crate::local::runtime()?.block_on(async {
-        let client = crate::api::client(kubeconfig, context).await?;
+    api.run(async {
+        let client = api.client();
         let api: Api<Service> = Api::namespaced(client, &service.namespace);
         let found = api.get(&service.name).await.map_err(|e| {
             api_error(
@@ -592,13 +526,9 @@ pub fn service_selector(
 /// Deletes every namespace of the tool left by a run that is gone: its heartbeat older
 /// than [`STALE_AFTER`], or its owner a process of this machine that is not running. Only
 /// namespaces with the tool's label are looked at. Returns their names.
-pub fn cleanup(kubeconfig: &Path, context: Option<&str>) -> Result<Vec<String>, ClusterError> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Api(format!("starting the API client: {e}")))?;
-    runtime.block_on(async {
-        let client = crate::api::client(kubeconfig, context).await?;
+pub fn cleanup(api: &ClusterApi) -> Result<Vec<String>, ClusterError> {
+    api.run(async {
+        let client = api.client();
         let api: Api<Namespace> = Api::all(client);
         let ours = api
             .list(&ListParams::default().labels(&format!("{MANAGED_BY}={TOOL}")))

@@ -19,7 +19,8 @@ use k8s_openapi::api::networking::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{RunObjects, BACKEND_PORT, CONTROL_PORT, MANAGED_BY, RUN_LABEL, TOOL};
+use super::{RunObjects, BACKEND_PORT, CONTROL_PORT};
+use crate::meta::{MANAGED_BY, POOL_LABEL, RUN_LABEL, TOOL};
 
 /// The labels of every object of the run.
 pub(crate) fn labels(o: &RunObjects) -> BTreeMap<String, String> {
@@ -28,9 +29,6 @@ pub(crate) fn labels(o: &RunObjects) -> BTreeMap<String, String> {
         (RUN_LABEL.to_owned(), o.run_id.clone()),
     ])
 }
-
-/// The label with a pod's pool.
-pub(crate) const POOL_LABEL: &str = "app.kubernetes.io/name";
 
 /// A pool's pods' labels.
 pub(crate) fn pool_labels(o: &RunObjects, pool: &str) -> BTreeMap<String, String> {

@@ -57,9 +57,10 @@ impl RunNamespace {
         let read = |e| api_error(&format!("reading {what}"), e);
         let selector = match kind {
             "Deployment" => {
-                self.runtime
+                self.api
+                    .runtime
                     .block_on(
-                        Api::<Deployment>::namespaced(self.client.clone(), namespace).get(name),
+                        Api::<Deployment>::namespaced(self.api.client.clone(), namespace).get(name),
                     )
                     .map_err(read)?
                     .spec
@@ -67,9 +68,10 @@ impl RunNamespace {
                     .selector
             }
             _ => {
-                self.runtime
+                self.api
+                    .runtime
                     .block_on(
-                        Api::<DaemonSet>::namespaced(self.client.clone(), namespace).get(name),
+                        Api::<DaemonSet>::namespaced(self.api.client.clone(), namespace).get(name),
                     )
                     .map_err(read)?
                     .spec
@@ -114,18 +116,20 @@ impl RunNamespace {
         };
         let metadata = match kind {
             "Deployment" => {
-                self.runtime
+                self.api
+                    .runtime
                     .block_on(
-                        Api::<Deployment>::namespaced(self.client.clone(), namespace)
+                        Api::<Deployment>::namespaced(self.api.client.clone(), namespace)
                             .patch(name, &params, &patch),
                     )
                     .map_err(restart)?
                     .metadata
             }
             _ => {
-                self.runtime
+                self.api
+                    .runtime
                     .block_on(
-                        Api::<DaemonSet>::namespaced(self.client.clone(), namespace)
+                        Api::<DaemonSet>::namespaced(self.api.client.clone(), namespace)
                             .patch(name, &params, &patch),
                     )
                     .map_err(restart)?
@@ -156,8 +160,8 @@ impl RunNamespace {
             .cloned()
             .collect();
         let what = format!("{} {}/{}", rollout.kind, rollout.namespace, rollout.name);
-        let client = self.client.clone();
-        let done = self.runtime.block_on(async {
+        let client = self.api.client.clone();
+        let done = self.api.runtime.block_on(async {
             let read = |e| api_error(&format!("reading {what}"), e);
             Ok::<_, ClusterError>(match rollout.kind {
                 "Deployment" => {
@@ -195,8 +199,9 @@ impl RunNamespace {
 
     /// The workload's pods: name, ready, being deleted.
     fn workload_pods(&self, rollout: &Rollout) -> Result<Vec<(String, bool, bool)>, ClusterError> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &rollout.namespace);
+        let api: Api<Pod> = Api::namespaced(self.api.client.clone(), &rollout.namespace);
         let list = self
+            .api
             .runtime
             .block_on(api.list(&ListParams::default().labels(&rollout.selector)))
             .map_err(|e| {

@@ -141,12 +141,8 @@ pub(super) fn route_support(
     options: &ClusterOptions,
     placed: &ClusterTarget,
 ) -> Result<Routed, String> {
-    let controller = ingressbench_cluster::deploy::route_controller(
-        &options.kubeconfig,
-        options.context.as_deref(),
-        placed,
-    )
-    .map_err(|e| e.to_string())?;
+    let controller = ingressbench_cluster::deploy::route_controller(&options.api, placed)
+        .map_err(|e| e.to_string())?;
     Ok(match (&placed.ingress_class, &placed.gateway) {
         (Some(class), _) => {
             let profile = routes::profile(&controller);

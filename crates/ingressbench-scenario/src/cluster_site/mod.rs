@@ -45,10 +45,9 @@ pub use check::{check_cells, route_refusals};
 pub struct ClusterOptions {
     /// The cluster file.
     pub file: ClusterFile,
-    /// The kubeconfig.
-    pub kubeconfig: PathBuf,
-    /// The context (`--context`, else the file's, else the current one).
-    pub context: Option<String>,
+    /// The run's connection to the cluster (its kubeconfig, and the context: `--context`,
+    /// else the file's, else the current one), held for the whole run.
+    pub api: ingressbench_cluster::api::ClusterApi,
     /// The run's id: namespaces are `PREFIX-ID-CELL`.
     pub run_id: String,
 }

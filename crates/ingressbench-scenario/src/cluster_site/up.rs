@@ -47,13 +47,8 @@ impl ClusterSite {
         // here, not after its namespace is up.
         let usage = match &placed.usage {
             Some(usage) => Some(
-                ingressbench_cluster::usage::UsageWatch::start(
-                    &options.kubeconfig,
-                    options.context.as_deref(),
-                    target,
-                    usage,
-                )
-                .map_err(|e| format!("target `{target}`: {e}"))?,
+                ingressbench_cluster::usage::UsageWatch::start(&options.api, target, usage)
+                    .map_err(|e| format!("target `{target}`: {e}"))?,
             ),
             None => None,
         };
@@ -310,11 +305,7 @@ fn counters_watch(
             let socket = socket.clone();
             CountersWatch::start(move || haproxy_stat(&socket))
         }
-        (None, None, Some(pods)) => CountersWatch::pods(
-            &options.kubeconfig,
-            options.context.as_deref(),
-            pods.clone(),
-        ),
+        (None, None, Some(pods)) => CountersWatch::pods(&options.api, pods.clone()),
         (None, None, None) => CountersWatch::start(|| Ok(Default::default())),
     }
 }
@@ -326,12 +317,8 @@ fn entrances(
     shape: &Shape,
 ) -> Result<(String, Option<String>, Inside), CellFailure> {
     let (http, https) = match &placed.service {
-        Some(service) => ingressbench_cluster::deploy::lookup_service(
-            &options.kubeconfig,
-            options.context.as_deref(),
-            service,
-        )
-        .map_err(|e| e.to_string())?,
+        Some(service) => ingressbench_cluster::check::lookup_service(&options.api, service)
+            .map_err(|e| e.to_string())?,
         None => placed.addresses(),
     };
     let inside = Inside {
@@ -499,13 +486,8 @@ fn mesh_for(
     let _ = std::fs::remove_dir_all(&dir);
     let mut tls = made?;
     if let Some(secret) = &placed.mesh_client {
-        let theirs = ingressbench_cluster::deploy::secret_value(
-            &options.kubeconfig,
-            options.context.as_deref(),
-            secret,
-            "ca.crt",
-        )
-        .map_err(|e| format!("the cluster file's mesh_client: {e}"))?;
+        let theirs = ingressbench_cluster::deploy::secret_value(&options.api, secret, "ca.crt")
+            .map_err(|e| format!("the cluster file's mesh_client: {e}"))?;
         tls.client_cas.push_str(&theirs);
     }
     Ok(Some(Mesh {
@@ -565,9 +547,8 @@ fn make(
     options: &ClusterOptions,
     objects: RunObjects,
 ) -> Result<(RunNamespace, ingressbench_cluster::deploy::EndpointsWatch), String> {
-    let run = RunNamespace::create(&options.kubeconfig, options.context.as_deref(), objects)
-        .map_err(|e| e.to_string())?;
-    match run.watch_endpoints(&options.kubeconfig, options.context.as_deref()) {
+    let run = RunNamespace::create(&options.api, objects).map_err(|e| e.to_string())?;
+    match run.watch_endpoints() {
         Ok(watch) => Ok((run, watch)),
         Err(e) => {
             let _ = run.delete();
@@ -594,8 +575,7 @@ fn ingress_pods(
         )));
     };
     let selector = ingressbench_cluster::deploy::service_selector(
-        &options.kubeconfig,
-        options.context.as_deref(),
+        &options.api,
         service,
     )
     .map_err(|e| e.to_string())?

@@ -857,9 +857,9 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
     use kube::api::PostParams;
     let kubeconfig = dir.join("cluster/kubeconfig");
     let entry = traefik_http(dir);
+    let api = ingressbench_cluster::api::ClusterApi::connect(&kubeconfig, None).unwrap();
     let run = RunNamespace::create(
-        &kubeconfig,
-        None,
+        &api,
         RunObjects {
             namespace: "ib-test-run".into(),
             run_id: "test-run".into(),
@@ -954,7 +954,7 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
             .await
             .unwrap();
     });
-    let removed = cleanup(&kubeconfig, None).unwrap();
+    let removed = cleanup(&api).unwrap();
     assert_eq!(removed, vec!["ib-test-stale".to_owned()]);
     let alive = runtime.block_on(async {
         let client = ingressbench_cluster::api::client(&kubeconfig, None)
