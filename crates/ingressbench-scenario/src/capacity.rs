@@ -30,7 +30,7 @@ pub use objective::{describe, measure, Figure, Measured, Objective, WindowFigure
 use outcome::named;
 pub use outcome::{figure_records, Outcome};
 pub use trial::{
-    behind, judge, judge_trial, pooled_text, GeneratorSeen, Pool, Verdict, LAG_LIMIT_US,
+    behind, judge, judge_trial, pooled_text, GeneratorSeen, Judged, Pool, Verdict, LAG_LIMIT_US,
 };
 
 /// How a search is bounded.

@@ -23,7 +23,7 @@ use crate::propagation::RouteProbe;
 use crate::record::write_json;
 use crate::site::{lab_file, CellFailure, LabSite, Site, Upstream};
 use crate::store::{is_full, ProgressFn, ResultsLock, Streams};
-use crate::timeline::{unfired, Driver, Gate, Timeline};
+use crate::timeline::{unfired, Driver, EventsLog, Gate, Liveness, SideFigures, Timeline};
 use crate::usage::UsageLog;
 use crate::Cell;
 use ingressbench_report::websocket::{Cuts, StreamFile};
@@ -247,11 +247,10 @@ fn drive(
         cell,
         site,
         measure_from: load.measure_from,
-        events,
-        usage,
-        counts,
+        events: EventsLog::new(events, load.measure_from),
+        figures: SideFigures { usage, counts },
+        liveness: Liveness::new(load.measure_from),
         fired: vec![0; cell.events.len()],
-        reported: 0,
         went_wrong: None,
         stop: load.stop.clone(),
         probe: load.probe.take(),
@@ -267,8 +266,8 @@ fn drive(
     );
     Ok(Beside {
         unfinished: driver.unfinished(),
-        usage: driver.usage,
-        counts: driver.counts,
+        usage: driver.figures.usage,
+        counts: driver.figures.counts,
         went_wrong: driver.went_wrong,
         fired: driver.fired,
         probe: driver.probe,

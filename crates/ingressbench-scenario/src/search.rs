@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use crate::capacity::{
-    describe, figure_records, judge_trial, pooled_text, GeneratorSeen, Pool, Search, SearchPlan,
-    Verdict, WindowFigures,
+    describe, figure_records, pooled_text, GeneratorSeen, Pool, Search, SearchPlan, Verdict,
+    WindowFigures,
 };
 use crate::ceiling::Ceiling;
 use crate::record::{cell_dir_name, cell_entry};
@@ -151,16 +151,16 @@ pub(crate) fn run(
             let seed = 0x5ea_4c11 + (base.index as u64) * 1000 + trial as u64;
             let entry = &mut runner.record.cells[cell.index];
             let dir = options.dir.join("cells").join(cell_dir_name(&cell));
-            let judged = judge(&plan, (&cell, &dir, entry), (&search, &mut pool), seed)
+            let (own, seen) = trial_figures(&plan, (&cell, &dir, entry))
                 .map_err(|m| bad(format!("cell {} ({}): {m}", cell.index, cell.label())))?;
+            let judged = pool.judge_next(&mut search, (&plan.objectives, rate), own, &seen, seed);
             let verdict = judged.verdict.record();
-            search.record(rate, judged.verdict);
             let said = search.last_said(&plan.objectives);
             progress(&format!(
                 "  {rate} req/s: {}{}; generator lag p99 {} us: {said}",
                 describe(&plan.objectives, &judged.figures),
                 pooled_text(judged.pooled),
-                judged.seen.lag_p99_us
+                seen.lag_p99_us
             ));
             entry.search = Some(TrialRecord {
                 of: base.index,
@@ -172,8 +172,8 @@ pub(crate) fn run(
                 said,
                 pooled_trials: judged.pooled,
                 figures: figure_records(&plan.objectives, &judged.figures),
-                scheduler_lag_us_p99: judged.seen.lag_p99_us,
-                generator_cpu_share: judged.seen.cpu_share,
+                scheduler_lag_us_p99: seen.lag_p99_us,
+                generator_cpu_share: seen.cpu_share,
             });
             runner.save()?;
         }
@@ -293,15 +293,6 @@ fn trial_cell(base: &Cell, index: usize, rate: f64) -> Cell {
     cell
 }
 
-/// A trial's verdict and what it rests on.
-struct Judged {
-    figures: Vec<crate::capacity::Measured>,
-    verdict: Verdict,
-    seen: GeneratorSeen,
-    /// How many earlier trials' windows were pooled with its own (a repeat's).
-    pooled: usize,
-}
-
 /// The windows of the trial whose directory is `dir`, from its interval log.
 fn windows_of(plan: &SearchPlan, dir: &std::path::Path) -> Result<Vec<WindowFigures>, String> {
     let path = dir.join("latency.hlog");
@@ -314,20 +305,15 @@ fn windows_of(plan: &SearchPlan, dir: &std::path::Path) -> Result<Vec<WindowFigu
         .collect())
 }
 
-/// Judges `cell`, a trial whose directory is `dir` and whose run.json entry is `entry`,
-/// the next of `search`: its windows from its interval log (with those of the straddles
-/// it repeats, from `pool`, which keeps its own if it straddles too), the generator's lag
-/// from its summary.json, and its CPU (this process's, when the load was sent from it
-/// alone) from its usage.
-fn judge(
+/// What `cell`, a trial whose directory is `dir` and whose run.json entry is `entry`,
+/// is judged on: its windows from its interval log, the generator's lag from its
+/// summary.json, and its CPU (this process's, when the load was sent from it alone) from
+/// its usage.
+fn trial_figures(
     plan: &SearchPlan,
     (cell, dir, entry): (&Cell, &std::path::Path, &CellEntry),
-    (search, pool): (&Search, &mut Pool),
-    seed: u64,
-) -> Result<Judged, String> {
+) -> Result<(Vec<WindowFigures>, GeneratorSeen), String> {
     let own = windows_of(plan, dir)?;
-    let windows = pool.with(search, &own);
-    let pooled = pool.trials();
     let path = dir.join("summary.json");
     let summary: ingressbench_stats::Summary = std::fs::read(&path)
         .map_err(|e| format!("reading {}: {e}", path.display()))
@@ -345,14 +331,5 @@ fn judge(
             .map(|c| c / threads as f64),
         threads,
     };
-    let (figures, verdict) = judge_trial(&plan.objectives, &windows, &seen, seed);
-    if matches!(verdict, Verdict::Straddle(_)) {
-        pool.keep(own);
-    }
-    Ok(Judged {
-        figures,
-        verdict,
-        seen,
-        pooled,
-    })
+    Ok((own, seen))
 }

@@ -13,8 +13,8 @@ use ingressbench_lab::usage::{Part, UsageReader};
 use ingressbench_load::{Length, Mode, Observer, Plan, Target, Warmup};
 use ingressbench_results::capacity::{self as record, CapacityFile, CapacityTrial};
 use ingressbench_scenario::capacity::{
-    describe, figure_records, judge_trial, parse_precision, pooled_text, Bounds, GeneratorSeen,
-    Objective, Outcome, Pool, Search, Verdict, WindowFigures, SHORTEST_TRIAL,
+    describe, figure_records, parse_precision, pooled_text, Bounds, GeneratorSeen, Objective,
+    Outcome, Pool, Search, WindowFigures, SHORTEST_TRIAL,
 };
 use ingressbench_scenario::ceiling::Ceiling;
 use ingressbench_stats::Window;
@@ -121,14 +121,14 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
             threads: base.threads,
         };
         let seed = 0x1b5e_a7c4 + search.trials().len() as u64;
-        let judged = pool.with(&search, &windows.figures);
-        let pooled = pool.trials();
-        let (figures, verdict) = judge_trial(&objectives, &judged, &seen, seed);
-        let straddled = matches!(verdict, Verdict::Straddle(_));
-        search.record(rate, verdict);
-        if straddled {
-            pool.keep(windows.figures);
-        }
+        let judged = pool.judge_next(
+            &mut search,
+            (&objectives, rate),
+            windows.figures,
+            &seen,
+            seed,
+        );
+        let (figures, pooled) = (judged.figures, judged.pooled);
         let said = search.last_said(&objectives);
         writeln!(
             out,

@@ -134,6 +134,43 @@ impl Pool {
     pub fn trials(&self) -> usize {
         self.trials
     }
+
+    /// Judges the trial `search` runs next, at `rate`, on its `own` windows (with those
+    /// of the straddles it repeats; its own are kept if it straddles too), and records
+    /// the verdict in `search`: the step of a trial that `ingressbench capacity` and a
+    /// scenario's search share, whatever ran the trial.
+    pub fn judge_next(
+        &mut self,
+        search: &mut Search,
+        (objectives, rate): (&[Objective], f64),
+        own: Vec<WindowFigures>,
+        seen: &GeneratorSeen,
+        seed: u64,
+    ) -> Judged {
+        let windows = self.with(search, &own);
+        let pooled = self.trials();
+        let (figures, verdict) = judge_trial(objectives, &windows, seen, seed);
+        if matches!(verdict, Verdict::Straddle(_)) {
+            self.keep(own);
+        }
+        search.record(rate, verdict.clone());
+        Judged {
+            figures,
+            verdict,
+            pooled,
+        }
+    }
+}
+
+/// A trial's verdict and what it rests on.
+#[derive(Clone, Debug)]
+pub struct Judged {
+    /// Each objective's figure with its interval.
+    pub figures: Vec<Measured>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// How many earlier trials' windows were judged with its own (a repeat's).
+    pub pooled: usize,
 }
 
 /// Judges one trial from its windows: each objective's figure and interval, and the
