@@ -58,6 +58,8 @@ pub struct AgentOptions {
     pub dir: PathBuf,
     /// Images it can run, by name (without tag or registry), and what runs for each.
     pub images: BTreeMap<String, Runs>,
+    /// The version its nodes report (the control plane's).
+    pub kubelet_version: &'static str,
 }
 
 /// What the agent runs for an image.
@@ -299,7 +301,7 @@ impl State {
             "conditions": [{ "type": "Ready", "status": "True", "reason": "KubeletReady",
                 "message": "ingressbench node agent", "lastHeartbeatTime": now,
                 "lastTransitionTime": now }],
-            "nodeInfo": { "kubeletVersion": format!("v{}", crate::local::KUBE_VERSION),
+            "nodeInfo": { "kubeletVersion": format!("v{}", self.options.kubelet_version),
                 "containerRuntimeVersion": "ingressbench://local-processes",
                 "architecture": "amd64", "operatingSystem": "linux", "osImage": "local",
                 "kernelVersion": "", "kubeProxyVersion": "", "machineID": "", "systemUUID": "",

@@ -362,6 +362,7 @@ impl LocalCluster {
                 nodes: options.nodes,
                 dir: pods,
                 images,
+                kubelet_version: KUBE_VERSION,
             })?);
         }
         let gateway_secret = match &options.gateway_crds {
@@ -973,7 +974,7 @@ fn free_port() -> Result<u16, ClusterError> {
         ip: std::net::Ipv4Addr::LOCALHOST.into(),
         netns: None,
     };
-    ingressbench_lab::process::free_port(&node).map_err(|e| io(Path::new("127.0.0.1"), e))
+    ingressbench_lab::topology::free_port(&node).map_err(|e| io(Path::new("127.0.0.1"), e))
 }
 
 /// `program` as given if it is a path, else found on PATH.

@@ -7,8 +7,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::process::{free_port, OwnedChild, RunAs};
+use crate::process::{OwnedChild, RunAs};
 use crate::proxy::{Binaries, ProxyKind};
+use crate::topology::free_port;
 use crate::topology::Node;
 use crate::LabError;
 

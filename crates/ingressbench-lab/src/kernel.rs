@@ -201,7 +201,7 @@ pub fn apply(node: &str, netns: &Path, settings: &Sysctls) -> Result<(), LabErro
     let wanted = settings.clone();
     let ns = netns.to_owned();
     let result = on_thread(move || {
-        crate::topology::enter_netns(&ns)?;
+        crate::process::enter_netns(&ns)?;
         let mut refused = Vec::new();
         for (name, value) in &wanted {
             let path = sysctl_path(name);
@@ -343,7 +343,7 @@ fn in_node<T: Send + 'static>(
     let ns = netns.map(Path::to_owned);
     on_thread(move || {
         if let Some(ns) = &ns {
-            crate::topology::enter_netns(ns)?;
+            crate::process::enter_netns(ns)?;
         }
         f()
     })

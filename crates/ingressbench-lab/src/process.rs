@@ -345,42 +345,15 @@ pub fn log_tail(path: &Path) -> String {
     read().unwrap_or_else(|e| format!("(cannot read {}: {e})", path.display()))
 }
 
-/// A TCP port free on `node`'s address (in its namespace, if it has one), for a proxy
-/// whose config must name its port up front. Checking on the address the proxy will bind,
-/// not on 127.0.0.1, matters: a port free on one loopback address may be taken on another.
-/// Never one this process handed out before: the kernel may give the same free port to
-/// two picks in a row (an Envoy got the same port for its admin and its HTTPS listener,
-/// and answered TLS clients in plain HTTP).
-pub fn free_port(node: &crate::topology::Node) -> io::Result<u16> {
-    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
-        std::sync::Mutex::new(std::collections::BTreeSet::new());
-    for _ in 0..64 {
-        let port = pick_free_port(node)?;
-        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
-        if given.insert(port) {
-            return Ok(port);
-        }
-    }
-    Err(io::Error::other(
-        "no free port that was not handed out before, in 64 tries",
-    ))
-}
-
-fn pick_free_port(node: &crate::topology::Node) -> io::Result<u16> {
-    let (ip, netns) = (node.ip, node.netns.clone());
-    let pick = move || -> io::Result<u16> {
-        if let Some(ns) = &netns {
-            crate::topology::enter_netns(ns)?;
-        }
-        Ok(std::net::TcpListener::bind((ip, 0))?.local_addr()?.port())
-    };
-    if node.netns.is_none() {
-        return pick();
-    }
-    // Entering a namespace changes the calling thread's: do it on a thread of its own.
-    std::thread::spawn(pick)
-        .join()
-        .unwrap_or_else(|_| Err(io::Error::other("the port-picking thread panicked")))
+/// Moves the calling thread into the network namespace at `path`: sockets it makes from
+/// then on (and threads it starts) live there.
+pub fn enter_netns(path: &Path) -> std::io::Result<()> {
+    let file = std::fs::File::open(path)?;
+    rustix::thread::move_into_link_name_space(
+        std::os::fd::AsFd::as_fd(&file),
+        Some(rustix::thread::LinkNameSpaceType::Network),
+    )
+    .map_err(std::io::Error::from)
 }
 
 /// Whether process `pid` exists and is not a zombie.
@@ -389,22 +362,4 @@ pub(crate) fn process_alive(pid: u32) -> bool {
         stat.rsplit_once(')')
             .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn free_ports_are_never_handed_out_twice() {
-        let node = crate::topology::Node {
-            name: "n".into(),
-            ip: std::net::Ipv4Addr::LOCALHOST.into(),
-            netns: None,
-        };
-        let mut ports: Vec<u16> = (0..300).map(|_| free_port(&node).unwrap()).collect();
-        ports.sort_unstable();
-        ports.dedup();
-        assert_eq!(ports.len(), 300);
-    }
 }

@@ -111,7 +111,7 @@ impl Relay {
                     // connection threads it starts inherit it.
                     let bound = netns
                         .as_deref()
-                        .map_or(Ok(()), crate::topology::enter_netns)
+                        .map_or(Ok(()), crate::process::enter_netns)
                         .and_then(|()| TcpListener::bind(listen))
                         .and_then(|l| Ok((l.local_addr()?, l)));
                     let listener = match bound {

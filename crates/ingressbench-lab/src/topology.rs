@@ -10,6 +10,7 @@
 //! namespaces, `ibPIDxN` for the host's veth); the lab's reaper removes them if the tool
 //! dies, and [`remove_stale`] removes those whose owner is gone.
 
+use std::io;
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -426,15 +427,44 @@ fn network(action: &str, reason: &str) -> LabError {
     }
 }
 
-/// Moves the calling thread into the network namespace at `path`: sockets it makes from
-/// then on (and threads it starts) live there.
-pub fn enter_netns(path: &Path) -> std::io::Result<()> {
-    let file = std::fs::File::open(path)?;
-    rustix::thread::move_into_link_name_space(
-        std::os::fd::AsFd::as_fd(&file),
-        Some(rustix::thread::LinkNameSpaceType::Network),
-    )
-    .map_err(std::io::Error::from)
+pub use crate::process::enter_netns;
+
+/// A TCP port free on `node`'s address (in its namespace, if it has one), for a proxy
+/// whose config must name its port up front. Checking on the address the proxy will bind,
+/// not on 127.0.0.1, matters: a port free on one loopback address may be taken on another.
+/// Never one this process handed out before: the kernel may give the same free port to
+/// two picks in a row (an Envoy got the same port for its admin and its HTTPS listener,
+/// and answered TLS clients in plain HTTP).
+pub fn free_port(node: &Node) -> io::Result<u16> {
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    for _ in 0..64 {
+        let port = pick_free_port(node)?;
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if given.insert(port) {
+            return Ok(port);
+        }
+    }
+    Err(io::Error::other(
+        "no free port that was not handed out before, in 64 tries",
+    ))
+}
+
+fn pick_free_port(node: &Node) -> io::Result<u16> {
+    let (ip, netns) = (node.ip, node.netns.clone());
+    let pick = move || -> io::Result<u16> {
+        if let Some(ns) = &netns {
+            enter_netns(ns)?;
+        }
+        Ok(std::net::TcpListener::bind((ip, 0))?.local_addr()?.port())
+    };
+    if node.netns.is_none() {
+        return pick();
+    }
+    // Entering a namespace changes the calling thread's: do it on a thread of its own.
+    std::thread::spawn(pick)
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the port-picking thread panicked")))
 }
 
 /// Removes namespaces and host links a lab of this tool made and whose owning process is
@@ -497,6 +527,19 @@ fn owner_gone(rest: &str) -> bool {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn free_ports_are_never_handed_out_twice() {
+        let node = Node {
+            name: "n".into(),
+            ip: std::net::Ipv4Addr::LOCALHOST.into(),
+            netns: None,
+        };
+        let mut ports: Vec<u16> = (0..300).map(|_| free_port(&node).unwrap()).collect();
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 300);
+    }
 
     #[test]
     fn links_follow_nodes_pairs_and_the_outside() {

@@ -17,6 +17,7 @@ use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::response::{Progress, ResponseParser};
+use crate::LoadError;
 
 /// A plain or TLS connection.
 pub(crate) enum Stream {
@@ -341,4 +342,39 @@ fn read_failure(e: &io::Error, is_tls: bool) -> Outcome {
 /// Nanoseconds of a duration, saturating.
 pub(crate) fn nanos(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Descriptors the process needs besides its connections: files it writes, the reactor,
+/// timers, the standard streams.
+const SPARE_DESCRIPTORS: u64 = 64;
+
+/// Raises the open-file limit to its hard limit if `connections` need it, or says before
+/// the run that they cannot all be opened (a run that cannot open its sockets would
+/// otherwise send nothing and look like a target that refuses them).
+pub fn ensure_descriptors(connections: usize) -> Result<(), LoadError> {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let needed = connections as u64 + SPARE_DESCRIPTORS;
+    let limit = getrlimit(Resource::Nofile);
+    let soft = limit.current.unwrap_or(u64::MAX);
+    if needed <= soft {
+        return Ok(());
+    }
+    let hard = limit.maximum.unwrap_or(u64::MAX);
+    if needed <= hard {
+        let raised = rustix::process::Rlimit {
+            current: Some(needed),
+            maximum: limit.maximum,
+        };
+        if setrlimit(Resource::Nofile, raised).is_ok() {
+            return Ok(());
+        }
+    }
+    Err(LoadError::InvalidPlan {
+        field: "-c/--connections".into(),
+        reason: format!(
+            "{connections} connections need {needed} open files, and this process may open {} (hard limit {}); raise it (`ulimit -n {needed}`, or LimitNOFILE= for a service) or use fewer connections",
+            soft,
+            limit.maximum.map_or("unlimited".to_owned(), |h| h.to_string())
+        ),
+    })
 }

@@ -16,7 +16,8 @@ use ingressbench_stats::wire::{RecorderWire, SampleWire, WindowWire};
 use ingressbench_stats::{HistogramUs, Recorder, Sample, Window};
 use serde::{Deserialize, Serialize};
 
-use crate::run::{progress_after, summarize, WindowMerger};
+use crate::report::{progress_after, summarize};
+use crate::run::WindowMerger;
 use crate::{
     BatchWindow, Length, LoadError, LoadReport, Mode, Observer, Plan, Protocol, RequestSpec,
     Resolve, RetryPolicy, Share, Target, TlsOptions, Warmup,

@@ -27,6 +27,7 @@ pub mod fleet;
 pub mod grpc;
 mod plan;
 pub mod probe;
+mod report;
 mod request;
 mod response;
 mod run;
@@ -96,12 +97,14 @@ pub mod fuzzing {
         Parsed::Incomplete
     }
 }
+pub use connection::ensure_descriptors;
 pub use ingressbench_stats::parse_duration;
 pub use plan::{
     BatchWindow, Kind, Length, Mode, Plan, Protocol, RequestGate, RetryPolicy, Share, Warmup,
     DEFAULT_STREAMS, MAX_STREAMS,
 };
+pub use report::{LoadReport, NoObserver, Observer, Progress};
 pub use request::{parse_header, RequestSpec};
-pub use run::{ensure_descriptors, run, LoadReport, NoObserver, Observer, Progress};
+pub use run::run;
 pub use target::{Resolve, Scheme, Target};
 pub use tls::{client_config as tls_client_config, TlsOptions};

@@ -147,18 +147,18 @@ pub enum Kind {
     #[default]
     Http,
     /// Messages over WebSockets (one per connection), at the open-loop rate.
-    WebSocket(crate::stream::StreamOptions),
+    WebSocket(crate::stream::options::StreamOptions),
     /// Server-sent events (one stream per connection), at the open-loop rate.
-    Sse(crate::stream::StreamOptions),
+    Sse(crate::stream::options::StreamOptions),
     /// gRPC unary calls (many at once on each connection's HTTP/2), at the open-loop rate.
-    Grpc(crate::stream::StreamOptions),
+    Grpc(crate::stream::options::StreamOptions),
     /// gRPC server streams (one per connection), at the open-loop rate.
-    GrpcStream(crate::stream::StreamOptions),
+    GrpcStream(crate::stream::options::StreamOptions),
 }
 
 impl Kind {
     /// A long-lived load's own settings; none for HTTP requests.
-    pub fn stream_options(&self) -> Option<&crate::stream::StreamOptions> {
+    pub fn stream_options(&self) -> Option<&crate::stream::options::StreamOptions> {
         match self {
             Kind::Http => None,
             Kind::WebSocket(o) | Kind::Sse(o) | Kind::Grpc(o) | Kind::GrpcStream(o) => Some(o),
@@ -350,8 +350,11 @@ impl Plan {
     /// (messages and events go at a rate), HTTP/2 for the first two (RFC 8441 is not
     /// sent; events are read over HTTP/1.1; gRPC is always HTTP/2), shared between
     /// processes, a number of messages.
-    fn validate_stream(&self, options: &crate::stream::StreamOptions) -> Result<(), LoadError> {
-        use crate::stream::MESSAGE_HEADER;
+    fn validate_stream(
+        &self,
+        options: &crate::stream::options::StreamOptions,
+    ) -> Result<(), LoadError> {
+        use crate::stream::options::MESSAGE_HEADER;
         let what = match self.kind {
             Kind::Sse(_) => "an event stream load",
             Kind::Grpc(_) => "a gRPC unary load",

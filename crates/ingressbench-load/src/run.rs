@@ -7,12 +7,11 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ingressbench_stats::{
-    HistogramUs, LoadMode, Recorder, Sample, Summary, SummaryContext, Window,
-};
+use ingressbench_stats::{HistogramUs, Recorder, Summary, Window};
 
-use crate::connection::{nanos, Address, Connector};
+use crate::connection::{ensure_descriptors, nanos, Address, Connector};
 use crate::plan::split;
+use crate::report::{progress_after, summarize, LoadReport, Observer};
 use crate::schedule::Schedule;
 use crate::target::Scheme;
 use crate::worker::{self, Assignment, Feed, Message, Shared};
@@ -20,86 +19,6 @@ use crate::{tls, Kind, Length, LoadError, Mode, Plan, Protocol, Warmup};
 
 /// Time given to worker threads to start before the first request is due.
 const START_DELAY: Duration = Duration::from_millis(20);
-
-/// A live view of a run, given to the observer about once a second.
-#[derive(Clone, Debug)]
-pub struct Progress {
-    /// Time since the run started (warm-up included).
-    pub elapsed: Duration,
-    /// Measured requests finished so far.
-    pub requests: u64,
-    /// Of which failed.
-    pub errors: u64,
-    /// Requests finished in the last window, per second.
-    pub rate_per_s: f64,
-    /// Median latency so far, in microseconds.
-    pub p50_us: u64,
-    /// 99th percentile so far, in microseconds.
-    pub p99_us: u64,
-}
-
-/// Receives what a run produces while it goes, on the calling thread.
-pub trait Observer {
-    /// One closed interval window, merged over all workers, in order.
-    fn window(&mut self, _window: &Window) {}
-    /// A batch of sampled requests (in the order they finished, per worker); `backends`
-    /// names the backend ids they carry.
-    fn samples(&mut self, _samples: &[Sample], _backends: &[String]) {}
-    /// The state of the run, after each window.
-    fn progress(&mut self, _progress: &Progress) {}
-}
-
-/// An observer that ignores everything.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct NoObserver;
-
-impl Observer for NoObserver {}
-
-/// What a finished (or interrupted) run measured.
-#[derive(Clone, Debug)]
-pub struct LoadReport {
-    /// Everything recorded, merged over workers.
-    pub recorder: Recorder,
-    /// The summary of it.
-    pub summary: Summary,
-    /// A WebSocket or event stream load's closes, reconnects and message accounting.
-    pub stream: Option<Box<crate::stream::StreamFile>>,
-}
-
-/// Descriptors the process needs besides its connections: files it writes, the reactor,
-/// timers, the standard streams.
-const SPARE_DESCRIPTORS: u64 = 64;
-
-/// Raises the open-file limit to its hard limit if `connections` need it, or says before
-/// the run that they cannot all be opened (a run that cannot open its sockets would
-/// otherwise send nothing and look like a target that refuses them).
-pub fn ensure_descriptors(connections: usize) -> Result<(), LoadError> {
-    use rustix::process::{getrlimit, setrlimit, Resource};
-    let needed = connections as u64 + SPARE_DESCRIPTORS;
-    let limit = getrlimit(Resource::Nofile);
-    let soft = limit.current.unwrap_or(u64::MAX);
-    if needed <= soft {
-        return Ok(());
-    }
-    let hard = limit.maximum.unwrap_or(u64::MAX);
-    if needed <= hard {
-        let raised = rustix::process::Rlimit {
-            current: Some(needed),
-            maximum: limit.maximum,
-        };
-        if setrlimit(Resource::Nofile, raised).is_ok() {
-            return Ok(());
-        }
-    }
-    Err(LoadError::InvalidPlan {
-        field: "-c/--connections".into(),
-        reason: format!(
-            "{connections} connections need {needed} open files, and this process may open {} (hard limit {}); raise it (`ulimit -n {needed}`, or LimitNOFILE= for a service) or use fewer connections",
-            soft,
-            limit.maximum.map_or("unlimited".to_owned(), |h| h.to_string())
-        ),
-    })
-}
 
 /// Runs `plan` to its end or until `stop` is set (Ctrl-C), and returns what was measured.
 /// Windows and samples reach `observer` while the run goes.
@@ -416,57 +335,4 @@ impl WindowMerger {
     pub(crate) fn finish(&mut self) -> Vec<Window> {
         std::mem::take(&mut self.pending).into_values().collect()
     }
-}
-
-/// The progress line after `window`.
-pub(crate) fn progress_after(
-    window: &Window,
-    cumulative: &HistogramUs,
-    requests: u64,
-    errors: u64,
-) -> Progress {
-    Progress {
-        elapsed: Duration::from_nanos(window.end_ns()),
-        requests,
-        errors,
-        rate_per_s: window.outcomes.total() as f64 * 1e9 / window.width_ns as f64,
-        p50_us: cumulative.value_at_percentile(50.0),
-        p99_us: cumulative.value_at_percentile(99.0),
-    }
-}
-
-/// The summary of what `recorder` holds, against `target_rate_per_s`.
-pub(crate) fn summarize(
-    recorder: &Recorder,
-    plan: &Plan,
-    target_rate_per_s: Option<f64>,
-    interrupted: bool,
-) -> Summary {
-    // Open loop: the span the schedule covered (first intended send to one slot after the
-    // last), so that answers still coming in after the last send do not count as a
-    // shortfall; every request due was either sent or counted `not_sent`, and only those
-    // make the rate short. Otherwise: from the first request's intended time to the last
-    // one's end.
-    let measured_ns = match target_rate_per_s {
-        Some(rate) => recorder.schedule_span_ns(rate).unwrap_or(0),
-        None => recorder
-            .span_ns()
-            .map_or(0, |(first, last)| last.saturating_sub(first)),
-    };
-    let mode = match plan.mode {
-        Mode::Open { .. } => LoadMode::Open,
-        Mode::Closed => LoadMode::Closed,
-        Mode::Sequential { .. } => LoadMode::Sequential,
-    };
-    let ctx = SummaryContext {
-        mode,
-        target_rate_per_s,
-        measured_ns,
-        interrupted,
-        retry_policy: plan.retry.name(),
-        batch_window: plan.rate_per_s().map(|_| plan.batch_window.to_string()),
-        generation_headers: plan.generation_headers.clone(),
-        protocol: plan.protocol.name(),
-    };
-    Summary::new(recorder, &ctx)
 }

@@ -33,4 +33,3 @@ pub mod svg;
 pub mod terminal;
 mod topology;
 pub mod websocket;
-mod workers;

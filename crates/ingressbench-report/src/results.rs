@@ -68,7 +68,7 @@ pub struct CellResults {
     pub routes: Option<ingressbench_results::routes::RoutesFile>,
     /// Its `websocket.json`, `sse.json`, `grpc.json` or `grpc-stream.json`, when its
     /// load was long-lived.
-    pub websocket: Option<crate::websocket::StreamFile>,
+    pub websocket: Option<ingressbench_results::stream::StreamFile>,
     /// Seconds from the load's start to the start of measurement (the warm-up).
     pub measure_from_s: f64,
     /// What the lab's processes spent (`run.json`'s `usage`), if it was measured.
@@ -407,14 +407,16 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         Some(Err(e)) => why.push(e),
         None => {}
     }
-    let stream = crate::websocket::STREAM_FILES.into_iter().find_map(|name| {
-        optional(name).map(|v| {
-            v.and_then(|v| {
-                serde_json::from_value::<crate::websocket::StreamFile>(v)
-                    .map_err(|e| format!("{name}: {e}"))
+    let stream = ingressbench_results::stream::STREAM_FILES
+        .into_iter()
+        .find_map(|name| {
+            optional(name).map(|v| {
+                v.and_then(|v| {
+                    serde_json::from_value::<ingressbench_results::stream::StreamFile>(v)
+                        .map_err(|e| format!("{name}: {e}"))
+                })
             })
-        })
-    });
+        });
     match stream {
         Some(Ok(w)) => {
             let total = summary.requests.total.unwrap_or(0);

@@ -50,3 +50,18 @@ pub use model::{
     PlacementFile, Scenario, Target, Timing,
 };
 pub use options::ClusterOptions;
+
+/// Runs `cells` (from [`expand`]) into `options.dir`; `progress` is told about each cell
+/// as it starts and ends. Cells of a scenario with `search:` are searches, each run as
+/// the trials it chooses (`search.rs`); others are run once each (`runner.rs`).
+pub fn run(
+    cells: &[Cell],
+    options: &runner::RunOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<runner::RunOutcome, ScenarioError> {
+    if cells.iter().any(|c| c.scenario.search.is_some()) {
+        search::run(cells, options, &mut progress)
+    } else {
+        runner::run_cells(cells, options, progress)
+    }
+}

@@ -77,17 +77,14 @@ pub struct RunOutcome {
     pub input_error: bool,
 }
 
-/// Runs `cells` (from [`crate::expand`]) into `options.dir`; `progress` is told about each
-/// cell as it starts and ends. Cells of a scenario with `search:` are searches, each run
-/// as the trials it chooses ([`crate::search`]).
-pub fn run(
+/// Runs `cells` (from [`crate::expand`]) into `options.dir`, each once (a scenario with
+/// `search:` is run by [`crate::run`] as searches); `progress` is told about each cell as
+/// it starts and ends.
+pub(crate) fn run_cells(
     cells: &[Cell],
     options: &RunOptions,
     mut progress: impl FnMut(&str),
 ) -> Result<RunOutcome, ScenarioError> {
-    if cells.iter().any(|c| c.scenario.search.is_some()) {
-        return crate::search::run(cells, options, &mut progress);
-    }
     let factor = if options.quick {
         quick_factor(cells)
     } else {

@@ -33,10 +33,10 @@ pub use duration::parse_duration;
 pub use histogram::{HistogramUs, MAX_TRACKABLE_US};
 pub use outcome::{Outcome, OutcomeCounts, FAILURE_KINDS};
 pub use recorder::{
-    BackendId, BackendStats, ConnectionEvents, GenerationSeen, Goaway, IdleEnd, PhaseHistograms,
-    Recorder, MAX_GOAWAYS_KEPT,
+    BackendStats, ConnectionEvents, GenerationSeen, Goaway, IdleEnd, PhaseHistograms, Recorder,
+    MAX_GOAWAYS_KEPT,
 };
-pub use sample::{Phases, Sample, GENERATION_SLOTS};
+pub use sample::{BackendId, Phases, Sample, GENERATION_SLOTS};
 pub use summary::{
     BatchWindowSummary, GenerationSummary, LoadMode, Percentiles, PhaseSummary, RateSummary,
     RequestSummary, RetrySummary, Summary, SummaryContext, LAG_FLOOR_US, LAG_SHARE_WARNING,

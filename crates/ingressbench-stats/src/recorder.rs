@@ -5,11 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde::{Deserialize, Serialize};
 
 use crate::wire::{self, RecorderWire};
-use crate::{HistogramUs, Outcome, OutcomeCounts, Sample, Window};
-
-/// Index of a backend in a recorder's table of backend names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct BackendId(pub u16);
+use crate::{BackendId, HistogramUs, Outcome, OutcomeCounts, Sample, Window};
 
 /// At most this many distinct backend names are told apart; the rest are counted as one.
 const MAX_BACKENDS: usize = 1024;

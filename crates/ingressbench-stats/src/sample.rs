@@ -1,7 +1,10 @@
 //! One request as the load engine saw it.
 
-use crate::recorder::BackendId;
 use crate::Outcome;
+
+/// Index of a backend in a recorder's table of backend names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BackendId(pub u16);
 
 /// How many generation headers an answer's generations are read from (the proxies' and
 /// the sidecar's, in the lab).

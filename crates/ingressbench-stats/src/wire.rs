@@ -9,7 +9,7 @@ use base64::Engine as _;
 use hdrhistogram::serialization::{Deserializer, Serializer, V2DeflateSerializer};
 use serde::{Deserialize, Serialize};
 
-use crate::recorder::BackendId;
+use crate::sample::BackendId;
 use crate::{
     HistogramUs, LagBuckets, Outcome, OutcomeCounts, Phases, Sample, Window, GENERATION_SLOTS,
 };

@@ -28,7 +28,7 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
     match command {
         ClusterCommand::Check(args) => check(&args),
         ClusterCommand::Cleanup(args) => {
-            let kubeconfig = chosen_kubeconfig(args.kubeconfig.as_deref())?;
+            let kubeconfig = crate::user_kubeconfig::chosen_kubeconfig(args.kubeconfig.as_deref())?;
             let api = ingressbench_cluster::api::ClusterApi::connect(
                 &kubeconfig,
                 args.context.as_deref(),
@@ -68,27 +68,6 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
     }
 }
 
-/// The kubeconfig to use: the flag, else `KUBECONFIG`, else `~/.kube/config`.
-pub(crate) fn chosen_kubeconfig(flag: Option<&Path>) -> Result<PathBuf> {
-    let path = flag
-        .map(Path::to_owned)
-        .or_else(|| std::env::var_os("KUBECONFIG").map(PathBuf::from))
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube/config")))
-        .ok_or_else(|| {
-            UsageError(anyhow::anyhow!(
-                "no kubeconfig: give --kubeconfig or set KUBECONFIG"
-            ))
-        })?;
-    if !path.is_file() {
-        return Err(UsageError(anyhow::anyhow!(
-            "kubeconfig {} does not exist; give --kubeconfig or set KUBECONFIG (for the local test cluster: ingressbench cluster local kubeconfig)",
-            path.display()
-        ))
-        .into());
-    }
-    Ok(path)
-}
-
 fn check(args: &ClusterCheckArgs) -> Result<ExitCode> {
     let mut file =
         ingressbench_cluster::file::ClusterFile::read(&crate::cluster_run::named(&args.file))
@@ -96,7 +75,7 @@ fn check(args: &ClusterCheckArgs) -> Result<ExitCode> {
     if args.context.is_some() {
         file.context = args.context.clone();
     }
-    let kubeconfig = chosen_kubeconfig(args.kubeconfig.as_deref())?;
+    let kubeconfig = crate::user_kubeconfig::chosen_kubeconfig(args.kubeconfig.as_deref())?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;

@@ -128,7 +128,7 @@ mod with_cluster {
             .map_err(|e| UsageError(e.into()))?;
         ingressbench_scenario::cluster_site::check_cells(cells, &file)
             .map_err(|e| UsageError(anyhow::anyhow!("{e} (--cluster {})", path.display())))?;
-        let kubeconfig = crate::cluster_cmd::chosen_kubeconfig(args.kubeconfig.as_deref())?;
+        let kubeconfig = crate::user_kubeconfig::chosen_kubeconfig(args.kubeconfig.as_deref())?;
         let mut file = file;
         if args.context.is_some() {
             file.context = args.context.clone();
@@ -158,7 +158,7 @@ mod with_cluster {
         for name in removed {
             eprintln!("deleted namespace {name}, left by a run that is gone");
         }
-        let run_id = crate::scenario_cmd::utc_stamp()
+        let run_id = crate::stamp::utc_stamp()
             .chars()
             .filter(char::is_ascii_alphanumeric)
             .collect::<String>()

@@ -13,6 +13,7 @@ mod load_cmd;
 mod report_cmd;
 mod scenario_cmd;
 mod signals;
+mod stamp;
 #[cfg(feature = "cluster")]
 mod user_kubeconfig;
 

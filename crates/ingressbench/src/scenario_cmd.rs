@@ -137,7 +137,7 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
     };
     let name = cells[0].scenario.name.clone();
     let dir = dir.unwrap_or_else(|| {
-        std::path::PathBuf::from("results").join(format!("{}-{name}", utc_stamp()))
+        std::path::PathBuf::from("results").join(format!("{}-{name}", crate::stamp::utc_stamp()))
     });
     let tty = std::io::stderr().is_terminal();
     let metrics = args
@@ -197,7 +197,7 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
         },
         if options.quick { " (quick)" } else { "" }
     );
-    let outcome = ingressbench_scenario::runner::run(&cells, &options, |line| {
+    let outcome = ingressbench_scenario::run(&cells, &options, |line| {
         // Over the live line, if there is one.
         let clear = if tty { "\r\x1b[2K" } else { "" };
         crate::signals::say(&format!("{clear}{line}"));
@@ -257,29 +257,4 @@ fn clock(d: Duration) -> String {
     } else {
         format!("{s}s")
     }
-}
-
-/// The current UTC time as `YYYYMMDDTHHMMSSZ`.
-pub(crate) fn utc_stamp() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}{month:02}{day:02}T{:02}{:02}{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }

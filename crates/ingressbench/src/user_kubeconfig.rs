@@ -143,6 +143,27 @@ fn write(path: &Path, doc: &Value) -> Result<()> {
     Ok(())
 }
 
+/// The kubeconfig to use: the flag, else `KUBECONFIG`, else `~/.kube/config`.
+pub(crate) fn chosen_kubeconfig(flag: Option<&Path>) -> Result<PathBuf> {
+    let path = flag
+        .map(Path::to_owned)
+        .or_else(|| std::env::var_os("KUBECONFIG").map(PathBuf::from))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".kube/config")))
+        .ok_or_else(|| {
+            crate::UsageError(anyhow::anyhow!(
+                "no kubeconfig: give --kubeconfig or set KUBECONFIG"
+            ))
+        })?;
+    if !path.is_file() {
+        return Err(crate::UsageError(anyhow::anyhow!(
+            "kubeconfig {} does not exist; give --kubeconfig or set KUBECONFIG (for the local test cluster: ingressbench cluster local kubeconfig)",
+            path.display()
+        ))
+        .into());
+    }
+    Ok(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -116,7 +116,7 @@ impl Lab {
     }
 
     /// The client's network namespace, with namespace isolation: the load generator's
-    /// threads enter it (see [`crate::topology::enter_netns`]).
+    /// threads enter it (see [`crate::process::enter_netns`]).
     pub fn client_netns(&self) -> Option<PathBuf> {
         let client = &self.spec.topology.client;
         self.nodes

@@ -26,7 +26,8 @@ use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use crate::model::RouteTable;
-use crate::process::{free_port, OwnedChild, RunAs};
+use crate::process::{OwnedChild, RunAs};
+use crate::topology::free_port;
 use crate::topology::Node;
 use crate::LabError;
 

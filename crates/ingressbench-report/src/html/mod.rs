@@ -13,8 +13,8 @@ use crate::svg::{esc, PALETTE};
 
 mod charts;
 mod sections;
+mod workers;
 
-pub(crate) use charts::spectrum_points;
 use charts::{
     bars, phases, proxy_counts_chart, proxy_cpu_chart, spectrum, sweep, time_axis, timeline,
 };
@@ -228,7 +228,7 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
     if let Some(section) = crate::kernel::section(run, &conditions) {
         body.push_str(&section);
     }
-    if let Some(section) = crate::workers::section(run, &mut charts) {
+    if let Some(section) = workers::section(run, &mut charts) {
         body.push_str(&section);
     }
     body.push_str(&measured_section(run));

@@ -9,8 +9,8 @@ use ingressbench_results::workers::WorkersFile;
 use ingressbench_stats::HistogramUs;
 use ingressbench_stats::Percentiles;
 
+use super::charts::spectrum_points;
 use crate::analysis;
-use crate::html::spectrum_points;
 use crate::results::{CellResults, RunResults};
 use crate::svg::{esc, short, Axis, Plot, PALETTE};
 
