@@ -15,3 +15,17 @@ pub mod site;
 pub mod stream;
 pub mod summary;
 pub mod workers;
+
+/// Deserializes a field leniently: a value that does not parse as its type reads as its
+/// default (an optional record as absent, a figure as none), for the parts of a file that
+/// a reader shows but no gate relies on, and for figures whose absence a reader's own
+/// check names ([`summary::CellSummary::read`]).
+pub(crate) fn or_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: serde::de::DeserializeOwned + Default,
+{
+    use serde::Deserialize;
+    let value = serde_json::Value::deserialize(d)?;
+    Ok(serde_json::from_value(value).unwrap_or_default())
+}

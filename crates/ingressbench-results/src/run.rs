@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::capacity::{SearchRecord, TrialRecord};
-use crate::site::{lenient, Kernel, LinkOverhead, Topology, Usage};
+use crate::site::{Kernel, LinkOverhead, Topology, Usage};
 use crate::summary::{AttemptSummary, LineSummary};
 
 /// The results format this tool writes, `MAJOR.MINOR`. A new minor version only adds
@@ -187,7 +187,7 @@ pub struct CellEntry {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient"
+        deserialize_with = "crate::or_default"
     )]
     pub summary: Option<LineSummary>,
     /// The proxy's version.
@@ -207,15 +207,15 @@ pub struct CellEntry {
     pub files: Option<BTreeMap<String, u64>>,
     /// The emulated links' own added time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[serde(deserialize_with = "lenient")]
+    #[serde(deserialize_with = "crate::or_default")]
     pub link_overhead_us: Option<LinkOverhead>,
     /// The kernel each proxy ran with, and its listen queues' drops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[serde(deserialize_with = "lenient")]
+    #[serde(deserialize_with = "crate::or_default")]
     pub kernel: Option<Kernel>,
     /// Where it ran: nodes and links.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[serde(deserialize_with = "lenient")]
+    #[serde(deserialize_with = "crate::or_default")]
     pub topology: Option<Topology>,
     /// In a cluster: how its routes were made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -224,7 +224,7 @@ pub struct CellEntry {
     #[serde(
         default,
         skip_serializing_if = "Option::is_none",
-        deserialize_with = "lenient"
+        deserialize_with = "crate::or_default"
     )]
     pub usage: Option<Usage>,
     /// A trial of a capacity search: its rate, verdict and figures.
@@ -259,7 +259,7 @@ pub struct EarlierAttempt {
     #[serde(default)]
     pub status: String,
     /// What it measured before it stopped, if its summary could be read.
-    #[serde(default, deserialize_with = "lenient")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub summary: Option<AttemptSummary>,
 }
 

@@ -4,12 +4,12 @@
 //! the scenario runner write them; the report draws them.
 //!
 //! Each is for the reader's eyes, not a figure a gate reads: a record that does not parse
-//! (from an older or a foreign writer) is read as absent ([`lenient`]) rather than making
+//! (from an older or a foreign writer) is read as absent ([`crate::or_default`]) rather than making
 //! the whole run unreadable.
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 /// The nodes of a lab and the emulated links between them.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -235,16 +235,6 @@ pub struct PartReading {
     /// Its processes.
     #[serde(default)]
     pub processes: u64,
-}
-
-/// Deserializes an optional record, reading one that does not parse as absent.
-pub fn lenient<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: serde::de::DeserializeOwned,
-{
-    let value = Option::<serde_json::Value>::deserialize(d)?;
-    Ok(value.and_then(|v| serde_json::from_value(v).ok()))
 }
 
 /// A line of `proxy-metrics.jsonl`: what each proxy counted (its own metrics, by the

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// A cell's summary: the figures every reader relies on, and the file as written.
@@ -22,29 +22,29 @@ pub struct CellSummary {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebuilt_from: Option<String>,
     /// Whether the load was stopped before its end.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub interrupted: bool,
     /// Seconds measured.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub duration_s: Option<f64>,
     /// Requests sent, and what became of them.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub requests: Requests,
     /// Requests by outcome (`200`, `refused`), each in exactly one; none in summaries
     /// written before they were.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub outcomes: Option<BTreeMap<String, Value>>,
     /// Latency of the answered requests, microseconds.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub latency_us: Latency,
     /// What makes its figures less trustworthy, in words.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub warnings: Vec<String>,
     /// A `load --json` output: the tool that wrote it.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub tool_version: Option<String>,
     /// A `load --json` output: the URL loaded.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub target: Option<String>,
     /// The summary as written, for figures by path: set by [`CellSummary::read`], and
     /// by [`CellSummary::made`] for one made here.
@@ -56,13 +56,13 @@ pub struct CellSummary {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Requests {
     /// Every request of the measured part.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub total: Option<u64>,
     /// Answered with a 2xx or 3xx.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub ok: Option<u64>,
     /// Failed (none when a rebuilt summary cannot say).
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub errors: Option<u64>,
 }
 
@@ -70,25 +70,25 @@ pub struct Requests {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     /// Answered requests it counts.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub count: Option<u64>,
     /// Mean.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub mean: Option<f64>,
     /// Median.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub p50: Option<f64>,
     /// 90th percentile.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub p90: Option<f64>,
     /// 99th percentile.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub p99: Option<f64>,
     /// 99.9th percentile.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub p999: Option<f64>,
     /// The longest.
-    #[serde(default, deserialize_with = "or_default")]
+    #[serde(default, deserialize_with = "crate::or_default")]
     pub max: Option<f64>,
 }
 
@@ -236,17 +236,6 @@ impl AttemptSummary {
             None => format!("{after}{requests} requests answered"),
         }
     }
-}
-
-/// A field that does not parse as its type reads as its default (none), so that the
-/// check in [`CellSummary::read`] can name it.
-fn or_default<'de, D, T>(d: D) -> Result<T, D::Error>
-where
-    D: Deserializer<'de>,
-    T: serde::de::DeserializeOwned + Default,
-{
-    let value = Value::deserialize(d)?;
-    Ok(serde_json::from_value(value).unwrap_or_default())
 }
 
 #[cfg(test)]

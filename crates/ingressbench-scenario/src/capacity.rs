@@ -49,6 +49,19 @@ pub struct Bounds {
     pub down_from: bool,
 }
 
+impl Bounds {
+    /// As results keep them.
+    pub fn record(&self) -> ingressbench_results::capacity::Bounds {
+        ingressbench_results::capacity::Bounds {
+            from: self.from,
+            up_to: self.up_to,
+            precision: self.precision,
+            repeats: self.repeats,
+            down_from: self.down_from,
+        }
+    }
+}
+
 /// The lowest rate a search halving down from a failing `from` tries (requests per
 /// second).
 pub const LOWEST_RATE: f64 = 1.0;

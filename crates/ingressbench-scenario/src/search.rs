@@ -19,7 +19,7 @@ use crate::ceiling::Ceiling;
 use crate::record::{cell_dir_name, cell_entry};
 use crate::runner::{live_line, planned, RunOptions, RunOutcome, Runner};
 use crate::{Cell, ScenarioError};
-use ingressbench_results::capacity::{self as record, SearchRecord, TrialRecord};
+use ingressbench_results::capacity::{SearchRecord, TrialRecord};
 use ingressbench_results::run::{CellEntry, RunRecord};
 
 /// Runs a search for each of `bases` (the expanded cells of a scenario with `search:`).
@@ -73,13 +73,7 @@ pub(crate) fn run(
             settings: cell_entry(base).settings,
             slo: file.slo.clone(),
             trial_s: plan.trial.as_secs_f64(),
-            bounds: record::Bounds {
-                from: plan.bounds.from,
-                up_to: plan.bounds.up_to,
-                precision: plan.bounds.precision,
-                repeats: plan.bounds.repeats,
-                down_from: plan.bounds.down_from,
-            },
+            bounds: plan.bounds.record(),
             trials: Vec::new(),
             outcome: None,
             status: "searching".into(),

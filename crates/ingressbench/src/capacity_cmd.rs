@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use ingressbench_lab::usage::{Part, UsageReader};
 use ingressbench_load::{Length, Mode, Observer, Plan, Target, Warmup};
-use ingressbench_results::capacity::{self as record, CapacityFile, CapacityTrial};
+use ingressbench_results::capacity::{CapacityFile, CapacityTrial};
 use ingressbench_scenario::capacity::{
     describe, figure_records, parse_precision, pooled_text, Bounds, GeneratorSeen, Objective,
     Outcome, Pool, Search, WindowFigures, SHORTEST_TRIAL,
@@ -160,13 +160,7 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
         let doc = CapacityFile {
             url: args.url.clone(),
             objectives: args.slo.clone(),
-            bounds: record::Bounds {
-                from: args.from,
-                up_to: args.up_to,
-                precision,
-                repeats: args.repeats,
-                down_from: args.down_from,
-            },
+            bounds: bounds.record(),
             generator_ceiling: ceiling.record(),
             trials,
             // The result as numbers (capacity_per_s, failed_at_per_s, broke, …; its
