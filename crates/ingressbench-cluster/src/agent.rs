@@ -865,17 +865,14 @@ fn last_line(log: &std::path::Path) -> String {
 
 /// Whether `GET path` on `addr` answers 2xx or 3xx (the kubelet's HTTP probe).
 pub(crate) fn http_ok(addr: SocketAddr, path: &str) -> bool {
-    use std::io::{Read, Write};
-    let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
+    use ingressbench_lab::http1::{exchange, Request, Until};
+    let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) else {
         return false;
     };
     let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    if s.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut head = [0u8; 12];
-    s.read_exact(&mut head).is_ok() && matches!(head[9], b'2' | b'3')
+    let host = addr.to_string();
+    exchange(s, &Request::get(&host, path), Until::Status)
+        .is_ok_and(|answer| (200..400).contains(&answer.status))
 }
 
 fn now() -> String {

@@ -164,16 +164,17 @@ fn wait_forwarding(
 /// status) within a second: a HEAD for `front.check`, a host no route serves, so the
 /// proxy answers it and no backend sees it.
 fn answered_through(addr: SocketAddr) -> bool {
-    use std::io::{Read, Write};
     let second = Duration::from_secs(1);
-    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, second) else {
+    let Ok(stream) = std::net::TcpStream::connect_timeout(&addr, second) else {
         return false;
     };
     let _ = stream.set_read_timeout(Some(second));
     let _ = stream.set_write_timeout(Some(second));
-    let request = b"HEAD / HTTP/1.1\r\nHost: front.check\r\nConnection: close\r\n\r\n";
-    let mut start = [0u8; 5];
-    stream.write_all(request).is_ok() && stream.read_exact(&mut start).is_ok() && &start == b"HTTP/"
+    let head = crate::http1::Request {
+        method: "HEAD",
+        ..crate::http1::Request::get("front.check", "/")
+    };
+    crate::http1::exchange(stream, &head, crate::http1::Until::Status).is_ok()
 }
 
 /// The configuration: one TCP frontend per port, round-robin over the proxies' ports.

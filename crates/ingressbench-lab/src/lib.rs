@@ -21,6 +21,7 @@ pub mod certs;
 mod change;
 mod error;
 pub mod front;
+pub mod http1;
 pub mod identity;
 pub mod kernel;
 mod lab;

@@ -25,6 +25,7 @@ mod dispatch;
 mod error;
 pub mod fleet;
 pub mod grpc;
+pub mod live;
 mod plan;
 pub mod probe;
 mod report;
@@ -34,6 +35,7 @@ mod run;
 mod schedule;
 pub mod sse;
 pub mod stream;
+pub mod streams;
 mod target;
 mod timer;
 mod tls;
@@ -100,8 +102,8 @@ pub mod fuzzing {
 pub use connection::ensure_descriptors;
 pub use ingressbench_stats::parse_duration;
 pub use plan::{
-    BatchWindow, Kind, Length, Mode, Plan, Protocol, RequestGate, RetryPolicy, Share, Warmup,
-    DEFAULT_STREAMS, MAX_STREAMS,
+    trial_window, BatchWindow, Kind, Length, Mode, Plan, Protocol, RequestGate, RetryPolicy, Shape,
+    Share, Warmup, DEFAULT_CONNECTIONS, DEFAULT_STREAMS, MAX_STREAMS,
 };
 pub use report::{LoadReport, NoObserver, Observer, Progress};
 pub use request::{parse_header, RequestSpec};

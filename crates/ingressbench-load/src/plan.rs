@@ -186,8 +186,85 @@ pub enum Warmup {
     Requests(u64),
 }
 
-/// Everything a load run needs. Build one with [`Plan::new`], set fields, then
-/// [`crate::run`] validates it.
+/// Connections when a load does not say (open and closed loop).
+pub const DEFAULT_CONNECTIONS: usize = 10;
+
+/// A load's pacing and length as its user wrote them, before defaults: the `load`
+/// command's flags, a scenario's `load:` block and each capacity trial fill one, and
+/// [`Shape::plan`] is the one place their defaults are filled in. What only one caller
+/// has (a request's headers and body, TLS, a stream's options) it sets on the plan after.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shape {
+    /// How requests are paced.
+    pub mode: Mode,
+    /// Connections; by default one for sequential load (the only number it takes) and
+    /// [`DEFAULT_CONNECTIONS`] for the rest.
+    pub connections: Option<usize>,
+    /// Worker threads; one by default.
+    pub threads: Option<usize>,
+    /// How long the measured part lasts; `requests` when not given, ten seconds when
+    /// neither is.
+    pub duration: Option<Duration>,
+    /// How many requests the measured part holds.
+    pub requests: Option<u64>,
+    /// A warm-up this long (zero is none); `warmup_requests` when not given.
+    pub warmup: Option<Duration>,
+    /// A warm-up of this many requests.
+    pub warmup_requests: Option<u64>,
+    /// A capacity trial this long, judged on its windows: their width is
+    /// [`trial_window`]'s, not one second.
+    pub trial: Option<Duration>,
+}
+
+impl Shape {
+    /// A shape with `mode` and every other choice left to the defaults.
+    pub fn new(mode: Mode) -> Self {
+        Self {
+            mode,
+            connections: None,
+            threads: None,
+            duration: None,
+            requests: None,
+            warmup: None,
+            warmup_requests: None,
+            trial: None,
+        }
+    }
+
+    /// A plan for `target` with this shape and every other field at [`Plan::new`]'s.
+    pub fn plan(&self, target: Target) -> Plan {
+        let mut plan = Plan::new(target);
+        plan.mode = self.mode.clone();
+        plan.connections = self.connections.unwrap_or(match self.mode {
+            Mode::Sequential { .. } => 1,
+            _ => DEFAULT_CONNECTIONS,
+        });
+        plan.threads = self.threads.unwrap_or(1);
+        plan.length = match (self.duration, self.requests) {
+            (Some(d), _) => Length::Duration(d),
+            (None, Some(n)) => Length::Requests(n),
+            (None, None) => Length::Duration(Duration::from_secs(10)),
+        };
+        plan.warmup = match (self.warmup.filter(|d| !d.is_zero()), self.warmup_requests) {
+            (Some(d), _) => Warmup::Duration(d),
+            (None, Some(n)) => Warmup::Requests(n),
+            (None, None) => Warmup::None,
+        };
+        if let Some(trial) = self.trial {
+            plan.window = trial_window(trial);
+        }
+        plan
+    }
+}
+
+/// The window a capacity trial of this length is judged on: a twentieth of it, from
+/// 100 ms to 1 s, so that there are twenty or more to resample.
+pub fn trial_window(trial: Duration) -> Duration {
+    (trial / 20).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
+/// Everything a load run needs. Build one with [`Shape::plan`] (or [`Plan::new`]), set
+/// fields, then [`crate::run`] validates it.
 #[derive(Clone, Debug)]
 pub struct Plan {
     /// Where to send.
@@ -311,7 +388,7 @@ impl Plan {
             request: RequestSpec::default(),
             kind: Kind::Http,
             mode: Mode::Closed,
-            connections: 10,
+            connections: DEFAULT_CONNECTIONS,
             threads: 1,
             length: Length::Duration(Duration::from_secs(10)),
             warmup: Warmup::None,
@@ -499,7 +576,7 @@ impl Plan {
             if self.connections != 1 || self.threads != 1 {
                 return bad(
                     "--sequential",
-                    "sends one request at a time: leave out -c and --threads".to_owned(),
+                    "sends one request at a time on one connection: leave out the connections and threads (-c, --threads)".to_owned(),
                 );
             }
         } else if self.threads * of > self.connections {

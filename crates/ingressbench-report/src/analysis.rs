@@ -9,8 +9,8 @@ use ingressbench_stats::compare::{
 };
 use serde_json::{json, Value};
 
-use crate::hlog::Interval;
 use crate::results::{CellResults, RunResults};
+use ingressbench_results::hlog::Interval;
 
 /// The metrics compared, in order: name, unit, where in summary.json.
 pub const METRICS: [(&str, &str, &[&str]); 6] = [

@@ -5,7 +5,7 @@
 //! caller derives from what the run recorded. Every refusal names the file and the rule
 //! it broke.
 //!
-//! Not here: what the files mean ([`crate::results`], [`crate::hlog`]).
+//! Not here: what the files mean ([`crate::results`], [`ingressbench_results::hlog`]).
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read};

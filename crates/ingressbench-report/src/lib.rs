@@ -1,7 +1,7 @@
 //! Writers and readers of what ingressbench measures: the full percentile spectrum in the
-//! `.hgrm` text that wrk2 and HdrHistogram print ([`hgrm`]), HdrHistogram interval logs
-//! ([`hlog`]), sampled requests as CSV with curl's column names ([`samples`]), and the
-//! terminal summary ([`terminal`]).
+//! `.hgrm` text that wrk2 and HdrHistogram print ([`hgrm`]), a results directory read back
+//! ([`results`]) and shown ([`html`], [`terminal`]). The interval log's and the samples'
+//! formats are [`ingressbench_results::hlog`] and [`ingressbench_results::samples`].
 //!
 //! ```
 //! use ingressbench_stats::HistogramUs;
@@ -21,14 +21,12 @@ pub mod counted;
 pub mod files;
 pub mod headline;
 pub mod hgrm;
-pub mod hlog;
 pub mod html;
 mod kernel;
 pub mod openmetrics;
 mod protocols;
 pub mod results;
 mod routes;
-pub mod samples;
 pub mod svg;
 pub mod terminal;
 mod topology;

@@ -43,7 +43,7 @@ struct Series<'a> {
     cell: &'a CellResults,
     labels: String,
     /// Each window's end (Unix seconds) and the window.
-    windows: Vec<(f64, &'a crate::hlog::Interval)>,
+    windows: Vec<(f64, &'a ingressbench_results::hlog::Interval)>,
     /// Each event fired: when it was asked for (Unix seconds) and its kind.
     events: Vec<(f64, String)>,
 }

@@ -16,7 +16,7 @@ use serde_json::Value;
 use ingressbench_results::run::RunRecord;
 
 use crate::files;
-use crate::hlog::Interval;
+use ingressbench_results::hlog::Interval;
 
 /// A run as read from disk.
 #[derive(Debug)]
@@ -351,8 +351,9 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         &format!("the {windows} one-second windows of the cell's duration"),
     )
     .and_then(|bytes| {
-        let w = crate::hlog::read(&bytes).map_err(|e| format!("latency.hlog: {e}"))?;
-        Ok((w, crate::hlog::start_unix_s(&bytes)))
+        let w =
+            ingressbench_results::hlog::read(&bytes).map_err(|e| format!("latency.hlog: {e}"))?;
+        Ok((w, ingressbench_results::hlog::start_unix_s(&bytes)))
     });
     match hlog {
         Ok((w, start)) => {
@@ -604,7 +605,9 @@ fn recover_cell(cell: &mut CellResults, root: &Path, notes: &mut Vec<String>) {
         DAY * HLOG_BYTES_PER_WINDOW,
         "a day of one-second windows",
     )
-    .and_then(|bytes| crate::hlog::read_partial(&bytes).map_err(|e| format!("latency.hlog: {e}")));
+    .and_then(|bytes| {
+        ingressbench_results::hlog::read_partial(&bytes).map_err(|e| format!("latency.hlog: {e}"))
+    });
     let partial = match partial {
         Ok(p) => p,
         Err(e) => {
@@ -626,7 +629,7 @@ fn recover_cell(cell: &mut CellResults, root: &Path, notes: &mut Vec<String>) {
 /// counts (a log without them, from an older version, leaves errors unknown). Marked
 /// `rebuilt_from` and `interrupted`, with a warning that says so. `None` without an
 /// interval.
-pub fn rebuild_summary(partial: &crate::hlog::Partial) -> Option<CellSummary> {
+pub fn rebuild_summary(partial: &ingressbench_results::hlog::Partial) -> Option<CellSummary> {
     let last = partial.intervals.last()?;
     let mut latency = ingressbench_stats::HistogramUs::new();
     for i in &partial.intervals {
@@ -743,8 +746,9 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
             &format!("the {seconds} one-second windows of the run's duration"),
         )
         .and_then(|b| {
-            let w = crate::hlog::read(&b).map_err(|e| format!("{}: {e}", hlog.display()))?;
-            Ok((w, crate::hlog::start_unix_s(&b)))
+            let w = ingressbench_results::hlog::read(&b)
+                .map_err(|e| format!("{}: {e}", hlog.display()))?;
+            Ok((w, ingressbench_results::hlog::start_unix_s(&b)))
         }) {
             Ok((w, start)) => (windows, log_start_unix_s) = (w, start),
             Err(e) => {
@@ -882,13 +886,18 @@ mod tests {
         // Before the generation columns, before `in_sample`, and now (a failure kept
         // outside the random sample).
         let old = dir.join("old.csv");
-        let header = crate::samples::HEADER.replace(",generation,sidecar_generation,in_sample", "");
+        let header = ingressbench_results::samples::HEADER
+            .replace(",generation,sidecar_generation,in_sample", "");
         std::fs::write(&old, format!("{header}\n{row}\n")).unwrap();
         let mid = dir.join("mid.csv");
-        let header = crate::samples::HEADER.replace(",in_sample", "");
+        let header = ingressbench_results::samples::HEADER.replace(",in_sample", "");
         std::fs::write(&mid, format!("{header}\n{row},4,\n")).unwrap();
         let new = dir.join("new.csv");
-        std::fs::write(&new, format!("{}\n{row},4,,0\n", crate::samples::HEADER)).unwrap();
+        std::fs::write(
+            &new,
+            format!("{}\n{row},4,,0\n", ingressbench_results::samples::HEADER),
+        )
+        .unwrap();
         let read = |name: &str| read_samples(&dir, &[name], 10).unwrap();
         let (old, mid, new) = (read("old.csv"), read("mid.csv"), read("new.csv"));
         let _ = std::fs::remove_dir_all(&dir);

@@ -4,13 +4,17 @@
 //! file defaults when an older file lacks it, so that results written before are read.
 //!
 //! Pure data: no file is opened here (the report's `files` module reads a directory from
-//! elsewhere with its bounds and without following links).
+//! elsewhere with its bounds and without following links). The two files that are not JSON,
+//! the interval log ([`hlog`]) and the sampled requests ([`samples`]), have their writer
+//! and reader here, over any `Write` or bytes.
 
 pub mod capacity;
 pub mod events;
+pub mod hlog;
 pub mod impact;
 pub mod routes;
 pub mod run;
+pub mod samples;
 pub mod site;
 pub mod stream;
 pub mod summary;

@@ -349,10 +349,7 @@ impl SearchPlan {
     /// The width of a trial's windows: a twentieth of it, 100 ms to 1 s, so that there are
     /// twenty or more to resample.
     pub fn window(&self) -> std::time::Duration {
-        (self.trial / 20).clamp(
-            std::time::Duration::from_millis(100),
-            std::time::Duration::from_secs(1),
-        )
+        ingressbench_load::trial_window(self.trial)
     }
 }
 

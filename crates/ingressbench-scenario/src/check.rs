@@ -187,6 +187,7 @@ fn scenario_field(option: &str) -> &str {
         "-R/--rate" => "load.rate",
         "-c/--connections" => "load.connections",
         "--threads" => "load.threads",
+        "--sequential" => "load.mode",
         "--workers" => "load.workers",
         "-n/--requests" => "load.requests",
         "-d/--duration" => "load.duration",

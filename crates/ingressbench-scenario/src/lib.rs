@@ -29,8 +29,8 @@ pub mod cluster_site;
 mod error;
 mod expand;
 pub mod impact;
-pub mod live;
 mod load;
+mod lock;
 mod model;
 mod options;
 mod propagation;
@@ -39,7 +39,6 @@ mod record;
 pub mod runner;
 mod search;
 mod site;
-pub mod store;
 mod timeline;
 mod usage;
 

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ingressbench_load::{
-    parse_duration, parse_header, Length, Mode, Plan, RequestSpec, Resolve, RetryPolicy,
+    parse_duration, parse_header, Mode, Plan, RequestSpec, Resolve, RetryPolicy, Shape,
     Target as Url, Warmup,
 };
 
 use crate::model::{LoadModeFile, Timing};
 use crate::site::Entry;
-use crate::store::Streams;
 use crate::Cell;
+use ingressbench_load::streams::Streams;
 use ingressbench_results::workers::WorkersFile;
 #[cfg(feature = "cluster")]
 use ingressbench_results::workers::{Placement, WorkerNode};
@@ -261,7 +261,6 @@ pub(crate) fn plan_for(
     factor: f64,
 ) -> Result<Plan, String> {
     let l = &cell.scenario.load;
-    let mut plan = Plan::new(Url::parse(url).map_err(|e| e.to_string())?);
     let mut headers = Vec::new();
     if let Some(host) = host_header {
         headers.push(("Host".to_owned(), host.to_owned()));
@@ -269,11 +268,7 @@ pub(crate) fn plan_for(
     for (name, value) in &l.headers {
         headers.push(parse_header(&format!("{name}: {value}")).map_err(|e| e.to_string())?);
     }
-    plan.request = RequestSpec {
-        headers,
-        ..RequestSpec::default()
-    };
-    plan.mode = match l.mode {
+    let mode = match l.mode {
         LoadModeFile::Open => Mode::Open {
             rate_per_s: l.rate.unwrap_or(1.0),
         },
@@ -285,26 +280,24 @@ pub(crate) fn plan_for(
             ),
         },
     };
-    plan.connections = if l.mode == LoadModeFile::Sequential {
-        1
-    } else {
-        l.connections.unwrap_or(10)
+    let shape = Shape {
+        connections: l.connections,
+        threads: l.threads,
+        // Checked when the scenario was read: one of the two is given.
+        duration: dur("load.duration", &l.duration)?.map(|d| measured_length(d, cell, factor)),
+        requests: l.requests,
+        warmup: dur("load.warmup", &l.warmup)?.map(|d| scaled(d, factor)),
+        warmup_requests: l.warmup_requests,
+        trial: match &cell.scenario.search {
+            Some(search) => Some(crate::capacity::SearchPlan::of(search)?.trial),
+            None => None,
+        },
+        ..Shape::new(mode)
     };
-    plan.threads = l.threads.unwrap_or(1);
-    if let Some(search) = &cell.scenario.search {
-        // A search's trial is judged on its windows: twenty or more of them.
-        plan.window = crate::capacity::SearchPlan::of(search)?.window();
-    }
-    plan.length = match (dur("load.duration", &l.duration)?, l.requests) {
-        (Some(d), _) => Length::Duration(measured_length(d, cell, factor)),
-        (None, Some(n)) => Length::Requests(n),
-        (None, None) => return Err("load: no duration or requests".into()),
-    };
-    let warmup = scaled(dur("load.warmup", &l.warmup)?.unwrap_or_default(), factor);
-    plan.warmup = match (warmup.is_zero(), l.warmup_requests) {
-        (false, _) => Warmup::Duration(warmup),
-        (true, Some(n)) => Warmup::Requests(n),
-        (true, None) => Warmup::None,
+    let mut plan = shape.plan(Url::parse(url).map_err(|e| e.to_string())?);
+    plan.request = RequestSpec {
+        headers,
+        ..RequestSpec::default()
     };
     plan.keepalive = l.keepalive;
     // Checked when the scenario was read.

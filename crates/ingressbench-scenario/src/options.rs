@@ -36,7 +36,7 @@ pub struct RunOptions {
     pub live: Option<LiveFn>,
     /// The live metrics' endpoint (`--metrics-listen`): every cell's windows, the current
     /// cell's settings and each event as it fires.
-    pub metrics: Option<Arc<crate::live::Live>>,
+    pub metrics: Option<Arc<ingressbench_load::live::Live>>,
     /// Run each cell in a Kubernetes cluster instead of a lab (`--cluster`).
     pub cluster: Option<ClusterOptions>,
 }

@@ -246,7 +246,8 @@ fn keep_attempt(
     dir: &Path,
     previous: Option<&CellEntry>,
 ) -> std::io::Result<Option<(EarlierAttempt, String)>> {
-    use ingressbench_report::{files, hlog, results};
+    use ingressbench_report::{files, results};
+    use ingressbench_results::hlog;
     let name = dir
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -296,7 +297,7 @@ fn keep_attempt(
 /// replaced, never followed), so that a write that fails leaves the old record whole.
 /// A full disk is met by the results lock's reserve ([`ResultsLock::write_even_if_full`]).
 ///
-/// [`ResultsLock::write_even_if_full`]: crate::store::ResultsLock::write_even_if_full
+/// [`ResultsLock::write_even_if_full`]: crate::lock::ResultsLock::write_even_if_full
 pub(crate) fn write_json<T: serde::Serialize + ?Sized>(
     path: &Path,
     value: &T,

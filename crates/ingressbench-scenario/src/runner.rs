@@ -14,14 +14,15 @@ use ingressbench_results::run::{status, CellEntry, RunRecord};
 
 use crate::cell::{run_cell, CellDone, SiteCache};
 use crate::load::dur;
+use crate::lock::ResultsLock;
 pub use crate::options::{Live, LiveFn, RunOptions};
 use crate::record::{
     cell_dir_name, clear_previous_run, fresh_cell_dir, new_record, now_unix, own_record, real_dir,
     write_json, Fresh,
 };
 use crate::site::CellFailure;
-use crate::store::{ProgressFn, ResultsLock};
 use crate::{Cell, ScenarioError};
+use ingressbench_load::streams::ProgressFn;
 
 /// With `--quick`, the whole run aims to take about this long.
 const QUICK_BUDGET: Duration = Duration::from_secs(90);

@@ -291,7 +291,7 @@ fn trial_cell(base: &Cell, index: usize, rate: f64) -> Cell {
 fn windows_of(plan: &SearchPlan, dir: &std::path::Path) -> Result<Vec<WindowFigures>, String> {
     let path = dir.join("latency.hlog");
     let bytes = std::fs::read(&path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let partial = ingressbench_report::hlog::read_partial(&bytes)?;
+    let partial = ingressbench_results::hlog::read_partial(&bytes)?;
     Ok(partial
         .windows()
         .iter()

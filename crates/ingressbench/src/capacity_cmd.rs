@@ -6,11 +6,11 @@
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use ingressbench_lab::usage::{Part, UsageReader};
-use ingressbench_load::{Length, Mode, Observer, Plan, Target, Warmup};
+use ingressbench_load::{Mode, Observer, Plan, Shape, Target};
 use ingressbench_results::capacity::{CapacityFile, CapacityTrial};
 use ingressbench_scenario::capacity::{
     describe, figure_records, parse_precision, pooled_text, Bounds, GeneratorSeen, Objective,
@@ -181,20 +181,17 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
 
 /// The load of every trial but its rate.
 fn base_plan(args: &CapacityArgs) -> anyhow::Result<Plan> {
-    let mut plan = Plan::new(Target::parse(&args.url)?);
-    plan.connections = args.connections;
-    plan.threads = args.threads;
-    plan.length = Length::Duration(args.trial);
-    // Twenty windows or more to resample (each a twentieth of the trial, 100 ms to 1 s).
-    plan.window = (args.trial / 20).clamp(Duration::from_millis(100), Duration::from_secs(1));
-    plan.warmup = if args.warmup.is_zero() {
-        Warmup::None
-    } else {
-        Warmup::Duration(args.warmup)
+    let shape = Shape {
+        connections: Some(args.connections),
+        threads: Some(args.threads),
+        duration: Some(args.trial),
+        warmup: Some(args.warmup),
+        trial: Some(args.trial),
+        ..Shape::new(Mode::Open {
+            rate_per_s: args.from,
+        })
     };
-    plan.mode = Mode::Open {
-        rate_per_s: args.from,
-    };
+    let plan = shape.plan(Target::parse(&args.url)?);
     plan.validate()?;
     Ok(plan)
 }

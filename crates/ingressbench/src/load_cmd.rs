@@ -7,13 +7,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use ingressbench_load::live::Live;
+use ingressbench_load::streams::{self, Streams};
 use ingressbench_load::{
     parse_header, Length, LoadError, Mode, Plan, Progress, RequestSpec, Resolve, RetryPolicy,
-    Target, TlsOptions, Warmup,
+    Shape, Target, TlsOptions,
 };
 use ingressbench_report::{hgrm, terminal};
-use ingressbench_scenario::live::Live;
-use ingressbench_scenario::store::{self, Streams};
 
 use crate::args::LoadArgs;
 use crate::UsageError;
@@ -141,7 +141,6 @@ pub(crate) fn run(args: LoadArgs) -> Result<ExitCode> {
 }
 
 fn plan_from(args: &LoadArgs) -> Result<Plan> {
-    let mut plan = Plan::new(Target::parse(&websocket_url(&args.url, args.websocket)?)?);
     let mut headers = Vec::new();
     for raw in &args.headers {
         headers.push(parse_header(raw)?);
@@ -152,31 +151,27 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
             .with_context(|| format!("--body-file {}: cannot read it", path.display()))?,
         (None, None) => Vec::new(),
     };
-    plan.request = RequestSpec {
-        method: args.method.clone(),
-        headers,
-        body,
-    };
-    plan.mode = match (args.rate, args.sequential) {
+    let mode = match (args.rate, args.sequential) {
         (Some(rate_per_s), _) => Mode::Open { rate_per_s },
         (None, true) => Mode::Sequential {
             interval: args.interval.unwrap_or(Duration::ZERO),
         },
         (None, false) => Mode::Closed,
     };
-    plan.connections = args
-        .connections
-        .unwrap_or(if args.sequential { 1 } else { 10 });
-    plan.threads = args.threads;
-    plan.length = match (args.requests, args.duration) {
-        (Some(n), _) => Length::Requests(n),
-        (None, Some(d)) => Length::Duration(d),
-        (None, None) => Length::Duration(Duration::from_secs(10)),
+    let shape = Shape {
+        connections: args.connections,
+        threads: Some(args.threads),
+        duration: args.duration,
+        requests: args.requests,
+        warmup: args.warmup,
+        warmup_requests: args.warmup_requests,
+        ..Shape::new(mode)
     };
-    plan.warmup = match (args.warmup, args.warmup_requests) {
-        (Some(d), _) => Warmup::Duration(d),
-        (None, Some(n)) => Warmup::Requests(n),
-        (None, None) => Warmup::None,
+    let mut plan = shape.plan(Target::parse(&websocket_url(&args.url, args.websocket)?)?);
+    plan.request = RequestSpec {
+        method: args.method.clone(),
+        headers,
+        body,
     };
     plan.keepalive = !args.no_keepalive;
     let options = ingressbench_load::stream::StreamOptions {
@@ -284,7 +279,7 @@ fn warning_comments(out: &mut impl Write, warnings: &[String]) -> std::io::Resul
 
 /// Creates an output file; failing to is the user's input error (exit 2).
 fn create(path: &Path) -> Result<(PathBuf, File)> {
-    let file = store::create(path).map_err(|e| UsageError(e.into()))?;
+    let file = streams::create(path).map_err(|e| UsageError(e.into()))?;
     Ok((path.to_owned(), file))
 }
 

@@ -144,7 +144,7 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
         .metrics_listen
         .map(|addr| {
             let info = vec![("scenario".to_owned(), name.clone())];
-            ingressbench_scenario::live::Live::start(addr, info).map(Arc::new)
+            ingressbench_load::live::Live::start(addr, info).map(Arc::new)
         })
         .transpose()
         .map_err(|e| UsageError(e.into()))?;

@@ -849,60 +849,22 @@ fn http_request(
     exchange(stream, host, method, path, body)
 }
 
-/// Writes one request on `stream` and reads the answer to its end.
+/// `request` on `stream`, read to its end: the status and body.
 fn exchange(
-    mut stream: impl std::io::Read + std::io::Write,
+    stream: impl std::io::Read + std::io::Write,
     host: &str,
     method: &str,
     path: &str,
     body: Option<&str>,
 ) -> std::io::Result<(u16, String)> {
-    let body = body.unwrap_or("");
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )?;
-    let mut raw = String::new();
-    stream.read_to_string(&mut raw)?;
-    let status = raw
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let chunked = head.lines().any(|l| {
-        l.split_once(':').is_some_and(|(name, value)| {
-            name.eq_ignore_ascii_case("transfer-encoding")
-                && value.trim().eq_ignore_ascii_case("chunked")
-        })
-    });
-    let body = if chunked {
-        dechunk(body).ok_or_else(|| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "a chunked answer cut short",
-            )
-        })?
-    } else {
-        body.to_owned()
+    let request = crate::http1::Request {
+        method,
+        path,
+        host,
+        body,
     };
-    Ok((status, body))
-}
-
-/// A chunked body's data (Envoy's admin interface streams large answers so: a chunk's
-/// size line may fall in the middle of a line of the text), or `None` if it is cut short.
-fn dechunk(mut body: &str) -> Option<String> {
-    let mut data = String::new();
-    loop {
-        let (size, rest) = body.split_once("\r\n")?;
-        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
-        if size == 0 {
-            return Some(data);
-        }
-        data.push_str(rest.get(..size)?);
-        body = rest.get(size..)?.strip_prefix("\r\n")?;
-    }
+    let answer = crate::http1::exchange(stream, &request, crate::http1::Until::End)?;
+    Ok((answer.status, answer.body))
 }
 
 /// Writes `value` as pretty JSON, atomically (JSON is also YAML, for proxies that read YAML).
@@ -937,18 +899,4 @@ pub(crate) fn write_atomically(path: &Path, contents: &str) -> Result<(), LabErr
         path: path.to_owned(),
         source,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_chunked_answer_is_joined_even_where_a_chunk_splits_a_line() {
-        let body = "b\r\nline one\nli\r\n7;ext=1\r\nne two\n\r\n0\r\n\r\n";
-        assert_eq!(
-            super::dechunk(body).as_deref(),
-            Some("line one\nline two\n")
-        );
-        assert_eq!(super::dechunk("b\r\nline one\nli\r\n5\r\nne"), None);
-        assert_eq!(super::dechunk("zz\r\n"), None);
-    }
 }

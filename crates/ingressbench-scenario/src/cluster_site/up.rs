@@ -634,31 +634,22 @@ fn certificate(
 /// `GET path` with `Host: host` through `door` (over TLS with the run's CA, verifying
 /// `host`): the answer's `x-backend` and generation header.
 fn ask(door: &Door, host: &str, path: &str) -> Option<(String, Option<String>)> {
-    use std::io::{Read, Write};
+    use ingressbench_lab::http1::{exchange, Request, Until};
     let tcp = std::net::TcpStream::connect_timeout(&door.at, Duration::from_secs(2)).ok()?;
     tcp.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    let mut text = String::new();
-    match &door.tls {
-        None => {
-            let mut s = tcp;
-            s.write_all(request.as_bytes()).ok()?;
-            let _ = s.read_to_string(&mut text);
-        }
+    let request = Request::get(host, path);
+    let answer = match &door.tls {
+        None => exchange(tcp, &request, Until::End),
         Some((_, config)) => {
             let name = rustls::pki_types::ServerName::try_from(host.to_owned()).ok()?;
             let conn = rustls::ClientConnection::new(config.clone(), name).ok()?;
-            let mut s = rustls::StreamOwned::new(conn, tcp);
-            s.write_all(request.as_bytes()).ok()?;
             // A close without close_notify still leaves what was read.
-            let _ = s.read_to_string(&mut text);
+            exchange(rustls::StreamOwned::new(conn, tcp), &request, Until::End)
         }
     }
-    let header = |name: &str| {
-        text.lines().take_while(|l| !l.is_empty()).find_map(|l| {
-            let (n, v) = l.split_once(':')?;
-            n.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-        })
-    };
-    Some((header("x-backend")?, header(GENERATION_HEADER)))
+    .ok()?;
+    Some((
+        answer.header("x-backend")?.to_owned(),
+        answer.header(GENERATION_HEADER).map(str::to_owned),
+    ))
 }

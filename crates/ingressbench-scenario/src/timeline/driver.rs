@@ -44,7 +44,7 @@ pub(crate) struct Driver<'a> {
     /// Route events due while a sequence went on: fired in turn once it is done.
     pub(crate) held: VecDeque<(usize, Duration, Due)>,
     /// The live metrics, told of each event as it fires.
-    pub(crate) metrics: Option<Arc<crate::live::Live>>,
+    pub(crate) metrics: Option<Arc<ingressbench_load::live::Live>>,
 }
 
 impl Driver<'_> {

@@ -101,7 +101,7 @@ fn outputs_are_written_and_agree_with_each_other() {
     assert_eq!(rows.last().unwrap().total_count, total);
 
     // The interval log holds every request, one interval per second.
-    let intervals = ingressbench_report::hlog::read(&std::fs::read(&hlog).unwrap()).unwrap();
+    let intervals = ingressbench_results::hlog::read(&std::fs::read(&hlog).unwrap()).unwrap();
     assert!(intervals.len() >= 2, "{} intervals", intervals.len());
     assert_eq!(
         intervals.iter().map(|i| i.histogram.count()).sum::<u64>(),
@@ -119,7 +119,7 @@ fn outputs_are_written_and_agree_with_each_other() {
         "{} sampled rows",
         rows.len()
     );
-    let columns = ingressbench_report::samples::HEADER.split(',').count();
+    let columns = ingressbench_results::samples::HEADER.split(',').count();
     assert!(rows.iter().all(|r| r.split(',').count() == columns));
 }
 
@@ -200,7 +200,7 @@ fn an_unreachable_target_fails_the_run_with_a_hint() {
     assert!(ingressbench_report::hgrm::parse(&hgrm_text).is_ok());
     let hlog_bytes = std::fs::read(&hlog).unwrap();
     assert!(String::from_utf8_lossy(&hlog_bytes).contains("#WARNING: NO REQUEST SUCCEEDED"));
-    assert!(ingressbench_report::hlog::read(&hlog_bytes).is_ok());
+    assert!(ingressbench_results::hlog::read(&hlog_bytes).is_ok());
     let stdout = text(&out.stdout);
     assert!(
         stdout.contains("NO REQUEST SUCCEEDED") && stdout.contains("is the server running"),
@@ -244,7 +244,7 @@ fn ctrl_c_keeps_what_was_measured() {
         serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     assert_eq!(summary["interrupted"], true);
     assert!(summary["requests"]["ok"].as_u64().unwrap() > 200);
-    let intervals = ingressbench_report::hlog::read(&std::fs::read(&hlog).unwrap()).unwrap();
+    let intervals = ingressbench_results::hlog::read(&std::fs::read(&hlog).unwrap()).unwrap();
     assert!(intervals.len() >= 2);
 }
 

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant, SystemTime};
 
-use ingressbench_report::hlog::HlogWriter;
+use ingressbench_results::hlog::HlogWriter;
 use ingressbench_stats::HistogramUs;
 
 use crate::common::{scratch, text, BIN};
@@ -79,7 +79,7 @@ fn fake_run(dir: &Path, scenario_text: &str, cells: &[FakeCell<'_>]) {
             std::fs::File::create(cell_dir.join("samples.csv.gz")).unwrap(),
             flate2::Compression::fast(),
         );
-        writeln!(gz, "{}", ingressbench_report::samples::HEADER).unwrap();
+        writeln!(gz, "{}", ingressbench_results::samples::HEADER).unwrap();
         for (k, v) in c.latencies.iter().enumerate() {
             let ok = k % 50 != 7;
             let t = k as f64 * 4.0 / c.latencies.len() as f64;
