@@ -9,7 +9,7 @@ pub enum ClusterError {
     /// A binary or file it needs is not there.
     #[error("{what} is missing (looked at {}); {fix}", looked.display())]
     Missing {
-        /// What.
+        /// What is missing, and where it is looked for.
         what: String,
         /// Where it was looked for.
         looked: PathBuf,
@@ -19,15 +19,15 @@ pub enum ClusterError {
     /// A file could not be written or read.
     #[error("{}: {source}", path.display())]
     Io {
-        /// The file.
+        /// The file read or written.
         path: PathBuf,
-        /// Why.
+        /// The system's error.
         source: std::io::Error,
     },
     /// A cluster file is malformed.
     #[error("{}: {message}", path.display())]
     File {
-        /// The file.
+        /// The cluster file.
         path: PathBuf,
         /// What is wrong and what would be valid.
         message: String,

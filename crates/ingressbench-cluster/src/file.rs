@@ -147,7 +147,7 @@ pub struct CountersVia {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct CounterPods {
-    /// Their namespace.
+    /// The namespace the counting pods run in.
     pub namespace: String,
     /// Their label selector (`app=envoy`).
     pub selector: String,
@@ -206,9 +206,9 @@ pub enum Restart {
     Rollout {
         /// `Deployment` or `DaemonSet`.
         kind: &'static str,
-        /// Its namespace.
+        /// The namespace of the controller's Deployment or DaemonSet.
         namespace: String,
-        /// Its name.
+        /// The controller's Deployment or DaemonSet, by name.
         name: String,
     },
     /// A process of the local cluster served from `dir`.
@@ -312,7 +312,7 @@ pub struct TargetUsage {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct PodsUsage {
-    /// Their namespace.
+    /// The namespace the controller's pods run in.
     pub namespace: String,
     /// Their label selector (`app=contour`).
     pub selector: String,
@@ -329,7 +329,7 @@ pub struct PodsUsage {
 pub struct MetricsEndpoint {
     /// Its port on the pod.
     pub port: u16,
-    /// Its path.
+    /// The HTTP path the metrics are served at (`/metrics` by default).
     #[serde(default = "default_metrics_path")]
     pub path: String,
 }
@@ -380,9 +380,9 @@ impl ClusterTarget {
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct GatewayRef {
-    /// Its name.
+    /// The Gateway's name.
     pub name: String,
-    /// Its namespace.
+    /// The Gateway's namespace.
     pub namespace: String,
     /// The listener's name (none: the route attaches to every listener).
     #[serde(default)]
@@ -421,9 +421,9 @@ impl std::fmt::Display for GatewayRef {
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceRef {
-    /// Its name.
+    /// The Service's name.
     pub name: String,
-    /// Its namespace.
+    /// The Service's namespace.
     pub namespace: String,
 }
 

@@ -96,7 +96,7 @@ pub struct LocalOptions {
 /// serving IngressClass `traefik`.
 #[derive(Clone, Debug)]
 pub struct TraefikOptions {
-    /// Its binary.
+    /// The `traefik` binary the controller runs.
     pub binary: PathBuf,
     /// Its HTTP entry port on 127.0.0.1 (0: a free one).
     pub http_port: u16,

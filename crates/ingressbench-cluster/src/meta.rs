@@ -8,7 +8,7 @@ use std::time::Duration;
 /// The label every object of the tool carries (`app.kubernetes.io/managed-by`).
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 
-/// Its value.
+/// [`MANAGED_BY`]'s value on every object the tool makes.
 pub const TOOL: &str = "ingressbench";
 
 /// The label with the run's id.

@@ -33,7 +33,7 @@ pub const JOB_NAME: &str = "ingressbench-load";
 /// The label that marks the workers' pods (they carry no pool label, so the backends'
 /// selectors never match them).
 pub const ROLE_LABEL: &str = "app.kubernetes.io/component";
-/// Its value.
+/// [`ROLE_LABEL`]'s value on a load worker's pod.
 pub const ROLE: &str = "load";
 /// The workers' container.
 const CONTAINER: &str = "worker";
@@ -104,11 +104,11 @@ pub(crate) struct JobObject {
 /// Where each worker ran, as the API says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerPod {
-    /// Its index.
+    /// The worker's index in the run's share of the load (0 to N-1).
     pub index: usize,
     /// The pod.
     pub pod: String,
-    /// Its node.
+    /// The node the pod was placed on.
     pub node: String,
 }
 

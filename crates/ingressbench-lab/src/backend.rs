@@ -104,7 +104,7 @@ impl FromStr for Latency {
 /// the backend's start) are held until the stall ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stall {
-    /// Period.
+    /// How often a stall begins, counted from the backend's start.
     pub every: Duration,
     /// Length of each stall.
     pub duration: Duration,

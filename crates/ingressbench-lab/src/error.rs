@@ -29,9 +29,9 @@ pub enum LabError {
     Spawn {
         /// What it is (`nginx`, `backend b1`).
         name: String,
-        /// The binary.
+        /// The program that did not start.
         program: PathBuf,
-        /// Why.
+        /// The system's error.
         source: std::io::Error,
     },
     /// A process started but did not become ready.
@@ -39,7 +39,7 @@ pub enum LabError {
     NotReady {
         /// What it is.
         name: String,
-        /// The binary.
+        /// The program that did not become ready.
         program: PathBuf,
         /// Its log file.
         log: PathBuf,
@@ -54,7 +54,7 @@ pub enum LabError {
     Unresponsive {
         /// The proxy kind.
         kind: String,
-        /// The binary.
+        /// The program that stopped answering.
         program: PathBuf,
         /// What happened.
         reason: String,
@@ -76,7 +76,7 @@ pub enum LabError {
     Io {
         /// What was being done.
         action: &'static str,
-        /// The file.
+        /// The file or directory acted on.
         path: PathBuf,
         /// Why it failed.
         source: std::io::Error,
@@ -92,7 +92,7 @@ pub enum LabError {
     /// A lab file could not be read or does not describe a lab.
     #[error("{}{}: {message}", path.display(), location.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
     LabFile {
-        /// The file.
+        /// The lab file.
         path: PathBuf,
         /// Line and column, when known.
         location: Option<(usize, usize)>,
@@ -120,7 +120,7 @@ pub enum LabError {
     /// A node's namespace did not take a kernel setting.
     #[error("node {node} did not take sysctl {setting}: {reason}")]
     Kernel {
-        /// The node.
+        /// The node whose kernel settings were refused.
         node: String,
         /// The setting, as `name=value`.
         setting: String,

@@ -122,7 +122,7 @@ impl Front {
         self.child.pid()
     }
 
-    /// Its process.
+    /// The HAProxy process, to signal or wait for.
     pub fn child(&mut self) -> &mut OwnedChild {
         &mut self.child
     }

@@ -369,9 +369,9 @@ pub struct FrontFile {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PoolFile {
-    /// Name.
+    /// The pool's name, which routes and events refer to.
     pub name: String,
-    /// Replicas.
+    /// How many backends the pool starts with.
     pub replicas: usize,
     /// How its backends behave.
     #[serde(default)]
@@ -386,7 +386,7 @@ pub struct BackendFile {
     pub latency: Option<String>,
     /// Body size.
     pub body_bytes: Option<usize>,
-    /// Status.
+    /// The status every answer has (200 when not given).
     pub status: Option<u16>,
     /// Share of 500s.
     pub error_rate: Option<f64>,
@@ -404,7 +404,7 @@ pub struct RouteFile {
     /// Path prefix (default `/`).
     #[serde(default = "root")]
     pub path_prefix: String,
-    /// Pool.
+    /// The pool the route sends to, by name.
     pub pool: String,
 }
 
@@ -484,9 +484,9 @@ pub struct OverlayFile {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HeaderFile {
-    /// Name.
+    /// The header's name.
     pub name: String,
-    /// Value.
+    /// The header's value, as sent.
     pub value: String,
 }
 
@@ -496,7 +496,7 @@ pub struct HeaderFile {
 pub struct RewriteFile {
     /// Prefix to replace.
     pub from: String,
-    /// Replacement.
+    /// What the matched prefix is replaced with.
     pub to: String,
 }
 

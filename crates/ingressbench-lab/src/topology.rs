@@ -185,7 +185,7 @@ impl Topology {
 /// One node as the lab made it: its address, and its namespace if it has one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
-    /// Its name.
+    /// The node's name in the lab file (`node-1`…).
     pub name: String,
     /// The address its processes listen on.
     pub ip: IpAddr,

@@ -111,7 +111,7 @@ impl Eq for Reported {}
 pub struct PartUsage {
     /// The part's name.
     pub name: String,
-    /// Its role.
+    /// What the part is (`proxy`, `backend`, `front`…), as usage.jsonl names it.
     pub role: &'static str,
     /// CPU time (user and system) since its processes started, in seconds.
     pub cpu_s: f64,

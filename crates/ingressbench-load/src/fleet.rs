@@ -226,7 +226,7 @@ impl PlanWire {
 pub enum Line {
     /// First: who it is and how late it began against the common start.
     Hello {
-        /// Its index.
+        /// The worker's index (0 to N-1).
         worker: usize,
         /// Its host name (a pod's name in a cluster).
         host: String,

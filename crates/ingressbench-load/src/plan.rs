@@ -343,7 +343,7 @@ pub struct Plan {
 pub struct Share {
     /// Which process, from 0.
     pub index: usize,
-    /// How many.
+    /// How many processes share the run.
     pub of: usize,
 }
 

@@ -31,7 +31,7 @@ pub fn metric_index(name: &str) -> Option<usize> {
 /// One target at one combination of settings, over its repeats.
 #[derive(Debug)]
 pub struct Condition {
-    /// The target.
+    /// The target the condition judges, by its label.
     pub target: String,
     /// The settings label (`load.rate=500`), empty without a matrix.
     pub settings: String,

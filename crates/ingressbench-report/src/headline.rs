@@ -16,7 +16,7 @@ use crate::results::{CellResults, RunResults};
 /// One row: a target at one setting, over its repeats.
 #[derive(Debug)]
 pub struct Row {
-    /// The target.
+    /// The target's label (a column of the run's matrix).
     pub target: String,
     /// The settings label (`load.rate=500`), empty without a matrix.
     pub settings: String,

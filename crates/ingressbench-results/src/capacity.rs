@@ -73,7 +73,7 @@ impl SearchRecord {
 pub struct Bounds {
     /// The first rate tried.
     pub from: f64,
-    /// The highest.
+    /// The highest rate a trial may offer, in requests per second.
     pub up_to: f64,
     /// How narrow the bracket had to be (its width over its low end).
     pub precision: f64,
@@ -87,10 +87,10 @@ pub struct Bounds {
 /// Where a search ended: its `kind`'s figures, and in words.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Outcome {
-    /// The figures.
+    /// Where the search ended, and its figures.
     #[serde(flatten)]
     pub kind: OutcomeKind,
-    /// In words.
+    /// The outcome in words, as the command printed it.
     #[serde(default)]
     pub said: String,
 }
@@ -111,7 +111,7 @@ pub enum OutcomeKind {
     },
     /// The highest rate searched passed.
     AtLeast {
-        /// That rate.
+        /// The highest rate that passed, in requests per second.
         capacity_per_s: f64,
     },
     /// `from` failed, and every rate halving down from it.
@@ -129,7 +129,7 @@ pub enum OutcomeKind {
         failed_at_per_s: Option<f64>,
         /// Where the generator gave out.
         generator_at_per_s: f64,
-        /// The evidence.
+        /// What showed the generator was the limit (its lag, its CPU).
         why: String,
     },
     /// The target stopped answering: no capacity is claimed.
@@ -206,9 +206,9 @@ pub struct Ceiling {
 /// One rate of a generator's ceiling.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CeilingStep {
-    /// Offered.
+    /// The rate offered, in requests per second.
     pub rate_per_s: f64,
-    /// Answered.
+    /// The rate answered, in requests per second.
     pub achieved_per_s: f64,
     /// The scheduler's lag, p99.
     pub scheduler_lag_us_p99: u64,
@@ -274,7 +274,7 @@ pub enum Verdict {
     },
     /// The generator fell behind.
     Generator {
-        /// The evidence.
+        /// What showed the generator was the limit (its lag, its CPU).
         why: String,
     },
     /// Nothing answered.
@@ -284,7 +284,7 @@ pub enum Verdict {
     },
     /// Too little measured to judge.
     CannotJudge {
-        /// Why.
+        /// Why the trial cannot be judged.
         why: String,
     },
 }
@@ -336,7 +336,7 @@ pub struct CapacityFile {
 /// A trial of `ingressbench capacity`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CapacityTrial {
-    /// Its rate.
+    /// The rate the trial offered, in requests per second.
     pub rate_per_s: f64,
     /// Why this rate.
     pub why: String,

@@ -30,7 +30,7 @@ pub struct Requested {
     /// What it asked, in words (`scale echo 3->4`).
     #[serde(default)]
     pub what: String,
-    /// When.
+    /// When it was asked for, in seconds from the start of measurement.
     pub requested_s: f64,
     /// How long the proxies were told after.
     #[serde(default)]
@@ -64,7 +64,7 @@ impl Requested {
 pub struct Failed {
     /// The event.
     pub event: usize,
-    /// Why.
+    /// The error, as the site reported it.
     pub error: String,
     /// When it was due.
     #[serde(flatten)]
@@ -90,7 +90,7 @@ pub struct Due {
 pub struct Generation {
     /// The response header.
     pub header: String,
-    /// The generation.
+    /// The configuration generation the change made.
     pub generation: u32,
 }
 

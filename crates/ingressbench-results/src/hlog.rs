@@ -94,7 +94,7 @@ impl<W: Write> HlogWriter<W> {
 pub struct Interval {
     /// Start, from the log's base time.
     pub start: Duration,
-    /// Length.
+    /// How long the interval lasted.
     pub length: Duration,
     /// Its histogram (microseconds).
     pub histogram: HistogramUs,

@@ -141,7 +141,7 @@ pub struct GenerationEffect {
 /// The HTTP/2 GOAWAYs in an event's window.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Goaways {
-    /// How many.
+    /// GOAWAY frames received in the window.
     pub goaways: u64,
     /// On how many connections.
     pub goaway_connections: u64,
@@ -185,7 +185,7 @@ pub struct EventCuts {
     /// 99th percentile.
     #[serde(default)]
     pub reconnect_p99_ms: Option<f64>,
-    /// Longest.
+    /// The longest reconnect, in milliseconds.
     #[serde(default)]
     pub reconnect_max_ms: Option<f64>,
 }
@@ -215,7 +215,7 @@ pub struct CpuAround {
 pub enum ProxyCounted {
     /// It was not read at the window's start.
     NotRead {
-        /// Why.
+        /// Why the figures could not be read.
         not_read: String,
     },
     /// Each count's increase over the readings around the window.
@@ -245,7 +245,7 @@ pub struct Increases {
 pub struct EndpointsUp {
     /// At its start.
     pub before: Option<u64>,
-    /// The fewest.
+    /// The fewest endpoints up at once in the window.
     pub fewest: Option<u64>,
     /// At its end.
     pub after: Option<u64>,

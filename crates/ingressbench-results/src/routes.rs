@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// The file.
+/// routes.json as a whole.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct RoutesFile {
     /// How the probe asked, and what it spent.
@@ -125,7 +125,7 @@ pub struct TimeToRight {
     /// The p99's 95% interval, from order statistics.
     #[serde(default)]
     pub p99_interval: Option<[f64; 2]>,
-    /// The longest.
+    /// The slowest route's time, in milliseconds.
     #[serde(default)]
     pub max: Option<f64>,
 }
@@ -136,7 +136,7 @@ pub struct Resolution {
     /// Median.
     #[serde(default)]
     pub p50: Option<f64>,
-    /// The widest.
+    /// The widest gap between a route's last wrong and first right answer, in milliseconds.
     #[serde(default)]
     pub max: Option<f64>,
 }

@@ -28,7 +28,7 @@ pub struct Topology {
 /// A node of a topology.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Node {
-    /// Its name.
+    /// The node's name in the topology.
     #[serde(default)]
     pub name: String,
     /// Its address.
@@ -96,7 +96,7 @@ pub struct Listener {
     /// The proxy.
     #[serde(default)]
     pub proxy: String,
-    /// Its node.
+    /// The node it listens on.
     #[serde(default)]
     pub node: String,
     /// The port.
@@ -130,7 +130,7 @@ pub struct LinkOverhead {
     /// 99th percentile.
     #[serde(default)]
     pub p99: u64,
-    /// The longest.
+    /// The most the link added to one chunk, in microseconds.
     #[serde(default)]
     pub max: u64,
 }
@@ -186,10 +186,10 @@ pub struct Spent {
 /// A part's share of [`Usage`].
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PartSpent {
-    /// The part.
+    /// The part's name (`nginx`, `backend-2`…).
     #[serde(default)]
     pub name: String,
-    /// Its role.
+    /// What the part is (`proxy`, `backend`, `front`…).
     #[serde(default)]
     pub role: String,
     /// What it spent.
@@ -220,10 +220,10 @@ impl UsageReading {
 /// A part's counters in a reading.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PartReading {
-    /// The part.
+    /// The part's name (`nginx`, `backend-2`…).
     #[serde(default)]
     pub name: String,
-    /// Its role.
+    /// What the part is (`proxy`, `backend`, `front`…).
     #[serde(default)]
     pub role: String,
     /// CPU seconds since it started (with what replaced processes of it spent).

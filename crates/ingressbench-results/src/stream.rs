@@ -106,7 +106,7 @@ pub struct Close {
 /// microseconds; the percentiles are none when nothing reconnected.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reconnects {
-    /// How many.
+    /// Reconnects made.
     pub count: u64,
     /// Median.
     pub p50_us: Option<u64>,
@@ -114,7 +114,7 @@ pub struct Reconnects {
     pub p90_us: Option<u64>,
     /// 99th percentile.
     pub p99_us: Option<u64>,
-    /// Longest.
+    /// The longest reconnect, in microseconds.
     pub max_us: Option<u64>,
 }
 

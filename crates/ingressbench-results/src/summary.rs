@@ -87,7 +87,7 @@ pub struct Latency {
     /// 99.9th percentile.
     #[serde(default, deserialize_with = "crate::or_default")]
     pub p999: Option<f64>,
-    /// The longest.
+    /// The highest latency, in microseconds.
     #[serde(default, deserialize_with = "crate::or_default")]
     pub max: Option<f64>,
 }
@@ -199,7 +199,7 @@ pub struct LineSummary {
     /// 99th percentile.
     #[serde(default)]
     pub p99_us: Option<u64>,
-    /// The longest.
+    /// The highest latency, in microseconds.
     #[serde(default)]
     pub max_us: Option<u64>,
 }

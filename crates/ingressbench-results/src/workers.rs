@@ -6,7 +6,7 @@
 use ingressbench_stats::Summary;
 use serde::{Deserialize, Serialize};
 
-/// The file.
+/// workers.json as a whole.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WorkersFile {
     /// Each worker, by index.
@@ -27,7 +27,7 @@ pub struct WorkersFile {
 /// What became of one worker.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Worker {
-    /// Its index.
+    /// The worker's index (0 to N-1).
     pub index: usize,
     /// Where it ran (host or pod name).
     #[serde(default)]
@@ -84,7 +84,7 @@ pub struct WorkerNode {
     pub index: usize,
     /// Its pod.
     pub pod: String,
-    /// Its node.
+    /// The node the worker ran on.
     #[serde(default)]
     pub node: String,
 }

@@ -9,7 +9,7 @@ pub enum ScenarioError {
     /// The file is not a valid scenario: where, and what would be valid.
     #[error("{}{}: {message}", path.display(), location.map(|(l, c)| format!(":{l}:{c}")).unwrap_or_default())]
     Invalid {
-        /// The file.
+        /// The scenario file.
         path: PathBuf,
         /// Line and column, when known.
         location: Option<(usize, usize)>,
@@ -46,7 +46,7 @@ pub enum ScenarioError {
     Write {
         /// The file or directory.
         path: PathBuf,
-        /// Why.
+        /// The system's error.
         source: std::io::Error,
     },
 }

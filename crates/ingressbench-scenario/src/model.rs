@@ -197,7 +197,7 @@ pub struct ControllerFile {
 pub enum Target {
     /// A proxy the lab runs.
     Proxy {
-        /// Which proxy.
+        /// The kind of proxy (`nginx`, `haproxy`…).
         kind: ProxyKind,
         /// Its name in the results (default: the kind).
         name: Option<String>,

@@ -208,7 +208,7 @@ impl Verdict {
         }
     }
 
-    /// In words.
+    /// The verdict in words, as the comparison prints it.
     pub fn words(self) -> &'static str {
         match self {
             Verdict::Better => "better",

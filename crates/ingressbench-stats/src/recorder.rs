@@ -34,7 +34,7 @@ const MAX_GENERATIONS: usize = 4096;
 pub struct GenerationSeen {
     /// Which generation header (its slot in the load plan's list).
     pub slot: usize,
-    /// The generation.
+    /// The generation an answer carried.
     pub generation: u32,
     /// Answers that carried it.
     pub answers: u64,

@@ -103,7 +103,7 @@ pub struct Route {
 pub struct PodState {
     /// Its name (what the backend answers in `x-backend`).
     pub name: String,
-    /// Its pool.
+    /// The backend pool it serves (its `ingressbench.dev/pool` label).
     pub pool: String,
     /// Its address, once it has one.
     pub ip: Option<String>,

@@ -281,7 +281,7 @@ pub(crate) fn tls_secret(o: &RunObjects) -> Option<Secret> {
 /// The Secret with the backends' control token.
 pub(crate) const CONTROL_SECRET: &str = "ingressbench-control";
 
-/// Its key.
+/// The key in that Secret that holds the control endpoint's token.
 const CONTROL_SECRET_KEY: &str = "token";
 
 /// The run's control token as the Secret its backends read it from.

@@ -22,9 +22,9 @@ pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
 pub struct Rollout {
     /// `Deployment` or `DaemonSet`.
     pub kind: &'static str,
-    /// Its namespace.
+    /// The namespace of the Deployment or DaemonSet rolled out.
     pub namespace: String,
-    /// Its name.
+    /// The Deployment's or DaemonSet's name.
     pub name: String,
     /// The workload's generation the restart made.
     generation: i64,

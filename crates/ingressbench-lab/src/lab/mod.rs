@@ -229,11 +229,11 @@ impl LabSpec {
 pub struct Backend {
     /// Its name (sent in `x-backend`).
     pub name: String,
-    /// Its pool.
+    /// The pool it belongs to.
     pub pool: String,
     /// Where it listens.
     pub addr: SocketAddr,
-    /// Its node.
+    /// The node it runs on (its name in the topology).
     pub node: String,
     /// The link in front of it, when it sits on another node than the proxies.
     relay: Option<Relay>,

@@ -371,7 +371,7 @@ pub struct UpstreamMtls {
     pub ca: PathBuf,
     /// The client certificate presented (PEM chain).
     pub cert: PathBuf,
-    /// Its key.
+    /// The client certificate's private key (PEM).
     pub key: PathBuf,
 }
 
@@ -682,7 +682,7 @@ impl Proxy {
         counters::read(self.kind, &self.files, &mut self.counter_state)
     }
 
-    /// Which proxy.
+    /// The kind of proxy this is.
     pub fn kind(&self) -> ProxyKind {
         self.kind
     }
@@ -692,7 +692,7 @@ impl Proxy {
         &self.version
     }
 
-    /// Its binary.
+    /// The binary it was started from.
     pub fn binary(&self) -> &Path {
         &self.binary
     }
@@ -747,7 +747,7 @@ impl Proxy {
         self.child.pgid()
     }
 
-    /// Its process.
+    /// The proxy's process (the master, for nginx and HAProxy), to signal or wait for.
     pub fn child(&mut self) -> &mut OwnedChild {
         &mut self.child
     }

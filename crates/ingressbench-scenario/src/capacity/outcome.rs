@@ -60,7 +60,7 @@ pub enum Outcome {
         failed: Option<f64>,
         /// The rate at which the generator gave out.
         at: f64,
-        /// The evidence.
+        /// What showed the generator was the limit (its lag, its CPU).
         why: String,
     },
 }

@@ -130,9 +130,9 @@ pub enum Timing {
     Every {
         /// First firing.
         first: Duration,
-        /// Period.
+        /// The time between firings.
         every: Duration,
-        /// Count.
+        /// How many times it fires.
         times: u32,
     },
     /// Before sequential requests `first`, `first + every`, … (`times` of them).
@@ -141,7 +141,7 @@ pub enum Timing {
         first: u64,
         /// Requests between firings.
         every: u64,
-        /// Count.
+        /// How many times it fires.
         times: u32,
     },
 }
@@ -218,9 +218,9 @@ impl Action {
 /// A validated event.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EventSpec {
-    /// When.
+    /// When it fires: a time, a period, or before numbered requests.
     pub timing: Timing,
-    /// What.
+    /// What it does.
     pub action: Action,
     /// Delay before the proxies are told (`None`: the controller's).
     pub propagation_delay: Option<Duration>,
