@@ -685,6 +685,64 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_shape_gets_one_set_of_defaults_and_keeps_what_was_said() {
+        let target = || Target::parse("http://127.0.0.1:1/").unwrap();
+        let open = Mode::Open { rate_per_s: 50.0 };
+        let plan = Shape::new(open.clone()).plan(target());
+        assert_eq!(plan.mode, open);
+        assert_eq!((plan.connections, plan.threads), (DEFAULT_CONNECTIONS, 1));
+        assert_eq!(plan.length, Length::Duration(Duration::from_secs(10)));
+        assert_eq!(plan.warmup, Warmup::None);
+        assert_eq!(plan.window, Duration::from_secs(1));
+        // Sequential load takes one connection unless told otherwise, and a number it
+        // cannot take is kept for the check to refuse by name.
+        let sequential = Mode::Sequential {
+            interval: Duration::ZERO,
+        };
+        assert_eq!(Shape::new(sequential.clone()).plan(target()).connections, 1);
+        let five = Shape {
+            connections: Some(5),
+            ..Shape::new(sequential)
+        }
+        .plan(target());
+        assert!(five
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("--sequential"));
+        // A duration wins over a request count; a zero warm-up is none, and a count is
+        // used when no time is given.
+        let said = Shape {
+            connections: Some(3),
+            threads: Some(2),
+            duration: Some(Duration::from_secs(4)),
+            requests: Some(100),
+            warmup: Some(Duration::ZERO),
+            warmup_requests: Some(7),
+            ..Shape::new(Mode::Closed)
+        }
+        .plan(target());
+        assert_eq!((said.connections, said.threads), (3, 2));
+        assert_eq!(said.length, Length::Duration(Duration::from_secs(4)));
+        assert_eq!(said.warmup, Warmup::Requests(7));
+        let counted = Shape {
+            requests: Some(100),
+            ..Shape::new(Mode::Closed)
+        }
+        .plan(target());
+        assert_eq!(counted.length, Length::Requests(100));
+        // A capacity trial is judged on a twentieth of it, 100 ms to 1 s.
+        for (trial, window) in [(1, 100), (4, 200), (20, 1000), (60, 1000)] {
+            let plan = Shape {
+                trial: Some(Duration::from_secs(trial)),
+                ..Shape::new(Mode::Closed)
+            }
+            .plan(target());
+            assert_eq!(plan.window, Duration::from_millis(window), "{trial} s");
+        }
+    }
+
+    #[test]
     fn validation_names_the_field() {
         let target = Target::parse("http://127.0.0.1:1/").unwrap();
         let mut plan = Plan::new(target);
