@@ -587,6 +587,7 @@ fn a_bad_ca_file_is_a_clear_error() {
         err.contains("not-a-cert.pem") && err.contains("no CERTIFICATE"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -76,6 +76,9 @@ fn capacity(
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or(serde_json::Value::Null);
+    if let Some(dir) = json.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
     (out, doc)
 }
 
@@ -533,6 +536,7 @@ fn a_scenario_search_runs_its_trials_as_cells_with_their_events_and_resumes() {
         text(&worse)
     );
     assert!(text(&worse).contains("lower, beyond both searches' brackets"));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The same search sent from two local load workers: each trial is judged on the workers'
@@ -590,6 +594,7 @@ fn a_search_from_load_workers_is_judged_on_their_merged_log() {
             "{logged} at {rate}"
         );
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `1000` as the report writes it: `1,000`.

@@ -68,6 +68,13 @@ pub struct TestTls {
     pub server_config: Arc<rustls::ServerConfig>,
 }
 
+/// The directory goes with the files.
+impl Drop for TestTls {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 pub fn test_tls(tag: &str) -> TestTls {
     use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().unwrap();

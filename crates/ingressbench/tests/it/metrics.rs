@@ -810,4 +810,5 @@ fn the_live_metrics_pass_promtool_in_both_formats_and_hide_the_query() {
         None,
     );
     assert!(parsed.status.success(), "{}\n{stamped}", text(&parsed));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -269,6 +269,7 @@ fn a_websocket_peer_that_stops_reading_cannot_hold_the_run() {
         "{stream}"
     );
     assert!(n(&summary["requests"]["errors"]) > 0, "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An event stream that answers its head and sends nothing: every event due is a failure

@@ -480,6 +480,9 @@ events:
     }
     assert_eq!(measured.len(), 5, "{said}");
     println!("{}", measured.join("\n"));
+    if let Some(dir) = out.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// A restart waits for the old process, here nginx keeping its WebSockets through its
@@ -522,6 +525,9 @@ events:
         time(1, "applied_s") >= time(0, "applied_s"),
         "the proxies heard of the scale before their new process: {impact}"
     );
+    if let Some(dir) = out.parent() {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 /// nginx's binary upgrade, HAProxy's master re-exec (each to the binary it runs) and
@@ -624,5 +630,8 @@ matrix:
                 assert_eq!(ws["opened"], 8, "{name}: {ws}");
             }
         }
+    }
+    if let Some(dir) = out.parent() {
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
