@@ -202,8 +202,8 @@ pub struct Shape {
     pub connections: Option<usize>,
     /// Worker threads; one by default.
     pub threads: Option<usize>,
-    /// How long the measured part lasts; `requests` when not given, ten seconds when
-    /// neither is.
+    /// How long the measured part lasts (it wins over `requests`); [`Plan::new`]'s ten
+    /// seconds when neither is given.
     pub duration: Option<Duration>,
     /// How many requests the measured part holds.
     pub requests: Option<u64>,
@@ -231,25 +231,28 @@ impl Shape {
         }
     }
 
-    /// A plan for `target` with this shape and every other field at [`Plan::new`]'s.
+    /// A plan for `target` with this shape: what it leaves out is [`Plan::new`]'s, but
+    /// for sequential load's one connection.
     pub fn plan(&self, target: Target) -> Plan {
         let mut plan = Plan::new(target);
         plan.mode = self.mode.clone();
-        plan.connections = self.connections.unwrap_or(match self.mode {
-            Mode::Sequential { .. } => 1,
-            _ => DEFAULT_CONNECTIONS,
-        });
-        plan.threads = self.threads.unwrap_or(1);
-        plan.length = match (self.duration, self.requests) {
-            (Some(d), _) => Length::Duration(d),
-            (None, Some(n)) => Length::Requests(n),
-            (None, None) => Length::Duration(Duration::from_secs(10)),
-        };
-        plan.warmup = match (self.warmup.filter(|d| !d.is_zero()), self.warmup_requests) {
-            (Some(d), _) => Warmup::Duration(d),
-            (None, Some(n)) => Warmup::Requests(n),
-            (None, None) => Warmup::None,
-        };
+        if let Mode::Sequential { .. } = self.mode {
+            plan.connections = 1;
+        }
+        plan.connections = self.connections.unwrap_or(plan.connections);
+        plan.threads = self.threads.unwrap_or(plan.threads);
+        if let Some(n) = self.requests {
+            plan.length = Length::Requests(n);
+        }
+        if let Some(d) = self.duration {
+            plan.length = Length::Duration(d);
+        }
+        if let Some(n) = self.warmup_requests {
+            plan.warmup = Warmup::Requests(n);
+        }
+        if let Some(d) = self.warmup.filter(|d| !d.is_zero()) {
+            plan.warmup = Warmup::Duration(d);
+        }
         if let Some(trial) = self.trial {
             plan.window = trial_window(trial);
         }

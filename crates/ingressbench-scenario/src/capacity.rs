@@ -345,12 +345,6 @@ impl SearchPlan {
             })
             .collect()
     }
-
-    /// The width of a trial's windows: a twentieth of it, 100 ms to 1 s, so that there are
-    /// twenty or more to resample.
-    pub fn window(&self) -> std::time::Duration {
-        ingressbench_load::trial_window(self.trial)
-    }
 }
 
 /// Makes `scenario` (which has `search:`) its search's first trial, as its checks see it:
@@ -699,7 +693,10 @@ mod tests {
             }
         };
         let good = SearchPlan::of(&file(&["p99 < 5ms"], 500.0, 1000.0, "5%", "20s")).unwrap();
-        assert_eq!(good.window(), std::time::Duration::from_secs(1));
+        assert_eq!(
+            ingressbench_load::trial_window(good.trial),
+            std::time::Duration::from_secs(1)
+        );
         assert!((good.bounds.precision - 0.05).abs() < 1e-12);
         for (bad, says) in [
             (
