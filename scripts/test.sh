@@ -9,7 +9,10 @@
 # The capacity searches, which need the cores to themselves, are a test binary of their
 # own that cargo runs alone (tests/capacity.rs); the end-to-end tests that keep every core
 # busy hold a lock that lets one of them run at a time (tests/it/common.rs, `heavy`).
+# Most end-to-end tests wait (on a cluster, a proxy, a timer: 13% of a core for the
+# cluster test), so three run at once on two cores; RUST_TEST_THREADS set says otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-3}"
 exec cargo test --workspace --profile tests "$@"
