@@ -434,8 +434,8 @@ impl RunNamespace {
             .map_err(|e| api_error("refreshing the heartbeat", e))
     }
 
-    /// Deletes the namespace (and with it everything the run made); waits at most
-    /// `wait` for it to be gone.
+    /// Asks for the namespace's deletion (and with it everything the run made); does not
+    /// wait for it to be gone.
     pub fn delete(&self) -> Result<(), ClusterError> {
         let api: Api<Namespace> = Api::all(self.api.client.clone());
         self.api
