@@ -9,8 +9,8 @@
 # The capacity searches, which need the cores to themselves, are a test binary of their
 # own that cargo runs alone (tests/capacity.rs); the end-to-end tests that keep every core
 # busy hold a lock that lets one of them run at a time (tests/it/common.rs, `heavy`).
-# Most end-to-end tests wait (on a cluster, a proxy, a timer: 13% of a core for the
-# cluster test), so three run at once on two cores; RUST_TEST_THREADS set says otherwise.
+# Most end-to-end tests wait (on a cluster, a proxy, a timer: the cluster test alone used
+# 13% of the two cores), so three run at once; RUST_TEST_THREADS, if set, says otherwise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
