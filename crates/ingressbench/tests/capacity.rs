@@ -63,7 +63,8 @@ fn capacity(
     tag: &str,
     args: &[&str],
 ) -> (std::process::Output, serde_json::Value) {
-    let json = scratch(&format!("capacity-{tag}")).join("capacity.json");
+    let dir = scratch(&format!("capacity-{tag}"));
+    let json = dir.join("capacity.json");
     let out = Command::new(BIN)
         .arg("capacity")
         .arg(format!("http://{}/", backend.addr))
@@ -76,9 +77,6 @@ fn capacity(
         .ok()
         .and_then(|b| serde_json::from_slice(&b).ok())
         .unwrap_or(serde_json::Value::Null);
-    if let Some(dir) = json.parent() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
     (out, doc)
 }
 
@@ -536,7 +534,6 @@ fn a_scenario_search_runs_its_trials_as_cells_with_their_events_and_resumes() {
         text(&worse)
     );
     assert!(text(&worse).contains("lower, beyond both searches' brackets"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The same search sent from two local load workers: each trial is judged on the workers'
@@ -594,7 +591,6 @@ fn a_search_from_load_workers_is_judged_on_their_merged_log() {
             "{logged} at {rate}"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `1000` as the report writes it: `1,000`.

@@ -121,7 +121,6 @@ fn outputs_are_written_and_agree_with_each_other() {
     );
     let columns = ingressbench_results::samples::HEADER.split(',').count();
     assert!(rows.iter().all(|r| r.split(',').count() == columns));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -207,7 +206,6 @@ fn an_unreachable_target_fails_the_run_with_a_hint() {
         stdout.contains("NO REQUEST SUCCEEDED") && stdout.contains("is the server running"),
         "{stdout}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -248,7 +246,6 @@ fn ctrl_c_keeps_what_was_measured() {
     assert!(summary["requests"]["ok"].as_u64().unwrap() > 200);
     let intervals = ingressbench_results::hlog::read(&std::fs::read(&hlog).unwrap()).unwrap();
     assert!(intervals.len() >= 2);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn scenario_schema() -> jsonschema::Validator {
@@ -370,5 +367,4 @@ fn the_demo_installs_the_lab_alone_and_builds_no_part_of_the_cluster() {
         !cache.exists(),
         "the lab's set-up filled the cluster's cache: {said}"
     );
-    let _ = std::fs::remove_dir_all(&tree);
 }

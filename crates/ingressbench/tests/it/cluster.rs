@@ -80,7 +80,6 @@ fn cluster_local_up_builds_what_the_cache_lacks_and_says_so() {
         !dir.exists() && !scratch.join("kubeconfig").exists(),
         "{said}"
     );
-    let _ = std::fs::remove_dir_all(&scratch);
 }
 
 /// Runs `down` when dropped, so that a failing test leaves no cluster behind.

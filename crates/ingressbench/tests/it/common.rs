@@ -9,12 +9,43 @@ use std::process::Output;
 pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_ingressbench");
 
 /// An empty directory of this test process's own, named by `tag` (which the caller makes
-/// unique: its module's name first).
-pub(crate) fn scratch(tag: &str) -> PathBuf {
+/// unique: its module's name first). It goes when dropped if the test passed, and stays
+/// for a look if it failed.
+pub(crate) fn scratch(tag: &str) -> Scratch {
     let dir = std::env::temp_dir().join(format!("ib-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
+}
+
+/// A test's scratch directory: [`scratch`].
+pub(crate) struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for Scratch {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// The resident memory of process `pid` now, in bytes, as /proc says.

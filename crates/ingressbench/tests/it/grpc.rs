@@ -203,7 +203,7 @@ fn grpc_streams_cut_by_a_resetting_link_resume_after_their_last_message() {
 /// another test beside it), and nothing else fails.
 #[test]
 fn unary_calls_through_a_reload_are_sent_again_after_a_goaway_and_none_fails() {
-    let (out, said) = run_scenario(
+    let (_dir, out, said) = run_scenario(
         "grpc-reload",
         "name: grpc-reload
 targets: [nginx, envoy]
@@ -261,7 +261,6 @@ events:
     }
     assert_eq!(seen.len(), 2, "{said}");
     println!("{}", seen.join("\n"));
-    let _ = std::fs::remove_dir_all(out.parent().unwrap());
 }
 
 /// gRPC through nginx needs its TLS listener (its plain port is HTTP/1.1 here), and
@@ -290,5 +289,4 @@ fn grpc_where_a_proxy_cannot_carry_it_is_refused_with_the_fix() {
         assert_eq!(check.status.code(), Some(2), "{said}");
         assert!(said.contains(says), "{said}");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -84,7 +84,6 @@ fn a_results_directory_that_holds_a_run_is_refused_unless_forced() {
     assert!(forced.status.success(), "{}", text(&forced));
     assert_ne!(std::fs::read(out.join("run.json")).unwrap(), before);
     assert!(out.join("cells").join("999-stale").exists());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -118,7 +117,6 @@ fn a_scenario_name_cannot_leave_the_results_directory() {
         "{\"precious\": true}"
     );
     assert!(!work.join("results").exists(), "nothing was written");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -162,7 +160,6 @@ fn a_second_writer_is_refused_while_the_first_runs_and_the_first_completes() {
     assert_eq!(record["status"], "complete", "{record}");
     assert_eq!(record["cells"][0]["status"], "done", "{record}");
     assert!(record.get("resumed_by").is_none(), "{record}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The pids of `parent`'s children whose command is `comm`.
@@ -240,7 +237,6 @@ fn a_proxy_that_dies_mid_cell_fails_the_cell_and_keeps_what_was_measured() {
     )
     .unwrap();
     assert!(samples.len() >= 100, "{} samples kept", samples.len());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -302,7 +298,6 @@ fn the_first_ctrl_c_acts_at_once_even_while_every_request_is_stalled() {
             .any(|w| w.as_str().unwrap().starts_with("WAITING AT THE END")),
         "{summary}"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -432,7 +427,6 @@ fn a_rate_the_target_cannot_take_keeps_memory_flat_and_says_what_was_offered() {
             text(&out)
         );
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Starts `run` of `scenario` (written in `dir`) with nginx replaced by the shell script
@@ -507,7 +501,6 @@ fn a_proxy_binary_that_hangs_fails_its_cell_in_seconds_and_leaves_nothing() {
         })
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -606,7 +599,6 @@ fn what_a_lab_leaves_when_the_tool_and_its_reaper_are_killed_goes_at_the_next_st
         "{} (and its private key) is still there",
         lab.display()
     );
-    let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(tmp);
 }
 
@@ -682,7 +674,6 @@ fn connection_failures_say_why_dns_refused_or_a_resolve_that_does_not_match() {
         "{}",
         text(&out)
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -773,7 +764,6 @@ fn a_run_killed_mid_cell_is_rebuilt_from_its_interval_log_and_resumed_without_lo
         "{}",
         text(&report)
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `ingressbench scenario check` of `text`.
@@ -850,7 +840,6 @@ fn scenario_check_finds_what_any_cell_or_event_would_find_wrong() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("load.connections"), "{}", text(&out));
     assert!(!dir.join("never").exists());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -889,7 +878,6 @@ fn an_event_that_cannot_be_applied_fails_its_cell_and_is_not_shown_as_applied() 
         "{}",
         text(&report)
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A copy of a finished run's directory, `out`, for tampering with.
@@ -990,7 +978,6 @@ fn a_results_directory_from_elsewhere_is_written_and_deleted_only_where_the_tool
     let out = run(&file, &["--out", locked.to_str().unwrap()], &dir);
     assert!(!out.status.success(), "{}", text(&out));
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A file system mounted for a test, unmounted when dropped.
@@ -1064,7 +1051,6 @@ fn a_full_disk_ends_the_run_as_incomplete_and_keeps_what_was_measured() {
         .collect();
     assert!(left.is_empty(), "left behind: {left:?}");
     drop(_mounted);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -1102,7 +1088,6 @@ fn a_hang_up_ends_the_run_as_incomplete_and_keeps_what_was_measured() {
         .filter(|n| n.ends_with(".tmp"))
         .collect();
     assert!(left.is_empty(), "temporary files left: {left:?}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Ctrl-C during a restart's grace ends it there: the proxy's WebSockets would hold its
@@ -1147,7 +1132,6 @@ fn ctrl_c_during_a_restarts_grace_ends_the_grace() {
     assert!(out.join("cells/000-nginx/summary.json").is_file(), "{said}");
     let events = std::fs::read_to_string(out.join("cells/000-nginx/events.jsonl")).unwrap();
     assert!(events.contains("\"restart\""), "{events}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A restart whose new process will not start fails its cell, and the message points at
@@ -1203,5 +1187,4 @@ fn a_restart_that_cannot_start_the_proxy_again_points_at_the_cells_copies() {
         );
         assert!(Path::new(path).exists(), "{path} is gone: {error}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -273,7 +273,6 @@ fn prometheus_scraping_a_load_agrees_with_its_summary() {
         p99_s * 1e6
     );
     the_dashboard_reads_the_live_metrics(web, ended - 1.5);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `export prometheus` of the run in `out` (its `dir` a scratch directory), backfilled with
@@ -359,7 +358,7 @@ pub(crate) fn a_backfilled_run_agrees_with_its_summaries(dir: &Path, out: &Path)
 /// 502; Traefik's are not read, and the report says why.
 #[test]
 fn each_proxy_counts_the_failed_backend_attempts_the_client_saw_at_a_kill() {
-    let (dir, out) = crate::run::run_ok(
+    let (_dir, out) = crate::run::run_ok(
         "proxy-counts",
         "name: proxy-counts\ntargets: [nginx, haproxy, envoy, caddy, traefik]\nbackends: [{ name: echo, replicas: 3 }]\nload: { mode: open, rate: 200, connections: 10, duration: 4s, sample_rate: 1 }\nevents:\n  - { at: 1s, kill: echo-2, propagation_delay: 1500ms }\n",
     );
@@ -466,7 +465,6 @@ fn each_proxy_counts_the_failed_backend_attempts_the_client_saw_at_a_kill() {
         !report.contains("disagree:"),
         "client and proxies agree here"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What a run reads of a controller's proxy on a real cluster, its Prometheus endpoint
@@ -646,7 +644,6 @@ fn each_proxys_prometheus_endpoint_counts_what_its_own_interface_does() {
         !scraped.contains_key(counters::CONNECT_FAILURES),
         "{scraped:?}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `GET path` on 127.0.0.1:`port` over HTTP/1.1 (Envoy refuses HTTP/1.0): the status.
@@ -719,7 +716,6 @@ fn the_endpoint_of_a_load_from_several_workers_shows_their_merged_windows() {
         summary["latency_us"]["count"].as_u64().unwrap(),
         "{last}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// What the live endpoint serves passes Prometheus's own tools: the text format
@@ -810,5 +806,4 @@ fn the_live_metrics_pass_promtool_in_both_formats_and_hide_the_query() {
         None,
     );
     assert!(parsed.status.success(), "{}\n{stamped}", text(&parsed));
-    let _ = std::fs::remove_dir_all(&dir);
 }

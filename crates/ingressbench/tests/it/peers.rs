@@ -269,7 +269,6 @@ fn a_websocket_peer_that_stops_reading_cannot_hold_the_run() {
         "{stream}"
     );
     assert!(n(&summary["requests"]["errors"]) > 0, "{summary}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// An event stream that answers its head and sends nothing: every event due is a failure
@@ -379,7 +378,6 @@ fn a_close_code_no_endpoint_may_send_is_reported_as_received() {
             .all(|c| c["code"] == 999 && c["by"] == "server"),
         "{stream}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `ingressbench load ARGS` to its end (a hang detector, not a timing: the runs here are
@@ -463,7 +461,6 @@ fn a_peer_that_stops_reading_holds_no_http_or_grpc_run() {
             }
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// SIGTERM in the middle of a long run against a peer that holds every unit (it never
@@ -552,7 +549,6 @@ fn sigterm_against_a_stuck_peer_ends_every_kind_with_its_files_written() {
         assert_eq!(outcomes, total, "{said}");
         assert_eq!(n(&summary["requests"]["errors"]), total, "{said}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A failed attempt backs off even under `immediate`, and a stream that opens and ends at

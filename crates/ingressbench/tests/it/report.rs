@@ -183,7 +183,6 @@ fn compare_fail_if_exits_non_zero_exactly_when_the_condition_holds() {
         "{}",
         text(&bad)
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Rewrites a key of a results directory's run.json.
@@ -242,7 +241,6 @@ fn a_gate_fails_closed_on_what_it_cannot_see() {
     let noted = gate(&missing, &[]);
     assert_eq!(noted.status.code(), Some(0), "{}", text(&noted));
     assert!(text(&noted).contains("note: haproxy was measured in the baseline only"));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -304,7 +302,6 @@ fn malformed_results_directories_are_refused_and_nothing_outside_is_read() {
             assert!(text(&out).contains(says), "{record}: {}", text(&out));
         }
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -354,7 +351,6 @@ fn hostile_strings_in_results_produce_no_markup() {
         html.contains("is pending: not measured"),
         "incomplete run marked"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -383,7 +379,6 @@ fn a_million_sample_run_gives_a_small_report_from_every_request() {
         .find(|l| l.starts_with("nginx"))
         .unwrap_or("");
     assert!(row.contains(" 4.9"), "{printed}");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The headline table of a known run, cell by cell: p50 and p99, the verdict against the
@@ -467,7 +462,6 @@ fn the_headline_table_gives_each_targets_figures_verdict_errors_and_events() {
     let none = ib(&["report", dir.to_str().unwrap(), "--baseline", "traefik"]);
     assert_eq!(none.status.code(), Some(2), "{}", text(&none));
     assert!(text(&none).contains("has envoy, nginx"), "{}", text(&none));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Share of pixels that are not near-white in a PNG.
@@ -610,7 +604,6 @@ matrix: { load.rate: [100, 200] }
         let share = ink(chart);
         assert!(share > 0.01, "{}: {share} of pixels inked", chart.display());
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -663,7 +656,6 @@ fn a_single_load_output_gets_a_report_too() {
         "{html:.300}"
     );
     assert!(!json.exists());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -800,7 +792,6 @@ fn a_gate_cannot_judge_a_run_with_a_done_cell_it_cannot_read() {
             "{what}: the report does not name it"
         );
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -818,7 +809,6 @@ fn a_report_written_into_a_directory_from_elsewhere_replaces_a_link_rather_than_
     let report = run.join("report.html");
     assert!(!report.symlink_metadata().unwrap().file_type().is_symlink());
     assert!(std::fs::read_to_string(report).unwrap().contains("<html"));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// `export prometheus` writes what the run recorded and refuses what it cannot have:
@@ -937,7 +927,6 @@ fn an_export_keeps_every_event_and_refuses_times_and_lines_no_run_recorded() {
         "{}",
         text(&refused)
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A route probe's results that say nothing, or what no probe records, are said: a
@@ -985,7 +974,6 @@ fn route_results_with_no_firing_are_said_and_negative_figures_refused() {
     let html = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(html.contains("no route change fired"));
     assert!(!html.contains("at -5 routes"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Copies the tree at `from` into `to` (files and directories only).

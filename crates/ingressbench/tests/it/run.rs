@@ -13,11 +13,9 @@ fn json(path: &Path) -> serde_json::Value {
     .unwrap()
 }
 
-/// Writes `yaml` as a scenario into a scratch directory, runs it to its end and returns
-/// the scratch directory and the results directory.
 /// Runs `yaml` as a scenario into a scratch directory's `results`, which it returns with
 /// the directory; fails the test if the run fails.
-pub(crate) fn run_ok(tag: &str, yaml: &str) -> (PathBuf, PathBuf) {
+pub(crate) fn run_ok(tag: &str, yaml: &str) -> (crate::common::Scratch, PathBuf) {
     let dir = scratch(tag);
     let file = dir.join(format!("{tag}.yaml"));
     std::fs::write(&file, yaml).unwrap();
@@ -188,7 +186,6 @@ fn a_small_scenario_produces_every_file_in_interleaved_order_with_events_on_time
     }
     // The run exported for Prometheus and backfilled into one (#35).
     crate::metrics::a_backfilled_run_agrees_with_its_summaries(&dir, &out);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Every proxy, with an L4 front over two replicas and with an Envoy sidecar: a header
@@ -228,7 +225,7 @@ fn answers(cell_dir: &Path) -> Vec<(f64, [u32; 2])> {
 #[test]
 fn route_changes_and_reloads_take_effect_as_the_answers_generations_say() {
     let _heavy = crate::common::heavy();
-    let (dir, out) = run_ok("generations", GENERATIONS);
+    let (_dir, out) = run_ok("generations", GENERATIONS);
     let record = json(&out.join("run.json"));
     for cell in record["cells"].as_array().unwrap() {
         let target = cell["target"].as_str().unwrap();
@@ -295,7 +292,6 @@ fn route_changes_and_reloads_take_effect_as_the_answers_generations_say() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -364,7 +360,6 @@ fn ctrl_c_mid_run_keeps_what_was_measured_and_resume_finishes_the_run() {
         assert_eq!(summary["interrupted"], false);
         assert_eq!(summary["requests"]["total"], 800);
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Each shipped scenario's quick run is a test of its own, so that the harness runs them
@@ -449,7 +444,6 @@ fn shipped_scenarios_each_have_a_quick_run_test() {
         );
         assert!(!out.exists());
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Each cell done records the files it wrote (name and size), and they are those in its
@@ -574,7 +568,6 @@ fn shipped_runs_in_quick_mode(name: &str) {
             assert_eq!(due, want, "{events}");
         }
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Generated routes under load: each proxy starts with 500 of them beside the one the
@@ -583,7 +576,7 @@ fn shipped_runs_in_quick_mode(name: &str) {
 /// and each route's by the probe.
 #[test]
 fn generated_routes_are_added_removed_and_changed_under_load() {
-    let (dir, out) = run_ok(
+    let (_dir, out) = run_ok(
         "run-routes",
         "
 name: routes
@@ -644,14 +637,13 @@ events:
         assert_eq!(csv.lines().count(), 301, "{cell}");
         assert!(csv.contains(",r500.routes.test,"), "{cell}");
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn routes_come_one_at_a_time_and_a_route_never_programmed_is_named() {
     // The second event's routes reach the proxy 30 s after the load has ended (the lab's
     // controller held up): never right, by name. The first event's come one per reload.
-    let (dir, out) = run_ok(
+    let (_dir, out) = run_ok(
         "run-routes-probe",
         "
 name: probe
@@ -695,7 +687,6 @@ events:
         held["never_right"],
         serde_json::json!(["r5.routes.test", "r6.routes.test"])
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -740,7 +731,6 @@ events:
     // The first request sent into the stall waits most of it out.
     let max = stall["max_latency_ms"].as_f64().unwrap();
     assert!(max >= 800.0, "max latency after the stall: {max} ms");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// route-scale in quick mode: in every cell the steps 10 -> 100 -> 1,000 -> 100 and then
@@ -974,7 +964,6 @@ fn a_scenario_with_namespaces_runs_its_client_in_one_and_leaves_none() {
         })
         .unwrap_or_default();
     assert_eq!(left, Vec::<String>::new(), "namespaces left after the run");
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// 1,000 req/s over TLS with a reload halfway: what each proxy spent, and the reload's
@@ -991,7 +980,7 @@ events:
 
 #[test]
 fn each_cell_says_what_the_proxy_spent_and_a_reload_shows_its_cpu_at_its_time() {
-    let (dir, out) = run_ok("usage", USAGE);
+    let (_dir, out) = run_ok("usage", USAGE);
     let record = json(&out.join("run.json"));
     for cell in record["cells"].as_array().unwrap() {
         let target = cell["target"].as_str().unwrap();
@@ -1043,7 +1032,6 @@ fn each_cell_says_what_the_proxy_spent_and_a_reload_shows_its_cpu_at_its_time() 
             );
         }
     }
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// nginx reloaded under HTTP/2 open-loop load over TLS: each reload ends every
@@ -1052,7 +1040,7 @@ fn each_cell_says_what_the_proxy_spent_and_a_reload_shows_its_cpu_at_its_time() 
 /// again (counted as retried) or, if not, are errors by their own name.
 #[test]
 fn nginx_reloaded_under_http2_load_shows_its_goaways_at_each_reload() {
-    let (dir, out) = run_ok(
+    let (_dir, out) = run_ok(
         "h2-reload",
         "
 name: h2-reload
@@ -1111,14 +1099,13 @@ events:
         summary["outcomes"],
         summary["retries"]
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
 fn every_failed_request_is_kept_so_errors_around_events_are_exact_at_a_one_percent_sample() {
     // Backends fail 2% of requests at random; 1% of requests are sampled; the events'
     // windows together cover the whole measured load.
-    let (dir, out) = run_ok(
+    let (_dir, out) = run_ok(
         "exact-errors",
         "
 name: exact-errors
@@ -1169,5 +1156,4 @@ events:
         !html.contains(" est.<"),
         "no estimate where every failure is kept"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -244,7 +244,8 @@ fn no_other_local_user_reaches_a_running_lab() {
     walk(fronted.dir(), &mut paths);
     assert!(paths.len() > 30, "{paths:?}");
     assert!(paths.iter().any(|p| p.ends_with("server.key")));
-    let open = crate::common::scratch("trust-open").join("readable");
+    let scratch = crate::common::scratch("trust-open");
+    let open = scratch.join("readable");
     std::fs::write(&open, "x").unwrap();
     let mut probe = vec![
         "-c".to_owned(),
@@ -261,7 +262,6 @@ fn no_other_local_user_reaches_a_running_lab() {
         [format!("READ {}", open.display())],
         "nobody read or listed these of the lab"
     );
-    std::fs::remove_dir_all(open.parent().unwrap()).unwrap();
 }
 
 /// `n` POSTs of `bytes` bytes through `url`: the outcomes, and the answers counted by the

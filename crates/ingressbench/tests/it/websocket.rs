@@ -142,9 +142,12 @@ fn a_draining_backend_closes_its_websockets_with_1001_or_drops_them_at_its_timeo
     }
 }
 
-/// Runs `yaml` as a scenario in a scratch directory named by `tag`; its results
-/// directory and what the run printed.
-pub(crate) fn run_scenario(tag: &str, yaml: &str) -> (std::path::PathBuf, String) {
+/// Runs `yaml` as a scenario in a scratch directory named by `tag`; the directory, its
+/// results directory and what the run printed.
+pub(crate) fn run_scenario(
+    tag: &str,
+    yaml: &str,
+) -> (crate::common::Scratch, std::path::PathBuf, String) {
     let dir = crate::common::scratch(tag);
     let file = dir.join("scenario.yaml");
     std::fs::write(&file, yaml).unwrap();
@@ -160,7 +163,7 @@ pub(crate) fn run_scenario(tag: &str, yaml: &str) -> (std::path::PathBuf, String
         .unwrap();
     let said = crate::common::text(&run);
     assert!(run.status.success(), "{said}");
-    (out, said)
+    (dir, out, said)
 }
 
 pub(crate) fn json(path: std::path::PathBuf) -> serde_json::Value {
@@ -417,7 +420,7 @@ pub(crate) fn long_lived_cells_hold(out: &std::path::Path) {
 /// process by the end. The proxy's CPU follows the new process (it never goes down).
 #[test]
 fn a_restarted_proxy_ends_every_websocket_and_its_clients_come_back() {
-    let (out, said) = run_scenario(
+    let (_dir, out, said) = run_scenario(
         "websocket-restart",
         "name: restart
 targets: [nginx, haproxy, envoy, traefik, caddy]
@@ -480,9 +483,6 @@ events:
     }
     assert_eq!(measured.len(), 5, "{said}");
     println!("{}", measured.join("\n"));
-    if let Some(dir) = out.parent() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
 }
 
 /// A restart waits for the old process, here nginx keeping its WebSockets through its
@@ -492,7 +492,7 @@ events:
 /// the events. Before, the whole grace held the events' thread.
 #[test]
 fn events_fire_while_a_restart_waits_for_the_old_process() {
-    let (out, said) = run_scenario(
+    let (_dir, out, said) = run_scenario(
         "websocket-restart-holds",
         "name: restart-holds
 targets: [nginx]
@@ -525,9 +525,6 @@ events:
         time(1, "applied_s") >= time(0, "applied_s"),
         "the proxies heard of the scale before their new process: {impact}"
     );
-    if let Some(dir) = out.parent() {
-        let _ = std::fs::remove_dir_all(dir);
-    }
 }
 
 /// nginx's binary upgrade, HAProxy's master re-exec (each to the binary it runs) and
@@ -540,7 +537,7 @@ events:
 /// which mechanism was used and which version runs after.
 #[test]
 fn nginx_haproxy_and_envoy_upgrade_in_place_losing_at_most_a_request_per_kept_alive_connection() {
-    let (out, said) = run_scenario(
+    let (_dir, out, said) = run_scenario(
         "websocket-upgrade",
         "name: upgrade
 targets: [nginx, haproxy, { proxy: envoy, version: 1.39.3 }]
@@ -630,8 +627,5 @@ matrix:
                 assert_eq!(ws["opened"], 8, "{name}: {ws}");
             }
         }
-    }
-    if let Some(dir) = out.parent() {
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

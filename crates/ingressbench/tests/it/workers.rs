@@ -120,7 +120,6 @@ fn three_workers_merge_to_exactly_the_figures_of_all_their_requests() {
         lat["p99"]
     );
     assert!(workers_of(std::process::id()).is_empty());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The load engine's stall test (200 ms of every second, 1,000 req/s) with three workers:
@@ -170,7 +169,6 @@ fn coordinated_omission_is_corrected_across_workers() {
             );
         }
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 fn run_and_signal(dir: &Path, url: &str, args: &[&str], act: impl FnOnce(u32, &[u32])) -> Output {
@@ -242,7 +240,6 @@ fn a_worker_killed_mid_run_is_named_and_the_others_are_kept() {
         .sum();
     assert_eq!(kept, 800, "{workers}");
     assert!(total > kept && total < 1200, "{total}: {summary}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -274,7 +271,6 @@ fn ctrl_c_stops_every_worker_once_and_keeps_what_they_measured() {
         summary["requests"]["total"].as_u64().unwrap() > 300,
         "{summary}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -294,7 +290,6 @@ fn three_workers_reach_three_times_five_thousand_requests_a_second() {
     let achieved = s["rate"]["achieved_per_s"].as_f64().unwrap();
     eprintln!("achieved {achieved:.0} req/s of 15000: {}", s["rate"]);
     assert!((achieved - 15000.0).abs() / 15000.0 < 0.01, "{}", s["rate"]);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -356,7 +351,6 @@ fn workers_that_cannot_share_the_load_are_refused_before_it_starts() {
         assert_eq!(out.status.code(), Some(2), "{load}: {}", text(&out));
         assert!(text(&out).contains(says), "{load}: {}", text(&out));
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -417,5 +411,4 @@ fn a_scenario_with_load_workers_writes_the_merged_cell_and_each_workers_health()
             "worker {k} not in the chart's legend"
         );
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
