@@ -93,7 +93,7 @@ impl Haproxy {
             wait_for_reload(files, before)?;
         }
         self.write_config(files, table)?;
-        let before = master_reloads(files)?;
+        let before = master_reloads_once_listening(files)?;
         child
             .signal(rustix::process::Signal::USR2)
             .map_err(|e| LabError::Update {
@@ -427,6 +427,21 @@ fn master_reloads(files: &ProxyFiles) -> Result<(u64, u64), LabError> {
         .map_err(|e| fail(e.to_string()))?;
     parse_master_reloads(&answer)
         .ok_or_else(|| fail(format!("`show proc` named no master: {}", answer.trim())))
+}
+
+/// The master's reloads so far, waiting (at most 10 s) for its CLI to listen: the worker
+/// serves a few milliseconds before the master accepts on its CLI (measured with HAProxy
+/// 2.6: refused every time, for 6-7 ms, right after the first response), so a reload
+/// asked for just after a start finds the socket refusing.
+fn master_reloads_once_listening(files: &ProxyFiles) -> Result<(u64, u64), LabError> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match master_reloads(files) {
+            Err(e) if std::time::Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            counted => return counted,
+        }
+    }
 }
 
 /// `30313  master  2 [failed: 0]  0d00h00m01s  2.6.12` -> (2, 0).

@@ -941,6 +941,57 @@ fn haproxy_can_take_endpoint_changes_by_reload_instead() {
     );
 }
 
+/// HAProxy's worker serves a few milliseconds before its master accepts on the master CLI
+/// (the reload counts its reloads there first): a reload asked for the moment the proxy
+/// serves must still go through, not fail on a refused socket.
+#[test]
+fn haproxy_reloads_the_moment_it_serves() {
+    use ingressbench_lab::model::{Generation, Pool, Route, RouteTable, Tuning};
+    use ingressbench_lab::proxy::{Binaries, HaproxyUpdate, Proxy, ProxyOptions};
+    let dir = crate::common::scratch("haproxy-reload-at-once");
+    let node = ingressbench_lab::topology::Node {
+        name: "node-1".into(),
+        ip: "127.0.0.1".parse().unwrap(),
+        netns: None,
+    };
+    let mut table = RouteTable {
+        pools: vec![Pool {
+            name: "echo".into(),
+            endpoints: vec!["127.0.0.1:9".parse().unwrap()],
+        }],
+        routes: vec![Route {
+            host: "*".into(),
+            path_prefix: "/".into(),
+            pool: "echo".into(),
+            revision: 0,
+        }],
+        overlay: Overlay::default(),
+        tuning: Tuning::default(),
+        generation: Generation::default(),
+    };
+    let options = ProxyOptions {
+        haproxy_update: HaproxyUpdate::Reload,
+        ..ProxyOptions::default()
+    };
+    for round in 0..5 {
+        let mut proxy = Proxy::start(
+            ProxyKind::Haproxy,
+            &node,
+            &Binaries::discover(),
+            &dir.join(round.to_string()),
+            &table,
+            None,
+            &options,
+            |_| {},
+        )
+        .unwrap();
+        table.generation.value += 1;
+        let update = proxy.update(&table);
+        proxy.stop(Duration::from_secs(1));
+        assert!(update.is_ok(), "round {round}: {update:?}");
+    }
+}
+
 #[test]
 fn a_stalled_backend_answers_only_after_the_stall() {
     let mut spec = LabSpec::simple(vec![ProxyKind::Haproxy], 1, BIN.into());
