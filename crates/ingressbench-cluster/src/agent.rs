@@ -34,6 +34,7 @@ use serde_json::json;
 use crate::ClusterError;
 
 mod pod;
+mod volumes;
 use pod::{
     command_line, environment, non_root_asked, pod_name, pod_ns, pod_sysctls, probe_of, run_as,
     runs_as_root,
@@ -180,6 +181,8 @@ struct Running {
     /// Whether a container of a pod that should keep running has exited (and that was
     /// reported, as the kubelet's `CrashLoopBackOff`).
     crashed: bool,
+    /// Its volumes' files.
+    volumes: volumes::Volumes,
 }
 
 /// One container of a pod: its process, and its readiness probe.
@@ -241,6 +244,9 @@ struct State {
     /// The pods whose process runs, for the log endpoint.
     live: crate::logs::Live,
     logs: crate::logs::LogServer,
+    /// Pods waiting for a volume (a Secret not made yet), by uid: when to try again, and
+    /// the reason last reported.
+    waiting: BTreeMap<String, (Instant, String)>,
 }
 
 impl State {
@@ -257,6 +263,7 @@ impl State {
             renewed: Instant::now(),
             live,
             logs,
+            waiting: BTreeMap::new(),
         };
         state.register().await?;
         Ok(state)
@@ -366,9 +373,17 @@ impl State {
         for pod in &ours {
             let uid = pod.metadata.uid.clone().unwrap_or_default();
             let known = self.pods.iter().position(|r| r.uid == uid);
+            let retry_later = self
+                .waiting
+                .get(&uid)
+                .is_some_and(|(at, _)| Instant::now() < *at);
             match (known, pod.metadata.deletion_timestamp.is_some()) {
+                (None, false) if retry_later => {}
                 (None, false) => self.start(pod).await?,
-                (None, true) => self.remove(pod_ns(pod), pod_name(pod)).await,
+                (None, true) => {
+                    self.forget_waiting(&uid);
+                    self.remove(pod_ns(pod), pod_name(pod)).await;
+                }
                 (Some(i), true) if self.pods[i].deadline.is_none() => {
                     let grace = pod
                         .metadata
@@ -384,6 +399,13 @@ impl State {
         }
         // Pods gone from the API (deleted with no grace by someone else) stop here too.
         let listed_uids: Vec<String> = ours.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        let gone_waiting: Vec<String> = self
+            .waiting
+            .keys()
+            .filter(|uid| !listed_uids.contains(uid))
+            .cloned()
+            .collect();
+        gone_waiting.iter().for_each(|uid| self.forget_waiting(uid));
         let mut i = 0;
         while i < self.pods.len() {
             let r = &mut self.pods[i];
@@ -393,6 +415,7 @@ impl State {
             if gone || (r.deadline.is_some() && (exited || overdue)) {
                 let mut r = self.pods.remove(i);
                 r.kill_all();
+                r.volumes.remove();
                 self.log_complete(&r.namespace, &r.name);
                 self.nodes.release(&r.uid);
                 if !gone {
@@ -431,6 +454,10 @@ impl State {
                 r.ready = false;
                 self.report_crash(i).await?;
             }
+        }
+        // Tokens near the end of their life are renewed, as the kubelet renews them.
+        for r in &mut self.pods {
+            r.volumes.renew_tokens(&self.client).await;
         }
         // Readiness: every container's probe passes.
         for i in 0..self.pods.len() {
@@ -475,6 +502,7 @@ impl State {
                 .is_some_and(|p| p != "Always"),
             ended: false,
             crashed: false,
+            volumes: volumes::Volumes::default(),
         };
         // What runs for each container, or why one cannot.
         let mut plans = Vec::new();
@@ -545,7 +573,67 @@ impl State {
             }
         };
         running.ip = place.ip;
-        for (i, (container, image, runs)) in plans.into_iter().enumerate() {
+        // Its volumes: not made yet, it waits and is tried again in a second (kept in
+        // its namespace); never, it waits for good, with the reason.
+        let dir = self.options.dir.join("volumes").join(&uid);
+        match volumes::Volumes::make(&self.client, pod, place.ip, &node, dir).await {
+            Ok(v) => {
+                self.waiting.remove(&uid);
+                running.volumes = v;
+            }
+            Err(volumes::NotMade::Waiting(message)) => {
+                let again = Instant::now() + Duration::from_secs(1);
+                let told = self.waiting.insert(uid, (again, message.clone()));
+                if told.is_none_or(|(_, before)| before != message) {
+                    let image = first.image.clone().unwrap_or_default();
+                    self.report_waiting(
+                        &namespace,
+                        &name,
+                        &first.name,
+                        &image,
+                        "ContainerCreating",
+                        &message,
+                    )
+                    .await?;
+                }
+                return Ok(());
+            }
+            Err(volumes::NotMade::Refused(message)) => {
+                let image = first.image.clone().unwrap_or_default();
+                self.report_waiting(
+                    &namespace,
+                    &name,
+                    &first.name,
+                    &image,
+                    "CreateContainerConfigError",
+                    &message,
+                )
+                .await?;
+                self.pods.push(running);
+                return Ok(());
+            }
+        }
+        let mut mounts = Vec::new();
+        for (container, image, _) in &plans {
+            match running.volumes.mounts(container) {
+                Ok(m) => mounts.push(m),
+                Err(message) => {
+                    running.volumes.remove();
+                    self.report_waiting(
+                        &namespace,
+                        &name,
+                        &container.name,
+                        image,
+                        "CreateContainerConfigError",
+                        &message,
+                    )
+                    .await?;
+                    self.pods.push(running);
+                    return Ok(());
+                }
+            }
+        }
+        for (i, ((container, image, runs), mounts)) in plans.into_iter().zip(mounts).enumerate() {
             let mut env = environment(container, pod, place.ip, &node, &secrets);
             // The first container's log is the pod's; the others' have their own.
             let log = match i {
@@ -555,7 +643,8 @@ impl State {
                     .dir
                     .join(format!("{namespace}_{name}_{}.log", container.name)),
             };
-            let (mut program, argv, mut record) = command_line(&runs, pod, container, &mut env);
+            let (mut program, argv, mut record) =
+                command_line(&runs, pod, container, &mut env, &mounts);
             // A local binary runs as the user the security context names, else as the
             // image's (an image's container drops to its user itself, inside its root
             // filesystem); from where that user can reach it (not root's home).
@@ -842,10 +931,18 @@ impl State {
             .await;
     }
 
-    /// Kills every pod (the agent is stopping) and removes their namespaces.
+    /// A pod that waited for a volume is gone: its namespace goes.
+    fn forget_waiting(&mut self, uid: &str) {
+        if self.waiting.remove(uid).is_some() {
+            self.nodes.release(uid);
+        }
+    }
+
+    /// Kills every pod (the agent is stopping) and removes their namespaces and volumes.
     async fn stop_all(&mut self) {
         for mut r in self.pods.drain(..) {
             r.kill_all();
+            r.volumes.remove();
         }
         self.nodes.remove();
     }

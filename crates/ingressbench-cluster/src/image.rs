@@ -178,20 +178,53 @@ fn read_json(path: &Path) -> Result<Value, ClusterError> {
     })
 }
 
-/// Runs `argv` inside `rootfs` as `uid:gid` (no supplementary groups, no new privileges),
-/// in `workdir`: chroot, drop to the user, ask to be killed when the parent (the node
-/// agent) goes, exec. Called single-threaded, as root, by the hidden
-/// [`ENTER_COMMAND`]; returns only on failure.
-pub fn enter(rootfs: &Path, (uid, gid): (u32, u32), workdir: &str, argv: &[String]) -> String {
+/// A directory or file of the host mounted at a path inside a root filesystem (a pod's
+/// volume).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bind {
+    /// What is mounted.
+    pub source: PathBuf,
+    /// Where, inside the root filesystem (absolute, as a container's `mountPath`).
+    pub target: String,
+    /// Mounted read-only.
+    pub read_only: bool,
+}
+
+/// Runs `argv` inside `rootfs` as `uid:gid` (in `groups` besides, no new privileges),
+/// in `workdir`, with `mounts` in place: bind-mount each, chroot, drop to the user, ask
+/// to be killed when the parent (the node agent) goes, exec. Called single-threaded, as
+/// root, in a mount namespace of its own (the mounts are the container's alone), by the
+/// hidden [`ENTER_COMMAND`]; returns only on failure.
+pub fn enter(
+    rootfs: &Path,
+    (uid, gid): (u32, u32),
+    groups: &[u32],
+    workdir: &str,
+    mounts: &[Bind],
+    argv: &[String],
+) -> String {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = argv.split_first() else {
         return "no command to run: the image has no ENTRYPOINT or CMD and the container no command".into();
     };
+    for bind in mounts {
+        if let Err(e) = mount_inside(rootfs, bind) {
+            return format!(
+                "cannot mount {} at {} in {}: {e}",
+                bind.source.display(),
+                bind.target,
+                rootfs.display()
+            );
+        }
+    }
     let steps = || -> std::io::Result<()> {
         rustix::process::chroot(rootfs)?;
         std::env::set_current_dir(workdir)?;
         let gid = rustix::process::Gid::from_raw(gid);
-        rustix::thread::set_thread_groups(&[gid])?;
+        let all: Vec<rustix::process::Gid> = std::iter::once(gid)
+            .chain(groups.iter().map(|g| rustix::process::Gid::from_raw(*g)))
+            .collect();
+        rustix::thread::set_thread_groups(&all)?;
         rustix::thread::set_thread_res_gid(gid, gid, gid)?;
         let uid = rustix::process::Uid::from_raw(uid);
         rustix::thread::set_thread_res_uid(uid, uid, uid)?;
@@ -205,6 +238,57 @@ pub fn enter(rootfs: &Path, (uid, gid): (u32, u32), workdir: &str, argv: &[Strin
     }
     let e = Command::new(program).args(args).exec();
     format!("cannot run {program} in the image: {e}")
+}
+
+/// Bind-mounts `bind` at its target inside `rootfs`, making the mount point (a directory,
+/// or an empty file for a file) where the image has none. A target that leaves the root
+/// filesystem (`..`, or a link in the image pointing out) is refused.
+fn mount_inside(rootfs: &Path, bind: &Bind) -> std::io::Result<()> {
+    use std::io::{Error, ErrorKind};
+    let relative = Path::new(&bind.target);
+    if !relative.is_absolute()
+        || relative
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "the target is not an absolute path without `..`",
+        ));
+    }
+    let target = rootfs.join(relative.strip_prefix("/").unwrap_or(relative));
+    let root = rootfs.canonicalize()?;
+    let leaves =
+        |path: &Path| -> std::io::Result<bool> { Ok(!path.canonicalize()?.starts_with(&root)) };
+    let outside = || {
+        Error::new(
+            ErrorKind::InvalidInput,
+            "the target leaves the root filesystem through a link",
+        )
+    };
+    // Before anything is made, where the path already exists; after, all of it.
+    if leaves(target.ancestors().find(|p| p.exists()).unwrap_or(rootfs))? {
+        return Err(outside());
+    }
+    let is_file = std::fs::metadata(&bind.source)?.is_file();
+    match (is_file, target.parent()) {
+        (true, Some(parent)) => {
+            std::fs::create_dir_all(parent)?;
+            if !target.exists() {
+                std::fs::File::create(&target)?;
+            }
+        }
+        _ => std::fs::create_dir_all(&target)?,
+    }
+    if leaves(&target)? {
+        return Err(outside());
+    }
+    use rustix::mount::{mount_bind, mount_remount, MountFlags};
+    mount_bind(&bind.source, &target)?;
+    if bind.read_only {
+        mount_remount(&target, MountFlags::BIND | MountFlags::RDONLY, "")?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

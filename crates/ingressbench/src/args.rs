@@ -171,6 +171,16 @@ pub(crate) struct EnterArgs {
     /// The working directory inside the root filesystem.
     #[arg(long, value_name = "DIR", default_value = "/")]
     pub(crate) workdir: String,
+    /// A supplementary group, numeric (repeated: a pod's fsGroup and supplementalGroups).
+    #[arg(long, value_name = "GID")]
+    pub(crate) groups: Vec<u32>,
+    /// A directory or file bind-mounted at a path inside the root filesystem (repeated:
+    /// a pod's volumes).
+    #[arg(long, num_args = 2, value_names = ["SOURCE", "TARGET"])]
+    pub(crate) bind: Vec<String>,
+    /// The same, read-only.
+    #[arg(long, num_args = 2, value_names = ["SOURCE", "TARGET"])]
+    pub(crate) bind_ro: Vec<String>,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) argv: Vec<String>,

@@ -59,8 +59,27 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
                 .split_once(':')
                 .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)))
                 .ok_or_else(|| UsageError(anyhow::anyhow!("--user takes UID:GID")))?;
-            let failed =
-                ingressbench_cluster::image::enter(&args.root, user, &args.workdir, &args.argv);
+            let mounts: Vec<ingressbench_cluster::image::Bind> =
+                [(&args.bind, false), (&args.bind_ro, true)]
+                    .into_iter()
+                    .flat_map(|(pairs, read_only)| {
+                        pairs
+                            .chunks(2)
+                            .map(move |p| ingressbench_cluster::image::Bind {
+                                source: p[0].clone().into(),
+                                target: p[1].clone(),
+                                read_only,
+                            })
+                    })
+                    .collect();
+            let failed = ingressbench_cluster::image::enter(
+                &args.root,
+                user,
+                &args.groups,
+                &args.workdir,
+                &mounts,
+                &args.argv,
+            );
             eprintln!("error: {failed}");
             // As a container runtime says a command it could not run.
             Ok(ExitCode::from(127))

@@ -14,12 +14,14 @@ use super::Runs;
 /// What runs for a container, as the kubelet would run it: the program, its arguments
 /// and the record of it for [`RAN`]. From an image, the container's command line runs
 /// inside the image's root filesystem through [`crate::image::ENTER_COMMAND`], with the
-/// image's environment put under `env`.
+/// image's environment put under `env` and the pod's volumes at their `mounts`. A local
+/// binary sees the node's files: its mounts are not made (recorded in [`RAN`] as such).
 pub(super) fn command_line(
     runs: &Runs,
     pod: &Pod,
     container: &Container,
     env: &mut Vec<(String, String)>,
+    mounts: &[super::volumes::Mount],
 ) -> (PathBuf, Vec<String>, serde_json::Value) {
     // `$(VAR)` in command and args is the container's variable, as the kubelet
     // expands it.
@@ -37,15 +39,20 @@ pub(super) fn command_line(
     match runs {
         Runs::Binary { binary, .. } => {
             let argv = args.unwrap_or_default();
-            let record = json!({ "ran": "binary", "binary": binary, "argv": argv });
+            let record = json!({
+                "ran": "binary", "binary": binary, "argv": argv,
+                "mounts_not_made": mounts.iter().map(|m| &m.target).collect::<Vec<_>>(),
+            });
             (binary.clone(), argv, record)
         }
         Runs::Image(image) => {
             let argv = image.argv(command.as_deref(), args.as_deref());
             let (uid, gid) = user_of(image, pod, container);
+            let groups = supplementary_groups(pod);
             let record = json!({
                 "ran": "image", "image": image.reference, "digest": image.digest,
-                "rootfs": image.rootfs, "user": format!("{uid}:{gid}"), "argv": argv,
+                "rootfs": image.rootfs, "user": format!("{uid}:{gid}"), "groups": groups, "argv": argv,
+                "mounts": mounts.iter().map(|m| &m.target).collect::<Vec<_>>(),
             });
             // The image's environment, the container's over it.
             let own: Vec<String> = env.iter().map(|(k, _)| k.clone()).collect();
@@ -73,8 +80,21 @@ pub(super) fn command_line(
                     .working_dir
                     .clone()
                     .unwrap_or(image.workdir.clone()),
-                "--".into(),
             ])
+            .chain(
+                groups
+                    .iter()
+                    .flat_map(|g| ["--groups".to_owned(), g.to_string()]),
+            )
+            .chain(mounts.iter().flat_map(|m| {
+                let flag = if m.read_only { "--bind-ro" } else { "--bind" };
+                [
+                    flag.to_owned(),
+                    m.source.display().to_string(),
+                    m.target.clone(),
+                ]
+            }))
+            .chain(["--".into()])
             .chain(argv)
             .collect();
             (PathBuf::from("unshare"), enter, record)
@@ -86,6 +106,22 @@ pub(super) fn command_line(
 /// else root.
 pub(super) fn user_of(image: &crate::image::Image, pod: &Pod, container: &Container) -> (u32, u32) {
     run_as(pod, container).unwrap_or(image.user.unwrap_or((0, 0)))
+}
+
+/// The groups a pod's processes are in beside their own: its `fsGroup` (which its
+/// volumes' files belong to) and its `supplementalGroups`.
+pub(super) fn supplementary_groups(pod: &Pod) -> Vec<u32> {
+    let context = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+    super::volumes::fs_group(pod)
+        .into_iter()
+        .chain(
+            context
+                .and_then(|c| c.supplemental_groups.clone())
+                .into_iter()
+                .flatten()
+                .filter_map(|g| u32::try_from(g).ok()),
+        )
+        .collect()
 }
 
 /// Whether the container would run as root: an image's user (or its security
@@ -150,39 +186,48 @@ pub(super) fn environment(
                 .and_then(|data| data.get(&r.key))
                 .cloned()
                 .unwrap_or_default(),
-            (None, Some(from), None) => {
-                match from.field_ref.as_ref().map(|f| f.field_path.as_str()) {
-                    Some("metadata.name") => pod_name(pod).to_owned(),
-                    Some("metadata.namespace") => pod_ns(pod).to_owned(),
-                    Some("metadata.uid") => pod.metadata.uid.clone().unwrap_or_default(),
-                    Some("status.podIP") => ip.to_string(),
-                    Some("spec.nodeName") => node.to_owned(),
-                    // `metadata.annotations['key']`, `metadata.labels['key']` (a Job's
-                    // completion index comes this way).
-                    Some(path) => {
-                        let item = |prefix: &str| {
-                            path.strip_prefix(prefix)
-                                .and_then(|rest| rest.strip_suffix("']"))
-                                .map(str::to_owned)
-                        };
-                        let m = &pod.metadata;
-                        match (item("metadata.annotations['"), item("metadata.labels['")) {
-                            (Some(key), _) => {
-                                m.annotations.as_ref().and_then(|a| a.get(&key)).cloned()
-                            }
-                            (_, Some(key)) => m.labels.as_ref().and_then(|l| l.get(&key)).cloned(),
-                            _ => None,
-                        }
-                        .unwrap_or_default()
-                    }
-                    None => String::new(),
-                }
-            }
+            (None, Some(from), None) => from
+                .field_ref
+                .as_ref()
+                .map(|f| field(pod, ip, node, &f.field_path))
+                .unwrap_or_default(),
             _ => String::new(),
         };
         env.push((var.name.clone(), value));
     }
     env
+}
+
+/// The pod's field at `path`, as `fieldRef` names it (in a variable or a downward API
+/// volume): its name, namespace, uid, address, node, or an annotation or label
+/// (`metadata.annotations['key']`: a Job's completion index comes this way).
+pub(super) fn field(pod: &Pod, ip: IpAddr, node: &str, path: &str) -> String {
+    match path {
+        "metadata.name" => pod_name(pod).to_owned(),
+        "metadata.namespace" => pod_ns(pod).to_owned(),
+        "metadata.uid" => pod.metadata.uid.clone().unwrap_or_default(),
+        "status.podIP" => ip.to_string(),
+        "spec.nodeName" => node.to_owned(),
+        "spec.serviceAccountName" => pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.service_account_name.clone())
+            .unwrap_or_default(),
+        path => {
+            let item = |prefix: &str| {
+                path.strip_prefix(prefix)
+                    .and_then(|rest| rest.strip_suffix("']"))
+                    .map(str::to_owned)
+            };
+            let m = &pod.metadata;
+            match (item("metadata.annotations['"), item("metadata.labels['")) {
+                (Some(key), _) => m.annotations.as_ref().and_then(|a| a.get(&key)).cloned(),
+                (_, Some(key)) => m.labels.as_ref().and_then(|l| l.get(&key)).cloned(),
+                _ => None,
+            }
+            .unwrap_or_default()
+        }
+    }
 }
 
 /// Sets the pod's sysctls in its own network namespace, as the kubelet sets them in the

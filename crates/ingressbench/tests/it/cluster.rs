@@ -166,6 +166,10 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
             the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletion,
         ),
         (
+            "a pod's volumes",
+            crate::kubelet::a_pods_volumes_are_made_as_the_kubelet_makes_them,
+        ),
+        (
             "a run namespace",
             a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes_only_the_tools,
         ),
@@ -294,6 +298,9 @@ fn a_cluster_runs(tag: &str, parts: &[Part], layout: &Path) {
     assert_eq!(again.status.code(), Some(2), "{}", tail(&again));
     assert!(text(&again).contains("already up"), "{}", tail(&again));
     for (name, part) in parts {
+        if std::env::var("IB_PARTS").is_ok_and(|f| !name.contains(f.as_str())) {
+            continue;
+        }
         let started = std::time::Instant::now();
         part(&dir);
         eprintln!("{tag}: {name}: {:.1} s", started.elapsed().as_secs_f64());
@@ -374,7 +381,10 @@ fn every_pod_ran_from_the_image(dir: &Path, layout: &Path) {
 }
 
 /// The message of the first pod whose container waits for `reason`.
-fn waiting_because(pods: &[k8s_openapi::api::core::v1::Pod], reason: &str) -> Option<String> {
+pub(crate) fn waiting_because(
+    pods: &[k8s_openapi::api::core::v1::Pod],
+    reason: &str,
+) -> Option<String> {
     pods.iter().find_map(|p| {
         let status = p.status.as_ref()?.container_statuses.as_ref()?.first()?;
         let waiting = status.state.as_ref()?.waiting.clone()?;
@@ -437,7 +447,7 @@ fn backend_via(entry: &str, host: &str) -> Option<String> {
     })
 }
 
-async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
+pub(crate) async fn wait_for<T>(what: &str, mut check: impl AsyncFnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         if let Some(v) = check().await {
@@ -1069,7 +1079,7 @@ fn run_in_cluster(scenario: &Path, cluster: &Path, kubeconfig: &Path, out: &Path
 
 /// The last forty lines of [`text`]: enough to see why a command failed, short enough
 /// that a failing test's own message is not cut from what CI shows.
-fn tail(o: &Output) -> String {
+pub(crate) fn tail(o: &Output) -> String {
     let all = text(o);
     let lines: Vec<&str> = all.lines().collect();
     let from = lines.len().saturating_sub(40);

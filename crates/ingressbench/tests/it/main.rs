@@ -12,6 +12,8 @@ mod common;
 mod grpc;
 mod hostile;
 mod kernel;
+#[cfg(feature = "cluster")]
+mod kubelet;
 mod lab;
 mod metrics;
 mod peers;

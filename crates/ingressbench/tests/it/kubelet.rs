@@ -1,0 +1,304 @@
+//! What the local cluster's node agent does as a kubelet does for pods the tool did not
+//! make (a chart's controller, the data plane a controller creates): their volumes.
+
+use std::path::Path;
+use std::process::Command;
+
+use crate::cluster::{tail, wait_for, waiting_because};
+use crate::common::{scratch, BIN};
+
+/// `cluster local enter` mounts each `--bind` at its path inside the root, the
+/// `--bind-ro` ones read-only, for the command it runs (as the unprivileged user), in a
+/// mount namespace of its own: the host sees none of them.
+#[test]
+fn enter_mounts_volumes_inside_the_root_read_only_where_asked() {
+    let dir = scratch("enter-mounts");
+    let (rw, ro) = (dir.join("rw"), dir.join("ro"));
+    for d in [&rw, &ro] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::write(d.join("said"), "from the volume").unwrap();
+    }
+    // Writable by the container's user, as an emptyDir is.
+    Command::new("chmod")
+        .args(["0777"])
+        .arg(&rw)
+        .status()
+        .unwrap();
+    let at = |name: &str| dir.join("root-view").join(name).display().to_string();
+    let script = format!(
+        "cat {rw}/said && touch {rw}/written && cat {ro}/said && touch {ro}/refused",
+        rw = at("rw"),
+        ro = at("ro")
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--"])
+        .arg(BIN)
+        .args([
+            "cluster",
+            "local",
+            "enter",
+            "--root",
+            "/",
+            "--user",
+            "65532:65532",
+        ])
+        .arg("--bind")
+        .arg(&rw)
+        .arg(at("rw"))
+        .arg("--bind-ro")
+        .arg(&ro)
+        .arg(at("ro"))
+        .args(["--", "/bin/sh", "-c", &script])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(said, "from the volumefrom the volume", "{err}");
+    assert!(err.contains("Read-only file system"), "{err}");
+    assert!(!out.status.success());
+    // The writable one took the file; the mount points stay empty on the host.
+    assert!(rw.join("written").exists());
+    assert!(!ro.join("refused").exists());
+    assert_eq!(std::fs::read_dir(at("ro")).unwrap().count(), 0);
+    // A target that climbs out of the root is refused before anything runs.
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "--"])
+        .arg(BIN)
+        .args(["cluster", "local", "enter", "--root"])
+        .arg(dir.join("root-view"))
+        .args(["--user", "65532:65532", "--bind"])
+        .arg(&rw)
+        .args(["/../../etc", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127), "{}", tail(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("without `..`"),
+        "{}",
+        tail(&out)
+    );
+}
+
+/// A pod's Secret, ConfigMap, emptyDir and projected volumes are made as the kubelet
+/// makes them: it waits in `ContainerCreating` while its Secret does not exist (as a
+/// chart's pod waits for the Secret its Job writes), starts once it does, and serves with
+/// the files mounted (here: a TLS backend with its key from the Secret and the CA it asks
+/// clients for from the ConfigMap). Its service-account token is one the API server
+/// accepts, bound to the pod. Deleted, its files go.
+pub(crate) fn a_pods_volumes_are_made_as_the_kubelet_makes_them(dir: &Path) {
+    use k8s_openapi::api::authentication::v1::TokenReview;
+    use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+    use kube::api::{DeleteParams, PostParams};
+    let config = dir.join("cluster/kubeconfig");
+    let pki = scratch("kubelet-volumes");
+    let tls = make_pki(&pki);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(&config, None).await.unwrap();
+        let ns = "volumes";
+        let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+        namespaces
+            .create(&PostParams::default(), &serde_json::from_value(serde_json::json!({ "metadata": { "name": ns } })).unwrap())
+            .await
+            .unwrap();
+        // Its service account comes with the namespace (the controller manager's work).
+        let accounts: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(client.clone(), ns);
+        wait_for("the namespace's default service account", async || {
+            accounts.get_opt("default").await.unwrap()
+        })
+        .await;
+        let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), ns);
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "tls-echo" },
+            "spec": {
+                "terminationGracePeriodSeconds": 2,
+                // The files' group: the container's user is in it besides its own.
+                "securityContext": { "fsGroup": 2000 },
+                "containers": [{
+                    "name": "echo", "image": "example.test/ingressbench:dev",
+                    "args": ["backend", "--listen", "0.0.0.0:8443", "--name", "tls-echo",
+                        "--tls-cert", "/certs/server.crt", "--tls-key", "/certs/server.key",
+                        "--client-ca", "/trust/ca.crt"],
+                    "volumeMounts": [
+                        { "name": "certs", "mountPath": "/certs" },
+                        { "name": "trust", "mountPath": "/trust" },
+                        { "name": "scratch", "mountPath": "/scratch" },
+                        { "name": "pod-info", "mountPath": "/etc/pod-info" },
+                    ],
+                }],
+                "volumes": [
+                    { "name": "certs", "secret": { "secretName": "echo-tls", "defaultMode": 0o440, "items": [
+                        { "key": "tls.crt", "path": "server.crt" }, { "key": "tls.key", "path": "server.key" }] } },
+                    { "name": "trust", "configMap": { "name": "echo-trust" } },
+                    { "name": "scratch", "emptyDir": {} },
+                    { "name": "pod-info", "projected": { "sources": [
+                        { "downwardAPI": { "items": [{ "path": "name", "fieldRef": { "fieldPath": "metadata.name" } }] } },
+                        { "serviceAccountToken": { "path": "token", "audience": "volumes-test", "expirationSeconds": 3600 } },
+                    ] } },
+                ],
+            }
+        }))
+        .unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        // Waiting for its Secret, named.
+        let message = wait_for("the pod waiting for its Secret", async || {
+            waiting_because(&pods.list(&Default::default()).await.unwrap().items, "ContainerCreating")
+        })
+        .await;
+        assert!(message.contains("secret \"echo-tls\" not found"), "{message}");
+        // Then the ConfigMap's turn, then it starts.
+        let secrets: kube::Api<Secret> = kube::Api::namespaced(client.clone(), ns);
+        let secret = serde_json::json!({ "metadata": { "name": "echo-tls" }, "type": "kubernetes.io/tls",
+            "stringData": { "tls.crt": tls.server_cert, "tls.key": tls.server_key } });
+        secrets.create(&PostParams::default(), &serde_json::from_value(secret).unwrap()).await.unwrap();
+        let message = wait_for("the pod waiting for its ConfigMap", async || {
+            waiting_because(&pods.list(&Default::default()).await.unwrap().items, "ContainerCreating")
+                .filter(|m| m.contains("configmap"))
+        })
+        .await;
+        assert!(message.contains("configmap \"echo-trust\" not found"), "{message}");
+        let maps: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), ns);
+        let map = serde_json::json!({ "metadata": { "name": "echo-trust" }, "data": { "ca.crt": tls.ca_cert } });
+        maps.create(&PostParams::default(), &serde_json::from_value(map).unwrap()).await.unwrap();
+        let ip = wait_for("the pod running", async || {
+            let p = pods.get("tls-echo").await.unwrap();
+            p.status?.pod_ip.filter(|ip| !ip.is_empty())
+        })
+        .await;
+        // It serves TLS with the Secret's key, to a client of the ConfigMap's CA only.
+        let with_client = |cert: bool| {
+            let mut curl = Command::new("curl");
+            curl.args(["-sS", "--max-time", "5", "-o", "/dev/null", "-w", "%{http_code}", "--cacert"])
+                .arg(pki.join("ca.crt"))
+                .args(["--resolve", &format!("tls-echo.test:8443:{ip}")]);
+            if cert {
+                curl.arg("--cert").arg(pki.join("client.crt")).arg("--key").arg(pki.join("client.key"));
+            }
+            curl.arg("https://tls-echo.test:8443/").output().unwrap()
+        };
+        let answered = wait_for("the pod answering over TLS", async || {
+            let out = with_client(true);
+            (out.stdout == b"200").then_some(out)
+        })
+        .await;
+        assert!(answered.status.success(), "{}", tail(&answered));
+        let refused = with_client(false);
+        assert_ne!(refused.stdout, b"200", "{}", tail(&refused));
+        // The files, as the kubelet writes them: the Secret's items at their paths and
+        // modes, the pod's name, an emptyDir anyone in the pod may write, and a token
+        // that the API server takes as this pod's.
+        let uid = pods.get("tls-echo").await.unwrap().metadata.uid.unwrap();
+        let volumes = dir.join("cluster/pods/volumes").join(&uid);
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&volumes.join("certs/server.key")), 0o440);
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(volumes.join("certs/server.key")).unwrap().gid(), 2000);
+        assert!(!volumes.join("certs/tls.key").exists());
+        assert_eq!(mode(&volumes.join("scratch")), 0o777);
+        assert_eq!(std::fs::read_to_string(volumes.join("pod-info/name")).unwrap(), "tls-echo");
+        let token = std::fs::read_to_string(volumes.join("pod-info/token")).unwrap();
+        let reviews: kube::Api<TokenReview> = kube::Api::all(client.clone());
+        let review: TokenReview = serde_json::from_value(serde_json::json!({
+            "spec": { "token": token, "audiences": ["volumes-test"] } }))
+        .unwrap();
+        let status = reviews.create(&PostParams::default(), &review).await.unwrap().status.unwrap();
+        assert_eq!(status.authenticated, Some(true), "{status:?}");
+        let user = status.user.unwrap();
+        assert_eq!(user.username.as_deref(), Some("system:serviceaccount:volumes:default"));
+        let bound = user.extra.unwrap_or_default();
+        assert_eq!(bound.get("authentication.kubernetes.io/pod-name"), Some(&vec!["tls-echo".to_owned()]), "{bound:?}");
+        // Every pod's own service-account volume (the API adds it) is made too.
+        let ran = std::fs::read_to_string(dir.join("cluster/pods/ran.jsonl")).unwrap();
+        let record = ran.lines().rev().find(|l| l.contains("volumes/tls-echo")).unwrap();
+        for at in ["/certs", "/trust", "/scratch", "/etc/pod-info", "/var/run/secrets/kubernetes.io/serviceaccount"] {
+            assert!(record.contains(&format!("\"{at}\"")), "{at}: {record}");
+        }
+        // Deleted, the pod's files go with it.
+        pods.delete("tls-echo", &DeleteParams::default()).await.unwrap();
+        wait_for("the pod gone", async || pods.get_opt("tls-echo").await.unwrap().is_none().then_some(())).await;
+        wait_for("its volumes gone", async || (!volumes.exists()).then_some(())).await;
+        namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
+        wait_for("the namespace gone", async || namespaces.get_opt(ns).await.unwrap().is_none().then_some(())).await;
+    });
+}
+
+/// A CA, a server certificate from it for `tls-echo.test` and a client certificate, in
+/// `dir` (openssl, a dependency of ca-certificates).
+struct Pki {
+    ca_cert: String,
+    server_cert: String,
+    server_key: String,
+}
+
+fn make_pki(dir: &Path) -> Pki {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "openssl {args:?}: {}", tail(&out));
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=volumes test CA",
+    ]);
+    for (name, extension) in [
+        ("server", "subjectAltName=DNS:tls-echo.test"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ] {
+        openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            &format!("{name}.key"),
+            "-out",
+            &format!("{name}.csr"),
+            "-subj",
+            &format!("/CN={name}"),
+        ]);
+        std::fs::write(dir.join(format!("{name}.ext")), extension).unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-out",
+            &format!("{name}.crt"),
+            "-extfile",
+            &format!("{name}.ext"),
+        ]);
+    }
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+    Pki {
+        ca_cert: read("ca.crt"),
+        server_cert: read("server.crt"),
+        server_key: read("server.key"),
+    }
+}
