@@ -34,11 +34,13 @@ use serde_json::json;
 use crate::ClusterError;
 
 mod pod;
+mod services;
 mod volumes;
 use pod::{
     command_line, environment, non_root_asked, pod_name, pod_ns, pod_sysctls, probe_of, run_as,
     runs_as_root,
 };
+pub use services::REFRESH as SERVICES_REFRESH;
 
 /// How often the agent looks at the pods.
 pub const POLL: Duration = Duration::from_millis(100);
@@ -61,6 +63,11 @@ pub struct AgentOptions {
     pub images: BTreeMap<String, Runs>,
     /// The version its nodes report (the control plane's).
     pub kubelet_version: &'static str,
+    /// Where the API server listens (the `kubernetes` Service's endpoint).
+    pub api: SocketAddr,
+    /// The range Services' cluster IPs come from (the `kubernetes` Service has the
+    /// first).
+    pub service_range: &'static str,
 }
 
 /// What the agent runs for an image.
@@ -238,6 +245,8 @@ impl Running {
 struct State {
     options: AgentOptions,
     client: Client,
+    /// The Services and DNS the pods reach (dropped before `nodes`, whose hub it uses).
+    network: services::Network,
     nodes: Nodes,
     pods: Vec<Running>,
     renewed: Instant,
@@ -252,7 +261,13 @@ struct State {
 impl State {
     async fn new(options: AgentOptions) -> Result<Self, ClusterError> {
         let client = crate::api::client(&options.kubeconfig, None).await?;
-        let nodes = Nodes::new(Isolation::Netns)?;
+        let mut nodes = Nodes::new(Isolation::Netns)?;
+        let network = services::Network::start(
+            &mut nodes,
+            &options.kubeconfig,
+            options.api,
+            options.service_range,
+        )?;
         let live = crate::logs::Live::default();
         let logs = crate::logs::LogServer::start(options.dir.clone(), live.clone())?;
         let mut state = State {
@@ -264,6 +279,7 @@ impl State {
             live,
             logs,
             waiting: BTreeMap::new(),
+            network,
         };
         state.register().await?;
         Ok(state)
@@ -552,7 +568,11 @@ impl State {
                 netns: None,
             }
         } else {
-            self.nodes.get(&uid, &mut |_| {})?
+            let place = self.nodes.get(&uid, &mut |_| {})?;
+            if let Some(netns) = &place.netns {
+                self.network.join(netns)?;
+            }
+            place
         };
         // Its sysctls set and its Secrets read, or why not, as the kubelet says.
         let ready = match pod_sysctls(pod, &place) {
@@ -613,10 +633,37 @@ impl State {
                 return Ok(());
             }
         }
+        // The kubelet's files: where names are looked up (the cluster's DNS, unless the
+        // pod asks for the node's), and the pod's own name.
+        let cluster_dns = match spec.and_then(|s| s.dns_policy.as_deref()) {
+            Some("Default" | "None") => false,
+            Some("ClusterFirstWithHostNet") => true,
+            _ => !host_network,
+        };
+        let etc = match cluster_dns {
+            true => self
+                .network
+                .pod_files(&running.volumes.dir, &namespace, &name, place.ip)
+                .map_err(|e| ClusterError::Io {
+                    path: running.volumes.dir.clone(),
+                    source: e,
+                })?
+                .map(|(source, target)| volumes::Mount {
+                    source,
+                    target: target.to_owned(),
+                    read_only: true,
+                })
+                .into_iter()
+                .collect(),
+            false => Vec::new(),
+        };
         let mut mounts = Vec::new();
         for (container, image, _) in &plans {
             match running.volumes.mounts(container) {
-                Ok(m) => mounts.push(m),
+                Ok(mut m) => {
+                    m.extend(etc.iter().cloned());
+                    mounts.push(m);
+                }
                 Err(message) => {
                     running.volumes.remove();
                     self.report_waiting(
@@ -635,6 +682,17 @@ impl State {
         }
         for (i, ((container, image, runs), mounts)) in plans.into_iter().zip(mounts).enumerate() {
             let mut env = environment(container, pod, place.ip, &node, &secrets);
+            // The API server's Service, as the kubelet names it to every container.
+            let kubernetes = services::first_address(self.options.service_range);
+            for (key, value) in [
+                ("KUBERNETES_SERVICE_HOST", kubernetes.to_string()),
+                ("KUBERNETES_SERVICE_PORT", "443".to_owned()),
+                ("KUBERNETES_SERVICE_PORT_HTTPS", "443".to_owned()),
+            ] {
+                if !env.iter().any(|(k, _)| k == key) {
+                    env.insert(0, (key.to_owned(), value));
+                }
+            }
             // The first container's log is the pod's; the others' have their own.
             let log = match i {
                 0 => self.options.dir.join(format!("{namespace}_{name}.log")),

@@ -363,6 +363,8 @@ impl LocalCluster {
                 dir: pods,
                 images,
                 kubelet_version: KUBE_VERSION,
+                api: api_address(&cluster.server)?,
+                service_range: SERVICE_RANGE,
             })?);
         }
         let gateway_secret = match &options.gateway_crds {
@@ -965,6 +967,18 @@ fn io(path: &Path, source: std::io::Error) -> ClusterError {
         path: path.to_owned(),
         source,
     }
+}
+
+/// The address in the API server's URL (`https://127.0.0.1:PORT`).
+fn api_address(server: &str) -> Result<SocketAddr, ClusterError> {
+    server
+        .strip_prefix("https://")
+        .and_then(|a| a.parse().ok())
+        .ok_or_else(|| {
+            ClusterError::Api(format!(
+                "the API server's URL `{server}` is not https://ADDRESS:PORT"
+            ))
+        })
 }
 
 /// A free port on 127.0.0.1, never one this process handed out before (the lab's).

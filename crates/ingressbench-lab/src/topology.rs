@@ -291,6 +291,24 @@ impl Nodes {
         Ok(node)
     }
 
+    /// The hub's namespace and the lab's subnet (`198.18.X.0`), the hub made if it is not
+    /// yet (with namespace isolation only: on loopback there is none). The local cluster's
+    /// node agent serves what stands for the cluster's network there (its Services and
+    /// DNS).
+    pub fn hub(&mut self, told: &mut dyn FnMut(&str)) -> Result<(PathBuf, Ipv4Addr), LabError> {
+        if self.isolation != Isolation::Netns {
+            return Err(network("making the hub", "nodes on loopback have no hub"));
+        }
+        let subnet = match self.subnet {
+            Some(s) => s,
+            None => self.make_hub(told)?,
+        };
+        Ok((
+            Path::new(NETNS_DIR).join(&self.made[0]),
+            subnet_ip(subnet, 0),
+        ))
+    }
+
     /// Removes the node called `name` and its namespace (its address is not given out
     /// again).
     pub fn release(&mut self, name: &str) {
@@ -408,7 +426,7 @@ pub(crate) fn ip(args: &[&str]) -> std::io::Result<std::process::Output> {
 }
 
 /// Runs `ip ARGS`; an error quotes what it said.
-fn ip_cmd(args: &[&str]) -> Result<(), LabError> {
+pub fn ip_cmd(args: &[&str]) -> Result<(), LabError> {
     let out = ip(args).map_err(|e| network(&format!("ip {}", args.join(" ")), &e.to_string()))?;
     if out.status.success() {
         Ok(())

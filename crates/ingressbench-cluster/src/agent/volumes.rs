@@ -70,7 +70,7 @@ struct Token {
 }
 
 /// One mount of a container: what, where in its root, read-only or not.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) struct Mount {
     pub source: PathBuf,
     pub target: String,

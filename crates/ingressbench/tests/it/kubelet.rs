@@ -302,3 +302,122 @@ fn make_pki(dir: &Path) -> Pki {
         server_key: read("server.key"),
     }
 }
+
+/// Pods reach a Service at its cluster IP and by its name, as kube-proxy and the cluster's
+/// DNS make it on a real cluster: a Job in the image loads `http://echo/` (its namespace's
+/// search domain), and both of the Service's pods answer it. The API server is reached at
+/// the `kubernetes` Service's address with the pod's own token and CA, as an in-cluster
+/// client reaches it.
+pub(crate) fn pods_reach_services_by_name_and_the_api_through_its_service(dir: &Path) {
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use kube::api::{DeleteParams, PostParams};
+    let config = dir.join("cluster/kubeconfig");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(&config, None).await.unwrap();
+        let ns = "services";
+        let namespaces: kube::Api<Namespace> = kube::Api::all(client.clone());
+        namespaces
+            .create(&PostParams::default(), &serde_json::from_value(serde_json::json!({ "metadata": { "name": ns } })).unwrap())
+            .await
+            .unwrap();
+        let accounts: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(client.clone(), ns);
+        wait_for("the namespace's default service account", async || {
+            accounts.get_opt("default").await.unwrap()
+        })
+        .await;
+        let objects = [
+            serde_json::json!({ "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "echo", "namespace": ns },
+                "spec": { "replicas": 2, "selector": { "matchLabels": { "app": "echo" } },
+                  "template": { "metadata": { "labels": { "app": "echo" } }, "spec": { "containers": [{
+                    "name": "echo", "image": "example.test/ingressbench:dev",
+                    "args": ["backend", "--listen", "0.0.0.0:8080", "--name", "$(POD_NAME)"],
+                    "env": [{ "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } }],
+                    "ports": [{ "name": "http", "containerPort": 8080 }],
+                    "readinessProbe": { "httpGet": { "path": "/healthz", "port": "http" } } }] } } } }),
+            serde_json::json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "echo", "namespace": ns },
+                "spec": { "selector": { "app": "echo" }, "ports": [{ "name": "web", "port": 80, "targetPort": "http" }] } }),
+        ];
+        ingressbench_cluster::api::apply_all(&config, &objects).await.unwrap();
+        let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), ns);
+        let ready = |p: &Pod| {
+            p.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+                c.iter().any(|c| c.type_ == "Ready" && c.status == "True")
+            })
+        };
+        let echoes: Vec<Pod> = wait_for("two ready echo pods", async || {
+            let list = pods.list(&kube::api::ListParams::default().labels("app=echo")).await.unwrap().items;
+            (list.len() == 2 && list.iter().all(ready)).then_some(list)
+        })
+        .await;
+        // A client in the image, by the Service's short name.
+        let job: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": { "name": "client" },
+            "spec": { "restartPolicy": "Never", "containers": [{
+                "name": "load", "image": "example.test/ingressbench:dev",
+                "args": ["load", "http://echo/", "-n", "40", "--connections", "2"] }] }
+        }))
+        .unwrap();
+        // The Service's endpoints are read within a refresh of the agent's.
+        tokio::time::sleep(2 * ingressbench_cluster::agent::SERVICES_REFRESH).await;
+        pods.create(&PostParams::default(), &job).await.unwrap();
+        let phase = wait_for("the client's end", async || {
+            let p = pods.get("client").await.unwrap();
+            p.status?.phase.filter(|p| p == "Succeeded" || p == "Failed")
+        })
+        .await;
+        let log = std::fs::read_to_string(dir.join(format!("cluster/pods/{ns}_client.log"))).unwrap();
+        assert_eq!(phase, "Succeeded", "{log}");
+        assert!(log.contains("40 ok, 0 errors"), "{log}");
+        // Its two connections went to the two pods, in turn.
+        let backends = log.lines().find(|l| l.trim_start().starts_with("Backends:")).unwrap();
+        for pod in &echoes {
+            assert!(backends.contains(pod.metadata.name.as_deref().unwrap()), "{log}");
+        }
+        // The API server at the `kubernetes` Service, from an echo pod's namespace, with
+        // that pod's token and the cluster's CA from its service-account volume.
+        let pod = &echoes[0];
+        let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap();
+        let netns = namespace_with(&ip);
+        let uid = pod.metadata.uid.clone().unwrap();
+        let volumes = dir.join("cluster/pods/volumes").join(&uid);
+        let account = std::fs::read_dir(&volumes)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("kube-api-access-"))
+            .unwrap();
+        let token = std::fs::read_to_string(account.join("token")).unwrap();
+        let out = Command::new("ip")
+            .args(["netns", "exec", &netns, "curl", "-sS", "--max-time", "5", "--cacert"])
+            .arg(account.join("ca.crt"))
+            .args(["-H", &format!("Authorization: Bearer {token}")])
+            .arg(format!("https://10.96.0.1/api/v1/namespaces/{ns}/pods/{}", pod.metadata.name.as_deref().unwrap()))
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout);
+        // The default service account may not read pods: the API server says so, by name.
+        assert!(said.contains("system:serviceaccount:services:default"), "{said} {}", tail(&out));
+        assert_eq!(std::fs::read_to_string(account.join("namespace")).unwrap(), ns);
+        namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
+        wait_for("the namespace gone", async || namespaces.get_opt(ns).await.unwrap().is_none().then_some(())).await;
+    });
+}
+
+/// The network namespace whose `eth0` has `ip`.
+fn namespace_with(ip: &str) -> String {
+    let list = Command::new("ip").args(["netns", "list"]).output().unwrap();
+    String::from_utf8_lossy(&list.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .find(|ns| {
+            let addr = Command::new("ip")
+                .args(["-n", ns, "-4", "-o", "addr", "show"])
+                .output()
+                .unwrap();
+            String::from_utf8_lossy(&addr.stdout).contains(&format!("inet {ip}/"))
+        })
+        .unwrap_or_else(|| panic!("no network namespace has {ip}"))
+        .to_owned()
+}

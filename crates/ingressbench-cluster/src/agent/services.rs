@@ -1,0 +1,557 @@
+//! The local cluster's network beyond a pod's own address: its Services reachable at
+//! their cluster IPs, and their names answered, as kube-proxy and the cluster's DNS make
+//! them on a real cluster. Pods reach them through the hub (the namespace holding the
+//! pods' bridge), which takes the whole Service range as its own: a pod routes that range
+//! to the hub's address on the bridge, which is also its nameserver.
+//!
+//! - **Services** in kube-proxy's userspace way: for every TCP port of every Service with
+//!   a cluster IP, a listener on that address in the hub; each connection it takes goes
+//!   to one of the Service's ready endpoints (its EndpointSlices, the port matched by
+//!   name), in turn, the next one tried when a connect fails; with none it is closed.
+//!   The `kubernetes` Service goes to the API server (which has no endpoints here: it
+//!   listens on 127.0.0.1, which an EndpointSlice may not hold).
+//! - **DNS**: `SERVICE.NAMESPACE.svc.cluster.local` is the Service's cluster IP (a
+//!   headless one's ready endpoints), on UDP port 53 of the hub's address; any other name
+//!   does not exist (there is no upstream). Each pod gets the `resolv.conf` and `hosts`
+//!   the kubelet writes.
+//!
+//! It runs on a thread of its own, in the host's namespace (it reaches the pods through
+//! the host's link to the bridge, and the API server on 127.0.0.1), with its listening
+//! sockets made in the hub. It reads the Services and EndpointSlices every
+//! [`REFRESH`]: a new Service is reachable, and an endpoint's change followed, within
+//! that.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::ListParams;
+use kube::{Api, Client};
+
+use crate::ClusterError;
+
+/// How often the Services and their endpoints are read.
+pub const REFRESH: Duration = Duration::from_millis(250);
+/// The cluster's DNS domain.
+pub(super) const DOMAIN: &str = "cluster.local";
+/// How long a connection to an endpoint may take to be made before the next is tried.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Where each Service address goes, and what each name is.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Tables {
+    /// A Service's cluster IP and port: its ready endpoints.
+    routes: BTreeMap<SocketAddr, Vec<SocketAddr>>,
+    /// `service.namespace.svc.cluster.local`: its addresses.
+    names: BTreeMap<String, Vec<Ipv4Addr>>,
+}
+
+/// The network's thread; stopped when dropped.
+#[derive(Debug)]
+pub(super) struct Network {
+    /// The hub's address on the pods' bridge: their way to the Services, their
+    /// nameserver.
+    pub gateway: Ipv4Addr,
+    /// The Service range (`10.96.0.0/16`).
+    range: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Network {
+    /// Gives the hub its address on the bridge (`.253`) and the Service range, and starts
+    /// serving both.
+    pub(super) fn start(
+        nodes: &mut ingressbench_lab::topology::Nodes,
+        kubeconfig: &Path,
+        api: SocketAddr,
+        range: &str,
+    ) -> Result<Network, ClusterError> {
+        let (hub, subnet) = nodes.hub(&mut |_| {})?;
+        let gateway = Ipv4Addr::from(u32::from(subnet) + 253);
+        let ns = hub
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        use ingressbench_lab::topology::ip_cmd;
+        ip_cmd(&["-n", &ns, "link", "set", "lo", "up"])?;
+        ip_cmd(&[
+            "-n",
+            &ns,
+            "addr",
+            "add",
+            &format!("{gateway}/24"),
+            "dev",
+            "br0",
+        ])?;
+        // The whole range is the hub's own: a listener binds any address in it.
+        ip_cmd(&["-n", &ns, "route", "add", "local", range, "dev", "lo"])?;
+        let dns = in_namespace(&hub, || std::net::UdpSocket::bind((gateway, 53)))
+            .map_err(|e| ClusterError::Api(format!("the cluster's DNS on {gateway}:53: {e}")))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let kubeconfig = kubeconfig.to_owned();
+        let thread = std::thread::Builder::new()
+            .name("ib-cluster-network".into())
+            .spawn(move || {
+                let Ok(runtime) = crate::api::runtime() else {
+                    return;
+                };
+                runtime.block_on(serve(&kubeconfig, api, hub, dns, &flag));
+            })
+            .map_err(|e| ClusterError::Api(format!("cannot start the network's thread: {e}")))?;
+        Ok(Network {
+            gateway,
+            range: range.to_owned(),
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Routes the Service range from the pod's namespace to the hub.
+    pub(super) fn join(&self, pod_netns: &Path) -> Result<(), ClusterError> {
+        let ns = pod_netns
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let via = self.gateway.to_string();
+        ingressbench_lab::topology::ip_cmd(&[
+            "-n",
+            &ns,
+            "route",
+            "replace",
+            &self.range,
+            "via",
+            &via,
+        ])?;
+        Ok(())
+    }
+
+    /// The `resolv.conf` and `hosts` of a pod, as the kubelet writes them, in `dir`.
+    pub(super) fn pod_files(
+        &self,
+        dir: &Path,
+        namespace: &str,
+        name: &str,
+        ip: IpAddr,
+    ) -> std::io::Result<[(PathBuf, &'static str); 2]> {
+        std::fs::create_dir_all(dir)?;
+        let resolv = dir.join(".resolv.conf");
+        std::fs::write(
+            &resolv,
+            format!(
+                "nameserver {}\nsearch {namespace}.svc.{DOMAIN} svc.{DOMAIN} {DOMAIN}\noptions ndots:5\n",
+                self.gateway
+            ),
+        )?;
+        let hosts = dir.join(".hosts");
+        std::fs::write(
+            &hosts,
+            format!(
+                "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n{ip}\t{name}\n"
+            ),
+        )?;
+        for f in [&resolv, &hosts] {
+            std::fs::set_permissions(f, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
+        }
+        Ok([(resolv, "/etc/resolv.conf"), (hosts, "/etc/hosts")])
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The first address of `range` (`10.96.0.0/16` → `10.96.0.1`): the `kubernetes`
+/// Service's.
+pub(super) fn first_address(range: &str) -> Ipv4Addr {
+    let base = range
+        .split('/')
+        .next()
+        .and_then(|a| a.parse::<Ipv4Addr>().ok())
+        .unwrap_or(Ipv4Addr::UNSPECIFIED);
+    Ipv4Addr::from(u32::from(base) + 1)
+}
+
+/// Runs `make` on a thread in the namespace at `netns`: the socket it makes lives there.
+fn in_namespace<T: Send>(
+    netns: &Path,
+    make: impl FnOnce() -> std::io::Result<T> + Send,
+) -> std::io::Result<T> {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            ingressbench_lab::process::enter_netns(netns)?;
+            make()
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(std::io::Error::other(
+                "the thread making the socket panicked",
+            ))
+        })
+    })
+}
+
+/// Reads the Services every [`REFRESH`], listens on each one's addresses in the hub,
+/// relays what they take, and answers DNS, until `stop`.
+async fn serve(
+    kubeconfig: &Path,
+    api: SocketAddr,
+    hub: PathBuf,
+    dns: std::net::UdpSocket,
+    stop: &AtomicBool,
+) {
+    let Ok(client) = crate::api::client(kubeconfig, None).await else {
+        return;
+    };
+    let tables = Arc::new(Mutex::new(Tables::default()));
+    let dns_task = tokio::spawn(answer_dns(dns, tables.clone()));
+    let mut listening: BTreeMap<SocketAddr, tokio::task::JoinHandle<()>> = BTreeMap::new();
+    while !stop.load(Ordering::Relaxed) {
+        if let Ok(read) = read_tables(&client, api).await {
+            for (addr, task) in std::mem::take(&mut listening) {
+                if read.routes.contains_key(&addr) {
+                    listening.insert(addr, task);
+                } else {
+                    task.abort();
+                }
+            }
+            for addr in read.routes.keys() {
+                if listening.contains_key(addr) {
+                    continue;
+                }
+                let bound = in_namespace(&hub, || {
+                    let l = std::net::TcpListener::bind(addr)?;
+                    l.set_nonblocking(true)?;
+                    Ok(l)
+                });
+                if let Ok(l) = bound.and_then(tokio::net::TcpListener::from_std) {
+                    listening.insert(*addr, tokio::spawn(relay_all(l, *addr, tables.clone())));
+                }
+            }
+            *tables.lock().unwrap_or_else(|p| p.into_inner()) = read;
+        }
+        tokio::time::sleep(REFRESH).await;
+    }
+    dns_task.abort();
+    for task in listening.into_values() {
+        task.abort();
+    }
+}
+
+/// The Services and their ready endpoints, now.
+async fn read_tables(client: &Client, api: SocketAddr) -> Result<Tables, kube::Error> {
+    let services = Api::<Service>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    let slices = Api::<EndpointSlice>::all(client.clone())
+        .list(&ListParams::default())
+        .await?;
+    Ok(tables_of(&services.items, &slices.items, api))
+}
+
+/// What `services` and `slices` say: each Service's addresses, and its name's.
+fn tables_of(services: &[Service], slices: &[EndpointSlice], api: SocketAddr) -> Tables {
+    let mut tables = Tables::default();
+    for service in services {
+        let (Some(name), Some(ns)) = (&service.metadata.name, &service.metadata.namespace) else {
+            continue;
+        };
+        let Some(spec) = &service.spec else {
+            continue;
+        };
+        let own: Vec<&EndpointSlice> = slices
+            .iter()
+            .filter(|s| {
+                s.metadata.namespace.as_ref() == Some(ns)
+                    && s.metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get("kubernetes.io/service-name"))
+                        == Some(name)
+            })
+            .collect();
+        // A ready endpoint's address, with the slice's number for the port named so.
+        let ready = |port_name: Option<&str>| -> Vec<SocketAddr> {
+            let mut found = Vec::new();
+            for slice in &own {
+                let port = slice.ports.iter().flatten().find(|p| {
+                    p.name.as_deref().unwrap_or("") == port_name.unwrap_or("")
+                        && p.protocol.as_deref().unwrap_or("TCP") == "TCP"
+                });
+                let Some(port) = port
+                    .and_then(|p| p.port)
+                    .and_then(|p| u16::try_from(p).ok())
+                else {
+                    continue;
+                };
+                for endpoint in &slice.endpoints {
+                    let up = endpoint
+                        .conditions
+                        .as_ref()
+                        .and_then(|c| c.ready)
+                        .unwrap_or(true);
+                    if up {
+                        found.extend(
+                            endpoint
+                                .addresses
+                                .iter()
+                                .filter_map(|a| a.parse::<IpAddr>().ok())
+                                .map(|ip| SocketAddr::new(ip, port)),
+                        );
+                    }
+                }
+            }
+            found.sort();
+            found.dedup();
+            found
+        };
+        let fqdn = format!("{name}.{ns}.svc.{DOMAIN}");
+        let cluster_ip = spec
+            .cluster_ip
+            .as_deref()
+            .and_then(|ip| ip.parse::<Ipv4Addr>().ok());
+        match cluster_ip {
+            Some(ip) => {
+                tables.names.insert(fqdn, vec![ip]);
+                for port in spec.ports.iter().flatten() {
+                    if port.protocol.as_deref().unwrap_or("TCP") != "TCP" {
+                        continue;
+                    }
+                    let Ok(number) = u16::try_from(port.port) else {
+                        continue;
+                    };
+                    let to = if (name.as_str(), ns.as_str()) == ("kubernetes", "default") {
+                        vec![api]
+                    } else {
+                        ready(port.name.as_deref())
+                    };
+                    tables.routes.insert(SocketAddr::from((ip, number)), to);
+                }
+            }
+            // Headless: the name is the ready endpoints' addresses.
+            None => {
+                let mut ips: Vec<Ipv4Addr> = spec
+                    .ports
+                    .iter()
+                    .flatten()
+                    .flat_map(|p| ready(p.name.as_deref()))
+                    .filter_map(|a| match a.ip() {
+                        IpAddr::V4(v4) => Some(v4),
+                        IpAddr::V6(_) => None,
+                    })
+                    .collect();
+                ips.sort();
+                ips.dedup();
+                tables.names.insert(fqdn, ips);
+            }
+        }
+    }
+    tables
+}
+
+/// Takes connections on a Service's address and relays each to an endpoint.
+async fn relay_all(
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+    tables: Arc<Mutex<Tables>>,
+) {
+    let turn = Arc::new(AtomicUsize::new(0));
+    while let Ok((mut conn, _)) = listener.accept().await {
+        let endpoints = tables
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .routes
+            .get(&addr)
+            .cloned()
+            .unwrap_or_default();
+        let first = turn.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            // In turn, the next tried when one does not take the connection.
+            for i in 0..endpoints.len() {
+                let to = endpoints[(first + i) % endpoints.len()];
+                let Ok(Ok(mut upstream)) =
+                    tokio::time::timeout(CONNECT_TIMEOUT, tokio::net::TcpStream::connect(to)).await
+                else {
+                    continue;
+                };
+                let _ = conn.set_nodelay(true);
+                let _ = upstream.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream).await;
+                return;
+            }
+        });
+    }
+}
+
+/// Answers every DNS query from the names of `tables`.
+async fn answer_dns(socket: std::net::UdpSocket, tables: Arc<Mutex<Tables>>) {
+    if socket.set_nonblocking(true).is_err() {
+        return;
+    }
+    let Ok(socket) = tokio::net::UdpSocket::from_std(socket) else {
+        return;
+    };
+    let mut buf = [0u8; 1500];
+    while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+        let reply = {
+            let t = tables.lock().unwrap_or_else(|p| p.into_inner());
+            dns_reply(&buf[..n], |name| t.names.get(name).cloned())
+        };
+        if let Some(reply) = reply {
+            let _ = socket.send_to(&reply, from).await;
+        }
+    }
+}
+
+/// The answer to one DNS query (RFC 1035): its A records where `lookup` knows the name,
+/// no records for another type of a known name, NXDOMAIN for an unknown one; `None` for
+/// what is not a query of one question.
+fn dns_reply(query: &[u8], lookup: impl Fn(&str) -> Option<Vec<Ipv4Addr>>) -> Option<Vec<u8>> {
+    if query.len() < 12 || query[2] & 0x80 != 0 || u16::from_be_bytes([query[4], query[5]]) != 1 {
+        return None;
+    }
+    // The question: labels to the empty one, then its type and class.
+    let mut at = 12;
+    let mut labels = Vec::new();
+    loop {
+        let len = usize::from(*query.get(at)?);
+        at += 1;
+        if len == 0 {
+            break;
+        }
+        if len > 63 {
+            return None;
+        }
+        labels.push(String::from_utf8_lossy(query.get(at..at + len)?).to_ascii_lowercase());
+        at += len;
+    }
+    let qtype = u16::from_be_bytes([*query.get(at)?, *query.get(at + 1)?]);
+    let question_end = at + 4;
+    query.get(..question_end)?;
+    let name = labels.join(".");
+    let found = lookup(&name);
+    let answers: Vec<Ipv4Addr> = match (&found, qtype) {
+        (Some(ips), 1) => ips.clone(),
+        _ => Vec::new(),
+    };
+    let rcode = if found.is_some() { 0 } else { 3 };
+    let mut reply = Vec::with_capacity(question_end + answers.len() * 16);
+    reply.extend_from_slice(&query[..2]);
+    // A response, recursion desired as asked, recursion available, the code.
+    reply.push(0x80 | (query[2] & 0x01));
+    reply.push(0x80 | rcode);
+    reply.extend_from_slice(&1u16.to_be_bytes());
+    reply.extend_from_slice(&(answers.len() as u16).to_be_bytes());
+    reply.extend_from_slice(&[0, 0, 0, 0]);
+    reply.extend_from_slice(&query[12..question_end]);
+    for ip in answers {
+        // The name is the question's (a pointer to offset 12), class IN, 5 s.
+        reply.extend_from_slice(&[0xc0, 12, 0, 1, 0, 1, 0, 0, 0, 5, 0, 4]);
+        reply.extend_from_slice(&ip.octets());
+    }
+    Some(reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(name: &str, qtype: u16) -> Vec<u8> {
+        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name.split('.') {
+            q.push(label.len() as u8);
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.push(0);
+        q.extend_from_slice(&qtype.to_be_bytes());
+        q.extend_from_slice(&[0, 1]);
+        q
+    }
+
+    #[test]
+    fn a_services_name_is_its_address_and_an_unknown_name_does_not_exist() {
+        let lookup = |name: &str| {
+            (name == "eg.envoy-gateway-system.svc.cluster.local")
+                .then(|| vec![Ipv4Addr::new(10, 96, 0, 7)])
+        };
+        let q = query("EG.envoy-gateway-system.svc.cluster.local", 1);
+        let r = dns_reply(&q, lookup).unwrap();
+        assert_eq!(&r[..2], &[0x12, 0x34]);
+        assert_eq!(r[3] & 0x0f, 0, "NOERROR");
+        assert_eq!(u16::from_be_bytes([r[6], r[7]]), 1, "one answer");
+        assert_eq!(&r[r.len() - 4..], &[10, 96, 0, 7]);
+        // AAAA of a known name: no records, no error.
+        let r = dns_reply(
+            &query("eg.envoy-gateway-system.svc.cluster.local", 28),
+            lookup,
+        )
+        .unwrap();
+        assert_eq!((r[3] & 0x0f, u16::from_be_bytes([r[6], r[7]])), (0, 0));
+        // Unknown: NXDOMAIN.
+        let r = dns_reply(&query("example.com", 1), lookup).unwrap();
+        assert_eq!((r[3] & 0x0f, u16::from_be_bytes([r[6], r[7]])), (3, 0));
+        // Not a query, or cut short: no answer.
+        let mut answer = q.clone();
+        answer[2] |= 0x80;
+        assert!(dns_reply(&answer, lookup).is_none());
+        assert!(dns_reply(&q[..q.len() - 3], lookup).is_none());
+    }
+
+    #[test]
+    fn a_service_goes_to_its_ready_endpoints_on_the_port_named_and_kubernetes_to_the_api() {
+        let services: Vec<Service> = serde_json::from_value(serde_json::json!([
+            { "metadata": { "name": "eg", "namespace": "sys" }, "spec": { "clusterIP": "10.96.0.7",
+              "ports": [{ "name": "grpc", "port": 18000, "targetPort": 18000 }, { "name": "metrics", "port": 19001 }] } },
+            { "metadata": { "name": "kubernetes", "namespace": "default" }, "spec": { "clusterIP": "10.96.0.1",
+              "ports": [{ "name": "https", "port": 443 }] } },
+            { "metadata": { "name": "peers", "namespace": "sys" }, "spec": { "clusterIP": "None",
+              "ports": [{ "name": "grpc", "port": 18000 }] } },
+        ]))
+        .unwrap();
+        let slices: Vec<EndpointSlice> = serde_json::from_value(serde_json::json!([
+            { "metadata": { "name": "eg-1", "namespace": "sys", "labels": { "kubernetes.io/service-name": "eg" } },
+              "addressType": "IPv4",
+              "ports": [{ "name": "grpc", "port": 18001, "protocol": "TCP" }],
+              "endpoints": [
+                { "addresses": ["198.18.0.5"], "conditions": { "ready": true } },
+                { "addresses": ["198.18.0.6"], "conditions": { "ready": false } } ] },
+            { "metadata": { "name": "peers-1", "namespace": "sys", "labels": { "kubernetes.io/service-name": "peers" } },
+              "addressType": "IPv4",
+              "ports": [{ "name": "grpc", "port": 18000 }],
+              "endpoints": [{ "addresses": ["198.18.0.9"] }] },
+        ]))
+        .unwrap();
+        let api: SocketAddr = "127.0.0.1:6443".parse().unwrap();
+        let t = tables_of(&services, &slices, api);
+        let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(
+            t.routes[&addr("10.96.0.7:18000")],
+            [addr("198.18.0.5:18001")]
+        );
+        assert!(t.routes[&addr("10.96.0.7:19001")].is_empty());
+        assert_eq!(t.routes[&addr("10.96.0.1:443")], [api]);
+        assert_eq!(
+            t.names["eg.sys.svc.cluster.local"],
+            [Ipv4Addr::new(10, 96, 0, 7)]
+        );
+        assert_eq!(
+            t.names["peers.sys.svc.cluster.local"],
+            [Ipv4Addr::new(198, 18, 0, 9)]
+        );
+        assert!(!t
+            .routes
+            .keys()
+            .any(|a| a.port() == 18000 && a.ip() != addr("10.96.0.7:1").ip()));
+    }
+}
