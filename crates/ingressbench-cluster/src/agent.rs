@@ -7,10 +7,10 @@
 //! container's readiness probe passes; on deletion it sends SIGTERM, waits the grace
 //! period, sends SIGKILL, and removes the pod. An image is run from its unpacked root
 //! filesystem (chrooted, as the pod's or the image's user, in a mount namespace of its
-//! own with a `/proc`: [`crate::image`]), or, where
-//! no image was built and for a mesh's sidecar (`envoy`), as a local binary
-//! (`ingressbench` is this tool), as the security context's user. Every start is
-//! recorded in [`RAN`] in its directory.
+//! own with a `/proc` and the pod's volumes: [`crate::image`]; `envoy` is an image staged
+//! from the lab's Envoy), or, where no image was built, as a local binary (`ingressbench`
+//! is this tool), as the security context's user. It stands in for kube-proxy and the
+//! cluster's DNS too (`services`). Every start is recorded in [`RAN`] in its directory.
 //!
 //! It polls the API every [`POLL`] rather than watching: one list of a few dozen pods is
 //! cheap on a local API server, and the code stays a loop a reader can follow. Its

@@ -126,6 +126,64 @@ impl Image {
         })
     }
 
+    /// An image made here from a local binary, as the project's own builds stand for an
+    /// image a chart names (`envoyproxy/envoy`, `envoyproxy/gateway`): the binary at `path`
+    /// in a root filesystem of its own under `into` (which must not exist), with the
+    /// shared libraries it links (`ldd`), hard-linked where they share a filesystem, else
+    /// copied; its entrypoint that path, its user `user`, `PATH` the usual one.
+    pub fn stage(
+        reference: &str,
+        binary: &Path,
+        path: &str,
+        user: Option<(u32, u32)>,
+        into: &Path,
+        launcher: PathBuf,
+    ) -> Result<Image, ClusterError> {
+        let rootfs = into.join("rootfs");
+        let io = |path: &Path, source| ClusterError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let place = |from: &Path, to: &Path| -> Result<(), ClusterError> {
+            if let Some(parent) = to.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+            }
+            std::fs::hard_link(from, to)
+                .or_else(|_| std::fs::copy(from, to).map(|_| ()))
+                .map_err(|e| io(to, e))
+        };
+        let inside = |p: &str| rootfs.join(p.trim_start_matches('/'));
+        place(binary, &inside(path))?;
+        // A static binary (Go's) links nothing: ldd says so and fails.
+        let linked = Command::new("ldd")
+            .arg(binary)
+            .output()
+            .map_err(|e| io(Path::new("ldd"), e))?;
+        for lib in String::from_utf8_lossy(&linked.stdout)
+            .split_whitespace()
+            .filter(|w| w.starts_with('/'))
+        {
+            let real = std::fs::canonicalize(lib).map_err(|e| io(Path::new(lib), e))?;
+            place(&real, &inside(lib))?;
+        }
+        let proc_dir = rootfs.join("proc");
+        std::fs::create_dir_all(&proc_dir).map_err(|e| io(&proc_dir, e))?;
+        Ok(Image {
+            reference: format!("{reference} (staged from {})", binary.display()),
+            digest: String::new(),
+            rootfs,
+            entrypoint: vec![path.to_owned()],
+            cmd: Vec::new(),
+            env: vec![(
+                "PATH".into(),
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into(),
+            )],
+            user,
+            workdir: "/".into(),
+            launcher,
+        })
+    }
+
     /// Where a container's `/proc` is mounted: as a container runtime gives each
     /// container one, the agent starts each in a mount namespace of its own with procfs
     /// there (`unshare --mount-proc`), gone with the container.

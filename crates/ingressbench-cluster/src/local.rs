@@ -78,6 +78,9 @@ pub struct LocalOptions {
     /// Images the node agent can run, and what runs for each (where no image was built:
     /// this tool's binary for `ingressbench`).
     pub images: BTreeMap<String, crate::agent::Runs>,
+    /// Images made at `up` from local binaries ([`crate::image::Image::stage`]), by name:
+    /// `envoy` (a mesh's sidecar) is the lab's Envoy.
+    pub staged: BTreeMap<String, StagedImage>,
     /// The OCI image layout and tag of the `ingressbench` image (what
     /// `scripts/image.sh` builds): unpacked, the pods run from it instead of the binary.
     pub image: Option<(PathBuf, String)>,
@@ -90,6 +93,18 @@ pub struct LocalOptions {
     pub contour: Option<ContourOptions>,
     /// HAProxy Ingress, the third.
     pub haproxy_ingress: Option<HaproxyIngressOptions>,
+}
+
+/// An image the node agent runs from a local binary: the binary, where it sits in the
+/// image, and the image's user.
+#[derive(Clone, Debug)]
+pub struct StagedImage {
+    /// The binary.
+    pub binary: PathBuf,
+    /// Its path in the image (its entrypoint).
+    pub path: &'static str,
+    /// The image's `USER`.
+    pub user: Option<(u32, u32)>,
 }
 
 /// Traefik as the local cluster's ingress controller (`--providers.kubernetesingress`),
@@ -122,15 +137,18 @@ impl LocalOptions {
                 },
             );
         }
-        // A mesh's sidecar image is the Envoy the lab runs.
+        // The `envoy` image (a mesh's sidecar) is the Envoy the lab runs, where the
+        // `envoyproxy/envoy` image has it, as its non-root user.
+        let mut staged = BTreeMap::new();
         if let Ok(envoy) = ingressbench_lab::proxy::Binaries::discover()
             .locate(ingressbench_lab::proxy::ProxyKind::Envoy)
         {
-            images.insert(
+            staged.insert(
                 "envoy".to_owned(),
-                crate::agent::Runs::Binary {
+                StagedImage {
                     binary: envoy,
-                    user: None,
+                    path: "/usr/local/bin/envoy",
+                    user: Some(crate::agent::IMAGE_USER),
                 },
             );
         }
@@ -151,6 +169,7 @@ impl LocalOptions {
             etcd: PathBuf::from("etcd"),
             nodes: 2,
             images,
+            staged,
             image: Some(cache().join("image"))
                 .filter(|l| l.join("index.json").is_file())
                 .map(|l| (l, "latest".to_owned())),
@@ -348,9 +367,21 @@ impl LocalCluster {
             let pods = dir.join("pods");
             std::fs::create_dir_all(&pods).map_err(|e| io(&pods, e))?;
             let mut images = options.images.clone();
+            let launcher =
+                std::env::current_exe().map_err(|e| io(Path::new("/proc/self/exe"), e))?;
+            for (name, s) in &options.staged {
+                let into = dir.join("images").join(name);
+                let image = crate::image::Image::stage(
+                    name,
+                    &s.binary,
+                    s.path,
+                    s.user,
+                    &into,
+                    launcher.clone(),
+                )?;
+                images.insert(name.clone(), crate::agent::Runs::Image(Box::new(image)));
+            }
             if let Some((layout, tag)) = &options.image {
-                let launcher =
-                    std::env::current_exe().map_err(|e| io(Path::new("/proc/self/exe"), e))?;
                 let image = crate::image::Image::unpack(layout, tag, &dir.join("image"), launcher)?;
                 images.insert(
                     crate::agent::IMAGE.to_owned(),
@@ -715,7 +746,10 @@ impl LocalCluster {
         let service = serde_json::json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": { "name": name, "namespace": namespace },
+            // Of a class of its own: the node agent's load balancers (kind's cloud
+            // provider's stand-in) leave it to this front.
             "spec": { "type": "LoadBalancer", "allocateLoadBalancerNodePorts": false,
+                "loadBalancerClass": "ingressbench.dev/l4-front",
                 "ports": [{ "name": "http", "port": http.port() }, { "name": "https", "port": https.port() }] },
         });
         self.load_balancers

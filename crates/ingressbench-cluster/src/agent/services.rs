@@ -10,6 +10,12 @@
 //!   name), in turn, the next one tried when a connect fails; with none it is closed.
 //!   The `kubernetes` Service goes to the API server (which has no endpoints here: it
 //!   listens on 127.0.0.1, which an EndpointSlice may not hold).
+//! - **Load balancers**, as kind's cloud provider gives them: a Service of type
+//!   LoadBalancer (of no `loadBalancerClass`: the local cluster's own controllers' have
+//!   one, and an L4 front of their own) gets an address of its own on the host's
+//!   loopback (127.1.0.N, never reused), written in its status; connections to its ports
+//!   there go to its endpoints as above. This is how a load generator on the host reaches
+//!   the data plane a Gateway controller creates.
 //! - **DNS**: `SERVICE.NAMESPACE.svc.cluster.local` is the Service's cluster IP (a
 //!   headless one's ready endpoints), on UDP port 53 of the hub's address; any other name
 //!   does not exist (there is no upstream). Each pod gets the `resolv.conf` and `hosts`
@@ -41,6 +47,29 @@ pub const REFRESH: Duration = Duration::from_millis(250);
 pub(super) const DOMAIN: &str = "cluster.local";
 /// How long a connection to an endpoint may take to be made before the next is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The addresses given to LoadBalancer Services, by namespace and name (127.1.0.N).
+#[derive(Debug, Default)]
+struct Balancers {
+    given: BTreeMap<(String, String), Ipv4Addr>,
+    /// Those whose status says so.
+    announced: std::collections::BTreeSet<(String, String)>,
+}
+
+impl Balancers {
+    /// The address of Service `key`, given now if it has none.
+    fn address(&mut self, key: &(String, String)) -> Option<Ipv4Addr> {
+        if let Some(ip) = self.given.get(key) {
+            return Some(*ip);
+        }
+        // 127.1.0.1 … 127.1.255.254 (the lab's loopback nodes are 127.0.N.1).
+        let n = self.given.len();
+        let (third, fourth) = (u8::try_from(n / 254).ok()?, (n % 254 + 1) as u8);
+        let ip = Ipv4Addr::new(127, 1, third, fourth);
+        self.given.insert(key.clone(), ip);
+        Some(ip)
+    }
+}
 
 /// Where each Service address goes, and what each name is.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -217,8 +246,10 @@ async fn serve(
     let tables = Arc::new(Mutex::new(Tables::default()));
     let dns_task = tokio::spawn(answer_dns(dns, tables.clone()));
     let mut listening: BTreeMap<SocketAddr, tokio::task::JoinHandle<()>> = BTreeMap::new();
+    let mut balancers = Balancers::default();
     while !stop.load(Ordering::Relaxed) {
-        if let Ok(read) = read_tables(&client, api).await {
+        if let Ok(read) = read_tables(&client, api, &mut balancers).await {
+            announce(&client, &mut balancers).await;
             for (addr, task) in std::mem::take(&mut listening) {
                 if read.routes.contains_key(&addr) {
                     listening.insert(addr, task);
@@ -230,11 +261,16 @@ async fn serve(
                 if listening.contains_key(addr) {
                     continue;
                 }
-                let bound = in_namespace(&hub, || {
+                let listen = || {
                     let l = std::net::TcpListener::bind(addr)?;
                     l.set_nonblocking(true)?;
                     Ok(l)
-                });
+                };
+                // A load balancer's address is the host's; a cluster IP, the hub's.
+                let bound = match addr.ip().is_loopback() {
+                    true => listen(),
+                    false => in_namespace(&hub, listen),
+                };
                 if let Ok(l) = bound.and_then(tokio::net::TcpListener::from_std) {
                     listening.insert(*addr, tokio::spawn(relay_all(l, *addr, tables.clone())));
                 }
@@ -249,19 +285,50 @@ async fn serve(
     }
 }
 
+/// Writes each load balancer's address in its Service's status (once it is there, not
+/// again; one the API refuses is tried at the next read).
+async fn announce(client: &Client, balancers: &mut Balancers) {
+    use kube::api::{Patch, PatchParams};
+    for (key, ip) in &balancers.given {
+        if balancers.announced.contains(key) {
+            continue;
+        }
+        let (ns, name) = key;
+        let status = serde_json::json!({ "status": { "loadBalancer": { "ingress": [{ "ip": ip.to_string(), "ipMode": "VIP" }] } } });
+        let api: Api<Service> = Api::namespaced(client.clone(), ns);
+        if api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .is_ok()
+        {
+            balancers.announced.insert(key.clone());
+        }
+    }
+}
+
 /// The Services and their ready endpoints, now.
-async fn read_tables(client: &Client, api: SocketAddr) -> Result<Tables, kube::Error> {
+async fn read_tables(
+    client: &Client,
+    api: SocketAddr,
+    balancers: &mut Balancers,
+) -> Result<Tables, kube::Error> {
     let services = Api::<Service>::all(client.clone())
         .list(&ListParams::default())
         .await?;
     let slices = Api::<EndpointSlice>::all(client.clone())
         .list(&ListParams::default())
         .await?;
-    Ok(tables_of(&services.items, &slices.items, api))
+    Ok(tables_of(&services.items, &slices.items, api, balancers))
 }
 
-/// What `services` and `slices` say: each Service's addresses, and its name's.
-fn tables_of(services: &[Service], slices: &[EndpointSlice], api: SocketAddr) -> Tables {
+/// What `services` and `slices` say: each Service's addresses (a LoadBalancer's given
+/// one from `balancers`), and its name's.
+fn tables_of(
+    services: &[Service],
+    slices: &[EndpointSlice],
+    api: SocketAddr,
+    balancers: &mut Balancers,
+) -> Tables {
     let mut tables = Tables::default();
     for service in services {
         let (Some(name), Some(ns)) = (&service.metadata.name, &service.metadata.namespace) else {
@@ -317,6 +384,11 @@ fn tables_of(services: &[Service], slices: &[EndpointSlice], api: SocketAddr) ->
             found
         };
         let fqdn = format!("{name}.{ns}.svc.{DOMAIN}");
+        let key = (ns.clone(), name.clone());
+        let balancer = (spec.type_.as_deref() == Some("LoadBalancer")
+            && spec.load_balancer_class.is_none())
+        .then(|| balancers.address(&key))
+        .flatten();
         let cluster_ip = spec
             .cluster_ip
             .as_deref()
@@ -336,6 +408,11 @@ fn tables_of(services: &[Service], slices: &[EndpointSlice], api: SocketAddr) ->
                     } else {
                         ready(port.name.as_deref())
                     };
+                    if let Some(lb) = balancer.filter(|_| number != 0) {
+                        tables
+                            .routes
+                            .insert(SocketAddr::from((lb, number)), to.clone());
+                    }
                     tables.routes.insert(SocketAddr::from((ip, number)), to);
                 }
             }
@@ -533,7 +610,7 @@ mod tests {
         ]))
         .unwrap();
         let api: SocketAddr = "127.0.0.1:6443".parse().unwrap();
-        let t = tables_of(&services, &slices, api);
+        let t = tables_of(&services, &slices, api, &mut Balancers::default());
         let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
         assert_eq!(
             t.routes[&addr("10.96.0.7:18000")],
@@ -553,5 +630,43 @@ mod tests {
             .routes
             .keys()
             .any(|a| a.port() == 18000 && a.ip() != addr("10.96.0.7:1").ip()));
+    }
+    #[test]
+    fn a_load_balancer_of_no_class_gets_an_address_of_its_own_that_it_keeps() {
+        let services: Vec<Service> = serde_json::from_value(serde_json::json!([
+            { "metadata": { "name": "envoy-gw", "namespace": "sys" }, "spec": { "type": "LoadBalancer",
+              "clusterIP": "10.96.0.9", "ports": [{ "name": "http-80", "port": 80 }] } },
+            { "metadata": { "name": "traefik", "namespace": "kube-system" }, "spec": { "type": "LoadBalancer",
+              "loadBalancerClass": "ingressbench.dev/l4-front", "clusterIP": "10.96.0.10", "ports": [{ "name": "http", "port": 8000 }] } },
+        ]))
+        .unwrap();
+        let slices: Vec<EndpointSlice> = serde_json::from_value(serde_json::json!([
+            { "metadata": { "name": "envoy-gw-1", "namespace": "sys", "labels": { "kubernetes.io/service-name": "envoy-gw" } },
+              "addressType": "IPv4", "ports": [{ "name": "http-80", "port": 10080 }],
+              "endpoints": [{ "addresses": ["198.18.0.5"] }] },
+        ]))
+        .unwrap();
+        let api: SocketAddr = "127.0.0.1:6443".parse().unwrap();
+        let mut balancers = Balancers::default();
+        let t = tables_of(&services, &slices, api, &mut balancers);
+        let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(t.routes[&addr("127.1.0.1:80")], [addr("198.18.0.5:10080")]);
+        assert_eq!(t.routes[&addr("10.96.0.9:80")], [addr("198.18.0.5:10080")]);
+        // One of a class: someone else's to serve.
+        assert!(!t
+            .routes
+            .keys()
+            .any(|a| a.port() == 8000 && a.ip().is_loopback()));
+        // Read again, the same address; the 255th is in the next block.
+        let again = tables_of(&services, &slices, api, &mut balancers);
+        assert_eq!(again, t);
+        assert_eq!(balancers.given.len(), 1);
+        for i in 0..254 {
+            balancers.address(&("ns".into(), format!("s{i}")));
+        }
+        assert_eq!(
+            balancers.given[&("ns".into(), "s253".into())],
+            Ipv4Addr::new(127, 1, 1, 1)
+        );
     }
 }

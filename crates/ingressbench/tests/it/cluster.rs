@@ -349,11 +349,22 @@ fn every_pod_ran_from_the_image(dir: &Path, layout: &Path) {
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
     // The mesh's sidecars and the counters' stand-in run Envoy, which the image does not
-    // hold.
-    let records: Vec<&serde_json::Value> = records
+    // hold: from an image of the lab's Envoy, staged at `up`.
+    let (envoys, records): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = records
         .iter()
-        .filter(|r| !r["pod_image"].as_str().unwrap().contains("/envoy"))
-        .collect();
+        .partition(|r| r["pod_image"].as_str().unwrap().contains("/envoy"));
+    assert!(!envoys.is_empty(), "{ran}");
+    for r in &envoys {
+        assert_eq!(r["ran"], "image", "{r}");
+        assert!(
+            r["image"]
+                .as_str()
+                .unwrap()
+                .starts_with("envoy (staged from /"),
+            "{r}"
+        );
+        assert!(r["argv"][0].as_str().unwrap().ends_with("envoy"), "{r}");
+    }
     for r in &records {
         assert_eq!(r["ran"], "image", "{r}");
         assert_eq!(r["digest"], digest.as_str(), "{r}");
@@ -425,7 +436,7 @@ fn backend_at(ip: &str) -> Option<String> {
 }
 
 /// `GET /` with `Host: host` through `entry` (host:port); the `x-backend` of the answer.
-fn backend_via(entry: &str, host: &str) -> Option<String> {
+pub(crate) fn backend_via(entry: &str, host: &str) -> Option<String> {
     use std::io::{Read, Write};
     // A gone pod's address answers nothing, not even a reset: without a bound, the
     // kernel's SYN retries would take two minutes to say so.
@@ -1928,7 +1939,8 @@ fn the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tl
         }
         assert!(passed >= 200, "{c}: {passed} requests through the sidecars");
     }
-    // The sidecars ran as their security context's user, one per backend pod of the mesh.
+    // The sidecars ran from the Envoy image, as their security context's user, one per
+    // backend pod of the mesh.
     let ran = std::fs::read_to_string(pods.join("ran.jsonl")).unwrap();
     let sidecars: Vec<serde_json::Value> = ran
         .lines()
@@ -1938,7 +1950,8 @@ fn the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tl
     assert_eq!(sidecars.len(), 6, "{ran}");
     for r in &sidecars {
         assert_eq!(r["user"], "65532:65532", "{r}");
-        assert_eq!(r["argv"][0], "--config-yaml", "{r}");
+        let ran = [&r["ran"], &r["argv"][0], &r["argv"][1]].map(|v| v.as_str().unwrap_or(""));
+        assert_eq!(ran, ["image", "envoy", "--config-yaml"], "{r}");
     }
     // Contour's Gateway: its routes have no way to a client certificate.
     let gateway = dir.join("mesh-gateway.yaml");

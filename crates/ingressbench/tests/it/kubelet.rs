@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::cluster::{tail, wait_for, waiting_because};
+use crate::cluster::{backend_via, tail, wait_for, waiting_because};
 use crate::common::{scratch, BIN};
 
 /// `cluster local enter` mounts each `--bind` at its path inside the root, the
@@ -337,7 +337,8 @@ pub(crate) fn pods_reach_services_by_name_and_the_api_through_its_service(dir: &
                     "ports": [{ "name": "http", "containerPort": 8080 }],
                     "readinessProbe": { "httpGet": { "path": "/healthz", "port": "http" } } }] } } } }),
             serde_json::json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "echo", "namespace": ns },
-                "spec": { "selector": { "app": "echo" }, "ports": [{ "name": "web", "port": 80, "targetPort": "http" }] } }),
+                "spec": { "type": "LoadBalancer", "selector": { "app": "echo" },
+                  "ports": [{ "name": "web", "port": 80, "targetPort": "http" }] } }),
         ];
         ingressbench_cluster::api::apply_all(&config, &objects).await.unwrap();
         let pods: kube::Api<Pod> = kube::Api::namespaced(client.clone(), ns);
@@ -375,6 +376,18 @@ pub(crate) fn pods_reach_services_by_name_and_the_api_through_its_service(dir: &
         for pod in &echoes {
             assert!(backends.contains(pod.metadata.name.as_deref().unwrap()), "{log}");
         }
+        // A LoadBalancer Service gets an address of its own on the host, as kind's cloud
+        // provider gives one, and it reaches the pods.
+        let services: kube::Api<k8s_openapi::api::core::v1::Service> = kube::Api::namespaced(client.clone(), ns);
+        let lb = wait_for("the load balancer's address", async || {
+            let s = services.get("echo").await.unwrap();
+            s.status?.load_balancer?.ingress?.first()?.ip.clone()
+        })
+        .await;
+        assert!(lb.starts_with("127.1."), "{lb}");
+        let names: Vec<String> = echoes.iter().filter_map(|p| p.metadata.name.clone()).collect();
+        let via = backend_via(&format!("{lb}:80"), "echo").unwrap_or_default();
+        assert!(names.contains(&via), "{via} {names:?}");
         // The API server at the `kubernetes` Service, from an echo pod's namespace, with
         // that pod's token and the cluster's CA from its service-account volume.
         let pod = &echoes[0];
