@@ -10,8 +10,13 @@
 #   haproxy-ingress
 #                HAProxy Ingress's controller (jcmoraisjr/haproxy-ingress, built in a
 #                wrapper module, see below) and its rootfs/ (templates and Lua scripts)
+#   helm         Helm (helm.sh/helm/v3), which installs Envoy Gateway by its chart
+#   envoy-gateway
+#                for each of ENVOY_GATEWAY_VERSIONS: the envoy-gateway binary (what its
+#                image runs) and its Helm chart (charts/gateway-helm, its images named)
 #
-#   GATEWAY_API_VERSION, CONTOUR_VERSION, HAPROXY_INGRESS_VERSION
+#   GATEWAY_API_VERSION, CONTOUR_VERSION, HAPROXY_INGRESS_VERSION, HELM_VERSION,
+#   ENVOY_GATEWAY_VERSIONS (space-separated; the last is the one installed)
 #                                          override the pinned versions
 #   INGRESSBENCH_CACHE                     where caches live (as scripts/kube-binaries.sh)
 set -euo pipefail
@@ -19,6 +24,8 @@ set -euo pipefail
 GATEWAY_API_VERSION=${GATEWAY_API_VERSION:-1.5.1}
 CONTOUR_VERSION=${CONTOUR_VERSION:-1.33.8}
 HAPROXY_INGRESS_VERSION=${HAPROXY_INGRESS_VERSION:-0.14.7}
+HELM_VERSION=${HELM_VERSION:-3.22.0}
+ENVOY_GATEWAY_VERSIONS=${ENVOY_GATEWAY_VERSIONS:-1.9.0 1.9.1}
 CACHE_ROOT=${INGRESSBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ingressbench}
 log() { echo "controllers: $*" >&2; }
 
@@ -84,3 +91,34 @@ if [ ! -x "$out/haproxy-ingress" ] || [ ! -d "$out/rootfs/etc/templates" ]; then
   rm -rf "$out" && mv "$out.partial" "$out"
 fi
 echo "haproxy-ingress $out"
+
+out=$CACHE_ROOT/helm/v$HELM_VERSION
+if [ ! -x "$out/helm" ]; then
+  log "building Helm v$HELM_VERSION into $out (about 1 minute the first time)"
+  mkdir -p "$out.partial"
+  GOBIN=$out.partial CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" \
+    "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION"
+  rm -rf "$out" && mv "$out.partial" "$out"
+fi
+echo "helm $out"
+
+# Envoy Gateway: the binary its image runs, and its chart with the image references that
+# the release's own build writes into values.yaml (from values.tmpl.yaml) and its version.
+for version in $ENVOY_GATEWAY_VERSIONS; do
+  out=$CACHE_ROOT/envoy-gateway/v$version
+  if [ ! -x "$out/envoy-gateway" ] || [ ! -f "$out/chart/Chart.yaml" ]; then
+    log "building Envoy Gateway v$version into $out (about 3 minutes the first time)"
+    module=github.com/envoyproxy/gateway
+    mkdir -p "$out.partial"
+    GOBIN=$out.partial CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "$module/cmd/envoy-gateway@v$version"
+    cp -r "$(module_dir "$module@v$version")/charts/gateway-helm" "$out.partial/chart"
+    chmod -R u+w "$out.partial/chart"
+    sed -e "s|\${GatewayImage}|docker.io/envoyproxy/gateway:v$version|" \
+      -e "s|\${GatewayImagePullPolicy}|IfNotPresent|" \
+      "$out.partial/chart/values.tmpl.yaml" >"$out.partial/chart/values.yaml"
+    sed -i -e "s|^version: .*|version: v$version|" -e "s|^appVersion: .*|appVersion: v$version|" \
+      "$out.partial/chart/Chart.yaml"
+    rm -rf "$out" && mv "$out.partial" "$out"
+  fi
+  echo "envoy-gateway $out"
+done

@@ -9,8 +9,9 @@
 #   go:   kube-apiserver, kube-controller-manager, kube-scheduler built from the Go module
 #         proxy into a cache keyed by version (scripts/kube-binaries.sh; about 6-11
 #         minutes the first time, nothing after)
-#   go:   the local cluster's ingress controllers' parts: the Gateway API CRDs, Contour
-#         and HAProxy Ingress (scripts/controllers.sh; about 3 minutes the first time)
+#   go:   the local cluster's ingress controllers' parts: the Gateway API CRDs, Contour,
+#         HAProxy Ingress, Helm and Envoy Gateway 1.9.0 and 1.9.1 with their charts
+#         (scripts/controllers.sh; about 10 minutes the first time, nothing after)
 #   user: the system user `ingressbench`, which the lab's proxies and backends run as
 #         when the tool runs as root (no login, no home; docs/ARCHITECTURE.md)
 #   apt:  buildah, umoci (the image of scripts/image.sh, which the local cluster's pods

@@ -59,7 +59,8 @@ pub struct AgentOptions {
     pub nodes: usize,
     /// Where pods' logs go.
     pub dir: PathBuf,
-    /// Images it can run, by name (without tag or registry), and what runs for each.
+    /// Images it can run, by name (`envoy`: any tag) or name and tag (`gateway:v1.9.1`),
+    /// without the registry, and what runs for each.
     pub images: BTreeMap<String, Runs>,
     /// The version its nodes report (the control plane's).
     pub kubelet_version: &'static str,
@@ -810,11 +811,14 @@ impl State {
         self.live().remove(&format!("{namespace}_{name}"));
     }
 
+    /// What runs for `registry/path/name:tag`: the image given as `name:tag`, else as
+    /// `name` (any tag).
     fn runs_for(&self, image: &str) -> Option<Runs> {
-        // `registry/path/name:tag` → `name`.
-        let name = image.rsplit('/').next().unwrap_or(image);
-        let name = name.split([':', '@']).next().unwrap_or(name);
-        self.options.images.get(name).cloned()
+        let last = image.rsplit('/').next().unwrap_or(image);
+        let tagged = last.split('@').next().unwrap_or(last);
+        let name = tagged.split(':').next().unwrap_or(tagged);
+        let images = &self.options.images;
+        images.get(tagged).or_else(|| images.get(name)).cloned()
     }
 
     /// Appends what pod `namespace/name` runs to [`RAN`].

@@ -249,7 +249,7 @@ pub struct Bind {
 }
 
 /// Runs `argv` inside `rootfs` as `uid:gid` (in `groups` besides, no new privileges),
-/// in `workdir`, with `mounts` in place: bind-mount each, chroot, drop to the user, ask
+/// in `workdir`, with a container's `/dev` and `mounts` in place: mount them, chroot, drop to the user, ask
 /// to be killed when the parent (the node agent) goes, exec. Called single-threaded, as
 /// root, in a mount namespace of its own (the mounts are the container's alone), by the
 /// hidden [`ENTER_COMMAND`]; returns only on failure.
@@ -265,6 +265,13 @@ pub fn enter(
     let Some((program, args)) = argv.split_first() else {
         return "no command to run: the image has no ENTRYPOINT or CMD and the container no command".into();
     };
+    // The node's own root would have its /dev covered by the container's.
+    if rootfs.canonicalize().is_ok_and(|r| r == Path::new("/")) {
+        return "the root filesystem is the node's own (/): give an image's".into();
+    }
+    if let Err(e) = container_dev(rootfs) {
+        return format!("cannot make /dev in {}: {e}", rootfs.display());
+    }
     for bind in mounts {
         if let Err(e) = mount_inside(rootfs, bind) {
             return format!(
@@ -274,6 +281,15 @@ pub fn enter(
                 rootfs.display()
             );
         }
+    }
+    // The container's output is its user's, as a runtime hands its stdio over: a process
+    // that opens `/dev/stdout` again (Envoy's access log) may.
+    for fd in [rustix::stdio::stdout(), rustix::stdio::stderr()] {
+        let _ = rustix::fs::fchown(
+            fd,
+            Some(rustix::fs::Uid::from_raw(uid)),
+            Some(rustix::fs::Gid::from_raw(gid)),
+        );
     }
     let steps = || -> std::io::Result<()> {
         rustix::process::chroot(rootfs)?;
@@ -296,6 +312,45 @@ pub fn enter(
     }
     let e = Command::new(program).args(args).exec();
     format!("cannot run {program} in the image: {e}")
+}
+
+/// The `/dev` a container runtime gives a container: a small tmpfs with the node's
+/// `null`, `zero`, `full`, `random` and `urandom` bound in, the usual links, and a
+/// tmpfs of its own at `/dev/shm` (Envoy's hot restart keeps its shared memory there).
+fn container_dev(rootfs: &Path) -> std::io::Result<()> {
+    use rustix::mount::{mount, mount_bind, MountFlags};
+    let dev = rootfs.join("dev");
+    std::fs::create_dir_all(&dev)?;
+    mount(
+        "tmpfs",
+        &dev,
+        "tmpfs",
+        MountFlags::NOSUID,
+        c"mode=755,size=64k",
+    )?;
+    for name in ["null", "zero", "full", "random", "urandom"] {
+        let node = dev.join(name);
+        std::fs::File::create(&node)?;
+        mount_bind(Path::new("/dev").join(name), &node)?;
+    }
+    for (link, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(to, dev.join(link))?;
+    }
+    let shm = dev.join("shm");
+    std::fs::create_dir(&shm)?;
+    mount(
+        "shm",
+        &shm,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        c"mode=1777,size=64m",
+    )?;
+    Ok(())
 }
 
 /// Bind-mounts `bind` at its target inside `rootfs`, making the mount point (a directory,

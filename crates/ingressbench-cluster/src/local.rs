@@ -34,6 +34,11 @@ pub use restart::{request_restart, RestartRequest, Restarted};
 
 /// The Kubernetes release the local cluster runs (and `scripts/kube-binaries.sh` builds).
 pub const KUBE_VERSION: &str = "1.33.13";
+/// The Helm release `scripts/controllers.sh` builds.
+pub const HELM_VERSION: &str = "3.22.0";
+/// The Envoy Gateway releases `scripts/controllers.sh` builds; the last is installed (the
+/// first is what an upgrade starts from).
+pub const ENVOY_GATEWAY_VERSIONS: [&str; 2] = ["1.9.0", "1.9.1"];
 /// The Gateway API release whose CRDs the local cluster installs (`scripts/controllers.sh`
 /// copies them into the cache).
 pub const GATEWAY_API_VERSION: &str = "1.5.1";
@@ -152,6 +157,21 @@ impl LocalOptions {
                 },
             );
         }
+        // `envoyproxy/gateway` of each version built (`scripts/controllers.sh`): its
+        // binary, as its distroless image has it.
+        for version in ENVOY_GATEWAY_VERSIONS {
+            let binary = envoy_gateway_chart(version).with_file_name("envoy-gateway");
+            if binary.is_file() {
+                staged.insert(
+                    format!("gateway:v{version}"),
+                    StagedImage {
+                        binary,
+                        path: "/usr/local/bin/envoy-gateway",
+                        user: Some(crate::agent::IMAGE_USER),
+                    },
+                );
+            }
+        }
         let traefik = ingressbench_lab::proxy::Binaries::discover()
             .locate(ingressbench_lab::proxy::ProxyKind::Traefik)
             .ok()
@@ -185,6 +205,17 @@ impl LocalOptions {
 }
 
 /// The cache folder of `scripts/kube-binaries.sh` and `scripts/controllers.sh`.
+/// Helm, as `scripts/controllers.sh` builds it into the cache.
+pub fn helm() -> PathBuf {
+    cache().join(format!("helm/v{HELM_VERSION}/helm"))
+}
+
+/// Envoy Gateway `version`'s Helm chart, as `scripts/controllers.sh` puts it in the cache
+/// (its image references written in, as its release writes them).
+pub fn envoy_gateway_chart(version: &str) -> PathBuf {
+    cache().join(format!("envoy-gateway/v{version}/chart"))
+}
+
 fn cache() -> PathBuf {
     std::env::var_os("INGRESSBENCH_CACHE")
         .map(PathBuf::from)

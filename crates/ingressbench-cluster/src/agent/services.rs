@@ -45,6 +45,8 @@ use crate::ClusterError;
 pub const REFRESH: Duration = Duration::from_millis(250);
 /// The cluster's DNS domain.
 pub(super) const DOMAIN: &str = "cluster.local";
+/// The hub bridge's own MAC address (locally administered), fixed.
+const HUB_MAC: &str = "02:69:62:00:00:01";
 /// How long a connection to an endpoint may take to be made before the next is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -109,6 +111,11 @@ impl Network {
             .unwrap_or_default();
         use ingressbench_lab::topology::ip_cmd;
         ip_cmd(&["-n", &ns, "link", "set", "lo", "up"])?;
+        // A bridge takes the lowest address of its ports unless given one: a pod joining
+        // with a lower one would move the hub's address to a new MAC that the other pods'
+        // neighbour entries do not know (seen: Envoy Gateway's calls to the API server
+        // stalled 30 s when the pods of a Deployment joined).
+        ip_cmd(&["-n", &ns, "link", "set", "br0", "address", HUB_MAC])?;
         ip_cmd(&[
             "-n",
             &ns,

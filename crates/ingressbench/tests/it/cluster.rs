@@ -213,6 +213,10 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
             "restarts",
             a_controller_restarts_by_its_process_or_by_a_rollout_under_load,
         ),
+        (
+            "envoy gateway",
+            crate::kubelet::envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates,
+        ),
     ];
     // The image a user would push, built from the binary under test.
     let layout = std::env::temp_dir().join(format!("ib-cluster-image-{}", std::process::id()));

@@ -8,15 +8,27 @@ use crate::cluster::{backend_via, tail, wait_for, waiting_because};
 use crate::common::{scratch, BIN};
 
 /// `cluster local enter` mounts each `--bind` at its path inside the root, the
-/// `--bind-ro` ones read-only, for the command it runs (as the unprivileged user), in a
-/// mount namespace of its own: the host sees none of them.
+/// `--bind-ro` ones read-only, and a container's `/dev`, for the command it runs (as the
+/// unprivileged user), in a mount namespace of its own: the host sees none of them.
 #[test]
 fn enter_mounts_volumes_inside_the_root_read_only_where_asked() {
     let dir = scratch("enter-mounts");
+    // A root filesystem with a shell (dash and the libraries it links), as an image has.
+    let root = dir.join("root");
+    for file in [
+        "/bin/dash",
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib64/ld-linux-x86-64.so.2",
+    ] {
+        let to = root.join(file.trim_start_matches('/'));
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(std::fs::canonicalize(file).unwrap(), &to).unwrap();
+    }
+    std::fs::create_dir(root.join("proc")).unwrap();
     let (rw, ro) = (dir.join("rw"), dir.join("ro"));
     for d in [&rw, &ro] {
         std::fs::create_dir(d).unwrap();
-        std::fs::write(d.join("said"), "from the volume").unwrap();
+        std::fs::write(d.join("said"), "from the volume\n").unwrap();
     }
     // Writable by the container's user, as an emptyDir is.
     Command::new("chmod")
@@ -24,56 +36,59 @@ fn enter_mounts_volumes_inside_the_root_read_only_where_asked() {
         .arg(&rw)
         .status()
         .unwrap();
-    let at = |name: &str| dir.join("root-view").join(name).display().to_string();
-    let script = format!(
-        "cat {rw}/said && touch {rw}/written && cat {ro}/said && touch {ro}/refused",
-        rw = at("rw"),
-        ro = at("ro")
+    // A runtime's /dev too: the usual nodes, shared memory, and the output the user may
+    // open again (Envoy's access log opens /dev/stdout). Shell builtins only.
+    let script = "echo dropped > /dev/null && test -c /dev/urandom && echo shm > /dev/shm/t \
+        && read shm < /dev/shm/t && test \"$shm\" = shm && printf '' > /dev/stdout \
+        && read a < /data/rw/said && echo \"$a\" && : > /data/rw/written \
+        && read b < /data/ro/said && echo \"$b\" && : > /data/ro/refused";
+    let enter = |root: &Path, binds: &[(&str, &Path, &str)], argv: &[&str]| {
+        // As the node agent starts it: a mount namespace of its own, with a /proc.
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--propagation", "private"])
+            .arg(format!("--mount-proc={}", root.join("proc").display()))
+            .arg("--")
+            .arg(BIN)
+            .args(["cluster", "local", "enter", "--root"])
+            .arg(root)
+            .args(["--user", "65532:65532"]);
+        for (flag, source, target) in binds {
+            c.arg(flag).arg(source).arg(target);
+        }
+        c.arg("--").args(argv).output().unwrap()
+    };
+    let out = enter(
+        &root,
+        &[("--bind", &rw, "/data/rw"), ("--bind-ro", &ro, "/data/ro")],
+        &["/bin/dash", "-c", script],
     );
-    let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "--"])
-        .arg(BIN)
-        .args([
-            "cluster",
-            "local",
-            "enter",
-            "--root",
-            "/",
-            "--user",
-            "65532:65532",
-        ])
-        .arg("--bind")
-        .arg(&rw)
-        .arg(at("rw"))
-        .arg("--bind-ro")
-        .arg(&ro)
-        .arg(at("ro"))
-        .args(["--", "/bin/sh", "-c", &script])
-        .output()
-        .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(said, "from the volumefrom the volume", "{err}");
+    assert_eq!(said, "from the volume\nfrom the volume\n", "{err}");
     assert!(err.contains("Read-only file system"), "{err}");
     assert!(!out.status.success());
-    // The writable one took the file; the mount points stay empty on the host.
+    // The writable one took the file; the mount points and /dev stay empty outside.
     assert!(rw.join("written").exists());
     assert!(!ro.join("refused").exists());
-    assert_eq!(std::fs::read_dir(at("ro")).unwrap().count(), 0);
-    // A target that climbs out of the root is refused before anything runs.
-    let out = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "--"])
-        .arg(BIN)
-        .args(["cluster", "local", "enter", "--root"])
-        .arg(dir.join("root-view"))
-        .args(["--user", "65532:65532", "--bind"])
-        .arg(&rw)
-        .args(["/../../etc", "--", "/bin/true"])
-        .output()
-        .unwrap();
+    assert_eq!(std::fs::read_dir(root.join("data/ro")).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(root.join("dev")).unwrap().count(), 0);
+    // A target that climbs out of the root is refused before anything runs, and so is
+    // the node's own root.
+    let out = enter(
+        &root,
+        &[("--bind", &rw, "/../../etc")],
+        &["/bin/dash", "-c", "true"],
+    );
     assert_eq!(out.status.code(), Some(127), "{}", tail(&out));
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("without `..`"),
+        "{}",
+        tail(&out)
+    );
+    let out = enter(Path::new("/"), &[], &["/bin/true"]);
+    assert_eq!(out.status.code(), Some(127), "{}", tail(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("node's own"),
         "{}",
         tail(&out)
     );
@@ -219,8 +234,8 @@ pub(crate) fn a_pods_volumes_are_made_as_the_kubelet_makes_them(dir: &Path) {
         pods.delete("tls-echo", &DeleteParams::default()).await.unwrap();
         wait_for("the pod gone", async || pods.get_opt("tls-echo").await.unwrap().is_none().then_some(())).await;
         wait_for("its volumes gone", async || (!volumes.exists()).then_some(())).await;
+        // Deleted; the parts after need not wait for it to be gone.
         namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
-        wait_for("the namespace gone", async || namespaces.get_opt(ns).await.unwrap().is_none().then_some(())).await;
     });
 }
 
@@ -413,8 +428,8 @@ pub(crate) fn pods_reach_services_by_name_and_the_api_through_its_service(dir: &
         // The default service account may not read pods: the API server says so, by name.
         assert!(said.contains("system:serviceaccount:services:default"), "{said} {}", tail(&out));
         assert_eq!(std::fs::read_to_string(account.join("namespace")).unwrap(), ns);
+        // Deleted; the parts after need not wait for it to be gone.
         namespaces.delete(ns, &DeleteParams::default()).await.unwrap();
-        wait_for("the namespace gone", async || namespaces.get_opt(ns).await.unwrap().is_none().then_some(())).await;
     });
 }
 
@@ -433,4 +448,179 @@ fn namespace_with(ip: &str) -> String {
         })
         .unwrap_or_else(|| panic!("no network namespace has {ip}"))
         .to_owned()
+}
+
+/// Envoy Gateway, installed the way its users install it (`helm install` of its own
+/// chart), runs on the node agent: the chart's certgen Job writes the Secrets the
+/// controller's pod waits for, the controller reaches the API server through the
+/// `kubernetes` Service, and the data plane it creates for a Gateway (Envoy and its
+/// shutdown manager, from the staged images, with their Secret and ConfigMap volumes) takes its configuration over xDS from the controller's Service and serves
+/// the route at the address its LoadBalancer Service is given.
+pub(crate) fn envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates(dir: &Path) {
+    use ingressbench_cluster::local::{envoy_gateway_chart, helm, ENVOY_GATEWAY_VERSIONS};
+    let config = dir.join("cluster/kubeconfig");
+    let version = ENVOY_GATEWAY_VERSIONS[ENVOY_GATEWAY_VERSIONS.len() - 1];
+    let helm_run = |args: &[&str]| {
+        let out = Command::new(helm())
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "helm {args:?}: {}", tail(&out));
+    };
+    let chart = envoy_gateway_chart(version);
+    helm_run(&[
+        "install",
+        "eg",
+        chart.to_str().unwrap(),
+        "-n",
+        "envoy-gateway-system",
+        "--create-namespace",
+        "--set",
+        "topologyInjector.enabled=false",
+        "--wait",
+        "--timeout",
+        "2m",
+    ]);
+    let objects = [
+        serde_json::json!({ "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": { "name": "envoy-gateway" },
+            "spec": { "controllerName": "gateway.envoyproxy.io/gatewayclass-controller" } }),
+        serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "eg-test" } }),
+        serde_json::json!({ "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": { "name": "eg", "namespace": "eg-test" },
+            "spec": { "gatewayClassName": "envoy-gateway", "listeners": [{ "name": "http", "protocol": "HTTP", "port": 80 }] } }),
+        serde_json::json!({ "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "echo", "namespace": "eg-test" },
+            "spec": { "replicas": 2, "selector": { "matchLabels": { "app": "echo" } },
+              "template": { "metadata": { "labels": { "app": "echo" } }, "spec": { "containers": [{
+                "name": "echo", "image": "example.test/ingressbench:dev",
+                "args": ["backend", "--listen", "0.0.0.0:8080", "--name", "$(POD_NAME)"],
+                "env": [{ "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } }],
+                "readinessProbe": { "httpGet": { "path": "/healthz", "port": 8080 } } }] } } } }),
+        serde_json::json!({ "apiVersion": "v1", "kind": "Service", "metadata": { "name": "echo", "namespace": "eg-test" },
+            "spec": { "selector": { "app": "echo" }, "ports": [{ "port": 80, "targetPort": 8080 }] } }),
+        serde_json::json!({ "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+            "metadata": { "name": "echo", "namespace": "eg-test" },
+            "spec": { "parentRefs": [{ "name": "eg" }], "hostnames": ["app.test"],
+              "rules": [{ "backendRefs": [{ "name": "echo", "port": 80 }] }] } }),
+    ];
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        ingressbench_cluster::api::apply_all(&config, &objects)
+            .await
+            .unwrap();
+        let client = ingressbench_cluster::api::client(&config, None)
+            .await
+            .unwrap();
+        // The Gateway programmed, at the address its data plane's Service was given.
+        let gateways: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+            client.clone(),
+            "eg-test",
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "gateway.networking.k8s.io",
+                "v1",
+                "Gateway",
+            )),
+        );
+        let address = wait_for("the Gateway programmed with an address", async || {
+            let g = gateways.get("eg").await.unwrap();
+            let status = g.data.get("status")?;
+            let programmed = status["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Programmed" && c["status"] == "True");
+            programmed
+                .then(|| status["addresses"][0]["value"].as_str().map(str::to_owned))
+                .flatten()
+        })
+        .await;
+        assert!(address.starts_with("127.1."), "{address}");
+        // Both pods answer through it.
+        let mut seen = std::collections::BTreeSet::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while seen.len() < 2 && std::time::Instant::now() < deadline {
+            if let Some(b) = backend_via(&format!("{address}:80"), "app.test") {
+                seen.insert(b);
+            } else {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+        }
+        assert_eq!(seen.len(), 2, "{seen:?}");
+    });
+    // What ran: the controller and the certgen Job from the gateway image of this version;
+    // the data plane's Envoy from the Envoy image with its volumes, beside its shutdown
+    // manager.
+    let ran = std::fs::read_to_string(dir.join("cluster/pods/ran.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> = ran
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|r: &serde_json::Value| {
+            r["pod"]
+                .as_str()
+                .unwrap()
+                .starts_with("envoy-gateway-system/")
+        })
+        .collect();
+    let by = |container: &str| {
+        records
+            .iter()
+            .find(|r| r["container"] == container)
+            .unwrap_or_else(|| panic!("no {container} in {ran}"))
+    };
+    for container in ["envoy-gateway", "envoy-gateway-certgen", "shutdown-manager"] {
+        let r = by(container);
+        assert_eq!(r["ran"], "image", "{r}");
+        assert!(
+            r["image"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("gateway:v{version} (staged")),
+            "{r}"
+        );
+    }
+    let envoy = by("envoy");
+    assert!(
+        envoy["image"]
+            .as_str()
+            .unwrap()
+            .starts_with("envoy (staged"),
+        "{envoy}"
+    );
+    for at in ["\"/certs\"", "\"/sds\""] {
+        assert!(envoy["mounts"].to_string().contains(at), "{at}: {envoy}");
+    }
+    // Gone again, the chart's objects and ours, so that the parts after see none of them.
+    helm_run(&[
+        "uninstall",
+        "eg",
+        "-n",
+        "envoy-gateway-system",
+        "--wait",
+        "--timeout",
+        "1m",
+    ]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = ingressbench_cluster::api::client(&config, None)
+            .await
+            .unwrap();
+        let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
+            kube::Api::all(client.clone());
+        for ns in ["eg-test", "envoy-gateway-system"] {
+            let _ = namespaces.delete(ns, &Default::default()).await;
+        }
+        let classes: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+            client,
+            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                "gateway.networking.k8s.io",
+                "v1",
+                "GatewayClass",
+            )),
+        );
+        classes
+            .delete("envoy-gateway", &Default::default())
+            .await
+            .unwrap();
+    });
 }
