@@ -269,6 +269,9 @@ pub fn enter(
     if rootfs.canonicalize().is_ok_and(|r| r == Path::new("/")) {
         return "the root filesystem is the node's own (/): give an image's".into();
     }
+    if let Err(e) = own_mount_namespace() {
+        return format!("cannot make a mount namespace of its own: {e}");
+    }
     if let Err(e) = container_dev(rootfs) {
         return format!("cannot make /dev in {}: {e}", rootfs.display());
     }
@@ -312,6 +315,22 @@ pub fn enter(
     }
     let e = Command::new(program).args(args).exec();
     format!("cannot run {program} in the image: {e}")
+}
+
+/// Moves this process into a mount namespace of its own whose mounts propagate nowhere,
+/// so that the container's mounts are its alone however it was started (the node agent
+/// starts it in one already; run by hand, the mounts would otherwise land in the node's).
+fn own_mount_namespace() -> std::io::Result<()> {
+    use rustix::mount::{mount_change, MountPropagationFlags};
+    // `unshare` is deprecated for its FILES flag, whose descriptor tables threads could
+    // disagree on; NEWNS alone is safe, and this process has one thread here.
+    #[allow(deprecated)]
+    rustix::thread::unshare(rustix::thread::UnshareFlags::NEWNS)?;
+    mount_change(
+        "/",
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )?;
+    Ok(())
 }
 
 /// The `/dev` a container runtime gives a container: a small tmpfs with the node's

@@ -352,22 +352,25 @@ fn every_pod_ran_from_the_image(dir: &Path, layout: &Path) {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    // The mesh's sidecars and the counters' stand-in run Envoy, which the image does not
-    // hold: from an image of the lab's Envoy, staged at `up`.
-    let (envoys, records): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = records
+    // The mesh's sidecars, the counters' stand-in and Envoy Gateway's data plane run
+    // Envoy, and Envoy Gateway's pods its binary, which the image does not hold: from
+    // images staged at `up` from those binaries.
+    let (staged, records): (Vec<&serde_json::Value>, Vec<&serde_json::Value>) = records
         .iter()
-        .partition(|r| r["pod_image"].as_str().unwrap().contains("/envoy"));
-    assert!(!envoys.is_empty(), "{ran}");
-    for r in &envoys {
+        .partition(|r| r["image"].as_str().unwrap().contains(" (staged from /"));
+    assert!(
+        staged
+            .iter()
+            .any(|r| r["image"].as_str().unwrap().starts_with("envoy ")),
+        "{ran}"
+    );
+    for r in &staged {
         assert_eq!(r["ran"], "image", "{r}");
-        assert!(
-            r["image"]
-                .as_str()
-                .unwrap()
-                .starts_with("envoy (staged from /"),
-            "{r}"
-        );
-        assert!(r["argv"][0].as_str().unwrap().ends_with("envoy"), "{r}");
+        let program = match r["image"].as_str().unwrap().split([' ', ':']).next() {
+            Some("gateway") => "envoy-gateway",
+            other => other.unwrap(),
+        };
+        assert!(r["argv"][0].as_str().unwrap().ends_with(program), "{r}");
     }
     for r in &records {
         assert_eq!(r["ran"], "image", "{r}");

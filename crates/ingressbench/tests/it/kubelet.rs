@@ -92,6 +92,25 @@ fn enter_mounts_volumes_inside_the_root_read_only_where_asked() {
         "{}",
         tail(&out)
     );
+    // Run straight from the node's mount namespace, it makes one of its own: none of its
+    // mounts is the node's.
+    let out = Command::new(BIN)
+        .args(["cluster", "local", "enter", "--root"])
+        .arg(&root)
+        .args(["--user", "65532:65532", "--bind"])
+        .arg(&rw)
+        .args([
+            "/data/rw",
+            "--",
+            "/bin/dash",
+            "-c",
+            "read a < /data/rw/said",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", tail(&out));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&root.display().to_string()), "{mounts}");
 }
 
 /// A pod's Secret, ConfigMap, emptyDir and projected volumes are made as the kubelet
