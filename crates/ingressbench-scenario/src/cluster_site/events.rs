@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use ingressbench_cluster::deploy::{PodState, RunNamespace};
+use ingressbench_cluster::deploy::{EndpointsWatch, PodState, RunNamespace};
 use ingressbench_cluster::routes::{self, gateway, Routing};
 use ingressbench_lab::model::{Overlay, GENERATION_HEADER};
 use ingressbench_lab::{Change, ChangeRecord};
@@ -245,6 +245,15 @@ impl ClusterSite {
                     record.what = what;
                     record.removed = vec![pod];
                     match expect {
+                        // A pod the endpoints did not hold when it was asked (not yet
+                        // ready, or not yet published): nothing for them to show.
+                        Some(Expect::Gone(ip))
+                            if !held(&self.endpoints, &ip, record.requested_at) =>
+                        {
+                            record.what.push_str(" (not a ready endpoint)");
+                            record.endpoints_at = Some(record.requested_at);
+                            record.applied_at = Some(record.requested_at);
+                        }
                         Some(expect) => self.pending.push((index, expect)),
                         None => record.applied_at = Some(at),
                     }
@@ -527,6 +536,14 @@ impl ClusterSite {
     }
 }
 
+/// Whether the ready endpoints in force at `at` held `ip`.
+fn held(endpoints: &EndpointsWatch, ip: &str, at: Instant) -> bool {
+    endpoints
+        .since(at)
+        .first()
+        .is_some_and(|(_, set)| set.iter().any(|a| a == ip))
+}
+
 /// The pool's pods not being deleted, by name.
 pub(super) fn live_pods(run: &RunNamespace) -> Result<Vec<PodState>, String> {
     let pods = run.pods().map_err(|e| e.to_string())?;
@@ -534,19 +551,27 @@ pub(super) fn live_pods(run: &RunNamespace) -> Result<Vec<PodState>, String> {
 }
 
 /// The pod an event names: `POOL-N` is the N-th by name of the pods not being deleted,
-/// `None` one of them at random.
+/// `None` one of them at random, a ready one if any is.
 fn pick(run: &RunNamespace, name: Option<&str>) -> Result<PodState, String> {
     let pods = live_pods(run)?;
     if pods.is_empty() {
         return Err("no pod of the pool is running".into());
     }
     let index = match name {
+        // A backend that serves, when one does: killing a pod still starting shows
+        // nothing of what a crash does to traffic.
         None => {
-            std::time::SystemTime::now()
+            let ready: Vec<usize> = (0..pods.len()).filter(|&k| pods[k].ready).collect();
+            let from = if ready.is_empty() {
+                (0..pods.len()).collect()
+            } else {
+                ready
+            };
+            let nanos = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap_or_default()
-                .subsec_nanos() as usize
-                % pods.len()
+                .subsec_nanos() as usize;
+            from[nanos % from.len()]
         }
         Some(n) => n
             .rsplit_once('-')
