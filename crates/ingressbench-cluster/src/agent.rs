@@ -4,7 +4,8 @@
 //! in a network namespace of their own (an address from 198.18.0.0/15: the API refuses
 //! loopback addresses in EndpointSlices), with the environment the kubelet gives them
 //! (values, fields, Secrets). It reports the pod Running, then Ready once every
-//! container's readiness probe passes; on deletion it sends SIGTERM, waits the grace
+//! container's readiness probe passes; on deletion it runs each container's preStop
+//! hook (`lifecycle`) and sends it SIGTERM once the hook ended, waits out the grace
 //! period, sends SIGKILL, and removes the pod. An image is run from its unpacked root
 //! filesystem (chrooted, as the pod's or the image's user, in a mount namespace of its
 //! own with a `/proc` and the pod's volumes: [`crate::image`]; `envoy` is an image staged
@@ -33,12 +34,13 @@ use serde_json::json;
 
 use crate::ClusterError;
 
+mod lifecycle;
 mod pod;
 mod services;
 mod volumes;
 use pod::{
     command_line, environment, non_root_asked, pod_name, pod_ns, pod_sysctls, probe_of, run_as,
-    runs_as_root,
+    runs_as_root, user_of,
 };
 pub use services::REFRESH as SERVICES_REFRESH;
 
@@ -205,6 +207,11 @@ struct ContainerRun {
     log: PathBuf,
     /// How it ended, once it has.
     exit: Option<std::process::ExitStatus>,
+    /// Its preStop hook, until its pod is deleted.
+    pre_stop: Option<lifecycle::Hook>,
+    /// Once its pod is being deleted: its hook running (none: it had none, or it ended
+    /// and the container was sent SIGTERM).
+    stopping: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ContainerRun {
@@ -220,9 +227,34 @@ impl ContainerRun {
 }
 
 impl Running {
-    fn signal_all(&self, signal: rustix::process::Signal) {
-        for c in &self.containers {
-            let _ = c.child.signal(signal);
+    /// Its deletion begins, with `grace` to end: each container's preStop hook starts, and
+    /// a container without one is sent SIGTERM.
+    fn begin_stop(&mut self, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        self.deadline = Some(deadline);
+        for c in &mut self.containers {
+            let label = format!(
+                "preStop hook of pod {}/{} container {}",
+                self.namespace, self.name, c.name
+            );
+            let pid = c.child.pid();
+            c.stopping = c
+                .pre_stop
+                .take()
+                .map(|hook| hook.start(label, pid, deadline));
+            if c.stopping.is_none() {
+                let _ = c.child.signal(rustix::process::Signal::TERM);
+            }
+        }
+    }
+
+    /// Sends SIGTERM to each container whose preStop hook has ended.
+    fn term_hooked(&mut self) {
+        for c in &mut self.containers {
+            if c.stopping.as_ref().is_some_and(|h| h.is_finished()) {
+                c.stopping = None;
+                let _ = c.child.signal(rustix::process::Signal::TERM);
+            }
         }
     }
 
@@ -407,9 +439,7 @@ impl State {
                         .deletion_grace_period_seconds
                         .unwrap_or(30)
                         .max(0) as u64;
-                    let running = &mut self.pods[i];
-                    running.deadline = Some(Instant::now() + Duration::from_secs(grace));
-                    running.signal_all(rustix::process::Signal::TERM);
+                    self.pods[i].begin_stop(Duration::from_secs(grace));
                 }
                 _ => {}
             }
@@ -426,6 +456,7 @@ impl State {
         let mut i = 0;
         while i < self.pods.len() {
             let r = &mut self.pods[i];
+            r.term_hooked();
             let gone = !listed_uids.contains(&r.uid);
             let exited = r.all_exited();
             let overdue = r.deadline.is_some_and(|d| Instant::now() >= d);
@@ -704,6 +735,21 @@ impl State {
             };
             let (mut program, argv, mut record) =
                 command_line(&runs, pod, container, &mut env, &mounts);
+            // Its preStop command runs inside the container, as its user, with its
+            // environment (a local binary is no container to run a command in).
+            let exec_hook = match (&runs, lifecycle::exec_command(container)) {
+                (Runs::Image(image), Some(command)) => Some(lifecycle::ExecHook {
+                    command,
+                    env: env.clone(),
+                    user: user_of(image, pod, container),
+                    dir: self.options.dir.clone(),
+                    log: self
+                        .options
+                        .dir
+                        .join(format!("{namespace}_{name}_{}.prestop.log", container.name)),
+                }),
+                _ => None,
+            };
             // A local binary runs as the user the security context names, else as the
             // image's (an image's container drops to its user itself, inside its root
             // filesystem); from where that user can reach it (not root's home).
@@ -724,6 +770,9 @@ impl State {
                     }
                 };
             }
+            let pre_stop = exec_hook
+                .map(lifecycle::Hook::Exec)
+                .or_else(|| lifecycle::http_hook(container, place.ip));
             self.record_start(&namespace, &name, &container.name, &image, record);
             let child = OwnedChild::spawn_with_env(
                 &format!("pod {namespace}/{name} container {}", container.name),
@@ -753,6 +802,8 @@ impl State {
                 probe_path,
                 log,
                 exit: None,
+                pre_stop,
+                stopping: None,
             });
         }
         self.live().insert(format!("{namespace}_{name}"));

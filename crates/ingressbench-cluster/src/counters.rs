@@ -109,6 +109,19 @@ impl CountersWatch {
         Ok(watch)
     }
 
+    /// A reading begun at `since` or later: waits for the reader's next one, at most
+    /// until the reading it begins by then would have timed out; else the last there is.
+    pub fn after(&self, since: Instant) -> Reading {
+        let deadline = since + INTERVAL + READ_TIMEOUT;
+        loop {
+            let latest = self.latest();
+            if latest.0 >= since || Instant::now() >= deadline {
+                return latest;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The last reading (there is one from the start).
     pub fn latest(&self) -> Reading {
         let latest = self.latest.lock().unwrap_or_else(|p| p.into_inner());

@@ -112,6 +112,10 @@ pub struct ClusterTarget {
     /// this).
     #[serde(default)]
     pub restart: Option<RestartVia>,
+    /// How a scenario's `upgrade: VERSION` event upgrades the controller (none: the event
+    /// is refused, naming this).
+    #[serde(default)]
+    pub upgrade: Option<UpgradeVia>,
     /// Where what the controller's proxy itself counted (failed connects to backends,
     /// 5xx, …) is read once a second: a socket on this machine (a local cluster's
     /// controller; `cluster local up` writes it), or its pods' Prometheus endpoint.
@@ -197,6 +201,175 @@ pub struct RestartVia {
     /// `contour-envoy`, `haproxy-ingress`).
     #[serde(default)]
     pub process: Option<String>,
+}
+
+/// How a controller is upgraded to a version: `helm upgrade` of its release to that
+/// version's chart (its values kept), or a change of its Deployment's container image, as
+/// a chart's upgrade makes it. `{version}` in the chart or the image is the event's
+/// version. The workloads the upgrade rolls are followed for its times (applied when the
+/// first one's first new pod is ready, complete when every one's rollout is); by default
+/// the Deployment whose image changes.
+///
+/// ```yaml
+/// upgrade:
+///   helm: { release: eg, namespace: envoy-gateway-system, chart: "charts/gateway-helm-{version}.tgz" }
+///   follow: [{ deployment: envoy-gateway, namespace: envoy-gateway-system }]
+/// upgrade:
+///   image: { deployment: envoy-gateway, namespace: envoy-gateway-system, container: envoy-gateway,
+///            image: "docker.io/envoyproxy/gateway:v{version}" }
+/// ```
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UpgradeVia {
+    /// A Helm release upgraded to another chart.
+    #[serde(default)]
+    pub helm: Option<HelmUpgrade>,
+    /// Or a container's image changed.
+    #[serde(default)]
+    pub image: Option<ImageUpgrade>,
+    /// The workloads the upgrade rolls, in the order their rollouts are told.
+    #[serde(default)]
+    pub follow: Vec<RestartVia>,
+}
+
+/// `helm upgrade RELEASE CHART --namespace NAMESPACE --reset-then-reuse-values` (Helm
+/// 3.14 or later: the release's own values over the new chart's defaults).
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HelmUpgrade {
+    /// The release.
+    pub release: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// The chart of the version (a directory, an archive or a reference), with
+    /// `{version}` where the version goes.
+    pub chart: String,
+    /// For a chart from a repository or registry: its `--version`, with `{version}`
+    /// (`v{version}` for Envoy Gateway's `oci://docker.io/envoyproxy/gateway-helm`).
+    #[serde(default)]
+    pub chart_version: Option<String>,
+    /// The `helm` binary (default: `helm` on the PATH).
+    #[serde(default)]
+    pub binary: Option<PathBuf>,
+}
+
+/// A Deployment's container given another image.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ImageUpgrade {
+    /// The Deployment.
+    pub deployment: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// The container.
+    pub container: String,
+    /// The image of the version, with `{version}` where the version goes.
+    pub image: String,
+}
+
+/// An upgrade, checked: how, and the workloads it rolls.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Upgrade {
+    /// What is changed.
+    pub by: UpgradeBy,
+    /// The workloads followed (kind, namespace, name), at least one.
+    pub follow: Vec<(&'static str, String, String)>,
+}
+
+/// What an upgrade changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UpgradeBy {
+    /// A Helm release: the binary, the release, its namespace, the chart with
+    /// `{version}`.
+    Helm {
+        /// The `helm` binary.
+        binary: PathBuf,
+        /// The release.
+        release: String,
+        /// Its namespace.
+        namespace: String,
+        /// The chart, with `{version}`.
+        chart: String,
+        /// Its `--version`, with `{version}`.
+        chart_version: Option<String>,
+    },
+    /// A Deployment's container's image.
+    Image {
+        /// The Deployment's namespace.
+        namespace: String,
+        /// The Deployment.
+        deployment: String,
+        /// The container.
+        container: String,
+        /// The image, with `{version}`.
+        image: String,
+    },
+}
+
+impl UpgradeBy {
+    /// What it is, for a version.
+    pub fn describe(&self, version: &str) -> String {
+        match self {
+            UpgradeBy::Helm {
+                release, namespace, ..
+            } => format!("upgrade to {version}: helm upgrade {namespace}/{release}"),
+            UpgradeBy::Image {
+                namespace,
+                deployment,
+                container,
+                image,
+            } => format!(
+                "upgrade to {version}: image of Deployment {namespace}/{deployment} container {container} to {}",
+                image.replace("{version}", version)
+            ),
+        }
+    }
+}
+
+impl UpgradeVia {
+    /// What it names, or what is wrong with it.
+    pub fn checked(&self) -> Result<Upgrade, String> {
+        let mut follow = Vec::new();
+        for (i, f) in self.follow.iter().enumerate() {
+            match f.checked().map_err(|e| format!("follow[{i}]: {e}"))? {
+                Restart::Rollout {
+                    kind,
+                    namespace,
+                    name,
+                } => follow.push((kind, namespace, name)),
+                Restart::Local { .. } => {
+                    return Err(format!(
+                        "follow[{i}]: name a Deployment or DaemonSet and its namespace"
+                    ))
+                }
+            }
+        }
+        let by = match (&self.helm, &self.image) {
+            (Some(h), None) => UpgradeBy::Helm {
+                binary: h.binary.clone().unwrap_or_else(|| PathBuf::from("helm")),
+                release: h.release.clone(),
+                namespace: h.namespace.clone(),
+                chart: h.chart.clone(),
+                chart_version: h.chart_version.clone(),
+            },
+            (None, Some(i)) => {
+                if follow.is_empty() {
+                    follow.push(("Deployment", i.namespace.clone(), i.deployment.clone()));
+                }
+                UpgradeBy::Image {
+                    namespace: i.namespace.clone(),
+                    deployment: i.deployment.clone(),
+                    container: i.container.clone(),
+                    image: i.image.clone(),
+                }
+            }
+            _ => return Err("give one of `helm` (a release upgraded to the version's chart) and `image` (a Deployment's container image changed)".into()),
+        };
+        if follow.is_empty() {
+            return Err("give the workloads the upgrade rolls in `follow` (e.g. `[{ deployment: NAME, namespace: NS }]`): its times are theirs".into());
+        }
+        Ok(Upgrade { by, follow })
+    }
 }
 
 /// What a restart acts on, checked.
@@ -562,6 +735,11 @@ impl ClusterFile {
                     }
                 }
             }
+            if let Some(upgrade) = &t.upgrade {
+                upgrade
+                    .checked()
+                    .map_err(|e| format!("targets.{name}.upgrade: {e}"))?;
+            }
             if let Some(restart) = &t.restart {
                 restart
                     .checked()
@@ -613,7 +791,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_shipped_local_cluster_file_names_three_controllers_and_two_gateways() {
+    fn the_shipped_local_cluster_file_names_four_controllers_and_three_gateways() {
         let file =
             ClusterFile::parse(include_str!("../../../examples/cluster-local.yaml")).unwrap();
         let names: Vec<&str> = file.targets.keys().map(String::as_str).collect();
@@ -622,6 +800,7 @@ mod tests {
             [
                 "contour",
                 "contour-gateway",
+                "envoy-gateway",
                 "haproxy-ingress",
                 "traefik",
                 "traefik-gateway"
@@ -643,6 +822,65 @@ mod tests {
         assert_eq!(
             file.targets["traefik"].ingress_class.as_deref(),
             Some("traefik")
+        );
+        // Envoy Gateway's pods are read and restarted through the API.
+        let eg = &file.targets["envoy-gateway"];
+        assert!(eg.local_pids.is_none());
+        assert_eq!(
+            eg.restart.as_ref().unwrap().checked(),
+            Ok(Restart::Rollout {
+                kind: "Deployment",
+                namespace: "envoy-gateway-system".into(),
+                name: "envoy-gateway".into()
+            })
+        );
+        let pods = eg.counters.as_ref().unwrap().pods.as_ref().unwrap();
+        assert_eq!((pods.port, pods.path()), (19001, "/stats/prometheus"));
+        assert!(eg.usage.as_ref().unwrap().controller.is_some());
+    }
+
+    #[test]
+    fn an_upgrade_is_a_helm_release_or_an_image_with_the_workloads_it_rolls() {
+        let file = ClusterFile::parse(
+            "targets:\n  h: { gateway: { name: g, namespace: n }, address: http://x, upgrade: { helm: { release: eg, namespace: egs, chart: oci://r/c, chart_version: 'v{version}' }, follow: [{ deployment: a, namespace: egs }, { daemonset: b, namespace: egs }] } }\n  i: { ingress_class: c, address: http://x, upgrade: { image: { deployment: ctl, namespace: ns, container: c, image: 'r/ctl:v{version}' } } }\n",
+        )
+        .unwrap();
+        let helm = file.targets["h"]
+            .upgrade
+            .as_ref()
+            .unwrap()
+            .checked()
+            .unwrap();
+        assert_eq!(
+            helm.follow,
+            [
+                ("Deployment", "egs".to_owned(), "a".to_owned()),
+                ("DaemonSet", "egs".to_owned(), "b".to_owned())
+            ]
+        );
+        assert_eq!(
+            helm.by.describe("1.9.1"),
+            "upgrade to 1.9.1: helm upgrade egs/eg"
+        );
+        assert!(matches!(
+            helm.by,
+            UpgradeBy::Helm { ref binary, ref chart_version, .. }
+                if binary == Path::new("helm") && chart_version.as_deref() == Some("v{version}")
+        ));
+        // An image's Deployment is followed unless others are named.
+        let image = file.targets["i"]
+            .upgrade
+            .as_ref()
+            .unwrap()
+            .checked()
+            .unwrap();
+        assert_eq!(
+            image.follow,
+            [("Deployment", "ns".to_owned(), "ctl".to_owned())]
+        );
+        assert_eq!(
+            image.by.describe("2.0"),
+            "upgrade to 2.0: image of Deployment ns/ctl container c to r/ctl:v2.0"
         );
     }
 
@@ -767,6 +1005,18 @@ mod tests {
             (
                 "targets: { t: { ingress_class: c, address: http://x, restart: { statefulset: t } } }",
                 "unknown field `statefulset`",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, upgrade: { helm: { release: r, namespace: n, chart: c } } } }",
+                "targets.t.upgrade: give the workloads the upgrade rolls in `follow`",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, upgrade: { follow: [{ deployment: d, namespace: n }] } } }",
+                "targets.t.upgrade: give one of `helm`",
+            ),
+            (
+                "targets: { t: { ingress_class: c, address: http://x, upgrade: { helm: { release: r, namespace: n, chart: c }, follow: [{ deployment: d }] } } }",
+                "targets.t.upgrade: follow[0]: give the workload's `namespace`",
             ),
             (
                 "targets: { t: { ingress_class: c, address: http://x, counters: {} } }",

@@ -100,7 +100,7 @@ impl Image {
                 String::from_utf8_lossy(&output.stderr).trim()
             )));
         }
-        // Where each container gets a /proc of its own (see [`Image::proc_dir`]).
+        // Where each container gets a /proc of its own ([`enter`]).
         let proc_dir = into.join("rootfs/proc");
         std::fs::create_dir_all(&proc_dir).map_err(|source| ClusterError::Io {
             path: proc_dir,
@@ -168,6 +168,13 @@ impl Image {
         }
         let proc_dir = rootfs.join("proc");
         std::fs::create_dir_all(&proc_dir).map_err(|e| io(&proc_dir, e))?;
+        // As a distroless image has it (Envoy Gateway's shutdown manager writes there).
+        let tmp = rootfs.join("tmp");
+        std::fs::create_dir_all(&tmp)
+            .and_then(|()| {
+                std::fs::set_permissions(&tmp, std::os::unix::fs::PermissionsExt::from_mode(0o1777))
+            })
+            .map_err(|e| io(&tmp, e))?;
         Ok(Image {
             reference: format!("{reference} (staged from {})", binary.display()),
             digest: String::new(),
@@ -182,13 +189,6 @@ impl Image {
             workdir: "/".into(),
             launcher,
         })
-    }
-
-    /// Where a container's `/proc` is mounted: as a container runtime gives each
-    /// container one, the agent starts each in a mount namespace of its own with procfs
-    /// there (`unshare --mount-proc`), gone with the container.
-    pub fn proc_dir(&self) -> PathBuf {
-        self.rootfs.join("proc")
     }
 
     /// What a container of this image runs, as the kubelet decides it: its `command`
@@ -249,10 +249,16 @@ pub struct Bind {
 }
 
 /// Runs `argv` inside `rootfs` as `uid:gid` (in `groups` besides, no new privileges),
-/// in `workdir`, with a container's `/dev` and `mounts` in place: mount them, chroot, drop to the user, ask
-/// to be killed when the parent (the node agent) goes, exec. Called single-threaded, as
-/// root, in a mount namespace of its own (the mounts are the container's alone), by the
-/// hidden [`ENTER_COMMAND`]; returns only on failure.
+/// in `workdir`, as a container runtime runs a container's process: in a mount namespace
+/// and a PID namespace of its own, where it is process 1 and its `/proc` shows its own
+/// processes (a hook run in the container, `nsenter`ed, sees it there as process 1, and
+/// its output as `/proc/1/fd/1`); with a container's `/dev`, a `/tmp` of its own (the
+/// writable layer's, where the image has one) and `mounts` in place; chrooted, as the
+/// user, asking to be killed when its parent goes. This process stays outside as the
+/// container's parent: it passes on the signals the node agent sends (TERM above all) and
+/// exits as the container did. Called single-threaded, as root, by the hidden
+/// [`ENTER_COMMAND`] (and again by itself, `inner`, as that process 1); returns only on
+/// failure.
 pub fn enter(
     rootfs: &Path,
     (uid, gid): (u32, u32),
@@ -260,6 +266,7 @@ pub fn enter(
     workdir: &str,
     mounts: &[Bind],
     argv: &[String],
+    inner: bool,
 ) -> String {
     use std::os::unix::process::CommandExt;
     let Some((program, args)) = argv.split_first() else {
@@ -269,8 +276,34 @@ pub fn enter(
     if rootfs.canonicalize().is_ok_and(|r| r == Path::new("/")) {
         return "the root filesystem is the node's own (/): give an image's".into();
     }
-    if let Err(e) = own_mount_namespace() {
-        return format!("cannot make a mount namespace of its own: {e}");
+    if !inner {
+        if let Err(e) = own_mount_namespace() {
+            return format!("cannot make a mount namespace of its own: {e}");
+        }
+        return match parent_of_container() {
+            Ok(code) => std::process::exit(code),
+            Err(e) => {
+                format!("cannot start the container's process 1 in a PID namespace of its own: {e}")
+            }
+        };
+    }
+    let proc = rootfs.join("proc");
+    if let Err(e) = std::fs::create_dir_all(&proc).and_then(|()| {
+        rustix::mount::mount(
+            "proc",
+            &proc,
+            "proc",
+            rustix::mount::MountFlags::NOSUID
+                | rustix::mount::MountFlags::NODEV
+                | rustix::mount::MountFlags::NOEXEC,
+            c"",
+        )
+        .map_err(std::io::Error::from)
+    }) {
+        return format!("cannot mount /proc in {}: {e}", rootfs.display());
+    }
+    if let Err(e) = container_tmp(rootfs) {
+        return format!("cannot make /tmp in {}: {e}", rootfs.display());
     }
     if let Err(e) = container_dev(rootfs) {
         return format!("cannot make /dev in {}: {e}", rootfs.display());
@@ -329,6 +362,76 @@ fn own_mount_namespace() -> std::io::Result<()> {
     mount_change(
         "/",
         MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )?;
+    Ok(())
+}
+
+/// The signals a container runtime passes on to a container's process 1.
+const PASSED: [rustix::process::Signal; 7] = [
+    rustix::process::Signal::TERM,
+    rustix::process::Signal::INT,
+    rustix::process::Signal::HUP,
+    rustix::process::Signal::QUIT,
+    rustix::process::Signal::USR1,
+    rustix::process::Signal::USR2,
+    rustix::process::Signal::WINCH,
+];
+
+/// The container's parent: makes a PID namespace for its next child, starts this
+/// command again in it (`--inner`: process 1 there, which goes on to run the container's
+/// process), passes each signal of [`PASSED`] on to it until it exits, and returns its
+/// exit code (a signal's: 128 + its number, as a shell says it).
+fn parent_of_container() -> std::io::Result<i32> {
+    #[allow(deprecated)]
+    rustix::thread::unshare(rustix::thread::UnshareFlags::NEWPID)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Listening before the child exists, so that no signal meant for it ends this
+        // process instead.
+        let mut listening = Vec::new();
+        for passed in PASSED {
+            listening.push((passed, signal(SignalKind::from_raw(passed.as_raw()))?));
+        }
+        let mut args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+        args.insert(ENTER_COMMAND.len(), "--inner".into());
+        let mut child = Command::new(std::env::current_exe()?).args(args).spawn()?;
+        let pid = rustix::process::Pid::from_child(&child);
+        for (passed, mut stream) in listening {
+            tokio::spawn(async move {
+                while stream.recv().await.is_some() {
+                    let _ = rustix::process::kill_process(pid, passed);
+                }
+            });
+        }
+        loop {
+            if let Some(status) = child.try_wait()? {
+                use std::os::unix::process::ExitStatusExt;
+                return Ok(status
+                    .code()
+                    .or_else(|| status.signal().map(|n| 128 + n))
+                    .unwrap_or(1));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    })
+}
+
+/// The container's own `/tmp`, as its writable layer would hold it: a tmpfs where the
+/// image has the directory (the image's files are shared by every container of it).
+fn container_tmp(rootfs: &Path) -> std::io::Result<()> {
+    let tmp = rootfs.join("tmp");
+    if !tmp.is_dir() {
+        return Ok(());
+    }
+    rustix::mount::mount(
+        "tmpfs",
+        &tmp,
+        "tmpfs",
+        rustix::mount::MountFlags::NOSUID | rustix::mount::MountFlags::NODEV,
+        c"mode=1777,size=64m",
     )?;
     Ok(())
 }

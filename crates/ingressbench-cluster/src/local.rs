@@ -23,11 +23,18 @@ use crate::ClusterError;
 mod contour;
 mod crds;
 use crds::{condition_true, crd_names, read_yaml, traefik_objects, GATEWAY_KINDS};
+mod envoy_gateway;
 mod haproxy_ingress;
 mod restart;
 pub use contour::{
     ContourOptions, CONTOUR_VERSION, GATEWAY as CONTOUR_GATEWAY,
     GATEWAY_TLS_LISTENER as CONTOUR_GATEWAY_TLS_LISTENER,
+};
+pub use envoy_gateway::{
+    EnvoyGatewayInstalled, EnvoyGatewayOptions, CLASS as ENVOY_GATEWAY_CLASS,
+    GATEWAY as ENVOY_GATEWAY, GATEWAY_TLS_LISTENER as ENVOY_GATEWAY_TLS_LISTENER,
+    METRICS_PORT as ENVOY_GATEWAY_METRICS_PORT, NAMESPACE as ENVOY_GATEWAY_NAMESPACE,
+    OWNING_GATEWAY_LABEL,
 };
 pub use haproxy_ingress::{HaproxyIngressOptions, HAPROXY_INGRESS_VERSION};
 pub use restart::{request_restart, RestartRequest, Restarted};
@@ -98,6 +105,9 @@ pub struct LocalOptions {
     pub contour: Option<ContourOptions>,
     /// HAProxy Ingress, the third.
     pub haproxy_ingress: Option<HaproxyIngressOptions>,
+    /// Envoy Gateway, the fourth, installed by Helm (needs the Gateway API's CRDs and
+    /// nodes: it runs as pods).
+    pub envoy_gateway: Option<EnvoyGatewayOptions>,
 }
 
 /// An image the node agent runs from a local binary: the binary, where it sits in the
@@ -200,6 +210,7 @@ impl LocalOptions {
                 .flatten(),
             gateway_crds,
             haproxy_ingress: HaproxyIngressOptions::discover(&cache()),
+            envoy_gateway: EnvoyGatewayOptions::discover(),
         }
     }
 }
@@ -245,6 +256,8 @@ pub struct LocalCluster {
     gateway_ca: Option<PathBuf>,
     /// Where HAProxy Ingress's haproxy takes plain HTTP and HTTPS, if it runs.
     haproxy_ingress: Option<(SocketAddr, SocketAddr)>,
+    /// Envoy Gateway, if its chart was installed.
+    envoy_gateway: Option<EnvoyGatewayInstalled>,
     /// The cloud load balancers' stand-ins: one L4 front per controller's LoadBalancer
     /// Service (its name and namespace, and the front).
     load_balancers: Vec<(String, String, ingressbench_lab::front::Front)>,
@@ -298,6 +311,7 @@ impl LocalCluster {
             contour: None,
             gateway_ca: None,
             haproxy_ingress: None,
+            envoy_gateway: None,
             load_balancers: Vec::new(),
             again: Vec::new(),
         };
@@ -441,17 +455,18 @@ impl LocalCluster {
         }
         match (&options.contour, &gateway_secret) {
             (Some(contour), Some(secret)) => cluster.start_contour(contour, &files, secret)?,
-            (Some(_), None) => {
-                return Err(ClusterError::Missing {
-                    what: "the Gateway API's CRDs, which Contour watches".into(),
-                    looked: cache().join("gateway-api"),
-                    fix: "bash scripts/controllers.sh".into(),
-                })
-            }
+            (Some(_), None) => return Err(no_gateway_api("Contour watches")),
             _ => {}
         }
         if let Some(haproxy_ingress) = &options.haproxy_ingress {
             cluster.haproxy_ingress = Some(cluster.start_haproxy_ingress(haproxy_ingress, &files)?);
+        }
+        match (&options.envoy_gateway, &gateway_secret) {
+            (Some(eg), Some(secret)) if cluster.agent.is_some() => {
+                cluster.start_envoy_gateway(eg, secret)?;
+            }
+            (Some(_), None) => return Err(no_gateway_api("Envoy Gateway serves")),
+            _ => {}
         }
         let controllers = [
             (LB_TRAEFIK, cluster.ingress.map(|(h, s)| [h, s])),
@@ -729,6 +744,21 @@ impl LocalCluster {
             );
             target("haproxy-ingress", class, http, https);
         }
+        if let Some(eg) = &self.envoy_gateway {
+            let [http, https] = eg.at;
+            let (gateway_name, namespace, _) = ENVOY_GATEWAY;
+            // Its pods are the controller's: a restart rolls its Deployment, its Envoy's
+            // counts and its controller's process figures are read through the API
+            // server's pod proxy.
+            let how = format!(
+                "{}, restart: {{ deployment: envoy-gateway, namespace: {namespace} }}, {}, \
+                 counters: {{ pods: {{ namespace: {namespace}, selector: \"{OWNING_GATEWAY_LABEL}={gateway_name}\", port: {ENVOY_GATEWAY_METRICS_PORT}, exposition: envoy }} }}, \
+                 usage: {{ controller: {{ namespace: {namespace}, selector: control-plane=envoy-gateway, metrics: {{ port: {ENVOY_GATEWAY_METRICS_PORT}, path: /metrics }} }} }}",
+                gateway(ENVOY_GATEWAY, ENVOY_GATEWAY_TLS_LISTENER),
+                eg.upgrade_via()
+            );
+            target("envoy-gateway", how, http, https);
+        }
         // Each controller is also reached through its LoadBalancer Service, whose address
         // is an L4 front (a cloud load balancer's stand-in): a target with `service:`.
         for (name, namespace, _, _) in self.load_balancers() {
@@ -739,8 +769,11 @@ impl LocalCluster {
         // The controllers listen on the host's loopback: load pods reach them from the
         // nodes' network.
         text.push_str("workers: { host_network: true }\n");
-        (self.ingress.is_some() || self.contour.is_some() || self.haproxy_ingress.is_some())
-            .then_some(text)
+        (self.ingress.is_some()
+            || self.contour.is_some()
+            || self.haproxy_ingress.is_some()
+            || self.envoy_gateway.is_some())
+        .then_some(text)
     }
 
     /// A Service of type LoadBalancer for a controller, and the stand-in of the cloud's
@@ -799,6 +832,11 @@ impl LocalCluster {
                     ))
                 })
         })
+    }
+
+    /// Envoy Gateway as installed, if it was.
+    pub fn envoy_gateway(&self) -> Option<&EnvoyGatewayInstalled> {
+        self.envoy_gateway.as_ref()
     }
 
     /// The controllers' LoadBalancer Services (name, namespace) and where each one's
@@ -1018,6 +1056,16 @@ impl Files {
         });
         // JSON is YAML: every kubeconfig reader takes it.
         write_private(path, &format!("{config:#}\n"))
+    }
+}
+
+/// The Gateway API's CRDs are not in the cache, and a controller needs them (`which`:
+/// what it does with them).
+fn no_gateway_api(which: &str) -> ClusterError {
+    ClusterError::Missing {
+        what: format!("the Gateway API's CRDs, which {which}"),
+        looked: cache().join("gateway-api"),
+        fix: "bash scripts/controllers.sh".into(),
     }
 }
 

@@ -45,6 +45,9 @@ pub enum Change {
         /// runs: [`crate::proxy::Binaries::locate_version`]); the others upgrade to the
         /// binary they run.
         to: BTreeMap<ProxyKind, String>,
+        /// The version a cluster target's controller goes to (the cluster file says how:
+        /// its chart or image of that version); none for the lab's proxies.
+        controller: Option<String>,
     },
     /// Replace the routes with these (routes added, removed or sent elsewhere), in one
     /// update of each proxy, its own way.

@@ -306,7 +306,7 @@ fn collect(
     {
         usage_log = None;
     }
-    if (proxy_counts.as_mut()).is_some_and(|c| c.read_now(site).is_err()) {
+    if (proxy_counts.as_mut()).is_some_and(|c| c.read_last(site).is_err()) {
         proxy_counts = None;
     }
     let (routes_line, probed) = match probe {

@@ -68,12 +68,13 @@ impl ProxyCounts {
         if !self.grid.due(now) {
             return Ok(());
         }
-        self.read_now(site)
+        let (at, counted) = site.proxy_counters();
+        self.write(at, counted)
     }
 
-    /// Reads the proxies now (the last reading, when the load has ended).
-    pub(crate) fn read_now(&mut self, site: &mut dyn Site) -> std::io::Result<()> {
-        let (at, counted) = site.proxy_counters();
+    /// The last reading, once the load has ended: one taken from then on.
+    pub(crate) fn read_last(&mut self, site: &mut dyn Site) -> std::io::Result<()> {
+        let (at, counted) = site.last_proxy_counters();
         self.write(at, counted)
     }
 

@@ -103,6 +103,13 @@ pub(crate) trait Site {
         (Instant::now(), Vec::new())
     }
 
+    /// The proxies' counts once the load has ended: a reading taken from now on, so that
+    /// the last event's window has one after it (a thread that reads once a second may
+    /// hold one from before).
+    fn last_proxy_counters(&mut self) -> (Instant, Readings) {
+        self.proxy_counters()
+    }
+
     /// An error if a part nothing asked to stop is gone (what is measured after is not the
     /// system under test).
     fn check_alive(&mut self) -> Result<(), String> {

@@ -181,6 +181,10 @@ pub(crate) struct EnterArgs {
     /// The same, read-only.
     #[arg(long, num_args = 2, value_names = ["SOURCE", "TARGET"])]
     pub(crate) bind_ro: Vec<String>,
+    /// (internal) Process 1 of the container's PID namespace, which the first `enter`
+    /// started: mount, chroot and run the command.
+    #[arg(long, hide = true)]
+    pub(crate) inner: bool,
     /// The command and its arguments.
     #[arg(last = true, required = true)]
     pub(crate) argv: Vec<String>,
@@ -222,6 +226,11 @@ pub(crate) struct LocalUpArgs {
     /// scheduler).
     #[arg(long, value_name = "N", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=16))]
     pub(crate) nodes: u16,
+    /// The Envoy Gateway release `up` installs (default: the newest built,
+    /// `scripts/controllers.sh` builds 1.9.0 and 1.9.1): an older one, for an `upgrade`
+    /// event to take it to the newer.
+    #[arg(long, value_name = "VERSION")]
+    pub(crate) envoy_gateway: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]

@@ -19,8 +19,9 @@ use ingressbench_cluster::local::{LocalCluster, LocalOptions, KUBE_VERSION};
 use crate::args::{ClusterCheckArgs, ClusterCommand, LocalCommand, LocalUpArgs};
 use crate::UsageError;
 
-/// How long `up` waits for `serve` to report the API answering.
-const UP_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long `up` waits for `serve` to report the cluster up (Envoy Gateway's install
+/// included: its chart's wait and its Gateway's are each bounded below this).
+const UP_TIMEOUT: Duration = Duration::from_secs(360);
 /// How long `down` waits for `serve` to stop everything before killing it.
 const DOWN_GRACE: Duration = Duration::from_secs(30);
 
@@ -79,6 +80,7 @@ pub(crate) fn run(command: ClusterCommand) -> Result<ExitCode> {
                 &args.workdir,
                 &mounts,
                 &args.argv,
+                args.inner,
             );
             eprintln!("error: {failed}");
             // As a container runtime says a command it could not run.
@@ -178,6 +180,15 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         }
     }
     build_missing_parts()?;
+    if let Some(v) = &args.envoy_gateway {
+        if ingressbench_cluster::local::EnvoyGatewayOptions::of(v).is_none() {
+            return Err(UsageError(anyhow::anyhow!(
+                "Envoy Gateway {v} is not built here (or Helm is not): bash scripts/controllers.sh builds {}",
+                ingressbench_cluster::local::ENVOY_GATEWAY_VERSIONS.join(" and ")
+            ))
+            .into());
+        }
+    }
     // Whatever a serve that was SIGKILLed left, its context in the user's kubeconfig too.
     let _ = crate::user_kubeconfig::remove(dir);
     let _ = std::fs::remove_dir_all(dir);
@@ -201,6 +212,11 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         .arg(args.nodes.to_string())
         .args(args.image.iter().flat_map(|i| ["--image", i]))
         .args(args.no_image.then_some("--no-image"))
+        .args(
+            args.envoy_gateway
+                .iter()
+                .flat_map(|v| ["--envoy-gateway", v]),
+        )
         // The user's KUBECONFIG names their clusters, not this one; Traefik reads the
         // variable before its own flags and would watch the user's cluster instead.
         .env_remove("KUBECONFIG")
@@ -244,6 +260,9 @@ fn up(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
             }
             if let Ok(runs) = std::fs::read_to_string(dir.join("pods-run")) {
                 println!("pods run {runs}");
+            }
+            if let Ok(eg) = std::fs::read_to_string(dir.join("envoy-gateway")) {
+                println!("{eg}");
             }
             println!("stop it with: ingressbench cluster local down");
             return Ok(ExitCode::SUCCESS);
@@ -314,7 +333,24 @@ fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
             "haproxy-ingress or haproxy not found (bash scripts/controllers.sh, bash scripts/install-deps.sh): no HAProxy Ingress"
         ),
     }
+    if let Some(v) = &args.envoy_gateway {
+        options.envoy_gateway = ingressbench_cluster::local::EnvoyGatewayOptions::of(v);
+    }
+    if options.envoy_gateway.is_none() {
+        eprintln!("helm or Envoy Gateway's chart not found (bash scripts/controllers.sh): no Envoy Gateway");
+    }
     let mut cluster = LocalCluster::up(&options)?;
+    if let Some(eg) = cluster.envoy_gateway() {
+        std::fs::write(
+            dir.join("envoy-gateway"),
+            format!(
+                "Envoy Gateway v{}: helm install of its chart, its Gateway answering at {} ({:.1} s)",
+                eg.version,
+                eg.at[0].ip(),
+                eg.took.as_secs_f64()
+            ),
+        )?;
+    }
     if let Some(text) = cluster.cluster_file() {
         // A cluster file for this cluster, for `cluster check` and `run --cluster`.
         write_cluster_file(dir, &text)?;
@@ -356,7 +392,8 @@ fn build_missing_parts() -> Result<()> {
     .any(|b| !options.kube_bin.join(b).is_file());
     let controllers = options.gateway_crds.is_none()
         || options.contour.is_none()
-        || options.haproxy_ingress.is_none();
+        || options.haproxy_ingress.is_none()
+        || options.envoy_gateway.is_none();
     let parts = [
         (
             kube,
@@ -367,7 +404,7 @@ fn build_missing_parts() -> Result<()> {
         (
             controllers,
             "controllers.sh",
-            "the controllers (the Gateway API's CRDs, Contour, HAProxy Ingress)".to_owned(),
+            "the controllers (the Gateway API's CRDs, Contour, HAProxy Ingress, Helm and Envoy Gateway)".to_owned(),
             "about 3 minutes",
         ),
     ];

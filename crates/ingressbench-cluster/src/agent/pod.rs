@@ -64,7 +64,6 @@ pub(super) fn command_line(
                 "--mount".to_owned(),
                 "--propagation".into(),
                 "private".into(),
-                format!("--mount-proc={}", image.proc_dir().display()),
                 "--".into(),
                 image.launcher.display().to_string(),
             ]
@@ -265,7 +264,6 @@ pub(super) fn pod_sysctls(
 /// Where a container's HTTP readiness probe asks, and its path (a named port is the
 /// container's port of that name).
 pub(super) fn probe_of(container: &Container, ip: IpAddr) -> (Option<SocketAddr>, String) {
-    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     let Some(http) = container
         .readiness_probe
         .as_ref()
@@ -273,17 +271,11 @@ pub(super) fn probe_of(container: &Container, ip: IpAddr) -> (Option<SocketAddr>
     else {
         return (None, String::new());
     };
-    let port = match &http.port {
-        IntOrString::Int(p) => *p as u16,
-        IntOrString::String(named) => container
-            .ports
-            .iter()
-            .flatten()
-            .find(|p| p.name.as_deref() == Some(named.as_str()))
-            .map_or(0, |p| p.container_port as u16),
-    };
     (
-        Some(SocketAddr::new(ip, port)),
+        Some(SocketAddr::new(
+            ip,
+            super::lifecycle::port_of(container, &http.port),
+        )),
         http.path.clone().unwrap_or_else(|| "/".into()),
     )
 }

@@ -7,7 +7,10 @@
 //! - **Services** in kube-proxy's userspace way: for every TCP port of every Service with
 //!   a cluster IP, a listener on that address in the hub; each connection it takes goes
 //!   to one of the Service's ready endpoints (its EndpointSlices, the port matched by
-//!   name), in turn, the next one tried when a connect fails; with none it is closed.
+//!   name), in turn, the next one tried when a connect fails; when none is ready, to the
+//!   ones still serving while they terminate (as kube-proxy does since Kubernetes 1.28:
+//!   a Deployment of one pod rolled, Envoy Gateway's data plane, keeps answering while its
+//!   old pod drains); with none it is closed.
 //!   The `kubernetes` Service goes to the API server (which has no endpoints here: it
 //!   listens on 127.0.0.1, which an EndpointSlice may not hold).
 //! - **Load balancers**, as kind's cloud provider gives them: a Service of type
@@ -35,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::discovery::v1::{EndpointConditions, EndpointSlice};
 use kube::api::ListParams;
 use kube::{Api, Client};
 
@@ -357,9 +360,10 @@ fn tables_of(
                         == Some(name)
             })
             .collect();
-        // A ready endpoint's address, with the slice's number for the port named so.
-        let ready = |port_name: Option<&str>| -> Vec<SocketAddr> {
-            let mut found = Vec::new();
+        // The ready endpoints' addresses, with the slice's number for the port named so;
+        // with `terminating`, when none is ready, those serving while they terminate.
+        let endpoints = |port_name: Option<&str>, terminating: bool| -> Vec<SocketAddr> {
+            let (mut found, mut draining) = (Vec::new(), Vec::new());
             for slice in &own {
                 let port = slice.ports.iter().flatten().find(|p| {
                     p.name.as_deref().unwrap_or("") == port_name.unwrap_or("")
@@ -372,21 +376,28 @@ fn tables_of(
                     continue;
                 };
                 for endpoint in &slice.endpoints {
-                    let up = endpoint
-                        .conditions
-                        .as_ref()
-                        .and_then(|c| c.ready)
-                        .unwrap_or(true);
-                    if up {
-                        found.extend(
-                            endpoint
-                                .addresses
-                                .iter()
-                                .filter_map(|a| a.parse::<IpAddr>().ok())
-                                .map(|ip| SocketAddr::new(ip, port)),
-                        );
-                    }
+                    let condition = |c: fn(&EndpointConditions) -> Option<bool>, or: bool| {
+                        endpoint.conditions.as_ref().and_then(c).unwrap_or(or)
+                    };
+                    let into = if condition(|c| c.ready, true) {
+                        &mut found
+                    } else if condition(|c| c.serving, false) && condition(|c| c.terminating, false)
+                    {
+                        &mut draining
+                    } else {
+                        continue;
+                    };
+                    into.extend(
+                        endpoint
+                            .addresses
+                            .iter()
+                            .filter_map(|a| a.parse::<IpAddr>().ok())
+                            .map(|ip| SocketAddr::new(ip, port)),
+                    );
                 }
+            }
+            if found.is_empty() && terminating {
+                found = draining;
             }
             found.sort();
             found.dedup();
@@ -415,7 +426,7 @@ fn tables_of(
                     let to = if (name.as_str(), ns.as_str()) == ("kubernetes", "default") {
                         vec![api]
                     } else {
-                        ready(port.name.as_deref())
+                        endpoints(port.name.as_deref(), true)
                     };
                     if let Some(lb) = balancer.filter(|_| number != 0) {
                         tables
@@ -431,7 +442,7 @@ fn tables_of(
                     .ports
                     .iter()
                     .flatten()
-                    .flat_map(|p| ready(p.name.as_deref()))
+                    .flat_map(|p| endpoints(p.name.as_deref(), false))
                     .filter_map(|a| match a.ip() {
                         IpAddr::V4(v4) => Some(v4),
                         IpAddr::V6(_) => None,
@@ -612,6 +623,12 @@ mod tests {
               "endpoints": [
                 { "addresses": ["198.18.0.5"], "conditions": { "ready": true } },
                 { "addresses": ["198.18.0.6"], "conditions": { "ready": false } } ] },
+            { "metadata": { "name": "eg-2", "namespace": "sys", "labels": { "kubernetes.io/service-name": "eg" } },
+              "addressType": "IPv4",
+              "ports": [{ "name": "metrics", "port": 19001, "protocol": "TCP" }],
+              "endpoints": [
+                { "addresses": ["198.18.0.7"], "conditions": { "ready": false, "serving": true, "terminating": true } },
+                { "addresses": ["198.18.0.8"], "conditions": { "ready": false, "serving": false, "terminating": true } } ] },
             { "metadata": { "name": "peers-1", "namespace": "sys", "labels": { "kubernetes.io/service-name": "peers" } },
               "addressType": "IPv4",
               "ports": [{ "name": "grpc", "port": 18000 }],
@@ -625,7 +642,11 @@ mod tests {
             t.routes[&addr("10.96.0.7:18000")],
             [addr("198.18.0.5:18001")]
         );
-        assert!(t.routes[&addr("10.96.0.7:19001")].is_empty());
+        // None ready: the one still serving while it terminates, not the one that stopped.
+        assert_eq!(
+            t.routes[&addr("10.96.0.7:19001")],
+            [addr("198.18.0.7:19001")]
+        );
         assert_eq!(t.routes[&addr("10.96.0.1:443")], [api]);
         assert_eq!(
             t.names["eg.sys.svc.cluster.local"],

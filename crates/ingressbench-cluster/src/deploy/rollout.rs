@@ -1,8 +1,10 @@
 //! A controller restarted as `kubectl rollout restart` restarts it: its Deployment's or
 //! DaemonSet's pod template gets the annotation `kubectl.kubernetes.io/restartedAt`, and
-//! the workload's own controller replaces every pod by its update strategy. Read back:
-//! when the first new pod was ready, and when the rollout was complete (what `kubectl
-//! rollout status` waits for: every replica updated and available, no old one left).
+//! the workload's own controller replaces every pod by its update strategy; or upgraded
+//! (`helm upgrade`, or its image changed), which rolls its workloads the same way. Read
+//! back: when the first new pod was ready, and when the rollout was complete (what
+//! `kubectl rollout status` waits for: every replica updated and available, no old one
+//! left).
 
 use std::collections::BTreeSet;
 
@@ -12,6 +14,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use kube::Api;
 
 use super::{api_error, RunNamespace};
+use crate::file::{Upgrade, UpgradeBy};
 use crate::ClusterError;
 
 /// The annotation `kubectl rollout restart` sets.
@@ -53,58 +56,8 @@ impl RunNamespace {
         namespace: &str,
         name: &str,
     ) -> Result<Rollout, ClusterError> {
+        let mut rollout = self.followed(kind, namespace, name)?;
         let what = format!("{kind} {namespace}/{name}");
-        let read = |e| api_error(&format!("reading {what}"), e);
-        let selector = match kind {
-            "Deployment" => {
-                self.api
-                    .runtime
-                    .block_on(
-                        Api::<Deployment>::namespaced(self.api.client.clone(), namespace).get(name),
-                    )
-                    .map_err(read)?
-                    .spec
-                    .unwrap_or_default()
-                    .selector
-            }
-            _ => {
-                self.api
-                    .runtime
-                    .block_on(
-                        Api::<DaemonSet>::namespaced(self.api.client.clone(), namespace).get(name),
-                    )
-                    .map_err(read)?
-                    .spec
-                    .unwrap_or_default()
-                    .selector
-            }
-        };
-        let selector: Vec<String> = selector
-            .match_labels
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        if selector.is_empty() {
-            return Err(ClusterError::Api(format!(
-                "{what} selects its pods by expressions only; its pods cannot be followed (give its matchLabels)"
-            )));
-        }
-        let mut rollout = Rollout {
-            kind,
-            namespace: namespace.to_owned(),
-            name: name.to_owned(),
-            generation: 0,
-            selector: selector.join(","),
-            before: BTreeSet::new(),
-        };
-        // The pods before the patch: every pod after it that is not one of them is new.
-        rollout.before = self
-            .workload_pods(&rollout)?
-            .into_iter()
-            .filter(|(_, _, terminating)| !terminating)
-            .map(|(name, _, _)| name)
-            .collect();
         let now = k8s_openapi::jiff::Timestamp::now().to_string();
         let patch = serde_json::json!({ "spec": { "template": { "metadata": { "annotations": { RESTARTED_AT: now } } } } });
         let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
@@ -137,6 +90,146 @@ impl RunNamespace {
             }
         };
         rollout.generation = metadata.generation.unwrap_or_default();
+        Ok(rollout)
+    }
+
+    /// Upgrades the controller to `version` as `upgrade` says (`helm upgrade`, or its
+    /// image changed); the rollouts of the workloads it rolls, each followed from the pods
+    /// it had before and the next generation of its spec.
+    pub fn upgrade(&self, upgrade: &Upgrade, version: &str) -> Result<Vec<Rollout>, ClusterError> {
+        let rollouts = upgrade
+            .follow
+            .iter()
+            .map(|(kind, namespace, name)| self.followed(kind, namespace, name))
+            .collect::<Result<Vec<_>, _>>()?;
+        match &upgrade.by {
+            UpgradeBy::Helm {
+                binary,
+                release,
+                namespace,
+                chart,
+                chart_version,
+            } => {
+                let chart = chart.replace("{version}", version);
+                let mut helm = std::process::Command::new(binary);
+                // The user's values kept over the new chart's defaults: `--reuse-values`
+                // would keep the old chart's defaults too (its image tags: measured, the
+                // controller stayed at the old version).
+                helm.args(["upgrade", release, &chart, "--namespace", namespace])
+                    .arg("--reset-then-reuse-values")
+                    .args(
+                        chart_version.iter().flat_map(|v| {
+                            ["--version".to_owned(), v.replace("{version}", version)]
+                        }),
+                    )
+                    .arg("--kubeconfig")
+                    .arg(self.api.kubeconfig());
+                if let Some(context) = self.api.context() {
+                    helm.args(["--kube-context", context]);
+                }
+                let out = helm.output().map_err(|e| {
+                    ClusterError::Api(format!(
+                        "running {} for the upgrade: {e} (install Helm, or give `upgrade.helm.binary`)",
+                        binary.display()
+                    ))
+                })?;
+                if !out.status.success() {
+                    let said = String::from_utf8_lossy(&out.stderr);
+                    return Err(ClusterError::Api(format!(
+                        "helm upgrade {namespace}/{release} to {chart} failed ({}): {}",
+                        out.status,
+                        said.trim()
+                    )));
+                }
+            }
+            UpgradeBy::Image {
+                namespace,
+                deployment,
+                container,
+                image,
+            } => {
+                let image = image.replace("{version}", version);
+                let patch = serde_json::json!({ "spec": { "template": { "spec": { "containers": [{ "name": container, "image": image }] } } } });
+                self.api
+                    .runtime
+                    .block_on(
+                        Api::<Deployment>::namespaced(self.api.client.clone(), namespace).patch(
+                            deployment,
+                            &PatchParams::default(),
+                            &Patch::Strategic(&patch),
+                        ),
+                    )
+                    .map_err(|e| {
+                        api_error(
+                            &format!(
+                                "upgrading Deployment {namespace}/{deployment} (its container {container}'s image to {image})"
+                            ),
+                            e,
+                        )
+                    })?;
+            }
+        }
+        Ok(rollouts)
+    }
+
+    /// A workload to follow through a change of its pod template: its pods now, and its
+    /// next generation (the change's, whoever makes it).
+    fn followed(
+        &self,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Rollout, ClusterError> {
+        let what = format!("{kind} {namespace}/{name}");
+        let read = |e| api_error(&format!("reading {what}"), e);
+        let (selector, generation) = match kind {
+            "Deployment" => {
+                let d = self
+                    .api
+                    .runtime
+                    .block_on(
+                        Api::<Deployment>::namespaced(self.api.client.clone(), namespace).get(name),
+                    )
+                    .map_err(read)?;
+                (d.spec.unwrap_or_default().selector, d.metadata.generation)
+            }
+            _ => {
+                let d = self
+                    .api
+                    .runtime
+                    .block_on(
+                        Api::<DaemonSet>::namespaced(self.api.client.clone(), namespace).get(name),
+                    )
+                    .map_err(read)?;
+                (d.spec.unwrap_or_default().selector, d.metadata.generation)
+            }
+        };
+        let selector: Vec<String> = selector
+            .match_labels
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        if selector.is_empty() {
+            return Err(ClusterError::Api(format!(
+                "{what} selects its pods by expressions only; its pods cannot be followed (give its matchLabels)"
+            )));
+        }
+        let mut rollout = Rollout {
+            kind,
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            generation: generation.unwrap_or_default() + 1,
+            selector: selector.join(","),
+            before: BTreeSet::new(),
+        };
+        // Every pod after the change that is not one of these is new.
+        rollout.before = self
+            .workload_pods(&rollout)?
+            .into_iter()
+            .filter(|(_, _, terminating)| !terminating)
+            .map(|(name, _, _)| name)
+            .collect();
         Ok(rollout)
     }
 

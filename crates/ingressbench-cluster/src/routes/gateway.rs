@@ -66,6 +66,12 @@ const KNOWN: &[Implementation] = &[
         },
         cors: CorsBy::Filter,
     },
+    Implementation {
+        controller: "gateway.envoyproxy.io/gatewayclass-controller",
+        name: "Envoy Gateway",
+        can: Can::ALL,
+        cors: CorsBy::Filter,
+    },
 ];
 
 /// An implementation not in [`KNOWN`]: the Extended features the API names for header

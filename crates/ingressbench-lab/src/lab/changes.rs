@@ -205,7 +205,7 @@ impl Lab {
                 generations.push((GENERATION_HEADER, self.generation));
                 (what, Vec::new(), Vec::new())
             }
-            Change::Upgrade { grace, to } => {
+            Change::Upgrade { grace, to, .. } => {
                 // Refused now, before anything changes, if a version is not installed.
                 let mut binaries = BTreeMap::new();
                 for (kind, version) in to {

@@ -109,10 +109,8 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
                     "events[{i}]: a reload has no meaning in cluster mode: the controller applies what the API holds (scale, kill, terminate, stall_backend and config events are made through it)"
                 ));
             }
-            if matches!(e.action, crate::model::Action::Upgrade { .. }) {
-                return Err(format!(
-                    "events[{i}]: an upgrade of a controller in cluster mode is a change of its image, not built; upgrade runs against the lab's proxies (a `restart` event restarts a controller)"
-                ));
+            if let crate::model::Action::Upgrade { to, .. } = &e.action {
+                upgradable(i, &cell.target.name(), placed, to)?;
             }
             if matches!(e.action.change(), Some(Change::Restart { .. })) && placed.restart.is_none()
             {
@@ -291,6 +289,41 @@ pub(super) fn refuse_unexpressible(
                 "target `{target}`: {name} (`{controller}`) cannot express {} of the route change `{}`; drop it from the scenario's events for this target (--set targets=[…] runs the others)",
                 missing.join(" or "),
                 change.describe()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether an `upgrade` event (the `i`-th) can upgrade target `target`'s controller: the
+/// cluster file says how, the event names one version, and a chart on this machine for
+/// that version is there.
+fn upgradable(
+    i: usize,
+    target: &str,
+    placed: &ingressbench_cluster::file::ClusterTarget,
+    to: &crate::model::UpgradeTo,
+) -> Result<(), String> {
+    use ingressbench_cluster::file::UpgradeBy;
+    let Some(via) = &placed.upgrade else {
+        return Err(format!(
+            "events[{i}]: an upgrade of target `{target}`'s controller: the cluster file does not say how; add `upgrade: {{ helm: {{ release: NAME, namespace: NS, chart: \"…{{version}}…\" }}, follow: [{{ deployment: NAME, namespace: NS }}] }}` (or `image: {{ deployment, namespace, container, image }}`) to the target (docs/CLUSTER.md)"
+        ));
+    };
+    let crate::model::UpgradeTo::Version(version) = to else {
+        return Err(format!(
+            "events[{i}]: an upgrade of a controller goes to a version of it: `upgrade: 1.9.1` (`same`, or a version per lab proxy, has no meaning for target `{target}`)"
+        ));
+    };
+    let upgrade = via
+        .checked()
+        .map_err(|e| format!("targets.{target}.upgrade: {e}"))?;
+    if let UpgradeBy::Helm { chart, .. } = &upgrade.by {
+        let chart = chart.replace("{version}", version);
+        let local = chart.starts_with('/') || chart.starts_with('.');
+        if local && !std::path::Path::new(&chart).exists() {
+            return Err(format!(
+                "events[{i}]: no chart of version {version} for target `{target}` at {chart} (the local cluster's: bash scripts/controllers.sh builds Envoy Gateway's)"
             ));
         }
     }

@@ -53,10 +53,14 @@ pub(super) enum Answer {
     },
     /// The API stored a change of the routes.
     Stored,
-    /// A rollout restart was asked: what it was, and the rollout to follow.
-    RolledOut { what: String, rollout: Rollout },
-    /// A rollout's state.
-    Rollout(RolloutState),
+    /// A rollout restart or an upgrade was asked: what it was, and the rollouts to follow
+    /// (the first's first new pod ready: applied).
+    RolledOut {
+        what: String,
+        rollouts: Vec<Rollout>,
+    },
+    /// Those rollouts' states, in their order.
+    Rollout(Vec<RolloutState>),
     /// The first route that is not ready, and why (none: all are).
     Verdict(Option<(String, Verdict)>),
     /// The pool's pods.

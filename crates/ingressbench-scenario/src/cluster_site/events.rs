@@ -21,8 +21,8 @@ const ROLLOUT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A controller's restart under way.
 pub(super) enum Restarting {
-    /// Its workload's rollout.
-    Rollout(ingressbench_cluster::deploy::Rollout),
+    /// Its workloads' rollouts (a restart's one, an upgrade's each).
+    Rollout(Vec<ingressbench_cluster::deploy::Rollout>),
     /// The local cluster's serving process restarting it.
     Local(ingressbench_cluster::local::RestartRequest),
 }
@@ -55,10 +55,7 @@ impl ClusterSite {
                     .into(),
             ),
             Change::Restart { grace } => self.restart_controller(grace),
-            Change::Upgrade { .. } => Err(
-                "an upgrade of a controller in cluster mode is a change of its image: not built; upgrade runs against the lab's proxies"
-                    .into(),
-            ),
+            Change::Upgrade { controller, .. } => self.upgrade_controller(controller),
             Change::Reload => Err(
                 "a reload has no meaning in cluster mode: the controller applies what the API holds (route changes are `config` events)"
                     .into(),
@@ -199,7 +196,7 @@ impl ClusterSite {
                                 "restart: rollout of {kind} {namespace}/{name} ({} pods)",
                                 rollout.before.len()
                             ),
-                            rollout,
+                            rollouts: vec![rollout],
                         })
                     }),
                 );
@@ -220,6 +217,40 @@ impl ClusterSite {
             }
         };
         // Not an EndpointSlice's change: followed on its own. A change to the proxies.
+        self.records[index].on_proxies = true;
+        Ok(index)
+    }
+
+    /// Upgrades the target's controller to `version` as the cluster file says (`helm
+    /// upgrade`, or its image changed). Applied when the first workload it rolls has a
+    /// new pod ready, complete when every one of them has rolled.
+    fn upgrade_controller(&mut self, version: Option<String>) -> Result<usize, String> {
+        let upgrade = self.upgrade.clone().ok_or(
+            "the cluster file does not say how to upgrade the target's controller: give it `upgrade: { helm: { release, namespace, chart } , follow: [...] }`",
+        )?;
+        let version =
+            version.ok_or("an upgrade of a controller goes to a version: `upgrade: 1.9.1`")?;
+        let what = upgrade.by.describe(&version);
+        let index = self.record(what.clone(), None);
+        self.errands.event(
+            index,
+            None,
+            Box::new(move |run| {
+                let rollouts = run.upgrade(&upgrade, &version).map_err(|e| e.to_string())?;
+                Ok(Answer::RolledOut {
+                    what: format!(
+                        "{what} ({})",
+                        rollouts
+                            .iter()
+                            .map(|r| format!("{} {}: {} pods", r.kind, r.name, r.before.len()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    rollouts,
+                })
+            }),
+        );
+        // A change to the proxies, followed on its own.
         self.records[index].on_proxies = true;
         Ok(index)
     }
@@ -266,12 +297,12 @@ impl ClusterSite {
                         self.reporting.push(index);
                     }
                 }
-                (Errand::Event(_), Answer::RolledOut { what, rollout }) => {
+                (Errand::Event(_), Answer::RolledOut { what, rollouts }) => {
                     record.what = what;
-                    self.restarting.push((index, Restarting::Rollout(rollout)));
+                    self.restarting.push((index, Restarting::Rollout(rollouts)));
                 }
-                (Errand::Follow(_), Answer::Rollout(state)) => {
-                    self.rollout_read(index, &state, at)?
+                (Errand::Follow(_), Answer::Rollout(states)) => {
+                    self.rollout_read(index, &states, at)?
                 }
                 (Errand::Follow(_), Answer::Verdict(verdict)) => {
                     self.status_read(index, verdict, at)?
@@ -283,39 +314,44 @@ impl ClusterSite {
         Ok(())
     }
 
-    /// What a read of a rollout's state says: applied when its first new pod is ready,
-    /// complete when the rollout is.
+    /// What a read of the rollouts' states says: applied when the first's first new pod
+    /// is ready, complete when every rollout is.
     fn rollout_read(
         &mut self,
         index: usize,
-        state: &ingressbench_cluster::deploy::RolloutState,
+        states: &[ingressbench_cluster::deploy::RolloutState],
         at: Instant,
     ) -> Result<(), String> {
         let Some(k) = self.restarting.iter().position(|(i, _)| *i == index) else {
             return Ok(());
         };
-        let Restarting::Rollout(rollout) = &self.restarting[k].1 else {
+        let Restarting::Rollout(rollouts) = &self.restarting[k].1 else {
             return Ok(());
         };
         let record = &mut self.records[index];
-        if !state.new_ready.is_empty() && record.applied_at.is_none() {
+        if states.first().is_some_and(|s| !s.new_ready.is_empty()) && record.applied_at.is_none() {
             record.applied_at = Some(at);
         }
-        if state.complete {
-            record.completed_at = Some(at);
-            record.applied_at.get_or_insert(at);
-            self.restarting.remove(k);
-        } else if at.duration_since(record.requested_at) > ROLLOUT_TIMEOUT {
-            return Err(format!(
-                "{} {}/{}: the rollout restart was not complete within {} s ({} of its {} pods replaced, {} new ready)",
-                rollout.kind,
-                rollout.namespace,
-                rollout.name,
-                ROLLOUT_TIMEOUT.as_secs(),
-                state.old_gone.len(),
-                rollout.before.len(),
-                state.new_ready.len()
-            ));
+        let waiting = rollouts.iter().zip(states).find(|(_, s)| !s.complete);
+        match waiting {
+            None => {
+                record.completed_at = Some(at);
+                record.applied_at.get_or_insert(at);
+                self.restarting.remove(k);
+            }
+            Some((rollout, state)) if at.duration_since(record.requested_at) > ROLLOUT_TIMEOUT => {
+                return Err(format!(
+                    "{} {}/{}: the rollout was not complete within {} s ({} of its {} pods replaced, {} new ready)",
+                    rollout.kind,
+                    rollout.namespace,
+                    rollout.name,
+                    ROLLOUT_TIMEOUT.as_secs(),
+                    state.old_gone.len(),
+                    rollout.before.len(),
+                    state.new_ready.len()
+                ));
+            }
+            Some(_) => {}
         }
         Ok(())
     }
@@ -329,13 +365,16 @@ impl ClusterSite {
         let read = now.duration_since(self.restart_read_at) >= STATUS_EVERY;
         for (k, (index, restarting)) in self.restarting.iter().enumerate() {
             match restarting {
-                Restarting::Rollout(rollout) => {
+                Restarting::Rollout(rollouts) => {
                     if read {
-                        let rollout = rollout.clone();
+                        let rollouts = rollouts.clone();
                         self.errands.follow(
                             Errand::Follow(*index),
                             Box::new(move |run| {
-                                run.rollout_state(&rollout)
+                                rollouts
+                                    .iter()
+                                    .map(|r| run.rollout_state(r))
+                                    .collect::<Result<Vec<_>, _>>()
                                     .map(Answer::Rollout)
                                     .map_err(|e| e.to_string())
                             }),

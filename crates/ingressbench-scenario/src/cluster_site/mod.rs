@@ -240,6 +240,8 @@ pub(crate) struct ClusterSite {
     beat_at: Instant,
     /// How the target's controller is restarted (the cluster file's `restart:`).
     restart: Option<ingressbench_cluster::file::Restart>,
+    /// How it is upgraded (the cluster file's `upgrade:`).
+    upgrade: Option<ingressbench_cluster::file::Upgrade>,
     /// Where its proxy's own counts are read (the cluster file's `counters:`).
     counters: Option<ingressbench_cluster::counters::CountersWatch>,
     /// Restarts not yet complete, by record.
@@ -297,6 +299,17 @@ impl Site for ClusterSite {
         match &self.counters {
             Some(watch) => {
                 let (at, counted) = watch.latest();
+                (at, vec![(self.local.0.clone(), counted)])
+            }
+            None => (Instant::now(), Vec::new()),
+        }
+    }
+
+    /// A reading its thread began from now on (at most its interval and time-out away).
+    fn last_proxy_counters(&mut self) -> (Instant, ingressbench_lab::proxy::counters::Readings) {
+        match &self.counters {
+            Some(watch) => {
+                let (at, counted) = watch.after(Instant::now());
                 (at, vec![(self.local.0.clone(), counted)])
             }
             None => (Instant::now(), Vec::new()),

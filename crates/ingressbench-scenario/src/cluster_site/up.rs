@@ -125,6 +125,7 @@ impl ClusterSite {
             before: Vec::new(),
             beat_at: Instant::now(),
             restart: placed.restart.as_ref().map(|r| r.checked()).transpose()?,
+            upgrade: placed.upgrade.as_ref().map(|u| u.checked()).transpose()?,
             counters,
             restarting: Vec::new(),
             restart_read_at: Instant::now(),

@@ -183,6 +183,11 @@ fn change_for(action: &Action, cell: &Cell) -> Change {
                 }
                 _ => std::collections::BTreeMap::new(),
             },
+            controller: match (&cell.target, to) {
+                (crate::model::Target::Proxy { .. }, _) => None,
+                (_, crate::model::UpgradeTo::Version(v)) => Some(v.clone()),
+                _ => None,
+            },
         },
         Action::RouteSteps { to, .. } => Change::GeneratedRoutes(to.first().copied().unwrap_or(0)),
     }

@@ -149,6 +149,18 @@ fn processes_with(needle: &str) -> Vec<u32> {
         .collect()
 }
 
+/// The processes of containers whose command line holds `needle`: not the `enter` each
+/// image's container runs under (its parent, outside its PID namespace).
+fn container_processes(needle: &str) -> Vec<u32> {
+    processes_with(needle)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| !String::from_utf8_lossy(&c).contains("\0local\0enter\0"))
+        })
+        .collect()
+}
+
 /// One local cluster for all the cluster tests (bringing one up is most of what each
 /// would cost): up in the background, checked, used by each part in turn, then down
 /// without a trace.
@@ -161,6 +173,10 @@ type Part = (&'static str, fn(&Path));
 #[test]
 fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
     let parts: &[Part] = &[
+        (
+            "envoy gateway",
+            crate::kubelet::envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates,
+        ),
         (
             "the node agent runs pods",
             the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletion,
@@ -213,10 +229,6 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
             "restarts",
             a_controller_restarts_by_its_process_or_by_a_rollout_under_load,
         ),
-        (
-            "envoy gateway",
-            crate::kubelet::envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates,
-        ),
     ];
     // The image a user would push, built from the binary under test.
     let layout = std::env::temp_dir().join(format!("ib-cluster-image-{}", std::process::id()));
@@ -255,8 +267,16 @@ fn a_cluster_runs(tag: &str, parts: &[Part], layout: &Path) {
         "apiVersion: v1\nkind: Config\nclusters:\n- name: prod\n  cluster: { server: https://prod.invalid }\nusers:\n- name: me\n  user: { token: x }\ncontexts:\n- name: prod\n  context: { cluster: prod, user: me }\ncurrent-context: prod\n",
     )
     .unwrap();
+    // Envoy Gateway's older release, which the part `envoy gateway` upgrades.
     let up = Command::new(BIN)
-        .args(["cluster", "local", "up", "--dir"])
+        .args([
+            "cluster",
+            "local",
+            "up",
+            "--envoy-gateway",
+            "1.9.0",
+            "--dir",
+        ])
         .arg(&dir)
         .arg("--image")
         .arg(layout)
@@ -276,6 +296,14 @@ fn a_cluster_runs(tag: &str, parts: &[Part], layout: &Path) {
     );
     assert!(
         text(&up).contains("added context ingressbench-local") && text(&up).contains("was prod"),
+        "{}",
+        tail(&up)
+    );
+    // Envoy Gateway, installed by its chart, serving its Gateway.
+    assert!(
+        text(&up).contains(
+            "Envoy Gateway v1.9.0: helm install of its chart, its Gateway answering at 127.1.0."
+        ),
         "{}",
         tail(&up)
     );
@@ -866,7 +894,7 @@ fn ready_pods(run: &ingressbench_cluster::deploy::RunNamespace, n: usize) -> Opt
 }
 
 /// Waits (at most 60 s) until `check` gives a value.
-fn wait_until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn wait_until<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         if let Some(v) = check() {
@@ -923,7 +951,7 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
     });
     // The pods' sysctls, in each pod's own network namespace; the machine keeps its own.
     for pod in &first {
-        let pid = processes_with(pod)[0];
+        let pid = container_processes(pod)[0];
         let inside = Command::new("nsenter")
             .arg(format!("--net=/proc/{pid}/ns/net"))
             .args(["cat", "/proc/sys/net/core/somaxconn"])
@@ -1081,7 +1109,12 @@ fn tools_namespaces(kubeconfig: &Path) -> Vec<String> {
 }
 
 /// `ingressbench run FILE --cluster CLUSTER --kubeconfig K --out OUT`, with `extra` args.
-fn run_in_cluster(scenario: &Path, cluster: &Path, kubeconfig: &Path, out: &Path) -> Command {
+pub(crate) fn run_in_cluster(
+    scenario: &Path,
+    cluster: &Path,
+    kubeconfig: &Path,
+    out: &Path,
+) -> Command {
     let mut command = Command::new(BIN);
     command
         .arg("run")
@@ -1310,7 +1343,7 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
         &["--control", "0.0.0.0:8081"],
     );
     let pid = wait_until("the stand-in's process", || {
-        processes_with("usage-stand-in").first().copied()
+        container_processes("usage-stand-in").first().copied()
     });
     let envoys = envoy_stand_in(&runtime, &kubeconfig, "counters-stand-in");
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
@@ -1453,7 +1486,7 @@ fn a_controller_in_pods_is_read_through_the_api_servers_pod_proxy(dir: &Path) {
 /// thread of their own, and the readings say why they have no counts. `written`: the
 /// cluster file `up` wrote, whose Traefik's `local_pids` ends at `end`.
 fn events_fire_on_time_while_a_reading_waits(dir: &Path, written: &str, end: usize) {
-    let envoy = processes_with("counters-stand-in");
+    let envoy = container_processes("counters-stand-in");
     assert!(!envoy.is_empty());
     let stopped = run_stopping(
         dir,
@@ -1498,7 +1531,7 @@ fn events_fire_on_time_while_another_events_call_waits(dir: &Path, written: &str
             hlog.contains("#outcomes").then_some(())
         },
         || {
-            let backends = processes_with("stuckapi-");
+            let backends = container_processes("stuckapi-");
             assert_eq!(backends.len(), 2, "{backends:?}");
             backends
         },
@@ -1593,18 +1626,18 @@ fn fired_on_time(events: &str) -> usize {
     fired.len()
 }
 
-fn json_of(cell: &Path, name: &str) -> serde_json::Value {
+pub(crate) fn json_of(cell: &Path, name: &str) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(cell.join(name)).unwrap()).unwrap()
 }
 
 /// `scenarios/churn.yaml`, `pod-kill.yaml` and `sequential-bursts.yaml` as shipped, in
 /// quick mode, against the local cluster file's targets (Traefik reached through its
-/// LoadBalancer Service's status). Churn over TLS through the four that can express its
+/// LoadBalancer Service's status). Churn over TLS through the five that can express its
 /// route changes (Contour's Gateway, which cannot take CORS, is left out saying so): its
 /// scale-ups, scale-downs and route changes each with its times, each controller its own
 /// way. Pod-kill's kills are real pod deletions the EndpointSlices show, each error
 /// attributed to an event. Sequential-bursts' two hosts each reach their own pool, over
-/// TLS, through all five.
+/// TLS, through all six.
 fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path) {
     let kubeconfig = dir.join("cluster/kubeconfig");
     let cluster = dir.join("cluster.yaml");
@@ -1656,9 +1689,10 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
         names,
         [
             "000-contour",
-            "001-haproxy-ingress",
-            "002-traefik",
-            "003-traefik-gateway"
+            "001-envoy-gateway",
+            "002-haproxy-ingress",
+            "003-traefik",
+            "004-traefik-gateway"
         ],
         "{}",
         tail(&churn)
@@ -1698,10 +1732,13 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
         let impact = json_of(cell, "impact.json").as_array().unwrap().clone();
         assert_eq!(impact.len(), 10, "{cell:?}: 6 scales and 4 route changes");
         // What Contour's Envoy and HAProxy Ingress's haproxy counted, read through their
-        // sockets in the cluster's directory once a second, per event beside the client's
-        // errors; Traefik's are not read.
+        // sockets in the cluster's directory once a second, and Envoy Gateway's Envoy
+        // through its pods' Prometheus endpoint, per event beside the client's errors;
+        // Traefik's are not read.
         let name = cell.file_name().unwrap().to_string_lossy().into_owned();
-        let read = name.ends_with("contour") || name.ends_with("haproxy-ingress");
+        let read = name.ends_with("contour")
+            || name.ends_with("haproxy-ingress")
+            || name.ends_with("envoy-gateway");
         assert_eq!(cell.join("proxy-metrics.jsonl").is_file(), read, "{cell:?}");
         if read {
             let target = name.split_once('-').unwrap().1;
@@ -1795,7 +1832,7 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
         .unwrap();
     assert!(run.status.success(), "{}", tail(&run));
     let cells = cells_of(&out);
-    assert_eq!(cells.len(), 5, "{cells:?}");
+    assert_eq!(cells.len(), 6, "{cells:?}");
     for cell in &cells {
         let impact = json_of(cell, "impact.json").as_array().unwrap().clone();
         let kills: Vec<&serde_json::Value> = impact
@@ -1851,7 +1888,7 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
         .unwrap();
     assert!(run.status.success(), "{}", tail(&run));
     let cells = cells_of(&out);
-    assert_eq!(cells.len(), 10, "two hosts through five: {cells:?}");
+    assert_eq!(cells.len(), 12, "two hosts through six: {cells:?}");
     let run_json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
     for record in run_json["cells"].as_array().unwrap() {
@@ -1952,7 +1989,14 @@ fn the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tl
     let sidecars: Vec<serde_json::Value> = ran
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .filter(|r| r["container"] == "envoy")
+        // Envoy Gateway's data plane runs an `envoy` container too.
+        .filter(|r| {
+            r["container"] == "envoy"
+                && !r["pod"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("envoy-gateway-system/")
+        })
         .collect();
     assert_eq!(sidecars.len(), 6, "{ran}");
     for r in &sidecars {
@@ -1985,8 +2029,8 @@ fn the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tl
 
 /// Route changes (header, rewrite, CORS, revert) on two hosts through every controller of
 /// the local cluster, the way each takes them: Traefik's Middlewares, Contour's
-/// HTTPProxies, and HTTPRoute filters on both Gateways (Traefik's CORS through a
-/// Middleware the route names). Each change's `took_effect_s` is measured, and the raw
+/// HTTPProxies, and HTTPRoute filters on the three Gateways (Traefik's CORS through a
+/// Middleware the route names, Envoy Gateway's through the API's filter). Each change's `took_effect_s` is measured, and the raw
 /// samples agree: every answer completed before the change was asked carries an older
 /// generation, every answer after its mixed window the new one. What a controller
 /// cannot express is refused before anything is made; a route its Gateway does not
@@ -2001,6 +2045,7 @@ fn each_controller_routes_and_takes_route_changes_the_way_its_api_does(dir: &Pat
         "contour",
         "contour-gateway",
         "haproxy-ingress",
+        "envoy-gateway",
     ];
     for name in all {
         assert!(file.contains(&format!("  {name}: ")), "{file}");
@@ -2065,7 +2110,7 @@ fn each_controller_routes_and_takes_route_changes_the_way_its_api_does(dir: &Pat
         .map(|e| e.path())
         .collect();
     cells.sort();
-    assert_eq!(cells.len(), 10, "{cells:?}");
+    assert_eq!(cells.len(), 12, "{cells:?}");
     let run_json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
     for cell in run_json["cells"].as_array().unwrap() {
@@ -2604,7 +2649,8 @@ fn generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell(dir: &Pa
 /// cluster file, and what the streams saw (measured: printed; a controller that is its
 /// own proxy cuts every stream). On a real cluster's terms: a rollout restart of a
 /// Deployment (a stand-in of the backend's, two replicas), followed to its first new pod
-/// ready and to every pod replaced. A target whose file says not how, and an upgrade, are
+/// ready and to every pod replaced. A target whose file says not how to restart or upgrade
+/// it, an upgrade to no one version, and one to a version whose chart is not there, are
 /// refused before anything is made.
 fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
     use kube::api::DeleteParams;
@@ -2795,7 +2841,38 @@ fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
         &rolled,
         &kubeconfig,
         &dir.join("r8"),
-        "an upgrade of a controller in cluster mode",
+        "an upgrade of target `traefik`'s controller: the cluster file does not say how; add `upgrade:",
+    );
+    // Said how, an upgrade goes to one version, whose chart must be there.
+    let upgradable = dir.join("cluster-upgrade.yaml");
+    std::fs::write(
+        &upgradable,
+        std::fs::read_to_string(&rolled).unwrap().replace(
+            "restart: { deployment: restart-stand-in, namespace: default }",
+            "restart: { deployment: restart-stand-in, namespace: default }, upgrade: { helm: { release: r, namespace: default, chart: \"/nonexistent/v{version}/chart\" }, follow: [{ deployment: restart-stand-in, namespace: default }] }",
+        ),
+    )
+    .unwrap();
+    refused(
+        &upgrade,
+        &upgradable,
+        &kubeconfig,
+        &dir.join("r9"),
+        "an upgrade of a controller goes to a version of it: `upgrade: 1.9.1`",
+    );
+    std::fs::write(
+        &upgrade,
+        std::fs::read_to_string(&scenario)
+            .unwrap()
+            .replace("restart: true", "upgrade: 9.9.9"),
+    )
+    .unwrap();
+    refused(
+        &upgrade,
+        &upgradable,
+        &kubeconfig,
+        &dir.join("r10"),
+        "no chart of version 9.9.9 for target `traefik` at /nonexistent/v9.9.9/chart",
     );
     runtime
         .block_on(deployments.delete("restart-stand-in", &DeleteParams::default()))

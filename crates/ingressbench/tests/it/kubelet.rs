@@ -4,12 +4,14 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::cluster::{backend_via, tail, wait_for, waiting_because};
+use crate::cluster::{backend_via, tail, wait_for, wait_until, waiting_because};
 use crate::common::{scratch, BIN};
 
 /// `cluster local enter` mounts each `--bind` at its path inside the root, the
-/// `--bind-ro` ones read-only, and a container's `/dev`, for the command it runs (as the
-/// unprivileged user), in a mount namespace of its own: the host sees none of them.
+/// `--bind-ro` ones read-only, a container's `/dev` and a `/tmp` of its own, for the
+/// command it runs (as the unprivileged user), in a mount namespace of its own (the host
+/// sees none of them) and a PID namespace where the command is process 1; a SIGTERM to
+/// `enter` reaches the command, and `enter` ends as it did.
 #[test]
 fn enter_mounts_volumes_inside_the_root_read_only_where_asked() {
     let dir = scratch("enter-mounts");
@@ -25,6 +27,7 @@ fn enter_mounts_volumes_inside_the_root_read_only_where_asked() {
         std::fs::copy(std::fs::canonicalize(file).unwrap(), &to).unwrap();
     }
     std::fs::create_dir(root.join("proc")).unwrap();
+    std::fs::create_dir(root.join("tmp")).unwrap();
     let (rw, ro) = (dir.join("rw"), dir.join("ro"));
     for d in [&rw, &ro] {
         std::fs::create_dir(d).unwrap();
@@ -38,15 +41,15 @@ fn enter_mounts_volumes_inside_the_root_read_only_where_asked() {
         .unwrap();
     // A runtime's /dev too: the usual nodes, shared memory, and the output the user may
     // open again (Envoy's access log opens /dev/stdout). Shell builtins only.
-    let script = "echo dropped > /dev/null && test -c /dev/urandom && echo shm > /dev/shm/t \
+    let script = "test $$ = 1 && test -d /proc/1/fd && echo mine > /tmp/t \
+        && echo dropped > /dev/null && test -c /dev/urandom && echo shm > /dev/shm/t \
         && read shm < /dev/shm/t && test \"$shm\" = shm && printf '' > /dev/stdout \
         && read a < /data/rw/said && echo \"$a\" && : > /data/rw/written \
         && read b < /data/ro/said && echo \"$b\" && : > /data/ro/refused";
     let enter = |root: &Path, binds: &[(&str, &Path, &str)], argv: &[&str]| {
-        // As the node agent starts it: a mount namespace of its own, with a /proc.
+        // As the node agent starts it.
         let mut c = Command::new("unshare");
         c.args(["--mount", "--propagation", "private"])
-            .arg(format!("--mount-proc={}", root.join("proc").display()))
             .arg("--")
             .arg(BIN)
             .args(["cluster", "local", "enter", "--root"])
@@ -72,6 +75,38 @@ fn enter_mounts_volumes_inside_the_root_read_only_where_asked() {
     assert!(!ro.join("refused").exists());
     assert_eq!(std::fs::read_dir(root.join("data/ro")).unwrap().count(), 0);
     assert_eq!(std::fs::read_dir(root.join("dev")).unwrap().count(), 0);
+    assert_eq!(std::fs::read_dir(root.join("tmp")).unwrap().count(), 0);
+    // SIGTERM to `enter` reaches the command, process 1 of its namespace, which has a
+    // handler for it (as a container's must: process 1 ignores what it does not handle).
+    let running = Command::new(BIN)
+        .args(["cluster", "local", "enter", "--root"])
+        .arg(&root)
+        .args(["--user", "65532:65532", "--"])
+        .args([
+            "/bin/dash",
+            "-c",
+            "trap 'echo terminated; exit 7' TERM; echo > /tmp/started; while :; do :; done",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Started once its /tmp has the file: seen through /proc, from its children.
+    let pid = running.id();
+    wait_until("the command running", || {
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).ok()?;
+        let child = children.split_whitespace().next()?.to_owned();
+        std::path::Path::new(&format!("/proc/{child}/root/tmp/started"))
+            .exists()
+            .then_some(())
+    });
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success());
+    let out = running.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "terminated\n");
     // A target that climbs out of the root is refused before anything runs, and so is
     // the node's own root.
     let out = enter(
@@ -469,47 +504,42 @@ fn namespace_with(ip: &str) -> String {
         .to_owned()
 }
 
-/// Envoy Gateway, installed the way its users install it (`helm install` of its own
-/// chart), runs on the node agent: the chart's certgen Job writes the Secrets the
-/// controller's pod waits for, the controller reaches the API server through the
-/// `kubernetes` Service, and the data plane it creates for a Gateway (Envoy and its
-/// shutdown manager, from the staged images, with their Secret and ConfigMap volumes) takes its configuration over xDS from the controller's Service and serves
-/// the route at the address its LoadBalancer Service is given.
+/// Envoy Gateway, which `cluster local up` installed the way its users install it
+/// (`helm install` of its own chart, release 1.9.0 here), runs on the node agent: the
+/// chart's certgen Job wrote the Secrets the controller's pod waited for, the controller
+/// reaches the API server through the `kubernetes` Service, and the data plane it made
+/// for the Gateway (Envoy and its shutdown manager, from the staged images, with their
+/// Secret and ConfigMap volumes) takes its configuration over xDS from the controller's
+/// Service and serves a route at the address its LoadBalancer Service was given, which
+/// the cluster file's `envoy-gateway` target names. Then a scenario's `upgrade: 1.9.1`
+/// event under open-loop load is a `helm upgrade` to 1.9.1's chart: the controller rolls,
+/// the new controller rolls its data plane (whose old Envoy drains through its preStop
+/// hooks), and the event has its three times.
 pub(crate) fn envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates(dir: &Path) {
-    use ingressbench_cluster::local::{envoy_gateway_chart, helm, ENVOY_GATEWAY_VERSIONS};
+    use ingressbench_cluster::local::ENVOY_GATEWAY_NAMESPACE;
     let config = dir.join("cluster/kubeconfig");
-    let version = ENVOY_GATEWAY_VERSIONS[ENVOY_GATEWAY_VERSIONS.len() - 1];
-    let helm_run = |args: &[&str]| {
-        let out = Command::new(helm())
-            .args(args)
-            .arg("--kubeconfig")
-            .arg(&config)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "helm {args:?}: {}", tail(&out));
-    };
-    let chart = envoy_gateway_chart(version);
-    helm_run(&[
-        "install",
-        "eg",
-        chart.to_str().unwrap(),
-        "-n",
-        "envoy-gateway-system",
-        "--create-namespace",
-        "--set",
-        "topologyInjector.enabled=false",
-        "--wait",
-        "--timeout",
-        "2m",
-    ]);
+    let file = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
+    let target = file
+        .lines()
+        .find(|l| l.starts_with("  envoy-gateway: "))
+        .unwrap_or_else(|| panic!("no envoy-gateway target: {file}"));
+    let address = target
+        .split("address: \"http://")
+        .nth(1)
+        .and_then(|a| a.split('"').next())
+        .unwrap_or_else(|| panic!("{target}"))
+        .to_owned();
+    assert!(address.starts_with("127.1.0."), "{target}");
+    for says in [
+        "gateway: { name: eg, namespace: envoy-gateway-system, listener: http, tls_listener: https }",
+        "restart: { deployment: envoy-gateway, namespace: envoy-gateway-system }",
+        "counters: { pods: { namespace: envoy-gateway-system",
+        "upgrade: { helm: { release: eg, namespace: envoy-gateway-system, chart: ",
+    ] {
+        assert!(target.contains(says), "{says}: {target}");
+    }
     let objects = [
-        serde_json::json!({ "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-            "metadata": { "name": "envoy-gateway" },
-            "spec": { "controllerName": "gateway.envoyproxy.io/gatewayclass-controller" } }),
         serde_json::json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "eg-test" } }),
-        serde_json::json!({ "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-            "metadata": { "name": "eg", "namespace": "eg-test" },
-            "spec": { "gatewayClassName": "envoy-gateway", "listeners": [{ "name": "http", "protocol": "HTTP", "port": 80 }] } }),
         serde_json::json!({ "apiVersion": "apps/v1", "kind": "Deployment", "metadata": { "name": "echo", "namespace": "eg-test" },
             "spec": { "replicas": 2, "selector": { "matchLabels": { "app": "echo" } },
               "template": { "metadata": { "labels": { "app": "echo" } }, "spec": { "containers": [{
@@ -521,7 +551,7 @@ pub(crate) fn envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates(d
             "spec": { "selector": { "app": "echo" }, "ports": [{ "port": 80, "targetPort": 8080 }] } }),
         serde_json::json!({ "apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
             "metadata": { "name": "echo", "namespace": "eg-test" },
-            "spec": { "parentRefs": [{ "name": "eg" }], "hostnames": ["app.test"],
+            "spec": { "parentRefs": [{ "name": "eg", "namespace": ENVOY_GATEWAY_NAMESPACE }], "hostnames": ["eg-test.app.test"],
               "rules": [{ "backendRefs": [{ "name": "echo", "port": 80 }] }] } }),
     ];
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -529,37 +559,11 @@ pub(crate) fn envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates(d
         ingressbench_cluster::api::apply_all(&config, &objects)
             .await
             .unwrap();
-        let client = ingressbench_cluster::api::client(&config, None)
-            .await
-            .unwrap();
-        // The Gateway programmed, at the address its data plane's Service was given.
-        let gateways: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
-            client.clone(),
-            "eg-test",
-            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-                "gateway.networking.k8s.io",
-                "v1",
-                "Gateway",
-            )),
-        );
-        let address = wait_for("the Gateway programmed with an address", async || {
-            let g = gateways.get("eg").await.unwrap();
-            let status = g.data.get("status")?;
-            let programmed = status["conditions"]
-                .as_array()?
-                .iter()
-                .any(|c| c["type"] == "Programmed" && c["status"] == "True");
-            programmed
-                .then(|| status["addresses"][0]["value"].as_str().map(str::to_owned))
-                .flatten()
-        })
-        .await;
-        assert!(address.starts_with("127.1."), "{address}");
-        // Both pods answer through it.
+        // Both pods answer through the Gateway's address.
         let mut seen = std::collections::BTreeSet::new();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while seen.len() < 2 && std::time::Instant::now() < deadline {
-            if let Some(b) = backend_via(&format!("{address}:80"), "app.test") {
+            if let Some(b) = backend_via(&address, "eg-test.app.test") {
                 seen.insert(b);
             } else {
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -567,7 +571,46 @@ pub(crate) fn envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates(d
         }
         assert_eq!(seen.len(), 2, "{seen:?}");
     });
-    // What ran: the controller and the certgen Job from the gateway image of this version;
+    // The upgrade to 1.9.1 under load.
+    let scenario = dir.join("eg-upgrade.yaml");
+    std::fs::write(
+        &scenario,
+        "name: eg-upgrade\ntargets: [{ cluster: envoy-gateway }]\nbackends: [{ name: echo, replicas: 2 }]\ntls: false\nload: { mode: open, rate: 200, connections: 4, duration: 32s }\nevents:\n  - { at: 3s, upgrade: 1.9.1 }\n",
+    )
+    .unwrap();
+    let out = dir.join("eg-upgrade");
+    let run = crate::cluster::run_in_cluster(&scenario, &dir.join("cluster.yaml"), &config, &out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", tail(&run));
+    let cell = std::fs::read_dir(out.join("cells"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let impact = crate::cluster::json_of(&cell, "impact.json");
+    let upgrade = &impact[0];
+    assert!(
+        upgrade["what"].as_str().unwrap().starts_with(
+            "upgrade to 1.9.1: helm upgrade envoy-gateway-system/eg (Deployment envoy-gateway: 1 pods, Deployment envoy-envoy-gateway-system-eg-"
+        ),
+        "{upgrade}"
+    );
+    let time = |key: &str| upgrade[key].as_f64().unwrap_or(-1.0);
+    // Applied once the new controller was ready; complete once the data plane it rolled
+    // was, its old Envoy drained (at least the shutdown manager's 10 s minimum).
+    assert!(time("applied_s") > time("requested_s"), "{upgrade}");
+    assert!(time("completed_s") >= time("applied_s") + 10.0, "{upgrade}");
+    let summary = crate::cluster::json_of(&cell, "summary.json");
+    eprintln!(
+        "envoy gateway upgrade 1.9.0 -> 1.9.1: applied {:.2} s, complete {:.2} s after asked; {} of {} requests failed",
+        time("applied_s") - time("requested_s"),
+        time("completed_s") - time("requested_s"),
+        summary["requests"]["errors"],
+        summary["requests"]["total"]
+    );
+    // What ran: the controller and the certgen Job from the gateway image of each version;
     // the data plane's Envoy from the Envoy image with its volumes, beside its shutdown
     // manager.
     let ran = std::fs::read_to_string(dir.join("cluster/pods/ran.jsonl")).unwrap();
@@ -581,24 +624,25 @@ pub(crate) fn envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates(d
                 .starts_with("envoy-gateway-system/")
         })
         .collect();
-    let by = |container: &str| {
-        records
-            .iter()
-            .find(|r| r["container"] == container)
-            .unwrap_or_else(|| panic!("no {container} in {ran}"))
-    };
-    for container in ["envoy-gateway", "envoy-gateway-certgen", "shutdown-manager"] {
-        let r = by(container);
-        assert_eq!(r["ran"], "image", "{r}");
-        assert!(
-            r["image"]
-                .as_str()
-                .unwrap()
-                .starts_with(&format!("gateway:v{version} (staged")),
-            "{r}"
-        );
+    for version in ["1.9.0", "1.9.1"] {
+        for container in ["envoy-gateway", "envoy-gateway-certgen", "shutdown-manager"] {
+            let r = records
+                .iter()
+                .find(|r| {
+                    r["container"] == container
+                        && r["image"]
+                            .as_str()
+                            .unwrap()
+                            .starts_with(&format!("gateway:v{version} (staged"))
+                })
+                .unwrap_or_else(|| panic!("no {container} of {version} in {ran}"));
+            assert_eq!(r["ran"], "image", "{r}");
+        }
     }
-    let envoy = by("envoy");
+    let envoy = records
+        .iter()
+        .find(|r| r["container"] == "envoy")
+        .unwrap_or_else(|| panic!("no envoy in {ran}"));
     assert!(
         envoy["image"]
             .as_str()
@@ -609,36 +653,14 @@ pub(crate) fn envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates(d
     for at in ["\"/certs\"", "\"/sds\""] {
         assert!(envoy["mounts"].to_string().contains(at), "{at}: {envoy}");
     }
-    // Gone again, the chart's objects and ours, so that the parts after see none of them.
-    helm_run(&[
-        "uninstall",
-        "eg",
-        "-n",
-        "envoy-gateway-system",
-        "--wait",
-        "--timeout",
-        "1m",
-    ]);
-    let runtime = tokio::runtime::Runtime::new().unwrap();
+    // Gone again, so that the parts after see none of it; Envoy Gateway stays.
     runtime.block_on(async {
         let client = ingressbench_cluster::api::client(&config, None)
             .await
             .unwrap();
-        let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
-            kube::Api::all(client.clone());
-        for ns in ["eg-test", "envoy-gateway-system"] {
-            let _ = namespaces.delete(ns, &Default::default()).await;
-        }
-        let classes: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
-            client,
-            &kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
-                "gateway.networking.k8s.io",
-                "v1",
-                "GatewayClass",
-            )),
-        );
-        classes
-            .delete("envoy-gateway", &Default::default())
+        let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+        namespaces
+            .delete("eg-test", &Default::default())
             .await
             .unwrap();
     });
