@@ -250,11 +250,22 @@ impl RunNamespace {
 
     fn pods_matching(&self, selector: &str) -> Result<Vec<PodState>, ClusterError> {
         let api: Api<Pod> = Api::namespaced(self.api.client.clone(), self.name());
-        let list = self
-            .api
-            .runtime
-            .block_on(api.list(&ListParams::default().labels(selector)))
-            .map_err(|e| api_error("listing pods", e))?;
+        // A read, asked again when the connection failed (twice, 250 ms apart): the
+        // cluster test's capacity search lost a cell to one `client error (Connect)` on
+        // a machine busy with the tests beside it.
+        let mut tries = 0;
+        let list = loop {
+            tries += 1;
+            match (self.api.runtime).block_on(api.list(&ListParams::default().labels(selector))) {
+                Err(e)
+                    if tries < 3
+                        && matches!(e, kube::Error::Service(_) | kube::Error::HyperError(_)) =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(250));
+                }
+                other => break other.map_err(|e| api_error("listing pods", e))?,
+            }
+        };
         let mut pods: Vec<PodState> = list
             .items
             .into_iter()
@@ -703,5 +714,34 @@ fn api_error(action: &str, e: kube::Error) -> ClusterError {
         kube::Error::Api(s) if s.code == 409 => " (it exists already: a run id was reused)",
         _ => "",
     };
-    ClusterError::Api(format!("{action}: {e}{fix}"))
+    // What lies under it: `client error (Connect)` alone does not say what failed.
+    let mut said = format!("{action}: {e}");
+    let mut cause = std::error::Error::source(&e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !said.contains(&text) {
+            said.push_str(&format!(": {text}"));
+        }
+        cause = c.source();
+    }
+    ClusterError::Api(format!("{said}{fix}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_api_error_says_what_lies_under_a_failed_connection() {
+        let under =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+        let e = kube::Error::Service(Box::new(under));
+        let said = api_error("listing pods", e).to_string();
+        assert!(
+            said.contains("listing pods: ServiceError: connection refused"),
+            "{said}"
+        );
+        // Said once, not again for each level that repeats it.
+        assert_eq!(said.matches("connection refused").count(), 1, "{said}");
+    }
 }
