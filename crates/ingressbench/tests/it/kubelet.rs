@@ -87,7 +87,10 @@ fn enter_mounts_volumes_inside_the_root_read_only_where_asked() {
             "-c",
             "trap 'echo terminated; exit 7' TERM; echo > /tmp/started; while :; do :; done",
         ])
+        // Both piped: `enter` hands its output to the container's user, which must not
+        // be this test's own (it was: the CI log changed hands).
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     // Started once its /tmp has the file: seen through /proc, from its children.
