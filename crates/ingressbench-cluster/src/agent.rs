@@ -48,6 +48,9 @@ pub use services::REFRESH as SERVICES_REFRESH;
 pub const POLL: Duration = Duration::from_millis(100);
 /// How often a node's lease is renewed (the kubelet's default).
 const LEASE_RENEW: Duration = Duration::from_secs(10);
+/// How long the agent goes on trying when none of its steps goes through (the API server
+/// gone): then it stops, and the local cluster with it.
+const GIVE_UP_AFTER: Duration = Duration::from_secs(60);
 /// The prefix of the nodes' names.
 pub const NODE_PREFIX: &str = "ib-node-";
 pub use crate::file::IMAGE;
@@ -390,18 +393,52 @@ impl State {
         Ok(())
     }
 
+    /// Steps until stopped. A step that fails (an API call refused, cut or timed out on a
+    /// busy control plane) is said in the serving process's log and the next step takes
+    /// it up again, as a kubelet's sync loop does; only when none has gone through for
+    /// [`GIVE_UP_AFTER`] does the agent stop, with the last error.
     async fn serve(&mut self, stop: &AtomicBool) -> Result<(), ClusterError> {
+        let mut failing: Option<(Instant, String)> = None;
         while !stop.load(Ordering::Relaxed) {
-            if self.renewed.elapsed() >= LEASE_RENEW {
-                self.renew_leases().await?;
-                for name in self.node_names() {
-                    self.report_node(&name).await?;
+            match self.sync().await {
+                Ok(()) => {
+                    if let Some((since, _)) = failing.take() {
+                        eprintln!(
+                            "node agent: its API calls go through again after {:.1} s",
+                            since.elapsed().as_secs_f64()
+                        );
+                    }
+                }
+                Err(e) => {
+                    let said = e.to_string();
+                    match &mut failing {
+                        Some((since, _)) if since.elapsed() >= GIVE_UP_AFTER => return Err(e),
+                        Some((_, last)) if *last == said => {}
+                        Some((_, last)) => {
+                            eprintln!("node agent: {said}; trying again");
+                            *last = said;
+                        }
+                        None => {
+                            eprintln!("node agent: {said}; trying again");
+                            failing = Some((Instant::now(), said));
+                        }
+                    }
                 }
             }
-            self.step().await?;
             tokio::time::sleep(POLL).await;
         }
         Ok(())
+    }
+
+    /// The leases when due, then one step.
+    async fn sync(&mut self) -> Result<(), ClusterError> {
+        if self.renewed.elapsed() >= LEASE_RENEW {
+            self.renew_leases().await?;
+            for name in self.node_names() {
+                self.report_node(&name).await?;
+            }
+        }
+        self.step().await
     }
 
     /// One look at the pods: start the new ones bound here, report the ready ones, stop
@@ -481,12 +518,13 @@ impl State {
             if r.ended || r.containers.is_empty() || !r.all_exited() {
                 continue;
             }
-            r.ended = true;
             let (namespace, name) = (r.namespace.clone(), r.name.clone());
             self.log_complete(&namespace, &name);
             if self.pods[i].runs_to_completion && self.pods[i].deadline.is_none() {
                 self.report_end(i).await?;
             }
+            // Once reported: a report that failed is made again at the next step.
+            self.pods[i].ended = true;
         }
         // A container of a pod that should keep running has exited: the kubelet would
         // restart it and report `CrashLoopBackOff`; the agent restarts nothing, and says so
@@ -498,9 +536,10 @@ impl State {
             }
             r.all_exited();
             if r.containers.iter().any(|c| c.exit.is_some()) {
+                self.report_crash(i).await?;
+                let r = &mut self.pods[i];
                 r.crashed = true;
                 r.ready = false;
-                self.report_crash(i).await?;
             }
         }
         // Tokens near the end of their life are renewed, as the kubelet renews them.
@@ -518,8 +557,8 @@ impl State {
                 Some(addr) => http_ok(addr, &c.probe_path),
             });
             if passes {
-                self.pods[i].ready = true;
                 self.report_pod(i, true).await?;
+                self.pods[i].ready = true;
             }
         }
         Ok(())
@@ -575,18 +614,9 @@ impl State {
             match refusal {
                 Ok(runs) => plans.push((container, image, runs)),
                 Err((reason, message)) => {
-                    self.report_waiting(
-                        &namespace,
-                        &name,
-                        &container.name,
-                        &image,
-                        reason,
-                        &message,
-                    )
-                    .await?;
-                    // Known, so that it is not tried again every poll.
-                    self.pods.push(running);
-                    return Ok(());
+                    return self
+                        .wait_for_good(running, container, reason, &message)
+                        .await;
                 }
             }
         }
@@ -617,11 +647,7 @@ impl State {
         let secrets = match ready {
             Ok(s) => s,
             Err((reason, message)) => {
-                let image = first.image.clone().unwrap_or_default();
-                self.report_waiting(&namespace, &name, &first.name, &image, reason, &message)
-                    .await?;
-                self.pods.push(running);
-                return Ok(());
+                return self.wait_for_good(running, first, reason, &message).await;
             }
         };
         running.ip = place.ip;
@@ -637,32 +663,15 @@ impl State {
                 let again = Instant::now() + Duration::from_secs(1);
                 let told = self.waiting.insert(uid, (again, message.clone()));
                 if told.is_none_or(|(_, before)| before != message) {
-                    let image = first.image.clone().unwrap_or_default();
-                    self.report_waiting(
-                        &namespace,
-                        &name,
-                        &first.name,
-                        &image,
-                        "ContainerCreating",
-                        &message,
-                    )
-                    .await?;
+                    self.report_waiting(&running, first, "ContainerCreating", &message)
+                        .await?;
                 }
                 return Ok(());
             }
             Err(volumes::NotMade::Refused(message)) => {
-                let image = first.image.clone().unwrap_or_default();
-                self.report_waiting(
-                    &namespace,
-                    &name,
-                    &first.name,
-                    &image,
-                    "CreateContainerConfigError",
-                    &message,
-                )
-                .await?;
-                self.pods.push(running);
-                return Ok(());
+                return self
+                    .wait_for_good(running, first, "CreateContainerConfigError", &message)
+                    .await;
             }
         }
         // The kubelet's files: where names are looked up (the cluster's DNS, unless the
@@ -690,7 +699,7 @@ impl State {
             false => Vec::new(),
         };
         let mut mounts = Vec::new();
-        for (container, image, _) in &plans {
+        for (container, _, _) in &plans {
             match running.volumes.mounts(container) {
                 Ok(mut m) => {
                     m.extend(etc.iter().cloned());
@@ -698,17 +707,9 @@ impl State {
                 }
                 Err(message) => {
                     running.volumes.remove();
-                    self.report_waiting(
-                        &namespace,
-                        &name,
-                        &container.name,
-                        image,
-                        "CreateContainerConfigError",
-                        &message,
-                    )
-                    .await?;
-                    self.pods.push(running);
-                    return Ok(());
+                    return self
+                        .wait_for_good(running, container, "CreateContainerConfigError", &message)
+                        .await;
                 }
             }
         }
@@ -1010,24 +1011,39 @@ impl State {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Says in the pod's status that `container` waits, and why (`reason` as the
+    /// kubelet's: `ContainerCreating`, `CreateContainerConfigError`).
     async fn report_waiting(
         &self,
-        namespace: &str,
-        name: &str,
-        container: &str,
-        image: &str,
+        pod: &Running,
+        container: &Container,
         reason: &str,
         message: &str,
     ) -> Result<(), ClusterError> {
+        let image = container.image.as_deref().unwrap_or_default();
         let status = json!({ "status": { "phase": "Pending", "containerStatuses": [{
-            "name": container, "ready": false, "restartCount": 0, "image": image, "imageID": "",
+            "name": container.name, "ready": false, "restartCount": 0, "image": image, "imageID": "",
             "state": { "waiting": { "reason": reason, "message": message } } }] } });
-        let pods: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
+        pods.patch_status(&pod.name, &PatchParams::default(), &Patch::Merge(&status))
             .await
             .map(|_| ())
             .map_err(api)
+    }
+
+    /// A pod that cannot start until it is changed: its status says why, and it is kept
+    /// as known, so that it is not tried again every poll.
+    async fn wait_for_good(
+        &mut self,
+        pod: Running,
+        container: &Container,
+        reason: &str,
+        message: &str,
+    ) -> Result<(), ClusterError> {
+        self.report_waiting(&pod, container, reason, message)
+            .await?;
+        self.pods.push(pod);
+        Ok(())
     }
 
     /// Removes the pod object (the last step of a deletion, as the kubelet's).
