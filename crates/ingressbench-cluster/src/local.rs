@@ -14,16 +14,18 @@ use std::time::{Duration, Instant};
 use std::collections::BTreeMap;
 
 use ingressbench_lab::process::OwnedChild;
-use rcgen::KeyPair;
 
 use crate::agent::{Agent, AgentOptions};
 use crate::api::runtime;
 use crate::ClusterError;
 
+mod cluster_file;
 mod contour;
 mod crds;
 use crds::{condition_true, crd_names, read_yaml, traefik_objects, GATEWAY_KINDS};
 mod envoy_gateway;
+mod files;
+use files::Files;
 mod haproxy_ingress;
 mod restart;
 pub use contour::{
@@ -263,6 +265,9 @@ pub struct LocalCluster {
     load_balancers: Vec<(String, String, ingressbench_lab::front::Front)>,
     /// How each part was started, to start a controller again on request.
     again: Vec<restart::Again>,
+    /// Per controller that exited by itself: how many times, and when it may be started
+    /// again (the back-off).
+    crashes: BTreeMap<String, (u32, Instant)>,
 }
 
 impl std::fmt::Debug for LocalCluster {
@@ -314,6 +319,7 @@ impl LocalCluster {
             envoy_gateway: None,
             load_balancers: Vec::new(),
             again: Vec::new(),
+            crashes: BTreeMap::new(),
         };
         cluster.open_restarts()?;
         let files = Files::write(dir)?;
@@ -653,129 +659,6 @@ impl LocalCluster {
         runtime.block_on(self.wait_established(&crd_names(&crds)))
     }
 
-    /// The cluster file for this cluster: the controllers it runs, each where it takes
-    /// traffic (none: it runs none). Traefik and Contour are each named twice: through
-    /// their IngressClass and through their Gateway (whose HTTPS listeners present a
-    /// certificate from the CA the file gives as `ca:`).
-    pub fn cluster_file(&self) -> Option<String> {
-        // The context `cluster local up` adds to the user's kubeconfig (and its own
-        // kubeconfig's): a run goes to this cluster whichever context is current.
-        let mut text = String::from("context: ingressbench-local\ntargets:\n");
-        // Each controller's processes, read from /proc by a run on this machine.
-        let pid = |name: &str| {
-            self.parts
-                .iter()
-                .find(|p| p.name() == name)
-                .map(|p| p.pid())
-        };
-        // And how a `restart` event restarts its controller: this cluster's serving
-        // process starts the process again.
-        let restart = |controller: &str| {
-            format!(
-                ", restart: {{ local: \"{}\", process: {controller} }}",
-                self.dir.display()
-            )
-        };
-        let pids = |controller: &str, proxy: Option<&str>| {
-            let pids = match (pid(controller), proxy.and_then(pid)) {
-                (Some(c), Some(p)) => format!(", local_pids: {{ controller: {c}, proxy: {p} }}"),
-                (Some(c), None) => format!(", local_pids: {{ controller: {c} }}"),
-                _ => String::new(),
-            };
-            pids + &restart(controller)
-        };
-        let mut target = |name: &str, how: String, http: SocketAddr, https: SocketAddr| {
-            text.push_str(&format!(
-                "  {name}: {{ {how}, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"
-            ));
-        };
-        let gateway = |(name, namespace, listener): (&str, &str, &str), tls_listener: &str| {
-            let ca = self
-                .gateway_ca
-                .as_deref()
-                .unwrap_or(Path::new(""))
-                .display();
-            format!("gateway: {{ name: {name}, namespace: {namespace}, listener: {listener}, tls_listener: {tls_listener} }}, ca: \"{ca}\"")
-        };
-        if let Some((http, https)) = self.ingress {
-            let own = pids("traefik", None);
-            target(
-                "traefik",
-                format!("ingress_class: traefik{own}"),
-                http,
-                https,
-            );
-            if self.gateway {
-                target(
-                    "traefik-gateway",
-                    format!("{}{own}", gateway(GATEWAY, GATEWAY_TLS_LISTENER)),
-                    http,
-                    https,
-                );
-            }
-        }
-        if let Some([http, https]) = self.contour {
-            let (secret, namespace) = contour::MESH_CLIENT_SECRET;
-            // What its Envoy counted, read through Envoy's admin socket here.
-            let counters = format!(
-                ", counters: {{ envoy_admin: \"{}\" }}",
-                self.dir.join("envoy-admin.sock").display()
-            );
-            let own = pids("contour", Some("contour-envoy")) + &counters;
-            let how = format!(
-                "ingress_class: contour, mesh_client: {{ name: {secret}, namespace: {namespace} }}{own}"
-            );
-            target("contour", how, http, https);
-            let how = format!(
-                "{}{own}",
-                gateway(CONTOUR_GATEWAY, CONTOUR_GATEWAY_TLS_LISTENER)
-            );
-            target("contour-gateway", how, http, https);
-        }
-        if let Some((http, https)) = self.haproxy_ingress {
-            let class = format!(
-                "ingress_class: {}{}",
-                haproxy_ingress::CLASS,
-                pids("haproxy-ingress", None)
-                    + &format!(
-                        ", counters: {{ haproxy_stat: \"{}\" }}",
-                        haproxy_ingress::admin_socket(&self.dir).display()
-                    )
-            );
-            target("haproxy-ingress", class, http, https);
-        }
-        if let Some(eg) = &self.envoy_gateway {
-            let [http, https] = eg.at;
-            let (gateway_name, namespace, _) = ENVOY_GATEWAY;
-            // Its pods are the controller's: a restart rolls its Deployment, its Envoy's
-            // counts and its controller's process figures are read through the API
-            // server's pod proxy.
-            let how = format!(
-                "{}, restart: {{ deployment: envoy-gateway, namespace: {namespace} }}, {}, \
-                 counters: {{ pods: {{ namespace: {namespace}, selector: \"{OWNING_GATEWAY_LABEL}={gateway_name}\", port: {ENVOY_GATEWAY_METRICS_PORT}, exposition: envoy }} }}, \
-                 usage: {{ controller: {{ namespace: {namespace}, selector: control-plane=envoy-gateway, metrics: {{ port: {ENVOY_GATEWAY_METRICS_PORT}, path: /metrics }} }} }}",
-                gateway(ENVOY_GATEWAY, ENVOY_GATEWAY_TLS_LISTENER),
-                eg.upgrade_via()
-            );
-            target("envoy-gateway", how, http, https);
-        }
-        // Each controller is also reached through its LoadBalancer Service, whose address
-        // is an L4 front (a cloud load balancer's stand-in): a target with `service:`.
-        for (name, namespace, _, _) in self.load_balancers() {
-            text.push_str(&format!(
-                "# through a load balancer: service: {{ name: {name}, namespace: {namespace} }}\n"
-            ));
-        }
-        // The controllers listen on the host's loopback: load pods reach them from the
-        // nodes' network.
-        text.push_str("workers: { host_network: true }\n");
-        (self.ingress.is_some()
-            || self.contour.is_some()
-            || self.haproxy_ingress.is_some()
-            || self.envoy_gateway.is_some())
-        .then_some(text)
-    }
-
     /// A Service of type LoadBalancer for a controller, and the stand-in of the cloud's
     /// network load balancer before it: an L4 front (HAProxy in TCP mode, the lab's front)
     /// on an address of its own (127.0.1.`n`) passing connections to the controller's
@@ -908,14 +791,25 @@ impl LocalCluster {
 
     /// An error naming the first part that exited, with how and its log's end.
     pub fn check_alive(&mut self) -> Result<(), ClusterError> {
+        self.check_agent_and_fronts()?;
+        for part in &mut self.parts {
+            if let Some(status) = part.try_wait() {
+                return Err(part.not_ready(format!("exited with {status}")).into());
+            }
+        }
+        Ok(())
+    }
+
+    /// An error when the node agent stopped or a load balancer's front exited.
+    fn check_agent_and_fronts(&mut self) -> Result<(), ClusterError> {
         if self.agent.as_ref().is_some_and(Agent::failed) {
             return match self.agent.take().map(Agent::stop) {
                 Some(Err(e)) => Err(e),
                 _ => Err(ClusterError::Api("the node agent stopped".into())),
             };
         }
-        let fronts = self.load_balancers.iter_mut().map(|(_, _, f)| f.child());
-        for part in self.parts.iter_mut().chain(fronts) {
+        for (_, _, front) in &mut self.load_balancers {
+            let part = front.child();
             if let Some(status) = part.try_wait() {
                 return Err(part.not_ready(format!("exited with {status}")).into());
             }
@@ -976,86 +870,6 @@ impl Drop for LocalCluster {
             part.terminate(Duration::from_secs(5));
         }
         let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The files the control plane reads: a CA and the API server's certificate, the
-/// service-account signing key, the token file and kubeconfigs.
-struct Files {
-    ca: PathBuf,
-    serving_cert: PathBuf,
-    serving_key: PathBuf,
-    service_account_key: PathBuf,
-    service_account_public: PathBuf,
-    tokens: PathBuf,
-    admin_token: String,
-    controller_token: String,
-    scheduler_token: String,
-    traefik_token: String,
-    contour_token: String,
-    haproxy_ingress_token: String,
-}
-
-impl Files {
-    fn write(dir: &Path) -> Result<Self, ClusterError> {
-        // The API server is reached as 127.0.0.1 from here and as the `kubernetes`
-        // Service from pods.
-        let names = [
-            "kubernetes",
-            "kubernetes.default",
-            "kubernetes.default.svc",
-            "kubernetes.default.svc.cluster.local",
-            "10.96.0.1",
-        ]
-        .map(str::to_owned);
-        let certs = ingressbench_lab::certs::generate(dir, &names)?;
-        let service_account_key = dir.join("service-account.key");
-        let key = KeyPair::generate().map_err(|e| ClusterError::Api(e.to_string()))?;
-        write_private(&service_account_key, &key.serialize_pem())?;
-        let service_account_public = dir.join("service-account.pub");
-        write_private(&service_account_public, &key.public_key_pem())?;
-        let token = || crate::api::random_token(24);
-        let (admin_token, controller_token, scheduler_token) = (token()?, token()?, token()?);
-        let (traefik_token, contour_token, haproxy_ingress_token) = (token()?, token()?, token()?);
-        let tokens = dir.join("tokens.csv");
-        write_private(
-            &tokens,
-            &format!(
-                "{admin_token},admin,admin,\"system:masters\"\n{controller_token},system:kube-controller-manager,kube-controller-manager\n{scheduler_token},system:kube-scheduler,kube-scheduler\n{traefik_token},{TRAEFIK_USER},traefik\n{contour_token},{},contour\n{haproxy_ingress_token},{},haproxy-ingress\n",
-                contour::USER,
-                haproxy_ingress::USER
-            ),
-        )?;
-        Ok(Self {
-            ca: certs.ca,
-            serving_cert: certs.cert,
-            serving_key: certs.key,
-            service_account_key,
-            service_account_public,
-            tokens,
-            admin_token,
-            controller_token,
-            scheduler_token,
-            traefik_token,
-            contour_token,
-            haproxy_ingress_token,
-        })
-    }
-
-    /// Writes a kubeconfig for `server` that trusts the cluster's CA and sends `token`.
-    fn kubeconfig(&self, path: &Path, server: &str, token: &str) -> Result<(), ClusterError> {
-        let config = serde_json::json!({
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{ "name": "ingressbench-local", "cluster": {
-                "server": server, "certificate-authority": self.ca } }],
-            "users": [{ "name": "ingressbench-local", "user": { "token": token } }],
-            "contexts": [{ "name": "ingressbench-local", "context": {
-                "cluster": "ingressbench-local", "user": "ingressbench-local" } }],
-            "current-context": "ingressbench-local",
-        });
-        // JSON is YAML: every kubeconfig reader takes it.
-        write_private(path, &format!("{config:#}\n"))
     }
 }
 

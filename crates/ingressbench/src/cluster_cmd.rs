@@ -360,9 +360,28 @@ fn serve(dir: &Path, args: &LocalUpArgs) -> Result<ExitCode> {
         eprintln!("{name}: process {pid}");
     }
     while !stop.load(Ordering::Relaxed) {
-        if let Err(e) = cluster.check_alive() {
-            eprintln!("error: {e}");
-            break;
+        match cluster.keep_alive() {
+            Ok(said) if said.is_empty() => {}
+            Ok(said) => {
+                for line in said {
+                    eprintln!("{line}");
+                }
+                // The controller's new process id.
+                if let Some(text) = cluster.cluster_file() {
+                    write_cluster_file(dir, &text)?;
+                }
+            }
+            Err(e) => {
+                // The directory stays, its logs with it, until `down`: they say why
+                // (written before the parts are stopped, which takes their grace).
+                eprintln!("error: the local cluster stopped: {e}");
+                std::fs::write(
+                    dir.join(crate::cluster_run::LOCAL_STOPPED),
+                    format!("{e}\n"),
+                )?;
+                drop(cluster);
+                return Ok(ExitCode::FAILURE);
+            }
         }
         // A run's `restart` of a controller: the new process's id goes into the file.
         if cluster.serve_restarts() {
@@ -488,7 +507,11 @@ fn down(dir: &Path) -> Result<ExitCode> {
     }
     let Some(pid) = serving(dir) else {
         if dir.exists() {
-            // A serve that was SIGKILLed took its processes with it; only files remain.
+            // A serve that stopped on a part's exit, or was SIGKILLed, took its processes
+            // with it; only files remain.
+            if let Ok(why) = std::fs::read_to_string(dir.join(crate::cluster_run::LOCAL_STOPPED)) {
+                println!("it had stopped: {}", why.trim());
+            }
             std::fs::remove_dir_all(dir)?;
             println!(
                 "removed {} (its processes were gone already)",

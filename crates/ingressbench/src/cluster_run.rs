@@ -20,6 +20,24 @@ pub(crate) fn named(path: &std::path::Path) -> std::path::PathBuf {
     path.to_owned()
 }
 
+/// The file in a local cluster's directory that says why its serving process stopped,
+/// when a part of it exited (the directory stays, with the logs, until `down`).
+pub(crate) const LOCAL_STOPPED: &str = "stopped";
+
+/// When the cluster file `path` is a local cluster's whose serving process stopped on a
+/// part's exit: what to tell a run that failed against it.
+pub(crate) fn local_cluster_stopped(path: &std::path::Path) -> Option<String> {
+    let dir = path.parent()?;
+    let why = std::fs::read_to_string(dir.join(LOCAL_STOPPED)).ok()?;
+    Some(format!(
+        "the local cluster of {} had stopped: {}\nits parts' logs are in {}; `ingressbench cluster local down --dir {}` removes it, `up` starts one afresh",
+        path.display(),
+        why.trim(),
+        dir.join("cluster").display(),
+        dir.display()
+    ))
+}
+
 #[cfg(feature = "cluster")]
 mod with_cluster {
     use std::path::Path;
@@ -196,5 +214,35 @@ mod without_cluster {
         _sets: &mut Vec<(String, String)>,
     ) -> Result<bool> {
         Err(crate::no_cluster())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_against_a_stopped_local_cluster_is_told_why_and_where_the_logs_are() {
+        let dir = std::env::temp_dir().join(format!("ib-stopped-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("cluster.yaml");
+        assert_eq!(
+            local_cluster_stopped(&file),
+            None,
+            "still up: nothing to add"
+        );
+        std::fs::write(
+            dir.join(LOCAL_STOPPED),
+            "kube-apiserver exited with signal: 9 (SIGKILL)\n",
+        )
+        .unwrap();
+        let said = local_cluster_stopped(&file).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(
+            said.contains("had stopped: kube-apiserver exited with signal: 9 (SIGKILL)")
+                && said.contains(&format!("logs are in {}", dir.join("cluster").display()))
+                && said.contains("cluster local down --dir"),
+            "{said}"
+        );
     }
 }

@@ -237,6 +237,13 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
     }
     if let Some(error) = &outcome.error {
         crate::signals::say(&format!("error: {error}"));
+        if let Some(why) = args
+            .cluster
+            .as_deref()
+            .and_then(crate::cluster_run::local_cluster_stopped)
+        {
+            crate::signals::say(&why);
+        }
     }
     Ok(match outcome.status {
         // The run stopped on the input (a cluster file's image no node can run).

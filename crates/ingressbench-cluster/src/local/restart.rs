@@ -26,6 +26,11 @@ const RESTARTS: &str = "restarts";
 const REQUEST_MAX_BYTES: u64 = 4096;
 /// The longest grace a request may ask for.
 const GRACE_MAX: Duration = Duration::from_secs(300);
+/// How long after a controller's first exit it is started again; doubled after each
+/// exit, up to [`CRASH_BACK_OFF_MAX`] (a kubelet's are 10 s and 5 min: a local cluster's
+/// controller starts in a second).
+const CRASH_BACK_OFF_FIRST: Duration = Duration::from_secs(1);
+const CRASH_BACK_OFF_MAX: Duration = Duration::from_secs(30);
 
 /// How a part of the cluster is started, so that it can be started again.
 #[derive(Clone, Debug)]
@@ -246,6 +251,62 @@ impl LocalCluster {
         restarted
     }
 
+    /// For the serving process, every 50 ms: an error naming the part when the node agent,
+    /// a part of the control plane (etcd, the API server, the controller manager, the
+    /// scheduler) or a load balancer's front exited, since the cluster is not one without
+    /// it. A controller that exited unasked (Traefik, Contour, its Envoy, HAProxy
+    /// Ingress) is started again as it was, as a kubelet starts a crashed container again,
+    /// after a back-off of 1 s doubling to 30 s, its log going on in the same file. Returns
+    /// what it did, in words, for the serving process's log.
+    pub fn keep_alive(&mut self) -> Result<Vec<String>, ClusterError> {
+        let exited: Vec<(String, std::process::ExitStatus)> = self
+            .parts
+            .iter_mut()
+            .filter_map(|p| Some((p.name().to_owned(), p.try_wait()?)))
+            .collect();
+        let mut said = Vec::new();
+        for (name, status) in exited {
+            if !self
+                .again
+                .iter()
+                .any(|a| a.name == name && a.ready.is_some())
+            {
+                let part = self.parts.iter().find(|p| p.name() == name);
+                let why = format!("exited with {status}");
+                return Err(match part {
+                    Some(part) => part.not_ready(why).into(),
+                    None => ClusterError::Api(format!("{name} {why}")),
+                });
+            }
+            let (count, next) = self
+                .crashes
+                .get(&name)
+                .copied()
+                .unwrap_or((0, Instant::now()));
+            if Instant::now() < next {
+                continue;
+            }
+            let count = count + 1;
+            let back_off = CRASH_BACK_OFF_FIRST
+                .saturating_mul(1 << (count - 1).min(5))
+                .min(CRASH_BACK_OFF_MAX);
+            self.crashes
+                .insert(name.clone(), (count, Instant::now() + back_off));
+            said.push(match self.restart(&name, Duration::ZERO) {
+                Ok(done) => format!(
+                    "{name} exited ({status}); started again as process {} (its {} exit; its log goes on in {name}.log)",
+                    done.pid,
+                    ordinal(count)
+                ),
+                Err(e) => format!(
+                    "{name} exited ({status}); starting it again failed, next try in {back_off:?}: {e}"
+                ),
+            });
+        }
+        self.check_agent_and_fronts()?;
+        Ok(said)
+    }
+
     /// Stops `name` (SIGTERM to its group, SIGKILL after `grace`), starts it again as it
     /// was started, and waits until it is ready.
     pub fn restart(&mut self, name: &str, grace: Duration) -> Result<Restarted, ClusterError> {
@@ -310,6 +371,18 @@ impl LocalCluster {
             pid,
         })
     }
+}
+
+/// `1st`, `2nd`, `3rd`, `4th`.
+fn ordinal(n: u32) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 fn accepts(at: SocketAddr) -> bool {
