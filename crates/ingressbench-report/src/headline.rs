@@ -44,7 +44,17 @@ pub struct Row {
 
 /// One kind of event in a row: its name, how many there were, and the median and worst
 /// seconds until the traffic showed them (`None`: none showed).
-pub type TookEffect = (String, usize, Option<(f64, f64)>);
+pub type TookEffect = (String, usize, Option<(f64, f64)>, Shown);
+
+/// What a kind's times measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shown {
+    /// Until the traffic showed the events.
+    InTraffic,
+    /// None showed in the traffic (an upgrade to a release that answers alike): until
+    /// the rollouts they made were complete.
+    RolloutComplete,
+}
 
 /// The rows of `conditions` (in their order), with `diffs` their differences from the
 /// first of each settings group.
@@ -74,7 +84,7 @@ pub fn rows(run: &RunResults, conditions: &[Condition], diffs: &[Difference]) ->
                 errors: count(&["requests", "errors"]),
                 requests: count(&["requests", "total"]),
                 error_events: cells.first().map(|c| error_events(c)).unwrap_or_default(),
-                took_effect: took_effect_by_kind(&cells),
+                took_effect: took_effect_by_kind(cells.iter().flat_map(|c| c.impact.iter())),
                 cpu_per_1k: mean_cpu(&cells),
                 verdict,
             }
@@ -99,22 +109,29 @@ fn error_events(cell: &CellResults) -> Vec<(String, u64)> {
 
 /// Per kind of event over every cell: how many, and the median and worst time from the
 /// request to the traffic showing it.
-fn took_effect_by_kind(cells: &[&CellResults]) -> Vec<TookEffect> {
-    let mut by_kind: BTreeMap<String, (usize, Vec<f64>)> = BTreeMap::new();
-    for e in cells.iter().flat_map(|cell| cell.impact.iter()) {
+fn took_effect_by_kind<'a>(
+    events: impl Iterator<Item = &'a ingressbench_results::impact::ImpactEntry>,
+) -> Vec<TookEffect> {
+    let mut by_kind: BTreeMap<String, (usize, Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    for e in events {
         let slot = by_kind.entry(event_kind(&e.what)).or_default();
         slot.0 += 1;
         if let Some(seen) = e.took_effect_s {
             slot.1.push((seen - e.requested_s).max(0.0));
         }
+        if let Some(complete) = e.completed_s {
+            slot.2.push((complete - e.requested_s).max(0.0));
+        }
     }
+    let median_and_worst = |mut times: Vec<f64>| {
+        times.sort_by(f64::total_cmp);
+        (!times.is_empty()).then(|| (times[times.len() / 2], times[times.len() - 1]))
+    };
     by_kind
         .into_iter()
-        .map(|(kind, (n, mut times))| {
-            times.sort_by(f64::total_cmp);
-            let figures =
-                (!times.is_empty()).then(|| (times[times.len() / 2], times[times.len() - 1]));
-            (kind, n, figures)
+        .map(|(kind, (n, seen, complete))| match median_and_worst(seen) {
+            Some(figures) => (kind, n, Some(figures), Shown::InTraffic),
+            None => (kind, n, median_and_worst(complete), Shown::RolloutComplete),
         })
         .collect()
 }
@@ -385,9 +402,14 @@ fn took_effect(r: &Row) -> String {
     }
     r.took_effect
         .iter()
-        .map(|(kind, n, figures)| match figures {
-            Some((median, worst)) => format!("{kind} ×{n} {median:.2}/{worst:.2}"),
-            None => format!("{kind} ×{n} not seen"),
+        .map(|(kind, n, figures, shown)| match (figures, shown) {
+            (Some((median, worst)), Shown::InTraffic) => {
+                format!("{kind} ×{n} {median:.2}/{worst:.2}")
+            }
+            (Some((median, worst)), Shown::RolloutComplete) => {
+                format!("{kind} ×{n} not seen, rollout complete {median:.2}/{worst:.2}")
+            }
+            (None, _) => format!("{kind} ×{n} not seen"),
         })
         .collect::<Vec<_>>()
         .join("; ")
@@ -458,6 +480,34 @@ mod tests {
         assert_eq!(event_kind("scale echo 3->4"), "scale");
         assert_eq!(event_kind("rewrite /a -> /b"), "route change");
         assert_eq!(event_kind("revert route changes"), "route change");
+    }
+
+    #[test]
+    fn an_upgrade_no_traffic_showed_gives_its_rollouts_time_and_says_so() {
+        use ingressbench_results::impact::ImpactEntry;
+        let event = |what: &str, took: Option<f64>, complete: Option<f64>| ImpactEntry {
+            what: what.into(),
+            requested_s: 10.0,
+            took_effect_s: took,
+            completed_s: complete,
+            ..ImpactEntry::default()
+        };
+        let events = [
+            event("scale echo 3->4", Some(10.5), None),
+            event("scale echo 4->3", Some(11.0), None),
+            event("upgrade envoy-gateway 1.9.0 -> 1.9.1", None, Some(29.4)),
+            event("kill echo-2", None, None),
+        ];
+        let kinds = took_effect_by_kind(events.iter());
+        let row = |kind: &str| kinds.iter().find(|k| k.0 == kind).unwrap().clone();
+        assert_eq!(
+            row("scale"),
+            ("scale".into(), 2, Some((1.0, 1.0)), Shown::InTraffic)
+        );
+        let upgrade = row("upgrade");
+        assert_eq!(upgrade.3, Shown::RolloutComplete);
+        assert!((upgrade.2.unwrap().0 - 19.4).abs() < 1e-9, "{upgrade:?}");
+        assert_eq!(row("kill").2, None);
     }
 
     #[test]
