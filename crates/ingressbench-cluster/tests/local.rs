@@ -142,6 +142,8 @@ fn without_an_image_a_pod_that_must_not_run_as_root_runs_the_binary_as_the_image
         contour: None,
         haproxy_ingress: None,
         gateway_crds: None,
+        // Envoy Gateway serves the Gateway API, which this cluster goes without.
+        envoy_gateway: None,
         image: None,
         images: [(
             IMAGE.to_owned(),

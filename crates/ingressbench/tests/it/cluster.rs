@@ -87,12 +87,66 @@ struct Down(std::path::PathBuf);
 
 impl Drop for Down {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            control_plane_at_failure(&self.0);
+        }
         if self.0.exists() {
             let _ = local("down", &self.0);
         }
         // The user's kubeconfig the test made beside it.
         let _ = std::fs::remove_file(users_kubeconfig(&self.0));
     }
+}
+
+/// When a part fails, what the control plane was doing: whether etcd and the API server
+/// still run, and the end of their logs (the cluster's directory goes with `down`).
+fn control_plane_at_failure(dir: &Path) {
+    if let Ok(why) = std::fs::read_to_string(dir.join("stopped")) {
+        eprintln!("the local cluster had stopped: {why}");
+    }
+    let serving = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+    for line in serving.lines().filter(|l| l.starts_with("error: ")) {
+        eprintln!("serve.log: {line}");
+    }
+    for line in controllers_started_again(dir) {
+        eprintln!("serve.log: {line}");
+    }
+    let cluster = dir.join("cluster");
+    for name in ["etcd", "kube-apiserver"] {
+        let running = processes_with(&cluster.display().to_string())
+            .into_iter()
+            .any(|pid| {
+                std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                    c.split(|b| *b == 0)
+                        .next()
+                        .is_some_and(|p| p.ends_with(name.as_bytes()))
+                })
+            });
+        let log = std::fs::read_to_string(cluster.join(format!("{name}.log"))).unwrap_or_default();
+        let end: Vec<&str> = log.lines().rev().take(25).collect();
+        // Where a graceful stop began (the API server's on SIGTERM or SIGINT).
+        let stopping: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("graceful-termination") || l.contains("received signal"))
+            .take(5)
+            .collect();
+        eprintln!(
+            "{name}: {}; its stop began: {stopping:?}; the end of its log:\n{}",
+            if running { "running" } else { "NOT running" },
+            end.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+}
+
+/// What the serving process's log says of the controllers that exited and were started
+/// again, and of the node agent's API calls that failed and were made again.
+fn controllers_started_again(dir: &Path) -> Vec<String> {
+    let serving = std::fs::read_to_string(dir.join("serve.log")).unwrap_or_default();
+    serving
+        .lines()
+        .filter(|l| l.contains(" exited (") || l.starts_with("node agent: "))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A directory removed when dropped, however the test ends.
@@ -339,6 +393,10 @@ fn a_cluster_runs(tag: &str, parts: &[Part], layout: &Path) {
         eprintln!("{tag}: {name}: {:.1} s", started.elapsed().as_secs_f64());
     }
     every_pod_ran_from_the_image(&dir, layout);
+    // The restart part's crash, and any other a controller had under the load.
+    for line in controllers_started_again(&dir) {
+        eprintln!("{tag}: serve.log: {line}");
+    }
     let serve = std::fs::read_to_string(dir.join("serve.pid")).unwrap();
     let down = local("down", &dir);
     assert!(down.status.success(), "{}", tail(&down));
@@ -1804,8 +1862,12 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
                 assert_eq!(change["generations"][0]["answers_after"], 0, "{change}");
                 unseen += 1;
             } else {
+                // `applied_s` is when the API's answer reached the tool: a controller that
+                // watches and pushes as fast as Envoy Gateway can have its Envoy carry
+                // the change before that answer arrives on a busy machine (CI: 6 ms
+                // before, 42 ms after the request).
                 assert!(
-                    time(change, "took_effect_s") >= time(change, "applied_s"),
+                    time(change, "took_effect_s") >= time(change, "requested_s"),
                     "{cell:?}: {change}"
                 );
             }
@@ -2717,6 +2779,33 @@ fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
     }
     assert_eq!(measured.len(), 3);
     eprintln!("{}", measured.join("\n"));
+    // A controller that crashes is started again by the serving process, as a kubelet
+    // starts a crashed container again; the control plane stays up.
+    let crashed = pid_of("traefik");
+    let killed = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{crashed}")])
+        .output()
+        .unwrap();
+    assert!(killed.status.success(), "{}", tail(&killed));
+    let again = wait_until("traefik started again", || {
+        Some(pid_of("traefik")).filter(|p| *p != crashed)
+    });
+    let serving = std::fs::read_to_string(dir.join("serve.log")).unwrap();
+    assert!(
+        serving.contains(&format!(
+            "traefik exited (signal: 9 (SIGKILL)); started again as process {again} (its 1st exit"
+        )),
+        "{serving}"
+    );
+    assert!(!dir.join("stopped").exists());
+    wait_until("traefik answers again", || {
+        Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-m", "2"])
+            .arg(format!("http://{}/", traefik_http(dir)))
+            .status()
+            .ok()
+            .filter(|s| s.success())
+    });
     // A rollout restart: a Deployment standing in for a controller's.
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let deployments = stand_in(&runtime, &kubeconfig, "restart-stand-in", 2, &[]);
