@@ -203,12 +203,19 @@ pub struct Nodes {
     /// The third and fourth octets' base: nodes are 198.18.0.0 + subnet * 256 + index.
     subnet: Option<u32>,
     nodes: Vec<Node>,
-    /// How many nodes were ever made: addresses are not reused.
+    /// How many nodes were ever made: an address is given once while the lab's
+    /// [`NODES_PER_LAB`] last.
     made_count: u32,
+    /// After that, the released ones (their index), the longest released first.
+    released: std::collections::VecDeque<u32>,
     /// The namespaces made, hub first.
     made: Vec<String>,
     host_link: Option<String>,
 }
+
+/// The nodes of one lab: `.1` to `.252` of its /24 (`.253` is the local cluster's hub,
+/// `.254` the host's side of the lab).
+const NODES_PER_LAB: u32 = 252;
 
 /// Numbers the labs of this process.
 static LABS: AtomicUsize = AtomicUsize::new(0);
@@ -228,6 +235,7 @@ impl Nodes {
             subnet: None,
             nodes: Vec::new(),
             made_count: 0,
+            released: std::collections::VecDeque::new(),
             made: Vec::new(),
             host_link: None,
         })
@@ -244,7 +252,7 @@ impl Nodes {
         if let Some(n) = self.nodes.iter().find(|n| n.name == name) {
             return Ok(n.clone());
         }
-        let index = self.made_count;
+        let mut index = self.made_count;
         let node = match self.isolation {
             Isolation::Loopback => {
                 if index > 255 {
@@ -257,8 +265,12 @@ impl Nodes {
                 }
             }
             Isolation::Netns => {
-                if index > 252 {
-                    return Err(network("placing nodes", "more than 253 nodes in one lab"));
+                if index >= NODES_PER_LAB {
+                    // A long-lived lab (the local cluster's pods) gives out again the
+                    // address released longest ago, with the MAC address it had (below).
+                    index = self.released.pop_front().ok_or_else(|| {
+                        network("placing nodes", "more than 252 nodes at once in one lab")
+                    })?;
                 }
                 let subnet = match self.subnet {
                     Some(s) => s,
@@ -277,6 +289,13 @@ impl Nodes {
                     "netns", &ns,
                 ])?;
                 ip_cmd(&["-n", &hub, "link", "set", &port, "master", "br0", "up"])?;
+                // Its MAC address follows from its IP address (as Docker's do): a
+                // neighbour entry another namespace still holds for an address given out
+                // again points at the right node (a stale one kept a new pod unreachable
+                // for 9 s).
+                let [_, _, a, b] = ip.octets();
+                let mac = format!("02:42:c6:12:{a:02x}:{b:02x}");
+                ip_cmd(&["-n", &ns, "link", "set", "eth0", "address", &mac])?;
                 ip_cmd(&["-n", &ns, "addr", "add", &format!("{ip}/24"), "dev", "eth0"])?;
                 ip_cmd(&["-n", &ns, "link", "set", "eth0", "up"])?;
                 Node {
@@ -286,7 +305,7 @@ impl Nodes {
                 }
             }
         };
-        self.made_count += 1;
+        self.made_count = self.made_count.max(index + 1);
         self.nodes.push(node.clone());
         Ok(node)
     }
@@ -309,8 +328,9 @@ impl Nodes {
         ))
     }
 
-    /// Removes the node called `name` and its namespace (its address is not given out
-    /// again).
+    /// Removes the node called `name` and its namespace (its address is given out again
+    /// only once the lab's [`NODES_PER_LAB`] have all been, the one released longest ago
+    /// first).
     pub fn release(&mut self, name: &str) {
         let Some(at) = self.nodes.iter().position(|n| n.name == name) else {
             return;
@@ -318,6 +338,14 @@ impl Nodes {
         let node = self.nodes.remove(at);
         if let Some(ns) = node.netns.as_ref().and_then(|p| p.file_name()) {
             let ns = ns.to_string_lossy().into_owned();
+            // Node `index` is at `.index + 1`, its port on the hub `n(index + 1)`: deleted
+            // first, since a namespace goes (and its veth pair with it) only once nothing
+            // holds it, after `netns del` returns.
+            if let (IpAddr::V4(ip), Some(hub)) = (node.ip, self.made.first()) {
+                let host = ip.octets()[3];
+                let _ = ip_cmd(&["-n", hub, "link", "del", &format!("n{host}")]);
+                self.released.push_back(u32::from(host) - 1);
+            }
             let _ = ip_cmd(&["netns", "del", &ns]);
             self.made.retain(|m| *m != ns);
         }
@@ -602,6 +630,44 @@ mod tests {
         assert_eq!(a.ip.to_string(), "127.0.0.1");
         assert_eq!(b.ip.to_string(), "127.0.1.1");
         assert_eq!(nodes.get("client", &mut told).unwrap(), a, "made once");
+    }
+
+    /// Once a lab's 252 addresses have each been given, a released one is given again,
+    /// the one released longest ago first, with the MAC address it had; 253 at once are
+    /// refused. (Namespaces: root, as the end-to-end tests.)
+    #[test]
+    fn a_long_lived_labs_addresses_are_given_again_oldest_released_first_with_their_mac() {
+        let mut nodes = Nodes::new(Isolation::Netns).unwrap();
+        let mut told = |_: &str| {};
+        let mac = |node: &Node| {
+            let ns = node.netns.as_ref().unwrap().file_name().unwrap().to_owned();
+            let out = std::process::Command::new("ip")
+                .arg("-n")
+                .arg(ns)
+                .args(["-o", "link", "show", "eth0"])
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.split("link/ether ").nth(1).unwrap()[..17].to_owned()
+        };
+        let first: Vec<Node> = (0..NODES_PER_LAB)
+            .map(|i| nodes.get(&format!("pod-{i}"), &mut told).unwrap())
+            .collect();
+        assert_eq!(first[251].ip.to_string().rsplit('.').next(), Some("252"));
+        let (third, fortieth) = (mac(&first[3]), mac(&first[40]));
+        let e = nodes
+            .get("one-too-many", &mut told)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than 252 nodes at once"), "{e}");
+        nodes.release("pod-40");
+        nodes.release("pod-3");
+        let again = nodes.get("new-a", &mut told).unwrap();
+        assert_eq!(again.ip, first[40].ip, "released longest ago");
+        assert_eq!(mac(&again), fortieth);
+        assert_ne!(third, fortieth);
+        let next = nodes.get("new-b", &mut told).unwrap();
+        assert_eq!((next.ip, mac(&next)), (first[3].ip, third));
     }
 
     #[test]
