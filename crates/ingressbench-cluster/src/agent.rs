@@ -465,7 +465,21 @@ impl State {
                 .is_some_and(|(at, _)| Instant::now() < *at);
             match (known, pod.metadata.deletion_timestamp.is_some()) {
                 (None, false) if retry_later => {}
-                (None, false) => self.start(pod).await?,
+                (None, false) => {
+                    if let Err(e) = self.start(pod).await {
+                        // This pod waits and is tried again in a second; the others go on.
+                        let message = e.to_string();
+                        let again = Instant::now() + Duration::from_secs(1);
+                        let told = self.waiting.insert(uid.clone(), (again, message.clone()));
+                        if told.is_none_or(|(_, before)| before != message) {
+                            eprintln!(
+                                "node agent: pod {}/{}: {message}; trying again",
+                                pod_ns(pod),
+                                pod_name(pod)
+                            );
+                        }
+                    }
+                }
                 (None, true) => {
                     self.forget_waiting(&uid);
                     self.remove(pod_ns(pod), pod_name(pod)).await;
