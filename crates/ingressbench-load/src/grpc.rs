@@ -224,7 +224,9 @@ async fn open(run: &Run) -> Result<(Connection, Phases), String> {
         Scheme::Https => "https",
         Scheme::Http => "http",
     };
-    let origin: http::Uri = format!("{scheme}://{}", plan.target.authority())
+    // A `Host` header routes the calls, as it does HTTP/2 requests: it is their
+    // `:authority`, not a metadata entry of its own.
+    let origin: http::Uri = format!("{scheme}://{}", plan.request.host_header(&plan.target))
         .parse()
         .map_err(|e| format!("the target's authority: {e}"))?;
     let service = Service {
@@ -261,6 +263,9 @@ async fn ready(grpc: &mut tonic::client::Grpc<Service>) -> Result<(), tonic::Sta
 fn request<T>(run: &Run, message: T) -> (tonic::Request<T>, Arc<Seen>) {
     let mut request = tonic::Request::new(message);
     for (name, value) in &run.plan.request.headers {
+        if name.eq_ignore_ascii_case("host") {
+            continue;
+        }
         let (Ok(name), Ok(value)) = (
             tonic::metadata::MetadataKey::from_bytes(name.to_ascii_lowercase().as_bytes()),
             tonic::metadata::MetadataValue::try_from(value.as_str()),

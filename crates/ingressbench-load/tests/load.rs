@@ -1006,3 +1006,29 @@ fn coordinated_omission_is_corrected_over_http2() {
     assert_eq!(s.connection_events.http2_connections, 2);
     assert_eq!(s.connection_events.max_streams_in_flight, 50);
 }
+
+/// A `Host` header routes gRPC calls as it does HTTP/2 requests: it is each call's
+/// `:authority` (what a Gateway's GRPCRoute `hostnames` match), not a `host` entry of its
+/// metadata beside the URL's authority.
+#[test]
+fn a_host_header_is_the_authority_of_grpc_calls() {
+    let server = serve_h2(H2Behavior::Answer { name: "b".into() }, None);
+    let mut p = plan(&server.url("http"));
+    p.kind = ingressbench_load::Kind::Grpc(ingressbench_load::stream::StreamOptions {
+        message_bytes: 64,
+        reconnect: ingressbench_load::stream::Reconnect::Never,
+    });
+    p.connections = 1;
+    p.length = Length::Duration(Duration::from_millis(300));
+    p.mode = Mode::Open { rate_per_s: 20.0 };
+    p.request
+        .headers
+        .push(("Host".into(), "grpc.app.test".into()));
+    go(&p);
+    let seen = server.seen.authorities.lock().unwrap().clone();
+    assert!(!seen.is_empty());
+    for (authority, host) in seen {
+        assert_eq!(authority, "grpc.app.test");
+        assert!(!host, "a `host` header beside the authority");
+    }
+}

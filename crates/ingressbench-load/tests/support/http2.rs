@@ -38,6 +38,8 @@ pub struct H2Seen {
     pub max_concurrent: AtomicU64,
     /// When each reset was sent.
     pub resets: Mutex<Vec<Instant>>,
+    /// Each stream's `:authority` and whether it also carried a `host` header.
+    pub authorities: Mutex<Vec<(String, bool)>>,
 }
 
 /// A running HTTP/2 test server.
@@ -117,6 +119,12 @@ where
     let open = Arc::new(AtomicU64::new(0));
     while let Some(Ok((request, mut respond))) = conn.accept().await {
         let n = seen.streams.fetch_add(1, Ordering::Relaxed) + 1;
+        let authority = request.uri().authority().map(|a| a.to_string());
+        let host = request.headers().contains_key(http::header::HOST);
+        seen.authorities
+            .lock()
+            .unwrap()
+            .push((authority.unwrap_or_default(), host));
         let now_open = open.fetch_add(1, Ordering::Relaxed) + 1;
         seen.max_concurrent.fetch_max(now_open, Ordering::Relaxed);
         let (behavior, seen, open) = (behavior.clone(), seen.clone(), open.clone());
