@@ -401,10 +401,25 @@ mod tests {
         );
         let cells = run("name: t\ntargets: [{ cluster: contour }]\ntls: false\nload: { rate: 5, duration: 1s }\n").unwrap();
         crate::cluster_site::check_cells(&cells, &file).unwrap();
-        // gRPC needs each controller's own backend-protocol annotation: not built yet.
-        let cells = run("name: t\ntargets: [{ cluster: contour }]\ntls: false\nload: { kind: grpc_stream, rate: 5, duration: 1s }\n").unwrap();
-        let err = crate::cluster_site::check_cells(&cells, &file).unwrap_err();
-        assert!(err.contains("gRPC load in cluster mode"), "{err}");
+        // gRPC runs (each controller told its own way, asked of the cluster later), but
+        // not what has no meaning for it.
+        let grpc = "name: t\ntargets: [{ cluster: contour }]\ntls: false\nload: { kind: grpc_stream, rate: 5, duration: 1s }\n";
+        crate::cluster_site::check_cells(&run(grpc).unwrap(), &file).unwrap();
+        for (more, says) in [
+            ("events: [{ at: 500ms, config: { rewrite: { from: /a, to: /b } } }]\n", "path rewrite has no meaning for gRPC"),
+            ("routes: { count: 10 }\n", "asks generated routes over HTTP"),
+            ("backends: [{ name: a, replicas: 1 }, { name: b, replicas: 1 }]\nroutes: [{ host: x.test, path_prefix: /, pool: a }, { host: x.test, path_prefix: /b, pool: b }]\n", "give each host one pool"),
+        ] {
+            let cells = run(&format!("{grpc}{more}")).unwrap();
+            let err = crate::cluster_site::check_cells(&cells, &file).unwrap_err();
+            assert!(err.contains(says), "{more}: {err}");
+        }
+        let meshed = grpc.replace(
+            "{ cluster: contour }",
+            "{ cluster: contour, hop: { proxy: envoy } }",
+        );
+        let err = crate::cluster_site::check_cells(&run(&meshed).unwrap(), &file).unwrap_err();
+        assert!(err.contains("gRPC load through a mesh"), "{err}");
         // A cluster target under a name of its own is looked up by the file's.
         let cells = run("name: t\ntargets: [{ cluster: contour, name: in-mesh, hop: { proxy: envoy } }]\ntls: false\nload: { rate: 5, duration: 1s }\n").unwrap();
         crate::cluster_site::check_cells(&cells, &file).unwrap();

@@ -85,6 +85,22 @@ pub struct RunObjects {
     pub tls: Option<(String, String)>,
     /// A sidecar in every backend pod, and how the controller reaches it.
     pub mesh: Option<mesh::Mesh>,
+    /// What the load sends through the routes.
+    pub traffic: Traffic,
+}
+
+/// What a run's load sends, where a controller must be told of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Traffic {
+    /// Requests (HTTP/1.1 or HTTP/2 from the client, HTTP/1.1 to the backends), event
+    /// streams and WebSockets: every controller here lets upgrades through as it is
+    /// (measured: Contour 1.33's Ingress and HTTPProxy routes take them without
+    /// `websocket-routes` or `enableWebsockets`).
+    #[default]
+    Http,
+    /// gRPC: HTTP/2 without TLS (h2c) to the backends, through the controller's routes
+    /// for gRPC (a Gateway's GRPCRoutes; an Ingress's backend-protocol setting).
+    Grpc,
 }
 
 /// A route of the run: requests for `host` (`*`: any) under `prefix` go to `pool`.

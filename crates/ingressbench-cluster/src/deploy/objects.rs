@@ -155,10 +155,11 @@ pub(crate) fn deployment(o: &RunObjects, pool: &str, replicas: i32) -> Deploymen
 }
 
 /// A pool's Service: port 80 to the backends' port, or with a mesh to their sidecars',
-/// annotated as the run's controller needs to reach them.
+/// annotated as the run's controller needs to reach them (through a mesh, or with gRPC's
+/// h2c, which the port's `appProtocol` also says).
 pub(crate) fn service(o: &RunObjects, pool: &str) -> Service {
     let mut metadata = named(o, pool, labels(o));
-    let annotations = crate::routes::mesh_rendered(o, pool).annotations;
+    let annotations = crate::routes::service_annotations(o, pool);
     if !annotations.is_empty() {
         metadata.annotations = Some(annotations);
     }
@@ -171,6 +172,11 @@ pub(crate) fn service(o: &RunObjects, pool: &str) -> Service {
                 name: Some("http".into()),
                 port: 80,
                 target_port: Some(IntOrString::String(target.into())),
+                // The Gateway API's way to say a backend's protocol (GEP-1911): without
+                // it, Contour speaks HTTP/2 over TLS to the backends of a GRPCRoute on an
+                // HTTPS listener (measured: every call timed out connecting).
+                app_protocol: (o.traffic == super::Traffic::Grpc)
+                    .then(|| "kubernetes.io/h2c".to_owned()),
                 ..ServicePort::default()
             }]),
             ..ServiceSpec::default()
@@ -374,6 +380,7 @@ mod tests {
             grace_s: 5,
             tls: Some(("CERT".into(), "KEY".into())),
             mesh: None,
+            traffic: crate::deploy::Traffic::Http,
         }
     }
 
@@ -630,5 +637,77 @@ mod tests {
         let plain = crate::routes::render(&o, None, &Default::default());
         assert_eq!(plain.len(), 1);
         assert!(plain[0]["metadata"].get("annotations").is_none());
+    }
+
+    #[test]
+    fn grpc_is_said_each_controllers_own_way() {
+        use crate::deploy::Traffic;
+        use crate::routes::{self, Routing};
+        let with = |profile: &'static routes::Profile, traffic: Traffic| RunObjects {
+            traffic,
+            ..routes::test_objects(
+                &[("a.test", "/"), ("a.test", "/ws")],
+                Routing::Ingress {
+                    class: "c".into(),
+                    profile: Some(profile),
+                },
+            )
+        };
+        let service_says =
+            |o: &RunObjects| service(o, "echo").metadata.annotations.unwrap_or_default();
+        let ingress_says = |o: &RunObjects| {
+            let all = routes::render(o, None, &Default::default());
+            serde_json::from_value::<BTreeMap<String, String>>(
+                all.last().unwrap()["metadata"]["annotations"].clone(),
+            )
+            .unwrap_or_default()
+        };
+        // gRPC: h2c to the backends, on the Service (or ingress-nginx's Ingress).
+        for (profile, key, value) in [
+            (
+                &routes::traefik::PROFILE,
+                "traefik.ingress.kubernetes.io/service.serversscheme",
+                "h2c",
+            ),
+            (
+                &routes::contour::PROFILE,
+                "projectcontour.io/upstream-protocol.h2c",
+                "80",
+            ),
+            (
+                &routes::haproxy_ingress::PROFILE,
+                "haproxy-ingress.github.io/backend-protocol",
+                "h2",
+            ),
+        ] {
+            let grpc = with(profile, Traffic::Grpc);
+            assert_eq!(service_says(&grpc)[key], value, "{}", profile.name);
+            assert!(service_says(&with(profile, Traffic::Http)).is_empty());
+        }
+        let port = |o: &RunObjects| service(o, "echo").spec.unwrap().ports.unwrap()[0].clone();
+        assert_eq!(
+            port(&with(&routes::traefik::PROFILE, Traffic::Grpc))
+                .app_protocol
+                .as_deref(),
+            Some("kubernetes.io/h2c")
+        );
+        assert!(port(&with(&routes::traefik::PROFILE, Traffic::Http))
+            .app_protocol
+            .is_none());
+        let nginx = with(&routes::ingress_nginx::PROFILE, Traffic::Grpc);
+        assert!(service_says(&nginx).is_empty());
+        assert_eq!(
+            ingress_says(&nginx)["nginx.ingress.kubernetes.io/backend-protocol"],
+            "GRPC"
+        );
+        // Contour's HTTPProxies (a run with route changes) reach the same Service.
+        let contour = with(&routes::contour::PROFILE, Traffic::Grpc);
+        let proxies = routes::render(&contour, Some(1), &Default::default());
+        assert_eq!(proxies[0]["kind"], "HTTPProxy");
+        assert_eq!(
+            proxies[0]["spec"]["routes"][0]["services"][0]["name"],
+            "echo"
+        );
+        assert!(ingress_says(&with(&routes::traefik::PROFILE, Traffic::Grpc)).is_empty());
     }
 }

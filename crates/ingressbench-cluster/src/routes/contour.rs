@@ -2,7 +2,8 @@
 //! what its Ingress annotations lack (response headers, `corsPolicy`, path rewrites).
 //! A cell with route changes gets HTTPProxies instead of an Ingress (one per host; a
 //! route for any host, `*`, takes the scenario's default name, `app.test`, as its
-//! `fqdn`: an HTTPProxy needs one); a cell without gets the Ingress, as any class.
+//! `fqdn`: an HTTPProxy needs one); a cell without gets the Ingress, as any class. gRPC
+//! needs `projectcontour.io/upstream-protocol.h2c` on the Service either way.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +11,7 @@ use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use ingressbench_lab::model::Overlay;
 use serde_json::{json, Value};
 
-use super::{Can, MeshWay, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
+use super::{Can, H2cWay, MeshWay, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
 use crate::deploy::RunObjects;
 
 /// The `spec.controller` of Contour's IngressClass.
@@ -28,13 +29,18 @@ pub const PROFILE: Profile = Profile {
         render: |_, _| Rendered::default(),
         own_client_certificate: true,
     }),
+    h2c: Some(H2cWay {
+        service: &[("projectcontour.io/upstream-protocol.h2c", "80")],
+        ingress: &[],
+    }),
 };
 
 /// The run's HTTPProxies of class `class` for generation `generation` of `overlay`. With
 /// a mesh over mutual TLS, each route's service is reached over TLS and its certificate
 /// checked against the mesh's CA for the Service's name (`upstreamValidation`); the
 /// client certificate Envoy presents is Contour's own configuration
-/// (`tls.envoy-client-certificate`).
+/// (`tls.envoy-client-certificate`). gRPC's h2c to the backends is the Service's
+/// annotation, which Contour reads for HTTPProxies as for Ingresses.
 fn httpproxies(
     o: &RunObjects,
     class: &str,

@@ -1,5 +1,5 @@
-//! Routes through the Gateway API: an HTTPRoute per host of the run, attached to the
-//! target's Gateway. A route change becomes the route's own filters, as the API defines
+//! Routes through the Gateway API: an HTTPRoute per host of the run (a GRPCRoute for a
+//! gRPC load), attached to the target's Gateway. A route change becomes the route's own filters, as the API defines
 //! them: `ResponseHeaderModifier` (the change's header and the generation every answer
 //! carries), `URLRewrite` with `ReplacePrefixMatch` (a rule of its own for the rewritten
 //! prefix), and CORS the way the implementation takes it ([`support`]): the API's `CORS`
@@ -13,7 +13,7 @@ use ingressbench_lab::model::Overlay;
 use serde_json::{json, Value};
 
 use super::{Can, CORS_MAX_AGE_S, CORS_METHODS};
-use crate::deploy::RunObjects;
+use crate::deploy::{RunObjects, Traffic};
 use crate::file::GatewayRef;
 
 /// The Gateway API's group.
@@ -32,6 +32,9 @@ pub struct Implementation {
     pub can: Can,
     /// How it takes CORS.
     pub cors: CorsBy,
+    /// Whether its GRPCRoutes take a `ResponseHeaderModifier` filter (what a route change
+    /// through a gRPC load needs).
+    pub grpc_headers: bool,
 }
 
 /// How an implementation takes CORS.
@@ -49,12 +52,15 @@ pub enum CorsBy {
 /// `ExtensionRef` filter, which is what the tool makes. Contour 1.33 reports such a route
 /// `Accepted=False` (`UnsupportedValue`: "only RequestHeaderModifier,
 /// ResponseHeaderModifier, RequestRedirect, RequestMirror and URLRewrite are supported").
+/// Traefik 3.7 leaves a GRPCRoute with a `ResponseHeaderModifier` unserved (404 for every
+/// call, "unsupported filter ResponseHeaderModifier" in its log), its status silent.
 const KNOWN: &[Implementation] = &[
     Implementation {
         controller: "traefik.io/gateway-controller",
         name: "Traefik",
         can: Can::ALL,
         cors: CorsBy::TraefikMiddleware,
+        grpc_headers: false,
     },
     Implementation {
         controller: "projectcontour.io/gateway-controller",
@@ -65,12 +71,14 @@ const KNOWN: &[Implementation] = &[
             cors: false,
         },
         cors: CorsBy::Filter,
+        grpc_headers: true,
     },
     Implementation {
         controller: "gateway.envoyproxy.io/gatewayclass-controller",
         name: "Envoy Gateway",
         can: Can::ALL,
         cors: CorsBy::Filter,
+        grpc_headers: true,
     },
 ];
 
@@ -82,6 +90,7 @@ const OTHER: Implementation = Implementation {
     name: "this Gateway API implementation",
     can: Can::ALL,
     cors: CorsBy::Filter,
+    grpc_headers: true,
 };
 
 /// The implementation behind GatewayClass `controllerName` `controller`.
@@ -148,6 +157,9 @@ pub fn httproutes(
             CorsBy::TraefikMiddleware => super::traefik::cors_filter(&o.cors_origins, origin),
         });
     }
+    if o.traffic == Traffic::Grpc {
+        return grpcroutes(o, parent_ref, filters);
+    }
     let rule = |prefix: &str, pool: &str, extra: Option<Value>| {
         let mut f = filters.clone();
         f.extend(extra);
@@ -183,6 +195,34 @@ pub fn httproutes(
         });
     // What the routes name first, so that no route names what is not there yet.
     extra.into_iter().chain(routes).collect()
+}
+
+/// The run's routes for gRPC: a GRPCRoute per host, its one rule (matching every
+/// method) to the pool of the host's routes (one pool a host, checked before), with the
+/// response headers of `filters` (a GRPCRoute has no rewrite or CORS filter).
+fn grpcroutes(o: &RunObjects, parent_ref: Value, filters: Vec<Value>) -> Vec<Value> {
+    by_host(o)
+        .into_iter()
+        .zip(route_names(o))
+        .map(|((host, prefixes), name)| {
+            let pool = prefixes.first().map_or(o.pool.as_str(), |(_, pool)| pool);
+            let rule = json!({ "filters": filters, "backendRefs": [{ "name": pool, "port": 80 }] });
+            let mut spec = json!({ "parentRefs": [parent_ref], "rules": [rule] });
+            if host != "*" {
+                spec["hostnames"] = json!([host]);
+            }
+            json!({ "apiVersion": API_VERSION, "kind": "GRPCRoute",
+                    "metadata": { "name": name }, "spec": spec })
+        })
+        .collect()
+}
+
+/// The kind of the run's routes: GRPCRoute for a gRPC load, HTTPRoute otherwise.
+pub fn route_kind(o: &RunObjects) -> &'static str {
+    match o.traffic {
+        Traffic::Grpc => "GRPCRoute",
+        Traffic::Http => "HTTPRoute",
+    }
 }
 
 /// The `controllerName` of the GatewayClass of `parent`, read through the API: an error
@@ -412,6 +452,41 @@ mod tests {
             .collect();
         assert_eq!(pools, [&json!("echo"), &json!("legacy"), &json!("legacy")]);
         assert!(!support("projectcontour.io/gateway-controller").can.cors);
+    }
+
+    #[test]
+    fn a_grpc_load_gets_a_grpcroute_per_host_to_its_pool_with_the_headers() {
+        let mut o = objects(&[("a.example", "/"), ("b.example", "/")]);
+        o.traffic = Traffic::Grpc;
+        o.routes[1].pool = "other".into();
+        let Routing::Gateway { parent, .. } = &o.routing else {
+            unreachable!()
+        };
+        let change = Overlay {
+            response_header: Some(("X-Churn".into(), "on".into())),
+            ..Overlay::default()
+        };
+        let routes = httproutes(&o, parent, &OTHER, Some(2), &change);
+        assert_eq!(route_kind(&o), "GRPCRoute");
+        assert_eq!(routes.len(), 2);
+        for (route, (host, pool)) in routes
+            .iter()
+            .zip([("a.example", "echo"), ("b.example", "other")])
+        {
+            assert_eq!(route["kind"], "GRPCRoute");
+            assert_eq!(route["spec"]["hostnames"], json!([host]));
+            let rules = route["spec"]["rules"].as_array().unwrap();
+            assert_eq!(rules.len(), 1);
+            // Every method: no matches.
+            assert!(rules[0].get("matches").is_none());
+            assert_eq!(rules[0]["backendRefs"][0]["name"], pool);
+            assert_eq!(
+                rules[0]["filters"][0]["responseHeaderModifier"]["set"][0],
+                json!({ "name": "x-ingressbench-generation", "value": "2" })
+            );
+        }
+        o.traffic = Traffic::Http;
+        assert_eq!(route_kind(&o), "HTTPRoute");
     }
 
     #[test]

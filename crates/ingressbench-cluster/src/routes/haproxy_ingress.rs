@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use ingressbench_lab::model::Overlay;
 
-use super::{Can, MeshWay, Profile, Rendered};
+use super::{Can, H2cWay, MeshWay, Profile, Rendered};
 use crate::deploy::RunObjects;
 
 /// The `spec.controller` of HAProxy Ingress's IngressClass.
@@ -26,6 +26,10 @@ pub const PROFILE: Profile = Profile {
     mesh: Some(MeshWay {
         render: mesh,
         own_client_certificate: false,
+    }),
+    h2c: Some(H2cWay {
+        service: &[("haproxy-ingress.github.io/backend-protocol", "h2")],
+        ingress: &[],
     }),
 };
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use ingressbench_lab::model::Overlay;
 
-use super::{Can, Profile, Rendered};
+use super::{Can, H2cWay, Profile, Rendered};
 
 /// The `spec.controller` of ingress-nginx's IngressClass.
 pub const CONTROLLER: &str = "k8s.io/ingress-nginx";
@@ -26,6 +26,10 @@ pub const PROFILE: Profile = Profile {
     render,
     routes: None,
     mesh: None,
+    h2c: Some(H2cWay {
+        service: &[],
+        ingress: &[("nginx.ingress.kubernetes.io/backend-protocol", "GRPC")],
+    }),
 };
 
 fn render(_namespace: &str, generation: u32, overlay: &Overlay) -> Rendered {

@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use ingressbench_lab::model::{Overlay, GENERATION_HEADER};
 use serde_json::Value;
 
-use crate::deploy::RunObjects;
+use crate::deploy::{RunObjects, Traffic};
 use crate::file::GatewayRef;
 
 /// What a route change asks for, or what a controller can express.
@@ -87,6 +87,19 @@ pub struct Profile {
     /// How it speaks mutual TLS to a mesh's sidecars (none: it cannot, and a mesh with
     /// mutual TLS is refused for it).
     pub mesh: Option<MeshWay>,
+    /// How it is told to speak gRPC's HTTP/2 without TLS (h2c) to a pool (none: it
+    /// cannot, and a gRPC load is refused for it).
+    pub h2c: Option<H2cWay>,
+}
+
+/// The annotations that make a controller speak HTTP/2 without TLS (h2c) to a pool, as
+/// gRPC needs: of the pool's Service, and of the Ingress.
+#[derive(Debug)]
+pub struct H2cWay {
+    /// On each pool's Service.
+    pub service: &'static [(&'static str, &'static str)],
+    /// On the Ingress.
+    pub ingress: &'static [(&'static str, &'static str)],
 }
 
 /// How a controller outside a mesh reaches the sidecars of the backends inside it, over
@@ -167,10 +180,17 @@ pub fn render(o: &RunObjects, generation: Option<u32>, overlay: &Overlay) -> Vec
                 }),
         } if generation.is_some() || mesh_tls(o) => routes(o, class, generation, overlay),
         Routing::Ingress { class, profile } => {
-            let rendered = match (generation, profile) {
+            let mut rendered = match (generation, profile) {
                 (Some(g), Some(p)) => (p.render)(&o.namespace, g, overlay),
                 _ => Rendered::default(),
             };
+            if let (Traffic::Grpc, Some(Profile { h2c: Some(way), .. })) = (o.traffic, profile) {
+                rendered.annotations.extend(
+                    way.ingress
+                        .iter()
+                        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+                );
+            }
             let mut objects = rendered.objects;
             objects.push(crate::deploy::ingress_object(
                 o,
@@ -180,6 +200,27 @@ pub fn render(o: &RunObjects, generation: Option<u32>, overlay: &Overlay) -> Vec
             objects
         }
     }
+}
+
+/// The annotations of `pool`'s Service: how the controller reaches the mesh's sidecars
+/// over mutual TLS, or speaks gRPC's h2c to the backends, as its profile says.
+pub fn service_annotations(o: &RunObjects, pool: &str) -> BTreeMap<String, String> {
+    let mut out = mesh_rendered(o, pool).annotations;
+    if let (
+        Traffic::Grpc,
+        Routing::Ingress {
+            profile: Some(Profile { h2c: Some(way), .. }),
+            ..
+        },
+    ) = (o.traffic, &o.routing)
+    {
+        out.extend(
+            way.service
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned())),
+        );
+    }
+    out
 }
 
 /// Whether the run's mesh speaks mutual TLS.
@@ -282,6 +323,7 @@ pub(crate) fn test_objects(routes: &[(&str, &str)], routing: Routing) -> RunObje
         grace_s: 1,
         tls: None,
         mesh: None,
+        traffic: Traffic::Http,
     }
 }
 

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use ingressbench_lab::model::Overlay;
 use serde_json::{json, Value};
 
-use super::{Can, MeshWay, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
+use super::{Can, H2cWay, MeshWay, Profile, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
 use crate::deploy::RunObjects;
 
 /// The `spec.controller` of Traefik's IngressClass.
@@ -27,6 +27,10 @@ pub const PROFILE: Profile = Profile {
     mesh: Some(MeshWay {
         render: mesh,
         own_client_certificate: false,
+    }),
+    h2c: Some(H2cWay {
+        service: &[("traefik.ingress.kubernetes.io/service.serversscheme", "h2c")],
+        ingress: &[],
     }),
 };
 

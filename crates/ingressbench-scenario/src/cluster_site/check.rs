@@ -73,11 +73,7 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
             }
         }
         if cell.scenario.load.kind.is_grpc() {
-            return Err(format!(
-                "cell {} ({}): a gRPC load in cluster mode is not built yet (each controller takes its backends' protocol from an annotation of its own: Contour's projectcontour.io/upstream-protocol.h2c, Traefik's service.serversscheme: h2c, HAProxy Ingress's backend-protocol: grpc); run gRPC against the lab's proxies",
-                cell.index,
-                cell.label()
-            ));
+            check_grpc(cell)?;
         }
         let t = &cell.scenario.tuning;
         let knobs = [
@@ -119,6 +115,34 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
                     cell.target.name()
                 ));
             }
+        }
+    }
+    Ok(())
+}
+
+/// What a gRPC cell cannot have in a cluster, found without asking it: a mesh (the
+/// controllers' ways to its sidecars are HTTP/1.1 over TLS), generated routes or route
+/// events (the route probe asks HTTP), a route change's rewrite or CORS (a GRPCRoute
+/// has neither filter; a call's path is its method), or a host whose paths go to
+/// different pools (gRPC routes match methods, not path prefixes).
+fn check_grpc(cell: &crate::Cell) -> Result<(), String> {
+    let s = &cell.scenario;
+    let at = format!("cell {} ({})", cell.index, cell.label());
+    if cell.target.hop().is_some() {
+        return Err(format!("{at}: a gRPC load through a mesh is not built: the controllers reach its sidecars over HTTP/1.1 with TLS, and gRPC needs HTTP/2; run gRPC without a hop"));
+    }
+    if s.routes.count > 0 || cell.events.iter().any(|e| e.action.is_route_event()) {
+        return Err(format!("{at}: the route probe asks generated routes over HTTP, not gRPC; run route-scale scenarios with an HTTP load"));
+    }
+    for change in crate::timeline::route_changes(cell) {
+        if change.rewrite.is_some() || change.cors_origin.is_some() {
+            return Err(format!("{at}: a route change's {} has no meaning for gRPC calls (a call's path is its method; a GRPCRoute has no rewrite or CORS filter): keep to response headers, or run it with an HTTP load", if change.rewrite.is_some() { "path rewrite" } else { "CORS" }));
+        }
+    }
+    let mut pools: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+    for r in &s.routes.own {
+        if let Some(other) = pools.insert(&r.host, &r.pool).filter(|p| *p != r.pool) {
+            return Err(format!("{at}: host `{}` sends paths to pools `{other}` and `{}`; gRPC routes (a GRPCRoute, an Ingress of gRPC backends) match methods, not path prefixes: give each host one pool", r.host, r.pool));
         }
     }
     Ok(())
@@ -182,7 +206,8 @@ pub fn route_refusals(
         let target = cell.target.name();
         let mtls = cell.target.hop().is_some_and(|h| h.mtls);
         let revisions = changes_generated_routes(cell);
-        if (changes.is_empty() && !mtls && !revisions) || refused.contains_key(&target) {
+        let grpc = cell.scenario.load.kind.is_grpc();
+        if (changes.is_empty() && !mtls && !revisions && !grpc) || refused.contains_key(&target) {
             continue;
         }
         let key = cell.target.file_key();
@@ -203,6 +228,10 @@ pub fn route_refusals(
         })
         .and_then(|()| match revisions {
             true => refuse_unrevisable(&target, &routed.routing),
+            false => Ok(()),
+        })
+        .and_then(|()| match grpc {
+            true => refuse_grpc(&target, routed, &changes),
             false => Ok(()),
         });
         if let Err(e) = refusal {
@@ -263,6 +292,38 @@ pub(super) fn refuse_unmeshable(
             "target `{target}`: {name} presents one client certificate to every upstream, set in its own configuration (`tls.envoy-client-certificate`); name that Secret in the cluster file as `mesh_client: {{ name, namespace }}` (its `ca.crt` is what the sidecars accept), as `cluster local up` does"
         )),
         Some(_) => Ok(()),
+    }
+}
+
+/// A target that cannot carry a cell's gRPC: an Ingress controller the tool cannot tell
+/// to speak HTTP/2 to the backends (one without a profile, or whose profile has no way),
+/// or a Gateway implementation whose GRPCRoutes take no response header when the cell
+/// changes its routes.
+pub(super) fn refuse_grpc(
+    target: &str,
+    routed: &Routed,
+    changes: &[Overlay],
+) -> Result<(), String> {
+    match &routed.routing {
+        Routing::Ingress {
+            profile: Some(routes::Profile { h2c: Some(_), .. }),
+            ..
+        } => Ok(()),
+        Routing::Gateway { implementation, .. } if !changes.is_empty() && !implementation.grpc_headers => Err(format!(
+            "target `{target}`: {} takes no `ResponseHeaderModifier` on a GRPCRoute (it leaves such a route unserved), so a route change through a gRPC load cannot be made; drop the `config` events for it, or run them with an HTTP load",
+            implementation.name
+        )),
+        Routing::Gateway { .. } => Ok(()),
+        Routing::Ingress { .. } => Err(format!(
+            "target `{target}`: the tool knows no way to make `{}` speak HTTP/2 to the backends, as gRPC needs (it knows {}, and a Gateway's GRPCRoutes); run gRPC through a Gateway, or an HTTP load for this target",
+            routed.controller,
+            routes::PROFILES
+                .iter()
+                .filter(|p| p.h2c.is_some())
+                .map(|p| p.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
     }
 }
 

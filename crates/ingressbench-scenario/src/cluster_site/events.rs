@@ -630,7 +630,11 @@ pub(super) fn route_verdict(
 ) -> Result<Option<(String, gateway::Verdict)>, String> {
     for name in gateway::route_names(run.objects()) {
         let route = run
-            .get(gateway::API_VERSION, "HTTPRoute", &name)
+            .get(
+                gateway::API_VERSION,
+                gateway::route_kind(run.objects()),
+                &name,
+            )
             .map_err(|e| e.to_string())?
             .unwrap_or_default();
         match gateway::verdict(&route, parent) {

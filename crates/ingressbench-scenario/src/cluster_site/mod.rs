@@ -106,6 +106,8 @@ pub(crate) struct Shape {
     pub(crate) probe: ProbeOptions,
     /// An event adds, removes or changes routes: the route probe asks them.
     pub(crate) probed: bool,
+    /// What the load sends, where the controller must be told (gRPC).
+    pub(crate) traffic: ingressbench_cluster::deploy::Traffic,
 }
 
 /// What a mesh of a cell asks for.
@@ -169,7 +171,19 @@ impl Shape {
             // The scenario's check read it already.
             probe: crate::propagation::probe_options(s).unwrap_or_default(),
             probed: cell.events.iter().any(|e| e.action.is_route_event()),
+            traffic: traffic(s.load.kind),
         }
+    }
+}
+
+/// What a load of `kind` needs the controller told: gRPC's h2c (an event stream is a
+/// long HTTP answer, and a WebSocket an upgrade every controller here lets through).
+pub(crate) fn traffic(kind: crate::model::LoadKindFile) -> ingressbench_cluster::deploy::Traffic {
+    use crate::model::LoadKindFile;
+    use ingressbench_cluster::deploy::Traffic;
+    match kind {
+        LoadKindFile::Http | LoadKindFile::Sse | LoadKindFile::Websocket => Traffic::Http,
+        LoadKindFile::Grpc | LoadKindFile::GrpcStream => Traffic::Grpc,
     }
 }
 

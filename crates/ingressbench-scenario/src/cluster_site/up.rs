@@ -14,7 +14,7 @@ use ingressbench_lab::certs::DEFAULT_TLS_NAME;
 use ingressbench_lab::model::GENERATION_HEADER;
 
 use super::check::{
-    refuse_unexpressible, refuse_unmeshable, refuse_unrevisable, route_support, Routed,
+    refuse_grpc, refuse_unexpressible, refuse_unmeshable, refuse_unrevisable, route_support, Routed,
 };
 use super::{
     ClusterOptions, ClusterSite, Door, Inside, Shape, FIRST_GENERATION, REFUSED_GRACE,
@@ -107,7 +107,7 @@ impl ClusterSite {
             tls_dir,
             generation: with_generations.then_some(FIRST_GENERATION),
             routes_record: serde_json::json!({
-                "kind": if matches!(run.objects().routing, Routing::Gateway { .. }) { "HTTPRoute" } else { "Ingress" },
+                "kind": if matches!(run.objects().routing, Routing::Gateway { .. }) { gateway::route_kind(run.objects()) } else { "Ingress" },
                 "controller": controller,
             }),
             errands: super::errands::Errands::new(&run),
@@ -161,7 +161,7 @@ impl ClusterSite {
                     let since = *refused_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= REFUSED_GRACE {
                         return Err(CellFailure {
-                            message: format!("HTTPRoute {}/{name} was not accepted by Gateway {parent}: {why}; correct the target's `gateway:` (name, namespace, listener) or the Gateway's `allowedRoutes`", self.run.name()),
+                            message: format!("{} {}/{name} was not accepted by Gateway {parent}: {why}; correct the target's `gateway:` (name, namespace, listener) or the Gateway's `allowedRoutes`", gateway::route_kind(self.run.objects()), self.run.name()),
                             input: true,
                         });
                     }
@@ -174,7 +174,7 @@ impl ClusterSite {
                             other => format!("{other:?}"),
                         };
                         return Err(CellFailure {
-                            message: format!("HTTPRoute {}/{name}: {why} after {} s; is the implementation behind Gateway {parent} running?", self.run.name(), ROUTE_STATUS_TIMEOUT.as_secs()),
+                            message: format!("{} {}/{name}: {why} after {} s; is the implementation behind Gateway {parent} running?", gateway::route_kind(self.run.objects()), self.run.name(), ROUTE_STATUS_TIMEOUT.as_secs()),
                             input: true,
                         });
                     }
@@ -355,7 +355,14 @@ fn routing_for(
     shape: &Shape,
 ) -> Result<(Option<String>, Routing), CellFailure> {
     let mtls = shape.mesh.is_some_and(|m| m.mtls);
-    if placed.gateway.is_none() && shape.route_changes.is_empty() && !mtls && !shape.revisions {
+    // gRPC through an Ingress needs its controller's own h2c setting.
+    let told = shape.traffic == ingressbench_cluster::deploy::Traffic::Grpc;
+    if placed.gateway.is_none()
+        && shape.route_changes.is_empty()
+        && !mtls
+        && !shape.revisions
+        && !told
+    {
         let routing = Routing::Ingress {
             class: placed.ingress_class.clone().unwrap_or_default(),
             profile: None,
@@ -385,6 +392,9 @@ fn routing_for(
     }
     if shape.revisions {
         refuse_unrevisable(target, &routed.routing).map_err(input)?;
+    }
+    if shape.traffic == ingressbench_cluster::deploy::Traffic::Grpc {
+        refuse_grpc(target, &routed, &shape.route_changes).map_err(input)?;
     }
     Ok((Some(routed.controller), routed.routing))
 }
@@ -535,6 +545,7 @@ fn objects_for(
         image: options.file.image.clone(),
         backend_args: Vec::new(),
         routes: shape.routes,
+        traffic: shape.traffic,
         sysctls: shape.sysctls,
         grace_s: 10,
         tls: secret,

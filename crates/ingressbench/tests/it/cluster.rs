@@ -264,6 +264,10 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
             the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tls,
         ),
         (
+            "gRPC and WebSockets",
+            crate::cluster_traffic::grpc_and_websockets_pass_through_every_controller,
+        ),
+        (
             "each controller's routes",
             each_controller_routes_and_takes_route_changes_the_way_its_api_does,
         ),
@@ -1001,6 +1005,7 @@ fn a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes
             grace_s: 2,
             tls: None,
             mesh: None,
+            traffic: ingressbench_cluster::deploy::Traffic::Http,
         },
     )
     .unwrap_or_else(|e| panic!("{e}"));

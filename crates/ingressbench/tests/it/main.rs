@@ -8,6 +8,8 @@ mod backend;
 mod cli;
 #[cfg(feature = "cluster")]
 mod cluster;
+#[cfg(feature = "cluster")]
+mod cluster_traffic;
 mod common;
 mod grpc;
 mod hostile;

@@ -1,0 +1,100 @@
+//! gRPC and WebSockets through every controller of the local cluster (issue 50), each
+//! told its own way: a Gateway's routes are GRPCRoutes to a Service whose port says
+//! `appProtocol: kubernetes.io/h2c`; an Ingress controller reads its own annotation of the
+//! Service (Contour's `upstream-protocol.h2c`, Traefik's `serversscheme: h2c`, HAProxy
+//! Ingress's `backend-protocol: h2`). WebSockets need nothing said.
+
+use std::path::Path;
+
+use crate::cluster::{json_of, run_in_cluster, tail};
+
+/// The targets of the local cluster's file, in its order.
+const TARGETS: [&str; 6] = [
+    "contour",
+    "contour-gateway",
+    "envoy-gateway",
+    "haproxy-ingress",
+    "traefik",
+    "traefik-gateway",
+];
+
+/// Each cell's directory name and its summary's outcomes.
+fn outcomes(out: &Path) -> Vec<(String, serde_json::Value)> {
+    let record = json_of(out, "run.json");
+    record["cells"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let dir = out.join("cells").join(c["dir"].as_str().unwrap());
+            let name = c["target"].as_str().unwrap().to_owned();
+            (name, json_of(&dir, "summary.json")["outcomes"].clone())
+        })
+        .collect()
+}
+
+/// gRPC unary calls over TLS through all six targets: every call answered OK by the
+/// echo service (a GRPCRoute on Contour's HTTPS listener without the port's
+/// `appProtocol` timed out every call: Contour spoke TLS to the backends), and the
+/// Gateway targets' routes recorded as GRPCRoutes; then 50 WebSockets' messages through
+/// Envoy Gateway and Contour, each echoed.
+pub(crate) fn grpc_and_websockets_pass_through_every_controller(dir: &Path) {
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let scenario = dir.join("traffic.yaml");
+    let targets: Vec<String> = TARGETS
+        .iter()
+        .map(|t| format!("{{ cluster: {t} }}"))
+        .collect();
+    std::fs::write(
+        &scenario,
+        format!(
+            "name: traffic\ntargets: [{}]\nbackends: [{{ name: echo, replicas: 2 }}]\ntls: true\nload: {{ kind: grpc, rate: 50, connections: 2, duration: 3s }}\n",
+            targets.join(", ")
+        ),
+    )
+    .unwrap();
+    let out = dir.join("grpc");
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", tail(&run));
+    let seen = outcomes(&out);
+    assert_eq!(seen.len(), TARGETS.len(), "{seen:?}");
+    for (target, outcomes) in &seen {
+        // 150 calls due in 3 s; one still out at the end is no failure of the route.
+        let ok = outcomes["grpc:ok"].as_u64().unwrap_or(0);
+        let others: u64 = outcomes
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| *k != "grpc:ok")
+            .map(|(_, n)| n.as_u64().unwrap())
+            .sum();
+        assert!(ok >= 140 && others == 0, "{target}: {outcomes}");
+    }
+    let record = json_of(&out, "run.json");
+    for c in record["cells"].as_array().unwrap() {
+        let gateway = c["target"].as_str().unwrap().ends_with("gateway");
+        let kind = if gateway { "GRPCRoute" } else { "Ingress" };
+        assert_eq!(c["routes"]["kind"], kind, "{c}");
+    }
+    let websockets = dir.join("websockets.yaml");
+    std::fs::write(
+        &websockets,
+        "name: websockets\ntargets: [{ cluster: envoy-gateway }, { cluster: contour }]\nbackends: [{ name: echo, replicas: 2 }]\ntls: true\nload: { kind: websocket, rate: 100, connections: 50, duration: 3s }\n",
+    )
+    .unwrap();
+    let out = dir.join("websockets");
+    let run = run_in_cluster(&websockets, &cluster, &kubeconfig, &out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", tail(&run));
+    for (target, outcomes) in outcomes(&out) {
+        let echoed = outcomes["101"].as_u64().unwrap_or(0);
+        assert!(
+            echoed >= 290 && outcomes.as_object().unwrap().len() == 1,
+            "{target}: {outcomes}"
+        );
+    }
+}
