@@ -390,3 +390,60 @@ fn upgradable(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn grpc_is_refused_where_the_controller_has_no_way_for_it() {
+        let gateway = |controller: &str| Routed {
+            controller: controller.to_owned(),
+            support: None,
+            routing: Routing::Gateway {
+                parent: ingressbench_cluster::file::GatewayRef {
+                    name: "gw".into(),
+                    namespace: "infra".into(),
+                    listener: None,
+                    tls_listener: None,
+                },
+                implementation: gateway::support(controller),
+            },
+        };
+        let change = [Overlay {
+            response_header: Some(("X-Churn".into(), "on".into())),
+            ..Overlay::default()
+        }];
+        let traefik = gateway("traefik.io/gateway-controller");
+        refuse_grpc("t", &traefik, &[]).unwrap();
+        let err = refuse_grpc("t", &traefik, &change).unwrap_err();
+        assert!(
+            err.contains("Traefik takes no `ResponseHeaderModifier` on a GRPCRoute"),
+            "{err}"
+        );
+        refuse_grpc(
+            "t",
+            &gateway("gateway.envoyproxy.io/gatewayclass-controller"),
+            &change,
+        )
+        .unwrap();
+        let ingress = |controller: &str| Routed {
+            controller: controller.to_owned(),
+            support: None,
+            routing: Routing::Ingress {
+                class: "c".into(),
+                profile: routes::profile(controller),
+            },
+        };
+        refuse_grpc("t", &ingress(routes::haproxy_ingress::CONTROLLER), &change).unwrap();
+        let err = refuse_grpc("t", &ingress("example.com/unknown"), &[]).unwrap_err();
+        assert!(
+            err.contains("no way to make `example.com/unknown` speak HTTP/2"),
+            "{err}"
+        );
+        assert!(
+            err.contains("Traefik, Contour, HAProxy Ingress, ingress-nginx"),
+            "{err}"
+        );
+    }
+}
