@@ -2,7 +2,8 @@
 //! told its own way: a Gateway's routes are GRPCRoutes to a Service whose port says
 //! `appProtocol: kubernetes.io/h2c`; an Ingress controller reads its own annotation of the
 //! Service (Contour's `upstream-protocol.h2c`, Traefik's `serversscheme: h2c`, HAProxy
-//! Ingress's `backend-protocol: h2`). WebSockets need nothing said.
+//! Ingress's `backend-protocol: h2`). WebSockets need nothing said. And gateway-api-bench's
+//! route probe, as the shipped scenario runs it.
 
 use std::path::Path;
 
@@ -97,4 +98,45 @@ pub(crate) fn grpc_and_websockets_pass_through_every_controller(dir: &Path) {
             "{target}: {outcomes}"
         );
     }
+}
+
+/// `scenarios/gateway-probe.yaml` as shipped, in quick mode, through Envoy Gateway:
+/// 300 HTTPRoutes made and answering, then 5 added one at a time, each timed from its
+/// creation to its first answer from its pool, every wrong answer on it counted by
+/// status (Envoy Gateway answers a new route 503 before its backend is ready, as
+/// gateway-api-bench found), and the existing route's traffic unharmed.
+pub(crate) fn gateway_api_benchs_probe_runs_through_envoy_gateway(dir: &Path) {
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/gateway-probe.yaml");
+    let out = dir.join("gateway-probe");
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
+        .args(["--quick", "--set", "targets=[{ cluster: envoy-gateway }]"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", tail(&run));
+    let record = json_of(&out, "run.json");
+    let cell = &record["cells"][0];
+    let generated = &cell["routes"]["generated"];
+    assert_eq!(generated["count"], 300, "{cell}");
+    assert!(
+        generated["all_answered_s"].as_f64().unwrap()
+            >= generated["objects_made_s"].as_f64().unwrap(),
+        "{cell}"
+    );
+    let dir = out.join("cells").join(cell["dir"].as_str().unwrap());
+    let routes = json_of(&dir, "routes.json");
+    let added = &routes["firings"][0];
+    assert_eq!(added["one_at_a_time"], true, "{added}");
+    assert_eq!(added["planned"], 5, "{added}");
+    assert_eq!(added["right"], 5, "{added}");
+    assert_eq!(added["never_right"], serde_json::json!([]), "{added}");
+    let max = added["time_to_right_ms"]["max"].as_f64().unwrap();
+    assert!(max > 0.0, "{added}");
+    // Wrong answers are counted by status, never as 200s.
+    for (status, _) in added["wrong"].as_object().unwrap() {
+        assert_ne!(status, "200", "{added}");
+    }
+    let summary = json_of(&dir, "summary.json");
+    assert_eq!(summary["requests"]["errors"], 0, "{summary}");
 }
