@@ -1847,9 +1847,16 @@ fn the_shipped_scenarios_run_against_every_controller_of_the_cluster(dir: &Path)
                 seen += 1;
             }
         }
+        // Quick mode puts the events 1.7 s apart here: on a busy machine a pod can take
+        // 1.2 s to be ready and HAProxy Ingress as long again to send it traffic (CI
+        // once saw all three windows end first). Then a new pod answered later in the
+        // cell: more backends answered than the three at the start.
+        let backends = json_of(cell, "summary.json")["backends"]
+            .as_object()
+            .map_or(0, serde_json::Map::len);
         assert!(
-            seen >= 1,
-            "{cell:?}: no scale-up's new pod answered: {}",
+            seen >= 1 || backends > 3,
+            "{cell:?}: no scale-up's new pod answered ({backends} backends did): {}",
             brief(&impact)
         );
         let mut unseen = 0;

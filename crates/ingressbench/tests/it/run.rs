@@ -390,9 +390,12 @@ shipped! {
     shipped_sweep_runs_in_quick_mode: "sweep.yaml",
 }
 
+/// The shipped scenarios whose targets are a cluster's controllers (the cluster test,
+/// tests/it/cluster.rs and cluster_traffic.rs, runs them).
+const CLUSTER_ONLY: &[&str] = &["gateway-probe.yaml", "mesh.yaml"];
+
 /// Every file in scenarios/ validates in quick mode and has its quick run's test above,
-/// but mesh.yaml, whose targets are a cluster's controllers: refused here, before
-/// anything is made, with the fix (the cluster test, tests/it/cluster.rs, runs it).
+/// but the cluster-only ones: refused here, before anything is made, with the fix.
 #[test]
 fn shipped_scenarios_each_have_a_quick_run_test() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios");
@@ -417,14 +420,14 @@ fn shipped_scenarios_each_have_a_quick_run_test() {
             String::from_utf8_lossy(&check.stderr)
         );
         let name = file.file_name().unwrap().to_str().unwrap();
-        if name != "mesh.yaml" {
+        if !CLUSTER_ONLY.contains(&name) {
             assert!(
                 SHIPPED.contains(&name),
                 "{name} has no quick-run test in run.rs"
             );
             continue;
         }
-        let out = dir.join("mesh");
+        let out = dir.join(name);
         let run = Command::new(BIN)
             .args(["run", "--quick", "--out"])
             .arg(&out)
