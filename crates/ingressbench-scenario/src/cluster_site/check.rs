@@ -281,12 +281,7 @@ pub(super) fn refuse_unmeshable(
             "target `{target}`: the tool knows no way to give `{}` a client certificate for a mesh's sidecars through {} (it knows {}); run its hop with `mtls: false`, or without a hop",
             routed.controller,
             if placed.gateway.is_some() { "a Gateway's routes" } else { "its Ingress" },
-            routes::PROFILES
-                .iter()
-                .filter(|p| p.mesh.is_some())
-                .map(|p| p.name)
-                .collect::<Vec<_>>()
-                .join(", ")
+            profiles_that(|p| p.mesh.is_some())
         )),
         Some((name, way)) if way.own_client_certificate && placed.mesh_client.is_none() => Err(format!(
             "target `{target}`: {name} presents one client certificate to every upstream, set in its own configuration (`tls.envoy-client-certificate`); name that Secret in the cluster file as `mesh_client: {{ name, namespace }}` (its `ca.crt` is what the sidecars accept), as `cluster local up` does"
@@ -317,14 +312,19 @@ pub(super) fn refuse_grpc(
         Routing::Ingress { .. } => Err(format!(
             "target `{target}`: the tool knows no way to make `{}` speak HTTP/2 to the backends, as gRPC needs (it knows {}, and a Gateway's GRPCRoutes); run gRPC through a Gateway, or an HTTP load for this target",
             routed.controller,
-            routes::PROFILES
-                .iter()
-                .filter(|p| p.h2c.is_some())
-                .map(|p| p.name)
-                .collect::<Vec<_>>()
-                .join(", ")
+            profiles_that(|p| p.h2c.is_some())
         )),
     }
+}
+
+/// The names of the Ingress controllers whose profile `has`, for messages.
+fn profiles_that(has: impl Fn(&routes::Profile) -> bool) -> String {
+    routes::PROFILES
+        .iter()
+        .filter(|p| has(p))
+        .map(|p| p.name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 pub(super) fn refuse_unexpressible(
