@@ -478,6 +478,8 @@ pub struct OverlayFile {
     pub cors_origin: Option<String>,
     /// `{ from: /old, to: /new }`
     pub rewrite: Option<RewriteFile>,
+    /// A pool's name: the routes go there instead.
+    pub pool: Option<String>,
 }
 
 /// A header as written.
@@ -543,6 +545,7 @@ impl OverlayFile {
                 .rewrite
                 .as_ref()
                 .map(|r| (r.from.clone(), r.to.clone())),
+            pool: self.pool.clone(),
         }
     }
 }

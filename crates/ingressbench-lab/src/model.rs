@@ -68,6 +68,10 @@ pub struct Overlay {
     pub cors_origin: Option<String>,
     /// Path-prefix rewrite: a path starting with `.0` is sent to the backend as `.1` + rest.
     pub rewrite: Option<(String, String)>,
+    /// The pool every route of the scenario's own (not the generated ones) goes to
+    /// instead of its own: a route's backend changed, as a blue/green switch or a Gateway
+    /// API backendRef's edit.
+    pub pool: Option<String>,
 }
 
 impl Overlay {
@@ -84,11 +88,26 @@ impl Overlay {
         if let Some((from, to)) = &self.rewrite {
             parts.push(format!("rewrite {from} -> {to}"));
         }
+        if let Some(pool) = &self.pool {
+            parts.push(format!("routes to {pool}"));
+        }
         if parts.is_empty() {
             "revert route changes".to_owned()
         } else {
             parts.join(", ")
         }
+    }
+
+    /// `routes` as this sends them: the scenario's own to [`Self::pool`] when it names
+    /// one, the generated ones to theirs.
+    pub fn reroute(&self, routes: &[Route]) -> Vec<Route> {
+        let mut routes = routes.to_vec();
+        if let Some(pool) = &self.pool {
+            for route in routes.iter_mut().filter(|r| generated_index(r).is_none()) {
+                route.pool.clone_from(pool);
+            }
+        }
+        routes
     }
 }
 
@@ -524,5 +543,25 @@ mod tests {
             revision: 0,
         };
         assert_eq!(generated_index(&own), None);
+    }
+
+    #[test]
+    fn a_pool_change_sends_the_own_routes_and_leaves_the_generated_ones() {
+        let pools = ["a".to_owned(), "b".to_owned()];
+        let own = Route {
+            host: "app.test".into(),
+            path_prefix: "/".into(),
+            pool: "a".into(),
+            revision: 0,
+        };
+        let routes = [own, generated_route(0, &pools), generated_route(1, &pools)];
+        let to_c = Overlay {
+            pool: Some("c".into()),
+            ..Overlay::default()
+        };
+        let pools_after: Vec<String> = to_c.reroute(&routes).into_iter().map(|r| r.pool).collect();
+        assert_eq!(pools_after, ["c", "a", "b"]);
+        assert_eq!(Overlay::default().reroute(&routes), routes);
+        assert_eq!(to_c.describe(), "routes to c");
     }
 }

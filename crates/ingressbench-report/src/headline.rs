@@ -42,9 +42,22 @@ pub struct Row {
     pub verdict: Option<(Verdict, Estimate)>,
 }
 
-/// One kind of event in a row: its name, how many there were, and the median and worst
-/// seconds until the traffic showed them (`None`: none showed).
-pub type TookEffect = (String, usize, Option<(f64, f64)>, Shown);
+/// One kind of event in a row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TookEffect {
+    /// Its name (`scale`, `route change`).
+    pub kind: String,
+    /// How many there were.
+    pub count: usize,
+    /// Of them, route changes no answer carried before a later change did: the proxies
+    /// took the later one first (a controller that coalesces changes). Their times are
+    /// the later one's, so they are left out of `figures`.
+    pub superseded: usize,
+    /// The median and worst seconds until the traffic showed them (`None`: none showed).
+    pub figures: Option<(f64, f64)>,
+    /// What the figures measure.
+    pub shown: Shown,
+}
 
 /// What a kind's times measure.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,15 +125,24 @@ fn error_events(cell: &CellResults) -> Vec<(String, u64)> {
 fn took_effect_by_kind<'a>(
     events: impl Iterator<Item = &'a ingressbench_results::impact::ImpactEntry>,
 ) -> Vec<TookEffect> {
-    let mut by_kind: BTreeMap<String, (usize, Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    #[derive(Default)]
+    struct Slot {
+        count: usize,
+        superseded: usize,
+        seen: Vec<f64>,
+        complete: Vec<f64>,
+    }
+    let mut by_kind: BTreeMap<String, Slot> = BTreeMap::new();
     for e in events {
         let slot = by_kind.entry(event_kind(&e.what)).or_default();
-        slot.0 += 1;
-        if let Some(seen) = e.took_effect_s {
-            slot.1.push((seen - e.requested_s).max(0.0));
+        slot.count += 1;
+        if e.generations.first().is_some_and(|g| g.superseded()) {
+            slot.superseded += 1;
+        } else if let Some(seen) = e.took_effect_s {
+            slot.seen.push((seen - e.requested_s).max(0.0));
         }
         if let Some(complete) = e.completed_s {
-            slot.2.push((complete - e.requested_s).max(0.0));
+            slot.complete.push((complete - e.requested_s).max(0.0));
         }
     }
     let median_and_worst = |mut times: Vec<f64>| {
@@ -129,9 +151,18 @@ fn took_effect_by_kind<'a>(
     };
     by_kind
         .into_iter()
-        .map(|(kind, (n, seen, complete))| match median_and_worst(seen) {
-            Some(figures) => (kind, n, Some(figures), Shown::InTraffic),
-            None => (kind, n, median_and_worst(complete), Shown::RolloutComplete),
+        .map(|(kind, slot)| {
+            let (figures, shown) = match median_and_worst(slot.seen) {
+                Some(figures) => (Some(figures), Shown::InTraffic),
+                None => (median_and_worst(slot.complete), Shown::RolloutComplete),
+            };
+            TookEffect {
+                kind,
+                count: slot.count,
+                superseded: slot.superseded,
+                figures,
+                shown,
+            }
         })
         .collect()
 }
@@ -402,14 +433,21 @@ fn took_effect(r: &Row) -> String {
     }
     r.took_effect
         .iter()
-        .map(|(kind, n, figures, shown)| match (figures, shown) {
-            (Some((median, worst)), Shown::InTraffic) => {
-                format!("{kind} ×{n} {median:.2}/{worst:.2}")
+        .map(|t| {
+            let (kind, n) = (&t.kind, t.count);
+            let kind = match t.superseded {
+                0 => format!("{kind} ×{n}"),
+                k => format!("{kind} ×{n} ({k} superseded)"),
+            };
+            match (t.figures, t.shown) {
+                (Some((median, worst)), Shown::InTraffic) => {
+                    format!("{kind} {median:.2}/{worst:.2}")
+                }
+                (Some((median, worst)), Shown::RolloutComplete) => {
+                    format!("{kind} not seen, rollout complete {median:.2}/{worst:.2}")
+                }
+                (None, _) => format!("{kind} not seen"),
             }
-            (Some((median, worst)), Shown::RolloutComplete) => {
-                format!("{kind} ×{n} not seen, rollout complete {median:.2}/{worst:.2}")
-            }
-            (None, _) => format!("{kind} ×{n} not seen"),
         })
         .collect::<Vec<_>>()
         .join("; ")
@@ -499,15 +537,54 @@ mod tests {
             event("kill echo-2", None, None),
         ];
         let kinds = took_effect_by_kind(events.iter());
-        let row = |kind: &str| kinds.iter().find(|k| k.0 == kind).unwrap().clone();
+        let row = |kind: &str| kinds.iter().find(|k| k.kind == kind).unwrap().clone();
         assert_eq!(
             row("scale"),
-            ("scale".into(), 2, Some((1.0, 1.0)), Shown::InTraffic)
+            TookEffect {
+                kind: "scale".into(),
+                count: 2,
+                superseded: 0,
+                figures: Some((1.0, 1.0)),
+                shown: Shown::InTraffic
+            }
         );
         let upgrade = row("upgrade");
-        assert_eq!(upgrade.3, Shown::RolloutComplete);
-        assert!((upgrade.2.unwrap().0 - 19.4).abs() < 1e-9, "{upgrade:?}");
-        assert_eq!(row("kill").2, None);
+        assert_eq!(upgrade.shown, Shown::RolloutComplete);
+        assert!(
+            (upgrade.figures.unwrap().0 - 19.4).abs() < 1e-9,
+            "{upgrade:?}"
+        );
+        assert_eq!(row("kill").figures, None);
+    }
+
+    #[test]
+    fn a_change_superseded_before_it_was_served_is_counted_not_timed() {
+        use ingressbench_results::impact::{GenerationEffect, ImpactEntry};
+        let change = |requested_s: f64, took: f64, with_it: u64| ImpactEntry {
+            what: "routes to green".into(),
+            requested_s,
+            took_effect_s: Some(took),
+            generations: vec![GenerationEffect {
+                answers_after: 100,
+                answers_with_it: with_it,
+                ..GenerationEffect::default()
+            }],
+            ..ImpactEntry::default()
+        };
+        // The second was never answered as itself: its time is the third's.
+        let events = [
+            change(1.0, 1.1, 50),
+            change(2.0, 3.4, 0),
+            change(3.0, 3.4, 100),
+        ];
+        let kinds = took_effect_by_kind(events.iter());
+        assert_eq!(kinds.len(), 1);
+        assert_eq!((kinds[0].count, kinds[0].superseded), (3, 1));
+        let (median, worst) = kinds[0].figures.unwrap();
+        assert!(
+            (median - 0.4).abs() < 1e-9 && (worst - 0.4).abs() < 1e-9,
+            "{kinds:?}"
+        );
     }
 
     #[test]

@@ -136,6 +136,19 @@ pub struct GenerationEffect {
     pub answers_before: u64,
     /// Answers with it or a later one.
     pub answers_after: u64,
+    /// Answers with it exactly (none while later ones were answered: superseded before
+    /// the proxies served it).
+    #[serde(default)]
+    pub answers_with_it: u64,
+}
+
+impl GenerationEffect {
+    /// Whether a later generation was answered and this one never: the change was
+    /// superseded before the proxies served it (a controller that coalesces changes), so
+    /// its `took_effect_s` is a later change's.
+    pub fn superseded(&self) -> bool {
+        self.answers_with_it == 0 && self.answers_after > 0
+    }
 }
 
 /// The HTTP/2 GOAWAYs in an event's window.

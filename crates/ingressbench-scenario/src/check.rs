@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use ingressbench_lab::model::Overlay;
 use ingressbench_lab::proxy::Binaries;
 use ingressbench_lab::proxy::ProxyKind;
 use ingressbench_lab::Change;
@@ -30,6 +31,7 @@ pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
     // Before the lab's routes are made: a count too large would take the memory first.
     check_route_count(cell)?;
     check_probe(&s.routes.probe)?;
+    check_pool_changes(cell)?;
     let (url, pools) = match (lab_file(cell), &cell.target) {
         (Some(file), target) => {
             if let (Target::Proxy { kind, .. }, true) = (target, s.load.kind.is_grpc()) {
@@ -74,6 +76,30 @@ pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
         .map_err(|e| format!("load.connections: {e}"))?;
     for (i, e) in cell.events.iter().enumerate() {
         check_event(i, e, &pools, &plan.length)?;
+    }
+    Ok(())
+}
+
+/// A route change's `pool` names one of the scenario's `backends`.
+fn check_pool_changes(cell: &Cell) -> Result<(), String> {
+    let pools: Vec<&str> = cell
+        .scenario
+        .backends
+        .iter()
+        .map(|b| b.name.as_str())
+        .collect();
+    for (i, e) in cell.events.iter().enumerate() {
+        if let Some(Change::Overlay(Overlay {
+            pool: Some(pool), ..
+        })) = e.action.change()
+        {
+            if !pools.contains(&pool.as_str()) {
+                return Err(format!(
+                    "events[{i}]: config.pool `{pool}` is not a pool of this scenario ({}): name one of its `backends`, or add a backend of that name",
+                    pools.join(", ")
+                ));
+            }
+        }
     }
     Ok(())
 }

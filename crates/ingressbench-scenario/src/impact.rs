@@ -236,6 +236,10 @@ pub fn generation_effect(
         mixed_window_s: mixed.map(round6),
         answers_before: answers(false),
         answers_after: answers(true),
+        answers_with_it: of_header()
+            .filter(|g| g.generation == generation)
+            .map(|g| g.answers)
+            .sum(),
     }
 }
 
@@ -378,10 +382,17 @@ pub(crate) fn write_impact(
             .collect();
         if let Some(proxies) = entry.generations.first() {
             entry.took_effect_s = proxies.took_effect_s;
-            entry.took_effect_basis = format!(
-                "first answer carrying generation {} ({})",
-                proxies.generation, proxies.header
-            );
+            entry.took_effect_basis = if proxies.superseded() {
+                format!(
+                    "superseded: no answer carried generation {} ({}); the first answer carrying a later one",
+                    proxies.generation, proxies.header
+                )
+            } else {
+                format!(
+                    "first answer carrying generation {} ({})",
+                    proxies.generation, proxies.header
+                )
+            };
             entry.last_old_answer_s = proxies.last_old_answer_s;
             entry.mixed_window_s = proxies.mixed_window_s;
         }
@@ -581,6 +592,15 @@ mod tests {
         assert_eq!(v.mixed_window_s, Some(0.3));
         assert_eq!(v.answers_before, 10);
         assert_eq!(v.answers_after, 20);
+        assert_eq!(v.answers_with_it, 10);
+        assert!(!v.superseded());
+        // Generation 4 was never answered as itself: 5 was, first.
+        let mut later = table.clone();
+        later.push(seen("x-gen", 5, 12.5, 13.0));
+        let v = generation_effect(&later, "x-gen", 4, 1.0);
+        assert_eq!((v.answers_with_it, v.answers_after), (0, 10));
+        assert!(v.superseded());
+        assert_eq!(v.took_effect_s, Some(11.5));
         let v = generation_effect(&table, "x-gen", 3, 1.0);
         assert_eq!(v.took_effect_s, Some(7.1));
         assert_eq!(v.mixed_window_s, Some(0.0));

@@ -134,6 +134,7 @@ mod tests {
             response_header: Some(("X-Churn".into(), "on".into())),
             cors_origin: Some("https://app.example".into()),
             rewrite: Some(("/old".into(), "/new".into())),
+            pool: None,
         };
         let all = crate::routes::render(&o, Some(2), &change);
         assert_eq!(all.len(), 1, "an HTTPProxy instead of the Ingress");

@@ -387,6 +387,7 @@ mod tests {
             response_header: Some(("X-Churn".into(), "on".into())),
             cors_origin: Some("https://app.example".into()),
             rewrite: Some(("/old".into(), "/new".into())),
+            pool: None,
         };
         let routes = httproutes(&o, parent, &OTHER, Some(3), &change);
         assert_eq!(routes.len(), 2);

@@ -92,6 +92,7 @@ mod tests {
             response_header: Some(("X-Churn".into(), "o\"n".into())),
             cors_origin: Some("https://app.example".into()),
             rewrite: Some(("/old.v1".into(), "/new".into())),
+            pool: None,
         };
         let r = render("ns", 3, &change);
         assert_eq!(

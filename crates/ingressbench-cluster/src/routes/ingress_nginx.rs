@@ -70,6 +70,7 @@ mod tests {
             response_header: Some(("X-Churn".into(), "on".into())),
             cors_origin: Some("https://app.example".into()),
             rewrite: Some(("/old".into(), "/new".into())),
+            pool: None,
         };
         let r = render("ns", 2, &change);
         assert_eq!(

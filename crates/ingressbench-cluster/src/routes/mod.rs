@@ -166,6 +166,24 @@ pub enum Routing {
 /// The run's route objects for generation `generation` of `overlay` (none: a run without
 /// route changes, whose answers carry no generation), in the order to apply them.
 pub fn render(o: &RunObjects, generation: Option<u32>, overlay: &Overlay) -> Vec<Value> {
+    // A change of the routes' pool is a change of their backend (an Ingress path's
+    // `service`, an HTTPRoute's `backendRefs`), as its user would edit it.
+    let rerouted;
+    let o = match &overlay.pool {
+        Some(pool) => {
+            rerouted = RunObjects {
+                routes: (o.routes.iter())
+                    .map(|r| crate::deploy::Route {
+                        pool: pool.clone(),
+                        ..r.clone()
+                    })
+                    .collect(),
+                ..o.clone()
+            };
+            &rerouted
+        }
+        None => o,
+    };
     match &o.routing {
         Routing::Gateway {
             parent,
@@ -344,12 +362,82 @@ mod tests {
         assert_eq!(covering(&prefixes[1..], "/other"), None);
     }
 
+    /// The Services the route objects send to: an Ingress path's `service`, an
+    /// HTTPProxy route's `services`, an HTTPRoute rule's `backendRefs`.
+    fn backends(objects: &[Value]) -> Vec<String> {
+        fn walk(v: &Value, under: bool, out: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => {
+                    if under {
+                        if let Some(name) = m.get("name").and_then(Value::as_str) {
+                            out.push(name.to_owned());
+                        }
+                    }
+                    for (k, v) in m {
+                        walk(
+                            v,
+                            ["service", "services", "backendRefs"].contains(&k.as_str()),
+                            out,
+                        );
+                    }
+                }
+                Value::Array(a) => a.iter().for_each(|v| walk(v, under, out)),
+                _ => {}
+            }
+        }
+        let mut out = Vec::new();
+        objects.iter().for_each(|o| walk(o, false, &mut out));
+        out
+    }
+
+    #[test]
+    fn a_pool_change_sends_every_route_to_that_pool_through_every_routing() {
+        let parent = GatewayRef {
+            name: "gw".into(),
+            namespace: "infra".into(),
+            listener: Some("web".into()),
+            tls_listener: None,
+        };
+        let routings = std::iter::once(Routing::Gateway {
+            parent,
+            implementation: gateway::support("gateway.envoyproxy.io/gatewayclass-controller"),
+        })
+        .chain(std::iter::once(Routing::Ingress {
+            class: "any".into(),
+            profile: None,
+        }))
+        .chain(PROFILES.iter().map(|p| Routing::Ingress {
+            class: "c".into(),
+            profile: Some(p),
+        }));
+        let green = Overlay {
+            response_header: Some(("my-added-header".into(), "added-value".into())),
+            pool: Some("green".into()),
+            ..Overlay::default()
+        };
+        for routing in routings {
+            let what = format!("{routing:?}");
+            let o = test_objects(&[("a.example", "/"), ("a.example", "/api")], routing);
+            let before = backends(&render(&o, Some(2), &Overlay::default()));
+            assert!(
+                !before.is_empty() && before.iter().all(|b| b == "echo"),
+                "{what}: {before:?}"
+            );
+            let after = backends(&render(&o, Some(3), &green));
+            assert!(
+                !after.is_empty() && after.iter().all(|b| b == "green"),
+                "{what}: {after:?}"
+            );
+        }
+    }
+
     #[test]
     fn what_a_controller_cannot_express_is_named() {
         let change = Overlay {
             response_header: Some(("X-Churn".into(), "on".into())),
             cors_origin: Some("https://app.example".into()),
             rewrite: Some(("/old".into(), "/new".into())),
+            pool: None,
         };
         assert!(Can::ALL.missing(&change).is_empty());
         let no_cors = Can {

@@ -166,6 +166,7 @@ mod tests {
             response_header: Some(("X-Churn".into(), "on".into())),
             cors_origin: Some("https://app.example".into()),
             rewrite: Some(("/old.v1".into(), "/new".into())),
+            pool: None,
         };
         let Rendered {
             annotations,

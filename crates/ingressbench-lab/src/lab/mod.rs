@@ -213,7 +213,7 @@ impl LabSpec {
                     endpoints: endpoints(&p.name),
                 })
                 .collect(),
-            routes: self.routes.clone(),
+            routes: overlay.reroute(&self.routes),
             overlay: overlay.clone(),
             tuning: self.tuning.clone(),
             generation: Generation {

@@ -416,6 +416,7 @@ mod tests {
                 rewrite: Some(("/old".into(), "/new".into())),
                 cors_origin: Some("https://x.test".into()),
                 response_header: Some(("X-Lab".into(), "on \"quoted\"".into())),
+                pool: None,
             },
             tuning: Tuning::default(),
             generation: Generation::default(),

@@ -272,6 +272,10 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
             crate::cluster_traffic::gateway_api_benchs_probe_runs_through_envoy_gateway,
         ),
         (
+            "gateway-api-bench's route change",
+            crate::cluster_traffic::gateway_api_benchs_route_change_runs_through_envoy_gateway,
+        ),
+        (
             "each controller's routes",
             each_controller_routes_and_takes_route_changes_the_way_its_api_does,
         ),

@@ -3,7 +3,7 @@
 //! `appProtocol: kubernetes.io/h2c`; an Ingress controller reads its own annotation of the
 //! Service (Contour's `upstream-protocol.h2c`, Traefik's `serversscheme: h2c`, HAProxy
 //! Ingress's `backend-protocol: h2`). WebSockets need nothing said. And gateway-api-bench's
-//! route probe, as the shipped scenario runs it.
+//! route probe and route change, as the shipped scenarios run them.
 
 use std::path::Path;
 
@@ -139,4 +139,41 @@ pub(crate) fn gateway_api_benchs_probe_runs_through_envoy_gateway(dir: &Path) {
     }
     let summary = json_of(&dir, "summary.json");
     assert_eq!(summary["requests"]["errors"], 0, "{summary}");
+}
+
+/// `scenarios/route-change.yaml` as shipped, in quick mode, through Envoy Gateway: the
+/// HTTPRoute's backendRef switched to the other pool's Service and back twenty times,
+/// 200 ms apart, under load; each switch stored, reported in the route's status and
+/// served (or superseded by the next), both pools answering, and every answer that was
+/// not a 200 placed at a switch.
+pub(crate) fn gateway_api_benchs_route_change_runs_through_envoy_gateway(dir: &Path) {
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/route-change.yaml");
+    let out = dir.join("route-change");
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
+        .args(["--quick", "--set", "targets=[{ cluster: envoy-gateway }]"])
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", tail(&run));
+    let record = json_of(&out, "run.json");
+    let cell = out
+        .join("cells")
+        .join(record["cells"][0]["dir"].as_str().unwrap());
+    crate::run::route_changes_reached_both_pools(&cell);
+    let impact = json_of(&cell, "impact.json");
+    let mut placed = 0;
+    for e in impact.as_array().unwrap() {
+        let at = |key: &str| e[key].as_f64().unwrap_or(-1.0);
+        assert!(at("applied_s") >= at("requested_s"), "{e}");
+        assert!(at("reported_s") >= at("applied_s"), "{e}");
+        placed += e["errors"].as_u64().unwrap();
+    }
+    let summary = json_of(&cell, "summary.json");
+    let outcomes = summary["outcomes"].as_object().unwrap();
+    let not_ok: u64 = (outcomes.iter())
+        .filter(|(status, _)| *status != "200")
+        .map(|(_, n)| n.as_u64().unwrap())
+        .sum();
+    assert_eq!(placed, not_ok, "{summary}");
 }

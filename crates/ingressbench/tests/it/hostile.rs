@@ -782,7 +782,7 @@ fn scenario_check_finds_what_any_cell_or_event_would_find_wrong() {
     let dir = scratch("hostile-check");
     let base = "name: c\ntargets: [nginx]\nbackends: [{ name: echo, replicas: 2 }]\n";
     let load = "load: { mode: open, rate: 50, connections: 2, duration: 10s }\n";
-    let cases: [(String, &[&str]); 8] = [
+    let cases: [(String, &[&str]); 9] = [
         // A matrix value only the third cell has.
         (
             format!("{base}load: {{ mode: open, rate: 50, duration: 10s }}\nmatrix: {{ load.connections: [2, 4, 0] }}\n"),
@@ -791,6 +791,10 @@ fn scenario_check_finds_what_any_cell_or_event_would_find_wrong() {
         (
             format!("{base}{load}events: [{{ at: 2s, kill: ech-2 }}]\n"),
             &["events[0]: `ech-2` is not a backend of this scenario", "echo-1"],
+        ),
+        (
+            format!("{base}{load}events: [{{ at: 2s, config: {{ pool: green }} }}]\n"),
+            &["events[0]: config.pool `green` is not a pool of this scenario (echo)", "add a backend of that name"],
         ),
         (
             format!("{base}{load}events: [{{ at: 30s, reload: true }}]\n"),

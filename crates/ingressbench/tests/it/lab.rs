@@ -275,6 +275,7 @@ fn routes_and_changes(kind: ProxyKind) {
         response_header: Some(("X-Lab".into(), "on".into())),
         cors_origin: Some("https://app.example".into()),
         rewrite: Some(("/old".into(), "/new".into())),
+        pool: None,
     });
     lab.sync_proxies().unwrap();
     let took = poll(

@@ -386,6 +386,7 @@ shipped! {
     shipped_phases_runs_in_quick_mode: "phases.yaml",
     shipped_pod_kill_runs_in_quick_mode: "pod-kill.yaml",
     shipped_route_scale_runs_in_quick_mode: "route-scale.yaml",
+    shipped_route_change_runs_in_quick_mode: "route-change.yaml",
     shipped_sequential_bursts_runs_in_quick_mode: "sequential-bursts.yaml",
     shipped_sweep_runs_in_quick_mode: "sweep.yaml",
 }
@@ -552,6 +553,11 @@ fn shipped_runs_in_quick_mode(name: &str) {
             let first_round = cell["index"].as_u64().unwrap() < targets as u64;
             assert_eq!(cell["lab_reused"], !first_round, "{cell}");
         }
+        if file.ends_with("route-change.yaml") {
+            route_changes_reached_both_pools(
+                &out.join("cells").join(cell["dir"].as_str().unwrap()),
+            );
+        }
         if file.ends_with("pod-kill.yaml") {
             // Lock-step: a kill and a replacement before each of the ten requests.
             let events = std::fs::read_to_string(
@@ -570,6 +576,32 @@ fn shipped_runs_in_quick_mode(name: &str) {
             want.sort_unstable();
             assert_eq!(due, want, "{events}");
         }
+    }
+}
+
+/// gateway-api-bench's route change through a proxy: the route's backend switched to
+/// the other pool and back twenty times, each switch served (an answer carrying its
+/// generation or a later one), and both pools answered.
+pub(crate) fn route_changes_reached_both_pools(cell: &Path) {
+    let summary = json(&cell.join("summary.json"));
+    for pool in ["blue-", "green-"] {
+        let answered: u64 = (summary["backends"].as_object().unwrap().iter())
+            .filter(|(name, _)| name.starts_with(pool))
+            .map(|(_, n)| n.as_u64().unwrap())
+            .sum();
+        assert!(answered > 0, "{cell:?}: no answer from {pool}*: {summary}");
+    }
+    let impact = json(&cell.join("impact.json"));
+    let events = impact.as_array().unwrap();
+    assert_eq!(events.len(), 20, "{cell:?}");
+    for (i, e) in events.iter().enumerate() {
+        let want = if i % 2 == 0 {
+            "routes to green"
+        } else {
+            "revert"
+        };
+        assert!(e["what"].as_str().unwrap().contains(want), "{cell:?}: {e}");
+        assert!(e["took_effect_s"].as_f64().is_some(), "{cell:?}: {e}");
     }
 }
 
