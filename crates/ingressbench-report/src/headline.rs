@@ -566,7 +566,7 @@ mod tests {
             took_effect_s: Some(took),
             generations: vec![GenerationEffect {
                 answers_after: 100,
-                answers_with_it: with_it,
+                answers_with_it: Some(with_it),
                 ..GenerationEffect::default()
             }],
             ..ImpactEntry::default()
@@ -585,6 +585,10 @@ mod tests {
             (median - 0.4).abs() < 1e-9 && (worst - 0.4).abs() < 1e-9,
             "{kinds:?}"
         );
+        // Results written before the exact count was kept: none is taken for superseded.
+        let mut old = change(2.0, 3.4, 0);
+        old.generations[0].answers_with_it = None;
+        assert_eq!(took_effect_by_kind([old].iter())[0].superseded, 0);
     }
 
     #[test]

@@ -214,12 +214,24 @@ fn sentences(cell: &CellResults, file: &StreamFile) -> Vec<String> {
         };
         let (streams, items) = file.kind.nouns();
         out.push(format!(
-            "{}: at {what}, {cut} of {before} {streams} cut{codes}, {lost} {items} lost with them, {} {items} failed in its window{reconnected}.",
+            "{}: at {what}, {}{codes}, {lost} {items} lost with them, {} {items} failed in its window{reconnected}.",
             cell.label(),
+            cut_of(cut, u64::from(before), streams),
             e.requests.errors.unwrap_or(0),
         ));
     }
     out
+}
+
+/// `8 of 8 WebSockets cut`; when the event's window cut more than were open at it (the
+/// clients were still reconnecting from the last event, and it cut those too), says so
+/// rather than `17 of 5`.
+fn cut_of(cut: u64, before: u64, streams: &str) -> String {
+    if cut > before {
+        format!("{cut} {streams} cut ({before} open at it, the others opened after it)")
+    } else {
+        format!("{cut} of {before} {streams} cut")
+    }
 }
 
 /// The most WebSockets open at once.
@@ -319,6 +331,16 @@ mod tests {
             lost,
             reconnected_after_ms: reconnected,
         }
+    }
+
+    #[test]
+    fn more_cut_than_were_open_at_the_event_says_the_others_opened_after_it() {
+        assert_eq!(cut_of(8, 8, "WebSockets"), "8 of 8 WebSockets cut");
+        assert_eq!(cut_of(0, 0, "event streams"), "0 of 0 event streams cut");
+        assert_eq!(
+            cut_of(17, 5, "WebSockets"),
+            "17 WebSockets cut (5 open at it, the others opened after it)"
+        );
     }
 
     #[test]

@@ -137,9 +137,9 @@ pub struct GenerationEffect {
     /// Answers with it or a later one.
     pub answers_after: u64,
     /// Answers with it exactly (none while later ones were answered: superseded before
-    /// the proxies served it).
-    #[serde(default)]
-    pub answers_with_it: u64,
+    /// the proxies served it); not in results written before it was counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answers_with_it: Option<u64>,
 }
 
 impl GenerationEffect {
@@ -147,7 +147,7 @@ impl GenerationEffect {
     /// superseded before the proxies served it (a controller that coalesces changes), so
     /// its `took_effect_s` is a later change's.
     pub fn superseded(&self) -> bool {
-        self.answers_with_it == 0 && self.answers_after > 0
+        self.answers_with_it == Some(0) && self.answers_after > 0
     }
 }
 

@@ -383,6 +383,14 @@ mod tests {
             ]
         );
         assert!(lab_only_target_settings(BASE).is_empty());
+        // A lab proxy's starting version is not: a controller runs its own.
+        let long_lived = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../scenarios/long-lived.yaml"
+        ))
+        .unwrap();
+        assert!(long_lived.contains("version: 1.39.3"));
+        assert!(lab_only_target_settings(&long_lived).is_empty());
     }
 
     #[cfg(feature = "cluster")]

@@ -236,10 +236,12 @@ pub fn generation_effect(
         mixed_window_s: mixed.map(round6),
         answers_before: answers(false),
         answers_after: answers(true),
-        answers_with_it: of_header()
-            .filter(|g| g.generation == generation)
-            .map(|g| g.answers)
-            .sum(),
+        answers_with_it: Some(
+            of_header()
+                .filter(|g| g.generation == generation)
+                .map(|g| g.answers)
+                .sum(),
+        ),
     }
 }
 
@@ -592,13 +594,13 @@ mod tests {
         assert_eq!(v.mixed_window_s, Some(0.3));
         assert_eq!(v.answers_before, 10);
         assert_eq!(v.answers_after, 20);
-        assert_eq!(v.answers_with_it, 10);
+        assert_eq!(v.answers_with_it, Some(10));
         assert!(!v.superseded());
         // Generation 4 was never answered as itself: 5 was, first.
         let mut later = table.clone();
         later.push(seen("x-gen", 5, 12.5, 13.0));
         let v = generation_effect(&later, "x-gen", 4, 1.0);
-        assert_eq!((v.answers_with_it, v.answers_after), (0, 10));
+        assert_eq!((v.answers_with_it, v.answers_after), (Some(0), 10));
         assert!(v.superseded());
         assert_eq!(v.took_effect_s, Some(11.5));
         let v = generation_effect(&table, "x-gen", 3, 1.0);

@@ -282,8 +282,10 @@ impl Target {
 
 /// A proxy target's settings of the lab's own (a controller in a cluster is configured
 /// by its own objects, and reached through its Service's load balancer), and its hop,
-/// which a cluster target takes as its own.
-pub(crate) const LAB_ONLY_TARGET_KEYS: [&str; 10] = [
+/// which a cluster target takes as its own. Not its `version`: the release a lab proxy
+/// starts at, for an upgrade to another; a controller runs its own, and the upgrade is
+/// then to the version it runs (docs/CLUSTER.md), which its results say.
+pub(crate) const LAB_ONLY_TARGET_KEYS: [&str; 9] = [
     "update",
     "workers",
     "keepalive_requests",
@@ -293,7 +295,6 @@ pub(crate) const LAB_ONLY_TARGET_KEYS: [&str; 10] = [
     "sysctls",
     "front",
     "hop",
-    "version",
 ];
 
 #[derive(Deserialize)]

@@ -100,11 +100,6 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
             ));
         }
         for (i, e) in cell.events.iter().enumerate() {
-            if matches!(e.action.change(), Some(Change::Reload)) {
-                return Err(format!(
-                    "events[{i}]: a reload has no meaning in cluster mode: the controller applies what the API holds (scale, kill, terminate, stall_backend and config events are made through it)"
-                ));
-            }
             if let crate::model::Action::Upgrade { to, .. } = &e.action {
                 upgradable(i, &cell.target.name(), placed, to)?;
             }
@@ -118,6 +113,17 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
         }
     }
     Ok(())
+}
+
+/// The route changes a cell's events make in a cluster, in order: its `config` events',
+/// and for a reload the routes applied again (at most what the others make, or the
+/// first routes when it comes first).
+pub(super) fn route_changes(cell: &crate::Cell) -> Vec<Overlay> {
+    let mut changes = crate::timeline::route_changes(cell);
+    if (cell.events.iter()).any(|e| matches!(e.action.change(), Some(Change::Reload))) {
+        changes.push(Overlay::default());
+    }
+    changes
 }
 
 /// What a gRPC cell cannot have in a cluster, found without asking it: a mesh (the
@@ -134,7 +140,7 @@ fn check_grpc(cell: &crate::Cell) -> Result<(), String> {
     if s.routes.count > 0 || cell.events.iter().any(|e| e.action.is_route_event()) {
         return Err(format!("{at}: the route probe asks generated routes over HTTP, not gRPC; run route-scale scenarios with an HTTP load"));
     }
-    for change in crate::timeline::route_changes(cell) {
+    for change in route_changes(cell) {
         if change.rewrite.is_some() || change.cors_origin.is_some() {
             return Err(format!("{at}: a route change's {} has no meaning for gRPC calls (a call's path is its method; a GRPCRoute has no rewrite or CORS filter): keep to response headers, or run it with an HTTP load", if change.rewrite.is_some() { "path rewrite" } else { "CORS" }));
         }
@@ -202,6 +208,9 @@ pub fn route_refusals(
     let mut asked = std::collections::BTreeMap::new();
     let mut refused = std::collections::BTreeMap::new();
     for cell in cells {
+        // Its `config` events only: a target whose controller cannot carry a reload in
+        // one kind of cell (Traefik's GRPCRoutes) still runs the others, and that cell
+        // is refused when it starts, naming the controller.
         let changes = crate::timeline::route_changes(cell);
         let target = cell.target.name();
         let mtls = cell.target.hop().is_some_and(|h| h.mtls);
@@ -366,14 +375,18 @@ fn upgradable(
     to: &crate::model::UpgradeTo,
 ) -> Result<(), String> {
     use ingressbench_cluster::file::UpgradeBy;
+    // To the version it runs: a roll of its pods (processes), as its restart.
+    let crate::model::UpgradeTo::Version(version) = to else {
+        if placed.restart.is_none() {
+            return Err(format!(
+                "events[{i}]: an upgrade of target `{target}`'s controller to the version it runs (`same`, or versions of lab proxies only) is a restart of it, and the cluster file does not say how to restart it; add `restart: {{ deployment: NAME, namespace: NS }}` to the target, or give the event a version of the controller (`upgrade: 1.9.1`) and the target `upgrade:` (docs/CLUSTER.md)"
+            ));
+        }
+        return Ok(());
+    };
     let Some(via) = &placed.upgrade else {
         return Err(format!(
             "events[{i}]: an upgrade of target `{target}`'s controller: the cluster file does not say how; add `upgrade: {{ helm: {{ release: NAME, namespace: NS, chart: \"…{{version}}…\" }}, follow: [{{ deployment: NAME, namespace: NS }}] }}` (or `image: {{ deployment, namespace, container, image }}`) to the target (docs/CLUSTER.md)"
-        ));
-    };
-    let crate::model::UpgradeTo::Version(version) = to else {
-        return Err(format!(
-            "events[{i}]: an upgrade of a controller goes to a version of it: `upgrade: 1.9.1` (`same`, or a version per lab proxy, has no meaning for target `{target}`)"
         ));
     };
     let upgrade = via

@@ -44,7 +44,7 @@ impl ClusterSite {
             Change::Scale { pool, replicas } => Ok(self.scale(&pool, replicas)),
             Change::Kill(name) => Ok(self.delete_pod(name, true)),
             Change::Terminate(name) => Ok(self.delete_pod(name, false)),
-            Change::Overlay(overlay) => self.change_routes(&overlay),
+            Change::Overlay(overlay) => self.change_routes(overlay, None),
             Change::Stall { backend, duration } => Ok(self.stall(backend, duration)),
             Change::AddRoutes(_)
             | Change::RemoveRoutes(_)
@@ -54,11 +54,23 @@ impl ClusterSite {
                 "replacing the scenario's own routes is not made through the API: generated routes are (add_routes, remove_routes, change_routes, route_steps)"
                     .into(),
             ),
-            Change::Restart { grace } => self.restart_controller(grace),
-            Change::Upgrade { controller, .. } => self.upgrade_controller(controller),
-            Change::Reload => Err(
-                "a reload has no meaning in cluster mode: the controller applies what the API holds (route changes are `config` events)"
-                    .into(),
+            Change::Restart { grace } => self.restart_controller(grace, ""),
+            Change::Upgrade {
+                controller: Some(version),
+                ..
+            } => self.upgrade_controller(version),
+            // To the version it runs (`same`, or versions of lab proxies only): what rolling
+            // a controller's pods to the image they run is, a restart.
+            Change::Upgrade {
+                controller: None,
+                grace,
+                ..
+            } => self.restart_controller(grace, "upgrade to the version it runs, a "),
+            // What a user's no-op edit of a route makes: the controller takes the route
+            // again and pushes its configuration, as a proxy's reload does.
+            Change::Reload => self.change_routes(
+                self.overlay.clone(),
+                Some("reload: the routes applied again, only their generation changed"),
             ),
         }
     }
@@ -114,17 +126,18 @@ impl ClusterSite {
         index
     }
 
-    /// Applies the routes of the next generation with `overlay`. Applied when the API
-    /// stored it; the traffic shows when the proxies had it, and an HTTPRoute's status
-    /// when its controller says it did.
-    fn change_routes(&mut self, overlay: &Overlay) -> Result<usize, String> {
+    /// Applies the routes of the next generation with `overlay` (said as `what`, or as
+    /// the overlay's change). Applied when the API stored it; the traffic shows when the
+    /// proxies had it, and an HTTPRoute's status when its controller says it did.
+    fn change_routes(&mut self, overlay: Overlay, what: Option<&str>) -> Result<usize, String> {
         let generation = self
             .generation
             .ok_or("the cell was made without route changes")?
             + 1;
-        let objects = routes::render(self.run.objects(), Some(generation), overlay);
+        let objects = routes::render(self.run.objects(), Some(generation), &overlay);
         self.generation = Some(generation);
-        let index = self.record(overlay.describe(), None);
+        let index = self.record(what.map_or_else(|| overlay.describe(), str::to_owned), None);
+        self.overlay = overlay;
         let record = &mut self.records[index];
         record.generations = vec![(GENERATION_HEADER, generation)];
         record.on_proxies = true;
@@ -169,8 +182,9 @@ impl ClusterSite {
     /// Restarts the target's controller as the cluster file says: a rollout restart of
     /// its workload (the pods' own termination grace applies), or the local cluster's
     /// process stopped (`grace` to exit) and started again. Applied when the first new
-    /// pod (process) is ready, complete when the rollout is.
-    fn restart_controller(&mut self, grace: Duration) -> Result<usize, String> {
+    /// pod (process) is ready, complete when the rollout is. Its record says `as_` before
+    /// what it did.
+    fn restart_controller(&mut self, grace: Duration, as_: &str) -> Result<usize, String> {
         let restart = self.restart.clone().ok_or(
             "the cluster file does not say how to restart the target's controller: give it `restart: { deployment: NAME, namespace: NS }`",
         )?;
@@ -181,9 +195,10 @@ impl ClusterSite {
                 name,
             } => {
                 let index = self.record(
-                    format!("restart: rollout of {kind} {namespace}/{name}"),
+                    format!("{as_}restart: rollout of {kind} {namespace}/{name}"),
                     None,
                 );
+                let as_ = as_.to_owned();
                 self.errands.event(
                     index,
                     None,
@@ -193,7 +208,7 @@ impl ClusterSite {
                             .map_err(|e| e.to_string())?;
                         Ok(Answer::RolledOut {
                             what: format!(
-                                "restart: rollout of {kind} {namespace}/{name} ({} pods)",
+                                "{as_}restart: rollout of {kind} {namespace}/{name} ({} pods)",
                                 rollout.before.len()
                             ),
                             rollouts: vec![rollout],
@@ -208,7 +223,7 @@ impl ClusterSite {
                 let request = ingressbench_cluster::local::request_restart(&dir, &process, grace)
                     .map_err(|e| e.to_string())?;
                 self.records.push(ChangeRecord::asked(
-                    format!("restart: {process} process"),
+                    format!("{as_}restart: {process} process"),
                     asked,
                 ));
                 let index = self.records.len() - 1;
@@ -224,12 +239,10 @@ impl ClusterSite {
     /// Upgrades the target's controller to `version` as the cluster file says (`helm
     /// upgrade`, or its image changed). Applied when the first workload it rolls has a
     /// new pod ready, complete when every one of them has rolled.
-    fn upgrade_controller(&mut self, version: Option<String>) -> Result<usize, String> {
+    fn upgrade_controller(&mut self, version: String) -> Result<usize, String> {
         let upgrade = self.upgrade.clone().ok_or(
             "the cluster file does not say how to upgrade the target's controller: give it `upgrade: { helm: { release, namespace, chart } , follow: [...] }`",
         )?;
-        let version =
-            version.ok_or("an upgrade of a controller goes to a version: `upgrade: 1.9.1`")?;
         let what = upgrade.by.describe(&version);
         let index = self.record(what.clone(), None);
         self.errands.event(

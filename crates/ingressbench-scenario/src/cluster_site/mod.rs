@@ -29,7 +29,6 @@ use ingressbench_load::TlsOptions;
 
 use crate::model::{LoadFrom, Target};
 use crate::site::{CellFailure, Entry, Site};
-use crate::timeline::route_changes;
 
 mod check;
 mod errands;
@@ -161,7 +160,7 @@ impl Shape {
             routes,
             sysctls,
             tls: s.tls,
-            route_changes: route_changes(cell),
+            route_changes: check::route_changes(cell),
             near_ingress: s.load.from == LoadFrom::Cluster
                 && s.load.placement.as_ref().and_then(|p| p.node)
                     == Some(crate::model::NodePlacement::SameAsIngress),
@@ -220,6 +219,8 @@ pub(crate) struct ClusterSite {
     tls_dir: Option<PathBuf>,
     /// The route configuration's generation (route changes only).
     generation: Option<u32>,
+    /// The route change in force (a reload applies it again).
+    overlay: Overlay,
     /// How the routes were made, for the results: kind, names, controller, and for
     /// HTTPRoutes how long the controller took to accept them.
     routes_record: serde_json::Value,

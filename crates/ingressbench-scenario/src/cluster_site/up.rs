@@ -11,6 +11,7 @@ use ingressbench_cluster::deploy::{PodState, Route, RunNamespace, RunObjects, CA
 use ingressbench_cluster::file::ClusterTarget;
 use ingressbench_cluster::routes::{gateway, Routing};
 use ingressbench_lab::certs::DEFAULT_TLS_NAME;
+use ingressbench_lab::model::Overlay;
 use ingressbench_lab::model::GENERATION_HEADER;
 
 use super::check::{
@@ -106,6 +107,7 @@ impl ClusterSite {
             },
             tls_dir,
             generation: with_generations.then_some(FIRST_GENERATION),
+            overlay: Overlay::default(),
             routes_record: serde_json::json!({
                 "kind": if matches!(run.objects().routing, Routing::Gateway { .. }) { gateway::route_kind(run.objects()) } else { "Ingress" },
                 "controller": controller,

@@ -2877,7 +2877,7 @@ fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
     let scenario = dir.join("rollout.yaml");
     std::fs::write(
         &scenario,
-        "name: rollout\ntargets: [{ cluster: traefik }]\nbackends: [{ name: echo, replicas: 1 }]\ntls: false\nload: { mode: open, rate: 50, connections: 4, duration: 10s, warmup: 1s }\nevents:\n  - { at: 1s, restart: true }\n",
+        "name: rollout\ntargets: [{ cluster: traefik }]\nbackends: [{ name: echo, replicas: 1 }]\ntls: false\nload: { mode: open, rate: 50, connections: 4, duration: 10s, warmup: 1s }\nevents:\n  - { at: 1s, restart: true }\n  - { at: 5s, upgrade: same }\n",
     )
     .unwrap();
     let out = dir.join("rollout-results");
@@ -2891,15 +2891,20 @@ fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
         rollout["what"], "restart: rollout of Deployment default/restart-stand-in (2 pods)",
         "{rollout}"
     );
-    let at = |k: &str| {
-        rollout[k]
-            .as_f64()
-            .unwrap_or_else(|| panic!("{k}: {rollout}"))
-    };
-    assert!(
-        at("requested_s") < at("applied_s") && at("applied_s") <= at("completed_s"),
-        "{rollout}"
+    // An upgrade to the version it runs is a roll of its pods: the same restart.
+    assert_eq!(
+        impact[1]["what"],
+        "upgrade to the version it runs, a restart: rollout of Deployment default/restart-stand-in (2 pods)",
+        "{impact}"
     );
+    for event in impact.as_array().unwrap() {
+        let at = |k: &str| event[k].as_f64().unwrap_or_else(|| panic!("{k}: {event}"));
+        assert!(
+            at("requested_s") < at("applied_s") && at("applied_s") <= at("completed_s"),
+            "{event}"
+        );
+    }
+    let at = |k: &str| rollout[k].as_f64().unwrap();
     eprintln!(
         "rollout restart of 2 pods: first new pod ready after {:.0} ms, complete after {:.0} ms",
         (at("applied_s") - at("requested_s")) * 1e3,
@@ -2947,12 +2952,12 @@ fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
     .unwrap();
     refused(
         &upgrade,
-        &rolled,
+        &unsaid,
         &kubeconfig,
         &dir.join("r8"),
-        "an upgrade of target `traefik`'s controller: the cluster file does not say how; add `upgrade:",
+        "an upgrade of target `traefik`'s controller to the version it runs (`same`, or versions of lab proxies only) is a restart of it, and the cluster file does not say how to restart it",
     );
-    // Said how, an upgrade goes to one version, whose chart must be there.
+    // Said how, an upgrade to a version needs a chart of it there.
     let upgradable = dir.join("cluster-upgrade.yaml");
     std::fs::write(
         &upgradable,
@@ -2962,13 +2967,6 @@ fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
         ),
     )
     .unwrap();
-    refused(
-        &upgrade,
-        &upgradable,
-        &kubeconfig,
-        &dir.join("r9"),
-        "an upgrade of a controller goes to a version of it: `upgrade: 1.9.1`",
-    );
     std::fs::write(
         &upgrade,
         std::fs::read_to_string(&scenario)
@@ -2976,6 +2974,13 @@ fn a_controller_restarts_by_its_process_or_by_a_rollout_under_load(dir: &Path) {
             .replace("restart: true", "upgrade: 9.9.9"),
     )
     .unwrap();
+    refused(
+        &upgrade,
+        &rolled,
+        &kubeconfig,
+        &dir.join("r9"),
+        "an upgrade of target `traefik`'s controller: the cluster file does not say how; add `upgrade:",
+    );
     refused(
         &upgrade,
         &upgradable,
