@@ -225,10 +225,10 @@ fn sentences(cell: &CellResults, file: &StreamFile) -> Vec<String> {
 
 /// `8 of 8 WebSockets cut`; when the event's window cut more than were open at it (the
 /// clients were still reconnecting from the last event, and it cut those too), says so
-/// rather than `17 of 5`.
+/// rather than `17 of 5`: `17 WebSockets cut, of which 5 were open at it`.
 fn cut_of(cut: u64, before: u64, streams: &str) -> String {
     if cut > before {
-        format!("{cut} {streams} cut ({before} open at it, the others opened after it)")
+        format!("{cut} {streams} cut, of which {before} were open at it")
     } else {
         format!("{cut} of {before} {streams} cut")
     }
@@ -339,7 +339,7 @@ mod tests {
         assert_eq!(cut_of(0, 0, "event streams"), "0 of 0 event streams cut");
         assert_eq!(
             cut_of(17, 5, "WebSockets"),
-            "17 WebSockets cut (5 open at it, the others opened after it)"
+            "17 WebSockets cut, of which 5 were open at it"
         );
     }
 

@@ -20,6 +20,9 @@ use crate::file::GatewayRef;
 pub const GROUP: &str = "gateway.networking.k8s.io";
 /// The version of it the tool writes.
 pub const API_VERSION: &str = "gateway.networking.k8s.io/v1";
+/// The annotation that carries a route's generation where a header cannot (a GRPCRoute
+/// through Traefik).
+pub const GENERATION_ANNOTATION: &str = "ingressbench.dev/generation";
 
 /// A Gateway API implementation: what of a route change it expresses, and how.
 #[derive(Debug)]
@@ -158,7 +161,14 @@ pub fn httproutes(
         });
     }
     if o.traffic == Traffic::Grpc {
-        return grpcroutes(o, parent_ref, filters);
+        // An implementation that leaves a GRPCRoute with a ResponseHeaderModifier unserved
+        // gets the generation as an annotation: a gRPC load reads no header, and the
+        // route is still applied again (a reload) for its controller to take.
+        if !implementation.grpc_headers && overlay.response_header.is_none() {
+            let annotations = generation.map(|g| json!({ GENERATION_ANNOTATION: g.to_string() }));
+            return grpcroutes(o, parent_ref, Vec::new(), annotations);
+        }
+        return grpcroutes(o, parent_ref, filters, None);
     }
     let rule = |prefix: &str, pool: &str, extra: Option<Value>| {
         let mut f = filters.clone();
@@ -200,7 +210,12 @@ pub fn httproutes(
 /// The run's routes for gRPC: a GRPCRoute per host, its one rule (matching every
 /// method) to the pool of the host's routes (one pool a host, checked before), with the
 /// response headers of `filters` (a GRPCRoute has no rewrite or CORS filter).
-fn grpcroutes(o: &RunObjects, parent_ref: Value, filters: Vec<Value>) -> Vec<Value> {
+fn grpcroutes(
+    o: &RunObjects,
+    parent_ref: Value,
+    filters: Vec<Value>,
+    annotations: Option<Value>,
+) -> Vec<Value> {
     by_host(o)
         .into_iter()
         .zip(route_names(o))
@@ -211,10 +226,26 @@ fn grpcroutes(o: &RunObjects, parent_ref: Value, filters: Vec<Value>) -> Vec<Val
             if host != "*" {
                 spec["hostnames"] = json!([host]);
             }
+            let mut metadata = json!({ "name": name });
+            if let Some(a) = &annotations {
+                metadata["annotations"] = a.clone();
+            }
             json!({ "apiVersion": API_VERSION, "kind": "GRPCRoute",
-                    "metadata": { "name": name }, "spec": spec })
+                    "metadata": metadata, "spec": spec })
         })
         .collect()
+}
+
+/// Whether the run's answers carry its routes' generation in a header: not through a
+/// GRPCRoute of an implementation that takes no header filter on one (the annotation
+/// carries it there).
+pub fn generation_answered(o: &RunObjects) -> bool {
+    match &o.routing {
+        super::Routing::Gateway { implementation, .. } => {
+            o.traffic != Traffic::Grpc || implementation.grpc_headers
+        }
+        super::Routing::Ingress { .. } => true,
+    }
 }
 
 /// The kind of the run's routes: GRPCRoute for a gRPC load, HTTPRoute otherwise.
@@ -484,6 +515,17 @@ mod tests {
             assert_eq!(
                 rules[0]["filters"][0]["responseHeaderModifier"]["set"][0],
                 json!({ "name": "x-ingressbench-generation", "value": "2" })
+            );
+        }
+        // Through Traefik, which leaves a GRPCRoute with the filter unserved, the
+        // generation is an annotation and the rule has no filter.
+        let traefik = support("traefik.io/gateway-controller");
+        let routes = httproutes(&o, parent, traefik, Some(3), &Overlay::default());
+        for route in &routes {
+            assert_eq!(route["spec"]["rules"][0]["filters"], json!([]), "{route}");
+            assert_eq!(
+                route["metadata"]["annotations"][GENERATION_ANNOTATION], "3",
+                "{route}"
             );
         }
         o.traffic = Traffic::Http;

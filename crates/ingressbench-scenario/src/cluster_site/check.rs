@@ -208,10 +208,7 @@ pub fn route_refusals(
     let mut asked = std::collections::BTreeMap::new();
     let mut refused = std::collections::BTreeMap::new();
     for cell in cells {
-        // Its `config` events only: a target whose controller cannot carry a reload in
-        // one kind of cell (Traefik's GRPCRoutes) still runs the others, and that cell
-        // is refused when it starts, naming the controller.
-        let changes = crate::timeline::route_changes(cell);
+        let changes = route_changes(cell);
         let target = cell.target.name();
         let mtls = cell.target.hop().is_some_and(|h| h.mtls);
         let revisions = changes_generated_routes(cell);
@@ -313,8 +310,8 @@ pub(super) fn refuse_grpc(
             profile: Some(routes::Profile { h2c: Some(_), .. }),
             ..
         } => Ok(()),
-        Routing::Gateway { implementation, .. } if !changes.is_empty() && !implementation.grpc_headers => Err(format!(
-            "target `{target}`: {} takes no `ResponseHeaderModifier` on a GRPCRoute (it leaves such a route unserved), so a route change through a gRPC load cannot be made; drop the `config` events for it, or run them with an HTTP load",
+        Routing::Gateway { implementation, .. } if changes.iter().any(|c| c.response_header.is_some()) && !implementation.grpc_headers => Err(format!(
+            "target `{target}`: {} takes no `ResponseHeaderModifier` on a GRPCRoute (it leaves such a route unserved), so a route change's response header through a gRPC load cannot be made; drop it from the `config` events for it, or run them with an HTTP load",
             implementation.name
         )),
         Routing::Gateway { .. } => Ok(()),
@@ -429,6 +426,8 @@ mod tests {
         }];
         let traefik = gateway("traefik.io/gateway-controller");
         refuse_grpc("t", &traefik, &[]).unwrap();
+        // A reload (the routes applied again) needs no header.
+        refuse_grpc("t", &traefik, &[Overlay::default()]).unwrap();
         let err = refuse_grpc("t", &traefik, &change).unwrap_err();
         assert!(
             err.contains("Traefik takes no `ResponseHeaderModifier` on a GRPCRoute"),

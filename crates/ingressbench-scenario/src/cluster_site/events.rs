@@ -139,7 +139,12 @@ impl ClusterSite {
         let index = self.record(what.map_or_else(|| overlay.describe(), str::to_owned), None);
         self.overlay = overlay;
         let record = &mut self.records[index];
-        record.generations = vec![(GENERATION_HEADER, generation)];
+        // Where the routes carry it in an annotation only (a GRPCRoute through Traefik),
+        // neither the answers nor the route's status (whose generation an annotation
+        // does not raise) can say when it was taken.
+        if gateway::generation_answered(self.run.objects()) {
+            record.generations = vec![(GENERATION_HEADER, generation)];
+        }
         record.on_proxies = true;
         self.errands.event(
             index,

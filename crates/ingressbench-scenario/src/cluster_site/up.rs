@@ -275,6 +275,7 @@ impl ClusterSite {
             // With route changes, the first generation's Middlewares in force.
             Some((_, g))
                 if self.generation.is_some()
+                    && gateway::generation_answered(self.run.objects())
                     && g.as_deref() != Some(&FIRST_GENERATION.to_string()) =>
             {
                 Some(format!("{host}{path} answered without the run's Middlewares ({GENERATION_HEADER}: {g:?})"))

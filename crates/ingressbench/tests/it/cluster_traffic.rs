@@ -34,8 +34,8 @@ fn outcomes(out: &Path) -> Vec<(String, serde_json::Value)> {
         .collect()
 }
 
-/// gRPC unary calls over TLS through all six targets: every call answered OK by the
-/// echo service (a GRPCRoute on Contour's HTTPS listener without the port's
+/// gRPC unary calls over TLS through all six targets, the routes applied again (a
+/// reload) while they run: every call answered OK by the echo service (a GRPCRoute on Contour's HTTPS listener without the port's
 /// `appProtocol` timed out every call: Contour spoke TLS to the backends), and the
 /// Gateway targets' routes recorded as GRPCRoutes; then 50 WebSockets' messages through
 /// Envoy Gateway and Contour, each echoed.
@@ -50,7 +50,7 @@ pub(crate) fn grpc_and_websockets_pass_through_every_controller(dir: &Path) {
     std::fs::write(
         &scenario,
         format!(
-            "name: traffic\ntargets: [{}]\nbackends: [{{ name: echo, replicas: 2 }}]\ntls: true\nload: {{ kind: grpc, rate: 50, connections: 2, duration: 3s }}\n",
+            "name: traffic\ntargets: [{}]\nbackends: [{{ name: echo, replicas: 2 }}]\ntls: true\nload: {{ kind: grpc, rate: 50, connections: 2, duration: 3s }}\nevents: [{{ at: 1s, reload: true }}]\n",
             targets.join(", ")
         ),
     )
@@ -76,9 +76,30 @@ pub(crate) fn grpc_and_websockets_pass_through_every_controller(dir: &Path) {
     }
     let record = json_of(&out, "run.json");
     for c in record["cells"].as_array().unwrap() {
-        let gateway = c["target"].as_str().unwrap().ends_with("gateway");
-        let kind = if gateway { "GRPCRoute" } else { "Ingress" };
+        let target = c["target"].as_str().unwrap();
+        let kind = if target.ends_with("gateway") {
+            "GRPCRoute"
+        } else {
+            "Ingress"
+        };
         assert_eq!(c["routes"]["kind"], kind, "{c}");
+        // The reload: the routes applied again, stored by the API, through every
+        // controller (Traefik's GRPCRoutes carry the generation in an annotation, which
+        // no answer shows).
+        let dir = out.join("cells").join(c["dir"].as_str().unwrap());
+        let reload = &json_of(&dir, "impact.json")[0];
+        assert!(
+            reload["what"]
+                .as_str()
+                .unwrap()
+                .starts_with("reload: the routes applied again"),
+            "{reload}"
+        );
+        assert!(reload["applied_s"].as_f64().is_some(), "{reload}");
+        let in_header = reload["generations"]
+            .as_array()
+            .is_some_and(|g| !g.is_empty());
+        assert_eq!(in_header, target != "traefik-gateway", "{reload}");
     }
     let websockets = dir.join("websockets.yaml");
     std::fs::write(
