@@ -147,34 +147,29 @@ fn the_capacity_of_a_server_of_known_capacity_is_found_within_five_percent() {
 }
 
 /// A server faster than the generator (answers at once; the generator asked for
-/// 200,000 requests a second on one thread): the search stops saying the generator was
-/// the limit, with its lag or CPU, and reports no capacity.
+/// 200,000 to 400,000 requests a second on one thread): the search stops saying the
+/// generator was the limit, with its lag or CPU, and reports no capacity. The objective
+/// is one the server meets whenever the generator keeps up (with `p99 < 1ms`, a quiet
+/// moment let the generator keep up at 200,000 and the server's own p99 failed the
+/// first trial: a search stopped for the server, not the generator).
 fn a_server_faster_than_the_generator_is_reported_as_generator_limited() {
     let backend = Backend::start(&["--listen", "127.0.0.1:0", "--name", "fast"]);
     let (out, doc) = capacity(
         &backend,
         "fast",
         &[
-            "--slo",
-            "p99 < 1ms",
-            "--from",
-            "200000",
-            "--up-to",
-            "400000",
-            "--trial",
-            "2s",
-            "--warmup",
-            "0s",
-            "-c",
-            "20",
+            "--slo", "p99 < 1s", "--from", "200000", "--up-to", "400000", "--trial", "2s",
+            "--warmup", "0s", "-c", "20",
         ],
     );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let said = doc["outcome"].as_str().unwrap();
-    assert!(
-        said.starts_with("limited by the generator at 200000 req/s"),
-        "{said}"
-    );
+    let at: f64 = said
+        .strip_prefix("limited by the generator at ")
+        .and_then(|rest| rest.split(" req/s").next())
+        .and_then(|rate| rate.parse().ok())
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!((200000.0..=400000.0).contains(&at), "{said}");
     assert!(!text(&out).contains("capacity 2"), "{}", text(&out));
     // Before searching, the generator alone fell behind within the range too, and said
     // where and why (at 200,000 req/s or, on a quiet moment of the machine, at 400,000:

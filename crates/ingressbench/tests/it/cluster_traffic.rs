@@ -5,7 +5,7 @@
 //! Ingress's `backend-protocol: h2`). WebSockets need nothing said. And gateway-api-bench's
 //! route probe and route change, as the shipped scenarios run them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::cluster::{json_of, run_in_cluster, tail};
 
@@ -121,22 +121,31 @@ pub(crate) fn grpc_and_websockets_pass_through_every_controller(dir: &Path) {
     }
 }
 
-/// `scenarios/gateway-probe.yaml` as shipped, in quick mode, through Envoy Gateway:
-/// 300 HTTPRoutes made and answering, then 5 added one at a time, each timed from its
-/// creation to its first answer from its pool, every wrong answer on it counted by
-/// status (Envoy Gateway answers a new route 503 before its backend is ready, as
-/// gateway-api-bench found), and the existing route's traffic unharmed.
-pub(crate) fn gateway_api_benchs_probe_runs_through_envoy_gateway(dir: &Path) {
+/// `scenarios/NAME.yaml` as shipped, in quick mode, through Envoy Gateway: where its
+/// results are, and its run record.
+fn shipped_through_envoy_gateway(dir: &Path, name: &str) -> (PathBuf, serde_json::Value) {
     let kubeconfig = dir.join("cluster/kubeconfig");
     let cluster = dir.join("cluster.yaml");
-    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/gateway-probe.yaml");
-    let out = dir.join("gateway-probe");
+    let scenario = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../scenarios")
+        .join(format!("{name}.yaml"));
+    let out = dir.join(name);
     let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
         .args(["--quick", "--set", "targets=[{ cluster: envoy-gateway }]"])
         .output()
         .unwrap();
     assert!(run.status.success(), "{}", tail(&run));
     let record = json_of(&out, "run.json");
+    (out, record)
+}
+
+/// `scenarios/gateway-probe.yaml` as shipped, in quick mode, through Envoy Gateway:
+/// 300 HTTPRoutes made and answering, then 5 added one at a time, each timed from its
+/// creation to its first answer from its pool, every wrong answer on it counted by
+/// status (Envoy Gateway answers a new route 503 before its backend is ready, as
+/// gateway-api-bench found), and the existing route's traffic unharmed.
+pub(crate) fn gateway_api_benchs_probe_runs_through_envoy_gateway(dir: &Path) {
+    let (out, record) = shipped_through_envoy_gateway(dir, "gateway-probe");
     let cell = &record["cells"][0];
     let generated = &cell["routes"]["generated"];
     assert_eq!(generated["count"], 300, "{cell}");
@@ -168,16 +177,7 @@ pub(crate) fn gateway_api_benchs_probe_runs_through_envoy_gateway(dir: &Path) {
 /// served (or superseded by the next), both pools answering, and every answer that was
 /// not a 200 placed at a switch.
 pub(crate) fn gateway_api_benchs_route_change_runs_through_envoy_gateway(dir: &Path) {
-    let kubeconfig = dir.join("cluster/kubeconfig");
-    let cluster = dir.join("cluster.yaml");
-    let scenario = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scenarios/route-change.yaml");
-    let out = dir.join("route-change");
-    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
-        .args(["--quick", "--set", "targets=[{ cluster: envoy-gateway }]"])
-        .output()
-        .unwrap();
-    assert!(run.status.success(), "{}", tail(&run));
-    let record = json_of(&out, "run.json");
+    let (out, record) = shipped_through_envoy_gateway(dir, "route-change");
     let cell = out
         .join("cells")
         .join(record["cells"][0]["dir"].as_str().unwrap());
