@@ -244,9 +244,10 @@ fn a_search_from_a_failing_rate_goes_down_only_when_asked() {
 }
 
 /// A server whose p99 sits at the objective whatever the rate (it answers after a
-/// lognormal time whose p99 is 10 ms, many requests at once; about 0.7% of answers take
-/// 11 ms or more, against the 1% `p99 < 11ms` allows, so that the first trial does not
-/// fail outright and end the search): its trials' intervals take in the objective, so a
+/// lognormal time whose p99 is 20 ms, many requests at once; about 0.7% of answers take
+/// 22 ms or more, against the 1% `p99 < 22ms` allows, so that the first trial does not
+/// fail outright and end the search; at 10 ms and 11 ms, this VM's 1.2 ms of timer
+/// jitter at 200 req/s was a tenth of the p99 and the search stopped on the generator): its trials' intervals take in the objective, so a
 /// trial that straddles it is run again at the same rate, judged with the windows of the
 /// straddles it repeats, at most `--repeats` times in a row, and then counts as a
 /// failure; the result says how many trials were spent and why.
@@ -257,14 +258,14 @@ fn a_trial_whose_interval_straddles_the_objective_is_run_again_a_bounded_number_
         "--name",
         "at-the-objective",
         "--latency",
-        "lognormal:2ms,p99=10ms",
+        "lognormal:4ms,p99=20ms",
     ]);
     let (out, doc) = capacity(
         &backend,
         "straddle",
         &[
             "--slo",
-            "p99 < 11ms",
+            "p99 < 22ms",
             "--from",
             "200",
             "--up-to",
@@ -287,7 +288,7 @@ fn a_trial_whose_interval_straddles_the_objective_is_run_again_a_bounded_number_
     let said = |t: &serde_json::Value| t["verdict"].as_str().unwrap().to_owned();
     let straddles = trials
         .iter()
-        .filter(|t| said(t).starts_with("straddles p99 < 11ms"))
+        .filter(|t| said(t).starts_with("straddles p99 < 22ms"))
         .count();
     assert!(straddles >= 1, "{}", text(&out));
     let mut in_a_row = 0;
