@@ -163,8 +163,9 @@ pub fn httproutes(
     if o.traffic == Traffic::Grpc {
         // An implementation that leaves a GRPCRoute with a ResponseHeaderModifier unserved
         // gets the generation as an annotation: a gRPC load reads no header, and the
-        // route is still applied again (a reload) for its controller to take.
-        if !implementation.grpc_headers && overlay.response_header.is_none() {
+        // route is still applied again (a reload) for its controller to take. A header
+        // change through it is refused before anything is made (`refuse_grpc`).
+        if !implementation.grpc_headers {
             let annotations = generation.map(|g| json!({ GENERATION_ANNOTATION: g.to_string() }));
             return grpcroutes(o, parent_ref, Vec::new(), annotations);
         }
