@@ -62,6 +62,9 @@ impl Bounds {
     }
 }
 
+/// Why a trial is run: again at the rate whose trial was the generator's, once.
+const REPEAT_OF_LIMITED: &str = "repeat of a generator-limited trial";
+
 /// The lowest rate a search halving down from a failing `from` tries (requests per
 /// second).
 pub const LOWEST_RATE: f64 = 1.0;
@@ -89,6 +92,10 @@ pub struct Search {
     failed: Option<(f64, usize)>,
     /// Straddles so far at the rate being tried.
     straddles: u32,
+    /// Whether the last trial was the generator's, the first at its rate: it is run
+    /// again once. A stall of the machine (a virtual machine's stolen time) makes one
+    /// trial late and passes; a generator short of CPU is late again.
+    limited_once: bool,
     outcome: Option<Outcome>,
 }
 
@@ -101,6 +108,7 @@ impl Search {
             passed: None,
             failed: None,
             straddles: 0,
+            limited_once: false,
             outcome: None,
         }
     }
@@ -123,6 +131,10 @@ impl Search {
         if self.outcome.is_some() {
             return None;
         }
+        if self.limited_once {
+            let last = self.trials.last()?;
+            return Some((last.rate, REPEAT_OF_LIMITED));
+        }
         if self.straddles > 0 {
             let last = self.trials.last()?;
             return Some((last.rate, "repeat of a straddle"));
@@ -144,6 +156,7 @@ impl Search {
             verdict: verdict.clone(),
             why,
         });
+        let repeated = std::mem::take(&mut self.limited_once);
         let failed = match verdict {
             Verdict::Pass => {
                 self.straddles = 0;
@@ -157,6 +170,10 @@ impl Search {
                     return;
                 }
                 Some(i)
+            }
+            Verdict::GeneratorLimited(_) if !repeated => {
+                self.limited_once = true;
+                return;
             }
             Verdict::GeneratorLimited(why) => {
                 self.outcome = Some(Outcome::GeneratorLimited {
@@ -230,6 +247,9 @@ impl Search {
         };
         let text = last.verdict.text(objectives);
         match last.verdict {
+            Verdict::GeneratorLimited(_) if self.limited_once => {
+                format!("{text}: run again (a stall of the machine passes, a generator short of CPU does not)")
+            }
             Verdict::Straddle(_) if self.straddles > 0 => format!("{text}: run again"),
             Verdict::Straddle(_) => format!(
                 "{text} {} times in a row: counted as a failure",
@@ -253,6 +273,9 @@ impl Search {
             .iter()
             .map(|(w, n)| match (*w, *n) {
                 ("repeat of a straddle", n) if n > 1 => format!("{n} repeats of a straddle"),
+                (REPEAT_OF_LIMITED, n) if n > 1 => {
+                    format!("{n} repeats of a generator-limited trial")
+                }
                 (w, n) => format!("{n} {w}"),
             })
             .collect();
@@ -630,20 +653,31 @@ mod tests {
         assert_eq!(search.outcome(), Some(&Outcome::AtLeast(100_000.0)));
         let mut search = Search::new(BOUNDS);
         search.record(1000.0, Verdict::Pass);
-        search.record(
-            2000.0,
-            Verdict::GeneratorLimited("lateness p99 3 ms".into()),
+        let late = Verdict::GeneratorLimited("lateness p99 3 ms".into());
+        search.record(2000.0, late.clone());
+        // Once is run again: a stall of the machine passes.
+        assert_eq!(search.outcome(), None);
+        assert_eq!(
+            search.next_rate(),
+            Some((2000.0, "repeat of a generator-limited trial"))
         );
+        assert!(search.last_said(&objectives()).ends_with("does not)"));
+        search.record(2000.0, Verdict::Pass);
+        assert_eq!(search.next_rate(), Some((4000.0, "doubling")));
+        // Twice in a row ends the search.
+        search.record(4000.0, late.clone());
+        search.record(4000.0, late);
         assert_eq!(search.next_rate(), None);
         assert!(search
             .outcome()
             .unwrap()
             .to_string()
-            .starts_with("limited by the generator at 2000 req/s"));
+            .starts_with("limited by the generator at 4000 req/s"));
         // Inside a bracket: the bracket is said with it.
         let mut search = Search::new(BOUNDS);
         search.record(1000.0, Verdict::Pass);
         search.record(2000.0, Verdict::Fail(0));
+        search.record(1500.0, Verdict::GeneratorLimited("lag".into()));
         search.record(1500.0, Verdict::GeneratorLimited("lag".into()));
         let said = search.outcome().unwrap().to_string();
         assert!(
