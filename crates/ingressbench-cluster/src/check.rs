@@ -55,6 +55,8 @@ pub const NEEDED: &[(&str, &str, &str)] = &[
     ("gateway.networking.k8s.io", "grpcroutes", "create"),
     ("gateway.networking.k8s.io", "grpcroutes", "get"),
     ("gateway.networking.k8s.io", "grpcroutes", "patch"),
+    ("gateway.networking.k8s.io", "backendtlspolicies", "create"),
+    ("gateway.networking.k8s.io", "backendtlspolicies", "patch"),
     ("networking.k8s.io", "ingresses", "create"),
     ("networking.k8s.io", "ingresses", "delete"),
     ("networking.k8s.io", "ingresses", "deletecollection"),

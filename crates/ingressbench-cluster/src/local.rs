@@ -883,6 +883,30 @@ fn no_gateway_api(which: &str) -> ClusterError {
     }
 }
 
+/// The Secret, in a controller's namespace, with the client certificate it presents to
+/// every upstream that asks for one (Contour's `tls.envoy-client-certificate`, Envoy
+/// Gateway's Gateway's `tls.backend.clientCertificateRef`), as OSM gives a controller one
+/// to reach the pods of its mesh; the cluster file names it as `mesh_client`.
+const MESH_CLIENT: &str = "ingressbench-mesh-client";
+
+impl LocalCluster {
+    /// A CA of its own and a client certificate from it, in `mesh-client-NAMESPACE/`: the
+    /// Secret [`MESH_CLIENT`] in `namespace` (`ca.crt` the CA, which a mesh's sidecars
+    /// then accept).
+    fn mesh_client_secret(&self, namespace: &str) -> Result<serde_json::Value, ClusterError> {
+        let dir = self.dir.join(format!("mesh-client-{namespace}"));
+        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
+        let certs = ingressbench_lab::certs::generate(&dir, &[format!("controller.{namespace}")])?;
+        let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| io(p, e));
+        Ok(serde_json::json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": { "name": MESH_CLIENT, "namespace": namespace },
+            "stringData": { "tls.crt": read(&certs.client_cert)?, "tls.key": read(&certs.client_key)?,
+                            "ca.crt": read(&certs.ca)? },
+        }))
+    }
+}
+
 fn write_private(path: &Path, text: &str) -> Result<(), ClusterError> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::write(path, text).map_err(|e| io(path, e))?;

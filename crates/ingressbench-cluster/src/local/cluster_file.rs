@@ -6,9 +6,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use super::{
-    contour, haproxy_ingress, LocalCluster, CONTOUR_GATEWAY, CONTOUR_GATEWAY_TLS_LISTENER,
-    ENVOY_GATEWAY, ENVOY_GATEWAY_METRICS_PORT, ENVOY_GATEWAY_TLS_LISTENER, GATEWAY,
-    GATEWAY_TLS_LISTENER, OWNING_GATEWAY_LABEL,
+    contour, envoy_gateway, haproxy_ingress, LocalCluster, CONTOUR_GATEWAY,
+    CONTOUR_GATEWAY_TLS_LISTENER, ENVOY_GATEWAY, ENVOY_GATEWAY_METRICS_PORT,
+    ENVOY_GATEWAY_TLS_LISTENER, GATEWAY, GATEWAY_TLS_LISTENER, OWNING_GATEWAY_LABEL,
 };
 
 impl LocalCluster {
@@ -109,8 +109,9 @@ impl LocalCluster {
             // Its pods are the controller's: a restart rolls its Deployment, its Envoy's
             // counts and its controller's process figures are read through the API
             // server's pod proxy.
+            let (client, client_namespace) = envoy_gateway::MESH_CLIENT_SECRET;
             let how = format!(
-                "{}, restart: {{ deployment: envoy-gateway, namespace: {namespace} }}, {}, \
+                "{}, mesh_client: {{ name: {client}, namespace: {client_namespace} }}, restart: {{ deployment: envoy-gateway, namespace: {namespace} }}, {}, \
                  counters: {{ pods: {{ namespace: {namespace}, selector: \"{OWNING_GATEWAY_LABEL}={gateway_name}\", port: {ENVOY_GATEWAY_METRICS_PORT}, exposition: envoy }} }}, \
                  usage: {{ controller: {{ namespace: {namespace}, selector: control-plane=envoy-gateway, metrics: {{ port: {ENVOY_GATEWAY_METRICS_PORT}, path: /metrics }} }} }}",
                 gateway(ENVOY_GATEWAY, ENVOY_GATEWAY_TLS_LISTENER),

@@ -33,7 +33,7 @@ const NAMESPACE: &str = "projectcontour";
 /// The Secret (in Contour's namespace) with the client certificate its Envoy presents to
 /// every upstream that asks for one (`tls.envoy-client-certificate`), as OSM gives Contour
 /// one to reach the pods of its mesh; the cluster file names it as `mesh_client`.
-pub(super) const MESH_CLIENT_SECRET: (&str, &str) = ("ingressbench-mesh-client", NAMESPACE);
+pub(super) const MESH_CLIENT_SECRET: (&str, &str) = (super::MESH_CLIENT, NAMESPACE);
 /// A Gateway listener's port + this is where Contour has Envoy listen.
 const ENVOY_PORT_OFFSET: u16 = 8000;
 
@@ -109,7 +109,7 @@ impl LocalCluster {
             listener_port(envoy_ports[1])?,
         ];
         let mut objects = objects(listener_ports, gateway_secret);
-        objects.push(self.mesh_client_secret()?);
+        objects.push(self.mesh_client_secret(MESH_CLIENT_SECRET.1)?);
         runtime.block_on(crate::api::apply_all(&self.kubeconfig, &objects))?;
         // Contour, with its own kubeconfig and a config naming its Gateway.
         let kubeconfig = self.dir.join("contour.kubeconfig");
@@ -211,24 +211,6 @@ impl LocalCluster {
         }
         self.contour = Some(envoy_ports.map(local));
         Ok(())
-    }
-}
-
-impl LocalCluster {
-    /// A CA of its own and a client certificate from it, in `mesh-client/`: the Secret
-    /// [`MESH_CLIENT_SECRET`] (`ca.crt` the CA, which a mesh's sidecars then accept).
-    fn mesh_client_secret(&self) -> Result<Value, ClusterError> {
-        let dir = self.dir.join("mesh-client");
-        std::fs::create_dir_all(&dir).map_err(|e| io(&dir, e))?;
-        let certs = ingressbench_lab::certs::generate(&dir, &["contour.projectcontour".into()])?;
-        let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| io(p, e));
-        let (name, namespace) = MESH_CLIENT_SECRET;
-        Ok(json!({
-            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
-            "metadata": { "name": name, "namespace": namespace },
-            "stringData": { "tls.crt": read(&certs.client_cert)?, "tls.key": read(&certs.client_key)?,
-                            "ca.crt": read(&certs.ca)? },
-        }))
     }
 }
 

@@ -18,6 +18,9 @@ use crate::ClusterError;
 
 /// The namespace its chart installs into, and where the Gateway lives.
 pub const NAMESPACE: &str = "envoy-gateway-system";
+/// The Secret with the client certificate its Gateway presents to backends over TLS
+/// (`tls.backend.clientCertificateRef`); the cluster file names it as `mesh_client`.
+pub(super) const MESH_CLIENT_SECRET: (&str, &str) = (super::MESH_CLIENT, NAMESPACE);
 /// The local cluster's Envoy Gateway Gateway: name, namespace and plain HTTP listener.
 pub const GATEWAY: (&str, &str, &str) = ("eg", NAMESPACE, "http");
 /// Its HTTPS listener.
@@ -74,7 +77,8 @@ fn built(version: &str) -> bool {
 impl LocalCluster {
     /// Installs Envoy Gateway's chart and waits for it (`helm install --wait`), then makes
     /// its GatewayClass and the Gateway [`GATEWAY`] (plain HTTP on 80, HTTPS on 443 with
-    /// `secret`'s certificate) and waits until the Gateway is programmed at an address
+    /// `secret`'s certificate, and [`MESH_CLIENT_SECRET`]'s client certificate for the
+    /// backends it reaches over TLS, as a mesh's sidecars ask) and waits until the Gateway is programmed at an address
     /// that answers. Returns where it takes plain HTTP and HTTPS.
     pub(super) fn start_envoy_gateway(
         &mut self,
@@ -113,6 +117,7 @@ impl LocalCluster {
                 "spec": { "controllerName": "gateway.envoyproxy.io/gatewayclass-controller" },
             }),
             secret,
+            self.mesh_client_secret(MESH_CLIENT_SECRET.1)?,
             json!({
                 "apiVersion": crate::routes::gateway::API_VERSION, "kind": "Gateway",
                 "metadata": { "name": name, "namespace": namespace },
@@ -120,7 +125,9 @@ impl LocalCluster {
                     { "name": listener, "port": 80, "protocol": "HTTP", "allowedRoutes": all },
                     { "name": GATEWAY_TLS_LISTENER, "port": 443, "protocol": "HTTPS", "allowedRoutes": all,
                       "tls": { "mode": "Terminate", "certificateRefs": [{ "name": secret_name }] } },
-                ] },
+                  ],
+                  "tls": { "backend": { "clientCertificateRef": { "name": MESH_CLIENT_SECRET.0 } } },
+                },
             }),
         ];
         let runtime = crate::api::runtime()?;

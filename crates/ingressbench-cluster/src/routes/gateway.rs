@@ -38,6 +38,10 @@ pub struct Implementation {
     /// Whether its GRPCRoutes take a `ResponseHeaderModifier` filter (what a route change
     /// through a gRPC load needs).
     pub grpc_headers: bool,
+    /// Whether it reaches a mesh's sidecars over mutual TLS the API's way: TLS to a
+    /// Service that a BackendTLSPolicy names, presenting the client certificate its
+    /// Gateway names (`spec.tls.backend.clientCertificateRef`, in the API since v1.4).
+    pub backend_tls: bool,
 }
 
 /// How an implementation takes CORS.
@@ -64,6 +68,7 @@ const KNOWN: &[Implementation] = &[
         can: Can::ALL,
         cors: CorsBy::TraefikMiddleware,
         grpc_headers: false,
+        backend_tls: false,
     },
     Implementation {
         controller: "projectcontour.io/gateway-controller",
@@ -75,6 +80,7 @@ const KNOWN: &[Implementation] = &[
         },
         cors: CorsBy::Filter,
         grpc_headers: true,
+        backend_tls: false,
     },
     Implementation {
         controller: "gateway.envoyproxy.io/gatewayclass-controller",
@@ -82,6 +88,7 @@ const KNOWN: &[Implementation] = &[
         can: Can::ALL,
         cors: CorsBy::Filter,
         grpc_headers: true,
+        backend_tls: true,
     },
 ];
 
@@ -94,7 +101,31 @@ const OTHER: Implementation = Implementation {
     can: Can::ALL,
     cors: CorsBy::Filter,
     grpc_headers: true,
+    backend_tls: false,
 };
+
+/// The implementations that reach a mesh's sidecars ([`Implementation::backend_tls`]).
+pub fn with_backend_tls() -> impl Iterator<Item = &'static str> {
+    KNOWN.iter().filter(|i| i.backend_tls).map(|i| i.name)
+}
+
+/// A pool's BackendTLSPolicy in a mesh with mutual TLS: TLS to its Service's sidecars,
+/// their certificate checked for the Service's name (also the SNI) against the mesh's CA,
+/// the `ca.crt` of the run's client Secret (a Secret, which Envoy Gateway takes beside the
+/// API's ConfigMap). The client certificate presented is the Gateway's.
+pub(super) fn backend_tls_policy(o: &RunObjects, pool: &str) -> Value {
+    json!({
+        "apiVersion": API_VERSION, "kind": "BackendTLSPolicy",
+        "metadata": { "name": format!("ib-mesh-{pool}") },
+        "spec": {
+            "targetRefs": [{ "group": "", "kind": "Service", "name": pool }],
+            "validation": {
+                "caCertificateRefs": [{ "group": "", "kind": "Secret", "name": crate::deploy::mesh::CLIENT_SECRET }],
+                "hostname": crate::deploy::mesh::service_name(o, pool),
+            },
+        },
+    })
+}
 
 /// The implementation behind GatewayClass `controllerName` `controller`.
 pub fn support(controller: &str) -> &'static Implementation {

@@ -248,7 +248,7 @@ pub(crate) fn mesh_tls(o: &RunObjects) -> bool {
 
 /// The annotations of `pool`'s Service and the other objects that make the run's
 /// controller speak mutual TLS to the mesh's sidecars (none without it, or for a
-/// controller that cannot).
+/// controller that cannot): its profile's, or a Gateway's BackendTLSPolicy.
 pub fn mesh_rendered(o: &RunObjects, pool: &str) -> Rendered {
     match &o.routing {
         Routing::Ingress {
@@ -257,6 +257,12 @@ pub fn mesh_rendered(o: &RunObjects, pool: &str) -> Rendered {
             }),
             ..
         } if mesh_tls(o) => (way.render)(o, pool),
+        Routing::Gateway { implementation, .. } if implementation.backend_tls && mesh_tls(o) => {
+            Rendered {
+                annotations: BTreeMap::new(),
+                objects: vec![gateway::backend_tls_policy(o, pool)],
+            }
+        }
         _ => Rendered::default(),
     }
 }

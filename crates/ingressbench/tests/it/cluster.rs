@@ -2020,7 +2020,7 @@ fn the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tl
     assert!(run.status.success(), "{}", tail(&run));
     let record = json_of(&out, "run.json");
     let cells = record["cells"].as_array().unwrap();
-    assert_eq!(cells.len(), 6, "three controllers, in and out of the mesh");
+    assert_eq!(cells.len(), 8, "four controllers, in and out of the mesh");
     // The sidecars' logs are whole once their pods are gone.
     wait_until("no namespace of the tool left", || {
         tools_namespaces(&kubeconfig).is_empty().then_some(())
@@ -2080,13 +2080,15 @@ fn the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tl
                     .starts_with("envoy-gateway-system/")
         })
         .collect();
-    assert_eq!(sidecars.len(), 6, "{ran}");
+    assert_eq!(sidecars.len(), 8, "{ran}");
     for r in &sidecars {
         assert_eq!(r["user"], "65532:65532", "{r}");
         let ran = [&r["ran"], &r["argv"][0], &r["argv"][1]].map(|v| v.as_str().unwrap_or(""));
         assert_eq!(ran, ["image", "envoy", "--config-yaml"], "{r}");
     }
-    // Contour's Gateway: its routes have no way to a client certificate.
+    // Contour's Gateway: its routes have no way to a client certificate (Envoy
+    // Gateway's has, its Gateway's, and its cell in the mesh passed above: the sidecars
+    // demand a client certificate from the CA they were given).
     let gateway = dir.join("mesh-gateway.yaml");
     std::fs::write(
         &gateway,
