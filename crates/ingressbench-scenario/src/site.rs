@@ -151,6 +151,12 @@ pub(crate) trait Site {
         &[]
     }
 
+    /// Whether a change still waits for what the control plane will show of it (a
+    /// cluster's EndpointSlices), which the cell waits for a little after its load.
+    fn awaiting_control_plane(&self) -> bool {
+        false
+    }
+
     /// What to record of the site once the load is over; its files go under `dir`.
     fn record(&self, _dir: &Path) -> SiteRecord {
         SiteRecord::default()

@@ -371,6 +371,10 @@ impl Site for ClusterSite {
         &self.records
     }
 
+    fn awaiting_control_plane(&self) -> bool {
+        !self.pending.is_empty()
+    }
+
     fn record(&self, _dir: &std::path::Path) -> crate::site::SiteRecord {
         crate::site::SiteRecord {
             routes: Some(self.routes_record.clone()),

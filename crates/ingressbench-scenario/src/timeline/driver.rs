@@ -20,6 +20,11 @@ use crate::propagation::{RouteProbe, Sequence};
 use crate::site::Site;
 use crate::Cell;
 
+/// How long after the load a cell still waits for what the control plane will show of
+/// its last events (a kill's EndpointSlice change): a lock-step cell ends at its last
+/// request, which may follow its last kill by a millisecond.
+const CONTROL_PLANE_GRACE: Duration = Duration::from_secs(5);
+
 /// What runs beside the load: the events, and the watchers.
 pub(crate) struct Driver<'a> {
     pub(crate) cell: &'a Cell,
@@ -92,6 +97,17 @@ impl Driver<'_> {
             self.events.watch(self.site.records());
             let busy = gate.is_some() || self.sequence.is_some() || !self.held.is_empty();
             std::thread::sleep(Duration::from_millis(if busy { 1 } else { 5 }));
+        }
+        let until = Instant::now() + CONTROL_PLANE_GRACE;
+        while self.site.awaiting_control_plane()
+            && Instant::now() < until
+            && !run_stop.load(Ordering::Relaxed)
+        {
+            if self.site.tick().is_err() {
+                break;
+            }
+            self.events.watch(self.site.records());
+            std::thread::sleep(Duration::from_millis(5));
         }
     }
 
