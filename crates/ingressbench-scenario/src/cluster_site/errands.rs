@@ -131,6 +131,11 @@ impl Errands {
         true
     }
 
+    /// Whether an event's calls have not come back yet.
+    pub(super) fn event_out(&self) -> bool {
+        self.out.iter().any(|e| matches!(e, Errand::Event(_)))
+    }
+
     /// Whether `errand` has not come back yet.
     pub(super) fn is_out(&self, errand: Errand) -> bool {
         self.out.contains(&errand)

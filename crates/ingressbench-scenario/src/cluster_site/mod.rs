@@ -372,7 +372,8 @@ impl Site for ClusterSite {
     }
 
     fn awaiting_control_plane(&self) -> bool {
-        !self.pending.is_empty()
+        // A kill's EndpointSlice change is pending once its calls have picked the pod.
+        !self.pending.is_empty() || self.errands.event_out()
     }
 
     fn record(&self, _dir: &std::path::Path) -> crate::site::SiteRecord {
