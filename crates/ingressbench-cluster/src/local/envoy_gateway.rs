@@ -78,8 +78,9 @@ impl LocalCluster {
     /// Installs Envoy Gateway's chart and waits for it (`helm install --wait`), then makes
     /// its GatewayClass and the Gateway [`GATEWAY`] (plain HTTP on 80, HTTPS on 443 with
     /// `secret`'s certificate, and [`MESH_CLIENT_SECRET`]'s client certificate for the
-    /// backends it reaches over TLS, as a mesh's sidecars ask) and waits until the Gateway is programmed at an address
-    /// that answers. Returns where it takes plain HTTP and HTTPS.
+    /// backends it reaches over TLS, as a mesh's sidecars ask) and waits until the Gateway
+    /// is programmed at an address that answers. Returns where it takes plain HTTP and
+    /// HTTPS.
     pub(super) fn start_envoy_gateway(
         &mut self,
         options: &EnvoyGatewayOptions,
