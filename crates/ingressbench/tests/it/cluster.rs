@@ -215,110 +215,87 @@ fn container_processes(needle: &str) -> Vec<u32> {
         .collect()
 }
 
+/// One local cluster for all the cluster tests (bringing one up is most of what each
+/// would cost): up in the background, checked, used by each part in turn, then down
+/// without a trace.
 /// One part of the cluster test: its name and what it runs against a cluster's directory.
 type Part = (&'static str, fn(&Path));
 
-/// The cluster test's parts: first, alone on the cluster, those that change what every
-/// other part goes through or that judge the whole cluster (Envoy Gateway's upgrade, the
-/// node agent, `cluster cleanup`); then two lanes side by side, each part of a lane in
-/// turn; last, alone again, the controllers' restarts.
-struct Plan {
-    alone_first: &'static [Part],
-    lanes: [&'static [Part]; 2],
-    alone_last: &'static [Part],
-}
-
-/// One local cluster for all the cluster tests (bringing one up is most of what each
-/// would cost): up from the image built from the binary under test, used by each part
-/// of [`Plan`], then down without a trace.
-///
-/// The two lanes are about equal (430 s each, measured alone) and share the cluster the
-/// way two users' runs would: each makes its own namespaces, the second lane's under a
-/// prefix of its own (`namespace_prefix` in its copy of the cluster file), and a part
-/// that asserts the tool left nothing judges only its own lane's namespaces. They share
-/// the controllers, as users do: a controller that takes another lane's route changes
-/// between two of this lane's is what a shared ingress does. On one lane the test took
-/// about 990 s, the critical path of the end-to-end tests (issue 49).
+/// A local cluster up from the image built from the binary under test runs the parts below
+/// in turn (each alone on it, so that a part that asserts the cluster holds nothing of the
+/// tool's sees only its own), and goes down without a trace.
 #[test]
 fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
-    const PLAN: Plan = Plan {
-        alone_first: &[
-            (
-                "envoy gateway",
-                crate::kubelet::envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates,
-            ),
-            (
-                "the node agent runs pods",
-                the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletion,
-            ),
-            (
-                "a pod's volumes",
-                crate::kubelet::a_pods_volumes_are_made_as_the_kubelet_makes_them,
-            ),
-            (
-                "services and DNS",
-                crate::kubelet::pods_reach_services_by_name_and_the_api_through_its_service,
-            ),
-            (
-                "a run namespace",
-                a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes_only_the_tools,
-            ),
-        ],
-        lanes: [
-            &[
-                (
-                    "the shipped scenarios",
-                    the_shipped_scenarios_run_against_every_controller_of_the_cluster,
-                ),
-                (
-                    "the mesh",
-                    the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tls,
-                ),
-                (
-                    "gRPC and WebSockets",
-                    crate::cluster_traffic::grpc_and_websockets_pass_through_every_controller,
-                ),
-                (
-                    "gateway-api-bench's probe",
-                    crate::cluster_traffic::gateway_api_benchs_probe_runs_through_envoy_gateway,
-                ),
-                (
-                    "gateway-api-bench's route change",
-                    crate::cluster_traffic::gateway_api_benchs_route_change_runs_through_envoy_gateway,
-                ),
-            ],
-            &[
-                (
-                    "three times per event",
-                    a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing,
-                ),
-                (
-                    "the pod proxy",
-                    a_controller_in_pods_is_read_through_the_api_servers_pod_proxy,
-                ),
-                (
-                    "each controller's routes",
-                    each_controller_routes_and_takes_route_changes_the_way_its_api_does,
-                ),
-                (
-                    "generated routes",
-                    generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell,
-                ),
-                (
-                    "load from pods",
-                    load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing,
-                ),
-                (
-                    "a capacity search",
-                    a_capacity_search_runs_from_the_clusters_pods,
-                ),
-            ],
-        ],
-        alone_last: &[(
+    let parts: &[Part] = &[
+        (
+            "envoy gateway",
+            crate::kubelet::envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates,
+        ),
+        (
+            "the node agent runs pods",
+            the_node_agent_runs_pods_as_local_processes_with_addresses_probes_and_deletion,
+        ),
+        (
+            "a pod's volumes",
+            crate::kubelet::a_pods_volumes_are_made_as_the_kubelet_makes_them,
+        ),
+        (
+            "services and DNS",
+            crate::kubelet::pods_reach_services_by_name_and_the_api_through_its_service,
+        ),
+        (
+            "a run namespace",
+            a_run_namespace_is_made_changed_through_the_api_and_removed_and_cleanup_takes_only_the_tools,
+        ),
+        (
+            "three times per event",
+            a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing,
+        ),
+        (
+            "the pod proxy",
+            a_controller_in_pods_is_read_through_the_api_servers_pod_proxy,
+        ),
+        (
+            "the shipped scenarios",
+            the_shipped_scenarios_run_against_every_controller_of_the_cluster,
+        ),
+        (
+            "the mesh",
+            the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tls,
+        ),
+        (
+            "gRPC and WebSockets",
+            crate::cluster_traffic::grpc_and_websockets_pass_through_every_controller,
+        ),
+        (
+            "gateway-api-bench's probe",
+            crate::cluster_traffic::gateway_api_benchs_probe_runs_through_envoy_gateway,
+        ),
+        (
+            "gateway-api-bench's route change",
+            crate::cluster_traffic::gateway_api_benchs_route_change_runs_through_envoy_gateway,
+        ),
+        (
+            "each controller's routes",
+            each_controller_routes_and_takes_route_changes_the_way_its_api_does,
+        ),
+        (
+            "generated routes",
+            generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell,
+        ),
+        (
+            "load from pods",
+            load_from_the_clusters_pods_is_placed_merged_and_leaves_nothing,
+        ),
+        (
+            "a capacity search",
+            a_capacity_search_runs_from_the_clusters_pods,
+        ),
+        (
             "restarts",
             a_controller_restarts_by_its_process_or_by_a_rollout_under_load,
-        )],
-    };
+        ),
+    ];
     // The image a user would push, built from the binary under test.
     let layout = std::env::temp_dir().join(format!("ib-cluster-image-{}", std::process::id()));
     let _image = RemovedAtEnd(layout.clone());
@@ -332,17 +309,17 @@ fn a_local_cluster_comes_up_runs_scenarios_and_goes_down_without_a_trace() {
         .output()
         .unwrap();
     assert!(image.status.success(), "{}", tail(&image));
-    // One cluster runs them all. On two clusters side by side (half the parts each) the
-    // test took 453 s instead of 793 s, but with the other tests beside them a cluster's
-    // kill was not applied within its cell, and a gRPC reload test beside them saw a call
-    // reset: two control planes are more than this 2-core machine gives the tests beside
-    // them (issue 49's note). Two lanes on one cluster add a run's pods, not a cluster.
-    a_cluster_runs("ib-cluster", &PLAN, &layout);
+    // One cluster runs them all, in turn. On two clusters side by side (half the parts
+    // each) the test took 453 s instead of 793 s, but with the other tests beside them a
+    // cluster's kill was not applied within its cell, and a gRPC reload test beside them
+    // saw a call reset: two clusters are more than this 2-core machine gives the tests
+    // beside them (issue 49's note). `a_cluster_runs` takes any share of the parts.
+    a_cluster_runs("ib-cluster", parts, &layout);
 }
 
 /// A local cluster in a directory named from `tag` comes up from the image in `layout`,
-/// runs `plan`, and goes down without a trace.
-fn a_cluster_runs(tag: &str, plan: &Plan, layout: &Path) {
+/// runs `parts` in turn, and goes down without a trace.
+fn a_cluster_runs(tag: &str, parts: &[Part], layout: &Path) {
     let dir = std::env::temp_dir().join(format!("{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let _down = Down(dir.clone());
@@ -422,25 +399,11 @@ fn a_cluster_runs(tag: &str, plan: &Plan, layout: &Path) {
     let again = local("up", &dir);
     assert_eq!(again.status.code(), Some(2), "{}", tail(&again));
     assert!(text(&again).contains("already up"), "{}", tail(&again));
-    let run = |dir: &Path, parts: &[Part]| {
-        for (name, part) in parts {
-            let started = std::time::Instant::now();
-            part(dir);
-            eprintln!("{tag}: {name}: {:.1} s", started.elapsed().as_secs_f64());
-        }
-    };
-    run(&dir, plan.alone_first);
-    let second = lane_of(&dir, "iblane");
-    std::thread::scope(|s| {
-        let other = s.spawn(|| run(&second, plan.lanes[1]));
-        run(&dir, plan.lanes[0]);
-        // A panic in the second lane is the test's failure, with its message.
-        if let Err(panic) = other.join() {
-            std::panic::resume_unwind(panic);
-        }
-    });
-    run(&dir, plan.alone_last);
-    std::fs::remove_file(second.join("cluster")).unwrap();
+    for (name, part) in parts {
+        let started = std::time::Instant::now();
+        part(&dir);
+        eprintln!("{tag}: {name}: {:.1} s", started.elapsed().as_secs_f64());
+    }
     every_pod_ran_from_the_image(&dir, layout);
     // The restart part's crash, and any other a controller had under the load.
     for line in controllers_started_again(&dir) {
@@ -1207,43 +1170,13 @@ fn another_pod_cannot_stall_the_runs_backends(
         .unwrap_or_else(|e| panic!("the run's own stall: {e}"));
 }
 
-/// The tool's namespaces in the cluster (terminating ones included) that the runs of
-/// this kubeconfig's lane made: under the `namespace_prefix` of the cluster file beside
-/// its `cluster/` (the default when it names none), as a lane of [`Plan`] sees them.
+/// The tool's namespaces in the cluster (terminating ones included).
 fn tools_namespaces(kubeconfig: &Path) -> Vec<String> {
     use k8s_openapi::api::core::v1::Namespace;
-    let file = kubeconfig
-        .parent()
-        .and_then(Path::parent)
-        .map(|d| std::fs::read_to_string(d.join("cluster.yaml")).unwrap_or_default())
-        .unwrap_or_default();
-    let prefix = file
-        .lines()
-        .find_map(|l| l.strip_prefix("namespace_prefix: "))
-        .unwrap_or("ingressbench")
-        .trim()
-        .to_owned();
     tools_objects::<Namespace>(kubeconfig, "app.kubernetes.io/managed-by=ingressbench")
         .into_iter()
         .map(|(_, name)| name)
-        .filter(|name| name.starts_with(&format!("{prefix}-")))
         .collect()
-}
-
-/// The directory of a second lane on the cluster of `dir`: its own `cluster.yaml` (the
-/// cluster's, with namespaces under `prefix`), `cluster/` the cluster's own (a link).
-fn lane_of(dir: &Path, prefix: &str) -> std::path::PathBuf {
-    let lane = dir.join(format!("lane-{prefix}"));
-    std::fs::create_dir_all(&lane).unwrap();
-    std::os::unix::fs::symlink(dir.join("cluster"), lane.join("cluster")).unwrap();
-    let file = std::fs::read_to_string(dir.join("cluster.yaml")).unwrap();
-    assert!(!file.contains("namespace_prefix:"), "{file}");
-    std::fs::write(
-        lane.join("cluster.yaml"),
-        format!("namespace_prefix: {prefix}\n{file}"),
-    )
-    .unwrap();
-    lane
 }
 
 /// `ingressbench run FILE --cluster CLUSTER --kubeconfig K --out OUT`, with `extra` args.
