@@ -27,7 +27,7 @@ pub const PROFILE: Profile = Profile {
     routes: Some(httpproxies),
     mesh: Some(MeshWay {
         render: |_, _| Rendered::default(),
-        own_client_certificate: true,
+        own_client_certificate: Some("its own configuration (`tls.envoy-client-certificate`)"),
     }),
     h2c: Some(H2cWay {
         service: &[("projectcontour.io/upstream-protocol.h2c", "80")],

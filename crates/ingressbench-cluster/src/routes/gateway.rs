@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use ingressbench_lab::model::Overlay;
 use serde_json::{json, Value};
 
-use super::{Can, CORS_MAX_AGE_S, CORS_METHODS};
+use super::{Can, MeshWay, Rendered, CORS_MAX_AGE_S, CORS_METHODS};
 use crate::deploy::{RunObjects, Traffic};
 use crate::file::GatewayRef;
 
@@ -38,10 +38,9 @@ pub struct Implementation {
     /// Whether its GRPCRoutes take a `ResponseHeaderModifier` filter (what a route change
     /// through a gRPC load needs).
     pub grpc_headers: bool,
-    /// Whether it reaches a mesh's sidecars over mutual TLS the API's way: TLS to a
-    /// Service that a BackendTLSPolicy names, presenting the client certificate its
-    /// Gateway names (`spec.tls.backend.clientCertificateRef`, in the API since v1.4).
-    pub backend_tls: bool,
+    /// How it reaches a mesh's sidecars over mutual TLS, if it can: the API's way is
+    /// [`BACKEND_TLS`].
+    pub mesh: Option<MeshWay>,
 }
 
 /// How an implementation takes CORS.
@@ -68,7 +67,7 @@ const KNOWN: &[Implementation] = &[
         can: Can::ALL,
         cors: CorsBy::TraefikMiddleware,
         grpc_headers: false,
-        backend_tls: false,
+        mesh: None,
     },
     Implementation {
         controller: "projectcontour.io/gateway-controller",
@@ -80,7 +79,7 @@ const KNOWN: &[Implementation] = &[
         },
         cors: CorsBy::Filter,
         grpc_headers: true,
-        backend_tls: false,
+        mesh: None,
     },
     Implementation {
         controller: "gateway.envoyproxy.io/gatewayclass-controller",
@@ -88,7 +87,7 @@ const KNOWN: &[Implementation] = &[
         can: Can::ALL,
         cors: CorsBy::Filter,
         grpc_headers: true,
-        backend_tls: true,
+        mesh: Some(BACKEND_TLS),
     },
 ];
 
@@ -101,19 +100,30 @@ const OTHER: Implementation = Implementation {
     can: Can::ALL,
     cors: CorsBy::Filter,
     grpc_headers: true,
-    backend_tls: false,
+    mesh: None,
 };
 
-/// The implementations that reach a mesh's sidecars ([`Implementation::backend_tls`]).
-pub fn with_backend_tls() -> impl Iterator<Item = &'static str> {
-    KNOWN.iter().filter(|i| i.backend_tls).map(|i| i.name)
+/// The implementations that reach a mesh's sidecars ([`Implementation::mesh`]).
+pub fn meshable() -> impl Iterator<Item = &'static str> {
+    KNOWN.iter().filter(|i| i.mesh.is_some()).map(|i| i.name)
 }
+
+/// The Gateway API's way to a mesh's sidecars: TLS to a Service that a BackendTLSPolicy
+/// names ([`backend_tls_policy`]), presenting the client certificate its Gateway names
+/// (`spec.tls.backend.clientCertificateRef`, in the API since v1.4).
+const BACKEND_TLS: MeshWay = MeshWay {
+    render: |o, pool| Rendered {
+        annotations: BTreeMap::new(),
+        objects: vec![backend_tls_policy(o, pool)],
+    },
+    own_client_certificate: Some("its Gateway (`spec.tls.backend.clientCertificateRef`)"),
+};
 
 /// A pool's BackendTLSPolicy in a mesh with mutual TLS: TLS to its Service's sidecars,
 /// their certificate checked for the Service's name (also the SNI) against the mesh's CA,
 /// the `ca.crt` of the run's client Secret (a Secret, which Envoy Gateway takes beside the
 /// API's ConfigMap). The client certificate presented is the Gateway's.
-pub(super) fn backend_tls_policy(o: &RunObjects, pool: &str) -> Value {
+fn backend_tls_policy(o: &RunObjects, pool: &str) -> Value {
     json!({
         "apiVersion": API_VERSION, "kind": "BackendTLSPolicy",
         "metadata": { "name": format!("ib-mesh-{pool}") },

@@ -25,7 +25,7 @@ pub const PROFILE: Profile = Profile {
     routes: None,
     mesh: Some(MeshWay {
         render: mesh,
-        own_client_certificate: false,
+        own_client_certificate: None,
     }),
     h2c: Some(H2cWay {
         service: &[("haproxy-ingress.github.io/backend-protocol", "h2")],

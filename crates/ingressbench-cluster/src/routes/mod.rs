@@ -110,11 +110,11 @@ pub struct MeshWay {
     /// sidecars, check their certificate against the mesh's CA and present its client
     /// certificate.
     pub render: fn(o: &RunObjects, pool: &str) -> Rendered,
-    /// Whether the client certificate it presents is one of its own configuration, for
-    /// every upstream (Contour's `tls.envoy-client-certificate`): the cluster file names
-    /// its Secret (`mesh_client`), whose CA the sidecars then accept. Otherwise it
+    /// Where the one client certificate it presents to every upstream is set, if it is
+    /// its own (Contour's configuration, a Gateway's `tls.backend`): the cluster file
+    /// names its Secret (`mesh_client`), whose CA the sidecars then accept. None: it
     /// presents the run's ([`crate::deploy::mesh::CLIENT_SECRET`]).
-    pub own_client_certificate: bool,
+    pub own_client_certificate: Option<&'static str>,
 }
 
 /// A controller's own route objects for the run, its class, a generation and a change.
@@ -248,22 +248,26 @@ pub(crate) fn mesh_tls(o: &RunObjects) -> bool {
 
 /// The annotations of `pool`'s Service and the other objects that make the run's
 /// controller speak mutual TLS to the mesh's sidecars (none without it, or for a
-/// controller that cannot): its profile's, or a Gateway's BackendTLSPolicy.
+/// controller that cannot): [`mesh_way`]'s.
 pub fn mesh_rendered(o: &RunObjects, pool: &str) -> Rendered {
-    match &o.routing {
-        Routing::Ingress {
-            profile: Some(Profile {
-                mesh: Some(way), ..
-            }),
-            ..
-        } if mesh_tls(o) => (way.render)(o, pool),
-        Routing::Gateway { implementation, .. } if implementation.backend_tls && mesh_tls(o) => {
-            Rendered {
-                annotations: BTreeMap::new(),
-                objects: vec![gateway::backend_tls_policy(o, pool)],
-            }
-        }
+    match mesh_way(&o.routing) {
+        Some((_, way)) if mesh_tls(o) => (way.render)(o, pool),
         _ => Rendered::default(),
+    }
+}
+
+/// How the controller behind `routing` reaches a mesh's sidecars, with its name: its
+/// Ingress profile's way, or its Gateway implementation's.
+pub fn mesh_way(routing: &Routing) -> Option<(&'static str, &'static MeshWay)> {
+    match routing {
+        Routing::Ingress {
+            profile: Some(p), ..
+        } => p.mesh.as_ref().map(|w| (p.name, w)),
+        Routing::Ingress { profile: None, .. } => None,
+        Routing::Gateway { implementation, .. } => implementation
+            .mesh
+            .as_ref()
+            .map(|w| (implementation.name, w)),
     }
 }
 

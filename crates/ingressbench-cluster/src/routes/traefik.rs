@@ -26,7 +26,7 @@ pub const PROFILE: Profile = Profile {
     routes: None,
     mesh: Some(MeshWay {
         render: mesh,
-        own_client_certificate: false,
+        own_client_certificate: None,
     }),
     h2c: Some(H2cWay {
         service: &[("traefik.ingress.kubernetes.io/service.serversscheme", "h2c")],

@@ -276,35 +276,21 @@ pub(super) fn refuse_unmeshable(
     placed: &ClusterTarget,
     routed: &Routed,
 ) -> Result<(), String> {
-    // The controller's name, and where the one client certificate it presents to every
-    // upstream is set (none: it presents the run's).
-    let way = match &routed.routing {
-        Routing::Ingress {
-            profile: Some(p), ..
-        } => p.mesh.as_ref().map(|w| {
-            let own = w.own_client_certificate;
-            (
-                p.name,
-                own.then_some("its own configuration (`tls.envoy-client-certificate`)"),
-            )
-        }),
-        Routing::Gateway { implementation, .. } if implementation.backend_tls => Some((
-            implementation.name,
-            Some("its Gateway (`spec.tls.backend.clientCertificateRef`)"),
-        )),
-        _ => None,
-    };
-    match way {
+    match routes::mesh_way(&routed.routing) {
         None => Err(format!(
             "target `{target}`: the tool knows no way to give `{}` a client certificate for a mesh's sidecars through {} (it knows {}, and {}'s Gateways); run its hop with `mtls: false`, or without a hop",
             routed.controller,
             if placed.gateway.is_some() { "a Gateway's routes" } else { "its Ingress" },
             profiles_that(|p| p.mesh.is_some()),
-            gateway::with_backend_tls().collect::<Vec<_>>().join(", ")
+            gateway::meshable().collect::<Vec<_>>().join(", ")
         )),
-        Some((name, Some(set_in))) if placed.mesh_client.is_none() => Err(format!(
+        Some((name, routes::MeshWay { own_client_certificate: Some(set_in), .. }))
+            if placed.mesh_client.is_none() =>
+        {
+            Err(format!(
             "target `{target}`: {name} presents one client certificate to every upstream, set in {set_in}; name that Secret in the cluster file as `mesh_client: {{ name, namespace }}` (its `ca.crt` is what the sidecars accept), as `cluster local up` does"
-        )),
+            ))
+        }
         Some(_) => Ok(()),
     }
 }
