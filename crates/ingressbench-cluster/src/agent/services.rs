@@ -16,7 +16,8 @@
 //! - **Load balancers**, as kind's cloud provider gives them: a Service of type
 //!   LoadBalancer (of no `loadBalancerClass`: the local cluster's own controllers' have
 //!   one, and an L4 front of their own) gets an address of its own on the host's
-//!   loopback (127.1.0.N, never reused), written in its status; connections to its ports
+//!   loopback (127.1.B.N, never reused; B is the first block of 254 that no other local
+//!   cluster's agent holds, 0 when it is alone), written in its status; connections to its ports
 //!   there go to its endpoints as above. This is how a load generator on the host reaches
 //!   the data plane a Gateway controller creates.
 //! - **DNS**: `SERVICE.NAMESPACE.svc.cluster.local` is the Service's cluster IP (a
@@ -53,24 +54,55 @@ const HUB_MAC: &str = "02:69:62:00:00:01";
 /// How long a connection to an endpoint may take to be made before the next is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// The addresses given to LoadBalancer Services, by namespace and name (127.1.0.N).
+/// The addresses given to LoadBalancer Services, by namespace and name: 127.1.B.N, in
+/// the block B this cluster holds.
 #[derive(Debug, Default)]
 struct Balancers {
+    block: u8,
+    /// What holds the block while the agent runs (none in the unit tests).
+    _claim: Option<std::os::unix::net::UnixListener>,
     given: BTreeMap<(String, String), Ipv4Addr>,
     /// Those whose status says so.
     announced: std::collections::BTreeSet<(String, String)>,
 }
 
 impl Balancers {
-    /// The address of Service `key`, given now if it has none.
+    /// The first block no other agent on this host holds, held from now on: an abstract
+    /// Unix socket named for it (`ingressbench/balancers/127.1.B`), which only one process
+    /// can bind and which goes when the process does, however it ends. Two local clusters
+    /// side by side would otherwise give two data planes the same address and port.
+    fn claim() -> Result<Balancers, ClusterError> {
+        use std::os::linux::net::SocketAddrExt;
+        for block in 0..=u8::MAX {
+            let name = format!("ingressbench/balancers/127.1.{block}");
+            let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+                .map_err(|e| ClusterError::Api(format!("the load balancers' block: {e}")))?;
+            if let Ok(claim) = std::os::unix::net::UnixListener::bind_addr(&addr) {
+                return Ok(Balancers {
+                    block,
+                    _claim: Some(claim),
+                    ..Balancers::default()
+                });
+            }
+        }
+        Err(ClusterError::Api(
+            "every block of load-balancer addresses (127.1.0.0/16) is held by another local \
+             cluster's node agent: take one of them down (`ingressbench cluster local down`)"
+                .into(),
+        ))
+    }
+
+    /// The address of Service `key`, given now if it has none (none once the block's 254
+    /// are given).
     fn address(&mut self, key: &(String, String)) -> Option<Ipv4Addr> {
         if let Some(ip) = self.given.get(key) {
             return Some(*ip);
         }
-        // 127.1.0.1 … 127.1.255.254 (the lab's loopback nodes are 127.0.N.1).
-        let n = self.given.len();
-        let (third, fourth) = (u8::try_from(n / 254).ok()?, (n % 254 + 1) as u8);
-        let ip = Ipv4Addr::new(127, 1, third, fourth);
+        // 127.1.B.1 … 127.1.B.254 (the lab's loopback nodes are 127.0.N.1).
+        let n = u8::try_from(self.given.len() + 1)
+            .ok()
+            .filter(|n| *n < 255)?;
+        let ip = Ipv4Addr::new(127, 1, self.block, n);
         self.given.insert(key.clone(), ip);
         Some(ip)
     }
@@ -132,6 +164,7 @@ impl Network {
         ip_cmd(&["-n", &ns, "route", "add", "local", range, "dev", "lo"])?;
         let dns = in_namespace(&hub, || std::net::UdpSocket::bind((gateway, 53)))
             .map_err(|e| ClusterError::Api(format!("the cluster's DNS on {gateway}:53: {e}")))?;
+        let balancers = Balancers::claim()?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let kubeconfig = kubeconfig.to_owned();
@@ -141,7 +174,7 @@ impl Network {
                 let Ok(runtime) = crate::api::runtime() else {
                     return;
                 };
-                runtime.block_on(serve(&kubeconfig, api, hub, dns, &flag));
+                runtime.block_on(serve(&kubeconfig, api, hub, dns, balancers, &flag));
             })
             .map_err(|e| ClusterError::Api(format!("cannot start the network's thread: {e}")))?;
         Ok(Network {
@@ -248,6 +281,7 @@ async fn serve(
     api: SocketAddr,
     hub: PathBuf,
     dns: std::net::UdpSocket,
+    mut balancers: Balancers,
     stop: &AtomicBool,
 ) {
     let Ok(client) = crate::api::client(kubeconfig, None).await else {
@@ -256,7 +290,6 @@ async fn serve(
     let tables = Arc::new(Mutex::new(Tables::default()));
     let dns_task = tokio::spawn(answer_dns(dns, tables.clone()));
     let mut listening: BTreeMap<SocketAddr, tokio::task::JoinHandle<()>> = BTreeMap::new();
-    let mut balancers = Balancers::default();
     while !stop.load(Ordering::Relaxed) {
         if let Ok(read) = read_tables(&client, api, &mut balancers).await {
             announce(&client, &mut balancers).await;
@@ -687,16 +720,32 @@ mod tests {
             .routes
             .keys()
             .any(|a| a.port() == 8000 && a.ip().is_loopback()));
-        // Read again, the same address; the 255th is in the next block.
+        // Read again, the same address; the block's 254th is the last.
         let again = tables_of(&services, &slices, api, &mut balancers);
         assert_eq!(again, t);
         assert_eq!(balancers.given.len(), 1);
-        for i in 0..254 {
+        for i in 0..253 {
             balancers.address(&("ns".into(), format!("s{i}")));
         }
         assert_eq!(
-            balancers.given[&("ns".into(), "s253".into())],
-            Ipv4Addr::new(127, 1, 1, 1)
+            balancers.given[&("ns".into(), "s252".into())],
+            Ipv4Addr::new(127, 1, 0, 254)
         );
+        assert_eq!(balancers.address(&("ns".into(), "one more".into())), None);
+    }
+
+    #[test]
+    fn two_agents_hold_two_blocks_of_load_balancer_addresses_until_one_ends() {
+        let mut a = Balancers::claim().unwrap();
+        let b = Balancers::claim().unwrap();
+        assert_ne!(a.block, b.block);
+        assert_eq!(
+            a.address(&("sys".into(), "envoy".into())),
+            Some(Ipv4Addr::new(127, 1, a.block, 1))
+        );
+        // Released with its holder: the next claim takes it again.
+        let held = b.block;
+        drop(b);
+        assert_eq!(Balancers::claim().unwrap().block, held);
     }
 }

@@ -3,7 +3,7 @@
 //! the chart of each version). Its controller, its certgen Job and the data plane it makes
 //! for the Gateway [`GATEWAY`] (Envoy and its shutdown manager) are pods the node agent
 //! runs from the staged images (`gateway:vX`, the built controller; `envoy`, the lab's
-//! Envoy); the data plane's LoadBalancer Service gets an address of its own (127.1.0.N) as
+//! Envoy); the data plane's LoadBalancer Service gets an address of its own (127.1.B.N) as
 //! kind's cloud provider gives one.
 
 use std::net::SocketAddr;

@@ -532,7 +532,7 @@ pub(crate) fn envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates(d
         .and_then(|a| a.split('"').next())
         .unwrap_or_else(|| panic!("{target}"))
         .to_owned();
-    assert!(address.starts_with("127.1.0."), "{target}");
+    assert!(address.starts_with("127.1."), "{target}");
     for says in [
         "gateway: { name: eg, namespace: envoy-gateway-system, listener: http, tls_listener: https }",
         "restart: { deployment: envoy-gateway, namespace: envoy-gateway-system }",
@@ -574,11 +574,13 @@ pub(crate) fn envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates(d
         }
         assert_eq!(seen.len(), 2, "{seen:?}");
     });
-    // The upgrade to 1.9.1 under load.
+    // The upgrade to 1.9.1 under load, which lasts until the old Envoy has drained: its
+    // new controller was ready 2 s after it was asked on a quiet machine, 13 s with the
+    // other cluster's probe beside it, and the drain is 10 s after the rollout.
     let scenario = dir.join("eg-upgrade.yaml");
     std::fs::write(
         &scenario,
-        "name: eg-upgrade\ntargets: [{ cluster: envoy-gateway }]\nbackends: [{ name: echo, replicas: 2 }]\ntls: false\nload: { mode: open, rate: 200, connections: 4, duration: 32s }\nevents:\n  - { at: 3s, upgrade: 1.9.1 }\n",
+        "name: eg-upgrade\ntargets: [{ cluster: envoy-gateway }]\nbackends: [{ name: echo, replicas: 2 }]\ntls: false\nload: { mode: open, rate: 200, connections: 4, duration: 40s }\nevents:\n  - { at: 3s, upgrade: 1.9.1 }\n",
     )
     .unwrap();
     let out = dir.join("eg-upgrade");
