@@ -2603,10 +2603,12 @@ fn generated_routes_are_an_object_each_and_a_refused_one_fails_its_cell(dir: &Pa
     let kubeconfig = dir.join("cluster/kubeconfig");
     let cluster = dir.join("cluster.yaml");
     let scenario = dir.join("route-scale.yaml");
+    // The probe at 500 a second, not 2,000: the other cluster's parts beside this one time
+    // what the machine gives them.
     let write = |targets: &str, events: &str| {
         std::fs::write(
             &scenario,
-            format!("name: route-scale\ntargets: {targets}\nbackends: [{{ name: echo, replicas: 2 }}]\nroutes: {{ count: 500, routes: [{{ host: app.test, pool: echo }}] }}\ntls: false\nload: {{ mode: open, rate: 50, connections: 4, duration: 16s, host: app.test }}\nevents: {events}\n"),
+            format!("name: route-scale\ntargets: {targets}\nbackends: [{{ name: echo, replicas: 2 }}]\nroutes: {{ count: 500, routes: [{{ host: app.test, pool: echo }}], probe: {{ rate: 500 }} }}\ntls: false\nload: {{ mode: open, rate: 50, connections: 4, duration: 16s, host: app.test }}\nevents: {events}\n"),
         )
         .unwrap();
     };

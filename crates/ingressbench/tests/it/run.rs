@@ -1027,6 +1027,9 @@ events:
 
 #[test]
 fn each_cell_says_what_the_proxy_spent_and_a_reload_shows_its_cpu_at_its_time() {
+    // CPU figures, which a busy machine moves most (CI: two local clusters beside it once
+    // left Envoy 616 of the 1,000 req/s asked, and the load ran 16 s).
+    let _heavy = crate::common::heavy();
     let (_dir, out) = run_ok("usage", USAGE);
     let record = json(&out.join("run.json"));
     for cell in record["cells"].as_array().unwrap() {
@@ -1049,12 +1052,24 @@ fn each_cell_says_what_the_proxy_spent_and_a_reload_shows_its_cpu_at_its_time() 
             usage["by_role"]["client"]["cpu_s"].as_f64().unwrap() > 0.0,
             "{usage}"
         );
-        let measured = usage["measured_s"].as_f64().unwrap();
-        assert!((9.0..11.5).contains(&measured), "{target}: {usage}");
-        // One reading a second, streamed while the cell ran.
+        // Measured over the load as it ran: from its start to its last answer (10 s of
+        // schedule, longer when the proxy fell behind it).
         let cell_dir = out.join("cells").join(cell["dir"].as_str().unwrap());
+        let summary = json(&cell_dir.join("summary.json"));
+        let answered_s = summary["requests"]["total"].as_f64().unwrap()
+            / summary["rate"]["answered_per_s"].as_f64().unwrap();
+        let measured = usage["measured_s"].as_f64().unwrap();
+        assert!(
+            measured >= 9.0 && (measured - answered_s).abs() < 1.5,
+            "{target}: answers over {answered_s} s: {usage}"
+        );
+        // One reading a second, streamed while the cell ran.
         let readings = std::fs::read_to_string(cell_dir.join("usage.jsonl")).unwrap();
-        assert!((10..=14).contains(&readings.lines().count()), "{readings}");
+        let count = readings.lines().count() as f64;
+        assert!(
+            (measured..=measured + 4.0).contains(&count),
+            "{measured} s: {readings}"
+        );
         // HAProxy's reload (a new worker parses the configuration and loads the
         // certificate; every client connection is closed and opened again with a full
         // TLS handshake) costs more than the seconds before it on average. Not more than
