@@ -451,6 +451,7 @@ mod tests {
             latency_p99_us: 1000,
             cpu_share: Some(0.1),
             threads: 1,
+            past_ceiling: None,
         };
         let judged =
             |windows: Vec<WindowFigures>, o: &[Objective]| judge_trial(o, &windows, &seen, 1).1;

@@ -114,6 +114,7 @@ impl Ceiling {
                 latency_p99_us: summary.latency_us.p99,
                 cpu_share,
                 threads: plan.threads,
+                past_ceiling: None,
             };
             ceiling.steps.push(Step {
                 rate_per_s: rate,
@@ -135,6 +136,14 @@ impl Ceiling {
         }
         backend.stop();
         Ok(ceiling)
+    }
+
+    /// The rate the generator fell behind at, if `rate` is at or past it.
+    pub fn past(&self, rate: f64) -> Option<f64> {
+        self.behind
+            .as_ref()
+            .map(|(at, _)| *at)
+            .filter(|at| rate >= *at)
     }
 
     /// One sentence: what the generator kept up with and where it fell behind.

@@ -145,8 +145,9 @@ pub(crate) fn run(
             let seed = 0x5ea_4c11 + (base.index as u64) * 1000 + trial as u64;
             let entry = &mut runner.record.cells[cell.index];
             let dir = options.dir.join("cells").join(cell_dir_name(&cell));
-            let (own, seen) = trial_figures(&plan, (&cell, &dir, entry))
+            let (own, mut seen) = trial_figures(&plan, (&cell, &dir, entry))
                 .map_err(|m| bad(format!("cell {} ({}): {m}", cell.index, cell.label())))?;
+            seen.past_ceiling = ceiling.as_ref().and_then(|c| c.past(rate));
             let judged = pool.judge_next(&mut search, (&plan.objectives, rate), own, &seen, seed);
             let verdict = judged.verdict.record();
             let said = search.last_said(&plan.objectives);
@@ -176,10 +177,6 @@ pub(crate) fn run(
             this.outcome = Some(outcome.record(&plan.objectives));
             this.status = "done".into();
             this.spent = Some(search.spent());
-            if let Some(warning) = past_the_ceiling(outcome, ceiling.as_ref()) {
-                progress(&format!("warning: {}: {warning}", base.label()));
-                this.warnings.push(warning);
-            }
             progress(&format!(
                 "  {}: {}; {}",
                 base.label(),
@@ -242,30 +239,6 @@ fn ceiling_for(
     Ok(ceiling)
 }
 
-/// A warning when the search's first failing rate is at or above the rate at which the
-/// generator alone fell behind: that failure may be the generator's even though its
-/// trial did not show it.
-fn past_the_ceiling(
-    outcome: &crate::capacity::Outcome,
-    ceiling: Option<&Ceiling>,
-) -> Option<String> {
-    use crate::capacity::Outcome;
-    let (at, _) = ceiling?.behind.as_ref()?;
-    let failed = match outcome {
-        Outcome::Found { failed_at, .. } => *failed_at,
-        Outcome::FromFails { lowest, .. } => *lowest,
-        Outcome::AtLeast(_)
-        | Outcome::GeneratorLimited { .. }
-        | Outcome::TargetStopped { .. }
-        | Outcome::CannotJudge { .. } => return None,
-    };
-    (failed >= *at).then(|| {
-        format!(
-            "the first failing rate ({failed:.0} req/s) is at or above the rate at which the generator alone fell behind ({at:.0} req/s): that failure may be the generator's"
-        )
-    })
-}
-
 /// Adds `entry` to the record's cells and to search `n`'s trials.
 fn push_cell(record: &mut RunRecord, entry: CellEntry, n: usize) {
     let index = record.cells.len();
@@ -324,6 +297,7 @@ fn trial_figures(
             .filter(|_| sent_from_here)
             .map(|c| c / threads as f64),
         threads,
+        past_ceiling: None,
     };
     Ok((own, seen))
 }

@@ -119,6 +119,7 @@ pub(crate) fn run(args: CapacityArgs) -> Result<ExitCode> {
             latency_p99_us: report.summary.latency_us.p99,
             cpu_share: Some(cpu_share),
             threads: base.threads,
+            past_ceiling: ceiling.past(rate),
         };
         let seed = 0x1b5e_a7c4 + search.trials().len() as u64;
         let judged = pool.judge_next(
