@@ -150,8 +150,8 @@ fn shipped_through_envoy_gateway(
 /// status (Envoy Gateway answers a new route 503 before its backend is ready, as
 /// gateway-api-bench found), and the existing route's traffic unharmed.
 pub(crate) fn gateway_api_benchs_probe_runs_through_envoy_gateway(dir: &Path) {
-    // A new route asked every 2 ms rather than every 0.5 ms: the other cluster's parts
-    // beside this one time what the machine gives them.
+    // A new route asked every 2 ms rather than every 0.5 ms: the tests beside this one
+    // time what the machine gives them.
     let (out, record) =
         shipped_through_envoy_gateway(dir, "gateway-probe", &["routes.probe.rate=500"]);
     let cell = &record["cells"][0];

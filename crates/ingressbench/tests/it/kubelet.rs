@@ -575,8 +575,8 @@ pub(crate) fn envoy_gateway_runs_from_its_chart_with_the_data_plane_it_creates(d
         assert_eq!(seen.len(), 2, "{seen:?}");
     });
     // The upgrade to 1.9.1 under load, which lasts until the old Envoy has drained: its
-    // new controller was ready 2 s after it was asked on a quiet machine, 13 s with the
-    // other cluster's probe beside it, and the drain is 10 s after the rollout.
+    // new controller was ready 2 s after it was asked on a quiet machine, 13 s on a busy
+    // one, and the drain is 10 s after the rollout.
     let scenario = dir.join("eg-upgrade.yaml");
     std::fs::write(
         &scenario,
