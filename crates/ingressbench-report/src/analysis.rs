@@ -236,21 +236,19 @@ impl Merger {
                 self.counts[i] += c;
             }
         }
-        let held = || {
-            (self.values.iter().zip(&self.counts))
-                .filter(|(_, c)| **c > 0)
-                .map(|(v, c)| (*v, *c))
-        };
         let total: u64 = self.counts.iter().sum();
         if total == 0 {
             return [f64::NAN; 5];
         }
-        let sum: f64 = held().map(|(v, c)| v as f64 * c as f64).sum();
-        // The value at each quantile's rank, in one pass.
+        // The sum, and the value at each quantile's rank, in one pass.
         let ranks = [0.50, 0.99, 0.999].map(|q| ((q * total as f64).ceil() as u64).clamp(1, total));
         let mut at = [f64::NAN; 3];
-        let (mut seen, mut next, mut max) = (0, 0, 0);
-        for (v, c) in held() {
+        let (mut sum, mut seen, mut next, mut max) = (0.0, 0, 0, 0);
+        for (&v, &c) in self.values.iter().zip(&self.counts) {
+            if c == 0 {
+                continue;
+            }
+            sum += v as f64 * c as f64;
             seen += c;
             while next < ranks.len() && seen >= ranks[next] {
                 at[next] = v as f64;

@@ -215,9 +215,6 @@ fn container_processes(needle: &str) -> Vec<u32> {
         .collect()
 }
 
-/// One local cluster for all the cluster tests (bringing one up is most of what each
-/// would cost): up in the background, checked, used by each part in turn, then down
-/// without a trace.
 /// One part of the cluster test: its name and what it runs against a cluster's directory.
 type Part = (&'static str, fn(&Path));
 
