@@ -20,6 +20,9 @@ ratio of each tool to ingressbench; nothing here asserts a timing.
                                          # beside the h2 crate alone (examples/h2_floor.rs)
     python3 bench/compare.py grpc        # gRPC unary calls to the echo backend (h2c), open loop at
                                          # 2,000 and 10,000 calls/s over 10 connections, against ghz
+    python3 bench/compare.py h3          # HTTP/3 open loop at 2,000 and 10,000 req/s over 10 connections
+                                         # to Envoy answering after 2 ms: ingressbench --http3 against
+                                         # oha-h3, h2load's HTTP/2 (TLS) to the same Envoy beside them
     python3 bench/compare.py metrics     # --metrics-listen's cost: without it, scraped once a second,
                                          # and flooded by 100 scrapers, at 20,000 req/s, 3 runs each
     python3 bench/compare.py all --duration 5
@@ -44,7 +47,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.environ.get("PEERS", os.path.expanduser("~/.cache/ib-peers/bin"))
-IB = os.path.join(ROOT, "target", "release", "ingressbench")
+IB = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release", "ingressbench")
 SUT_CPU, GEN_CPU = "0", "1"
 
 
@@ -59,6 +62,18 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def wait_for_port(port, seconds, failure):
+    """Until something accepts on 127.0.0.1:port, for at most `seconds`; else exits with `failure`."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(failure)
 
 
 class Nginx:
@@ -96,15 +111,7 @@ http {{
 """)
         self.proc = subprocess.Popen(["taskset", "-c", SUT_CPU, "nginx", "-c", conf, "-e", f"{self.dir}/error.log"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.time() + 10
-        while time.time() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            raise SystemExit(f"nginx did not start; see {self.dir}/error.log")
+        wait_for_port(self.port, 10, f"nginx did not start; see {self.dir}/error.log")
         self.url = f"http://127.0.0.1:{self.port}/"
         self.h2_url = f"http://127.0.0.1:{self.h2_port}/"
 
@@ -233,11 +240,11 @@ def run_vegeta(rate, seconds, url, tmp):
             "p99_us": s["latencies"]["99th"] / 1000, "cpu": cpu}
 
 
-def table(title, rows, key, better):
+def table(title, rows, key, better, base_name="ingressbench"):
     print(f"\n### {title}\n")
-    print("| tool | requests | ok | req/s | p50 | p99 | CPU s | CPU us/req | " + f"{key} vs ingressbench |")
+    print("| tool | requests | ok | req/s | p50 | p99 | CPU s | CPU us/req | " + f"{key} vs {base_name} |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    base = rows.get("ingressbench")
+    base = rows.get(base_name)
     for name, r in rows.items():
         if r is None:
             print(f"| {name} | not installed | | | | | | | |")
@@ -493,6 +500,97 @@ def grpc(seconds, tmp, rates=(2000, 10000), conns=10):
         proc.wait(timeout=30)
 
 
+class EnvoyH3:
+    """Envoy (the lab's, .venv/bin/envoy) on SUT_CPU with one worker, answering every request
+    from its own memory after a fixed delay (its fault filter), over HTTP/3 on a UDP port
+    and over HTTP/2 with TLS on the TCP port of the same number: the same server, the same
+    delay, for an HTTP/3 client and h2load. Its certificate is self-signed for 127.0.0.1."""
+
+    def __init__(self, tmp, delay_us):
+        envoy = find("envoy") or os.path.join(ROOT, ".venv", "bin", "envoy")
+        self.dir = tempfile.mkdtemp(prefix="ib-bench-envoy-h3-")
+        self.cert, key = os.path.join(self.dir, "cert.pem"), os.path.join(self.dir, "key.pem")
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", key, "-out", self.cert, "-days", "1", "-subj", "/CN=127.0.0.1",
+                        # Not a CA (rustls refuses a CA's certificate as a server's).
+                        "-extensions", "v3_req", "-addext", "subjectAltName=IP:127.0.0.1"], check=True, capture_output=True)
+        self.port = free_port()
+        tls = lambda alpn: {"common_tls_context": {"alpn_protocols": alpn, "tls_certificates": [
+            {"certificate_chain": {"filename": self.cert}, "private_key": {"filename": key}}]}}
+        def manager(codec):
+            return {"name": "envoy.filters.network.http_connection_manager", "typed_config": {
+                "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+                "stat_prefix": codec.lower(), "codec_type": codec,
+                "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [
+                    {"match": {"prefix": "/"}, "direct_response": {"status": 200, "body": {"inline_string": "hello from envoy\n"}}}]}]},
+                "http_filters": [
+                    {"name": "envoy.filters.http.fault", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.fault.v3.HTTPFault",
+                        "delay": {"fixed_delay": f"{delay_us / 1e6:.6f}s", "percentage": {"numerator": 100}}}},
+                    {"name": "envoy.filters.http.router", "typed_config": {
+                        "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}]}}
+        address = lambda protocol: {"socket_address": {"protocol": protocol, "address": "127.0.0.1", "port_value": self.port}}
+        config = {"static_resources": {"listeners": [
+            {"name": "h2", "address": address("TCP"), "filter_chains": [{"filters": [manager("HTTP2")], "transport_socket": {
+                "name": "envoy.transport_sockets.tls", "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext", **tls(["h2"])}}}]},
+            {"name": "h3", "address": address("UDP"),
+             "udp_listener_config": {"quic_options": {}, "downstream_socket_config": {"prefer_gro": True}},
+             "filter_chains": [{"filters": [manager("HTTP3")], "transport_socket": {
+                 "name": "envoy.transport_sockets.quic", "typed_config": {
+                     "@type": "type.googleapis.com/envoy.extensions.transport_sockets.quic.v3.QuicDownstreamTransport",
+                     "downstream_tls_context": tls(["h3"])}}}]}]}}
+        conf = os.path.join(self.dir, "envoy.json")
+        with open(conf, "w") as f:
+            json.dump(config, f)
+        self.log = open(os.path.join(self.dir, "envoy.log"), "w")
+        self.proc = subprocess.Popen(["taskset", "-c", SUT_CPU, envoy, "-c", conf, "--concurrency", "1",
+                                      "--disable-hot-restart", "--log-level", "warn"],
+                                     stdout=self.log, stderr=self.log, start_new_session=True)
+        wait_for_port(self.port, 20, f"Envoy did not start; see {self.dir}/envoy.log")
+        self.url = f"https://127.0.0.1:{self.port}/"
+
+    def stop(self):
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        self.proc.wait(timeout=10)
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def run_oha_h3(conns, seconds, url, rate):
+    cmd = [find("oha-h3"), "--no-tui", "--output-format", "json", "--http-version", "3", "--insecure",
+           "-c", str(conns), "-z", f"{seconds}s", "-q", str(rate), "--latency-correction", url]
+    text, cpu, _ = measure(cmd)
+    s = json.loads(text)
+    pct = s.get("latencyPercentiles", {})
+    return {"requests": sum(s["statusCodeDistribution"].values()), "ok": s["statusCodeDistribution"].get("200", 0),
+            "rate": s["summary"]["requestsPerSec"], "p50_us": pct.get("p50", 0) * 1e6, "p90_us": pct.get("p90", 0) * 1e6,
+            "p99_us": pct.get("p99", 0) * 1e6, "cpu": cpu}
+
+
+def h3(seconds, tmp, rates=(2000, 10000), conns=10, delay_us=2000):
+    """HTTP/3 (issue 51): at each rate, open loop over `conns` connections to Envoy answering
+    after a fixed delay (EnvoyH3): ingressbench --http3 and oha built with HTTP/3 (oha-h3)
+    over QUIC, h2load over HTTP/2 with TLS to the same Envoy, ingressbench over HTTP/2 too.
+    What to read: CPU per request against h2load's HTTP/2 (goal: ingressbench's HTTP/3 at
+    most 1.5x), and each p50's distance from the delay against oha's (goal: at most oha's)."""
+    for rate in rates:
+        server = EnvoyH3(tmp, delay_us)
+        try:
+            base = ["-R", str(rate), "-c", str(conns), "-d", f"{seconds}s", "--cacert", server.cert]
+            rows = {"ingressbench --http3": run_ingressbench(base + ["--http3"], server.url, tmp),
+                    "oha-h3 --http-version 3": run_oha_h3(conns, seconds, server.url, rate) if find("oha-h3") else None,
+                    "ingressbench --http2": run_ingressbench(base + ["--http2"], server.url, tmp),
+                    "h2load (HTTP/2, TLS)": run_h2load(conns, 100, seconds, server.url, rate=rate) if find("h2load") else None}
+        finally:
+            server.stop()
+        table(f"HTTP/3 at {rate:,} req/s over {conns} connections to Envoy answering after {delay_us / 1000:g} ms, "
+              f"{seconds} s", rows, "CPU/request", "lower CPU per request is better", base_name="ingressbench --http3")
+        for name, r in rows.items():
+            if r and r.get("p50_us"):
+                print(f"- {name}: p50 {r['p50_us'] - delay_us:+.0f} us from the delay")
+
+
 def scraper(port, stop, interval, served):
     """GETs /metrics at 127.0.0.1:port until stop: every `interval` s, or back to back
     (interval 0, a flood). Runs on SUT_CPU (the thread pins itself), off the generator's."""
@@ -554,7 +652,7 @@ def metrics(nginx, seconds, tmp, rate=20000, repeats=3):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "workers", "h2-closed", "h2-open", "grpc",
-                                    "metrics", "all"])
+                                    "h3", "metrics", "all"])
     ap.add_argument("--duration", type=int, default=10, help="seconds per tool (default 10)")
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--accuracy-rates", default="2000,20000", help="rates of the accuracy tables")
@@ -586,6 +684,8 @@ def main():
             workers(nginx, args.duration, tmp)
         if args.what in ("grpc", "all"):
             grpc(args.duration, tmp)
+        if args.what in ("h3", "all"):
+            h3(args.duration, tmp)
         if args.what in ("metrics", "all"):
             metrics(nginx, args.duration, tmp, args.rate)
         if args.what in ("memory", "all"):

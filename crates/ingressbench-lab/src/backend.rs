@@ -27,10 +27,12 @@ use crate::LabError;
 mod control;
 mod grpc;
 mod http2;
+mod http3;
 mod sse;
 mod websocket;
 
 pub use control::{serve_control, CONTROL_TOKEN_ENV, CONTROL_TOKEN_HEADER};
+pub use http3::serve_http3;
 pub use websocket::{WebSocketBehaviour, DRAIN_CLOSE_REASON};
 
 /// The size of nginx's welcome page, the body most published comparisons served.
@@ -200,8 +202,16 @@ pub struct BackendTls {
 }
 
 impl BackendTls {
-    /// The server configuration; errors name the file that is wrong.
+    /// The server configuration over TCP, offering `h2` and `http/1.1`.
     pub fn acceptor(&self) -> io::Result<tokio_rustls::TlsAcceptor> {
+        let mut config = self.server_config()?;
+        // HTTP/2 when the proxy asks for it (an HTTP/2 upstream), as on plain connections.
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+    }
+
+    /// The TLS server configuration, with no ALPN yet; errors name the file that is wrong.
+    pub(crate) fn server_config(&self) -> io::Result<rustls::ServerConfig> {
         use rustls_pki_types::pem::PemObject;
         use rustls_pki_types::{CertificateDer, PrivateKeyDer};
         let named = |path: &std::path::Path| {
@@ -236,10 +246,7 @@ impl BackendTls {
             }
             None => builder.with_no_client_auth(),
         };
-        let mut config = builder.with_single_cert(certs, key).map_err(tls_error)?;
-        // HTTP/2 when the proxy asks for it (an HTTP/2 upstream), as on plain connections.
-        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config)))
+        builder.with_single_cert(certs, key).map_err(tls_error)
     }
 }
 
@@ -345,17 +352,12 @@ pub async fn serve(
     config: BackendConfig,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<ServeReport> {
-    config
-        .validate()
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    let (template, drain_tx) = Connection::first(&config)?;
     let acceptor = config.tls.as_ref().map(BackendTls::acceptor).transpose()?;
-    let responses = std::sync::Arc::new(Responses::new(&config));
-    let queue = config.at_most.map(|r| std::sync::Arc::new(Queue::new(r)));
-    let started = Instant::now();
-    let (drain_tx, drain_rx) = watch::channel(false);
+    let responses = template.responses.clone();
     let mut connections = JoinSet::new();
     let mut report = ServeReport::default();
-    let mut seed = 0x853c_49e6_748f_ea9b_u64;
+    let mut seed = template.rng;
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -365,18 +367,8 @@ pub async fn serve(
                 report.connections += 1;
                 let _ = stream.set_nodelay(true);
                 seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                let conn = Connection {
-                    responses: responses.clone(),
-                    latency: config.latency.clone(),
-                    error_rate: config.error_rate,
-                    stall: config.stall,
-                    hold: config.hold.clone(),
-                    started,
-                    rng: seed | 1,
-                    drain: drain_rx.clone(),
-                    queue: queue.clone(),
-                    websocket: config.websocket,
-                };
+                let mut conn = template.clone();
+                conn.rng = seed | 1;
                 match &acceptor {
                     None => {
                         connections.spawn(conn.run(stream));
@@ -534,6 +526,28 @@ struct Request {
 }
 
 impl Connection {
+    /// The connection every other is a copy of (each with a seed of its own), for a
+    /// backend serving `config` from now on, and the sender that starts its drain.
+    fn first(config: &BackendConfig) -> io::Result<(Connection, watch::Sender<bool>)> {
+        config
+            .validate()
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let (drain_tx, drain) = watch::channel(false);
+        let first = Connection {
+            responses: std::sync::Arc::new(Responses::new(config)),
+            latency: config.latency.clone(),
+            error_rate: config.error_rate,
+            stall: config.stall,
+            hold: config.hold.clone(),
+            started: Instant::now(),
+            rng: 0x853c_49e6_748f_ea9b,
+            drain,
+            queue: config.at_most.map(|r| std::sync::Arc::new(Queue::new(r))),
+            websocket: config.websocket,
+        };
+        Ok((first, drain_tx))
+    }
+
     /// Serves one connection; returns the number of requests answered.
     async fn run<S>(mut self, mut stream: S) -> u64
     where

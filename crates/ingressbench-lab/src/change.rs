@@ -72,6 +72,10 @@ pub enum Change {
         /// How long it stays frozen.
         duration: Duration,
     },
+    /// The client moves its QUIC connections to a new local port (connection migration,
+    /// RFC 9000 §9), as a phone moving networks or a NAT rebinding does: a change to the
+    /// client, not to the system under test, done when asked (the load takes it).
+    Migrate,
 }
 
 /// What became of one requested change.
@@ -129,6 +133,7 @@ impl Change {
             Change::GeneratedRoutes(_) => "route_steps",
             Change::ChangeRoutes(_) => "change_routes",
             Change::Stall { .. } => "stall_backend",
+            Change::Migrate => "migrate",
         }
     }
 }

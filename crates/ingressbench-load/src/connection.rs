@@ -107,7 +107,7 @@ impl Connector {
         self.failure.borrow_mut().take()
     }
 
-    fn fail(&self, outcome: Outcome, reason: String) -> Outcome {
+    pub(crate) fn fail(&self, outcome: Outcome, reason: String) -> Outcome {
         *self.failure.borrow_mut() = Some(reason);
         outcome
     }
@@ -120,8 +120,12 @@ impl Connector {
         }
     }
 
-    /// Opens a connection, timing each phase into `phases`.
-    pub(crate) async fn connect(&self, phases: &mut Phases) -> Result<Stream, Outcome> {
+    /// Where the next connection goes (looked up now for a name), with where the address
+    /// came from; the lookup's time goes into `phases`.
+    pub(crate) async fn resolve(
+        &self,
+        phases: &mut Phases,
+    ) -> Result<(SocketAddr, &'static str), Outcome> {
         let start = Instant::now();
         let (addr, from) = match &self.address {
             Address::Fixed(addr, from) => (*addr, *from),
@@ -144,13 +148,19 @@ impl Connector {
                 (addr, "resolved by DNS")
             }
         };
-        let resolved = Instant::now();
         // A fixed address is no lookup: a preemption between the two clock reads is not
         // DNS time (it came out 1 us under a loaded machine).
         phases.dns_ns = match self.address {
             Address::Fixed(..) => 0,
-            Address::Lookup { .. } => nanos(resolved - start),
+            Address::Lookup { .. } => nanos(start.elapsed()),
         };
+        Ok((addr, from))
+    }
+
+    /// Opens a connection, timing each phase into `phases`.
+    pub(crate) async fn connect(&self, phases: &mut Phases) -> Result<Stream, Outcome> {
+        let (addr, from) = self.resolve(phases).await?;
+        let resolved = Instant::now();
         let tcp = TcpStream::connect(addr).await.map_err(|e| match e.kind() {
             io::ErrorKind::ConnectionRefused => self.fail(
                 Outcome::Refused,

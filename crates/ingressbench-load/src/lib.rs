@@ -102,8 +102,8 @@ pub mod fuzzing {
 pub use connection::ensure_descriptors;
 pub use ingressbench_stats::parse_duration;
 pub use plan::{
-    trial_window, BatchWindow, Kind, Length, Mode, Plan, Protocol, RequestGate, RetryPolicy, Shape,
-    Share, Warmup, DEFAULT_CONNECTIONS, DEFAULT_STREAMS, MAX_STREAMS,
+    trial_window, BatchWindow, Kind, Length, Migrate, Mode, Plan, Protocol, RequestGate,
+    RetryPolicy, Shape, Share, Warmup, DEFAULT_CONNECTIONS, DEFAULT_STREAMS, MAX_STREAMS,
 };
 pub use report::{LoadReport, NoObserver, Observer, Progress};
 pub use request::{parse_header, RequestSpec};

@@ -79,6 +79,9 @@ pub enum Protocol {
     /// HTTP/2: ALPN `h2` over TLS, `h2c` with prior knowledge for `http://`. One
     /// connection carries many requests at once, each on a stream of its own.
     Http2,
+    /// HTTP/3: QUIC (always TLS, ALPN `h3`) over UDP, many requests at once per
+    /// connection as over HTTP/2, with no head-of-line blocking between them.
+    Http3,
 }
 
 impl Protocol {
@@ -87,6 +90,7 @@ impl Protocol {
         match name {
             "http1" | "http/1.1" | "h1" => Some(Self::Http1),
             "http2" | "h2" | "h2c" => Some(Self::Http2),
+            "http3" | "h3" => Some(Self::Http3),
             _ => None,
         }
     }
@@ -96,6 +100,7 @@ impl Protocol {
         match self {
             Self::Http1 => "http1",
             Self::Http2 => "http2",
+            Self::Http3 => "http3",
         }
     }
 }
@@ -337,6 +342,50 @@ pub struct Plan {
     /// The part of the load this process sends when several processes share one run
     /// (see [`Share`]); the whole by default.
     pub share: Share,
+    /// Asks the run's QUIC connections to move to a new local port (a `migrate` event).
+    pub migrate: Migrate,
+}
+
+/// A handle that moves an HTTP/3 run's connections to a new local port, as a client
+/// whose address changes (a NAT rebinding, a phone moving networks) is moved: each
+/// [`Migrate::ask`] rebinds every worker thread's UDP socket once, and QUIC carries the
+/// connections over (connection migration, RFC 9000 §9) if the server takes it.
+#[derive(Clone, Debug, Default)]
+pub struct Migrate(std::sync::Arc<Migrations>);
+
+/// How many migrations were asked for, and a wake-up for the workers waiting on them.
+#[derive(Debug, Default)]
+struct Migrations {
+    asked: std::sync::atomic::AtomicU32,
+    changed: tokio::sync::Notify,
+}
+
+impl Migrate {
+    /// Asks for one migration.
+    pub fn ask(&self) {
+        (self.0.asked).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.0.changed.notify_waiters();
+    }
+
+    /// How many were asked for so far.
+    pub(crate) fn asked(&self) -> u32 {
+        self.0.asked.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Once more than `taken` were asked for: how many (a worker's wait, which costs
+    /// nothing while none is asked).
+    pub(crate) async fn next(&self, taken: u32) -> u32 {
+        loop {
+            let notified = self.0.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let asked = self.asked();
+            if asked != taken {
+                return asked;
+            }
+            notified.await;
+        }
+    }
 }
 
 /// Process `index` of `of` that send one run between them: it owns stripes
@@ -415,6 +464,7 @@ impl Plan {
             wait_for_connections: true,
             gate: None,
             share: Share::WHOLE,
+            migrate: Migrate::default(),
         }
     }
 
@@ -445,6 +495,10 @@ impl Plan {
             () if !matches!(self.mode, Mode::Open { .. }) => Some((
                 "-R/--rate",
                 format!("{what} goes at a rate (messages or events a second, open loop): give one"),
+            )),
+            () if self.protocol == Protocol::Http3 => Some((
+                "protocol",
+                format!("{what} is not sent over HTTP/3 here: HTTP/3 carries requests; drop --http3"),
             )),
             () if self.protocol != Protocol::Http1
                 && matches!(self.kind, Kind::WebSocket(_) | Kind::Sse(_)) =>
@@ -599,11 +653,17 @@ impl Plan {
             }
             _ => {}
         }
+        if self.protocol == Protocol::Http3 && self.target.scheme != crate::Scheme::Https {
+            return bad(
+                "--http3",
+                "HTTP/3 runs over QUIC, which is always TLS: give an https:// URL".to_owned(),
+            );
+        }
         if let Some(streams) = self.streams {
-            if self.protocol != Protocol::Http2 {
+            if self.protocol == Protocol::Http1 {
                 return bad(
                     "--streams",
-                    "streams are HTTP/2's: add --http2 (HTTP/1.1 sends one request at a time per connection)".to_owned(),
+                    "streams are HTTP/2's and HTTP/3's: add --http2 or --http3 (HTTP/1.1 sends one request at a time per connection)".to_owned(),
                 );
             }
             if !(1..=MAX_STREAMS).contains(&streams) {

@@ -44,9 +44,10 @@ pub fn run(
         )),
         Scheme::Http => None,
     };
-    let http2 = match plan.protocol {
-        Protocol::Http2 => Some(crate::worker::Http2::new(plan)?),
-        Protocol::Http1 => None,
+    let (http2, http3) = match plan.protocol {
+        Protocol::Http1 => (None, None),
+        Protocol::Http2 => (Some(crate::worker::Http2::new(plan)?), None),
+        Protocol::Http3 => (None, Some(crate::worker::Http3::new(plan)?)),
     };
     let fixed = plan.resolve.iter().find_map(|r| r.applies_to(&plan.target));
     let address = || match (fixed, plan.target.ip()) {
@@ -84,7 +85,12 @@ pub fn run(
         head_request: plan.request.is_head(),
         timeout: plan.timeout,
         keepalive: plan.keepalive,
-        max_requests_per_connection: plan.max_requests_per_connection.unwrap_or(u64::MAX),
+        // Without keep-alive a connection carries one request, whatever the protocol
+        // (HTTP/2 and HTTP/3 reused theirs one stream at a time before).
+        max_requests_per_connection: match plan.keepalive {
+            true => plan.max_requests_per_connection.unwrap_or(u64::MAX),
+            false => 1,
+        },
         retry: plan.retry.allows(&plan.request.method),
         backend_header: plan.backend_header.clone(),
         generation_headers: plan.generation_headers.clone(),
@@ -96,6 +102,7 @@ pub fn run(
         batch_window: plan.batch_window,
         gate: plan.gate.clone(),
         http2,
+        http3,
     });
 
     // Threads stripe this process's share: thread t of T in process k of n owns stripe

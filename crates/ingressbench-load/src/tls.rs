@@ -27,20 +27,20 @@ pub struct TlsOptions {
     pub sni: Option<String>,
 }
 
-/// A client configuration that offers `protocol` alone by ALPN (`http/1.1` or `h2`).
+/// A client configuration that offers `protocol` alone by ALPN (`http/1.1`, `h2` or `h3`).
 pub(crate) fn client_config_for(
     options: &TlsOptions,
     protocol: crate::Protocol,
 ) -> Result<Arc<ClientConfig>, LoadError> {
     let config = client_config(options)?;
-    Ok(match protocol {
-        crate::Protocol::Http1 => config,
-        crate::Protocol::Http2 => {
-            let mut config = (*config).clone();
-            config.alpn_protocols = vec![b"h2".to_vec()];
-            Arc::new(config)
-        }
-    })
+    let alpn: &[u8] = match protocol {
+        crate::Protocol::Http1 => return Ok(config),
+        crate::Protocol::Http2 => b"h2",
+        crate::Protocol::Http3 => b"h3",
+    };
+    let mut config = (*config).clone();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// Builds a client configuration (ALPN `http/1.1`). Session resumption is off, so that

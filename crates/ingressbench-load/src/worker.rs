@@ -19,7 +19,11 @@ use crate::schedule::Schedule;
 use crate::timer::{Clock, PreciseClock};
 
 mod http2;
+mod http3;
+mod multiplexed;
 pub(crate) use http2::Http2;
+pub(crate) use http3::Http3;
+use multiplexed::connection_loop as connection_loop_of;
 
 /// The read buffer every connection of a worker shares.
 const READ_BUFFER: usize = 64 * 1024;
@@ -64,6 +68,8 @@ pub(crate) struct Shared {
     pub(crate) batch_window: crate::BatchWindow,
     /// Set for HTTP/2: the request as its streams send it.
     pub(crate) http2: Option<Http2>,
+    /// Set for HTTP/3: the request and the QUIC client's configuration.
+    pub(crate) http3: Option<Http3>,
 }
 
 /// How one worker gets its requests.
@@ -120,6 +126,8 @@ struct Worker {
     /// Requests started and not yet recorded.
     in_flight: Cell<u64>,
     tx: Sender<Message>,
+    /// HTTP/3: the worker's UDP socket, shared by its QUIC connections.
+    quic: RefCell<Option<quinn::Endpoint>>,
 }
 
 /// Released requests waiting for a connection, per worker, beyond which further ones are
@@ -183,16 +191,20 @@ pub(crate) fn run(
         rng: Cell::new(seed | 1),
         in_flight: Cell::new(0),
         tx,
+        quic: RefCell::new(None),
     });
     let local = LocalSet::new();
     local.block_on(&runtime, async {
         let tasks: Vec<_> = (0..connections)
-            .map(|i| match worker.shared.http2 {
-                Some(_) => tokio::task::spawn_local(http2::connection_loop(
-                    worker.clone(),
-                    ((index as u64) << 20) | i as u64,
-                )),
-                None => tokio::task::spawn_local(connection_loop(worker.clone())),
+            .map(|i| {
+                let id = ((index as u64) << 20) | i as u64;
+                if worker.shared.http3.is_some() {
+                    tokio::task::spawn_local(connection_loop_of::<http3::Conn>(worker.clone(), id))
+                } else if worker.shared.http2.is_some() {
+                    tokio::task::spawn_local(connection_loop_of::<http2::Conn>(worker.clone(), id))
+                } else {
+                    tokio::task::spawn_local(connection_loop(worker.clone()))
+                }
             })
             .collect();
         // Each connection task opens its connection first; the coordinator hears when
@@ -747,6 +759,7 @@ pub(crate) mod tests {
             batch_window: crate::BatchWindow::Fixed(Duration::from_micros(100)),
             gate: None,
             http2: None,
+            http3: None,
         })
     }
 
@@ -777,6 +790,7 @@ pub(crate) mod tests {
             rng: Cell::new(1),
             in_flight: Cell::new(0),
             tx,
+            quic: RefCell::new(None),
         };
         let Source::Open(dispatch) = &worker.source else {
             unreachable!()

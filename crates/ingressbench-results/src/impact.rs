@@ -51,6 +51,9 @@ pub struct ImpactEntry {
     /// The HTTP/2 GOAWAYs the client received in its window, if any.
     #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
     pub goaways: Option<Goaways>,
+    /// Over HTTP/3: the QUIC connections opened and ended in its window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quic: Option<QuicConnections>,
     /// With a long-lived load: the connections its action cut.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub websocket: Option<EventCuts>,
@@ -164,6 +167,23 @@ pub struct Goaways {
     pub first_goaway: FirstGoaway,
     /// Streams in flight on their connections when they came.
     pub streams_in_flight_at_goaways: u64,
+}
+
+/// The QUIC connections opened and ended in an event's window.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct QuicConnections {
+    /// Handshakes completed (new connections, the client's way back after an end).
+    pub opened: u64,
+    /// Connections ended, by what ended them (`quic_idle_timeout`, `quic_close:<code>`,
+    /// `h3_close:<code>`, `quic_stateless_reset`); the client's own closes are not here.
+    pub ended: BTreeMap<String, u64>,
+    /// The first end's time after the event.
+    pub first_end_after_s: Option<f64>,
+    /// The handshakes' longest, in milliseconds.
+    pub max_handshake_ms: Option<f64>,
+    /// Whether the client kept every opening and end up to the window's end (it keeps
+    /// 20,000 a run; past that, these figures are a part).
+    pub complete: bool,
 }
 
 /// What the first GOAWAY said.

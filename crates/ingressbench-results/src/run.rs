@@ -101,6 +101,9 @@ pub struct RunRecord {
     pub scenario_text: Option<String>,
     /// Every cell, in running order.
     pub cells: Vec<CellEntry>,
+    /// The cells the matrix left out and why (`nginx with load.protocol=http3: …`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left_out: Vec<String>,
     /// A scenario with capacity searches: one per searched cell (docs/RESULTS.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub searches: Option<Vec<SearchRecord>>,

@@ -30,7 +30,8 @@ pub use objective::{describe, measure, Figure, Measured, Objective, WindowFigure
 use outcome::named;
 pub use outcome::{figure_records, Outcome};
 pub use trial::{
-    behind, judge, judge_trial, pooled_text, GeneratorSeen, Judged, Pool, Verdict, LAG_LIMIT_US,
+    behind, evidence, judge, judge_trial, pooled_text, GeneratorSeen, Judged, Pool, Verdict,
+    LAG_LIMIT_US,
 };
 
 /// How a search is bounded.
@@ -92,9 +93,10 @@ pub struct Search {
     failed: Option<(f64, usize)>,
     /// Straddles so far at the rate being tried.
     straddles: u32,
-    /// Whether the last trial was the generator's, the first at its rate: it is run
-    /// again once. A stall of the machine (a virtual machine's stolen time) makes one
-    /// trial late and passes; a generator short of CPU is late again.
+    /// Whether the last trial was the generator's and its rate has not been repeated for
+    /// that yet: it is run again, once a rate. A stall of the machine (a virtual
+    /// machine's stolen time) makes one trial late and passes; a generator short of CPU
+    /// is late again.
     limited_once: bool,
     outcome: Option<Outcome>,
 }
@@ -156,7 +158,7 @@ impl Search {
             verdict: verdict.clone(),
             why,
         });
-        let repeated = std::mem::take(&mut self.limited_once);
+        self.limited_once = false;
         let failed = match verdict {
             Verdict::Pass => {
                 self.straddles = 0;
@@ -171,8 +173,12 @@ impl Search {
                 }
                 Some(i)
             }
-            Verdict::GeneratorLimited(_) if !repeated => {
+            // A trial of the generator's breaks a streak of straddles: the repeat after it
+            // is judged on its own windows (see `Pool`), so a straddle there starts a
+            // streak of its own. One such repeat a rate keeps the search bounded.
+            Verdict::GeneratorLimited(_) if !self.repeated_for_generator(rate) => {
                 self.limited_once = true;
+                self.straddles = 0;
                 return;
             }
             Verdict::GeneratorLimited(why) => {
@@ -229,6 +235,27 @@ impl Search {
         };
     }
 
+    /// Whether a trial at `rate` was already a repeat of a generator-limited one.
+    fn repeated_for_generator(&self, rate: f64) -> bool {
+        (self.trials.iter()).any(|t| t.rate == rate && t.why == REPEAT_OF_LIMITED)
+    }
+
+    /// The straddles in a row that end the trials so far: the last trial's and the
+    /// repeats of a straddle before it, back to the one that started the streak.
+    fn straddles_in_a_row(&self) -> usize {
+        let mut n = 0;
+        for t in self.trials.iter().rev() {
+            if !matches!(t.verdict, Verdict::Straddle(_)) {
+                break;
+            }
+            n += 1;
+            if t.why != "repeat of a straddle" {
+                break;
+            }
+        }
+        n
+    }
+
     /// Every trial so far, in order.
     pub fn trials(&self) -> &[Trial] {
         &self.trials
@@ -253,7 +280,7 @@ impl Search {
             Verdict::Straddle(_) if self.straddles > 0 => format!("{text}: run again"),
             Verdict::Straddle(_) => format!(
                 "{text} {} times in a row: counted as a failure",
-                self.bounds.repeats + 1
+                self.straddles_in_a_row()
             ),
             _ => text,
         }
@@ -690,6 +717,43 @@ mod tests {
                 ["failed_at_per_s"],
             2000.0
         );
+    }
+
+    #[test]
+    fn a_trial_of_the_generators_breaks_a_streak_of_straddles_once_a_rate() {
+        let mut search = Search::new(BOUNDS);
+        let late = || Verdict::GeneratorLimited("lag".into());
+        search.record(1000.0, Verdict::Pass);
+        search.record(2000.0, Verdict::Straddle(0));
+        search.record(2000.0, Verdict::Straddle(0));
+        search.record(2000.0, late());
+        // Its repeat straddles: a streak of its own starts, with every repeat.
+        search.record(2000.0, Verdict::Straddle(0));
+        assert!(search.last_said(&objectives()).ends_with(": run again"));
+        search.record(2000.0, Verdict::Straddle(0));
+        assert_eq!(search.next_rate(), Some((2000.0, "repeat of a straddle")));
+        // The generator again at that rate: no second repeat for it, the search ends.
+        search.record(2000.0, late());
+        assert_eq!(search.next_rate(), None);
+        assert!(search
+            .outcome()
+            .unwrap()
+            .to_string()
+            .starts_with("limited by the generator at 2000 req/s"));
+        // A streak that is spent says how many it was, all of them in a row.
+        let mut search = Search::new(BOUNDS);
+        search.record(1000.0, Verdict::Pass);
+        search.record(2000.0, Verdict::Straddle(0));
+        search.record(2000.0, late());
+        for _ in 0..3 {
+            search.record(2000.0, Verdict::Straddle(0));
+        }
+        let said = search.last_said(&objectives());
+        assert!(
+            said.ends_with(" 3 times in a row: counted as a failure"),
+            "{said}"
+        );
+        assert_eq!(search.next_rate(), Some((1500.0, "bisecting")));
     }
 
     #[test]

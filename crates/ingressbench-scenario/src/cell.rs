@@ -102,6 +102,8 @@ struct Started {
     entry: Value,
     /// Probes the routes that events add or remove.
     probe: Option<RouteProbe>,
+    /// Moves the load's QUIC connections (a `migrate` event).
+    migrate: ingressbench_load::Migrate,
 }
 
 /// Plans the cell's load against its site and sets it going, from this machine (one
@@ -184,6 +186,7 @@ fn start_load(
         None => None,
     };
     site.start_measuring();
+    let migrate = plan.migrate.clone();
     let thread = spawn_load(plan, senders, site.client_netns(), stop.clone(), streams)?;
     Ok(Started {
         thread,
@@ -198,6 +201,7 @@ fn start_load(
         }),
         proxy_version: entry.proxy_version,
         probe,
+        migrate,
     })
 }
 
@@ -258,6 +262,7 @@ fn drive(
         sequence: None,
         held: std::collections::VecDeque::new(),
         metrics: options.metrics.clone(),
+        migrate: load.migrate.clone(),
     };
     driver.drive(
         &load.thread,

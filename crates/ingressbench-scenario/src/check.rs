@@ -43,7 +43,10 @@ pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
             spec.check(&route_changes(cell))
                 .map_err(|e| e.to_string())?;
             let pools = spec.pools.iter().map(|p| p.name.clone()).collect();
-            (format!("http://127.0.0.1{}", s.load.path), pools)
+            (
+                format!("{}://127.0.0.1{}", scheme(s.tls), s.load.path),
+                pools,
+            )
         }
         (None, Target::Upstream { url, name }) => {
             if !cell.events.is_empty() {
@@ -56,7 +59,7 @@ pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
         (None, Target::Proxy { .. }) => return Err("a proxy target without a lab".into()),
         // The cluster file says where it runs; `run --cluster` checks it against the file.
         (None, Target::Cluster { .. }) => (
-            format!("http://127.0.0.1{}", s.load.path),
+            format!("{}://127.0.0.1{}", scheme(s.tls), s.load.path),
             s.backends.iter().map(|b| b.name.clone()).collect(),
         ),
     };
@@ -76,6 +79,28 @@ pub(crate) fn cell(cell: &Cell) -> Result<(), String> {
         .map_err(|e| format!("load.connections: {e}"))?;
     for (i, e) in cell.events.iter().enumerate() {
         check_event(i, e, &pools, &plan.length)?;
+        if e.action.change() == Some(&Change::Migrate) {
+            migrate_reaches_the_load(i, &plan, s.load.workers.unwrap_or(1))?;
+        }
+    }
+    Ok(())
+}
+
+/// A `migrate` event moves the QUIC connections of the load this process sends.
+fn migrate_reaches_the_load(
+    i: usize,
+    plan: &ingressbench_load::Plan,
+    workers: usize,
+) -> Result<(), String> {
+    if plan.protocol != ingressbench_load::Protocol::Http3 {
+        return Err(format!(
+            "events[{i}]: migrate moves the client's QUIC connections; set load.protocol: http3"
+        ));
+    }
+    if workers > 1 {
+        return Err(format!(
+            "events[{i}]: migrate reaches the load this process sends, not its worker processes; drop load.workers"
+        ));
     }
     Ok(())
 }
@@ -435,14 +460,17 @@ pub(crate) fn scenario(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, Scen
         None => ingressbench_load::Protocol::Http1,
         Some(p) => ingressbench_load::Protocol::parse(p).ok_or_else(|| {
             bad(format!(
-                "load.protocol: `{p}` is not a protocol; use http1 or http2"
+                "load.protocol: `{p}` is not a protocol; use http1, http2 or http3"
             ))
         })?,
     };
+    if protocol == ingressbench_load::Protocol::Http3 {
+        http3_reaches_every_target(s).map_err(bad)?;
+    }
     if let Some(streams) = l.streams {
-        if protocol != ingressbench_load::Protocol::Http2 {
+        if protocol == ingressbench_load::Protocol::Http1 {
             return Err(bad(
-                "load.streams: streams are HTTP/2's; set load.protocol: http2".to_owned(),
+                "load.streams: streams are HTTP/2's and HTTP/3's; set load.protocol: http2 or http3".to_owned(),
             ));
         }
         if !(1..=ingressbench_load::MAX_STREAMS).contains(&streams) {
@@ -497,4 +525,52 @@ pub(crate) fn scenario(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, Scen
         events.push(spec);
     }
     Ok(events)
+}
+
+/// The URL scheme of a scenario's entry, to check its load against.
+fn scheme(tls: bool) -> &'static str {
+    if tls {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// HTTP/3 goes to a target only where something serves it: over TLS (QUIC is always
+/// TLS), to Caddy (which serves it on its HTTPS port's UDP twin unasked) or to a URL of
+/// the user's; the others are refused before anything starts, each with its reason.
+/// Why `target` cannot be sent HTTP/3; none when it can.
+pub(crate) fn http3_refusal(target: &Target) -> Option<&'static str> {
+    Some(match target {
+        Target::Upstream { .. } => return None,
+        Target::Cluster { .. } => "cluster mode does not send HTTP/3 yet",
+        Target::Proxy { front: Some(_), .. } => {
+            "its L4 front balances TCP only; QUIC needs a UDP balancer"
+        }
+        Target::Proxy { kind, .. } => match kind {
+            ProxyKind::Caddy | ProxyKind::Envoy | ProxyKind::Traefik => return None,
+            ProxyKind::Nginx => "nginx 1.22 as packaged here has no HTTP/3 (it came in 1.25)",
+            ProxyKind::Haproxy => {
+                "HAProxy 2.6 as packaged here is built without a QUIC TLS library"
+            }
+        },
+    })
+}
+
+fn http3_reaches_every_target(s: &Scenario) -> Result<(), String> {
+    if !s.tls {
+        return Err(
+            "load.protocol: http3 runs over QUIC, which is always TLS: set tls: true".to_owned(),
+        );
+    }
+    let refusals: Vec<String> = (s.targets.iter())
+        .filter_map(|t| Some(format!("`{}`: {}", t.name(), http3_refusal(t)?)))
+        .collect();
+    if refusals.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "load.protocol: http3 cannot reach {} (--set 'targets=[caddy, envoy, traefik]' runs HTTP/3 through those)",
+        refusals.join("; ")
+    ))
 }

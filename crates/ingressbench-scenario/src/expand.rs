@@ -88,6 +88,18 @@ pub fn expand(
     sets: &[(String, String)],
     quick: bool,
 ) -> Result<Vec<Cell>, ScenarioError> {
+    expand_noting(text, path, sets, quick).map(|(cells, _)| cells)
+}
+
+/// [`expand`], with the cells the matrix leaves out and why: a combination whose
+/// `load.protocol` is `http3` runs with the targets that serve HTTP/3 only (churn.yaml's
+/// protocol axis compares http1, http2 and http3 where each can go).
+pub fn expand_noting(
+    text: &str,
+    path: &Path,
+    sets: &[(String, String)],
+    quick: bool,
+) -> Result<(Vec<Cell>, Vec<String>), ScenarioError> {
     let mut base: Scenario = serde_yaml_ng::from_str(text).map_err(|e| located(path, &e))?;
     for (key, values) in &base.quick.matrix {
         if !base.matrix.contains_key(key) {
@@ -199,6 +211,7 @@ pub fn expand(
         return Err(ScenarioError::at(path, "repeat: must be at least 1"));
     }
     let mut cells = Vec::new();
+    let mut left_out = Vec::new();
     for repeat in 0..base.repeat {
         for combo in &combos {
             let mut cell_tree = tree.clone();
@@ -225,6 +238,26 @@ pub fn expand(
                 crate::capacity::first_trial(&mut scenario)
                     .map_err(|m| ScenarioError::at(path, m))?;
             }
+            if combo
+                .iter()
+                .any(|(k, v)| k == "load.protocol" && scalar_text(v) == "http3")
+            {
+                let at: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let mut serve = Vec::new();
+                for t in scenario.targets.drain(..) {
+                    match crate::check::http3_refusal(&t) {
+                        None => serve.push(t),
+                        Some(why) if repeat == 0 => {
+                            left_out.push(format!("{} with {}: {why}", t.name(), at.join(" ")));
+                        }
+                        Some(_) => {}
+                    }
+                }
+                if serve.is_empty() {
+                    continue;
+                }
+                scenario.targets = serve;
+            }
             let events = crate::check::scenario(&scenario, path)?;
             for target in &scenario.targets {
                 let cell = Cell {
@@ -243,7 +276,13 @@ pub fn expand(
             }
         }
     }
-    Ok(cells)
+    if cells.is_empty() {
+        return Err(ScenarioError::at(
+            path,
+            format!("matrix: every cell is left out ({})", left_out.join("; ")),
+        ));
+    }
+    Ok((cells, left_out))
 }
 
 fn located(path: &Path, e: &serde_yaml_ng::Error) -> ScenarioError {
@@ -653,6 +692,47 @@ mod tests {
         .unwrap();
         let want: Value = serde_yaml_ng::from_str("tuning: { sysctls: { net.core.somaxconn: 32768 }, nodes: { client: { net.ipv4.ip_local_port_range: 1024 65000 } } }").unwrap();
         assert_eq!(tree, want);
+    }
+
+    #[test]
+    fn an_http3_axis_runs_where_http3_goes_and_says_what_it_left_out() {
+        let text = "name: p\ntargets: [nginx, envoy, caddy]\nbackends: [{ name: echo, replicas: 1 }]\ntls: true\nload: { rate: 10, duration: 1s }\nmatrix:\n  load.protocol: [http1, http3]\n";
+        let (cells, left_out) = expand_noting(text, Path::new("s.yaml"), &[], false).unwrap();
+        let labels: Vec<String> = cells.iter().map(Cell::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "nginx load.protocol=http1",
+                "envoy load.protocol=http1",
+                "caddy load.protocol=http1",
+                "envoy load.protocol=http3",
+                "caddy load.protocol=http3",
+            ]
+        );
+        assert_eq!(left_out.len(), 1, "{left_out:?}");
+        assert!(
+            left_out[0].starts_with("nginx with load.protocol=http3: nginx 1.22"),
+            "{left_out:?}"
+        );
+        // Set rather than varied, it is what was asked for: refused as a whole.
+        let sets = [("load.protocol".to_owned(), "http3".to_owned())];
+        let e = expand(text, Path::new("s.yaml"), &sets, false).unwrap_err();
+        assert!(e.to_string().contains("`nginx`: nginx 1.22"), "{e}");
+        // Where nothing serves it, that combination is left out whole (a cluster's
+        // controllers under churn.yaml's axis), and with nothing else, the run refused.
+        let none = text.replace("[nginx, envoy, caddy]", "[nginx, haproxy]");
+        let (cells, left_out) = expand_noting(&none, Path::new("s.yaml"), &[], false).unwrap();
+        assert_eq!(cells.len(), 2);
+        assert!(
+            left_out[1].starts_with("haproxy with load.protocol=http3: HAProxy 2.6"),
+            "{left_out:?}"
+        );
+        let only = none.replace("[http1, http3]", "[http3]");
+        let e = expand(&only, Path::new("s.yaml"), &[], false).unwrap_err();
+        assert!(
+            e.to_string().contains("every cell is left out (nginx with"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@ use std::time::Instant;
 
 use ingressbench_lab::ChangeRecord;
 use ingressbench_results::impact::{
-    EventCuts, FirstGoaway, GenerationEffect, Goaways, ImpactEntry, ProxyCounted, WindowFigures,
+    EventCuts, FirstGoaway, GenerationEffect, Goaways, ImpactEntry, ProxyCounted, QuicConnections,
+    WindowFigures,
 };
 use ingressbench_stats::GenerationSummary;
 use ingressbench_stats::Summary;
@@ -165,6 +166,40 @@ pub fn goaways_within(
             .map(|(_, g)| u64::from(g.streams_in_flight))
             .sum(),
     })
+}
+
+/// The QUIC connections opened and ended in `[t_s, until_s)` over an HTTP/3 run (none
+/// otherwise): handshakes, ends by what ended them, the first end's delay. `shift_s` as
+/// for [`goaways_within`]; `opened` and `ended` are the run's totals, which say whether
+/// `events` holds every one.
+pub fn quic_within(
+    events: &[ingressbench_stats::QuicEvent],
+    (opened, ended): (u64, u64),
+    shift_s: f64,
+    t_s: f64,
+    until_s: f64,
+) -> Option<QuicConnections> {
+    if opened == 0 {
+        return None;
+    }
+    let at = |e: &ingressbench_stats::QuicEvent| e.at_ns as f64 / 1e9 - shift_s;
+    let complete =
+        events.len() as u64 == opened + ended || events.last().is_some_and(|e| at(e) >= until_s);
+    let mut figures = QuicConnections {
+        complete,
+        ..QuicConnections::default()
+    };
+    for e in events.iter().filter(|e| (t_s..until_s).contains(&at(e))) {
+        if e.what == "opened" {
+            figures.opened += 1;
+            let ms = e.handshake_us as f64 / 1e3;
+            figures.max_handshake_ms = Some(figures.max_handshake_ms.map_or(ms, |m| m.max(ms)));
+        } else {
+            *figures.ended.entry(e.what.clone()).or_default() += 1;
+            figures.first_end_after_s.get_or_insert(at(e) - t_s);
+        }
+    }
+    Some(figures)
 }
 
 /// When an event took effect, read from traffic (seconds after it was requested) and
@@ -368,6 +403,16 @@ pub(crate) fn write_impact(
             took_effect_basis: basis.to_owned(),
             requests: crate::impact::impact(&points, t, until, sample_rate, slot_s),
             goaways: goaways_within(&summary.goaways, shift, t, until),
+            quic: quic_within(
+                &summary.quic_events,
+                (
+                    summary.connection_events.quic_opened,
+                    summary.connection_events.quic_ended,
+                ),
+                shift,
+                t,
+                until,
+            ),
             cpu: usage.map(|u| u.around(t)).unwrap_or_default(),
             ..ImpactEntry::default()
         };
@@ -631,5 +676,46 @@ mod tests {
         assert_eq!(figures.first_goaway.last_stream_id, 7);
         assert_eq!(figures.streams_in_flight_at_goaways, 6);
         assert_eq!(goaways_within(&goaways, 2.0, 40.0, 50.0), None);
+    }
+
+    #[test]
+    fn quic_connections_are_counted_in_the_window_they_opened_or_ended_in() {
+        let e = |at_s: f64, what: &str, handshake_us: u64| ingressbench_stats::QuicEvent {
+            at_ns: (at_s * 1e9) as u64,
+            connection: 1,
+            what: what.into(),
+            handshake_us,
+        };
+        // Measurement starts 2 s after the load: an end at 12.5 s of load is 10.5 s in.
+        let events = [
+            e(1.0, "opened", 900),
+            e(12.5, "quic_close:internal_error", 0),
+            e(12.6, "quic_idle_timeout", 0),
+            e(12.7, "quic_idle_timeout", 0),
+            e(13.0, "opened", 2_500),
+            e(13.1, "opened", 1_200),
+            e(30.0, "quic_idle_timeout", 0),
+        ];
+        let f = quic_within(&events, (3, 4), 2.0, 10.0, 20.0).unwrap();
+        assert_eq!(f.opened, 2);
+        assert_eq!(f.max_handshake_ms, Some(2.5));
+        assert_eq!(f.ended["quic_idle_timeout"], 2);
+        assert_eq!(f.ended["quic_close:internal_error"], 1);
+        assert!((f.first_end_after_s.unwrap() - 0.5).abs() < 1e-6);
+        assert!(f.complete);
+        // Past the kept events' end a window's figures are a part, and say so; one the
+        // kept events reach past is whole.
+        assert!(
+            !quic_within(&events, (3, 9), 2.0, 20.0, 40.0)
+                .unwrap()
+                .complete
+        );
+        assert!(
+            quic_within(&events, (3, 9), 2.0, 10.0, 20.0)
+                .unwrap()
+                .complete
+        );
+        // No QUIC connection at all: not an HTTP/3 run.
+        assert_eq!(quic_within(&[], (0, 0), 0.0, 0.0, 10.0), None);
     }
 }

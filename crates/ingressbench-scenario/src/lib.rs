@@ -43,7 +43,7 @@ mod timeline;
 mod usage;
 
 pub use error::ScenarioError;
-pub use expand::{expand, lab_only_target_settings, names_cluster_targets, Cell};
+pub use expand::{expand, expand_noting, lab_only_target_settings, names_cluster_targets, Cell};
 pub use model::{
     ConfigChange, EventFile, EventSpec, LoadFile, LoadFrom, LoadModeFile, NodePlacement,
     PlacementFile, Scenario, Target, Timing,

@@ -28,6 +28,8 @@ pub struct RunOptions {
     pub scenario_text: String,
     /// The `--set` overrides, recorded so that `--resume` expands the same cells.
     pub sets: Vec<(String, String)>,
+    /// The cells the matrix left out, each with why (kept in run.json).
+    pub left_out: Vec<String>,
     /// Continue the run recorded in `dir`: cells already done are skipped.
     pub resume: bool,
     /// Replace a run already in `dir` (its run.json and cells) instead of refusing.

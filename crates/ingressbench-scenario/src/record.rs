@@ -182,6 +182,7 @@ pub(crate) fn new_record(
         started_at_unix_s: Some(now_unix()),
         scenario_text: Some(options.scenario_text.clone()),
         cells: cells.iter().map(cell_entry).collect(),
+        left_out: options.left_out.clone(),
         ..RunRecord::default()
     };
     if let Some(previous) = previous {

@@ -20,6 +20,7 @@
 //! ```
 
 pub mod compare;
+mod connections;
 mod duration;
 mod histogram;
 mod outcome;
@@ -29,13 +30,13 @@ mod summary;
 mod window;
 pub mod wire;
 
+pub use connections::{
+    ConnectionEvents, Goaway, IdleEnd, QuicEvent, MAX_GOAWAYS_KEPT, MAX_QUIC_EVENTS_KEPT,
+};
 pub use duration::parse_duration;
 pub use histogram::{HistogramUs, MAX_TRACKABLE_US};
 pub use outcome::{Outcome, OutcomeCounts, FAILURE_KINDS};
-pub use recorder::{
-    BackendStats, ConnectionEvents, GenerationSeen, Goaway, IdleEnd, PhaseHistograms, Recorder,
-    MAX_GOAWAYS_KEPT,
-};
+pub use recorder::{BackendStats, GenerationSeen, PhaseHistograms, Recorder};
 pub use sample::{BackendId, Phases, Sample, GENERATION_SLOTS};
 pub use summary::{
     BatchWindowSummary, GenerationSummary, LoadMode, Percentiles, PhaseSummary, RateSummary,

@@ -58,6 +58,25 @@ pub enum Outcome {
     /// The peer stopped reading: the request or message could not be written within the
     /// timeout (or by the end of the run), and the connection was given up.
     WriteTimeout,
+    /// HTTP/3: the server reset the request's stream with this HTTP/3 error code (RFC
+    /// 9114 §8.1, by its place in `H3_CODES`; `request_rejected` means it was not
+    /// processed, safe to send again).
+    H3Reset(u8),
+    /// HTTP/3: the server closed the QUIC connection with this HTTP/3 error code (an
+    /// application close, RFC 9000 §19.19) before the answer ended.
+    H3Close(u8),
+    /// QUIC: the server closed the connection with this transport error code (RFC 9000
+    /// §20.1, by its place in `QUIC_CODES`; `crypto_error` for every TLS alert).
+    QuicClose(u8),
+    /// QUIC: the connection's idle timeout passed with nothing from the server (it went
+    /// away without a word, or its packets stopped arriving).
+    QuicIdleTimeout,
+    /// QUIC: the server answered with a stateless reset (RFC 9000 §10.3): it no longer
+    /// knows the connection, as a restarted process does not.
+    QuicStatelessReset,
+    /// QUIC: the server speaks none of the client's QUIC versions (version negotiation,
+    /// RFC 9000 §6).
+    QuicVersionMismatch,
 }
 
 /// gRPC's status codes by number (the `grpc-status` trailer), as outcomes name them.
@@ -101,41 +120,117 @@ const H2_CODES: [&str; 15] = [
     "other",
 ];
 
-/// Every failure kind, in the order used for counting and printing.
-pub const FAILURE_KINDS: [Outcome; 32] = [
-    Outcome::Refused,
-    Outcome::ConnectTimeout,
-    Outcome::DnsError,
-    Outcome::ConnectError,
-    Outcome::TlsError,
-    Outcome::ResetBeforeWrite,
-    Outcome::ResetAfterWrite,
-    Outcome::Eof,
-    Outcome::ReadTimeout,
-    Outcome::Malformed,
-    Outcome::NotSent,
-    Outcome::RstStream(0),
-    Outcome::RstStream(1),
-    Outcome::RstStream(2),
-    Outcome::RstStream(3),
-    Outcome::RstStream(4),
-    Outcome::RstStream(5),
-    Outcome::RstStream(6),
-    Outcome::RstStream(7),
-    Outcome::RstStream(8),
-    Outcome::RstStream(9),
-    Outcome::RstStream(10),
-    Outcome::RstStream(11),
-    Outcome::RstStream(12),
-    Outcome::RstStream(13),
-    Outcome::RstStream(14),
-    Outcome::GoawayUnprocessed,
-    Outcome::GoawayProcessedLost,
-    Outcome::ProtocolError,
-    Outcome::Unanswered,
-    Outcome::WaitingAtEnd,
-    Outcome::WriteTimeout,
+/// HTTP/3's error codes (RFC 9114 §8.1, 0x100 to 0x110, in order), for `h3_reset:` and
+/// `h3_close:`; the last stands for every other code.
+const H3_CODES: [&str; 18] = [
+    "no_error",
+    "general_protocol_error",
+    "internal_error",
+    "stream_creation_error",
+    "closed_critical_stream",
+    "frame_unexpected",
+    "frame_error",
+    "excessive_load",
+    "id_error",
+    "settings_error",
+    "missing_settings",
+    "request_rejected",
+    "request_cancelled",
+    "request_incomplete",
+    "message_error",
+    "connect_error",
+    "version_fallback",
+    "other",
 ];
+
+/// QUIC's transport error codes (RFC 9000 §20.1, 0x0 to 0x10, in order), for
+/// `quic_close:`; then `crypto_error` (0x100 to 0x1ff, a TLS alert) and `other`.
+const QUIC_CODES: [&str; 19] = [
+    "no_error",
+    "internal_error",
+    "connection_refused",
+    "flow_control_error",
+    "stream_limit_error",
+    "stream_state_error",
+    "final_size_error",
+    "frame_encoding_error",
+    "transport_parameter_error",
+    "connection_id_limit_error",
+    "protocol_violation",
+    "invalid_token",
+    "application_error",
+    "crypto_buffer_exceeded",
+    "key_update_error",
+    "aead_limit_reached",
+    "no_viable_path",
+    "crypto_error",
+    "other",
+];
+
+/// HTTP/3's first error code: `H3_NO_ERROR`.
+const H3_FIRST: u64 = 0x100;
+
+/// Every failure kind, in the order used for counting and printing.
+pub const FAILURE_KINDS: [Outcome; 90] = failure_kinds();
+
+/// [`FAILURE_KINDS`]: the failures without a code, each coded family in its codes' order.
+const fn failure_kinds() -> [Outcome; 90] {
+    let mut kinds = [Outcome::Refused; 90];
+    let plain = [
+        Outcome::Refused,
+        Outcome::ConnectTimeout,
+        Outcome::DnsError,
+        Outcome::ConnectError,
+        Outcome::TlsError,
+        Outcome::ResetBeforeWrite,
+        Outcome::ResetAfterWrite,
+        Outcome::Eof,
+        Outcome::ReadTimeout,
+        Outcome::Malformed,
+        Outcome::NotSent,
+    ];
+    let after = [
+        Outcome::GoawayUnprocessed,
+        Outcome::GoawayProcessedLost,
+        Outcome::ProtocolError,
+        Outcome::Unanswered,
+        Outcome::WaitingAtEnd,
+        Outcome::WriteTimeout,
+        Outcome::QuicIdleTimeout,
+        Outcome::QuicStatelessReset,
+        Outcome::QuicVersionMismatch,
+    ];
+    let mut at = 0;
+    let mut i = 0;
+    while i < plain.len() {
+        kinds[at] = plain[i];
+        (at, i) = (at + 1, i + 1);
+    }
+    i = 0;
+    while i < H2_CODES.len() {
+        kinds[at] = Outcome::RstStream(i as u8);
+        (at, i) = (at + 1, i + 1);
+    }
+    i = 0;
+    while i < after.len() {
+        kinds[at] = after[i];
+        (at, i) = (at + 1, i + 1);
+    }
+    i = 0;
+    while i < H3_CODES.len() {
+        kinds[at] = Outcome::H3Reset(i as u8);
+        kinds[at + H3_CODES.len()] = Outcome::H3Close(i as u8);
+        (at, i) = (at + 1, i + 1);
+    }
+    at += H3_CODES.len();
+    i = 0;
+    while i < QUIC_CODES.len() {
+        kinds[at] = Outcome::QuicClose(i as u8);
+        (at, i) = (at + 1, i + 1);
+    }
+    assert!(at == kinds.len());
+    kinds
+}
 
 const STATUS_MIN: u16 = 100;
 const STATUS_SLOTS: usize = 500;
@@ -176,6 +271,11 @@ impl Outcome {
                 "grpc:{}",
                 GRPC_CODES[usize::from(code).min(GRPC_CODES.len() - 1)]
             )),
+            Outcome::H3Reset(code) => Cow::Owned(format!("h3_reset:{}", coded(&H3_CODES, code))),
+            Outcome::H3Close(code) => Cow::Owned(format!("h3_close:{}", coded(&H3_CODES, code))),
+            Outcome::QuicClose(code) => {
+                Cow::Owned(format!("quic_close:{}", coded(&QUIC_CODES, code)))
+            }
             other => Cow::Borrowed(other.failure_name()),
         }
     }
@@ -199,12 +299,58 @@ impl Outcome {
                 .position(|c| *c == code)
                 .map(|i| Outcome::Grpc(i as u8));
         }
+        /// A coded family: its prefix, its codes' names, and its outcome for a code's place.
+        type Family = (&'static str, &'static [&'static str], fn(u8) -> Outcome);
+        let families: [Family; 3] = [
+            ("h3_reset:", &H3_CODES, Outcome::H3Reset),
+            ("h3_close:", &H3_CODES, Outcome::H3Close),
+            ("quic_close:", &QUIC_CODES, Outcome::QuicClose),
+        ];
+        for (prefix, codes, outcome) in families {
+            if let Some(code) = name.strip_prefix(prefix) {
+                return codes
+                    .iter()
+                    .position(|c| *c == code)
+                    .map(|i| outcome(i as u8));
+            }
+        }
         FAILURE_KINDS.into_iter().find(|k| k.failure_name() == name)
     }
 
     /// The outcome for a stream reset with HTTP/2 error `code`.
     pub fn rst_stream(code: u32) -> Outcome {
         Outcome::RstStream(code.min(H2_CODES.len() as u32 - 1) as u8)
+    }
+
+    /// The outcome for an HTTP/3 stream reset with error `code` (`H3_REQUEST_REJECTED`
+    /// is 0x10b).
+    pub fn h3_reset(code: u64) -> Outcome {
+        Outcome::H3Reset(h3_slot(code))
+    }
+
+    /// The outcome for a QUIC connection closed by the server with HTTP/3 error `code`.
+    pub fn h3_close(code: u64) -> Outcome {
+        Outcome::H3Close(h3_slot(code))
+    }
+
+    /// The outcome for a QUIC connection closed by the server with transport error
+    /// `code`.
+    pub fn quic_close(code: u64) -> Outcome {
+        let last = QUIC_CODES.len() as u64 - 1;
+        Outcome::QuicClose(match code {
+            0..=0x10 => code as u8,
+            0x100..=0x1ff => (last - 1) as u8,
+            _ => last as u8,
+        })
+    }
+
+    /// Whether the server said it did not process the request, so that it may go again
+    /// whatever its method: HTTP/2's GOAWAY above it or REFUSED_STREAM, HTTP/3's
+    /// GOAWAY or `H3_REQUEST_REJECTED` (RFC 9113 §8.7, RFC 9114 §4.1.1).
+    pub fn unprocessed(self) -> bool {
+        matches!(self, Outcome::GoawayUnprocessed)
+            || self == Outcome::rst_stream(7)
+            || self == Outcome::h3_reset(0x10b)
     }
 
     fn failure_name(self) -> &'static str {
@@ -229,17 +375,36 @@ impl Outcome {
             Outcome::Unanswered => "unanswered",
             Outcome::WaitingAtEnd => "waiting_at_end",
             Outcome::WriteTimeout => "write_timeout",
+            Outcome::H3Reset(_) => "h3_reset",
+            Outcome::H3Close(_) => "h3_close",
+            Outcome::QuicClose(_) => "quic_close",
+            Outcome::QuicIdleTimeout => "quic_idle_timeout",
+            Outcome::QuicStatelessReset => "quic_stateless_reset",
+            Outcome::QuicVersionMismatch => "quic_version_mismatch",
         }
     }
 
     fn failure_index(self) -> Option<usize> {
-        match self {
-            Outcome::RstStream(code) => FAILURE_KINDS
-                .iter()
-                .position(|k| *k == Outcome::rst_stream(u32::from(code))),
-            other => FAILURE_KINDS.iter().position(|k| *k == other),
-        }
+        let clamped = match self {
+            Outcome::RstStream(code) => Outcome::rst_stream(u32::from(code)),
+            Outcome::H3Reset(code) => Outcome::H3Reset(code.min(H3_CODES.len() as u8 - 1)),
+            Outcome::H3Close(code) => Outcome::H3Close(code.min(H3_CODES.len() as u8 - 1)),
+            Outcome::QuicClose(code) => Outcome::QuicClose(code.min(QUIC_CODES.len() as u8 - 1)),
+            other => other,
+        };
+        FAILURE_KINDS.iter().position(|k| *k == clamped)
     }
+}
+
+/// The place of HTTP/3 error `code` in `H3_CODES` (the last for any code not in it).
+fn h3_slot(code: u64) -> u8 {
+    let last = H3_CODES.len() as u64 - 1;
+    code.checked_sub(H3_FIRST).map_or(last, |i| i.min(last)) as u8
+}
+
+/// The name of a code by its place in `codes` (the last for a place past them).
+fn coded(codes: &[&'static str], code: u8) -> &'static str {
+    codes[usize::from(code).min(codes.len() - 1)]
 }
 
 /// Counts of outcomes without allocation: one slot per status code and failure kind.
@@ -406,6 +571,37 @@ mod tests {
         let mut c = OutcomeCounts::default();
         c.add(Outcome::rst_stream(8));
         assert_eq!(c.to_map()["rst_stream:cancel"], 1);
+    }
+
+    #[test]
+    fn quic_and_http3_codes_are_named_by_their_rfcs() {
+        assert_eq!(Outcome::h3_reset(0x10b).name(), "h3_reset:request_rejected");
+        assert_eq!(
+            Outcome::h3_reset(0x10c).name(),
+            "h3_reset:request_cancelled"
+        );
+        assert_eq!(Outcome::h3_close(0x100).name(), "h3_close:no_error");
+        assert_eq!(Outcome::h3_close(0x21).name(), "h3_close:other");
+        assert_eq!(Outcome::h3_reset(0x999).name(), "h3_reset:other");
+        assert_eq!(
+            Outcome::quic_close(0x2).name(),
+            "quic_close:connection_refused"
+        );
+        assert_eq!(Outcome::quic_close(0x128).name(), "quic_close:crypto_error");
+        assert_eq!(Outcome::quic_close(0x11).name(), "quic_close:other");
+        assert!(Outcome::h3_reset(0x10b).unprocessed());
+        assert!(Outcome::rst_stream(7).unprocessed() && Outcome::GoawayUnprocessed.unprocessed());
+        assert!(!Outcome::h3_reset(0x10c).unprocessed());
+        // Every kind once, and each counted in a slot of its own.
+        let mut c = OutcomeCounts::default();
+        for (i, kind) in FAILURE_KINDS.into_iter().enumerate() {
+            assert!(!FAILURE_KINDS[..i].contains(&kind), "{kind:?} twice");
+            c.add(kind);
+            assert_eq!(c.get(kind), 1, "{kind:?}");
+        }
+        assert_eq!(c.errors(), FAILURE_KINDS.len() as u64);
+        c.add(Outcome::H3Close(200));
+        assert_eq!(c.get(Outcome::h3_close(0x999)), 2);
     }
 
     #[test]

@@ -2,8 +2,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use serde::{Deserialize, Serialize};
-
+use crate::connections::{
+    ConnectionEvents, Goaway, IdleEnd, QuicEvent, MAX_GOAWAYS_KEPT, MAX_QUIC_EVENTS_KEPT,
+};
 use crate::wire::{self, RecorderWire};
 use crate::{BackendId, HistogramUs, Outcome, OutcomeCounts, Sample, Window};
 
@@ -50,86 +51,6 @@ impl GenerationSeen {
         self.first_answer_ns = self.first_answer_ns.min(other.first_answer_ns);
         self.last_answer_ns = self.last_answer_ns.max(other.last_answer_ns);
     }
-}
-
-/// What happened to connections outside any request: the server closed one while it sat
-/// idle in the pool, or sent bytes nobody asked for. Such a connection is retired before
-/// it is handed a request, as a browser, curl or Go's net/http would, so these are not
-/// request outcomes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ConnectionEvents {
-    /// Idle connections the server closed (FIN, or RST) before they carried another
-    /// request.
-    pub closed_by_server_while_idle: u64,
-    /// Idle connections on which bytes arrived that no request asked for.
-    pub unexpected_bytes_while_idle: u64,
-    /// HTTP/2: connections that spoke it (ALPN `h2`, or `h2c` with prior knowledge).
-    #[serde(default)]
-    pub http2_connections: u64,
-    /// HTTP/2: GOAWAY frames received (each is in [`Recorder::goaways`] too, up to a
-    /// limit).
-    #[serde(default)]
-    pub goaways_received: u64,
-    /// HTTP/2: the most streams one connection carried at once.
-    #[serde(default)]
-    pub max_streams_in_flight: u64,
-    /// HTTP/2: the fewest concurrent streams a server allowed on one connection (its
-    /// `SETTINGS_MAX_CONCURRENT_STREAMS`; 0 when none was announced).
-    #[serde(default)]
-    pub server_stream_limit: u64,
-    /// HTTP/2: request bodies that had to wait for the server's flow-control window.
-    #[serde(default)]
-    pub flow_control_stalls: u64,
-    /// HTTP/2: how long they waited, in total.
-    #[serde(default)]
-    pub flow_control_stall_ns: u64,
-}
-
-impl ConnectionEvents {
-    fn merge(&mut self, other: &ConnectionEvents) {
-        self.closed_by_server_while_idle += other.closed_by_server_while_idle;
-        self.unexpected_bytes_while_idle += other.unexpected_bytes_while_idle;
-        self.http2_connections += other.http2_connections;
-        self.goaways_received += other.goaways_received;
-        self.max_streams_in_flight = self.max_streams_in_flight.max(other.max_streams_in_flight);
-        self.server_stream_limit = match (self.server_stream_limit, other.server_stream_limit) {
-            (0, b) => b,
-            (a, 0) => a,
-            (a, b) => a.min(b),
-        };
-        self.flow_control_stalls += other.flow_control_stalls;
-        self.flow_control_stall_ns += other.flow_control_stall_ns;
-    }
-}
-
-/// An HTTP/2 GOAWAY frame as the client received it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Goaway {
-    /// When it arrived (from the start of the run).
-    pub at_ns: u64,
-    /// Which connection (unique within the run's process).
-    pub connection: u64,
-    /// The last stream the server says it processed or may process.
-    pub last_stream_id: u32,
-    /// Its error code (0: a graceful shutdown).
-    pub code: u32,
-    /// Streams in flight on the connection when it arrived.
-    pub streams_in_flight: u32,
-    /// Streams the connection had carried until then.
-    pub streams_sent: u64,
-}
-
-/// GOAWAYs kept one by one; past this many only [`ConnectionEvents::goaways_received`]
-/// counts them.
-pub const MAX_GOAWAYS_KEPT: usize = 10_000;
-
-/// Why a connection left the pool while idle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IdleEnd {
-    /// The server closed it (EOF, a TLS close, or a reset).
-    Closed,
-    /// Bytes arrived that no request asked for.
-    UnexpectedBytes,
 }
 
 /// One histogram per request phase.
@@ -183,6 +104,7 @@ pub struct Recorder {
     generations: Vec<GenerationSeen>,
     generations_untracked: u64,
     goaways: Vec<Goaway>,
+    quic_events: Vec<QuicEvent>,
     bytes: u64,
     connections_opened: u64,
     reused_requests: u64,
@@ -216,6 +138,7 @@ impl Recorder {
             generations: Vec::new(),
             generations_untracked: 0,
             goaways: Vec::new(),
+            quic_events: Vec::new(),
             bytes: 0,
             connections_opened: 0,
             reused_requests: 0,
@@ -379,6 +302,25 @@ impl Recorder {
         &self.goaways
     }
 
+    /// Counts a QUIC connection opened or ended, and keeps it (up to
+    /// [`MAX_QUIC_EVENTS_KEPT`]).
+    pub fn record_quic(&mut self, event: QuicEvent) {
+        if event.what == "opened" {
+            self.connection_events.quic_opened += 1;
+        } else {
+            self.connection_events.quic_ended += 1;
+        }
+        if self.quic_events.len() < MAX_QUIC_EVENTS_KEPT {
+            self.quic_events.push(event);
+        }
+    }
+
+    /// The QUIC connections opened and ended, in order per worker (up to
+    /// [`MAX_QUIC_EVENTS_KEPT`]).
+    pub fn quic_events(&self) -> &[QuicEvent] {
+        &self.quic_events
+    }
+
     /// The backends' names, in the order of their ids (what a sample's `backend` indexes).
     pub fn backend_names(&self) -> Vec<String> {
         self.backends.iter().map(|b| b.name.clone()).collect()
@@ -487,6 +429,9 @@ impl Recorder {
         self.goaways
             .extend(other.goaways.iter().take(room).copied());
         self.goaways.sort_by_key(|g| g.at_ns);
+        let room = MAX_QUIC_EVENTS_KEPT.saturating_sub(self.quic_events.len());
+        (self.quic_events).extend(other.quic_events.iter().take(room).cloned());
+        self.quic_events.sort_by_key(|e| e.at_ns);
         self.bytes += other.bytes;
         self.connections_opened += other.connections_opened;
         self.reused_requests += other.reused_requests;
@@ -695,6 +640,7 @@ impl Recorder {
                 .collect(),
             counters,
             goaways: self.goaways.clone(),
+            quic_events: self.quic_events.clone(),
             first_intended_ns: self.first_intended_ns,
             last_intended_ns: self.last_intended_ns,
             last_done_ns: self.last_done_ns,
@@ -746,6 +692,7 @@ impl Recorder {
         let counter = |name: &str| w.counters.get(name).copied().unwrap_or(0);
         r.generations_untracked = counter("generations_untracked");
         r.goaways = w.goaways.clone();
+        r.quic_events = w.quic_events.clone();
         r.bytes = counter("bytes");
         r.connections_opened = counter("connections_opened");
         r.reused_requests = counter("reused_requests");

@@ -276,6 +276,9 @@ pub struct Summary {
     /// HTTP/2 GOAWAY frames received, in order (at most 10,000).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub goaways: Vec<crate::Goaway>,
+    /// HTTP/3: QUIC connections opened and ended, in order (at most 20,000).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quic_events: Vec<crate::QuicEvent>,
     /// Whatever makes these numbers less trustworthy, in words.
     pub warnings: Vec<String>,
 }
@@ -363,6 +366,7 @@ impl Summary {
             failure_details: recorder.failure_details().clone(),
             protocol: ctx.protocol.to_owned(),
             goaways: recorder.goaways().to_vec(),
+            quic_events: recorder.quic_events().to_vec(),
             generations: recorder
                 .generations()
                 .iter()

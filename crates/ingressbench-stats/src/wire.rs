@@ -204,6 +204,9 @@ pub struct RecorderWire {
     /// HTTP/2 GOAWAYs received.
     #[serde(default)]
     pub goaways: Vec<crate::Goaway>,
+    /// QUIC connections opened and ended.
+    #[serde(default)]
+    pub quic_events: Vec<crate::QuicEvent>,
     /// First intended send time of a measured request, if any.
     pub first_intended_ns: Option<u64>,
     /// Last intended send time of one.

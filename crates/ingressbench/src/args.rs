@@ -508,6 +508,16 @@ pub(crate) struct BackendArgs {
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub(crate) client_ca: Option<std::path::PathBuf>,
 
+    /// Serve HTTP/3 too, on the UDP port of the same number as --listen's (QUIC is always
+    /// TLS: needs --tls-cert)
+    #[arg(long, requires = "tls_cert")]
+    pub(crate) http3: bool,
+
+    /// HTTP/3: how many request streams a client may have open at once on a connection
+    /// (QUIC's MAX_STREAMS; 0 allows none, a hostile server for tests)
+    #[arg(long, value_name = "N", requires = "http3", default_value_t = 100)]
+    pub(crate) http3_max_streams: u32,
+
     /// WebSockets, event streams and gRPC streams: leave every Nth message unanswered,
     /// skip every Nth event or stream message (a lossy server, for tests)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
@@ -593,12 +603,18 @@ pub(crate) struct LoadArgs {
 
     /// Speak HTTP/2: ALPN `h2` over TLS, h2c with prior knowledge for http:// URLs. Each
     /// of the -c connections carries up to --streams requests at once.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "http3")]
     pub(crate) http2: bool,
 
-    /// With --http2: the most streams in flight on one connection (default: what the
-    /// server allows, at most 100).
-    #[arg(long, value_name = "N", requires = "http2")]
+    /// Speak HTTP/3: QUIC over UDP (always TLS: an https:// URL, ALPN `h3`), to the URL's
+    /// port. Each of the -c connections carries up to --streams requests at once; the
+    /// handshake (transport and TLS in one) is the connect phase.
+    #[arg(long)]
+    pub(crate) http3: bool,
+
+    /// With --http2 or --http3: the most streams in flight on one connection (default:
+    /// what the server allows, at most 100).
+    #[arg(long, value_name = "N")]
     pub(crate) streams: Option<u32>,
 
     /// Send messages over WebSockets instead of requests: each of the -c connections is

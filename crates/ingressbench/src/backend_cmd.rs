@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use ingressbench_lab::backend::{
-    serve, serve_control, BackendConfig, BackendTls, Hold, Latency, Stall, WebSocketBehaviour,
-    CONTROL_TOKEN_ENV,
+    serve, serve_control, serve_http3, BackendConfig, BackendTls, Hold, Latency, Stall,
+    WebSocketBehaviour, CONTROL_TOKEN_ENV,
 };
 
 use crate::args::BackendArgs;
@@ -17,7 +17,7 @@ pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let report = runtime.block_on(async {
+    let (report, http3) = runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(args.listen)
             .await
             .map_err(|e| {
@@ -49,20 +49,41 @@ pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
             }
             None => None,
         };
+        // HTTP/3 on the UDP port of the same number, bound before the port is said.
+        let quic = if args.http3 {
+            let socket = std::net::UdpSocket::bind(addr).map_err(|e| {
+                UsageError(anyhow::Error::new(e).context(format!("cannot listen on UDP {addr}")))
+            })?;
+            Some(serve_http3(
+                socket,
+                config.clone(),
+                args.http3_max_streams,
+                shutdown_signal(),
+            ))
+        } else {
+            None
+        };
         // The lab reads this line to learn the port.
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "listening on {addr}").and_then(|()| stdout.flush())?;
         drop(stdout);
-        serve(listener, config, shutdown_signal())
-            .await
-            .context("serving")
+        let over_tcp = serve(listener, config, shutdown_signal());
+        let (report, http3) = match quic {
+            Some(quic) => {
+                let (report, http3) = tokio::join!(over_tcp, quic);
+                (report, Some(http3.context("serving HTTP/3")?))
+            }
+            None => (over_tcp.await, None),
+        };
+        Ok::<_, anyhow::Error>((report.context("serving")?, http3))
     })?;
     eprintln!(
-        "backend {}: drained after {} connections ({} HTTP/2), {} requests{}{}{}{}",
+        "backend {}: drained after {} connections ({} HTTP/2), {} requests{}{}{}{}{}",
         args.name,
         report.connections,
         report.http2_connections,
         report.requests,
+        http3.map_or_else(String::new, |n| format!(", {n} requests over HTTP/3")),
         if report.websockets > 0 {
             format!(
                 ", {} WebSockets ({} messages echoed)",

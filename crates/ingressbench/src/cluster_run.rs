@@ -56,7 +56,7 @@ mod with_cluster {
         (text, file, quick): (&str, &Path, bool),
         implicit: bool,
         sets: &mut Vec<(String, String)>,
-        cells: &mut Vec<ingressbench_scenario::Cell>,
+        (cells, left_out): (&mut Vec<ingressbench_scenario::Cell>, &mut Vec<String>),
     ) -> Result<ClusterOptions> {
         let options = options(path, args, cells)?;
         let refused = ingressbench_scenario::cluster_site::route_refusals(&options, cells)
@@ -77,8 +77,10 @@ mod with_cluster {
                 )
             }
             Some(_) => {
+                left_out.clear();
                 for (target, message) in &refused {
                     eprintln!("left out: {target}: {message}");
+                    left_out.push(format!("{target}: {message}"));
                 }
                 let kept: Vec<String> = kept
                     .iter()
@@ -86,8 +88,13 @@ mod with_cluster {
                     .collect();
                 sets.retain(|(k, _)| k != "targets");
                 sets.push(("targets".into(), format!("[{}]", kept.join(", "))));
-                *cells = ingressbench_scenario::expand(text, file, sets, quick)
+                let more;
+                (*cells, more) = ingressbench_scenario::expand_noting(text, file, sets, quick)
                     .map_err(|e| UsageError(e.into()))?;
+                for why in more {
+                    eprintln!("left out: {why}");
+                    left_out.push(why);
+                }
             }
             None => {}
         }
@@ -202,7 +209,7 @@ mod without_cluster {
         _scenario: (&str, &Path, bool),
         _implicit: bool,
         _sets: &mut Vec<(String, String)>,
-        _cells: &mut Vec<ingressbench_scenario::Cell>,
+        _cells: (&mut Vec<ingressbench_scenario::Cell>, &mut Vec<String>),
     ) -> Result<ClusterOptions> {
         Err(crate::no_cluster())
     }

@@ -191,6 +191,9 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
     if args.http2 {
         plan.protocol = ingressbench_load::Protocol::Http2;
     }
+    if args.http3 {
+        plan.protocol = ingressbench_load::Protocol::Http3;
+    }
     plan.streams = args.streams;
     plan.max_requests_per_connection = args.max_requests_per_connection;
     plan.retry = RetryPolicy::parse(&args.retry_policy).unwrap_or_default();
@@ -254,20 +257,27 @@ fn describe(plan: &Plan, workers: usize) -> String {
             String::new()
         },
         match (plan.protocol, plan.keepalive) {
-            (ingressbench_load::Protocol::Http2, true) => format!(
-                "HTTP/2, {} streams per connection",
+            (ingressbench_load::Protocol::Http1, true) => "keep-alive".to_owned(),
+            (ingressbench_load::Protocol::Http1, false) => "new connection per request".to_owned(),
+            (protocol, true) => format!(
+                "{}, {} streams per connection",
+                protocol_name(protocol),
                 plan.streams.map_or_else(
                     || format!("up to {}", ingressbench_load::DEFAULT_STREAMS),
                     |n| n.to_string()
                 )
             ),
-            (ingressbench_load::Protocol::Http2, false) => {
-                "HTTP/2, new connection per request".to_owned()
-            }
-            (_, true) => "keep-alive".to_owned(),
-            (_, false) => "new connection per request".to_owned(),
+            (protocol, false) => format!("{}, new connection per request", protocol_name(protocol)),
         }
     )
+}
+
+/// HTTP/2 or HTTP/3, as the run's description says it.
+fn protocol_name(protocol: ingressbench_load::Protocol) -> &'static str {
+    match protocol {
+        ingressbench_load::Protocol::Http3 => "HTTP/3",
+        _ => "HTTP/2",
+    }
 }
 
 /// Appends warnings as `#` comment lines, which HdrHistogram tools skip.

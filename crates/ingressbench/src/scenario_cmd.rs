@@ -21,8 +21,9 @@ pub(crate) fn run(command: ScenarioCommand) -> Result<ExitCode> {
             let text = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))
                 .map_err(UsageError)?;
-            let cells = ingressbench_scenario::expand(&text, &file, &sets, quick)
-                .map_err(|e| UsageError(e.into()))?;
+            let (cells, left_out) =
+                ingressbench_scenario::expand_noting(&text, &file, &sets, quick)
+                    .map_err(|e| UsageError(e.into()))?;
             let mut out = std::io::stdout().lock();
             let first = &cells[0].scenario;
             writeln!(
@@ -42,6 +43,9 @@ pub(crate) fn run(command: ScenarioCommand) -> Result<ExitCode> {
                     cell.label(),
                     cell.events.len()
                 )?;
+            }
+            for why in left_out {
+                writeln!(out, "  left out: {why}")?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -100,8 +104,12 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
             return Err(UsageError(anyhow::anyhow!("give a scenario file or --resume DIR")).into())
         }
     };
-    let mut cells = ingressbench_scenario::expand(&text, &file, &sets, quick)
-        .map_err(|e| UsageError(e.into()))?;
+    let (mut cells, mut left_out) =
+        ingressbench_scenario::expand_noting(&text, &file, &sets, quick)
+            .map_err(|e| UsageError(e.into()))?;
+    for why in &left_out {
+        eprintln!("left out: {why}");
+    }
     let cluster = match &args.cluster {
         Some(path) => Some(crate::cluster_run::prepare(
             path,
@@ -109,7 +117,7 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
             (&text, &file, quick),
             implicit,
             &mut sets,
-            &mut cells,
+            (&mut cells, &mut left_out),
         )?),
         None => {
             if let Some(cell) = cells
@@ -165,6 +173,7 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         scenario_text: text,
         sets,
+        left_out,
         resume: args.resume.is_some(),
         force: args.force,
         live: tty.then(|| {

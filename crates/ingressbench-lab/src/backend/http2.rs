@@ -117,6 +117,50 @@ impl Connection {
         answered
     }
 
+    /// What a request for `path` is answered with, as over HTTP/1.1: the health check's
+    /// answer, an injected error, or the normal answer.
+    pub(super) fn choose(&mut self, path: &str) -> (u16, Bytes) {
+        if path == "/healthz" {
+            if *self.drain.borrow() {
+                (503, Bytes::from_static(b"draining\n"))
+            } else {
+                (200, Bytes::from_static(b"ok\n"))
+            }
+        } else if self.error_rate > 0.0 && self.uniform() < self.error_rate {
+            (500, self.responses.error_body.clone())
+        } else {
+            (self.responses.status, self.responses.ok_body.clone())
+        }
+    }
+
+    /// The head of an answer over HTTP/2 or HTTP/3 (`protocol`): a health check's bare,
+    /// the others naming the backend, the protocol, the path and the body received.
+    pub(super) fn answer_head(
+        &self,
+        status: u16,
+        path: &str,
+        received: usize,
+        protocol: &str,
+        body_len: usize,
+    ) -> http::response::Builder {
+        let mut answer = http::Response::builder()
+            .status(status)
+            .header("server", "ingressbench-backend")
+            .header("content-type", "text/html")
+            .header("content-length", body_len);
+        if path != "/healthz" {
+            let echoed: String = path.chars().filter(char::is_ascii_graphic).collect();
+            answer = answer
+                .header("x-backend", &self.responses.name)
+                .header(super::PROTOCOL_HEADER, protocol)
+                .header("x-echo-path", echoed);
+            if received > 0 {
+                answer = answer.header(super::BODY_HEADER, received);
+            }
+        }
+        answer
+    }
+
     /// Answers one stream as [`Connection::render`] answers an HTTP/1.1 request; says
     /// whether the answer went out.
     async fn answer_http2(
@@ -138,40 +182,8 @@ impl Connection {
             let _ = body_in.flow_control().release_capacity(chunk.len());
         }
         self.wait_before_answering().await;
-        let (status, name, body): (u16, Option<&str>, Bytes) = if path == "/healthz" {
-            if *self.drain.borrow() {
-                (503, None, Bytes::from_static(b"draining\n"))
-            } else {
-                (200, None, Bytes::from_static(b"ok\n"))
-            }
-        } else if self.error_rate > 0.0 && self.uniform() < self.error_rate {
-            (
-                500,
-                Some(&self.responses.name),
-                self.responses.error_body.clone(),
-            )
-        } else {
-            (
-                self.responses.status,
-                Some(&self.responses.name),
-                self.responses.ok_body.clone(),
-            )
-        };
-        let mut answer = http::Response::builder()
-            .status(status)
-            .header("server", "ingressbench-backend")
-            .header("content-type", "text/html")
-            .header("content-length", body.len());
-        if let Some(name) = name {
-            answer = answer
-                .header("x-backend", name)
-                .header(super::PROTOCOL_HEADER, "HTTP/2");
-            let echoed: String = path.chars().filter(char::is_ascii_graphic).collect();
-            answer = answer.header("x-echo-path", echoed);
-            if received > 0 {
-                answer = answer.header(super::BODY_HEADER, received);
-            }
-        }
+        let (status, body) = self.choose(&path);
+        let answer = self.answer_head(status, &path, received, "HTTP/2", body.len());
         let Ok(answer) = answer.body(()) else {
             return false;
         };

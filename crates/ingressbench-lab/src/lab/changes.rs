@@ -144,6 +144,10 @@ impl Lab {
                 }
                 (format!("scale {pool} {before}->{replicas}"), started, names)
             }
+            Change::Migrate => {
+                let what = "migrate the client's QUIC connections".to_owned();
+                return Ok(self.record_done_when_asked(what, requested_at));
+            }
             Change::Stall { backend, duration } => {
                 let name = self.pick_backend(backend.as_deref())?;
                 let child = self

@@ -1,7 +1,8 @@
 //! Envoy: dynamic resources from files, as a control plane would serve them. Listeners
 //! (LDS), clusters (CDS), endpoints (EDS, one file per pool) and routes (RDS) each live in
 //! a file Envoy watches; a change replaces the file by a rename, and Envoy applies it
-//! without a restart. An endpoint change touches only the pool's EDS file. The admin
+//! without a restart. An endpoint change touches only the pool's EDS file. With TLS, a
+//! QUIC listener on the TLS port's UDP twin serves HTTP/3 with the same routes. The admin
 //! interface listens on a Unix socket (mode 0600) in the proxy's directory only.
 
 use std::time::Duration;
@@ -238,18 +239,54 @@ fn write_all(
             "name": "envoy.transport_sockets.tls",
             "typed_config": {
                 "@type": "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext",
-                "common_tls_context": {
-                    "tls_certificates": [{
-                        "certificate_chain": { "filename": tls.cert.display().to_string() },
-                        "private_key": { "filename": tls.key.display().to_string() },
-                    }],
-                    "alpn_protocols": ["h2", "http/1.1"],
-                },
+                "common_tls_context": certificate(tls, &["h2", "http/1.1"]),
             },
         });
         listeners.push(listener(files, table, "https", tls.port, Some(tls_socket)));
+        listeners.push(quic_listener(files, table, tls));
     }
     write_json(&xds_path(files, "lds.json"), &resources(listeners))
+}
+
+/// The lab's certificate for a downstream TLS context that offers `alpn`.
+fn certificate(tls: &super::TlsFiles, alpn: &[&str]) -> Value {
+    json!({
+        "tls_certificates": [{
+            "certificate_chain": { "filename": tls.cert.display().to_string() },
+            "private_key": { "filename": tls.key.display().to_string() },
+        }],
+        "alpn_protocols": alpn,
+    })
+}
+
+/// HTTP/3 beside TLS: a QUIC listener on the UDP port of the TLS listener's number (as
+/// Caddy serves it), its connection manager the TLS one's with the HTTP/3 codec, its
+/// stats under `http.quic.`.
+fn quic_listener(files: &ProxyFiles, table: &RouteTable, tls: &super::TlsFiles) -> Value {
+    let mut hcm = connection_manager(files, table, "quic");
+    hcm["codec_type"] = json!("HTTP3");
+    hcm["http3_protocol_options"] = json!({});
+    json!({
+        "@type": "type.googleapis.com/envoy.config.listener.v3.Listener",
+        "name": "quic",
+        "address": { "socket_address": {
+            "protocol": "UDP", "address": files.ip.to_string(), "port_value": tls.port,
+        } },
+        "udp_listener_config": {
+            "quic_options": {},
+            "downstream_socket_config": { "prefer_gro": true },
+        },
+        "filter_chains": [{
+            "transport_socket": {
+                "name": "envoy.transport_sockets.quic",
+                "typed_config": {
+                    "@type": "type.googleapis.com/envoy.extensions.transport_sockets.quic.v3.QuicDownstreamTransport",
+                    "downstream_tls_context": { "common_tls_context": certificate(tls, &["h3"]) },
+                },
+            },
+            "filters": [{ "name": "envoy.filters.network.http_connection_manager", "typed_config": hcm }],
+        }],
+    })
 }
 
 /// Mutual TLS to the backends: the lab CA verifies them, the client certificate is shown.
@@ -356,13 +393,8 @@ fn rds_text(table: &RouteTable) -> String {
     text
 }
 
-fn listener(
-    files: &ProxyFiles,
-    table: &RouteTable,
-    name: &str,
-    port: u16,
-    tls: Option<Value>,
-) -> Value {
+/// The HTTP connection manager of every listener, its stats under `http.NAME.`.
+fn connection_manager(files: &ProxyFiles, table: &RouteTable, name: &str) -> Value {
     let mut hcm = json!({
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
         "stat_prefix": name,
@@ -379,6 +411,17 @@ fn listener(
     if let Some(n) = table.tuning.keepalive_requests {
         hcm["common_http_protocol_options"] = json!({ "max_requests_per_connection": n });
     }
+    hcm
+}
+
+fn listener(
+    files: &ProxyFiles,
+    table: &RouteTable,
+    name: &str,
+    port: u16,
+    tls: Option<Value>,
+) -> Value {
+    let hcm = connection_manager(files, table, name);
     let mut chain = json!({ "filters": [{ "name": "envoy.filters.network.http_connection_manager", "typed_config": hcm }] });
     if let Some(tls) = tls {
         chain["transport_socket"] = tls;

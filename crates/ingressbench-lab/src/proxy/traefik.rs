@@ -45,6 +45,8 @@ impl Driver for Traefik {
                 "--entryPoints.websecure.address={}:{}",
                 files.ip, tls.port
             ));
+            // HTTP/3 on the UDP port of the same number, with the same routers.
+            args.push("--entryPoints.websecure.http3=true".into());
         }
         if let Some(n) = t.keepalive_requests {
             args.push(format!(

@@ -18,13 +18,15 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use ingressbench_stats::{Goaway, Outcome, Phases, Sample};
 
+use super::multiplexed::{complete, Heard, Multiplexed};
 use super::Worker;
 
 mod frames;
 use crate::connection::{nanos, Stream};
 use crate::dispatch::{Retry, Ticket};
 use crate::{LoadError, Plan, DEFAULT_STREAMS};
-use frames::{FrameWatch, Signal, Watched};
+pub(super) use frames::Signal;
+use frames::{FrameWatch, Watched};
 
 /// How long a new connection waits for the server's first SETTINGS frame.
 const SETTINGS_WAIT: Duration = Duration::from_secs(5);
@@ -38,12 +40,12 @@ pub(crate) struct Http2 {
     method: http::Method,
     uri: http::Uri,
     headers: http::HeaderMap,
-    body: Bytes,
+    pub(super) body: Bytes,
     /// Streams per connection the plan asks for (`None`: the server's limit).
-    streams: Option<u32>,
+    pub(super) streams: Option<u32>,
     /// Whether streams the server did not process are sent again (any retry policy but
     /// `none`).
-    retry_unprocessed: bool,
+    pub(super) retry_unprocessed: bool,
 }
 
 impl Http2 {
@@ -108,7 +110,7 @@ impl Http2 {
         })
     }
 
-    fn request(&self) -> http::Request<()> {
+    pub(super) fn request(&self) -> http::Request<()> {
         let mut request = http::Request::new(());
         *request.method_mut() = self.method.clone();
         *request.uri_mut() = self.uri.clone();
@@ -118,7 +120,7 @@ impl Http2 {
 }
 
 /// One open HTTP/2 connection, shared by its task and its streams' tasks.
-struct Conn {
+pub(super) struct Conn {
     id: u64,
     send: RefCell<h2::client::SendRequest<Bytes>>,
     watch: Rc<FrameWatch>,
@@ -134,27 +136,56 @@ struct Conn {
     opened: Cell<Option<Phases>>,
 }
 
-impl Conn {
-    /// Whether a new stream may start on it.
-    fn open_for_streams(&self, max_per_connection: u64) -> bool {
+impl Multiplexed for Conn {
+    const OPENING: &'static str = "TCP, TLS and the HTTP/2 preface";
+
+    async fn open(worker: &Rc<Worker>, id: u64, phases: &mut Phases) -> Result<Rc<Self>, Outcome> {
+        worker.open_http2(id, phases).await
+    }
+
+    fn set_opened(&self, phases: Phases) {
+        self.opened.set(Some(phases));
+    }
+
+    fn open_for_streams(&self, max: u64) -> bool {
         !self.ended.get()
             && !self.refused.get()
             && self.watch.last_goaway().is_none()
-            && self.watch.sent.get() < max_per_connection
+            && self.watch.sent.get() < max
+    }
+
+    fn busy(&self) -> u32 {
+        self.busy.get()
+    }
+
+    fn slots(&self, worker: &Worker) -> u32 {
+        worker.stream_slots(self)
+    }
+
+    fn changed(&self) -> &Signal {
+        &self.watch.changed
+    }
+
+    fn start_stream(worker: &Rc<Worker>, conn: &Rc<Self>, live: &Rc<Live>, pending: Pending) {
+        start_stream(worker, conn, live, pending);
+    }
+
+    fn after_streams(&self, worker: &Worker) {
+        worker.note_goaways(self);
     }
 }
 
 /// A ticket and what it already went through (a connection opened for it).
-struct Pending {
-    ticket: Ticket,
-    sent_at: Instant,
+pub(super) struct Pending {
+    pub(super) ticket: Ticket,
+    pub(super) sent_at: Instant,
 }
 
 impl Worker {
     /// After an attempt of `ticket` that ended as `failed` without the server processing
     /// it: the ticket to send again and how long to wait first, or `None` when its
     /// attempts are spent or the wait would reach its deadline (it then ends as `failed`).
-    fn again(&self, ticket: Ticket, failed: &Sample) -> Option<(Ticket, Duration)> {
+    pub(super) fn again(&self, ticket: Ticket, failed: &Sample) -> Option<(Ticket, Duration)> {
         let mut retry = ticket.retry.unwrap_or(Retry {
             after: failed.outcome,
             first_sent_ns: failed.sent_at_ns,
@@ -177,7 +208,7 @@ impl Worker {
     }
 
     /// Records a request that ended, or hands one to go again back after its wait.
-    async fn settle(&self, exchanged: Exchanged) {
+    pub(super) async fn settle(&self, exchanged: Exchanged) {
         match exchanged {
             Exchanged::Done(sample) => self.record(&sample),
             Exchanged::Again(ticket, wait) => {
@@ -315,7 +346,12 @@ impl Worker {
     }
 
     /// A failed attempt to open a connection for `pending`, as its sample.
-    fn connect_failure(&self, pending: &Pending, outcome: Outcome, phases: Phases) -> Sample {
+    pub(super) fn connect_failure(
+        &self,
+        pending: &Pending,
+        outcome: Outcome,
+        phases: Phases,
+    ) -> Sample {
         let mut sample = self.sample_for(pending);
         sample.phases = phases;
         sample.outcome = outcome;
@@ -328,7 +364,7 @@ impl Worker {
         sample
     }
 
-    fn sample_for(&self, pending: &Pending) -> Sample {
+    pub(super) fn sample_for(&self, pending: &Pending) -> Sample {
         let ticket = pending.ticket;
         let mut sample = Sample::new(ticket.intended_ns);
         sample.seq = ticket.seq;
@@ -341,7 +377,7 @@ impl Worker {
 
     /// When `pending`'s request was first sent: its latency's send and its timeout run
     /// from there, whatever resends followed.
-    fn first_sent_ns(&self, pending: &Pending) -> u64 {
+    pub(super) fn first_sent_ns(&self, pending: &Pending) -> u64 {
         match pending.ticket.retry {
             Some(retry) => retry.first_sent_ns,
             None => nanos(pending.sent_at.saturating_duration_since(self.start.get())),
@@ -359,99 +395,15 @@ fn http1_hint(first_bytes: &[u8]) -> &'static str {
     }
 }
 
-/// One connection of an HTTP/2 run: opens it (before the start with keep-alive, else
-/// when a ticket needs it), starts streams on it until it can take no more,
-/// then opens the next.
-pub(super) async fn connection_loop(worker: Rc<Worker>, index: u64) {
-    let mut generation = 0u64;
-    let mut next_id = || {
-        generation += 1;
-        (index << 32) | generation
-    };
-    let live = Rc::new(Live::default());
-    let mut ready = None;
-    if worker.shared.keepalive {
-        let mut phases = Phases::default();
-        let open = worker.open_http2(next_id(), &mut phases);
-        if let Ok(Ok(conn)) = tokio::time::timeout(worker.shared.timeout, open).await {
-            conn.opened.set(Some(phases));
-            ready = Some(conn);
-        }
-        worker.preopened();
-    }
-    let start = worker.begin().await;
-    tokio::time::sleep_until(start.into()).await;
-    loop {
-        let (conn, first) = match ready.take() {
-            Some(conn) => (conn, None),
-            None => {
-                let Some(ticket) = worker.next_ticket().await else {
-                    live.wait_idle().await;
-                    if worker.tickets_waiting() {
-                        continue;
-                    }
-                    return;
-                };
-                let pending = Pending {
-                    ticket,
-                    sent_at: Instant::now(),
-                };
-                worker.in_flight.set(worker.in_flight.get() + 1);
-                let mut phases = Phases::default();
-                let open = worker.open_http2(next_id(), &mut phases);
-                let deadline = worker.deadline(worker.first_sent_ns(&pending));
-                let opened = tokio::time::timeout_at(deadline.into(), open).await;
-                match opened {
-                    Ok(Ok(conn)) => {
-                        worker.in_flight.set(worker.in_flight.get() - 1);
-                        conn.opened.set(Some(phases));
-                        (conn, Some(pending))
-                    }
-                    Ok(Err(outcome)) => {
-                        let sample = worker.connect_failure(&pending, outcome, phases);
-                        worker.record(&sample);
-                        worker.in_flight.set(worker.in_flight.get() - 1);
-                        continue;
-                    }
-                    Err(_elapsed) => {
-                        let sample =
-                            worker.connect_failure(&pending, Outcome::ConnectTimeout, phases);
-                        let (to, timeout) = (worker.connector.describe(), worker.shared.timeout);
-                        worker.recorder.borrow_mut().note_failure_detail(Outcome::ConnectTimeout, || {
-                            format!("connecting to {to} (TCP, TLS and the HTTP/2 preface) took longer than --timeout {timeout:?}")
-                        });
-                        worker.record(&sample);
-                        worker.in_flight.set(worker.in_flight.get() - 1);
-                        continue;
-                    }
-                }
-            }
-        };
-        let finished = run_streams(&worker, &conn, &live, first).await;
-        worker.note_goaways(&conn);
-        if finished {
-            // The run has no more new tickets: let this task's streams end before it
-            // does (what is still in flight when the worker stops counts as abandoned),
-            // and send again what they handed back.
-            live.wait_idle().await;
-            if !worker.tickets_waiting() {
-                return;
-            }
-            let max = worker.shared.max_requests_per_connection;
-            ready = conn.open_for_streams(max).then_some(conn);
-        }
-    }
-}
-
 /// The streams a connection task started (on any of its connections) and not yet ended.
 #[derive(Default)]
-struct Live {
-    count: Cell<u32>,
-    ended: Signal,
+pub(super) struct Live {
+    pub(super) count: Cell<u32>,
+    pub(super) ended: Signal,
 }
 
 impl Live {
-    async fn wait_idle(&self) {
+    pub(super) async fn wait_idle(&self) {
         loop {
             let mark = self.ended.mark();
             if self.count.get() == 0 {
@@ -459,59 +411,6 @@ impl Live {
             }
             self.ended.since(mark).await;
         }
-    }
-}
-
-/// Hands tickets to new streams on `conn` while it has a free stream slot and takes new
-/// streams, each stream a task of its own; returns `true` when the run has no more
-/// tickets, `false` when the connection takes no more streams (a GOAWAY, its end, its
-/// request limit). The connection waits for a ticket only while a slot is free, so a
-/// request waits only when no connection has one.
-async fn run_streams(
-    worker: &Rc<Worker>,
-    conn: &Rc<Conn>,
-    live: &Rc<Live>,
-    first: Option<Pending>,
-) -> bool {
-    let slots = worker.stream_slots(conn);
-    let max = worker.shared.max_requests_per_connection;
-    if let Some(pending) = first {
-        start_stream(worker, conn, live, pending);
-    }
-    // One wait for a ticket, kept across wake-ups (a dropped wait goes to the back of
-    // the line) and renewed only once it has given a ticket.
-    let next = worker.next_ticket();
-    tokio::pin!(next);
-    let mut armed = true;
-    loop {
-        let mark = conn.watch.changed.mark();
-        if !conn.open_for_streams(max) {
-            return false;
-        }
-        if conn.busy.get() >= slots {
-            conn.watch.changed.since(mark).await;
-            continue;
-        }
-        if !armed {
-            next.set(worker.next_ticket());
-            armed = true;
-        }
-        let ticket = tokio::select! {
-            biased;
-            () = conn.watch.changed.since(mark) => continue,
-            ticket = &mut next => {
-                armed = false;
-                ticket
-            }
-        };
-        let Some(ticket) = ticket else {
-            return true;
-        };
-        let pending = Pending {
-            ticket,
-            sent_at: Instant::now(),
-        };
-        start_stream(worker, conn, live, pending);
     }
 }
 
@@ -555,7 +454,7 @@ fn start_stream(worker: &Rc<Worker>, conn: &Rc<Conn>, live: &Rc<Live>, pending: 
 }
 
 /// What became of one stream.
-enum Exchanged {
+pub(super) enum Exchanged {
     Done(Sample),
     /// The request goes back, after this wait, to be sent on another connection.
     Again(Ticket, Duration),
@@ -657,8 +556,7 @@ async fn finish_stream(worker: &Worker, conn: &Conn, sent: Sent) -> Exchanged {
     let watch = &conn.watch;
     let mut bytes = 0u64;
     let mut first_byte = None;
-    let mut backend = None;
-    let mut generations = [0u32; ingressbench_stats::GENERATION_SLOTS];
+    let mut heard = Heard::default();
     let stall = Stall {
         worker,
         since: Cell::new(None),
@@ -670,18 +568,7 @@ async fn finish_stream(worker: &Worker, conn: &Conn, sent: Sent) -> Exchanged {
         let answer = response.await?;
         first_byte = Some(Instant::now());
         let status = answer.status().as_u16();
-        let headers = answer.headers();
-        if let Some(name) = headers.get(worker.shared.backend_header.as_str()) {
-            backend = Some(worker.recorder.borrow_mut().backend_id(name.as_bytes()));
-        }
-        for (slot, header) in worker.shared.generation_headers.iter().enumerate() {
-            if let Some(value) = headers.get(header.as_str()) {
-                generations[slot] = std::str::from_utf8(value.as_bytes())
-                    .ok()
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
-            }
-        }
+        heard = worker.hear(answer.headers());
         let mut body = answer.into_body();
         while let Some(chunk) = body.data().await {
             let chunk = chunk?;
@@ -704,10 +591,7 @@ async fn finish_stream(worker: &Worker, conn: &Conn, sent: Sent) -> Exchanged {
     // A stream the server never processed may go again whatever its method (RFC 9113
     // §8.7), as often as the timeout allows, as browsers and Go's client do; one that
     // died with its connection before any answer goes once, as over HTTP/1.1.
-    let unprocessed = matches!(
-        sample.outcome,
-        Outcome::GoawayUnprocessed | Outcome::RstStream(REFUSED_STREAM)
-    );
+    let unprocessed = sample.outcome.unprocessed();
     let raced = sample.outcome == Outcome::Eof && first_byte.is_none() && sample.connection_reused;
     sample.done_at_ns = nanos(done.saturating_duration_since(worker.start.get()));
     let again = (unprocessed && http2.retry_unprocessed)
@@ -717,20 +601,9 @@ async fn finish_stream(worker: &Worker, conn: &Conn, sent: Sent) -> Exchanged {
             return Exchanged::Again(ticket, wait);
         }
     }
-    sample.bytes = bytes;
-    if let Some(first) = first_byte {
-        sample.phases.ttfb_ns = nanos(first.saturating_duration_since(write_at));
-        sample.phases.transfer_ns = nanos(done.saturating_duration_since(first));
-    }
-    if let Outcome::Status(_) = sample.outcome {
-        sample.backend = backend;
-        sample.generations = generations;
-    }
+    complete(&mut sample, bytes, write_at, first_byte, done, heard);
     Exchanged::Done(sample)
 }
-
-/// HTTP/2's REFUSED_STREAM: the server did not process the stream (RFC 9113 §8.7).
-const REFUSED_STREAM: u8 = 7;
 
 /// Sends the request body as the server's flow-control window allows; a body that has to
 /// wait for window is counted with how long it waited.

@@ -92,6 +92,13 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
         run.cells.iter().filter(|c| c.summary.is_some()).count(),
         run.cells.len()
     );
+    if !run.record.left_out.is_empty() {
+        let _ = write!(
+            body,
+            "<p class=\"note\">Left out, not run: {}.</p>",
+            esc(&run.record.left_out.join("; "))
+        );
+    }
     // Headline: the table, then the warnings by kind, then the sentences.
     body.push_str("<section><h2>Headline</h2>");
     body.push_str(&crate::headline::html(&rows, &|s: &str| esc(s).to_string()));

@@ -105,7 +105,7 @@ pub(super) fn events_section(run: &RunResults, conditions: &[Condition]) -> Stri
         let samples = samples_of(run, cell);
         let _ = write!(
             out,
-            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th title=\"A route change: until its controller reported it in the route's status. A controller's restart: until it was complete (every replica new and available)\">controller reported or restarted (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th title=\"Every failed request in the event's window: exact (runs before every failure was kept show an estimate from the sample, marked est.)\">errors</th><th title=\"HTTP/2: GOAWAY frames received in the event's window, on how many connections, and how long after the event the first came\">GOAWAYs (connections; first after s)</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th><th class=\"l\" title=\"The client's errors in the event's window beside what each proxy itself counted over the same window (read once a second from its stats: Envoy's admin interface, HAProxy's runtime API, nginx's error log)\">client and proxy</th></tr>",
+            "<h3>{} {}</h3><table><tr><th>#</th><th class=\"l\">event</th><th>requested (s)</th><th>applied (s)</th><th>took effect (s)</th><th>control plane (ms)</th><th title=\"A route change: until its controller reported it in the route's status. A controller's restart: until it was complete (every replica new and available)\">controller reported or restarted (ms)</th><th>proxy (ms)</th><th>old and new answers mixed (ms)</th><th title=\"Every failed request in the event's window: exact (runs before every failure was kept show an estimate from the sample, marked est.)\">errors</th><th title=\"HTTP/2: GOAWAY frames received in the event's window, on how many connections, and how long after the event the first came. HTTP/3: the QUIC connections that ended in the window, by what ended them (the client's own closes aside), and the handshakes of new ones\">GOAWAYs (connections; first after s) or QUIC connections ended; new</th><th>first / last error after (s)</th><th>longest failure run</th><th>max (ms)</th><th>p99 5 s before / after / 5-15 s after (ms)</th><th>proxy CPU: cores before / peak after; extra in 5 s (ms)</th><th class=\"l\">errors from 2 s before to 8 s after</th><th class=\"l\" title=\"The client's errors in the event's window beside what each proxy itself counted over the same window (read once a second from its stats: Envoy's admin interface, HAProxy's runtime API, nginx's error log)\">client and proxy</th></tr>",
             esc(&c.target),
             esc(&c.settings)
         );
@@ -149,14 +149,16 @@ pub(super) fn events_section(run: &RunResults, conditions: &[Condition]) -> Stri
                         .map_or("-".to_owned(), |v| format!("{v:+.0}"))
                 )
             });
-            let goaways = e.goaways.as_ref().map_or("-".to_owned(), |g| {
-                format!(
+            let goaways = match (&e.goaways, &e.quic) {
+                (Some(g), _) => format!(
                     "{} ({}; {})",
                     g.goaways,
                     g.goaway_connections,
                     num(Some(g.first_goaway_after_s))
-                )
-            });
+                ),
+                (None, Some(q)) => quic_connections(q),
+                (None, None) => "-".to_owned(),
+            };
             let requested = Some(e.requested_s);
             let _ = write!(
                 out,
@@ -191,6 +193,25 @@ pub(super) fn events_section(run: &RunResults, conditions: &[Condition]) -> Stri
         return String::new();
     }
     format!("<section><h2>Events</h2><p class=\"note\">Each event with its times (seconds from the start of measurement), the control plane's part (asked until the proxies were told: the lab's propagation delay, or in a cluster until the Service's EndpointSlices showed it), when the controller reported a route change in the route's status (Gateway API), and the proxy's part (told until the traffic showed it; a change no answer showed before the next event or the load's end says how long it was watched for), and what it did to the requests after it (docs/RESULTS.md): errors, their first and last and the longest run of consecutive failures are exact, from every failed request (kept whatever the sample rate); latency from the sampled requests. The strip shows failed requests per 100 ms around it. A route change or reload took effect with the first answer that carried its configuration generation; old and new answers mixed until the last answer of an earlier one. Proxy CPU is read once a second from /proc (10 ms ticks): the mean before the event, the highest second in the 5 s after it, and what those 5 s cost beyond the rate before.</p>{out}</section>")
+}
+
+/// An event's QUIC connections in words: how many ended and by what, how many were
+/// opened anew, and whether the client kept them all (`3 ended (quic_idle_timeout 3); 3
+/// new`).
+fn quic_connections(q: &ingressbench_results::impact::QuicConnections) -> String {
+    let ended: u64 = q.ended.values().sum();
+    let by: Vec<String> = q
+        .ended
+        .iter()
+        .map(|(how, n)| format!("{how} {n}"))
+        .collect();
+    let by = if by.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", by.join(", "))
+    };
+    let part = if q.complete { "" } else { ", a part" };
+    format!("{ended} ended{by}; {} new{part}", q.opened)
 }
 
 pub(super) fn measured_section(run: &RunResults) -> String {

@@ -88,26 +88,36 @@ pub fn behind(seen: &GeneratorSeen) -> Option<String> {
         lag_p99_us,
         latency_p99_us,
         cpu_share,
-        threads,
         past_ceiling,
+        ..
     } = *seen;
     let lag = lag_p99_us > LAG_LIMIT_US && lag_p99_us as f64 >= LAG_SHARE * latency_p99_us as f64;
     let out_of_cpu = cpu_share.is_some_and(|c| c > CPU_LIMIT);
     let past_ceiling = past_ceiling.filter(|_| cpu_share.is_some_and(|c| c > BUSY_PAST_CEILING));
     (lag || out_of_cpu || past_ceiling.is_some()).then(|| {
-        let cpu = match cpu_share {
-            Some(c) => format!(
-                ", its CPU {:.0}% of {threads} thread{}",
-                c * 100.0,
-                if threads == 1 { "" } else { "s" }
-            ),
-            None => String::new(),
-        };
         let past = past_ceiling.map_or(String::new(), |at| {
             format!(", at or past the {at:.0} req/s the generator alone fell behind at")
         });
-        format!("scheduler lag p99 {lag_p99_us} us (limit {LAG_LIMIT_US}){cpu}{past}")
+        format!("{}{past}", evidence(seen))
     })
+}
+
+/// The generator's lag and CPU in words: `scheduler lag p99 680 us (limit 1000), its
+/// CPU 93% of 1 thread`.
+pub fn evidence(seen: &GeneratorSeen) -> String {
+    let cpu = match seen.cpu_share {
+        Some(c) => format!(
+            ", its CPU {:.0}% of {} thread{}",
+            c * 100.0,
+            seen.threads,
+            if seen.threads == 1 { "" } else { "s" }
+        ),
+        None => String::new(),
+    };
+    format!(
+        "scheduler lag p99 {} us (limit {LAG_LIMIT_US}){cpu}",
+        seen.lag_p99_us
+    )
 }
 
 /// ` (with the windows of the 2 trials before it)` when a trial's figures pooled earlier

@@ -46,6 +46,9 @@ impl ClusterSite {
             Change::Terminate(name) => Ok(self.delete_pod(name, false)),
             Change::Overlay(overlay) => self.change_routes(overlay, None),
             Change::Stall { backend, duration } => Ok(self.stall(backend, duration)),
+            Change::Migrate => Err(
+                "migrate moves the client's QUIC connections, and cluster mode does not send HTTP/3 yet".into(),
+            ),
             Change::AddRoutes(_)
             | Change::RemoveRoutes(_)
             | Change::GeneratedRoutes(_)

@@ -50,6 +50,8 @@ pub struct EventFile {
     pub grace: Option<String>,
     /// Make a backend stop answering for a while: `{ backend: NAME, for: 2s }`.
     pub stall_backend: Option<StallFile>,
+    /// The client moves its QUIC connections to a new local port (HTTP/3 only).
+    pub migrate: Option<bool>,
     /// Add this many generated routes, in one update of the proxy.
     pub add_routes: Option<usize>,
     /// Remove this many generated routes (the last added), in one update.
@@ -249,6 +251,7 @@ impl EventFile {
             self.restart.is_some(),
             self.upgrade.is_some(),
             self.stall_backend.is_some(),
+            self.migrate.is_some(),
             self.add_routes.is_some(),
             self.remove_routes.is_some(),
             self.change_routes.is_some(),
@@ -256,7 +259,7 @@ impl EventFile {
         ];
         if actions.iter().filter(|a| **a).count() != 1 {
             return Err(here(
-                "give exactly one action: scale, kill, terminate, config, reload, restart, upgrade, stall_backend, add_routes, remove_routes, change_routes or route_steps"
+                "give exactly one action: scale, kill, terminate, config, reload, restart, upgrade, stall_backend, migrate, add_routes, remove_routes, change_routes or route_steps"
                     .into(),
             ));
         }
@@ -301,6 +304,8 @@ impl EventFile {
                 pause: duration("route_steps.pause", steps.pause.as_deref().unwrap_or("2s"))
                     .map_err(here)?,
             }
+        } else if self.migrate == Some(true) {
+            Action::Change(Change::Migrate)
         } else if let Some(s) = &self.stall_backend {
             Action::Change(Change::Stall {
                 backend: random_or_name(&s.backend),
@@ -308,7 +313,7 @@ impl EventFile {
             })
         } else {
             return Err(here(
-                "`reload: false` does nothing; remove the event".into(),
+                "`reload: false` and `migrate: false` do nothing; remove the event".into(),
             ));
         };
         let times = self.times.unwrap_or(1);

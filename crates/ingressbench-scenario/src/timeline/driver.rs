@@ -50,6 +50,8 @@ pub(crate) struct Driver<'a> {
     pub(crate) held: VecDeque<(usize, Duration, Due)>,
     /// The live metrics, told of each event as it fires.
     pub(crate) metrics: Option<Arc<ingressbench_load::live::Live>>,
+    /// Moves the load's QUIC connections to a new local port (a `migrate` event).
+    pub(crate) migrate: ingressbench_load::Migrate,
 }
 
 impl Driver<'_> {
@@ -244,20 +246,36 @@ impl Driver<'_> {
         self.ask(event, step, delay, due, (&what, continuing));
     }
 
-    /// What is left undone of an event going a step at a time when the load ended.
+    /// What is left undone of an event going a step at a time, or of the route events
+    /// held behind it, when the load ended.
     pub(crate) fn unfinished(&self) -> Option<String> {
-        let seq = self.sequence.as_ref().filter(|s| !s.steps.is_empty())?;
-        let held = match self.held.len() {
-            0 => String::new(),
-            n => format!(", and {n} route event(s) held behind it did not fire"),
-        };
-        Some(format!(
-            "events[{}] asked for {} of its {} {} before the load ended{held}; each step waits for the last to be right: the system under test did not keep up, or make load.duration longer, the event earlier, or ask for fewer",
-            seq.event,
-            seq.planned - seq.steps.len(),
-            seq.planned,
-            seq.unit
-        ))
+        const FIX: &str = "each step waits for the last to be right: the system under test did not keep up, or make load.duration longer, the event earlier, or ask for fewer";
+        let held = self.held.len();
+        match self.sequence.as_ref() {
+            Some(seq) if !seq.steps.is_empty() => {
+                let held = match held {
+                    0 => String::new(),
+                    n => format!(", and {n} route event(s) held behind it did not fire"),
+                };
+                Some(format!(
+                    "events[{}] asked for {} of its {} {} before the load ended{held}; {FIX}",
+                    seq.event,
+                    seq.planned - seq.steps.len(),
+                    seq.planned,
+                    seq.unit
+                ))
+            }
+            // Every step asked, the last not yet right: what waits for it did not fire.
+            _ if held > 0 => Some(format!(
+                "{held} route event(s) (events[{}]) waited for the routes asked before them to be right and did not fire before the load ended; {FIX}",
+                self.held
+                    .iter()
+                    .map(|(i, ..)| i.to_string())
+                    .collect::<Vec<_>>()
+                    .join("], events[")
+            )),
+            _ => None,
+        }
     }
 
     /// Asks the site for `change` on behalf of event `index` (the probe starting on the
@@ -280,6 +298,10 @@ impl Driver<'_> {
             }
         }
         let measure_from = self.measure_from;
+        // A change to the client: the load takes it, the site records it.
+        if change == Change::Migrate {
+            self.migrate.ask();
+        }
         let requested = self.site.request(change, delay);
         // The tool's own part of a route change: working out its routes, rendering and
         // writing each proxy's configuration, the calls it makes (not their waits).

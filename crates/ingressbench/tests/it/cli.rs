@@ -291,7 +291,7 @@ fn the_scenario_schema_accepts_every_shipped_scenario_and_rejects_what_the_tool_
         "name: s\ntargets: [nginx]\nroutes: { count: many }\nload: { rate: 10, duration: 1s }\n",
         "name: s\ntargets: [nginx]\nload: { rate: 10, duration: 2s }\nevents: [{ at: 1s, add_routes: 5, scale: 2 }]\n",
         "name: s\ntargets: [nginx]\nload: { rate: 10, duration: 1s, retry: twice }\n",
-        "name: s\ntargets: [nginx]\ntls: true\nload: { rate: 10, duration: 1s, protocol: http3 }\n",
+        "name: s\ntargets: [nginx]\ntls: true\nload: { rate: 10, duration: 1s, protocol: http4 }\n",
         "name: s\ntargets: [nginx]\ntls: true\nload: { rate: 10, duration: 1s, protocol: http2, streams: 0 }\n",
         "name: s\ntargets: [nginx]\nload: { rate: 10, duration: 1s }\ntopology: { isolation: netns }\ntuning: { sysctls: { fs.file-max: 100000 } }\n",
         "name: s\ntargets: [nginx]\nload: { warmup: 1s }\nsearch: { slo: ['p99 > 5ms'], from: 10, up_to: 100 }\n",

@@ -35,7 +35,8 @@ fn outcomes(out: &Path) -> Vec<(String, serde_json::Value)> {
 }
 
 /// gRPC unary calls over TLS through all six targets, the routes applied again (a
-/// reload) while they run: every call answered OK by the echo service (a GRPCRoute on Contour's HTTPS listener without the port's
+/// reload) while they run: every call answered OK by the echo service but at most one
+/// that raced the reload (a GRPCRoute on Contour's HTTPS listener without the port's
 /// `appProtocol` timed out every call: Contour spoke TLS to the backends), and the
 /// Gateway targets' routes recorded as GRPCRoutes; then 50 WebSockets' messages through
 /// Envoy Gateway and Contour, each echoed.
@@ -65,14 +66,19 @@ pub(crate) fn grpc_and_websockets_pass_through_every_controller(dir: &Path) {
     for (target, outcomes) in &seen {
         // 150 calls due in 3 s; one still out at the end is no failure of the route.
         let ok = outcomes["grpc:ok"].as_u64().unwrap_or(0);
-        let others: u64 = outcomes
-            .as_object()
-            .unwrap()
-            .iter()
-            .filter(|(k, _)| *k != "grpc:ok")
-            .map(|(_, n)| n.as_u64().unwrap())
-            .sum();
-        assert!(ok >= 140 && others == 0, "{target}: {outcomes}");
+        // At the reload one call may race the old process's close, written as it closed
+        // the connection (`reset_after_write`, not safe to send again: CI saw one through
+        // HAProxy Ingress, as the lab's gRPC reload test saw through nginx); nothing else.
+        let mut others = 0;
+        for (outcome, n) in outcomes.as_object().unwrap() {
+            let n = n.as_u64().unwrap();
+            match outcome.as_str() {
+                "grpc:ok" => {}
+                "reset_after_write" if n <= 1 => others += n,
+                _ => panic!("{target}: {outcomes}"),
+            }
+        }
+        assert!(ok >= 140 && others <= 1, "{target}: {outcomes}");
     }
     let record = json_of(&out, "run.json");
     for c in record["cells"].as_array().unwrap() {

@@ -246,7 +246,12 @@ events:
         assert!(failed <= 4, "{name}: {outcomes:?}");
         let reload = &json(cell.join("impact.json"))[0];
         assert_eq!(reload["what"], "reload", "{name}");
-        assert_eq!(reload["errors"], 0, "{name}: {reload}");
+        // Only the races above, if any (CI saw nginx reset one call written as it closed
+        // the connection at the reload: `reset_after_write`, not safe to send again).
+        assert!(
+            reload["errors"].as_u64().unwrap() <= failed,
+            "{name}: {reload}"
+        );
         let cut = reload["websocket"]["cut"].as_u64().unwrap();
         if name.contains("nginx") {
             assert_eq!(cut, 4, "{name}: every connection said GOAWAY: {reload}");

@@ -13,6 +13,7 @@ mod cluster_traffic;
 mod common;
 mod grpc;
 mod hostile;
+mod http3;
 mod kernel;
 #[cfg(feature = "cluster")]
 mod kubelet;

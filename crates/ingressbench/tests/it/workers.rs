@@ -154,9 +154,11 @@ fn coordinated_omission_is_corrected_across_workers() {
     }
     // A fifth of the requests wait out a stall, a wait uniform over 0-200 ms. The load
     // engine's own test holds this to 5%; here three processes and the backend share two
-    // cores with whatever else runs, and the queue each stall leaves takes that much longer
-    // to drain (p90 came out 109 ms beside the report tests), so 15%: enough to tell a
-    // corrected figure from an uncorrected one (a few ms).
+    // cores with whatever else runs, and the queue each stall leaves takes longer to drain
+    // the busier they are, which only ever adds: p90 came out 109 ms beside the report
+    // tests and 117 ms in a CI run with three workers. So a figure may be 15% under what
+    // the stalls alone give (an uncorrected one is a few ms) and 40% over it (a stall's
+    // wait counted twice would be twice it).
     let expected_ms = |p: f64| 200.0 * (1.0 - (1.0 - p / 100.0) / 0.2);
     for (name, p) in [("p90", 90.0), ("p99", 99.0)] {
         let want = expected_ms(p);
@@ -164,8 +166,9 @@ fn coordinated_omission_is_corrected_across_workers() {
             let got = latency[name].as_f64().unwrap() / 1e3;
             eprintln!("{workers} worker(s): {name} {got:.1} ms, expected {want:.1} ms");
             assert!(
-                (got - want).abs() / want < 0.15,
-                "{workers} worker(s): {name} {got:.1} ms, expected {want:.1} ms"
+                got > want * 0.85 && got < want * 1.4,
+                "{workers} worker(s): {name} {got:.1} ms, expected {want:.1} ms \
+                 (from 15% under to 40% over)"
             );
         }
     }

@@ -16,13 +16,13 @@ use crate::connection::Stream;
 /// A wake-up for the one task that waits on it (a connection's task), without a lock:
 /// everything here runs on one thread.
 #[derive(Default)]
-pub(super) struct Signal {
-    pub(super) generation: Cell<u64>,
-    pub(super) waiter: RefCell<Option<std::task::Waker>>,
+pub(in crate::worker) struct Signal {
+    pub(in crate::worker) generation: Cell<u64>,
+    pub(in crate::worker) waiter: RefCell<Option<std::task::Waker>>,
 }
 
 impl Signal {
-    pub(super) fn notify(&self) {
+    pub(in crate::worker) fn notify(&self) {
         self.generation.set(self.generation.get() + 1);
         let waiter = self.waiter.borrow_mut().take();
         if let Some(waker) = waiter {
@@ -31,12 +31,12 @@ impl Signal {
     }
 
     /// Where it stands now, for [`Signal::since`].
-    pub(super) fn mark(&self) -> u64 {
+    pub(in crate::worker) fn mark(&self) -> u64 {
         self.generation.get()
     }
 
     /// Returns once it has been notified after `mark`.
-    pub(super) async fn since(&self, mark: u64) {
+    pub(in crate::worker) async fn since(&self, mark: u64) {
         std::future::poll_fn(|cx| {
             if self.generation.get() != mark {
                 return Poll::Ready(());
