@@ -25,6 +25,12 @@ pub struct TlsOptions {
     pub insecure: bool,
     /// Server name to send and verify instead of the URL's host.
     pub sni: Option<String>,
+    /// HTTP/3: keep the server's session tickets and open each connection after the
+    /// first as a resumed session whose first requests go as 0-RTT data (`--zero-rtt`,
+    /// what browsers do); the server may take that data or reject it. Off, every
+    /// connection pays a full handshake, as over TCP.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub zero_rtt: bool,
 }
 
 /// A client configuration that offers `protocol` alone by ALPN (`http/1.1`, `h2` or `h3`).
@@ -44,7 +50,8 @@ pub(crate) fn client_config_for(
 }
 
 /// Builds a client configuration (ALPN `http/1.1`). Session resumption is off, so that
-/// every new connection pays a full handshake, as a loop of curl invocations does.
+/// every new connection pays a full handshake, as a loop of curl invocations does (HTTP/3
+/// with `zero_rtt` excepted: `worker::Http3`).
 pub fn client_config(options: &TlsOptions) -> Result<Arc<ClientConfig>, LoadError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = ClientConfig::builder_with_provider(provider.clone())

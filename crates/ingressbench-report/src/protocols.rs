@@ -1,7 +1,8 @@
-//! The HTTP/1.1 against HTTP/2 section: for each target and setting measured over both
-//! (a `load.protocol` matrix axis), what the protocol changed: latency with the
-//! difference's interval, errors, retries, and over HTTP/2 the GOAWAYs received and
-//! what became of the streams they and resets cut.
+//! HTTP/2 and HTTP/3 against HTTP/1.1: for each target and setting measured over HTTP/1.1
+//! and another protocol (a `load.protocol` matrix axis), what the protocol changed:
+//! latency with the difference's interval, errors, retries; over HTTP/2 the GOAWAYs
+//! received and what became of the streams they and resets cut, over HTTP/3 the QUIC
+//! connections that ended and what became of the requests on them.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -11,7 +12,11 @@ use crate::results::{CellResults, RunResults};
 use crate::svg::esc;
 
 const HTTP1: &str = "load.protocol=http1";
-const HTTP2: &str = "load.protocol=http2";
+/// The protocols set beside HTTP/1.1, with their names as a reader knows them.
+const OTHERS: [(&str, &str); 2] = [
+    ("load.protocol=http2", "HTTP/2"),
+    ("load.protocol=http3", "HTTP/3"),
+];
 
 /// The settings without the protocol (`load.rate=500`).
 fn without_protocol(settings: &str) -> String {
@@ -22,22 +27,36 @@ fn without_protocol(settings: &str) -> String {
         .join(" ")
 }
 
-/// Every HTTP/2 condition with the HTTP/1.1 one of the same target and other settings.
-pub(crate) fn pairs(conditions: &[Condition]) -> Vec<(&Condition, &Condition)> {
-    conditions
-        .iter()
-        .filter(|c| c.settings.split(' ').any(|p| p == HTTP2))
-        .filter_map(|h2| {
-            let h1_settings = h2.settings.replace(HTTP2, HTTP1);
-            conditions
-                .iter()
-                .find(|c| c.target == h2.target && c.settings == h1_settings)
-                .map(|h1| (h1, h2))
-        })
-        .collect()
+/// Every HTTP/2 and HTTP/3 condition with the HTTP/1.1 one of the same target and other
+/// settings, and the other protocol's name.
+pub(crate) fn pairs(conditions: &[Condition]) -> Vec<(&Condition, &Condition, &'static str)> {
+    let mut found = Vec::new();
+    for (setting, name) in OTHERS {
+        for other in conditions
+            .iter()
+            .filter(|c| c.settings.split(' ').any(|p| p == setting))
+        {
+            let h1_settings = other.settings.replace(setting, HTTP1);
+            if let Some(h1) =
+                (conditions.iter()).find(|c| c.target == other.target && c.settings == h1_settings)
+            {
+                found.push((h1, other, name));
+            }
+        }
+    }
+    found
 }
 
-/// HTTP/2 stream outcomes summed over a condition's cells, by name.
+/// Whether a failure is one of a stream's or a connection's under HTTP/2 or HTTP/3 (what
+/// a GOAWAY, a reset or a QUIC close made of a request), rather than HTTP/1.1's kinds.
+fn multiplexed_failure(name: &str) -> bool {
+    ["rst_stream:", "goaway_", "h3_reset:", "h3_close:", "quic_"]
+        .iter()
+        .any(|p| name.starts_with(p))
+        || name == "protocol_error"
+}
+
+/// Stream and connection outcomes summed over a condition's cells, by name.
 fn stream_outcomes(run: &RunResults, c: &Condition) -> BTreeMap<String, f64> {
     let mut out = BTreeMap::new();
     for cell in cells(run, c) {
@@ -45,10 +64,7 @@ fn stream_outcomes(run: &RunResults, c: &Condition) -> BTreeMap<String, f64> {
             continue;
         };
         for (name, n) in outcomes {
-            let stream = name.starts_with("rst_stream:")
-                || name.starts_with("goaway_")
-                || name == "protocol_error";
-            if stream {
+            if multiplexed_failure(name) {
                 *out.entry(name.clone()).or_default() += n.as_f64().unwrap_or(0.0);
             }
         }
@@ -67,16 +83,22 @@ fn total(run: &RunResults, c: &Condition, path: &[&str]) -> f64 {
         .fold(0.0, |a, b| a + b)
 }
 
-/// GOAWAYs that came within an event's window, summed over the first cell's events.
-fn goaways_at_events(run: &RunResults, c: &Condition) -> f64 {
+/// GOAWAYs (HTTP/2) or QUIC connections ended (HTTP/3) within an event's window, summed
+/// over the first cell's events.
+fn ends_at_events(run: &RunResults, c: &Condition) -> f64 {
     cells(run, c).first().map_or(0.0, |cell| {
         (cell.impact.iter())
-            .filter_map(|e| Some(e.goaways.as_ref()?.goaways as f64))
+            .map(|e| {
+                let goaways = e.goaways.as_ref().map_or(0, |g| g.goaways);
+                let quic = e.quic.as_ref().map_or(0, |q| q.ended.values().sum());
+                (goaways + quic) as f64
+            })
             .sum()
     })
 }
 
-/// The section, or `None` when no target ran over both protocols at the same settings.
+/// The section, or `None` when no target ran over HTTP/1.1 and another protocol at the
+/// same settings.
 pub(crate) fn section(
     run: &RunResults,
     conditions: &[Condition],
@@ -91,21 +113,27 @@ pub(crate) fn section(
         analysis::metric_index("errors").unwrap_or(5),
     );
     let mut t = String::from(
-        "<table><tr><th class=\"l\">target</th><th class=\"l\">settings</th><th>p99 HTTP/1.1 (ms)</th><th>p99 HTTP/2 (ms)</th><th>HTTP/2 vs HTTP/1.1</th><th>errors HTTP/1.1 / HTTP/2</th><th>retried HTTP/1.1 / HTTP/2</th><th>GOAWAYs (at events)</th><th>most streams on one connection</th><th class=\"l\">HTTP/2 stream outcomes</th></tr>",
+        "<table><tr><th class=\"l\">target</th><th class=\"l\">settings</th><th class=\"l\">protocol</th><th>p99 HTTP/1.1 (ms)</th><th>p99 (ms)</th><th>vs HTTP/1.1</th><th>errors HTTP/1.1 / it</th><th>retried HTTP/1.1 / it</th><th>GOAWAYs or QUIC ends (at events)</th><th>most streams on one connection</th><th class=\"l\">stream and connection outcomes</th></tr>",
     );
-    for (h1, h2) in &pairs {
-        let diff = analysis::compare_pair(h1, h2, noise_floor);
+    for (h1, other, protocol) in &pairs {
+        let diff = analysis::compare_pair(h1, other, noise_floor);
         let p99_diff = diff
             .iter()
             .find(|d| d.metric == "p99")
             .map_or("-".to_owned(), |d| {
                 format!("{}: {}", d.verdict.words(), analysis::percent(&d.relative))
             });
-        let streams = cells(run, h2)
-            .iter()
-            .filter_map(|cell| cell.number(&["connection_events", "max_streams_in_flight"]))
-            .fold(0.0, f64::max);
-        let outcomes = stream_outcomes(run, h2);
+        // Counted by the HTTP/2 connections' own watch; HTTP/3's has none.
+        let streams = match *protocol {
+            "HTTP/2" => format!(
+                "{:.0}",
+                (cells(run, other).iter())
+                    .filter_map(|cell| cell.number(&["connection_events", "max_streams_in_flight"]))
+                    .fold(0.0, f64::max)
+            ),
+            _ => "-".to_owned(),
+        };
+        let outcomes = stream_outcomes(run, other);
         let outcomes = if outcomes.is_empty() {
             "none".to_owned()
         } else {
@@ -115,27 +143,37 @@ pub(crate) fn section(
                 .collect::<Vec<_>>()
                 .join(", ")
         };
+        let ends = total(run, other, &["connection_events", "goaways_received"])
+            + total(run, other, &["connection_events", "quic_ended"]);
         let _ = write!(
             t,
-            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0} / {:.0}</td><td>{:.0} / {:.0}</td><td>{:.0} ({:.0})</td><td>{:.0}</td><td class=\"l\">{}</td></tr>",
-            esc(&h2.target),
-            esc(&without_protocol(&h2.settings)),
+            "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{protocol}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.0} / {:.0}</td><td>{:.0} / {:.0}</td><td>{:.0} ({:.0})</td><td>{}</td><td class=\"l\">{}</td></tr>",
+            esc(&other.target),
+            esc(&without_protocol(&other.settings)),
             esc(&analysis::with_interval(&h1.metrics[p99], "ms")),
-            esc(&analysis::with_interval(&h2.metrics[p99], "ms")),
+            esc(&analysis::with_interval(&other.metrics[p99], "ms")),
             esc(&p99_diff),
             h1.metrics[errors].value,
-            h2.metrics[errors].value,
+            other.metrics[errors].value,
             total(run, h1, &["retries", "retried"]),
-            total(run, h2, &["retries", "retried"]),
-            total(run, h2, &["connection_events", "goaways_received"]),
-            goaways_at_events(run, h2),
+            total(run, other, &["retries", "retried"]),
+            ends,
+            ends_at_events(run, other),
             streams,
             esc(&outcomes),
         );
     }
     t.push_str("</table>");
+    let over_h3 = pairs.iter().any(|(_, _, p)| *p == "HTTP/3");
+    let (title, quic) = match over_h3 {
+        true => (
+            "HTTP/1.1, HTTP/2 and HTTP/3",
+            " Over HTTP/3 the connection is QUIC's, on UDP: a proxy's restart leaves its connections with no refusal or reset to end them (the client's idle timeout does, `quic_idle_timeout`), or closes them with a QUIC or HTTP/3 code (`quic_close:&lt;code&gt;`, `h3_close:&lt;code&gt;`); a request the server did not process (`h3_reset:request_rejected`, a rejected 0-RTT) is sent again. QUIC ends counts the connections that ended other than by the client's own close.",
+        ),
+        false => ("HTTP/1.1 and HTTP/2", ""),
+    };
     Some(format!(
-        "<section><h2>HTTP/1.1 and HTTP/2</h2><p class=\"note\">Each target at the same settings over both protocols (all repeats). Over HTTP/2 one connection carries many requests at once, and a reload or a drain ends it with GOAWAY instead of a close: streams above the GOAWAY's last-stream-id were never processed and are sent again (retried; `goaway_unprocessed` under --retry-policy none), streams the proxy took and then lost are `goaway_processed_lost`, streams it reset are `rst_stream:&lt;code&gt;`. GOAWAYs (at events) counts those that arrived within an event's window in the first repeat. Errors over HTTP/1.1 include the closes a reused connection raced; retried counts what the client sent again.</p>{t}</section>"
+        "<section><h2>{title}</h2><p class=\"note\">Each target at the same settings over HTTP/1.1 and another protocol (all repeats). Over HTTP/2 one connection carries many requests at once, and a reload or a drain ends it with GOAWAY instead of a close: streams above the GOAWAY's last-stream-id were never processed and are sent again (retried; `goaway_unprocessed` under --retry-policy none), streams the proxy took and then lost are `goaway_processed_lost`, streams it reset are `rst_stream:&lt;code&gt;`.{quic} GOAWAYs or QUIC ends (at events) counts those that came within an event's window in the first repeat. Errors over HTTP/1.1 include the closes a reused connection raced; retried counts what the client sent again.</p>{t}</section>"
     ))
 }
 
@@ -163,17 +201,44 @@ mod tests {
     }
 
     #[test]
-    fn each_http2_condition_meets_its_http1_twin() {
+    fn each_http2_and_http3_condition_meets_its_http1_twin() {
         let conditions = [
             condition("nginx", "load.rate=100 load.protocol=http1"),
             condition("nginx", "load.rate=100 load.protocol=http2"),
             condition("nginx", "load.rate=500 load.protocol=http2"),
             condition("envoy", "load.rate=100 load.protocol=http1"),
+            condition("envoy", "load.rate=100 load.protocol=http3"),
+            condition("caddy", "load.rate=100 load.protocol=http3"),
         ];
         let found = pairs(&conditions);
-        assert_eq!(found.len(), 1);
+        let named: Vec<_> = (found.iter())
+            .map(|(h1, other, p)| (h1.target.as_str(), other.settings.as_str(), *p))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("nginx", "load.rate=100 load.protocol=http2", "HTTP/2"),
+                ("envoy", "load.rate=100 load.protocol=http3", "HTTP/3"),
+            ]
+        );
         assert_eq!(found[0].0.settings, "load.rate=100 load.protocol=http1");
-        assert_eq!(found[0].1.settings, "load.rate=100 load.protocol=http2");
-        assert_eq!(without_protocol(&found[0].1.settings), "load.rate=100");
+        assert_eq!(without_protocol(&found[1].1.settings), "load.rate=100");
+    }
+
+    #[test]
+    fn quic_and_http3_failures_are_the_streams_and_connections_ones() {
+        for name in [
+            "quic_idle_timeout",
+            "h3_close:no_error",
+            "h3_reset:request_rejected",
+            "quic_0rtt_rejected",
+            "rst_stream:cancel",
+            "goaway_processed_lost",
+        ] {
+            assert!(multiplexed_failure(name), "{name}");
+        }
+        for name in ["reset_after_write", "eof", "read_timeout", "502"] {
+            assert!(!multiplexed_failure(name), "{name}");
+        }
     }
 }

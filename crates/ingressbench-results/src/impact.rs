@@ -181,6 +181,14 @@ pub struct QuicConnections {
     pub first_end_after_s: Option<f64>,
     /// The handshakes' longest, in milliseconds.
     pub max_handshake_ms: Option<f64>,
+    /// Of the openings, those that sent their first requests as 0-RTT data on a resumed
+    /// session (`--zero-rtt`) and the server took (the way back without a round trip).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub zero_rtt_accepted: u64,
+    /// Those whose 0-RTT data the server rejected (it no longer held the session, as a
+    /// restarted process does not): their requests went again.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub zero_rtt_rejected: u64,
     /// Whether the client kept every opening and end up to the window's end (it keeps
     /// 20,000 a run; past that, these figures are a part).
     pub complete: bool,
@@ -282,4 +290,8 @@ pub struct EndpointsUp {
     pub fewest: Option<u64>,
     /// At its end.
     pub after: Option<u64>,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }

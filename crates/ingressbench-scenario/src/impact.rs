@@ -194,6 +194,11 @@ pub fn quic_within(
             figures.opened += 1;
             let ms = e.handshake_us as f64 / 1e3;
             figures.max_handshake_ms = Some(figures.max_handshake_ms.map_or(ms, |m| m.max(ms)));
+            match e.zero_rtt {
+                Some(true) => figures.zero_rtt_accepted += 1,
+                Some(false) => figures.zero_rtt_rejected += 1,
+                None => {}
+            }
         } else {
             *figures.ended.entry(e.what.clone()).or_default() += 1;
             figures.first_end_after_s.get_or_insert(at(e) - t_s);
@@ -685,6 +690,7 @@ mod tests {
             connection: 1,
             what: what.into(),
             handshake_us,
+            zero_rtt: None,
         };
         // Measurement starts 2 s after the load: an end at 12.5 s of load is 10.5 s in.
         let events = [
@@ -693,12 +699,16 @@ mod tests {
             e(12.6, "quic_idle_timeout", 0),
             e(12.7, "quic_idle_timeout", 0),
             e(13.0, "opened", 2_500),
-            e(13.1, "opened", 1_200),
+            ingressbench_stats::QuicEvent {
+                zero_rtt: Some(false),
+                ..e(13.1, "opened", 1_200)
+            },
             e(30.0, "quic_idle_timeout", 0),
         ];
         let f = quic_within(&events, (3, 4), 2.0, 10.0, 20.0).unwrap();
         assert_eq!(f.opened, 2);
         assert_eq!(f.max_handshake_ms, Some(2.5));
+        assert_eq!((f.zero_rtt_accepted, f.zero_rtt_rejected), (0, 1));
         assert_eq!(f.ended["quic_idle_timeout"], 2);
         assert_eq!(f.ended["quic_close:internal_error"], 1);
         assert!((f.first_end_after_s.unwrap() - 0.5).abs() < 1e-6);

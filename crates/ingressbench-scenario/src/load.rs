@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ingressbench_load::{
     parse_duration, parse_header, Mode, Plan, RequestSpec, Resolve, RetryPolicy, Shape,
-    Target as Url, Warmup,
+    Target as Url, TlsOptions, Warmup,
 };
 
 use crate::model::{LoadModeFile, Timing};
@@ -75,7 +75,10 @@ pub(crate) fn load_plan(
     let host_header = entry.host_header.then_some(host);
     let mut plan = plan_for(cell, &entry.url, host_header, factor)?;
     if let Some((options, at)) = &entry.tls {
-        plan.tls = options.clone();
+        plan.tls = TlsOptions {
+            zero_rtt: cell.scenario.load.zero_rtt,
+            ..options.clone()
+        };
         if let Some(at) = at {
             plan.resolve = vec![Resolve::parse(&format!("{host}:{}:{}", at.port(), at.ip()))
                 .map_err(|e| e.to_string())?];

@@ -560,6 +560,11 @@ pub struct LoadFile {
     /// HTTP/2: the most streams in flight on one connection (default: the server's
     /// limit, at most 100).
     pub streams: Option<u32>,
+    /// HTTP/3: resume sessions and send each later connection's first requests as
+    /// 0-RTT data (`load --zero-rtt`); TCP's connections always pay a full handshake, so
+    /// a matrix's http1 and http2 cells run as without it.
+    #[serde(default)]
+    pub zero_rtt: bool,
     /// Request path (default `/`).
     #[serde(default = "root")]
     pub path: String,

@@ -96,6 +96,11 @@ pub struct QuicEvent {
     /// An opening's handshake, in microseconds.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub handshake_us: u64,
+    /// An opening that sent its first requests as 0-RTT data on a resumed session
+    /// (`--zero-rtt`): whether the server took that data; absent when it was a full
+    /// handshake (no 0-RTT tried: not asked, or no ticket from the server yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zero_rtt: Option<bool>,
 }
 
 fn is_zero(v: &u64) -> bool {

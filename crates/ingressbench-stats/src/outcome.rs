@@ -77,6 +77,10 @@ pub enum Outcome {
     /// QUIC: the server speaks none of the client's QUIC versions (version negotiation,
     /// RFC 9000 §6).
     QuicVersionMismatch,
+    /// QUIC: the request went out as 0-RTT data on a resumed connection and the server
+    /// rejected that data (RFC 9001 §4.6.2: it no longer holds the session, as after a
+    /// restart): never processed, so it goes again on a new connection.
+    QuicZeroRttRejected,
 }
 
 /// gRPC's status codes by number (the `grpc-status` trailer), as outcomes name them.
@@ -171,11 +175,11 @@ const QUIC_CODES: [&str; 19] = [
 const H3_FIRST: u64 = 0x100;
 
 /// Every failure kind, in the order used for counting and printing.
-pub const FAILURE_KINDS: [Outcome; 90] = failure_kinds();
+pub const FAILURE_KINDS: [Outcome; 91] = failure_kinds();
 
 /// [`FAILURE_KINDS`]: the failures without a code, each coded family in its codes' order.
-const fn failure_kinds() -> [Outcome; 90] {
-    let mut kinds = [Outcome::Refused; 90];
+const fn failure_kinds() -> [Outcome; 91] {
+    let mut kinds = [Outcome::Refused; 91];
     let plain = [
         Outcome::Refused,
         Outcome::ConnectTimeout,
@@ -199,6 +203,7 @@ const fn failure_kinds() -> [Outcome; 90] {
         Outcome::QuicIdleTimeout,
         Outcome::QuicStatelessReset,
         Outcome::QuicVersionMismatch,
+        Outcome::QuicZeroRttRejected,
     ];
     let mut at = 0;
     let mut i = 0;
@@ -346,10 +351,13 @@ impl Outcome {
 
     /// Whether the server said it did not process the request, so that it may go again
     /// whatever its method: HTTP/2's GOAWAY above it or REFUSED_STREAM, HTTP/3's
-    /// GOAWAY or `H3_REQUEST_REJECTED` (RFC 9113 §8.7, RFC 9114 §4.1.1).
+    /// GOAWAY or `H3_REQUEST_REJECTED`, QUIC's rejected 0-RTT (RFC 9113 §8.7, RFC 9114
+    /// §4.1.1, RFC 9001 §4.6.2).
     pub fn unprocessed(self) -> bool {
-        matches!(self, Outcome::GoawayUnprocessed)
-            || self == Outcome::rst_stream(7)
+        matches!(
+            self,
+            Outcome::GoawayUnprocessed | Outcome::QuicZeroRttRejected
+        ) || self == Outcome::rst_stream(7)
             || self == Outcome::h3_reset(0x10b)
     }
 
@@ -381,6 +389,7 @@ impl Outcome {
             Outcome::QuicIdleTimeout => "quic_idle_timeout",
             Outcome::QuicStatelessReset => "quic_stateless_reset",
             Outcome::QuicVersionMismatch => "quic_version_mismatch",
+            Outcome::QuicZeroRttRejected => "quic_0rtt_rejected",
         }
     }
 

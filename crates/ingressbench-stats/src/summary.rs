@@ -463,11 +463,16 @@ impl Summary {
             ));
         }
         if self.retries.retried > 0 {
-            let why = if self.protocol == "http2" {
-                "the server did not process them (a GOAWAY below their stream, or \
-                 REFUSED_STREAM) or closed a used connection before answering"
-            } else {
-                "the server closed a reused connection as they were sent"
+            let why = match self.protocol.as_str() {
+                "http2" => {
+                    "the server did not process them (a GOAWAY below their stream, or \
+                     REFUSED_STREAM) or closed a used connection before answering"
+                }
+                "http3" => {
+                    "the server did not process them (a GOAWAY before their stream, \
+                     H3_REQUEST_REJECTED, or their 0-RTT data rejected)"
+                }
+                _ => "the server closed a reused connection as they were sent",
             };
             warnings.push(format!(
                 "{} requests were retried after {why} ({}); without retries they would have \

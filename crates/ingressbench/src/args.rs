@@ -612,6 +612,12 @@ pub(crate) struct LoadArgs {
     #[arg(long)]
     pub(crate) http3: bool,
 
+    /// HTTP/3: keep the server's session tickets and open each later connection as a
+    /// resumed session that sends its first requests as 0-RTT data, as browsers do; the
+    /// server may take or reject that data (`quic_0rtt_rejected`, sent again)
+    #[arg(long, requires = "http3")]
+    pub(crate) zero_rtt: bool,
+
     /// With --http2 or --http3: the most streams in flight on one connection (default:
     /// what the server allows, at most 100).
     #[arg(long, value_name = "N")]

@@ -203,6 +203,7 @@ fn plan_from(args: &LoadArgs) -> Result<Plan> {
         insecure: args.insecure,
         sni: args.sni.clone(),
         cacert_pem: None,
+        zero_rtt: args.zero_rtt,
     };
     plan.resolve = args
         .resolve

@@ -78,7 +78,10 @@ fn endpoint(
     let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
     let mut server = tls.server_config()?;
     server.alpn_protocols = vec![b"h3".to_vec()];
-    server.max_early_data_size = 0;
+    // A resumed client's 0-RTT requests are taken (quinn asks for all or nothing), as
+    // Caddy's are; sessions live in rustls's in-memory cache, so a restarted backend
+    // rejects the tickets of the process before it.
+    server.max_early_data_size = u32::MAX;
     let crypto = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(server))
         .map_err(|e| invalid(format!("QUIC needs TLS 1.3: {e}")))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));

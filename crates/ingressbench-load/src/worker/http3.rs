@@ -43,11 +43,28 @@ pub(crate) struct Http3 {
     server_name: String,
     /// Asks for the connections to move to a new local port.
     migrate: crate::Migrate,
+    /// With `--zero-rtt`: the server's session tickets, which resumed connections take
+    /// (each one once, the newest first) to send their first requests as 0-RTT data.
+    tickets: Option<Arc<rustls::client::ClientSessionMemoryCache>>,
+    /// The name the tickets are kept under.
+    tls_name: rustls::pki_types::ServerName<'static>,
 }
 
 impl Http3 {
     pub(crate) fn new(plan: &Plan) -> Result<Self, LoadError> {
-        let tls = crate::tls::client_config_for(&plan.tls, Protocol::Http3)?;
+        let mut tls = crate::tls::client_config_for(&plan.tls, Protocol::Http3)?;
+        // The name is one TLS can send (quinn takes it as text): said up front, as over TCP.
+        let tls_name = crate::tls::server_name(&plan.tls, &plan.target.host)?;
+        let tickets = plan.tls.zero_rtt.then(|| {
+            // rustls's in-memory store (256 servers, 8 tickets each), shared by the
+            // worker's connections, and early data when a ticket allows it.
+            let store = Arc::new(rustls::client::ClientSessionMemoryCache::new(256));
+            let mut config = (*tls).clone();
+            config.resumption = rustls::client::Resumption::store(store.clone());
+            config.enable_early_data = true;
+            tls = Arc::new(config);
+            store
+        });
         let crypto =
             quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| LoadError::Tls {
                 path: None,
@@ -63,13 +80,13 @@ impl Http3 {
         transport.max_idle_timeout(idle.try_into().ok());
         transport.keep_alive_interval(Some(idle / 3));
         client.transport_config(Arc::new(transport));
-        // The name is one TLS can send (quinn takes it as text): said up front, as over TCP.
-        crate::tls::server_name(&plan.tls, &plan.target.host)?;
         Ok(Self {
             request: Http2::new(plan)?,
             client,
             server_name: plan.tls.sni.clone().unwrap_or(plan.target.host.clone()),
             migrate: plan.migrate.clone(),
+            tickets,
+            tls_name,
         })
     }
 }
@@ -90,6 +107,35 @@ pub(super) struct Conn {
     changed: Rc<Signal>,
     /// The handshake's phases, for the first stream to go out on it.
     opened: Cell<Option<Phases>>,
+    /// What became of its 0-RTT data, if it sent any.
+    early: tokio::sync::watch::Receiver<Early>,
+}
+
+/// A connection's 0-RTT: whether it sent its first requests before the handshake
+/// completed (a resumed session, `--zero-rtt`) and what the server made of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Early {
+    /// A full handshake: nothing was sent before it completed.
+    NotTried,
+    /// Sent, the handshake not yet complete.
+    Pending,
+    /// The server took the 0-RTT data.
+    Taken,
+    /// The server rejected it (it no longer held the session): every stream opened so
+    /// far failed unprocessed, and the connection is closed.
+    Rejected,
+    /// The handshake never completed: its requests failed as a handshake does.
+    Failed(Outcome),
+}
+
+impl Conn {
+    /// What became of its 0-RTT data, once the handshake has said (at once when none was
+    /// sent).
+    async fn early_settled(&self) -> Early {
+        let mut early = self.early.clone();
+        let settled = early.wait_for(|e| *e != Early::Pending).await;
+        settled.map_or(Early::NotTried, |e| *e)
+    }
 }
 
 impl Multiplexed for Conn {
@@ -180,11 +226,50 @@ impl Worker {
                     format!("QUIC to {addr} ({from}): {e}"),
                 )
             })?;
-        let quic = connecting
-            .await
-            .map_err(|e| self.handshake_failure(&e, addr, from))?;
+        // With a ticket from an earlier connection, the requests go before the handshake
+        // completes (0-RTT), and the handshake's end says whether the server took them.
+        let early = match http3.tickets {
+            Some(_) => connecting.into_0rtt(),
+            None => Err(connecting),
+        };
+        let (quic, accepted) = match early {
+            Ok((quic, accepted)) => (quic, Some(accepted)),
+            Err(connecting) => {
+                let quic = connecting
+                    .await
+                    .map_err(|e| self.handshake_failure(&e, addr, from))?;
+                (quic, None)
+            }
+        };
         phases.connect_ns = nanos(started.elapsed());
-        self.record_quic(id, "opened".to_owned(), phases.connect_ns / 1_000);
+        let (settle, early) = tokio::sync::watch::channel(Early::NotTried);
+        match accepted {
+            None => self.record_quic(id, "opened".to_owned(), phases.connect_ns / 1_000, None),
+            Some(accepted) => {
+                settle.send_replace(Early::Pending);
+                let (worker, quic) = (self.clone(), quic.clone());
+                tokio::task::spawn_local(async move {
+                    let taken = accepted.await;
+                    let handshake_us = nanos(started.elapsed()) / 1_000;
+                    let early = match quic.close_reason() {
+                        Some(reason) => {
+                            Early::Failed(worker.handshake_failure(&reason, addr, from))
+                        }
+                        None => {
+                            worker.record_quic(id, "opened".to_owned(), handshake_us, Some(taken));
+                            if taken {
+                                Early::Taken
+                            } else {
+                                quic.close(H3_NO_ERROR.into(), b"0-RTT rejected");
+                                worker.forget_tickets();
+                                Early::Rejected
+                            }
+                        }
+                    };
+                    settle.send_replace(early);
+                });
+            }
+        }
         // No GREASE frame after a request's HEADERS (h3 sends one by default, and each
         // clone of `SendRequest` again): with one, the HEADERS frame is not the last
         // before the stream's FIN, so Envoy starts the request upstream not knowing its
@@ -204,16 +289,18 @@ impl Worker {
         let ended = Rc::new(Cell::new(false));
         let changed = Rc::new(Signal::default());
         let (driver_ended, driver_changed) = (ended.clone(), changed.clone());
-        let (worker, watched) = (self.clone(), quic.clone());
+        let (worker, watched, watched_early) = (self.clone(), quic.clone(), early.clone());
         tokio::task::spawn_local(async move {
             let _ = driver.wait_idle().await;
             driver_ended.set(true);
             driver_changed.notify();
             // What ended it, unless the client did (its last request sent, or the run's
-            // end): a server's close, a reset, a silence.
+            // end, or its 0-RTT rejected): a server's close, a reset, a silence; and
+            // unless it never opened (a 0-RTT connection whose handshake failed).
             let reason = watched.closed().await;
-            if reason != quinn::ConnectionError::LocallyClosed {
-                worker.record_quic(id, closed_by(&reason).name().into_owned(), 0);
+            let opened = !matches!(*watched_early.borrow(), Early::Failed(_));
+            if reason != quinn::ConnectionError::LocallyClosed && opened {
+                worker.record_quic(id, closed_by(&reason).name().into_owned(), 0, None);
             }
         });
         Ok(Rc::new(Conn {
@@ -225,6 +312,7 @@ impl Worker {
             sent: Cell::new(0),
             changed,
             opened: Cell::new(None),
+            early,
         }))
     }
 
@@ -279,13 +367,27 @@ impl Worker {
         self.connector.fail(outcome, why)
     }
 
-    /// Records connection `id`'s opening or end (`what`) as of now.
-    fn record_quic(&self, id: u64, what: String, handshake_us: u64) {
+    /// After a rejected 0-RTT: the server no longer holds the sessions of its tickets (a
+    /// restarted process), so the others kept from it go too, rather than each costing a
+    /// request another rejection; the next connection makes a full handshake and brings
+    /// new ones.
+    fn forget_tickets(&self) {
+        use rustls::client::ClientSessionStore;
+        let http3 = self.http3();
+        if let Some(store) = &http3.tickets {
+            while store.take_tls13_ticket(&http3.tls_name).is_some() {}
+        }
+    }
+
+    /// Records connection `id`'s opening or end (`what`) as of now; an opening that sent
+    /// 0-RTT data says whether the server took it.
+    fn record_quic(&self, id: u64, what: String, handshake_us: u64, zero_rtt: Option<bool>) {
         (self.recorder.borrow_mut()).record_quic(ingressbench_stats::QuicEvent {
             at_ns: self.now_ns(),
             connection: id,
             what,
             handshake_us,
+            zero_rtt,
         });
     }
 
@@ -382,6 +484,15 @@ async fn exchange(worker: &Worker, conn: &Conn, pending: Pending) -> Exchanged {
         }
         Ok::<u16, Failed>(answer.status().as_u16())
     };
+    // A stream that failed on a connection whose handshake is still under way: what the
+    // server made of its 0-RTT data says why (a rejection fails every such stream).
+    let attempt = async {
+        let result = attempt.await;
+        if result.is_err() {
+            conn.early_settled().await;
+        }
+        result
+    };
     let deadline = worker.deadline(sample.sent_at_ns);
     let result = tokio::time::timeout_at(deadline.into(), attempt).await;
     let done = Instant::now();
@@ -426,6 +537,11 @@ async fn exchange(worker: &Worker, conn: &Conn, pending: Pending) -> Exchanged {
 /// ended its connection (read from QUIC's own record of why it closed).
 fn classify(e: &h3::error::StreamError, conn: &Conn, worker: &Worker) -> Outcome {
     use h3::error::StreamError;
+    match *conn.early.borrow() {
+        Early::Rejected => return Outcome::QuicZeroRttRejected,
+        Early::Failed(outcome) => return outcome,
+        _ => {}
+    }
     let outcome = match e {
         StreamError::RemoteTerminate { code, .. } => Outcome::h3_reset(code.value()),
         // After a GOAWAY the h3 crate does not say whether the stream was above its id:

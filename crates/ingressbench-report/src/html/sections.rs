@@ -196,8 +196,8 @@ pub(super) fn events_section(run: &RunResults, conditions: &[Condition]) -> Stri
 }
 
 /// An event's QUIC connections in words: how many ended and by what, how many were
-/// opened anew, and whether the client kept them all (`3 ended (quic_idle_timeout 3); 3
-/// new`).
+/// opened anew (and whether their 0-RTT data was taken), and whether the client kept them
+/// all (`3 ended (quic_idle_timeout 3); 3 new (0-RTT rejected 3)`).
 fn quic_connections(q: &ingressbench_results::impact::QuicConnections) -> String {
     let ended: u64 = q.ended.values().sum();
     let by: Vec<String> = q
@@ -211,7 +211,13 @@ fn quic_connections(q: &ingressbench_results::impact::QuicConnections) -> String
         format!(" ({})", by.join(", "))
     };
     let part = if q.complete { "" } else { ", a part" };
-    format!("{ended} ended{by}; {} new{part}", q.opened)
+    let early = match (q.zero_rtt_accepted, q.zero_rtt_rejected) {
+        (0, 0) => String::new(),
+        (taken, 0) => format!(" (0-RTT taken {taken})"),
+        (0, rejected) => format!(" (0-RTT rejected {rejected})"),
+        (taken, rejected) => format!(" (0-RTT taken {taken}, rejected {rejected})"),
+    };
+    format!("{ended} ended{by}; {} new{early}{part}", q.opened)
 }
 
 pub(super) fn measured_section(run: &RunResults) -> String {

@@ -295,6 +295,39 @@ fn load_http3_from_the_command_line_writes_a_summary_the_schema_accepts() {
         "one handshake per connection: {connect}"
     );
     assert!(connect["p50"].as_u64() > Some(0), "{connect}");
+    // --zero-rtt with a connection per 10 requests: the nine after the first resume and
+    // send their first requests as 0-RTT data, which the backend takes.
+    let out = std::process::Command::new(crate::common::BIN)
+        .args(["load", "--http3", "--zero-rtt", "--cacert"])
+        .arg(&certs.ca)
+        .args(["-R", "100", "-c", "1", "-d", "1s"])
+        .args(["--max-requests-per-connection", "10", "--json"])
+        .arg(&json)
+        .arg(format!("https://{}/", b.addr))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", crate::common::text(&out));
+    let summary: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&summary)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "schema errors: {errors:?}");
+    let events = summary["quic_events"].as_array().unwrap();
+    let taken = (events.iter()).filter(|e| e["zero_rtt"] == true).count();
+    assert_eq!((taken, events.len()), (9, 10), "{events:?}");
+    // Not without HTTP/3: TCP's connections always pay a full handshake.
+    let out = std::process::Command::new(crate::common::BIN)
+        .args(["load", "--zero-rtt", "-n", "1", "https://127.0.0.1:9/"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        crate::common::text(&out).contains("--http3"),
+        "{}",
+        crate::common::text(&out)
+    );
 }
 
 /// HTTP/3 through the lab's Caddy (which serves it on its HTTPS port's UDP twin), with a
@@ -487,7 +520,8 @@ events:
 /// A restart's QUIC connections, as the client saw them end and come back: Envoy closes
 /// each with a transport INTERNAL_ERROR as it stops; Caddy 2.6.2 says nothing, and each
 /// ends when the client's idle timeout runs out. Either way the client opens its four
-/// anew within the event's window, and `summary.json` counts what `quic_events` lists.
+/// anew within the event's window, trying 0-RTT with the old process's tickets (which
+/// the new one rejects), and `summary.json` counts what `quic_events` lists.
 #[test]
 fn a_restart_ends_each_quic_connection_as_the_proxy_closes_it_and_the_client_opens_them_again() {
     let (_dir, out) = crate::run::run_ok(
@@ -497,7 +531,7 @@ name: h3-restart
 targets: [envoy, caddy]
 backends: [{ name: echo, replicas: 2 }]
 tls: true
-load: { mode: open, rate: 200, connections: 4, duration: 6s, protocol: http3, sample_rate: 1, timeout: 1s }
+load: { mode: open, rate: 200, connections: 4, duration: 6s, protocol: http3, zero_rtt: true, sample_rate: 1, timeout: 1s }
 events:
   - { at: 2s, restart: true, grace: 1s }
 ",
@@ -519,6 +553,18 @@ events:
         );
         assert!(quic["opened"].as_u64().unwrap() >= 4, "{proxy}: {quic}");
         assert_eq!(quic["complete"], true, "{proxy}: {quic}");
+        // The way back tried 0-RTT with the old process's tickets, which the new one
+        // does not hold: rejected, and the requests sent in it went again (those whose
+        // second of time had not run out waiting for the new process).
+        assert!(
+            quic["zero_rtt_rejected"].as_u64() >= Some(1),
+            "{proxy}: {quic}"
+        );
+        let retries = &summary["retries"];
+        assert!(
+            retries["after"]["quic_0rtt_rejected"].as_u64() >= Some(1),
+            "{proxy}: {retries}"
+        );
         let events = summary["quic_events"].as_array().unwrap();
         let listed = |opened: bool| {
             events
@@ -533,6 +579,86 @@ events:
         // on one of the new ones, had any been).
         assert!(listed(true) >= 8, "{proxy}: {counts}");
     }
+}
+
+/// `--zero-rtt`: each connection after the first resumes its session and sends its request
+/// as 0-RTT data, which the backend that issued the ticket takes; a restarted backend (a
+/// new process, its session cache empty) rejects it, and the request goes again and is
+/// answered. The summary's openings say which were which; without the option none tries.
+#[test]
+fn zero_rtt_is_taken_by_the_server_that_issued_the_ticket_and_a_rejected_request_goes_again() {
+    let (_dir, certs) = certs("http3-0rtt");
+    let mut first = backend(&certs, &["--name", "first"]);
+    let addr = first.addr;
+    let mut plan = plan(&format!("https://{addr}/"), &certs);
+    plan.tls.zero_rtt = true;
+    // A connection per request: each one after the first a resumption.
+    plan.keepalive = false;
+    plan.mode = Mode::Open { rate_per_s: 20.0 };
+    plan.connections = 1;
+    plan.length = Length::Duration(Duration::from_secs(3));
+    plan.timeout = Duration::from_secs(3);
+    let without = Plan {
+        tls: TlsOptions {
+            zero_rtt: false,
+            ..plan.tls.clone()
+        },
+        length: Length::Requests(5),
+        ..plan.clone()
+    };
+    let running = std::thread::spawn(move || summary(&plan));
+    std::thread::sleep(Duration::from_millis(1500));
+    // Killed, not drained: a draining server refuses new connections, which is not what
+    // this is about. A request in flight at the kill (one in 50 ms lasts well under one)
+    // could time out.
+    first.child.kill().unwrap();
+    first.child.wait().unwrap();
+    let listen = addr.to_string();
+    let second = backend(&certs, &["--name", "second", "--listen", &listen]);
+    let s = running.join().unwrap();
+    let ok = s.outcomes.get("200").copied().unwrap_or(0);
+    assert!(ok + 1 >= 60, "{:?} {:?}", s.outcomes, s.retries);
+    let early = |taken| {
+        (s.quic_events.iter())
+            .filter(|e| e.what == "opened" && e.zero_rtt == Some(taken))
+            .count()
+    };
+    let full = (s.quic_events.iter())
+        .filter(|e| e.what == "opened" && e.zero_rtt.is_none())
+        .count();
+    let counts = (early(true), early(false), full);
+    eprintln!(
+        "0-RTT taken, rejected, full handshakes: {counts:?}; {:?}",
+        s.retries
+    );
+    // The first connection has no ticket; the others resume, on the first backend and on
+    // the second once it gave a ticket of its own.
+    // One rejection (two if a second request went out before the first heard it): the
+    // other tickets of the old process are forgotten with it, not tried in turn.
+    assert!(
+        counts.0 >= 50 && (1..=2).contains(&counts.1) && counts.2 >= 1,
+        "{counts:?}"
+    );
+    assert!(
+        s.retries.after.contains_key("quic_0rtt_rejected"),
+        "{:?}",
+        s.retries
+    );
+    assert!(
+        s.backends.get("second").copied().unwrap_or(0) >= 20,
+        "{:?}",
+        s.backends
+    );
+    // Not asked, no connection tries it.
+    let mut without = without;
+    without.target = Target::parse(&format!("https://{}/", second.addr)).unwrap();
+    let s = summary(&without);
+    assert_eq!(s.outcomes.get("200"), Some(&5), "{:?}", s.failure_details);
+    assert!(
+        s.quic_events.iter().all(|e| e.zero_rtt.is_none()),
+        "{:?}",
+        s.quic_events
+    );
 }
 
 /// Without keep-alive every request has a connection of its own, over HTTP/2 and HTTP/3
