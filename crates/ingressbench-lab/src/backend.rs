@@ -32,7 +32,7 @@ mod sse;
 mod websocket;
 
 pub use control::{serve_control, CONTROL_TOKEN_ENV, CONTROL_TOKEN_HEADER};
-pub use http3::serve_http3;
+pub use http3::{serve_http3, Http3Options};
 pub use websocket::{WebSocketBehaviour, DRAIN_CLOSE_REASON};
 
 /// The size of nginx's welcome page, the body most published comparisons served.

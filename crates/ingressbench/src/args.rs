@@ -518,6 +518,13 @@ pub(crate) struct BackendArgs {
     #[arg(long, value_name = "N", requires = "http3", default_value_t = 100)]
     pub(crate) http3_max_streams: u32,
 
+    /// HTTP/3: derive QUIC's stateless-reset tokens from this secret rather than a random
+    /// one: a backend started again with the same secret ends the old process's
+    /// connections with a stateless reset, where a new random one leaves them to the
+    /// client's idle timeout
+    #[arg(long, value_name = "SECRET", requires = "http3")]
+    pub(crate) quic_reset_key: Option<String>,
+
     /// WebSockets, event streams and gRPC streams: leave every Nth message unanswered,
     /// skip every Nth event or stream message (a lossy server, for tests)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]

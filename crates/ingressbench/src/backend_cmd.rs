@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use ingressbench_lab::backend::{
-    serve, serve_control, serve_http3, BackendConfig, BackendTls, Hold, Latency, Stall,
-    WebSocketBehaviour, CONTROL_TOKEN_ENV,
+    serve, serve_control, serve_http3, BackendConfig, BackendTls, Hold, Http3Options, Latency,
+    Stall, WebSocketBehaviour, CONTROL_TOKEN_ENV,
 };
 
 use crate::args::BackendArgs;
@@ -54,10 +54,14 @@ pub(crate) fn run(args: BackendArgs) -> Result<ExitCode> {
             let socket = std::net::UdpSocket::bind(addr).map_err(|e| {
                 UsageError(anyhow::Error::new(e).context(format!("cannot listen on UDP {addr}")))
             })?;
+            let options = Http3Options {
+                max_streams: args.http3_max_streams,
+                reset_key: args.quic_reset_key.clone(),
+            };
             Some(serve_http3(
                 socket,
                 config.clone(),
-                args.http3_max_streams,
+                options,
                 shutdown_signal(),
             ))
         } else {

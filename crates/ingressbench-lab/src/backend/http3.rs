@@ -15,14 +15,34 @@ use super::{BackendConfig, BackendTls, Connection};
 /// HTTP/3's code for a connection closed with nothing wrong (RFC 9114 §8.1).
 const H3_NO_ERROR: u32 = 0x100;
 
-/// Serves HTTP/3 on `socket` with `config` (which must have TLS) until `shutdown`
-/// completes, then drains; returns the number of requests answered. A client may have
-/// `max_streams` requests open at once on a connection (QUIC's MAX_STREAMS, quinn's
-/// default 100; 0 lets it open none).
+/// What the HTTP/3 listener is told beyond the backend's configuration.
+#[derive(Clone, Debug)]
+pub struct Http3Options {
+    /// Request streams a client may have open at once on a connection (QUIC's
+    /// MAX_STREAMS, quinn's default 100; 0 lets it open none).
+    pub max_streams: u32,
+    /// The secret its stateless-reset tokens are derived from (RFC 9000 §10.3). A process
+    /// started again with the same one answers the old process's connections with a
+    /// stateless reset, which ends them at once, where a new random one (`None`, quinn's
+    /// default) leaves them to the client's idle timeout.
+    pub reset_key: Option<String>,
+}
+
+impl Default for Http3Options {
+    fn default() -> Self {
+        Self {
+            max_streams: 100,
+            reset_key: None,
+        }
+    }
+}
+
+/// Serves HTTP/3 on `socket` with `config` (which must have TLS) and `options` until
+/// `shutdown` completes, then drains; returns the number of requests answered.
 pub async fn serve_http3(
     socket: std::net::UdpSocket,
     config: BackendConfig,
-    max_streams: u32,
+    options: Http3Options,
     shutdown: impl Future<Output = ()>,
 ) -> io::Result<u64> {
     let tls = config.tls.as_ref().ok_or_else(|| {
@@ -31,7 +51,7 @@ pub async fn serve_http3(
             "HTTP/3 runs over QUIC, which is always TLS: give --tls-cert and --tls-key",
         )
     })?;
-    let endpoint = endpoint(tls, socket, max_streams)?;
+    let endpoint = endpoint(tls, socket, &options)?;
     let (template, drain_tx) = Connection::first(&config)?;
     let mut connections = JoinSet::new();
     let mut answered = 0;
@@ -69,11 +89,11 @@ pub async fn serve_http3(
 }
 
 /// A QUIC server endpoint on `socket` with the backend's certificate, offering ALPN `h3`,
-/// allowing `max_streams` request streams at once per connection.
+/// as `options` say.
 fn endpoint(
     tls: &BackendTls,
     socket: std::net::UdpSocket,
-    max_streams: u32,
+    options: &Http3Options,
 ) -> io::Result<quinn::Endpoint> {
     let invalid = |e: String| io::Error::new(io::ErrorKind::InvalidInput, e);
     let mut server = tls.server_config()?;
@@ -86,14 +106,49 @@ fn endpoint(
         .map_err(|e| invalid(format!("QUIC needs TLS 1.3: {e}")))?;
     let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
     let mut transport = quinn::TransportConfig::default();
-    transport.max_concurrent_bidi_streams(max_streams.into());
+    transport.max_concurrent_bidi_streams(options.max_streams.into());
     config.transport_config(Arc::new(transport));
+    let endpoint_config = match &options.reset_key {
+        Some(secret) => {
+            let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, secret.as_bytes());
+            let mut config = quinn::EndpointConfig::new(Arc::new(key));
+            config.cid_generator(|| Box::new(AnyCid));
+            config
+        }
+        None => quinn::EndpointConfig::default(),
+    };
     quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
+        endpoint_config,
         Some(config),
         socket,
         Arc::new(quinn::TokioRuntime),
     )
+}
+
+/// Connection ids of 8 random bytes, every one of which the endpoint takes for its own:
+/// a process started again then answers the old process's ids with a stateless reset.
+/// quinn's default generator embeds a hash keyed per process and drops, unanswered, the
+/// packets of ids it did not make.
+struct AnyCid;
+
+impl quinn::ConnectionIdGenerator for AnyCid {
+    fn generate_cid(&mut self) -> quinn::ConnectionId {
+        use ring::rand::SecureRandom;
+        let mut id = [0u8; 8];
+        // The system's random source; it does not fail on Linux once booted.
+        ring::rand::SystemRandom::new()
+            .fill(&mut id)
+            .expect("the system's random source");
+        quinn::ConnectionId::new(&id)
+    }
+
+    fn cid_len(&self) -> usize {
+        8
+    }
+
+    fn cid_lifetime(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 impl Connection {

@@ -97,8 +97,11 @@ pub(super) struct Conn {
     quic: quinn::Connection,
     /// Set when the connection's driver ended (closed, or broken).
     ended: Rc<Cell<bool>>,
-    /// Set when a new stream was refused on it for a GOAWAY.
+    /// Set when a new stream could not be opened on it: it takes no more.
     going_away: Cell<bool>,
+    /// Set when a new stream was refused on it for the server's GOAWAY: a stream cut
+    /// with it after that may have been one the GOAWAY covered.
+    goaway_heard: Cell<bool>,
     /// Streams handed a ticket and not ended.
     busy: Cell<u32>,
     /// Streams it was handed in all.
@@ -308,6 +311,7 @@ impl Worker {
             quic,
             ended,
             going_away: Cell::new(false),
+            goaway_heard: Cell::new(false),
             busy: Cell::new(0),
             sent: Cell::new(0),
             changed,
@@ -504,7 +508,10 @@ async fn exchange(worker: &Worker, conn: &Conn, pending: Pending) -> Exchanged {
             conn.going_away.set(true);
             conn.changed.notify();
             match e {
-                h3::error::StreamError::RemoteClosing { .. } => Outcome::GoawayUnprocessed,
+                h3::error::StreamError::RemoteClosing { .. } => {
+                    conn.goaway_heard.set(true);
+                    Outcome::GoawayUnprocessed
+                }
                 e => classify(&e, conn, worker),
             }
         }
@@ -547,7 +554,7 @@ fn classify(e: &h3::error::StreamError, conn: &Conn, worker: &Worker) -> Outcome
         // After a GOAWAY the h3 crate does not say whether the stream was above its id:
         // counted as processed and lost, the safe side.
         StreamError::ConnectionError { .. } | StreamError::Undefined { .. }
-            if conn.going_away.get() =>
+            if conn.goaway_heard.get() =>
         {
             Outcome::GoawayProcessedLost
         }

@@ -661,6 +661,55 @@ fn zero_rtt_is_taken_by_the_server_that_issued_the_ticket_and_a_rejected_request
     );
 }
 
+/// A server killed and started again on its port: with the same stateless-reset secret
+/// (`--quic-reset-key`), the new process answers every packet of the old one's
+/// connections with a stateless reset, and the client ends each on the first
+/// (`quic_stateless_reset`); with a new random one its resets are not the old
+/// connections', and they end only when the client's idle timeout runs out. Either way
+/// the run ends on time, every request counted, and the client comes back on new
+/// connections.
+#[test]
+fn a_server_restarted_with_its_reset_key_ends_old_quic_connections_by_stateless_reset() {
+    let (_dir, certs) = certs("http3-reset");
+    for key in [Some("the same secret"), None] {
+        let with_key = |name: &str, listen: Option<&str>| {
+            let mut args = vec!["--name", name];
+            args.extend(key.map(|k| ["--quic-reset-key", k]).into_iter().flatten());
+            args.extend(listen.map(|l| ["--listen", l]).into_iter().flatten());
+            backend(&certs, &args)
+        };
+        let mut first = with_key("first", None);
+        let addr = first.addr;
+        let mut plan = plan(&format!("https://{addr}/"), &certs);
+        plan.mode = Mode::Open { rate_per_s: 100.0 };
+        plan.connections = 2;
+        plan.length = Length::Duration(Duration::from_secs(4));
+        plan.timeout = Duration::from_secs(2);
+        let running = std::thread::spawn(move || summary(&plan));
+        std::thread::sleep(Duration::from_secs(1));
+        first.child.kill().unwrap();
+        first.child.wait().unwrap();
+        let _second = with_key("second", Some(&addr.to_string()));
+        let s = running.join().unwrap();
+        assert_eq!(s.requests.total, 400, "{key:?}: {:?}", s.outcomes);
+        let ended: Vec<&str> = (s.quic_events.iter())
+            .filter(|e| e.what != "opened")
+            .map(|e| e.what.as_str())
+            .collect();
+        eprintln!("{key:?}: {:?}", s.outcomes);
+        let by = match key {
+            Some(_) => "quic_stateless_reset",
+            None => "quic_idle_timeout",
+        };
+        assert_eq!(ended, [by, by], "{key:?}: {:?}", s.outcomes);
+        assert!(
+            s.backends.get("second") >= Some(&50),
+            "{key:?}: {:?}",
+            s.backends
+        );
+    }
+}
+
 /// Without keep-alive every request has a connection of its own, over HTTP/2 and HTTP/3
 /// as over HTTP/1.1 (both reused theirs one stream at a time before).
 #[test]
