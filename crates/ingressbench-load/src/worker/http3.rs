@@ -299,9 +299,10 @@ impl Worker {
             driver_changed.notify();
             // What ended it, unless the client did (its last request sent, or the run's
             // end, or its 0-RTT rejected): a server's close, a reset, a silence; and
-            // unless it never opened (a 0-RTT connection whose handshake failed).
+            // unless it never opened (a 0-RTT connection whose handshake failed, which
+            // may still read as pending here).
             let reason = watched.closed().await;
-            let opened = !matches!(*watched_early.borrow(), Early::Failed(_));
+            let opened = matches!(*watched_early.borrow(), Early::NotTried | Early::Taken);
             if reason != quinn::ConnectionError::LocallyClosed && opened {
                 worker.record_quic(id, closed_by(&reason).name().into_owned(), 0, None);
             }
