@@ -39,14 +39,13 @@ pub(crate) struct Http3 {
     /// connection-specific headers), and the streams and resends the plan asks for.
     request: Http2,
     client: quinn::ClientConfig,
-    /// The TLS server name (`--sni`, else the URL's host).
-    server_name: String,
     /// Asks for the connections to move to a new local port.
     migrate: crate::Migrate,
     /// With `--zero-rtt`: the server's session tickets, which resumed connections take
     /// (each one once, the newest first) to send their first requests as 0-RTT data.
     tickets: Option<Arc<rustls::client::ClientSessionMemoryCache>>,
-    /// The name the tickets are kept under.
+    /// The TLS server name (`--sni`, else the URL's host), which the tickets are kept
+    /// under too.
     tls_name: rustls::pki_types::ServerName<'static>,
 }
 
@@ -83,7 +82,6 @@ impl Http3 {
         Ok(Self {
             request: Http2::new(plan)?,
             client,
-            server_name: plan.tls.sni.clone().unwrap_or(plan.target.host.clone()),
             migrate: plan.migrate.clone(),
             tickets,
             tls_name,
@@ -222,7 +220,7 @@ impl Worker {
         let http3 = self.http3();
         let started = Instant::now();
         let connecting = endpoint
-            .connect_with(http3.client.clone(), addr, &http3.server_name)
+            .connect_with(http3.client.clone(), addr, &http3.tls_name.to_str())
             .map_err(|e| {
                 self.connector.fail(
                     Outcome::ConnectError,
