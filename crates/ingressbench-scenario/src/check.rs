@@ -186,6 +186,32 @@ fn check_probe(p: &crate::model::ProbeFile) -> Result<(), String> {
         .map_err(|e| format!("routes.probe.give_up_after: {e}"))
 }
 
+/// Whether `protocol` (`written`, if the file gave one) carries a load of `kind`: the
+/// stream loads have one protocol each here, and a cell labelled with another would say
+/// what was not measured.
+fn protocol_carries(
+    kind: crate::model::LoadKindFile,
+    written: Option<&str>,
+    protocol: ingressbench_load::Protocol,
+) -> Result<(), String> {
+    use crate::model::LoadKindFile as K;
+    use ingressbench_load::Protocol as P;
+    match (kind, protocol) {
+        (K::Http, _) | (K::Websocket | K::Sse, P::Http1) | (K::Grpc | K::GrpcStream, P::Http2) => {
+            Ok(())
+        }
+        (K::Grpc | K::GrpcStream, P::Http1) if written.is_none() => Ok(()),
+        (K::Grpc | K::GrpcStream, _) => Err(format!(
+            "load.protocol: {} with a gRPC load: gRPC goes over HTTP/2 here; drop load.protocol (or set kind: http for HTTP/3 requests)",
+            written.unwrap_or("http1")
+        )),
+        (K::Websocket | K::Sse, _) => Err(format!(
+            "load.protocol: {} with a WebSocket or event-stream load: those go over HTTP/1.1 here (WebSockets over HTTP/2 and HTTP/3, RFC 8441 and 9220, are not sent); drop load.protocol (or set kind: http for requests over it)",
+            written.unwrap_or("http1")
+        )),
+    }
+}
+
 /// A gRPC load: HTTP/2 to the backends, and from the client over a listener that speaks
 /// HTTP/2 (nginx's plain port is HTTP/1.1 only: its h2c is prior knowledge only, which
 /// would refuse HTTP/1.1 there).
@@ -464,6 +490,7 @@ pub(crate) fn scenario(s: &Scenario, path: &Path) -> Result<Vec<EventSpec>, Scen
             ))
         })?,
     };
+    protocol_carries(l.kind, l.protocol.as_deref(), protocol).map_err(bad)?;
     if protocol == ingressbench_load::Protocol::Http3 {
         http3_reaches_every_target(s).map_err(bad)?;
     }

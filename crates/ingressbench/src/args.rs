@@ -615,8 +615,9 @@ pub(crate) struct LoadArgs {
 
     /// Speak HTTP/3: QUIC over UDP (always TLS: an https:// URL, ALPN `h3`), to the URL's
     /// port. Each of the -c connections carries up to --streams requests at once; the
-    /// handshake (transport and TLS in one) is the connect phase.
-    #[arg(long)]
+    /// handshake (transport and TLS in one) is the connect phase. Requests only: the
+    /// WebSocket, event-stream and gRPC loads go over TCP.
+    #[arg(long, conflicts_with = "long_lived")]
     pub(crate) http3: bool,
 
     /// HTTP/3: keep the server's session tickets and open each later connection as a

@@ -247,7 +247,8 @@ fn http3_to_an_http_url_is_refused_with_the_reason() {
 
 /// `ingressbench load --http3` as a user runs it: the summary says HTTP/3, its JSON
 /// validates against the checked-in schema, and the handshake is in the connect phase of
-/// the requests that opened a connection.
+/// the requests that opened a connection; `--zero-rtt` without it, and it with a load
+/// that goes over TCP, are usage errors.
 #[test]
 fn load_http3_from_the_command_line_writes_a_summary_the_schema_accepts() {
     let (dir, certs) = certs("http3-cli");
@@ -328,6 +329,20 @@ fn load_http3_from_the_command_line_writes_a_summary_the_schema_accepts() {
         "{}",
         crate::common::text(&out)
     );
+    // Nor a WebSocket, event-stream or gRPC load, which go over TCP: refused, not run
+    // over TCP under HTTP/3's name.
+    for kind in ["--websocket", "--sse", "--grpc", "--grpc-stream"] {
+        let out = std::process::Command::new(crate::common::BIN)
+            .args(["load", "--http3", kind, "-R", "10", "https://127.0.0.1:9/"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{kind}");
+        assert!(
+            crate::common::text(&out).contains("'--http3' cannot be used with"),
+            "{kind}: {}",
+            crate::common::text(&out)
+        );
+    }
 }
 
 /// HTTP/3 through the lab's Caddy (which serves it on its HTTPS port's UDP twin), with a
