@@ -166,7 +166,7 @@ impl Lab {
         )?;
         let at = sidecar.http_addr();
         self.sidecar = Some(sidecar);
-        self.sidecar_relay = self.link(&topology.proxy_node(1), &node, at, "the sidecar")?;
+        self.sidecar_relay = self.link(&topology.proxy_node(1), &node, at, "the sidecar", false)?;
         Ok(())
     }
 
@@ -220,7 +220,7 @@ impl Lab {
         let mut reach = |node: &str, addr: SocketAddr| -> Result<SocketAddr, LabError> {
             let node = self.node(node)?;
             Ok(
-                match self.link(&topology.front, &node, addr, "a proxy replica")? {
+                match self.link(&topology.front, &node, addr, "a proxy replica", false)? {
                     Some(relay) => {
                         let at = relay.addr();
                         self.front_relays.push(relay);
@@ -268,9 +268,11 @@ impl Lab {
             topology.proxy_node(1)
         };
         let entry = self.node(&entry_node)?;
-        if let Some(relay) = self.link(&topology.client, &entry, http, "the entry")? {
+        if let Some(relay) = self.link(&topology.client, &entry, http, "the entry", false)? {
+            // The TLS port's relay carries its UDP twin too: the proxies that serve HTTP/3
+            // listen for QUIC there.
             let https = match https {
-                Some(at) => self.link(&topology.client, &entry, at, "the entry")?,
+                Some(at) => self.link(&topology.client, &entry, at, "the entry", true)?,
                 None => None,
             };
             self.entry_relays = Some((relay, https));
@@ -300,18 +302,20 @@ impl Lab {
     }
 
     /// A relay on the link from node `from` to `to` (where `target` listens), or `None`
-    /// when both are the same node. It listens on `to`'s address, in `to`'s namespace.
+    /// when both are the same node. It listens on `to`'s address, in `to`'s namespace;
+    /// with `udp`, for datagrams to `target`'s UDP port too.
     fn link(
         &self,
         from: &str,
         to: &Node,
         target: SocketAddr,
         what: &str,
+        udp: bool,
     ) -> Result<Option<Relay>, LabError> {
         let Some(link) = self.spec.topology.link(from, &to.name) else {
             return Ok(None);
         };
-        Relay::start((to.ip, 0).into(), target, link, to.netns.as_deref())
+        Relay::start((to.ip, 0).into(), target, link, udp, to.netns.as_deref())
             .map(Some)
             .map_err(|e| LabError::Network {
                 action: format!(
@@ -375,7 +379,7 @@ impl Lab {
         } else {
             self.spec.topology.proxy_node(1)
         };
-        let relay = self.link(&caller, &node, addr, &format!("backend {name}"))?;
+        let relay = self.link(&caller, &node, addr, &format!("backend {name}"), false)?;
         self.backends.push(Backend {
             name,
             pool: pool.name.clone(),

@@ -166,7 +166,14 @@ fn grpc_streams_cut_by_a_resetting_link_resume_after_their_last_message() {
         reset: 0.02,
         ..LinkSpec::default()
     };
-    let relay = Relay::start("127.0.0.1:0".parse().unwrap(), backend.addr, link, None).unwrap();
+    let relay = Relay::start(
+        "127.0.0.1:0".parse().unwrap(),
+        backend.addr,
+        link,
+        false,
+        None,
+    )
+    .unwrap();
     let mut plan = plan(&relay.addr(), true, 200.0, Reconnect::Immediate);
     plan.timeout = Duration::from_secs(2);
     let load = run(&plan);

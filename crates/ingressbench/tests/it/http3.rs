@@ -532,6 +532,58 @@ events:
     }
 }
 
+/// HTTP/3 crosses the emulated topology's links as TCP does: the client across a 10 ms
+/// `internet` link (each way) reaches Envoy's QUIC listener through the link relay's UDP
+/// half, every request is answered, and each answer and each QUIC handshake took at least
+/// the link's round trip (the relay can only add). The TLS handshake over TCP beside it
+/// pays two round trips (TCP's and TLS's), QUIC's one: printed, not asserted.
+#[test]
+fn http3_crosses_the_topologys_links_through_the_relays_udp_half() {
+    let (_dir, out) = crate::run::run_ok(
+        "http3-links",
+        "
+name: h3-links
+targets: [envoy]
+backends: [{ name: echo, replicas: 1 }]
+tls: true
+topology:
+  client: external
+  links: { internet: { delay: 10ms, jitter: 0ms } }
+load: { mode: open, rate: 20, connections: 2, duration: 2s, timeout: 2s, sample_rate: 1 }
+matrix:
+  load.protocol: [http2, http3]
+",
+    );
+    let mut said = Vec::new();
+    for (name, cell) in cells(&out) {
+        let summary = crate::websocket::json(cell.join("summary.json"));
+        assert_eq!(summary["requests"]["errors"], 0, "{name}: {summary}");
+        assert_eq!(summary["requests"]["ok"], 40, "{name}: {summary}");
+        let figure = |path: &[&str]| {
+            (path.iter())
+                .fold(&summary, |v, k| &v[k])
+                .as_f64()
+                .unwrap_or(0.0)
+        };
+        assert!(
+            figure(&["latency_us", "p50"]) >= 20_000.0,
+            "{name}: {summary}"
+        );
+        let handshake =
+            figure(&["phases_us", "connect", "p50"]) + figure(&["phases_us", "tls", "p50"]);
+        if summary["protocol"] == "http3" {
+            assert!(handshake >= 20_000.0, "{name}: {summary}");
+        }
+        said.push(format!(
+            "{name} {}: handshake p50 {:.1} ms",
+            summary["protocol"],
+            handshake / 1000.0
+        ));
+    }
+    assert_eq!(said.len(), 2, "{said:?}");
+    eprintln!("{}", said.join("; "));
+}
+
 /// A restart's QUIC connections, as the client saw them end and come back: Envoy closes
 /// each with a transport INTERNAL_ERROR as it stops; Caddy 2.6.2 says nothing, and each
 /// ends when the client's idle timeout runs out. Either way the client opens its four

@@ -156,7 +156,14 @@ fn a_cut_event_stream_resumes_after_its_last_id_losing_and_repeating_nothing() {
         reset: 0.02,
         ..LinkSpec::default()
     };
-    let relay = Relay::start("127.0.0.1:0".parse().unwrap(), backend.addr, link, None).unwrap();
+    let relay = Relay::start(
+        "127.0.0.1:0".parse().unwrap(),
+        backend.addr,
+        link,
+        false,
+        None,
+    )
+    .unwrap();
     let mut plan = plan(&relay.addr(), 4, 200.0, Reconnect::Immediate);
     // Long enough that an event replayed on the resumed stream is in time, not late.
     plan.timeout = Duration::from_secs(2);

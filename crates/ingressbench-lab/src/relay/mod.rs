@@ -12,10 +12,13 @@
 //! after connecting rather than while connecting. The relay
 //! measures its own added time (write done minus due), so results can show it. A link
 //! with a reset probability resets the connection (an RST both ways) instead of passing
-//! a chunk, with that probability per chunk.
+//! a chunk, with that probability per chunk. A relay in front of a QUIC listener carries
+//! datagrams too, on the UDP port of its number ([`udp`]).
+
+mod udp;
 
 use std::io::{self, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, UdpSocket};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
@@ -66,6 +69,8 @@ pub struct Relay {
     streams: Arc<Mutex<Vec<Open>>>,
     overhead: Arc<Mutex<HistogramUs>>,
     accept: Option<JoinHandle<()>>,
+    /// The UDP half, on the port of the same number, with `udp`; stopped when dropped.
+    _datagrams: Option<udp::Datagrams>,
 }
 
 /// A relayed connection's two sockets (kept to close them when the relay stops) and how
@@ -85,12 +90,14 @@ struct Shared {
 
 impl Relay {
     /// Listens on `listen` (port 0 for any) and relays each connection to `upstream`
-    /// through `link`, both ways. With `netns` (a network namespace's path), the relay's
-    /// sockets live in that namespace.
+    /// through `link`, both ways; with `udp`, the datagrams to the UDP port of the same
+    /// number go to `upstream`'s UDP port too (HTTP/3 to a proxy's QUIC listener). With
+    /// `netns` (a network namespace's path), the relay's sockets live in that namespace.
     pub fn start(
         listen: SocketAddr,
         upstream: SocketAddr,
         link: LinkSpec,
+        udp: bool,
         netns: Option<&Path>,
     ) -> io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
@@ -112,11 +119,24 @@ impl Relay {
                     let bound = netns
                         .as_deref()
                         .map_or(Ok(()), crate::process::enter_netns)
-                        .and_then(|()| TcpListener::bind(listen))
-                        .and_then(|l| Ok((l.local_addr()?, l)));
+                        .and_then(|()| bind(listen, udp))
+                        .and_then(|(l, datagrams)| {
+                            let datagrams = datagrams
+                                .map(|d| {
+                                    udp::Datagrams::start(
+                                        d,
+                                        upstream,
+                                        link,
+                                        shared.clone(),
+                                        0x5bd1_e995,
+                                    )
+                                })
+                                .transpose()?;
+                            Ok((l.local_addr()?, l, datagrams))
+                        });
                     let listener = match bound {
-                        Ok((addr, listener)) => {
-                            let _ = bound_tx.send(Ok(addr));
+                        Ok((addr, listener, datagrams)) => {
+                            let _ = bound_tx.send(Ok((addr, datagrams)));
                             listener
                         }
                         Err(e) => {
@@ -139,7 +159,7 @@ impl Relay {
                     }
                 })?
         };
-        let addr = bound_rx
+        let (addr, datagrams) = bound_rx
             .recv()
             .map_err(|_| io::Error::other("the relay's thread ended before listening"))??;
         Ok(Self {
@@ -148,6 +168,7 @@ impl Relay {
             streams,
             overhead,
             accept: Some(accept),
+            _datagrams: datagrams,
         })
     }
 
@@ -187,6 +208,23 @@ impl Drop for Relay {
         }
         if let Some(t) = self.accept.take() {
             let _ = t.join();
+        }
+    }
+}
+
+/// A listener on `listen`, and with `udp` a UDP socket on the same address and port (a
+/// port free for both: tried again on another while the UDP one is taken).
+fn bind(listen: SocketAddr, udp: bool) -> io::Result<(TcpListener, Option<UdpSocket>)> {
+    let mut tries = 0;
+    loop {
+        let listener = TcpListener::bind(listen)?;
+        if !udp {
+            return Ok((listener, None));
+        }
+        match UdpSocket::bind(listener.local_addr()?) {
+            Ok(socket) => return Ok((listener, Some(socket))),
+            Err(e) if listen.port() != 0 || tries == 20 => return Err(e),
+            Err(_) => tries += 1,
         }
     }
 }
@@ -408,6 +446,7 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             upstream,
             LinkSpec::delay(delay, Duration::ZERO),
+            false,
             None,
         )
         .unwrap();
@@ -438,6 +477,7 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             echo(),
             LinkSpec::delay(delay, Duration::ZERO),
+            false,
             None,
         )
         .unwrap();
@@ -465,6 +505,7 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             upstream,
             LinkSpec::default(),
+            false,
             None,
         )
         .unwrap();
@@ -491,6 +532,7 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             echo(),
             LinkSpec::delay(Duration::from_micros(100), Duration::ZERO),
+            false,
             None,
         )
         .unwrap();
@@ -522,7 +564,8 @@ mod tests {
             bandwidth: Some(1_000_000),
             ..LinkSpec::default()
         };
-        let relay = Relay::start("127.0.0.1:0".parse().unwrap(), echo(), link, None).unwrap();
+        let relay =
+            Relay::start("127.0.0.1:0".parse().unwrap(), echo(), link, false, None).unwrap();
         let mut s = TcpStream::connect(relay.addr()).unwrap();
         let sent = vec![5u8; 200_000];
         let started = Instant::now();
@@ -549,7 +592,8 @@ mod tests {
             reset: 1.0,
             ..LinkSpec::default()
         };
-        let relay = Relay::start("127.0.0.1:0".parse().unwrap(), echo(), link, None).unwrap();
+        let relay =
+            Relay::start("127.0.0.1:0".parse().unwrap(), echo(), link, false, None).unwrap();
         let mut s = TcpStream::connect(relay.addr()).unwrap();
         s.write_all(b"hello").unwrap();
         let mut buf = [0u8; 16];
@@ -566,6 +610,7 @@ mod tests {
             "127.0.0.1:0".parse().unwrap(),
             upstream,
             LinkSpec::delay(Duration::from_micros(300), Duration::from_micros(250)),
+            false,
             None,
         )
         .unwrap();
