@@ -197,8 +197,9 @@ pub struct QuicConnections {
 /// What the first GOAWAY said.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FirstGoaway {
-    /// The last stream the server said it would process.
-    pub last_stream_id: u32,
+    /// The stream id it named (HTTP/2: the last the server would process; HTTP/3: the
+    /// first it would not).
+    pub last_stream_id: u64,
     /// Its error code.
     pub code: u32,
 }

@@ -69,8 +69,9 @@ pub struct Goaway {
     pub at_ns: u64,
     /// Which connection (unique within the run's process).
     pub connection: u64,
-    /// The last stream the server says it processed or may process.
-    pub last_stream_id: u32,
+    /// HTTP/2: the last stream the server says it processed or may process. HTTP/3: the
+    /// frame's stream id, the first request stream it will not process (RFC 9114 §5.2).
+    pub last_stream_id: u64,
     /// Its error code (0: a graceful shutdown).
     pub code: u32,
     /// Streams in flight on the connection when it arrived.

@@ -37,6 +37,10 @@ impl Default for Http3Options {
     }
 }
 
+/// How long a draining connection waits, after its GOAWAY and its last answer, for the
+/// client to close it.
+const GOAWAY_LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Serves HTTP/3 on `socket` with `config` (which must have TLS) and `options` until
 /// `shutdown` completes, then drains; returns the number of requests answered.
 pub async fn serve_http3(
@@ -195,6 +199,12 @@ impl Connection {
         }
         while let Some(done) = streams.join_next().await {
             answered += u64::from(done.unwrap_or(false));
+        }
+        if draining {
+            // Closing drops what is not yet sent, the GOAWAY too: give it a moment to
+            // reach the client, which closes once it has no stream left on it (at most
+            // a second; RFC 9114 §5.2 asks a server to let it arrive).
+            let _ = tokio::time::timeout(GOAWAY_LINGER, quic.closed()).await;
         }
         quic.close(H3_NO_ERROR.into(), b"");
         answered

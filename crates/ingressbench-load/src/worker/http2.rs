@@ -228,7 +228,7 @@ impl Worker {
             self.recorder.borrow_mut().record_goaway(Goaway {
                 at_ns: nanos(at.saturating_duration_since(self.start.get())),
                 connection: conn.id,
-                last_stream_id: frame.last_stream_id,
+                last_stream_id: frame.last_stream_id.into(),
                 code: frame.code,
                 streams_in_flight: *in_flight,
                 streams_sent: *sent,

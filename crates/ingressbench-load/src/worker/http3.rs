@@ -8,9 +8,13 @@
 //! longer knows the connection, as after a restart), the idle timeout, a version
 //! mismatch, a CONNECTION_CLOSE with its transport or HTTP/3 code, a stream reset with its
 //! HTTP/3 code. A request the server says it did not process (`H3_REQUEST_REJECTED`, or
-//! refused for a GOAWAY before it went out) goes again, bounded as over HTTP/2. The `h3`
-//! crate does not say which stream id a GOAWAY named: a request cut with its connection
-//! after a GOAWAY counts as processed and lost, and is not sent again.
+//! refused for a GOAWAY before it went out) goes again, bounded as over HTTP/2. A
+//! GOAWAY's stream id, which the `h3` crate keeps to itself, is read from the server's
+//! control stream on its way to h3 ([`control`]): a request cut with its connection after
+//! a GOAWAY is unprocessed (and goes again) when its stream is at or above that id, and
+//! processed and lost below it, as the GOAWAY says.
+
+mod control;
 
 use std::cell::Cell;
 use std::net::SocketAddr;
@@ -97,9 +101,12 @@ pub(super) struct Conn {
     ended: Rc<Cell<bool>>,
     /// Set when a new stream could not be opened on it: it takes no more.
     going_away: Cell<bool>,
-    /// Set when a new stream was refused on it for the server's GOAWAY: a stream cut
-    /// with it after that may have been one the GOAWAY covered.
+    /// Set when the server's GOAWAY came, or a new stream was refused for it: a stream
+    /// cut with it after that may have been one the GOAWAY covered.
     goaway_heard: Cell<bool>,
+    /// The lowest stream id a GOAWAY named: the server processes no request at or
+    /// above it.
+    goaway: Cell<Option<u64>>,
     /// Streams handed a ticket and not ended.
     busy: Cell<u32>,
     /// Streams it was handed in all.
@@ -277,9 +284,11 @@ impl Worker {
         // end and sends a GET with `Transfer-Encoding: chunked`, which a backend may
         // refuse (the lab's echo backend answered every one 501). Without it a GET's
         // HEADERS frame carries the stream's end, as a request without a body has it.
+        let (goaway_tx, mut goaways) = tokio::sync::mpsc::unbounded_channel();
+        let watched = control::Watched::new(h3_quinn::Connection::new(quic.clone()), goaway_tx);
         let (mut driver, send) = h3::client::builder()
             .send_grease(false)
-            .build(h3_quinn::Connection::new(quic.clone()))
+            .build(watched)
             .await
             .map_err(|e| {
                 self.connector.fail(
@@ -289,10 +298,35 @@ impl Worker {
             })?;
         let ended = Rc::new(Cell::new(false));
         let changed = Rc::new(Signal::default());
-        let (driver_ended, driver_changed) = (ended.clone(), changed.clone());
-        let (worker, watched, watched_early) = (self.clone(), quic.clone(), early.clone());
+        let conn = Rc::new(Conn {
+            send,
+            quic: quic.clone(),
+            ended: ended.clone(),
+            going_away: Cell::new(false),
+            goaway_heard: Cell::new(false),
+            goaway: Cell::new(None),
+            busy: Cell::new(0),
+            sent: Cell::new(0),
+            changed: changed.clone(),
+            opened: Cell::new(None),
+            early: early.clone(),
+        });
+        // The driver's task holds the connection weakly: it closes when its last sender
+        // goes, and the task must not keep one.
+        let heard = Rc::downgrade(&conn);
+        let (driver_ended, driver_changed) = (ended, changed);
+        let (worker, watched, watched_early) = (self.clone(), quic, early);
         tokio::task::spawn_local(async move {
-            let _ = driver.wait_idle().await;
+            loop {
+                tokio::select! {
+                    _ = driver.wait_idle() => break,
+                    Some(goaway) = goaways.recv() => {
+                        if let Some(conn) = heard.upgrade() {
+                            worker.note_goaway(id, &conn, goaway);
+                        }
+                    }
+                }
+            }
             driver_ended.set(true);
             driver_changed.notify();
             // What ended it, unless the client did (its last request sent, or the run's
@@ -305,18 +339,27 @@ impl Worker {
                 worker.record_quic(id, closed_by(&reason).name().into_owned(), 0, None);
             }
         });
-        Ok(Rc::new(Conn {
-            send,
-            quic,
-            ended,
-            going_away: Cell::new(false),
-            goaway_heard: Cell::new(false),
-            busy: Cell::new(0),
-            sent: Cell::new(0),
-            changed,
-            opened: Cell::new(None),
-            early,
-        }))
+        Ok(conn)
+    }
+
+    /// A GOAWAY naming stream `goaway` came on connection `id`: recorded (with the
+    /// streams then in flight), and the connection takes no new stream.
+    fn note_goaway(&self, id: u64, conn: &Conn, goaway: u64) {
+        conn.goaway_heard.set(true);
+        conn.going_away.set(true);
+        conn.goaway
+            .set(Some(conn.goaway.get().map_or(goaway, |g| g.min(goaway))));
+        conn.changed.notify();
+        self.recorder
+            .borrow_mut()
+            .record_goaway(ingressbench_stats::Goaway {
+                at_ns: self.now_ns(),
+                connection: id,
+                last_stream_id: goaway,
+                code: 0,
+                streams_in_flight: conn.busy.get(),
+                streams_sent: conn.sent.get(),
+            });
     }
 
     /// A QUIC handshake that did not complete, as its outcome (the reason noted).
@@ -466,12 +509,15 @@ async fn exchange(worker: &Worker, conn: &Conn, pending: Pending) -> Exchanged {
     // Whether QUIC gave the request a stream: it holds one back until the server's
     // MAX_STREAMS allows it.
     let mut on_wire = false;
+    // Its stream's id, once it has one: a GOAWAY's id says whether the server took it.
+    let mut stream_id = None;
     let attempt = async {
         let mut stream = send
             .send_request(http3.request.request())
             .await
             .map_err(Failed::NotSent)?;
         on_wire = true;
+        stream_id = Some(stream.id().into_inner());
         if !body.is_empty() {
             stream
                 .send_data(body.clone())
@@ -511,10 +557,10 @@ async fn exchange(worker: &Worker, conn: &Conn, pending: Pending) -> Exchanged {
                     conn.goaway_heard.set(true);
                     Outcome::GoawayUnprocessed
                 }
-                e => classify(&e, conn, worker),
+                e => classify(&e, None, conn, worker),
             }
         }
-        Ok(Err(Failed::Stream(e))) => classify(&e, conn, worker),
+        Ok(Err(Failed::Stream(e))) => classify(&e, stream_id, conn, worker),
         Err(_elapsed) => {
             if !on_wire {
                 (worker.recorder.borrow_mut()).note_failure_detail(Outcome::ReadTimeout, || {
@@ -539,9 +585,15 @@ async fn exchange(worker: &Worker, conn: &Conn, pending: Pending) -> Exchanged {
     Exchanged::Done(sample)
 }
 
-/// The outcome of a stream that ended in an error: the server's reset code, or what
-/// ended its connection (read from QUIC's own record of why it closed).
-fn classify(e: &h3::error::StreamError, conn: &Conn, worker: &Worker) -> Outcome {
+/// The outcome of a stream (`stream`: its id, if it got one) that ended in an error: the
+/// server's reset code, or what ended its connection (read from QUIC's own record of why
+/// it closed), or after a GOAWAY what that said of it.
+fn classify(
+    e: &h3::error::StreamError,
+    stream: Option<u64>,
+    conn: &Conn,
+    worker: &Worker,
+) -> Outcome {
     use h3::error::StreamError;
     match *conn.early.borrow() {
         Early::Rejected => return Outcome::QuicZeroRttRejected,
@@ -550,12 +602,16 @@ fn classify(e: &h3::error::StreamError, conn: &Conn, worker: &Worker) -> Outcome
     }
     let outcome = match e {
         StreamError::RemoteTerminate { code, .. } => Outcome::h3_reset(code.value()),
-        // After a GOAWAY the h3 crate does not say whether the stream was above its id:
-        // counted as processed and lost, the safe side.
+        // After a GOAWAY: a stream at or above its id was not processed (it may go
+        // again); below it, or with no id heard (a stream refused for the GOAWAY before
+        // its frame was read), processed and lost, the safe side.
         StreamError::ConnectionError { .. } | StreamError::Undefined { .. }
             if conn.goaway_heard.get() =>
         {
-            Outcome::GoawayProcessedLost
+            match (conn.goaway.get(), stream) {
+                (Some(goaway), Some(stream)) if stream >= goaway => Outcome::GoawayUnprocessed,
+                _ => Outcome::GoawayProcessedLost,
+            }
         }
         StreamError::ConnectionError { .. } | StreamError::Undefined { .. } => {
             match conn.quic.close_reason() {

@@ -532,6 +532,55 @@ events:
     }
 }
 
+/// A server that drains sends each connection a GOAWAY naming a stream id (RFC 9114
+/// §5.2), which the h3 crate keeps to itself and the client reads off the control stream:
+/// each is recorded with its id, a client-initiated request stream's at or below the last
+/// the connection opened, and no request counts as cut after it (the drain answers every
+/// stream below the id; a request due after it goes elsewhere or fails, never as
+/// `goaway_processed_lost`).
+#[test]
+fn a_draining_servers_goaway_is_recorded_with_its_stream_id() {
+    let (_dir, certs) = certs("http3-goaway");
+    let mut server = backend(&certs, &[]);
+    let mut plan = plan(&format!("https://{}/", server.addr), &certs);
+    plan.mode = Mode::Open { rate_per_s: 200.0 };
+    plan.connections = 2;
+    plan.length = Length::Duration(Duration::from_secs(3));
+    plan.timeout = Duration::from_millis(500);
+    let running = std::thread::spawn(move || summary(&plan));
+    std::thread::sleep(Duration::from_millis(1200));
+    let (status, _) = server.terminate();
+    assert!(status.success(), "{status:?}");
+    let s = running.join().unwrap();
+    let goaways = &s.goaways;
+    assert!(!goaways.is_empty(), "{:?}", s.outcomes);
+    assert_eq!(
+        s.connection_events.goaways_received,
+        goaways.len() as u64,
+        "{goaways:?}"
+    );
+    for g in goaways {
+        assert_eq!(g.code, 0, "{g:?}");
+        assert_eq!(g.last_stream_id % 4, 0, "a client request stream: {g:?}");
+        assert!(
+            g.last_stream_id < 4 * g.streams_sent.max(1),
+            "a stream the connection opened: {g:?}"
+        );
+    }
+    assert_eq!(
+        s.outcomes.get("goaway_processed_lost"),
+        None,
+        "{:?}",
+        s.outcomes
+    );
+    assert!(
+        s.outcomes.get("200").copied().unwrap_or(0) >= 200,
+        "{:?}",
+        s.outcomes
+    );
+    eprintln!("GOAWAYs: {goaways:?}; outcomes {:?}", s.outcomes);
+}
+
 /// HTTP/3 crosses the emulated topology's links as TCP does: the client across a 10 ms
 /// `internet` link (each way) reaches Envoy's QUIC listener through the link relay's UDP
 /// half, every request is answered, and each answer and each QUIC handshake took at least
