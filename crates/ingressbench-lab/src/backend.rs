@@ -159,6 +159,26 @@ pub struct BackendConfig {
     pub at_most: Option<f64>,
     /// What it does with WebSocket messages, and with WebSockets when it drains.
     pub websocket: WebSocketBehaviour,
+    /// Bytes each request it answers keeps and never frees: a server whose leak is known
+    /// by construction, for soak tests (0: none).
+    pub leak_per_request: usize,
+}
+
+/// Memory kept and never freed, a piece per request answered ([`BackendConfig::leak_per_request`]).
+#[derive(Debug)]
+struct Leak {
+    per_request: usize,
+    kept: std::sync::Mutex<Vec<Box<[u8]>>>,
+}
+
+impl Leak {
+    /// Keeps one more piece, written to so that its pages are resident.
+    fn keep(&self) {
+        let piece = vec![0xa5u8; self.per_request].into_boxed_slice();
+        if let Ok(mut kept) = self.kept.lock() {
+            kept.push(piece);
+        }
+    }
 }
 
 /// One server's queue: each answer takes `service` of it, one after another, whatever
@@ -264,6 +284,7 @@ impl Default for BackendConfig {
             tls: None,
             at_most: None,
             websocket: WebSocketBehaviour::default(),
+            leak_per_request: 0,
         }
     }
 }
@@ -306,6 +327,9 @@ impl BackendConfig {
         }
         if self.body_bytes > 64 * 1024 * 1024 {
             return bad("--body-bytes", "at most 64 MiB".to_owned());
+        }
+        if self.leak_per_request > 16 * 1024 * 1024 {
+            return bad("--leak-per-request", "at most 16 MiB".to_owned());
         }
         if let Some(stall) = self.stall {
             if stall.every.is_zero() || stall.duration >= stall.every {
@@ -507,6 +531,7 @@ struct Connection {
     drain: watch::Receiver<bool>,
     queue: Option<std::sync::Arc<Queue>>,
     websocket: WebSocketBehaviour,
+    leak: Option<std::sync::Arc<Leak>>,
 }
 
 /// One parsed request head.
@@ -544,8 +569,21 @@ impl Connection {
             drain,
             queue: config.at_most.map(|r| std::sync::Arc::new(Queue::new(r))),
             websocket: config.websocket,
+            leak: (config.leak_per_request > 0).then(|| {
+                std::sync::Arc::new(Leak {
+                    per_request: config.leak_per_request,
+                    kept: std::sync::Mutex::new(Vec::new()),
+                })
+            }),
         };
         Ok((first, drain_tx))
+    }
+
+    /// Keeps this request's piece of the leak, if the backend leaks.
+    fn leak(&self) {
+        if let Some(leak) = &self.leak {
+            leak.keep();
+        }
     }
 
     /// Serves one connection; returns the number of requests answered.
@@ -716,6 +754,7 @@ impl Connection {
             out.extend_from_slice(&simple_response(status, body, close));
             return;
         }
+        self.leak();
         let error = self.error_rate > 0.0 && self.uniform() < self.error_rate;
         let r = &*self.responses;
         let (head, body) = if error {
@@ -926,6 +965,7 @@ mod tests {
             drain: rx,
             queue: None,
             websocket: WebSocketBehaviour::default(),
+            leak: None,
         };
         let sigma = (20.0f64 / 2.0).ln() / 2.326_348;
         let mut draws: Vec<f64> = (0..20_000)

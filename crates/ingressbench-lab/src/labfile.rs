@@ -393,6 +393,9 @@ pub struct BackendFile {
     /// Answer at most this many requests a second, one after another (a server whose
     /// capacity is known by construction).
     pub serve_at_most: Option<f64>,
+    /// Bytes each answered request keeps and never frees (a server whose leak is known
+    /// by construction).
+    pub leak_per_request: Option<usize>,
 }
 
 /// A route as written.
@@ -628,6 +631,9 @@ impl LabFile {
             }
             if let Some(r) = b.serve_at_most {
                 args.extend(["--serve-at-most".to_owned(), r.to_string()]);
+            }
+            if let Some(n) = b.leak_per_request {
+                args.extend(["--leak-per-request".to_owned(), n.to_string()]);
             }
             pools.push(PoolSpec {
                 name: pool.name.clone(),

@@ -181,6 +181,30 @@ pub struct Spent {
     /// Resident memory, the mean of the readings.
     #[serde(default)]
     pub rss_mean_bytes: u64,
+    /// How fast resident memory grew over the readings: the least-squares slope, in bytes
+    /// a minute, with its 95% interval (moving-block bootstrap; `ingressbench_stats::
+    /// growth`); none with fewer than ten readings. An interval holding zero is no
+    /// measurable growth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rss_growth_bytes_per_min: Option<Slope>,
+}
+
+/// A slope with its 95% interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Slope {
+    /// The slope of the readings as taken.
+    pub value: f64,
+    /// Lower end of the interval.
+    pub low: f64,
+    /// Upper end of the interval.
+    pub high: f64,
+}
+
+impl Slope {
+    /// Whether the interval leaves zero out: growth (or shrinkage) measured.
+    pub fn measurable(&self) -> bool {
+        self.low > 0.0 || self.high < 0.0
+    }
 }
 
 /// A part's share of [`Usage`].

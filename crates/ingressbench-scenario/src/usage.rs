@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use ingressbench_lab::usage::{Part, PartUsage, UsageReader};
 use ingressbench_results::impact::CpuAround;
-use ingressbench_results::site::{PartReading, PartSpent, Spent, Usage, UsageReading};
+use ingressbench_results::site::{PartReading, PartSpent, Slope, Spent, Usage, UsageReading};
 
 /// How often the parts are sampled.
 pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
@@ -231,6 +231,16 @@ fn summarise(readings: &[Reading], requests: u64) -> Option<Usage> {
         let mean = rss.iter().sum::<u64>() / rss.len().max(1) as u64;
         (peak, mean)
     };
+    // Resident memory against minutes from the start of measurement, as a slope with
+    // its interval.
+    let growth = |rss: Vec<(f64, u64)>| {
+        let points: Vec<(f64, f64)> = rss.into_iter().map(|(t, b)| (t / 60.0, b as f64)).collect();
+        ingressbench_stats::growth::growth(&points).map(|e| Slope {
+            value: e.value.round(),
+            low: e.low.round(),
+            high: e.high.round(),
+        })
+    };
     // By name: a restart can change a site's parts (a controller whose proxy it starts
     // has none between its processes).
     let of = |r: &'_ Reading, name: &str| r.parts.iter().find(|q| q.name == name).cloned();
@@ -239,13 +249,10 @@ fn summarise(readings: &[Reading], requests: u64) -> Option<Usage> {
         .iter()
         .map(|p| {
             let cpu_s = of(last, &p.name).map_or(0.0, |l| l.cpu_s - p.cpu_s);
-            let (peak, mean) = memory(
-                measured
-                    .iter()
-                    .filter_map(|r| of(r, &p.name))
-                    .map(|q| q.rss_bytes)
-                    .collect(),
-            );
+            let rss: Vec<(f64, u64)> = (measured.iter())
+                .filter_map(|r| Some((r.t_s, of(r, &p.name)?.rss_bytes)))
+                .collect();
+            let (peak, mean) = memory(rss.iter().map(|(_, b)| *b).collect());
             PartSpent {
                 name: p.name.clone(),
                 role: p.role.to_owned(),
@@ -255,6 +262,7 @@ fn summarise(readings: &[Reading], requests: u64) -> Option<Usage> {
                     cpu_cores_mean: None,
                     rss_peak_bytes: peak,
                     rss_mean_bytes: mean,
+                    rss_growth_bytes_per_min: growth(rss),
                 },
             }
         })
@@ -273,6 +281,7 @@ fn summarise(readings: &[Reading], requests: u64) -> Option<Usage> {
                 .sum()
         };
         let (peak, mean) = memory(measured.iter().map(|r| rss(r)).collect());
+        let over_time = measured.iter().map(|r| (r.t_s, rss(r))).collect();
         roles.insert(
             p.role.to_owned(),
             Spent {
@@ -281,6 +290,7 @@ fn summarise(readings: &[Reading], requests: u64) -> Option<Usage> {
                 cpu_cores_mean: Some(round3(cpu_s / (last.t_s - first.t_s).max(1e-9))),
                 rss_peak_bytes: peak,
                 rss_mean_bytes: mean,
+                rss_growth_bytes_per_min: growth(over_time),
             },
         );
     }

@@ -22,6 +22,7 @@
 pub mod compare;
 mod connections;
 mod duration;
+pub mod growth;
 mod histogram;
 mod outcome;
 mod recorder;

@@ -476,6 +476,12 @@ pub(crate) struct BackendArgs {
     #[arg(long, value_name = "R")]
     pub(crate) serve_at_most: Option<f64>,
 
+    /// Keep N bytes for every request answered and never free them: a server whose leak
+    /// is known by construction (its resident memory grows N bytes a request), for
+    /// testing what a run says grew.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) leak_per_request: usize,
+
     /// Stop answering periodically: the period (with --stall-for).
     #[arg(long, value_name = "D", requires = "stall_for", value_parser = parse_duration)]
     pub(crate) stall_every: Option<std::time::Duration>,

@@ -151,6 +151,7 @@ fn config_from(args: &BackendArgs) -> Result<BackendConfig> {
             duplicate_every: args.ws_duplicate_every,
             close_on_drain: !args.ws_no_close_on_drain,
         },
+        leak_per_request: args.leak_per_request,
     };
     if let Some(tls) = &config.tls {
         // Bad certificate files are bad input: say so before listening.

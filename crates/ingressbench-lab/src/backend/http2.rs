@@ -171,6 +171,7 @@ impl Connection {
         if super::grpc::is_grpc(&request) {
             return self.answer_grpc(request, respond).await;
         }
+        self.leak();
         // The path without its query, as over HTTP/1.1.
         let path = request.uri().path().to_owned();
         let head = request.method() == http::Method::HEAD;

@@ -220,6 +220,7 @@ impl Connection {
     where
         S: h3::quic::BidiStream<Bytes>,
     {
+        self.leak();
         let path = request.uri().path().to_owned();
         let head = request.method() == http::Method::HEAD;
         let mut received = 0;

@@ -28,7 +28,8 @@ impl Lab {
     }
 
     /// The lab's processes to measure, each part a process group: every proxy (each
-    /// replica, named `kind` or `kind-N`), the front and the sidecar.
+    /// replica, named `kind` or `kind-N`), the front and the sidecar; and each backend,
+    /// a process of its own (a soak asks what grows there too).
     pub fn usage_parts(&self) -> Vec<Part> {
         let mut parts: Vec<Part> = self
             .proxies
@@ -41,6 +42,9 @@ impl Lab {
         }
         if let Some(sidecar) = &self.sidecar {
             parts.push(Part::group("sidecar", "sidecar", sidecar.pid()));
+        }
+        for b in &self.backends {
+            parts.push(Part::process(&b.name, "backend", b.pid()));
         }
         parts
     }

@@ -1047,6 +1047,39 @@ fn a_scenario_with_namespaces_runs_its_client_in_one_and_leaves_none() {
     assert_eq!(left, Vec::<String>::new(), "namespaces left after the run");
 }
 
+/// A backend that keeps 8 KiB of every request it answers, and never frees them.
+const LEAK: &str = "
+name: leak
+targets: [haproxy]
+backends: [{ name: echo, replicas: 1, backend: { leak_per_request: 8192 } }]
+load: { mode: open, rate: 200, connections: 4, duration: 15s, sample_rate: 0.01 }
+";
+
+/// A backend whose leak is known by construction (8 KiB a request): the cell's usage
+/// says its resident memory grew, with an interval that leaves zero out, at a rate that
+/// is within 10% of 8 KiB for every request the cell sent (issue 52's leak test: the
+/// slope found is within 10% of K).
+#[test]
+fn a_backend_leaking_a_known_amount_per_request_is_seen_growing_by_it() {
+    let (_dir, out) = run_ok("leak", LEAK);
+    let record = json(&out.join("run.json"));
+    let usage = &record["cells"][0]["usage"];
+    let backend = (usage["parts"].as_array().unwrap().iter())
+        .find(|p| p["role"] == "backend")
+        .unwrap_or_else(|| panic!("{usage}"));
+    let growth = &backend["rss_growth_bytes_per_min"];
+    let [value, low] = ["value", "low"].map(|k| growth[k].as_f64().unwrap());
+    assert!(low > 0.0, "measurable: {growth}");
+    let per_min =
+        usage["requests"].as_f64().unwrap() / usage["measured_s"].as_f64().unwrap() * 60.0;
+    let per_request = value / per_min;
+    eprintln!("backend grew {per_request:.0} bytes a request ({growth} a minute, {per_min:.0} requests a minute)");
+    assert!(
+        (per_request - 8192.0).abs() <= 819.2,
+        "{per_request:.0} bytes a request: {usage}"
+    );
+}
+
 /// 1,000 req/s over TLS with a reload halfway: what each proxy spent, and the reload's
 /// CPU at its time.
 const USAGE: &str = "
