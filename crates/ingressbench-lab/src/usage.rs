@@ -119,6 +119,9 @@ pub struct PartUsage {
     pub rss_bytes: u64,
     /// How many live processes it has.
     pub processes: u32,
+    /// The descriptors its live processes hold open (none for a part read elsewhere, or
+    /// whose `/proc/PID/fd` could not be read).
+    pub fds: Option<u64>,
 }
 
 /// The fields of `/proc/PID/stat` that matter here.
@@ -158,12 +161,13 @@ impl UsageReader {
 
     /// The usage of each part now; a part whose processes are gone reads as zero.
     pub fn read(&self, parts: &[Part]) -> Vec<PartUsage> {
-        let mut totals: Vec<(u64, u64, u32)> = vec![(0, 0, 0); parts.len()];
-        let mut add = |i: usize, stat: &Stat, leader: bool| {
+        let mut totals: Vec<(u64, u64, u32, Option<u64>)> = vec![(0, 0, 0, Some(0)); parts.len()];
+        let mut add = |i: usize, pid: u32, stat: &Stat, leader: bool| {
             let t = &mut totals[i];
             t.0 += stat.own_ticks + if leader { stat.reaped_ticks } else { 0 };
             t.1 += stat.rss_pages;
             t.2 += 1;
+            t.3 = t.3.zip(open_fds(pid)).map(|(a, b)| a + b);
         };
         let group = |part: &Part| match part.source {
             Source::Group(pid) => Some(pid),
@@ -181,10 +185,10 @@ impl UsageReader {
                     .iter()
                     .any(|(pid, other)| *pid == stat.ppid && other.pgrp == stat.pgrp)
             };
-            for (_, stat) in &members {
+            for (pid, stat) in &members {
                 for (i, part) in parts.iter().enumerate() {
                     if group(part) == Some(stat.pgrp) {
-                        add(i, stat, top(stat));
+                        add(i, *pid, stat, top(stat));
                     }
                 }
             }
@@ -192,21 +196,24 @@ impl UsageReader {
         for (i, part) in parts.iter().enumerate() {
             if let Source::Process(pid) = part.source {
                 if let Some(stat) = read_stat(pid) {
-                    add(i, &stat, false);
+                    add(i, pid, &stat, false);
                 }
             }
         }
         parts
             .iter()
             .zip(totals)
-            .map(|(part, (ticks, pages, processes))| {
-                let figures = match &part.source {
-                    Source::Reported(r) => r.get().unwrap_or_default(),
-                    _ => Figures {
-                        cpu_s: ticks as f64 / self.ticks_per_s,
-                        rss_bytes: pages * self.page_bytes,
-                        processes,
-                    },
+            .map(|(part, (ticks, pages, processes, fds))| {
+                let (figures, fds) = match &part.source {
+                    Source::Reported(r) => (r.get().unwrap_or_default(), None),
+                    _ => (
+                        Figures {
+                            cpu_s: ticks as f64 / self.ticks_per_s,
+                            rss_bytes: pages * self.page_bytes,
+                            processes,
+                        },
+                        fds.filter(|_| processes > 0),
+                    ),
                 };
                 PartUsage {
                     name: part.name.clone(),
@@ -214,6 +221,7 @@ impl UsageReader {
                     cpu_s: figures.cpu_s,
                     rss_bytes: figures.rss_bytes,
                     processes: figures.processes,
+                    fds,
                 }
             })
             .collect()
@@ -245,6 +253,11 @@ fn proc_stats() -> impl Iterator<Item = (u32, Stat)> {
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
         .filter_map(|pid| Some((pid, read_stat(pid)?)))
+}
+
+/// How many descriptors process `pid` holds open.
+fn open_fds(pid: u32) -> Option<u64> {
+    Some(fs::read_dir(format!("/proc/{pid}/fd")).ok()?.count() as u64)
 }
 
 fn read_stat(pid: u32) -> Option<Stat> {
@@ -285,6 +298,28 @@ mod tests {
         let _ = child.wait();
         assert!(found.contains(&child.id()), "{found:?}");
         assert!(!found.contains(&own));
+    }
+
+    #[test]
+    fn a_part_counts_the_descriptors_its_processes_hold_open() {
+        // A process holding stdin, stdout and stderr (and any descriptor another test's
+        // thread had open, not yet marked close-on-exec, when it was forked).
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let part = [Part::process("held", "backend", child.id())];
+        let fds = UsageReader::new().read(&part)[0].fds;
+        let running = child.try_wait().unwrap().is_none();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(running);
+        assert!(fds >= Some(3), "{fds:?}");
+        // Gone, it holds none it can be asked about.
+        assert_eq!(UsageReader::new().read(&part)[0].fds, None);
     }
 
     #[test]

@@ -259,6 +259,10 @@ pub struct PartReading {
     /// Its processes.
     #[serde(default)]
     pub processes: u64,
+    /// The descriptors its processes hold open (none where they could not be read, or
+    /// for a part read elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fds: Option<u64>,
 }
 
 /// A line of `proxy-metrics.jsonl`: what each proxy counted (its own metrics, by the

@@ -154,6 +154,7 @@ impl UsageLog {
                     cpu_s: round6(p.cpu_s),
                     rss_bytes: p.rss_bytes,
                     processes: u64::from(p.processes),
+                    fds: p.fds,
                 })
                 .collect(),
         };
@@ -418,6 +419,7 @@ mod tests {
             cpu_s,
             rss_bytes: rss,
             processes: 1,
+            fds: None,
         };
         Reading {
             t_s,
