@@ -237,3 +237,14 @@ pub(crate) fn heavy() -> std::sync::MutexGuard<'static, ()> {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
+
+/// A link in front of `addr` that resets the connection at 2% of the chunks it carries:
+/// long-lived streams through it are cut again and again.
+pub(crate) fn resetting_link(addr: SocketAddr) -> ingressbench_lab::relay::Relay {
+    let link = ingressbench_lab::relay::LinkSpec {
+        reset: 0.02,
+        ..Default::default()
+    };
+    ingressbench_lab::relay::Relay::start("127.0.0.1:0".parse().unwrap(), addr, link, false, None)
+        .unwrap()
+}

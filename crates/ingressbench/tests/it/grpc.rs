@@ -8,7 +8,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ingressbench_lab::relay::{LinkSpec, Relay};
 use ingressbench_load::stream::{ClosedBy, Reconnect, StreamFile, StreamKind, StreamOptions};
 use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
 use ingressbench_stats::Outcome;
@@ -162,18 +161,7 @@ fn a_draining_backend_ends_its_grpc_streams_unavailable_or_drops_them_at_its_tim
 #[test]
 fn grpc_streams_cut_by_a_resetting_link_resume_after_their_last_message() {
     let backend = Backend::start(&["--listen", "127.0.0.1:0"]);
-    let link = LinkSpec {
-        reset: 0.02,
-        ..LinkSpec::default()
-    };
-    let relay = Relay::start(
-        "127.0.0.1:0".parse().unwrap(),
-        backend.addr,
-        link,
-        false,
-        None,
-    )
-    .unwrap();
+    let relay = crate::common::resetting_link(backend.addr);
     let mut plan = plan(&relay.addr(), true, 200.0, Reconnect::Immediate);
     plan.timeout = Duration::from_secs(2);
     let load = run(&plan);

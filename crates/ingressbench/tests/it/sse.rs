@@ -7,7 +7,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ingressbench_lab::relay::{LinkSpec, Relay};
 use ingressbench_load::stream::{ClosedBy, Reconnect, StreamFile, StreamKind, StreamOptions};
 use ingressbench_load::{Kind, Length, LoadReport, Mode, NoObserver, Plan, Target};
 use ingressbench_stats::Outcome;
@@ -152,18 +151,7 @@ fn a_draining_backend_ends_its_event_streams_or_drops_them_at_its_timeout() {
 #[test]
 fn a_cut_event_stream_resumes_after_its_last_id_losing_and_repeating_nothing() {
     let backend = Backend::start(&["--listen", "127.0.0.1:0"]);
-    let link = LinkSpec {
-        reset: 0.02,
-        ..LinkSpec::default()
-    };
-    let relay = Relay::start(
-        "127.0.0.1:0".parse().unwrap(),
-        backend.addr,
-        link,
-        false,
-        None,
-    )
-    .unwrap();
+    let relay = crate::common::resetting_link(backend.addr);
     let mut plan = plan(&relay.addr(), 4, 200.0, Reconnect::Immediate);
     // Long enough that an event replayed on the resumed stream is in time, not late.
     plan.timeout = Duration::from_secs(2);
