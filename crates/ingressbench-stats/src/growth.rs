@@ -22,11 +22,6 @@ use crate::compare::Estimate;
 /// nothing of a trend.
 pub const MIN_POINTS: usize = 10;
 
-/// The least-squares slope of `y` on `x` over `points`, or `None` when `x` does not vary.
-pub fn slope(points: &[(f64, f64)]) -> Option<f64> {
-    line(points).map(|(slope, _, _)| slope)
-}
-
 /// The least-squares line through `points`: slope, intercept, and the spread of `x`
 /// (the sum of squared deviations from its mean, 0 when it does not vary).
 fn line(points: &[(f64, f64)]) -> Option<(f64, f64, f64)> {
@@ -160,7 +155,7 @@ mod tests {
         assert_eq!(growth(&series(MIN_POINTS - 1, 5.0, 0.0, 1)), None);
         let same_x: Vec<(f64, f64)> = (0..20).map(|i| (1.0, i as f64)).collect();
         assert_eq!(growth(&same_x), None);
-        assert_eq!(slope(&[(0.0, 1.0), (2.0, 5.0)]), Some(2.0));
+        assert_eq!(line(&[(0.0, 1.0), (2.0, 5.0)]), Some((2.0, 1.0, 2.0)));
         let exact: Vec<(f64, f64)> = (0..20).map(|i| (i as f64, 3.0 * i as f64)).collect();
         let g = growth(&exact).unwrap();
         assert_eq!((g.value, g.low, g.high), (3.0, 3.0, 3.0));
