@@ -25,6 +25,7 @@ mod dispatch;
 mod error;
 pub mod fleet;
 pub mod grpc;
+pub mod kept;
 pub mod live;
 mod plan;
 pub mod probe;

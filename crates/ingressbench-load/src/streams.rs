@@ -14,6 +14,7 @@ use ingressbench_results::hlog::HlogWriter;
 use ingressbench_results::samples::SampleWriter;
 use ingressbench_stats::{Sample, Window};
 
+use crate::kept::{Kept, KeptCounts};
 use crate::{Observer, Progress};
 
 /// Creates a file, with an error that names it.
@@ -69,6 +70,12 @@ pub struct Streams {
     stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// The live metrics each window goes to (`--metrics-listen`).
     live: Option<std::sync::Arc<crate::live::Live>>,
+    /// Which samples are written (a soak's): all of them without it.
+    kept: Option<Kept>,
+    /// The backends' names as last handed over (for the reservoir's last writing).
+    backends: Vec<String>,
+    /// Counts the requests of every window handed over.
+    requests: Option<std::sync::Arc<std::sync::atomic::AtomicU64>>,
 }
 
 impl Streams {
@@ -106,6 +113,9 @@ impl Streams {
             error: None,
             stop: None,
             live: None,
+            kept: None,
+            backends: Vec::new(),
+            requests: None,
         })
     }
 
@@ -120,6 +130,23 @@ impl Streams {
     pub fn stop_on_error(mut self, stop: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
         self.stop = Some(stop);
         self
+    }
+
+    /// Writes only the samples `kept` keeps; the others go to its reservoir.
+    pub fn keep_only(mut self, kept: Kept) -> Self {
+        self.kept = Some(kept);
+        self
+    }
+
+    /// Adds every window's requests (all outcomes) to `requests`.
+    pub fn count_into(mut self, requests: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Self {
+        self.requests = Some(requests);
+        self
+    }
+
+    /// What the samples' filter saw and kept outside its windows, if there is one.
+    pub fn kept_counts(&self) -> Option<KeptCounts> {
+        self.kept.as_ref().map(Kept::counts)
     }
 
     /// Calls `f` with the state of the run after every window.
@@ -154,6 +181,10 @@ impl Streams {
             };
             self.keep(result.map_err(named(&path)));
         }
+        if let Some(kept) = self.kept.as_mut() {
+            let result = kept.write(&self.backends);
+            self.keep(result);
+        }
         self.error.take().map_or(Ok(()), Err)
     }
 }
@@ -162,6 +193,12 @@ impl Observer for Streams {
     fn window(&mut self, window: &Window) {
         if let Some(live) = &self.live {
             live.window(window);
+        }
+        if let Some(requests) = &self.requests {
+            requests.fetch_add(
+                window.outcomes.total(),
+                std::sync::atomic::Ordering::Relaxed,
+            );
         }
         if let Some((path, w)) = self.hlog.as_mut() {
             let start = Duration::from_nanos(window.start_ns());
@@ -180,8 +217,21 @@ impl Observer for Streams {
     }
 
     fn samples(&mut self, samples: &[Sample], backends: &[String]) {
+        let kept = match self.kept.as_mut() {
+            Some(kept) => {
+                if self.backends.len() != backends.len() {
+                    self.backends = backends.to_vec();
+                }
+                let (now, written) = kept.split(samples, backends);
+                self.keep(written);
+                Some(now)
+            }
+            None => None,
+        };
         if let Some((path, w)) = self.samples.as_mut() {
-            let result = w.write(samples, backends).map_err(named(path));
+            let result = w
+                .write(kept.as_deref().unwrap_or(samples), backends)
+                .map_err(named(path));
             self.keep(result);
         }
     }

@@ -16,6 +16,7 @@ pub mod routes;
 pub mod run;
 pub mod samples;
 pub mod site;
+pub mod soak;
 pub mod stream;
 pub mod summary;
 pub mod workers;

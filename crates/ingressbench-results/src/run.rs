@@ -233,6 +233,14 @@ pub struct CellEntry {
     /// A trial of a capacity search: its rate, verdict and figures.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<TrialRecord>,
+    /// A soak's verdict: what grew, per part and per kind of event, and the tool's own
+    /// cost.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "crate::or_default"
+    )]
+    pub soak: Option<crate::soak::SoakRecord>,
     /// Earlier attempts at it (a resumed run), moved aside.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub earlier_attempts: Vec<EarlierAttempt>,

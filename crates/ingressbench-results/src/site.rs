@@ -182,8 +182,9 @@ pub struct Spent {
     #[serde(default)]
     pub rss_mean_bytes: u64,
     /// How fast resident memory grew over the readings: the least-squares slope, in bytes
-    /// a minute, with its 95% interval (moving-block bootstrap; `ingressbench_stats::
-    /// growth`); none with fewer than ten readings. An interval holding zero is no
+    /// a minute, with its 95% interval (Student's t on the readings' effective number,
+    /// for readings correlated second to second; `ingressbench_stats::growth`); none
+    /// with fewer than ten readings. An interval holding zero is no
     /// measurable growth.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rss_growth_bytes_per_min: Option<Slope>,

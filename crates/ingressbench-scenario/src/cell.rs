@@ -50,6 +50,8 @@ pub(crate) struct CellDone {
     pub(crate) routes: Option<Value>,
     /// What the lab's processes spent (see `usage.rs`).
     pub(crate) usage: Option<Usage>,
+    /// A soak's verdict.
+    pub(crate) soak: Option<ingressbench_results::soak::SoakRecord>,
     pub(crate) lab_reused: bool,
     pub(crate) measure_from_s: f64,
     pub(crate) proxy_version: Option<String>,
@@ -104,6 +106,8 @@ struct Started {
     probe: Option<RouteProbe>,
     /// Moves the load's QUIC connections (a `migrate` event).
     migrate: ingressbench_load::Migrate,
+    /// A soak's samples' filter, request count and log.
+    soak: Option<crate::soak::SoakRun>,
 }
 
 /// Plans the cell's load against its site and sets it going, from this machine (one
@@ -171,6 +175,26 @@ fn start_load(
     if let Some(live) = live {
         streams = streams.on_progress(live);
     }
+    let mut soak = None;
+    if let Some(s) = crate::soak::Soak::of(cell, factor)? {
+        let kept = s.kept(
+            timeline.firings(),
+            measure_from.saturating_duration_since(start),
+            &dir.join("samples-rest.csv.gz"),
+        );
+        let requests = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let log =
+            crate::soak::SoakLog::new(&dir.join("soak.jsonl"), s.every, measure_from, &options.dir)
+                .ok();
+        soak = Some(crate::soak::SoakRun {
+            soak: s,
+            kept: kept.handle(),
+            requests: requests.clone(),
+            start,
+            log,
+        });
+        streams = streams.keep_only(kept).count_into(requests);
+    }
     if let Some(metrics) = &options.metrics {
         metrics.settings(vec![
             ("scenario".to_owned(), cell.scenario.name.clone()),
@@ -202,6 +226,7 @@ fn start_load(
         proxy_version: entry.proxy_version,
         probe,
         migrate,
+        soak,
     })
 }
 
@@ -215,6 +240,8 @@ struct Beside {
     probe: Option<RouteProbe>,
     /// What an event going one route at a time left undone.
     unfinished: Option<String>,
+    /// A soak's filter and log.
+    soak: Option<crate::soak::SoakRun>,
 }
 
 /// Until the load ends: fires the timeline's events into the site, watches its parts
@@ -263,6 +290,7 @@ fn drive(
         held: std::collections::VecDeque::new(),
         metrics: options.metrics.clone(),
         migrate: load.migrate.clone(),
+        soak: load.soak.take(),
     };
     driver.drive(
         &load.thread,
@@ -277,6 +305,7 @@ fn drive(
         went_wrong: driver.went_wrong,
         fired: driver.fired,
         probe: driver.probe,
+        soak: driver.soak,
     })
 }
 
@@ -297,6 +326,7 @@ fn collect(
         fired,
         probe,
         unfinished,
+        soak,
     } = beside;
     let (report, workers_json, streams) = load
         .thread
@@ -342,9 +372,11 @@ fn collect(
         (load.measure_from, load.start),
     );
     // Cut samples make no event's impact: none is written then.
-    if cut_short.is_none() {
-        impact?;
-    }
+    let impact = match cut_short {
+        None => impact?,
+        Some(_) => impact.unwrap_or_default(),
+    };
+    let soak = soak.map(|run| crate::soak::record(cell, &run, usage_log.as_ref(), &impact));
     if let Some(why) = went_wrong {
         // Its files are copied into the cell: the lab's own directory goes with the lab.
         return Err(site.at_copies(why, dir).into());
@@ -352,7 +384,13 @@ fn collect(
     let s = &report.summary;
     // An event that never fired would leave a report of a scenario that did not happen.
     if !s.interrupted {
-        if let Some(why) = unfired(cell, &fired, s.requests.total, unfinished.is_some()) {
+        if let Some(why) = unfired(
+            cell,
+            &load.timeline,
+            &fired,
+            s.requests.total,
+            unfinished.is_some(),
+        ) {
             return Err(why.into());
         }
     }
@@ -370,6 +408,7 @@ fn collect(
         topology: record.topology,
         routes: record.routes,
         usage: usage_log.and_then(|u| u.summary(s.requests.total)),
+        soak,
         lab_reused: reused,
         measure_from_s: load
             .measure_from

@@ -284,6 +284,7 @@ pub fn expand_noting(
             format!("matrix: every cell is left out ({})", left_out.join("; ")),
         ));
     }
+    crate::soak::check(&cells).map_err(|m| ScenarioError::at(path, m))?;
     Ok((cells, left_out))
 }
 

@@ -364,7 +364,7 @@ pub(crate) fn write_impact(
     (usage, counts): (Option<&UsageLog>, Option<&crate::proxy_counts::ProxyCounts>),
     sample_rate: f64,
     (measure_from, start): (Instant, Instant),
-) -> Result<(), String> {
+) -> Result<Vec<ImpactEntry>, String> {
     let shift = measure_from.saturating_duration_since(start).as_secs_f64();
     let points = crate::impact::read_samples(dir, shift)?;
     // The end of the last window: the end of measurement, or the last sample if one was
@@ -486,7 +486,8 @@ pub(crate) fn write_impact(
         }
         out.push(entry);
     }
-    write_json(&dir.join("impact.json"), &out).map_err(|e| e.to_string())
+    write_json(&dir.join("impact.json"), &out).map_err(|e| e.to_string())?;
+    Ok(out)
 }
 
 /// Seconds from `measure_from` to `at` (none before).

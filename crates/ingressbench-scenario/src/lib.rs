@@ -39,6 +39,7 @@ mod record;
 pub mod runner;
 mod search;
 mod site;
+mod soak;
 mod timeline;
 mod usage;
 

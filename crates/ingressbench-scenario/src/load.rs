@@ -287,7 +287,10 @@ pub(crate) fn plan_for(
         connections: l.connections,
         threads: l.threads,
         // Checked when the scenario was read: one of the two is given.
-        duration: dur("load.duration", &l.duration)?.map(|d| measured_length(d, cell, factor)),
+        duration: match crate::soak::Soak::of(cell, factor)? {
+            Some(soak) => Some(soak.duration),
+            None => dur("load.duration", &l.duration)?.map(|d| measured_length(d, cell, factor)),
+        },
         requests: l.requests,
         warmup: dur("load.warmup", &l.warmup)?.map(|d| scaled(d, factor)),
         warmup_requests: l.warmup_requests,

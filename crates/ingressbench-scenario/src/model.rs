@@ -65,6 +65,30 @@ pub struct Scenario {
     /// A capacity search: each cell becomes trials at the rates the search chooses
     /// ([`crate::capacity`]).
     pub search: Option<SearchFile>,
+    /// A soak: the load runs for `duration` while the timeline of `events` repeats
+    /// ([`crate::soak`]).
+    pub soak: Option<SoakFile>,
+}
+
+/// `soak:`: hours of load under the scenario's events, repeated on their timeline, with a
+/// results directory of bounded size.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SoakFile {
+    /// How long the load runs (`1h`).
+    pub duration: String,
+    /// The timeline's length: its events fire again every this long (default: the
+    /// load's `duration`).
+    pub period: Option<String>,
+    /// How many sampled requests from outside the events' windows are kept, chosen
+    /// uniformly (default 20,000).
+    pub reservoir: Option<usize>,
+    /// The most the run's results directory may take (`500MB`; default 1GB): a soak
+    /// whose estimate is larger is refused with its arithmetic.
+    pub budget: Option<String>,
+    /// How often the tool writes down its own cost and the directory's size (default
+    /// 1m).
+    pub every: Option<String>,
 }
 
 /// `search:`: the highest open-loop rate each cell sustains within its objectives.

@@ -293,6 +293,7 @@ fn note_done(entry: &mut CellEntry, done: CellDone) -> Option<String> {
     entry.topology = done.topology;
     entry.routes = done.routes;
     entry.usage = done.usage;
+    entry.soak = done.soak;
     if let Some(why) = &done.cut_short {
         entry.error = Some(why.clone());
     }
@@ -346,7 +347,8 @@ pub(crate) fn live_line(
 pub(crate) fn planned(cell: &Cell) -> Duration {
     let l = &cell.scenario.load;
     let time = |v: &Option<String>| dur("", v).ok().flatten();
-    let measured = match (time(&l.duration), l.requests) {
+    let soak = crate::soak::Soak::of(cell, 1.0).ok().flatten();
+    let measured = match (soak.map(|s| s.duration).or(time(&l.duration)), l.requests) {
         (Some(d), _) => d + time(&l.warmup).unwrap_or_default(),
         (None, Some(n)) => {
             let each = time(&l.interval).unwrap_or_default() + Duration::from_millis(1);

@@ -21,8 +21,8 @@ const EVENT_SPAN_S: f64 = 5.0;
 /// One reading of every part, at `t_s` seconds from the start of measurement.
 #[derive(Clone, Debug)]
 pub(crate) struct Reading {
-    t_s: f64,
-    parts: Vec<PartUsage>,
+    pub(crate) t_s: f64,
+    pub(crate) parts: Vec<PartUsage>,
 }
 
 impl Reading {
@@ -171,6 +171,11 @@ impl UsageLog {
     /// The cell's figures, per part and per role: CPU seconds during measurement, CPU
     /// milliseconds per 1,000 of `requests`, and resident memory (peak and mean of the
     /// readings), for `run.json`.
+    /// Every reading so far, in order.
+    pub(crate) fn readings(&self) -> &[Reading] {
+        &self.readings
+    }
+
     pub(crate) fn summary(&self, requests: u64) -> Option<Usage> {
         summarise(&self.readings, requests)
     }

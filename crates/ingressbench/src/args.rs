@@ -350,6 +350,10 @@ pub(crate) struct RunArgs {
     /// Override a field, e.g. --set load.rate=200 (repeatable).
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub(crate) sets: Vec<String>,
+    /// Soak: run each cell's load this long (1h) with its events repeating every
+    /// load.duration (the same as --set soak.duration=DURATION; docs/SCENARIOS.md, "Soaks").
+    #[arg(long, value_name = "DURATION", conflicts_with = "resume")]
+    pub(crate) soak: Option<String>,
     #[command(flatten)]
     pub(crate) bins: ProxyBinArgs,
     /// Run each cell in a Kubernetes cluster: the cluster file says which controller each

@@ -95,6 +95,9 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
                 .with_context(|| format!("cannot read {}", file.display()))
                 .map_err(UsageError)?;
             let mut sets = parse_sets(&args.sets)?;
+            if let Some(soak) = &args.soak {
+                sets.push(("soak.duration".to_owned(), soak.clone()));
+            }
             if let Some(cluster) = &args.cluster {
                 implicit = crate::cluster_run::targets(cluster, &text, &mut sets)?;
             }

@@ -52,6 +52,8 @@ pub(crate) struct Driver<'a> {
     pub(crate) metrics: Option<Arc<ingressbench_load::live::Live>>,
     /// Moves the load's QUIC connections to a new local port (a `migrate` event).
     pub(crate) migrate: ingressbench_load::Migrate,
+    /// A soak's samples' filter and soak.jsonl.
+    pub(crate) soak: Option<crate::soak::SoakRun>,
 }
 
 impl Driver<'_> {
@@ -78,6 +80,10 @@ impl Driver<'_> {
                 }
             }
             self.figures.watch(now, &mut *self.site);
+            let firings: u64 = self.fired.iter().map(|&n| u64::from(n)).sum();
+            if let Some(soak) = self.soak.as_mut() {
+                soak.watch(now, firings);
+            }
             for (due, index, delay) in timeline.due(now, self.measure_from) {
                 let due = Due {
                     due_s: Some(due.as_secs_f64()),
@@ -99,6 +105,10 @@ impl Driver<'_> {
             self.events.watch(self.site.records());
             let busy = gate.is_some() || self.sequence.is_some() || !self.held.is_empty();
             std::thread::sleep(Duration::from_millis(if busy { 1 } else { 5 }));
+        }
+        let firings: u64 = self.fired.iter().map(|&n| u64::from(n)).sum();
+        if let Some(soak) = self.soak.as_mut() {
+            soak.finish(firings);
         }
         let until = Instant::now() + CONTROL_PLANE_GRACE;
         while self.site.awaiting_control_plane()
@@ -155,6 +165,9 @@ impl Driver<'_> {
     fn fire_now(&mut self, index: usize, delay: Duration, due: Due) {
         let event = &self.cell.events[index];
         self.fired[index] += 1;
+        if let Some(soak) = &self.soak {
+            soak.fired(Instant::now());
+        }
         if let Some(metrics) = &self.metrics {
             metrics.event(event.action.kind());
         }

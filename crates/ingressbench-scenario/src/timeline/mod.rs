@@ -72,12 +72,32 @@ impl Timeline {
                 } => lockstep.push((*first, *every, *times, i, delay)),
             }
         }
+        if let Some(soak) = crate::soak::Soak::of(cell, factor)? {
+            firings = soak.repeat(&firings);
+        }
         firings.sort_by_key(|f| f.0);
         Ok(Self {
             firings,
             next: 0,
             lockstep,
         })
+    }
+
+    /// The timed firings (offset from the start of measurement, event, propagation
+    /// delay), in order.
+    pub(crate) fn firings(&self) -> &[(Duration, usize, Duration)] {
+        &self.firings
+    }
+
+    /// How many times event `index` is planned to fire: its timed firings (a soak's
+    /// repeated), or its lock-step `times`.
+    pub(crate) fn planned(&self, index: usize) -> u32 {
+        let timed = self.firings.iter().filter(|f| f.1 == index).count() as u32;
+        timed
+            + (self.lockstep.iter())
+                .filter(|l| l.3 == index)
+                .map(|l| l.2)
+                .sum::<u32>()
     }
 
     /// With lock-step events, a gate on the plan: the load asks before each request (its
@@ -200,6 +220,7 @@ pub(crate) fn offset(t: Instant, measure_from: Instant) -> f64 {
 /// Says which event fired fewer times than planned (the run ended first), if one did.
 pub(crate) fn unfired(
     cell: &Cell,
+    timeline: &Timeline,
     fired: &[u32],
     requests: u64,
     held_behind_unfinished: bool,
@@ -209,7 +230,7 @@ pub(crate) fn unfired(
         if held_behind_unfinished && e.action.is_route_event() {
             return None;
         }
-        let planned = e.timing.times();
+        let planned = timeline.planned(i);
         (*n < planned).then(|| {
             format!(
                 "events[{i}] fired {n} of {planned} times: the load ended first ({requests} requests); make load.duration (or load.requests) longer, or the event earlier"

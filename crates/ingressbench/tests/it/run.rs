@@ -1048,49 +1048,6 @@ fn a_scenario_with_namespaces_runs_its_client_in_one_and_leaves_none() {
 }
 
 /// A backend that keeps 8 KiB of every request it answers, and never frees them.
-const LEAK: &str = "
-name: leak
-targets: [haproxy]
-backends: [{ name: echo, replicas: 1, backend: { leak_per_request: 8192 } }]
-load: { mode: open, rate: 200, connections: 4, duration: 15s, sample_rate: 0.01 }
-";
-
-/// A backend whose leak is known by construction (8 KiB a request): the cell's usage
-/// says its resident memory grew, with an interval that leaves zero out, at a rate that
-/// is within 10% of 8 KiB for every request the cell sent (issue 52's leak test: the
-/// slope found is within 10% of K); every reading counts each part's open descriptors.
-#[test]
-fn a_backend_leaking_a_known_amount_per_request_is_seen_growing_by_it() {
-    let (_dir, out) = run_ok("leak", LEAK);
-    let record = json(&out.join("run.json"));
-    let usage = &record["cells"][0]["usage"];
-    let backend = (usage["parts"].as_array().unwrap().iter())
-        .find(|p| p["role"] == "backend")
-        .unwrap_or_else(|| panic!("{usage}"));
-    let growth = &backend["rss_growth_bytes_per_min"];
-    let [value, low] = ["value", "low"].map(|k| growth[k].as_f64().unwrap());
-    assert!(low > 0.0, "measurable: {growth}");
-    let per_min =
-        usage["requests"].as_f64().unwrap() / usage["measured_s"].as_f64().unwrap() * 60.0;
-    let per_request = value / per_min;
-    eprintln!("backend grew {per_request:.0} bytes a request ({growth} a minute, {per_min:.0} requests a minute)");
-    assert!(
-        (per_request - 8192.0).abs() <= 819.2,
-        "{per_request:.0} bytes a request: {usage}"
-    );
-    // Each reading also counts the descriptors the backend and the proxy hold open.
-    let cell = out
-        .join("cells")
-        .join(record["cells"][0]["dir"].as_str().unwrap());
-    let readings = std::fs::read_to_string(cell.join("usage.jsonl")).unwrap();
-    for line in readings.lines() {
-        let reading: serde_json::Value = serde_json::from_str(line).unwrap();
-        for part in reading["parts"].as_array().unwrap() {
-            assert!(part["fds"].as_u64() >= Some(3), "{line}");
-        }
-    }
-}
-
 /// 1,000 req/s over TLS with a reload halfway: what each proxy spent, and the reload's
 /// CPU at its time.
 const USAGE: &str = "
