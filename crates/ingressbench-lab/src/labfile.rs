@@ -427,6 +427,10 @@ pub struct TuningFile {
     pub upstream_protocol: Option<crate::model::UpstreamProtocol>,
     /// Pass each piece of a response on as it comes (HAProxy's `option http-no-delay`).
     pub no_delay: Option<bool>,
+    /// How long what a reload or restart replaced may serve on (nginx
+    /// `worker_shutdown_timeout`, HAProxy `hard-stop-after`, Envoy `--drain-time-s`,
+    /// Traefik `graceTimeOut`, Caddy `grace_period`): `10s`.
+    pub drain: Option<String>,
     /// Kernel settings on the proxies' node (`net.core.somaxconn: 32768`); needs
     /// `topology.isolation: netns`.
     #[serde(default)]
@@ -677,6 +681,13 @@ impl LabFile {
                 .upstream_protocol
                 .unwrap_or(defaults.upstream_protocol),
             no_delay: self.tuning.no_delay.unwrap_or(defaults.no_delay),
+            drain: match self.tuning.drain.as_deref() {
+                Some(d) => Some(
+                    ingressbench_stats::parse_duration(d)
+                        .map_err(|e| err(format!("tuning.drain: {e}")))?,
+                ),
+                None => None,
+            },
             ..defaults
         };
         let kernel = crate::kernel::NodeSysctls {

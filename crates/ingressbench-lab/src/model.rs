@@ -136,6 +136,14 @@ pub struct Tuning {
     /// server-sent event); nginx (told by the backend's `X-Accel-Buffering: no`), Envoy,
     /// Traefik and Caddy pass event streams on at once already.
     pub no_delay: bool,
+    /// How long what a reload or a restart replaced may go on serving its connections
+    /// before it is stopped: nginx's `worker_shutdown_timeout` (old workers), HAProxy's
+    /// `hard-stop-after` (old processes), Envoy's `--drain-time-s` (drained listeners,
+    /// the parent process of a hot restart a second after), Traefik's entry points'
+    /// `lifeCycle.graceTimeOut`, Caddy's `grace_period`. `None` keeps each proxy's
+    /// default: nginx and HAProxy wait for the last connection, however long; Envoy
+    /// 600 s; Traefik 10 s; Caddy without end.
+    pub drain: Option<std::time::Duration>,
 }
 
 /// The protocol a proxy speaks to its backends.
@@ -183,6 +191,7 @@ impl Default for Tuning {
             listen_backlog: None,
             upstream_protocol: UpstreamProtocol::Http1,
             no_delay: false,
+            drain: None,
         }
     }
 }

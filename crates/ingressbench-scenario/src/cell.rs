@@ -267,6 +267,9 @@ fn drive(
         load.measure_from,
     )
     .ok();
+    // A soak's hours of readings stay on disk until the load ends.
+    let soaks = load.soak.is_some();
+    let usage = usage.map(|u| if soaks { u.on_disk() } else { u });
     let counts = crate::proxy_counts::ProxyCounts::new(
         &dir.join("proxy-metrics.jsonl"),
         site,
@@ -274,7 +277,8 @@ fn drive(
         load.measure_from,
     )
     .ok()
-    .flatten();
+    .flatten()
+    .map(|c| if soaks { c.on_disk() } else { c });
     let mut driver = Driver {
         cell,
         site,
@@ -342,6 +346,15 @@ fn collect(
         usage_log = None;
     }
     if (proxy_counts.as_mut()).is_some_and(|c| c.read_last(site).is_err()) {
+        proxy_counts = None;
+    }
+    if usage_log.as_mut().is_some_and(|u| u.read_back().is_err()) {
+        usage_log = None;
+    }
+    if proxy_counts
+        .as_mut()
+        .is_some_and(|c| c.read_back().is_err())
+    {
         proxy_counts = None;
     }
     let (routes_line, probed) = match probe {

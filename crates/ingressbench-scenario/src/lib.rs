@@ -39,7 +39,7 @@ mod record;
 pub mod runner;
 mod search;
 mod site;
-mod soak;
+pub mod soak;
 mod timeline;
 mod usage;
 

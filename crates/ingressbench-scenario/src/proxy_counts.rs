@@ -13,7 +13,7 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use ingressbench_lab::proxy::counters::{Counted, Readings, ENDPOINTS_UP};
+use ingressbench_lab::proxy::counters::{named, Counted, Readings, ENDPOINTS_UP};
 use ingressbench_results::impact::{EndpointsUp, Increases, ProxyCounted};
 use ingressbench_results::site::CountsReading;
 
@@ -35,9 +35,50 @@ pub(crate) struct ProxyCounts {
     measure_from: Instant,
     grid: Grid,
     readings: Vec<Reading>,
+    /// Where the readings go; with `on_disk`, read back from there when the load ends.
+    path: std::path::PathBuf,
+    /// Only the last reading is held while the load runs (a soak's hours would grow the
+    /// tool's memory with time); [`ProxyCounts::read_back`] reads the rest.
+    on_disk: bool,
 }
 
 impl ProxyCounts {
+    /// Holds only the last reading while the load runs; the others are read back from
+    /// the file by [`ProxyCounts::read_back`].
+    pub(crate) fn on_disk(mut self) -> Self {
+        self.on_disk = true;
+        self
+    }
+
+    /// Once the load has ended, the readings an `on_disk` log did not hold, from its file
+    /// (a count by a name this tool does not know is left out).
+    pub(crate) fn read_back(&mut self) -> std::io::Result<()> {
+        if !self.on_disk {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(&self.path)?;
+        let mut readings = Vec::new();
+        for line in text.lines() {
+            let r: CountsReading = serde_json::from_str(line).map_err(std::io::Error::other)?;
+            let proxies = (r.proxies.into_iter())
+                .map(|(name, counts)| {
+                    let counted = (counts.into_iter())
+                        .filter_map(|(k, v)| Some((named(&k)?, v)))
+                        .collect();
+                    (name, counted)
+                })
+                .collect();
+            readings.push(Reading {
+                t_s: r.t_s,
+                proxies,
+                errors: r.errors,
+            });
+        }
+        self.readings = readings;
+        self.on_disk = false;
+        Ok(())
+    }
+
     /// Starts the file at `path` with a first reading now, if the site's proxies count
     /// anything it can read (none: no file).
     pub(crate) fn new(
@@ -58,6 +99,8 @@ impl ProxyCounts {
             measure_from,
             grid: Grid::new(start, measure_from),
             readings: Vec::new(),
+            path: path.to_owned(),
+            on_disk: false,
         };
         counts.write(at, first)?;
         Ok(Some(counts))
@@ -113,6 +156,9 @@ impl ProxyCounts {
             serde_json::to_string(&line).map_err(std::io::Error::other)?
         )?;
         self.file.flush()?;
+        if self.on_disk {
+            self.readings.clear();
+        }
         self.readings.push(Reading {
             t_s,
             proxies,
@@ -199,6 +245,8 @@ mod tests {
             file: File::create(dir.join("proxy-metrics.jsonl")).unwrap(),
             measure_from: Instant::now(),
             grid: Grid::new(Instant::now(), Instant::now()),
+            path: dir.join("proxy-metrics.jsonl"),
+            on_disk: false,
             readings: vec![
                 reading(0.0, 5, 3),
                 reading(1.0, 5, 3),

@@ -39,7 +39,7 @@ const MAX_KEPT_SAMPLES: f64 = 5_000_000.0;
 
 /// The default `reservoir`, `budget` and `every`.
 const RESERVOIR: usize = 20_000;
-const BUDGET: u64 = 1 << 30;
+const BUDGET: u64 = 1_000_000_000;
 const EVERY: Duration = Duration::from_secs(60);
 
 /// What the estimate takes each written thing to weigh, measured on this tool's files
@@ -308,10 +308,29 @@ fn period_firings(cell: &Cell) -> Result<Vec<(Duration, usize, Duration)>, Strin
     Ok(out)
 }
 
+/// A scenario's soaks in a line (`scenario check` and `run` say it before anything
+/// starts): how long each cell's load runs, how often its events repeat, and what its
+/// results are estimated to take against the budget. None without a soak.
+pub fn plan(cells: &[Cell]) -> Option<String> {
+    let soak = cells.iter().find_map(|c| Soak::of(c, 1.0).ok().flatten())?;
+    let firings: usize = (cells.iter())
+        .filter_map(|c| Some(soak.repeat(&period_firings(c).ok()?).len()))
+        .max()
+        .unwrap_or(0);
+    let total = check(cells).ok().flatten().unwrap_or_default();
+    Some(format!(
+        "soak: each cell's load runs {:?} with its events repeated every {:?} (up to {firings} firings a cell); the results about {} of the soak.budget {}",
+        soak.duration,
+        soak.period,
+        megabytes(total),
+        megabytes(soak.budget as f64)
+    ))
+}
+
 /// What a scenario's soaks are refused for, before anything starts: events that cannot
 /// repeat, a soak beside a capacity search, and results over the budget (the sum of
-/// every cell's estimate, with the arithmetic).
-pub(crate) fn check(cells: &[Cell]) -> Result<(), String> {
+/// every cell's estimate, with the arithmetic). Their estimate, if there is a soak.
+pub(crate) fn check(cells: &[Cell]) -> Result<Option<f64>, String> {
     let mut total = 0.0;
     let mut lines = Vec::new();
     let mut budget = None;
@@ -365,13 +384,14 @@ pub(crate) fn check(cells: &[Cell]) -> Result<(), String> {
         lines.push(format!("  the report: {}", megabytes(REPORT_BYTES)));
     }
     match budget {
+        None => Ok(None),
         Some(budget) if total > budget as f64 => Err(format!(
             "soak: the results would take about {}, over soak.budget ({}):\n{}\nshorten soak.duration, lower load.sample_rate or the reservoir, or raise soak.budget",
             megabytes(total),
             megabytes(budget as f64),
             lines.join("\n")
         )),
-        _ => Ok(()),
+        Some(_) => Ok(Some(total)),
     }
 }
 

@@ -76,6 +76,11 @@ pub(crate) struct UsageLog {
     /// CPU seconds of processes a part had before they were replaced (a proxy restarted),
     /// by part name: added beneath what its processes now spend.
     spent_before: std::collections::BTreeMap<String, f64>,
+    /// Where the readings go; with `on_disk`, read back from there when the load ends.
+    path: std::path::PathBuf,
+    /// Only the last reading is held while the load runs (a soak: hours of readings would
+    /// grow the tool's memory with time); [`UsageLog::read_back`] reads the rest.
+    on_disk: bool,
 }
 
 impl UsageLog {
@@ -96,9 +101,44 @@ impl UsageLog {
             grid: Grid::new(start, measure_from),
             readings: Vec::new(),
             spent_before: std::collections::BTreeMap::new(),
+            path: path.to_owned(),
+            on_disk: false,
         };
         log.read_now(Instant::now())?;
         Ok(log)
+    }
+
+    /// Holds only the last reading while the load runs; the others are read back from
+    /// the file by [`UsageLog::read_back`].
+    pub(crate) fn on_disk(mut self) -> Self {
+        self.on_disk = true;
+        self
+    }
+
+    /// Once the load has ended, the readings an `on_disk` log did not hold, from its file.
+    pub(crate) fn read_back(&mut self) -> std::io::Result<()> {
+        if !self.on_disk {
+            return Ok(());
+        }
+        let text = std::fs::read_to_string(&self.path)?;
+        let mut readings = Vec::new();
+        for line in text.lines() {
+            let r: UsageReading = serde_json::from_str(line).map_err(std::io::Error::other)?;
+            let parts = (r.parts.into_iter())
+                .map(|p| PartUsage {
+                    role: role_named(&p.role),
+                    name: p.name,
+                    cpu_s: p.cpu_s,
+                    rss_bytes: p.rss_bytes,
+                    processes: p.processes as u32,
+                    fds: p.fds,
+                })
+                .collect();
+            readings.push(Reading { t_s: r.t_s, parts });
+        }
+        self.readings = readings;
+        self.on_disk = false;
+        Ok(())
     }
 
     /// Takes a reading if one is due by `now`, of the site's parts as `parts` gives them
@@ -164,6 +204,9 @@ impl UsageLog {
             serde_json::to_string(&line).map_err(std::io::Error::other)?
         )?;
         self.file.flush()?;
+        if self.on_disk {
+            self.readings.clear();
+        }
         self.readings.push(Reading { t_s, parts });
         Ok(())
     }
@@ -215,6 +258,19 @@ impl UsageLog {
             }
         }
         roles
+    }
+}
+
+/// A role as the parts name it, from its name in usage.jsonl.
+fn role_named(role: &str) -> &'static str {
+    match role {
+        "proxy" => "proxy",
+        "backend" => "backend",
+        "client" => "client",
+        "controller" => "controller",
+        "front" => "front",
+        "sidecar" => "sidecar",
+        _ => "other",
     }
 }
 

@@ -47,6 +47,9 @@ pub(crate) fn run(command: ScenarioCommand) -> Result<ExitCode> {
             for why in left_out {
                 writeln!(out, "  left out: {why}")?;
             }
+            if let Some(soak) = ingressbench_scenario::soak::plan(&cells) {
+                writeln!(out, "{soak}")?;
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -209,6 +212,9 @@ pub(crate) fn run_scenario(mut args: RunArgs) -> Result<ExitCode> {
         },
         if options.quick { " (quick)" } else { "" }
     );
+    if let Some(soak) = ingressbench_scenario::soak::plan(&cells) {
+        eprintln!("{soak}");
+    }
     let outcome = ingressbench_scenario::run(&cells, &options, |line| {
         // Over the live line, if there is one.
         let clear = if tty { "\r\x1b[2K" } else { "" };

@@ -149,6 +149,9 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
         }] } });
     }
     apps["http"] = json!({ "servers": servers });
+    if let Some(drain) = table.tuning.drain {
+        apps["http"]["grace_period"] = json!(format!("{}ms", drain.as_millis()));
+    }
     let config = json!({
         "admin": { "listen": format!("unix/{}", files.admin_socket.display()) },
         "logging": { "logs": { "default": { "level": "WARN" } } },

@@ -30,6 +30,20 @@ pub const ENDPOINTS_UP: &str = "endpoints_up";
 /// Configuration reloads (or updates) applied.
 pub const CONFIG_RELOADS: &str = "config_reloads";
 
+/// The count of the names above called `name` (as a file wrote it), if it is one.
+pub fn named(name: &str) -> Option<&'static str> {
+    [
+        CONNECT_FAILURES,
+        RESPONSE_ERRORS,
+        RETRIES,
+        RESPONSES_5XX,
+        ENDPOINTS_UP,
+        CONFIG_RELOADS,
+    ]
+    .into_iter()
+    .find(|known| *known == name)
+}
+
 /// What a proxy counted, by the names above.
 pub type Counted = BTreeMap<&'static str, u64>;
 

@@ -117,6 +117,17 @@ impl Driver for Envoy {
             "--log-level".into(),
             "warn".into(),
         ];
+        if let Some(drain) = table.tuning.drain {
+            // Whole seconds, at least one; the parent of a hot restart goes a second after
+            // (an upgrade's or restart's own grace replaces both).
+            let drain_s = drain.as_secs().max(1);
+            args.extend([
+                "--drain-time-s".into(),
+                drain_s.to_string(),
+                "--parent-shutdown-time-s".into(),
+                (drain_s + 1).to_string(),
+            ]);
+        }
         if self.hot_restart {
             // Ready for an upgrade: hot restart on, with a base id of its own that Envoy
             // picks and writes down; its shared memory is removed at the end

@@ -181,6 +181,9 @@ impl Haproxy {
             "  stats socket {} mode 600 level admin expose-fd listeners\n  pidfile {dir}/haproxy.pid",
             files.admin_socket.display()
         );
+        if let Some(drain) = t.drain {
+            let _ = writeln!(c, "  hard-stop-after {}ms", drain.as_millis());
+        }
         let _ = writeln!(c, "defaults\n  mode http\n  option http-keep-alive");
         if t.no_delay {
             let _ = writeln!(c, "  option http-no-delay");

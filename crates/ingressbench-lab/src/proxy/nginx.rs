@@ -135,6 +135,9 @@ fn render(files: &ProxyFiles, table: &RouteTable) -> String {
         "# Rendered by ingressbench; rewritten and reloaded (SIGHUP) on every change."
     );
     let _ = writeln!(c, "worker_processes {};", t.workers);
+    if let Some(drain) = t.drain {
+        let _ = writeln!(c, "worker_shutdown_timeout {}ms;", drain.as_millis());
+    }
     let _ = writeln!(
         c,
         "daemon off;\nmaster_process on;\npid {dir}/nginx.pid;\nerror_log {dir}/error.log notice;"

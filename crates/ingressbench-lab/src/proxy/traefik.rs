@@ -48,6 +48,17 @@ impl Driver for Traefik {
             // HTTP/3 on the UDP port of the same number, with the same routers.
             args.push("--entryPoints.websecure.http3=true".into());
         }
+        if let Some(drain) = t.drain {
+            let ms = drain.as_millis();
+            args.push(format!(
+                "--entryPoints.web.transport.lifeCycle.graceTimeOut={ms}ms"
+            ));
+            if files.tls.is_some() {
+                args.push(format!(
+                    "--entryPoints.websecure.transport.lifeCycle.graceTimeOut={ms}ms"
+                ));
+            }
+        }
         if let Some(n) = t.keepalive_requests {
             args.push(format!(
                 "--entryPoints.web.transport.keepAliveMaxRequests={n}"

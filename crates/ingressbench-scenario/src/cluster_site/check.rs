@@ -82,6 +82,7 @@ pub fn check_cells(cells: &[crate::Cell], file: &ClusterFile) -> Result<(), Stri
             ("upstream_keepalive", t.upstream_keepalive.is_some()),
             ("listen_backlog", t.listen_backlog.is_some()),
             ("upstream_protocol", t.upstream_protocol.is_some()),
+            ("drain", t.drain.is_some()),
             ("nodes", !t.nodes.is_empty()),
         ];
         if let Some((knob, _)) = knobs.iter().find(|(_, set)| *set) {
