@@ -67,13 +67,14 @@ pub struct SoakPart {
     /// See [`SoakPart::rss_first_bytes`].
     #[serde(default)]
     pub rss_last_bytes: u64,
-    /// The process count it had most often (its master and workers).
+    /// The process count it had at the start of measurement, before any event (its
+    /// master and workers).
     #[serde(default)]
-    pub processes_usual: u32,
+    pub processes_at_start: u32,
     /// The most it had at once.
     #[serde(default)]
     pub processes_max: u32,
-    /// Each stretch of readings with more processes than usual (old generations alive
+    /// Each stretch of readings with more processes than at the start (old generations alive
     /// after a reload or an upgrade), the first [`MAX_STRETCHES`].
     #[serde(default)]
     pub extra_processes: Vec<ExtraProcesses>,
@@ -88,14 +89,15 @@ pub struct SoakPart {
 /// At most this many stretches of extra processes are listed per part.
 pub const MAX_STRETCHES: usize = 200;
 
-/// A stretch of readings with more processes than usual.
+/// A stretch of readings with more processes than at the start.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ExtraProcesses {
     /// Its first reading, in seconds from the start of measurement.
     pub from_s: f64,
-    /// The first reading after it with the usual count again (or the last reading).
+    /// The first reading after it back at the start's count or under (or the last
+    /// reading).
     pub to_s: f64,
-    /// The most processes over the usual count within it.
+    /// The most processes over the start's count within it.
     pub extra: u32,
 }
 

@@ -563,7 +563,7 @@ fn slope(points: &[(f64, f64)], scale: f64, digits: i32) -> Option<Slope> {
 }
 
 /// What grew over a soak: per part, its memory against events fired and against time,
-/// its descriptors, its processes beyond the usual count and for how long; per kind of
+/// its descriptors, its processes beyond its count at the start and for how long; per kind of
 /// event, its errors and p99 against the firing's number; the tool's own cost.
 pub(crate) fn record(
     cell: &Cell,
@@ -592,7 +592,7 @@ pub(crate) fn record(
                 .filter_map(|(t, u)| Some((t / 60.0, u.fds? as f64)))
                 .collect();
             let counts: Vec<(f64, u32)> = series.iter().map(|(t, u)| (*t, u.processes)).collect();
-            let (usual, stretches) = extra_processes(&counts);
+            let (at_start, stretches) = extra_processes(&counts);
             parts.push(SoakPart {
                 name: p.name.clone(),
                 role: p.role.to_owned(),
@@ -601,7 +601,7 @@ pub(crate) fn record(
                 fds_per_min: slope(&fds, 1.0, 3),
                 rss_first_bytes: series.first().map_or(0, |s| s.1.rss_bytes),
                 rss_last_bytes: series.last().map_or(0, |s| s.1.rss_bytes),
-                processes_usual: usual,
+                processes_at_start: at_start,
                 processes_max: counts.iter().map(|c| c.1).max().unwrap_or(0),
                 extra_stretches: stretches.len() as u64,
                 extra_longest_s: stretches
@@ -676,27 +676,22 @@ pub(crate) fn record(
     }
 }
 
-/// The process count a part had most often, and each stretch of readings (`t_s`,
-/// count) with more than that.
+/// The process count a part had at its first reading (before any event), and each
+/// stretch of readings (`t_s`, count) with more than that: old generations a reload or
+/// an upgrade left alive (the count most often seen would miss an old process that
+/// outlives most of the run).
 fn extra_processes(counts: &[(f64, u32)]) -> (u32, Vec<ExtraProcesses>) {
-    let mut tally = std::collections::BTreeMap::<u32, usize>::new();
-    for (_, n) in counts {
-        *tally.entry(*n).or_default() += 1;
-    }
-    // The most frequent; of equals, the smallest.
-    let usual = (tally.iter())
-        .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
-        .map_or(0, |(n, _)| *n);
+    let at_start = counts.first().map_or(0, |c| c.1);
     let mut stretches = Vec::new();
     let mut open: Option<ExtraProcesses> = None;
     for &(t, n) in counts {
-        match (&mut open, n > usual) {
-            (Some(s), true) => s.extra = s.extra.max(n - usual),
+        match (&mut open, n > at_start) {
+            (Some(s), true) => s.extra = s.extra.max(n - at_start),
             (None, true) => {
                 open = Some(ExtraProcesses {
                     from_s: t,
                     to_s: t,
-                    extra: n - usual,
+                    extra: n - at_start,
                 })
             }
             (Some(_), false) => {
@@ -712,7 +707,7 @@ fn extra_processes(counts: &[(f64, u32)]) -> (u32, Vec<ExtraProcesses>) {
         s.to_s = counts.last().map_or(s.from_s, |c| c.0);
         stretches.push(s);
     }
-    (usual, stretches)
+    (at_start, stretches)
 }
 
 #[cfg(test)]
@@ -845,6 +840,24 @@ mod tests {
             SOAK,
             "soak.budget: `lots` is not a size",
         );
+    }
+
+    #[test]
+    fn processes_beyond_the_starts_count_are_stretches_with_their_ends() {
+        // Two processes at the start; an old one alive from 2 s to 5 s, two from 8 s to
+        // the end: the count most often seen (3) is not the baseline.
+        let counts: Vec<(f64, u32)> = [2, 2, 3, 3, 3, 2, 2, 2, 3, 4, 4, 3]
+            .iter()
+            .enumerate()
+            .map(|(t, n)| (t as f64, *n))
+            .collect();
+        let (at_start, stretches) = extra_processes(&counts);
+        assert_eq!(at_start, 2);
+        let spans: Vec<(f64, f64, u32)> = (stretches.iter())
+            .map(|s| (s.from_s, s.to_s, s.extra))
+            .collect();
+        assert_eq!(spans, [(2.0, 5.0, 1), (8.0, 11.0, 2)]);
+        assert_eq!(extra_processes(&[]), (0, Vec::new()));
     }
 
     #[test]
