@@ -649,10 +649,39 @@ def metrics(nginx, seconds, tmp, rate=20000, repeats=3):
     return rows
 
 
+def soak(tmp, long_minutes):
+    # A soak of bench/soak-bench.yaml (nginx reloaded every 10 s under 5,000 req/s, the
+    # lab's proxy and backends and the tool on the machine's cores as a user runs it):
+    # the tool's own resident memory from soak.jsonl, a line a minute, and the results
+    # directory's size against the soak's 200 MB budget.
+    print("\n### A soak's own cost\n")
+    out = os.path.join(tmp, "soak")
+    run = subprocess.run([IB, "run", os.path.join(ROOT, "bench", "soak-bench.yaml"), "--soak", f"{long_minutes}m",
+                          "--out", out], cwd=ROOT, capture_output=True, text=True)
+    if run.returncode != 0:
+        print(run.stderr[-2000:])
+        return None
+    record = json.load(open(os.path.join(out, "run.json")))
+    cell = record["cells"][0]
+    lines = [json.loads(l) for l in open(os.path.join(out, "cells", cell["dir"], "soak.jsonl"))]
+    print("| minute | tool RSS | CPU ms per 1,000 requests | descriptors | results directory |\n|---:|---:|---:|---:|---:|")
+    for l in lines:
+        print(f"| {l['t_s'] / 60:.0f} | {l['rss_bytes'] / 2**20:.1f} MiB | {l['cpu_ms_per_1000_requests']} | {l['fds']} | "
+              f"{l['results_bytes'] / 1e6:.1f} MB |")
+    first, last = lines[0], lines[-2] if len(lines) > 2 else lines[-1]
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
+    tool = cell["soak"]["tool"]
+    print(f"\nRSS at minute {last['t_s'] / 60:.0f} / RSS at minute 1: {last['rss_bytes'] / first['rss_bytes']:.3f} "
+          f"(target: within 10%); its slope {tool.get('rss_bytes_per_min')} bytes a minute; "
+          f"{cell['summary']['requests']:,} requests, {cell['soak']['firings']} reloads; "
+          f"results directory {size / 1e6:.1f} MB (estimated {cell['soak']['estimate_bytes'] / 1e6:.1f} MB, target under 200 MB)")
+    return lines
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=["closed", "open", "accuracy", "memory", "backend", "workers", "h2-closed", "h2-open", "grpc",
-                                    "h3", "metrics", "all"])
+                                    "h3", "metrics", "soak", "all"])
     ap.add_argument("--duration", type=int, default=10, help="seconds per tool (default 10)")
     ap.add_argument("--rate", type=int, default=20000)
     ap.add_argument("--accuracy-rates", default="2000,20000", help="rates of the accuracy tables")
@@ -690,6 +719,8 @@ def main():
             metrics(nginx, args.duration, tmp, args.rate)
         if args.what in ("memory", "all"):
             memory(nginx, tmp, args.long_minutes)
+        if args.what in ("soak", "all"):
+            soak(tmp, args.long_minutes)
     finally:
         nginx.stop()
         shutil.rmtree(tmp, ignore_errors=True)

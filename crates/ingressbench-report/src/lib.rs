@@ -27,6 +27,7 @@ pub mod openmetrics;
 mod protocols;
 pub mod results;
 mod routes;
+mod soak;
 pub mod svg;
 pub mod terminal;
 mod topology;

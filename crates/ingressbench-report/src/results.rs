@@ -76,6 +76,11 @@ pub struct CellResults {
     /// The proxies' CPU over time from `usage.jsonl`: (middle of each interval in seconds
     /// from the start of measurement, cores used in it).
     pub proxy_cpu: Vec<(f64, f64)>,
+    /// The proxies' resident memory and processes over time from `usage.jsonl`: (seconds
+    /// from the start of measurement, bytes, processes), every proxy replica together.
+    pub proxy_memory: Vec<(f64, f64, f64)>,
+    /// A soak's verdict (`run.json`'s `soak`).
+    pub soak: Option<ingressbench_results::soak::SoakRecord>,
     /// What the proxies counted over time from `proxy-metrics.jsonl`: per kind of count
     /// (its words), the rate per second in each interval between readings, at its middle.
     pub proxy_counts: Vec<CountRates>,
@@ -102,6 +107,7 @@ impl CellResults {
         self.websocket = None;
         self.proxy_counts.clear();
         self.proxy_cpu.clear();
+        self.proxy_memory.clear();
         self.unreadable.extend(why);
     }
 
@@ -211,6 +217,8 @@ pub fn read(path: &Path) -> Result<RunResults, String> {
             measure_from_s: c.measure_from_s.unwrap_or(0.0),
             usage: c.usage.clone(),
             proxy_cpu: Vec::new(),
+            proxy_memory: Vec::new(),
+            soak: c.soak.clone(),
             proxy_counts: Vec::new(),
             proxy_counts_unread: None,
             workers: None,
@@ -449,7 +457,7 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
         Some(Err(e)) => why.push(e),
         None => {}
     }
-    cell.proxy_cpu = usage_readings(cell, root, windows);
+    (cell.proxy_cpu, cell.proxy_memory) = usage_readings(cell, root, windows);
     match count_readings(cell, root, windows) {
         Ok(counts) => cell.proxy_counts = counts,
         Err(why) => cell.proxy_counts_unread = Some(why),
@@ -458,18 +466,40 @@ fn load_cell_files(cell: &mut CellResults, root: &Path) {
     cell.set_unreadable(why);
 }
 
-/// The proxies' CPU over time from a cell's `usage.jsonl` (one reading a second; none
-/// when it is missing or unreadable: it is a chart, not a figure a gate reads).
-fn usage_readings(cell: &CellResults, root: &Path, seconds: u64) -> Vec<(f64, f64)> {
+/// The proxies' CPU over time, and their memory and processes, from a cell's
+/// `usage.jsonl` (one reading a second; none when it is missing or unreadable: they are
+/// charts, not figures a gate reads).
+type ProxySeries = (Vec<(f64, f64)>, Vec<(f64, f64, f64)>);
+
+fn usage_readings(cell: &CellResults, root: &Path, seconds: u64) -> ProxySeries {
     let Some(parts) = cell.file_parts("usage.jsonl") else {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     };
     match files::Lines::open(root, &parts, seconds + 1)
         .map(|lines| lines.collect::<Result<Vec<_>, _>>())
     {
-        Ok(Ok(lines)) => cpu_rates(&lines.join("\n"), "proxy"),
-        _ => Vec::new(),
+        Ok(Ok(lines)) => {
+            let text = lines.join("\n");
+            (cpu_rates(&text, "proxy"), memory(&text, "proxy"))
+        }
+        _ => (Vec::new(), Vec::new()),
     }
+}
+
+/// The resident memory and process count of the parts with `role`, together, at each
+/// reading of a `usage.jsonl` (from the start of measurement on).
+fn memory(usage_jsonl: &str, role: &str) -> Vec<(f64, f64, f64)> {
+    (usage_jsonl.lines())
+        .filter_map(|l| serde_json::from_str::<UsageReading>(l).ok())
+        .filter(|r| r.t_s >= -1e-3)
+        .map(|r| {
+            let of_role = r.parts.iter().filter(|p| p.role == role);
+            let (rss, processes) = of_role.fold((0.0, 0.0), |(b, n), p| {
+                (b + p.rss_bytes as f64, n + p.processes as f64)
+            });
+            (r.t_s, rss, processes)
+        })
+        .collect()
 }
 
 /// A kind of count (its words) and its rate per second between readings, at each
@@ -621,7 +651,8 @@ fn recover_cell(cell: &mut CellResults, root: &Path, notes: &mut Vec<String>) {
     cell.status = CUT_SHORT.to_owned();
     cell.summary = Some(summary);
     cell.windows = partial.intervals;
-    cell.proxy_cpu = usage_readings(cell, root, cell.windows.len() as u64 + 60);
+    (cell.proxy_cpu, cell.proxy_memory) =
+        usage_readings(cell, root, cell.windows.len() as u64 + 60);
 }
 
 /// The summary of a cell cut short, from its interval log: requests answered and their
@@ -797,6 +828,8 @@ fn read_single(path: &Path) -> Result<RunResults, String> {
             measure_from_s: 0.0,
             usage: None,
             proxy_cpu: Vec::new(),
+            proxy_memory: Vec::new(),
+            soak: None,
             proxy_counts: Vec::new(),
             proxy_counts_unread: None,
             workers: None,

@@ -152,6 +152,7 @@ fn start_load(
             return Err(CellFailure {
                 message: "load.from: cluster needs cluster mode, which this build leaves out (build with: cargo build --release -p ingressbench)".into(),
                 input: true,
+                soak: None,
             })
         }
     };
@@ -392,7 +393,11 @@ fn collect(
     let soak = soak.map(|run| crate::soak::record(cell, &run, usage_log.as_ref(), &impact));
     if let Some(why) = went_wrong {
         // Its files are copied into the cell: the lab's own directory goes with the lab.
-        return Err(site.at_copies(why, dir).into());
+        // A soak keeps its verdict on the hours before (a proxy that died: when is `why`).
+        return Err(CellFailure {
+            soak: soak.map(Box::new),
+            ..CellFailure::from(site.at_copies(why, dir))
+        });
     }
     let s = &report.summary;
     // An event that never fired would leave a report of a scenario that did not happen.
@@ -614,6 +619,7 @@ fn bring_up(
                     "target `{name}` is placed by a cluster file: run with --cluster FILE"
                 ),
                 input: true,
+                soak: None,
             }),
         };
     };

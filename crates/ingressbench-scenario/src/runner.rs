@@ -232,9 +232,14 @@ impl<'a> Runner<'a> {
                 }
                 interrupted
             }
-            Err(CellFailure { message: e, input }) => {
+            Err(CellFailure {
+                message: e,
+                input,
+                soak,
+            }) => {
                 entry.status = status::FAILED.to_owned();
                 entry.error = Some(e.clone());
+                entry.soak = soak.map(|s| *s);
                 outcome.status = "failed";
                 outcome.input_error = input;
                 outcome.error = Some(format!("cell {} ({}): {e}", cell.index, cell.label()));

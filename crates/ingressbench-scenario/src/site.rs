@@ -47,6 +47,9 @@ pub(crate) struct CellFailure {
     pub(crate) message: String,
     /// The input is wrong (exit 2), not the run.
     pub(crate) input: bool,
+    /// A soak cell's verdict on what it measured before it failed (a proxy that died
+    /// hours in).
+    pub(crate) soak: Option<Box<ingressbench_results::soak::SoakRecord>>,
 }
 
 impl From<String> for CellFailure {
@@ -54,6 +57,7 @@ impl From<String> for CellFailure {
         Self {
             message,
             input: false,
+            soak: None,
         }
     }
 }
@@ -181,6 +185,7 @@ pub(crate) trait Site {
         Err(CellFailure {
             message: "load.from: cluster sends the load from pods of a cluster: run with --cluster FILE (or --set load.from=here)".into(),
             input: true,
+            soak: None,
         })
     }
 }

@@ -201,9 +201,8 @@ pub(crate) fn write_report(
         .with_context(|| format!("cannot write {}", out.display()))?;
     let took = started.elapsed();
     let mut stdout = std::io::stdout().lock();
-    for line in report
-        .capacity
-        .iter()
+    for line in (report.soak.iter())
+        .chain(report.capacity.iter())
         .map(String::as_str)
         .chain(report.table.lines())
         .chain(report.routes.iter().map(String::as_str))

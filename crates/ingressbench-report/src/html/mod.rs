@@ -46,6 +46,9 @@ pub struct Report {
     pub websocket: Vec<String>,
     /// The capacity sentences, one per search (also leading `headline`).
     pub capacity: Vec<String>,
+    /// The soak sentences, one per soak cell, those that found growth first (also
+    /// leading `headline`).
+    pub soak: Vec<String>,
     /// The warnings grouped by kind: the kind and its warnings.
     pub warning_groups: Vec<(String, Vec<String>)>,
     /// Warnings (generator behind, failed cells, too few requests, unreadable files).
@@ -79,6 +82,10 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
     let (capacity_section, capacity) = crate::capacity::section(run, &colours, &mut charts)
         .map_or((None, Vec::new()), |(html, lines)| (Some(html), lines));
     headline.splice(0..0, capacity.iter().cloned());
+    // Soaks: what grew leads the headline; the section follows the events.
+    let (soak_section, soak) = crate::soak::section(run, &colours, &mut charts)
+        .map_or((None, Vec::new()), |(html, lines)| (Some(html), lines));
+    headline.splice(0..0, soak.iter().cloned());
     let mut body = String::new();
     let name = run.record.name();
     let status = run.record.status();
@@ -216,6 +223,9 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
     if let Some(section) = &websocket_section {
         body.push_str(section);
     }
+    if let Some(section) = &soak_section {
+        body.push_str(section);
+    }
     // Phases.
     if let Some((table, svg)) = phases(run, &conditions) {
         let _ = write!(
@@ -252,6 +262,7 @@ pub fn render(run: &RunResults, noise_floor: f64, baseline: Option<&str>) -> Rep
         routes,
         websocket,
         capacity,
+        soak,
         warning_groups,
         warnings,
     }

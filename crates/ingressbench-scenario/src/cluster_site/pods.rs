@@ -19,6 +19,7 @@ impl ClusterSite {
         let input = |message: String| CellFailure {
             message,
             input: true,
+            soak: None,
         };
         let (http, https) = &self.inside.addresses;
         let address = if tls { https } else { http };

@@ -165,6 +165,7 @@ impl ClusterSite {
                         return Err(CellFailure {
                             message: format!("{} {}/{name} was not accepted by Gateway {parent}: {why}; correct the target's `gateway:` (name, namespace, listener) or the Gateway's `allowedRoutes`", gateway::route_kind(self.run.objects()), self.run.name()),
                             input: true,
+                            soak: None,
                         });
                     }
                 }
@@ -178,6 +179,7 @@ impl ClusterSite {
                         return Err(CellFailure {
                             message: format!("{} {}/{name}: {why} after {} s; is the implementation behind Gateway {parent} running?", gateway::route_kind(self.run.objects()), self.run.name(), ROUTE_STATUS_TIMEOUT.as_secs()),
                             input: true,
+                            soak: None,
                         });
                     }
                 }
@@ -237,6 +239,7 @@ impl ClusterSite {
             return Err(CellFailure {
                 message: format!("pod {}/{pod} cannot start: {why}{fix}", o.namespace),
                 input: true,
+                soak: None,
             });
         }
         let ready = |pool: &str| pods.iter().filter(|p| p.ready && p.pool == pool).count();
@@ -375,6 +378,7 @@ fn routing_for(
     let input = |message: String| CellFailure {
         message,
         input: true,
+        soak: None,
     };
     let Routed {
         controller,
@@ -583,6 +587,7 @@ fn ingress_pods(
     let input = |message: String| CellFailure {
         message,
         input: true,
+        soak: None,
     };
     let Some(service) = &placed.service else {
         return Err(input(format!(

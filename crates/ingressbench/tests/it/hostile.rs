@@ -181,23 +181,24 @@ fn children_named(parent: u32, comm: &str) -> Vec<u32> {
         .collect()
 }
 
-#[test]
-fn a_proxy_that_dies_mid_cell_fails_the_cell_and_keeps_what_was_measured() {
-    let dir = scratch("hostile-crash");
+/// Runs `yaml` (one haproxy cell) and kills HAProxy, as a crash would, once `seconds`
+/// of the cell have been measured; the run's output and record, and the scratch
+/// directory (its results in `out`).
+fn killed_mid_cell(
+    tag: &str,
+    yaml: &str,
+    seconds: usize,
+) -> (Output, serde_json::Value, crate::common::Scratch) {
+    let dir = scratch(tag);
     let file = dir.join("crash.yaml");
-    std::fs::write(
-        &file,
-        "name: crash\ntargets: [haproxy]\nbackends: [{ name: echo, replicas: 2 }]\nload: { mode: open, rate: 100, connections: 5, duration: 20s, sample_rate: 1 }\n",
-    )
-    .unwrap();
+    std::fs::write(&file, yaml).unwrap();
     let out = dir.join("out");
     let run = spawn_run(&file, &out);
-    // Once a second of the cell has been measured, kill HAProxy as a crash would.
     let hlog = out.join("cells").join("000-haproxy").join("latency.hlog");
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::fs::read_to_string(&hlog)
         .map_or(0, |t| t.lines().filter(|l| !l.starts_with('#')).count())
-        < 3
+        < seconds
     {
         assert!(
             Instant::now() < deadline,
@@ -221,6 +222,17 @@ fn a_proxy_that_dies_mid_cell_fails_the_cell_and_keeps_what_was_measured() {
     );
     let record: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.join("run.json")).unwrap()).unwrap();
+    (done, record, dir)
+}
+
+#[test]
+fn a_proxy_that_dies_mid_cell_fails_the_cell_and_keeps_what_was_measured() {
+    let (_, record, dir) = killed_mid_cell(
+        "hostile-crash",
+        "name: crash\ntargets: [haproxy]\nbackends: [{ name: echo, replicas: 2 }]\nload: { mode: open, rate: 100, connections: 5, duration: 20s, sample_rate: 1 }\n",
+        3,
+    );
+    let out = dir.join("out");
     assert_eq!(record["status"], "failed", "{record}");
     let cell = &record["cells"][0];
     assert_eq!(cell["status"], "failed", "{cell}");
@@ -237,6 +249,38 @@ fn a_proxy_that_dies_mid_cell_fails_the_cell_and_keeps_what_was_measured() {
     )
     .unwrap();
     assert!(samples.len() >= 100, "{} samples kept", samples.len());
+}
+
+/// A soak whose proxy dies 7 s in (a reload every 3 s, 30 s planned): the cell ends then,
+/// failed with the time of death, and run.json keeps the soak's verdict on what came
+/// before (its firings, the parts' figures, the tool's cost).
+#[test]
+fn a_proxy_that_dies_mid_soak_ends_its_cell_with_the_time_of_death_and_the_verdict_so_far() {
+    let (_, record, _dir) = killed_mid_cell(
+        "hostile-soak-crash",
+        "name: crash\ntargets: [haproxy]\nbackends: [{ name: echo, replicas: 2 }]\nload: { mode: open, rate: 100, connections: 5, duration: 3s, sample_rate: 1 }\nevents:\n  - { at: 1s, reload: true }\nsoak: { duration: 30s, every: 2s }\n",
+        7,
+    );
+    let cell = &record["cells"][0];
+    assert_eq!(cell["status"], "failed", "{cell}");
+    let error = cell["error"].as_str().unwrap();
+    let died_at: f64 = error
+        .split(" s into the cell")
+        .next()
+        .and_then(|t| t.rsplit(' ').next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("the time of death: {error}"));
+    assert!((6.0..10.0).contains(&died_at), "{error}");
+    assert!(error.contains("haproxy exited during the cell"), "{error}");
+    let soak = &cell["soak"];
+    let firings = soak["firings"].as_u64().unwrap_or_else(|| panic!("{cell}"));
+    assert!((2..=3).contains(&firings), "{soak}");
+    assert_eq!(soak["duration_s"], 30.0, "{soak}");
+    assert!(
+        soak["parts"].as_array().is_some_and(|p| p.len() == 3),
+        "the proxy and two backends: {soak}"
+    );
+    assert!(soak["tool"]["rss_first_bytes"].as_u64() > Some(0), "{soak}");
 }
 
 #[test]

@@ -153,6 +153,29 @@ fn a_soak_repeats_its_timeline_and_finds_a_known_leak_against_events_and_time() 
     assert_eq!(soak["outside_windows_seen"], 0, "{soak}");
     assert!(cell.join("samples-rest.csv.gz").is_file());
     assert!(soak["estimate_bytes"].as_u64() > Some(1_000_000), "{soak}");
+    // The report: a Soak section, and the headline led by what grew (the backend is not
+    // the proxy: the sentence says the proxy's memory and old processes, then the
+    // reload's errors).
+    let report = std::fs::read_to_string(out.join("report.html")).unwrap();
+    assert!(report.contains("<h2>Soak</h2>"), "no Soak section");
+    assert!(
+        report.contains("proxy memory over the soak, haproxy"),
+        "no memory chart"
+    );
+    let headline = report
+        .split("<ul class=\"headline\"><li>")
+        .nth(1)
+        .unwrap_or("");
+    assert!(
+        headline.starts_with("haproxy, repeat 1 (cell 0): over 36 s and 12 firings, "),
+        "{}",
+        &headline[..headline.len().min(300)]
+    );
+    assert!(
+        text(&run).contains("haproxy, repeat 1 (cell 0): over 36 s and 12 firings, "),
+        "{}",
+        text(&run)
+    );
 }
 
 /// A day at 1,000 req/s does not fit 10 MB: the run is refused before anything starts,
