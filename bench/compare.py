@@ -47,7 +47,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PEERS = os.environ.get("PEERS", os.path.expanduser("~/.cache/ib-peers/bin"))
-IB = os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release", "ingressbench")
+IB = os.environ.get("IB") or os.path.join(os.environ.get("CARGO_TARGET_DIR") or os.path.join(ROOT, "target"), "release", "ingressbench")
 SUT_CPU, GEN_CPU = "0", "1"
 
 

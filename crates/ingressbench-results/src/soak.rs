@@ -15,6 +15,10 @@ pub struct SoakRecord {
     /// The timeline's length: its events fired again every this long.
     #[serde(default)]
     pub period_s: f64,
+    /// Where in the soak's time this run started (a resumed soak: where the earlier
+    /// attempt stopped, its last soak.jsonl line; its figures are in its directory).
+    #[serde(default)]
+    pub from_s: f64,
     /// Events fired.
     #[serde(default)]
     pub firings: u64,
@@ -157,6 +161,10 @@ pub struct SoakLine {
     /// Seconds from the start of measurement.
     #[serde(default)]
     pub t_s: f64,
+    /// Seconds into the soak (`t_s` after where this run started: a resumed soak's
+    /// `soak.from`).
+    #[serde(default)]
+    pub soak_t_s: f64,
     /// Requests the load has ended so far.
     #[serde(default)]
     pub requests: u64,

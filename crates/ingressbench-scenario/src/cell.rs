@@ -184,9 +184,13 @@ fn start_load(
             &dir.join("samples-rest.csv.gz"),
         );
         let requests = Arc::new(std::sync::atomic::AtomicU64::new(0));
-        let log =
-            crate::soak::SoakLog::new(&dir.join("soak.jsonl"), s.every, measure_from, &options.dir)
-                .ok();
+        let log = crate::soak::SoakLog::new(
+            &dir.join("soak.jsonl"),
+            (s.every, s.from),
+            measure_from,
+            &options.dir,
+        )
+        .ok();
         soak = Some(crate::soak::SoakRun {
             soak: s,
             kept: kept.handle(),

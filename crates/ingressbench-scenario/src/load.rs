@@ -288,7 +288,7 @@ pub(crate) fn plan_for(
         threads: l.threads,
         // Checked when the scenario was read: one of the two is given.
         duration: match crate::soak::Soak::of(cell, factor)? {
-            Some(soak) => Some(soak.duration),
+            Some(soak) => Some(soak.length()),
             None => dur("load.duration", &l.duration)?.map(|d| measured_length(d, cell, factor)),
         },
         requests: l.requests,

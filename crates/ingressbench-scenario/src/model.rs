@@ -89,6 +89,9 @@ pub struct SoakFile {
     /// How often the tool writes down its own cost and the directory's size (default
     /// 1m).
     pub every: Option<String>,
+    /// Where in the soak's time this run starts (default 0): its events go on in phase,
+    /// and the load runs the rest. `run --resume` sets it on a soak that was cut off.
+    pub from: Option<String>,
 }
 
 /// `search:`: the highest open-loop rate each cell sustains within its objectives.

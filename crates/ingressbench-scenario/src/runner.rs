@@ -201,8 +201,18 @@ impl<'a> Runner<'a> {
                 Fresh::NotOurs(e) => e,
                 Fresh::Io(e) => io(e),
             })?;
+        let resumed;
+        let mut cell = cell;
         if let Some((attempts, said)) = kept {
             progress(&format!("  {said}"));
+            // A soak goes on from where its last attempt stopped.
+            if let Some((soak, from_s)) =
+                crate::soak::resumed(&options.dir, cell, &attempts, self.factor)
+            {
+                progress(&format!("  the soak goes on from {from_s:.0} s"));
+                resumed = soak;
+                cell = &resumed;
+            }
             self.record.cells[cell.index].earlier_attempts = attempts;
         }
         let result = run_cell(
@@ -353,7 +363,7 @@ pub(crate) fn planned(cell: &Cell) -> Duration {
     let l = &cell.scenario.load;
     let time = |v: &Option<String>| dur("", v).ok().flatten();
     let soak = crate::soak::Soak::of(cell, 1.0).ok().flatten();
-    let measured = match (soak.map(|s| s.duration).or(time(&l.duration)), l.requests) {
+    let measured = match (soak.map(|s| s.length()).or(time(&l.duration)), l.requests) {
         (Some(d), _) => d + time(&l.warmup).unwrap_or_default(),
         (None, Some(n)) => {
             let each = time(&l.interval).unwrap_or_default() + Duration::from_millis(1);

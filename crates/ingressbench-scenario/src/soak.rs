@@ -72,6 +72,8 @@ pub(crate) struct Soak {
     pub(crate) budget: u64,
     /// How often the tool's own cost is written down.
     pub(crate) every: Duration,
+    /// Where in the soak's time this run starts (a resumed soak's).
+    pub(crate) from: Duration,
 }
 
 impl Soak {
@@ -98,6 +100,12 @@ impl Soak {
                 "soak.duration {duration:?} is shorter than one period of the events ({period:?}); make the soak longer or the period shorter"
             ));
         }
+        let from = dur("soak.from", &file.from)?.unwrap_or_default();
+        if from >= duration {
+            return Err(format!(
+                "soak.from {from:?} is not before the soak's end ({duration:?}): nothing would be left to run"
+            ));
+        }
         let budget = match &file.budget {
             Some(b) => bytes(b).map_err(|e| format!("soak.budget: {e}"))?,
             None => BUDGET,
@@ -110,23 +118,32 @@ impl Soak {
             every: dur("soak.every", &file.every)?
                 .unwrap_or(EVERY)
                 .max(Duration::from_secs(1)),
+            from: scaled(from, factor),
         }))
     }
 
+    /// How long this run's load goes: the soak from `from` to its end.
+    pub(crate) fn length(&self) -> Duration {
+        self.duration.saturating_sub(self.from)
+    }
+
     /// The timed firings (offset from the start of measurement, event, propagation
-    /// delay) of one period, repeated while they fall within the soak.
+    /// delay) of one period, repeated while they fall within the soak; from `from` on,
+    /// in phase, as offsets from this run's start.
     pub(crate) fn repeat(
         &self,
         period: &[(Duration, usize, Duration)],
     ) -> Vec<(Duration, usize, Duration)> {
         let mut out = Vec::new();
-        let mut round = Duration::ZERO;
+        // The round `from` falls in.
+        let mut round = self.period * (self.from.as_nanos() / self.period.as_nanos()) as u32;
         while round < self.duration {
             out.extend(
                 period
                     .iter()
                     .map(|&(at, i, delay)| (round + at, i, delay))
-                    .filter(|f| f.0 < self.duration),
+                    .filter(|f| f.0 >= self.from && f.0 < self.duration)
+                    .map(|(at, i, delay)| (at - self.from, i, delay)),
             );
             round += self.period;
         }
@@ -193,7 +210,7 @@ pub(crate) fn estimate(cell: &Cell, soak: &Soak) -> Result<Vec<(String, f64)>, S
         (LoadModeFile::Open, Some(rate)) => rate,
         _ => return Err("soak: a soak holds its results to a budget from the load's rate; give open-loop load a load.rate".into()),
     };
-    let seconds = soak.duration.as_secs_f64();
+    let seconds = soak.length().as_secs_f64();
     let firings = soak.repeat(&period_firings(cell)?);
     // The seconds the windows cover, overlaps counted once.
     let mut windows: Vec<(f64, f64)> = firings
@@ -411,6 +428,8 @@ pub(crate) struct SoakLog {
     file: std::fs::File,
     every: Duration,
     measure_from: Instant,
+    /// Where in the soak this run started.
+    from: Duration,
     last: Option<(Instant, f64, u64)>,
     results: std::path::PathBuf,
     /// Every line written (one a minute: 1,440 a day).
@@ -422,7 +441,7 @@ impl SoakLog {
     /// directory, whose size each line gives.
     pub(crate) fn new(
         path: &Path,
-        every: Duration,
+        (every, from): (Duration, Duration),
         measure_from: Instant,
         results: &Path,
     ) -> std::io::Result<Self> {
@@ -432,6 +451,7 @@ impl SoakLog {
             file: std::fs::File::create(path)?,
             every,
             measure_from,
+            from,
             last: me.first().map(|me| (Instant::now(), me.cpu_s, 0)),
             results: results.to_owned(),
             lines: Vec::new(),
@@ -473,8 +493,10 @@ impl SoakLog {
             Some(((me.cpu_s - cpu_s) * 1e6 / n as f64 * 100.0).round() / 100.0)
         });
         let kept = kept.unwrap_or_default();
+        let t_s = (crate::usage::signed_offset(now, self.measure_from) * 1e3).round() / 1e3;
         let line = SoakLine {
-            t_s: (crate::usage::signed_offset(now, self.measure_from) * 1e3).round() / 1e3,
+            t_s,
+            soak_t_s: t_s + self.from.as_secs_f64(),
             requests,
             rss_bytes: me.rss_bytes,
             cpu_s: me.cpu_s,
@@ -509,6 +531,42 @@ fn size_of(dir: &Path) -> u64 {
             .sum()
     }
     walk(dir, 4)
+}
+
+/// A soak cell resumed after an attempt that stopped (`run --resume`): the cell with
+/// `soak.from` at where the last attempt's soak.jsonl says it had got to (at most a line's
+/// `every` lost), and that time in seconds; none for a cell without a soak, or an attempt
+/// that stopped before its first line. `factor`: the run's `--quick` scale.
+pub(crate) fn resumed(
+    results: &Path,
+    cell: &Cell,
+    attempts: &[ingressbench_results::run::EarlierAttempt],
+    factor: f64,
+) -> Option<(Cell, f64)> {
+    let whole = Soak::of(cell, factor).ok()??;
+    let dir = attempts.last()?.dir.as_deref()?;
+    // No link followed, and a day of lines at most.
+    let bytes = ingressbench_report::files::read_in(
+        results,
+        &["cells", dir, "soak.jsonl"],
+        86_400 * 1024,
+        "a day of soak.jsonl lines",
+    )
+    .ok()?;
+    let from_s = (String::from_utf8_lossy(&bytes).lines())
+        .filter_map(|l| serde_json::from_str::<SoakLine>(l).ok())
+        .map(|l| l.soak_t_s)
+        .fold(0.0, f64::max);
+    if from_s <= 0.0 {
+        return None;
+    }
+    // An attempt that had all but finished runs the soak's last second.
+    let from_s = from_s.min(whole.duration.as_secs_f64() - 1.0).max(0.0);
+    let mut resumed = cell.clone();
+    let soak = resumed.scenario.soak.as_mut()?;
+    soak.from = Some(format!("{:.3}s", from_s / factor.max(1e-9)));
+    Soak::of(&resumed, factor).ok()??;
+    Some((resumed, from_s))
 }
 
 /// What a soak cell's driver holds beside the load: the samples' filter (held by the load
@@ -665,6 +723,7 @@ pub(crate) fn record(
     SoakRecord {
         duration_s: soak.duration.as_secs_f64(),
         period_s: soak.period.as_secs_f64(),
+        from_s: soak.from.as_secs_f64(),
         firings: impact.len() as u64,
         parts,
         events,
@@ -748,6 +807,25 @@ mod tests {
             (Duration::from_secs(3600), Duration::from_secs(10))
         );
         assert_eq!(crate::runner::planned(&cells[0]), Duration::from_secs(3602));
+    }
+
+    #[test]
+    fn a_soak_from_a_later_time_goes_on_in_phase_for_the_rest() {
+        // Firings at 2 s and 7 s of every 10 s, a 25 s soak taken up at 9 s: the soak's
+        // 12, 17 and 22 s, as 3, 8 and 13 s of this run, which lasts 16 s.
+        let cells = cells(SOAK, &[("soak.from", "9s")]).unwrap();
+        let soak = Soak::of(&cells[0], 1.0).unwrap().unwrap();
+        assert_eq!(soak.length(), Duration::from_secs(16));
+        let timeline = crate::timeline::Timeline::of(&cells[0], 1.0).unwrap();
+        let at: Vec<(u64, usize)> = (timeline.firings().iter())
+            .map(|f| (f.0.as_secs(), f.1))
+            .collect();
+        assert_eq!(at, [(3, 0), (8, 1), (13, 0)]);
+        let e = super::tests::cells(SOAK, &[("soak.from", "25s")]).unwrap_err();
+        assert!(
+            e.contains("soak.from 25s is not before the soak's end"),
+            "{e}"
+        );
     }
 
     #[test]

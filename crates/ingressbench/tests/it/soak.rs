@@ -253,3 +253,90 @@ pub(crate) fn old_processes_live_as_long_as_their_drain(out: &Path, record: &ser
         }
     }
 }
+
+/// A soak stopped by Ctrl-C 7 s into its 20 s (soak.jsonl every 2 s; a reload at 1 s of
+/// every 3 s) and resumed: the new attempt goes on from the last line's time (about 6 s),
+/// for the rest of the soak, its reloads in phase with the first attempt's (the soak's 7,
+/// 10, 13, 16 and 19 s); the first attempt's directory and verdict are kept.
+#[test]
+fn a_resumed_soak_goes_on_from_where_it_stopped_in_phase() {
+    use std::io::BufRead;
+    let dir = scratch("soak-resume");
+    let file = dir.join("resume.yaml");
+    std::fs::write(
+        &file,
+        "name: resume\ntargets: [haproxy]\nbackends: [{ name: echo, replicas: 1 }]\nload: { mode: open, rate: 100, connections: 4, duration: 3s, sample_rate: 0.1 }\nevents:\n  - { at: 1s, reload: true }\nsoak: { duration: 20s, every: 2s }\n",
+    )
+    .unwrap();
+    let out = dir.join("results");
+    let mut child = Command::new(BIN)
+        .arg("run")
+        .arg(&file)
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let lines = out.join("cells/000-haproxy/soak.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(40);
+    while std::fs::read_to_string(&lines).map_or(0, |t| t.lines().count()) < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no third soak.jsonl line"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::INT).unwrap();
+    let said: Vec<String> = std::io::BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .collect();
+    assert_eq!(child.wait().unwrap().code(), Some(130), "{said:?}");
+    let first = json(&out.join("run.json"));
+    assert_eq!(first["cells"][0]["status"], "interrupted", "{first}");
+    let resumed = Command::new(BIN)
+        .arg("run")
+        .arg("--resume")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(resumed.status.success(), "{}", text(&resumed));
+    let record = json(&out.join("run.json"));
+    let cell = &record["cells"][0];
+    assert_eq!(cell["status"], "done", "{cell}");
+    let from = cell["soak"]["from_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("{cell}"));
+    assert!((5.5..=7.5).contains(&from), "{cell}");
+    assert!(
+        text(&resumed).contains(&format!("the soak goes on from {from:.0} s")),
+        "{}",
+        text(&resumed)
+    );
+    // The rest of the soak, its reloads at the soak's 7, 10, 13, 16 and 19 s.
+    let summary = json(&out.join("cells/000-haproxy/summary.json"));
+    let ran = summary["duration_s"].as_f64().unwrap();
+    assert!((ran - (20.0 - from)).abs() < 1.0, "{ran} s after {from} s");
+    let impact = json(&out.join("cells/000-haproxy/impact.json"));
+    let soak_times: Vec<f64> = (impact.as_array().unwrap().iter())
+        .map(|e| e["requested_s"].as_f64().unwrap() + from)
+        .collect();
+    assert_eq!(soak_times.len(), 5, "{soak_times:?}");
+    for (t, expected) in soak_times.iter().zip([7.0, 10.0, 13.0, 16.0, 19.0]) {
+        assert!((t - expected).abs() < 0.5, "{soak_times:?}");
+    }
+    // The first attempt: its directory, and its lines in its own soak.jsonl.
+    let attempts = cell["earlier_attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 1, "{cell}");
+    let kept = out.join("cells").join(attempts[0]["dir"].as_str().unwrap());
+    assert!(kept.join("soak.jsonl").is_file());
+    let last = std::fs::read_to_string(out.join("cells/000-haproxy/soak.jsonl")).unwrap();
+    let last: serde_json::Value = serde_json::from_str(last.lines().last().unwrap()).unwrap();
+    assert!(
+        (last["soak_t_s"].as_f64().unwrap() - 20.0).abs() < 1.0,
+        "{last}"
+    );
+}
