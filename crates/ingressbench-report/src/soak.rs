@@ -115,6 +115,30 @@ fn sentence(label: &str, soak: &SoakRecord) -> (String, bool) {
         }
         said.push(old_processes(p));
     }
+    // The other parts (backends, a front, a sidecar) when they grew.
+    for p in soak.parts.iter().filter(|p| p.role != "proxy") {
+        let grown = |s: &Option<Slope>| s.filter(|s| s.measurable() && s.value > 0.0);
+        if let Some(s) = grown(&p.rss_bytes_per_100_firings) {
+            grew = true;
+            said.push(format!(
+                "{} ({}) memory {} per 100 firings",
+                p.name,
+                p.role,
+                bytes_slope(&s)
+            ));
+        } else if let Some(s) = grown(&p.rss_bytes_per_min) {
+            grew = true;
+            said.push(format!(
+                "{} ({}) memory {} a minute",
+                p.name,
+                p.role,
+                bytes_slope(&s)
+            ));
+        }
+        if p.extra_stretches > 0 {
+            said.push(format!("{}: {}", p.name, old_processes(p)));
+        }
+    }
     for e in &soak.events {
         match e.errors_per_100_firings.filter(Slope::measurable) {
             Some(s) => {
@@ -226,7 +250,7 @@ fn tool_line(soak: &SoakRecord) -> String {
         _ => String::new(),
     };
     format!(
-        "<p class=\"note\">The tool itself: {:.1} MiB resident at its first soak.jsonl line, {:.1} MiB at its last{change}, {}{cpu}; the results directory {:.1} MB (estimated {:.1} MB, budget {:.0} MB); {} sampled requests outside the events' windows, {} of them kept.</p>",
+        "<p class=\"note\">The tool itself: {:.1} MiB resident at its first soak.jsonl line, {:.1} MiB at its last{change}, its memory a minute: {}{cpu}; the results directory {:.1} MB (estimated {:.1} MB, budget {:.0} MB); {} sampled requests outside the events' windows, {} of them kept.</p>",
         first / f64::from(1 << 20),
         tool.rss_last_bytes as f64 / f64::from(1 << 20),
         esc(&growth_words(tool.rss_bytes_per_min.as_ref(), &|s: &Slope| format!(
