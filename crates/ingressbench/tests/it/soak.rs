@@ -340,3 +340,58 @@ fn a_resumed_soak_goes_on_from_where_it_stopped_in_phase() {
         "{last}"
     );
 }
+
+/// The tool's own memory over a soak at 5,000 req/s (bench/soak-bench.yaml: nginx
+/// reloaded every 10 s; its quick variant, two minutes with a soak.jsonl line every 10 s,
+/// where the bench runs an hour): every line while the load runs is within 10% of the
+/// line at one minute, and the results directory stays within the estimate the soak was
+/// let in on, and its budget. docs/PERFORMANCE.md has the hour.
+#[test]
+fn a_soaks_own_memory_stays_flat_and_its_results_within_the_estimate() {
+    let _heavy = crate::common::heavy();
+    let dir = scratch("soak-own-cost");
+    let out = dir.join("results");
+    let run = Command::new(BIN)
+        .arg("run")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/soak-bench.yaml"))
+        .args(["--soak", "120s", "--set", "soak.every=10s", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", text(&run));
+    let record = json(&out.join("run.json"));
+    let cell = &record["cells"][0];
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(
+        out.join("cells")
+            .join(cell["dir"].as_str().unwrap())
+            .join("soak.jsonl"),
+    )
+    .unwrap()
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect();
+    // The lines while the load ran (the last is written as it ends).
+    let running = &lines[..lines.len() - 1];
+    assert!(running.len() >= 11, "{lines:?}");
+    let rss = |l: &serde_json::Value| l["rss_bytes"].as_f64().unwrap();
+    let minute = (running.iter())
+        .find(|l| (l["t_s"].as_f64().unwrap() - 60.0).abs() < 1.0)
+        .unwrap_or_else(|| panic!("no line at one minute: {lines:?}"));
+    for l in &running[5..] {
+        let ratio = rss(l) / rss(minute);
+        assert!(
+            (0.9..=1.1).contains(&ratio),
+            "{:.1} MiB at {} s against {:.1} MiB at one minute",
+            rss(l) / f64::from(1 << 20),
+            l["t_s"],
+            rss(minute) / f64::from(1 << 20)
+        );
+    }
+    let requests = lines.last().unwrap()["requests"].as_f64().unwrap();
+    assert!(requests > 5000.0 * 110.0, "{requests} requests");
+    let soak = &cell["soak"];
+    let estimate = soak["estimate_bytes"].as_f64().unwrap();
+    let size = lines.last().unwrap()["results_bytes"].as_f64().unwrap();
+    assert!(size <= estimate, "{size} bytes, estimated {estimate}");
+    assert!(estimate <= soak["budget_bytes"].as_f64().unwrap(), "{soak}");
+}
