@@ -113,6 +113,13 @@ fn sentence(label: &str, soak: &SoakRecord) -> (String, bool) {
                 s.value, s.low, s.high
             ));
         }
+        if let Some(s) = p.cpu_ms_per_1000_per_min.filter(Slope::measurable) {
+            grew |= s.value > 0.0;
+            said.push(format!(
+                "its CPU per 1,000 requests {:+.3} ms a minute ({:.3} to {:.3})",
+                s.value, s.low, s.high
+            ));
+        }
         said.push(old_processes(p));
     }
     // The other parts (backends, a front, a sidecar) when they grew.
@@ -182,17 +189,21 @@ fn old_processes(p: &SoakPart) -> String {
 }
 
 fn parts_table(soak: &SoakRecord) -> String {
-    let mut t = String::from("<table><tr><th class=\"l\">part</th><th class=\"l\">memory per 100 firings</th><th class=\"l\">memory per minute</th><th class=\"l\">descriptors per minute</th><th>memory first / last (MiB)</th><th>processes at start / most</th><th class=\"l\">old processes</th></tr>");
+    let mut t = String::from("<table><tr><th class=\"l\">part</th><th class=\"l\">memory per 100 firings</th><th class=\"l\">memory per minute</th><th class=\"l\">descriptors per minute</th><th class=\"l\">CPU per 1,000 requests, a minute</th><th>memory first / last (MiB)</th><th>processes at start / most</th><th class=\"l\">old processes</th></tr>");
     for p in &soak.parts {
         let _ = write!(
             t,
-            "<tr><td class=\"l\">{} ({})</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.1} / {:.1}</td><td>{} / {}</td><td class=\"l\">{}</td></tr>",
+            "<tr><td class=\"l\">{} ({})</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{:.1} / {:.1}</td><td>{} / {}</td><td class=\"l\">{}</td></tr>",
             esc(&p.name),
             esc(&p.role),
             esc(&growth_words(p.rss_bytes_per_100_firings.as_ref(), &bytes_slope)),
             esc(&growth_words(p.rss_bytes_per_min.as_ref(), &bytes_slope)),
             esc(&growth_words(p.fds_per_min.as_ref(), &|s: &Slope| format!(
                 "{:+.2} ({:.2} to {:.2})",
+                s.value, s.low, s.high
+            ))),
+            esc(&growth_words(p.cpu_ms_per_1000_per_min.as_ref(), &|s: &Slope| format!(
+                "{:+.3} ms ({:.3} to {:.3})",
                 s.value, s.low, s.high
             ))),
             p.rss_first_bytes as f64 / f64::from(1 << 20),

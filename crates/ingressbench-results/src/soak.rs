@@ -65,6 +65,10 @@ pub struct SoakPart {
     /// Open descriptors against time: a minute.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fds_per_min: Option<Slope>,
+    /// CPU per 1,000 requests against time: milliseconds per 1,000 requests, a minute
+    /// (its CPU a second over the load's mean rate, which an open-loop soak holds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_ms_per_1000_per_min: Option<Slope>,
     /// Its resident memory at the first and the last reading.
     #[serde(default)]
     pub rss_first_bytes: u64,

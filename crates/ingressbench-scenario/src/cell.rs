@@ -394,7 +394,8 @@ fn collect(
         None => impact?,
         Some(_) => impact.unwrap_or_default(),
     };
-    let soak = soak.map(|run| crate::soak::record(cell, &run, usage_log.as_ref(), &impact));
+    let rate = report.summary.requests.total as f64 / report.summary.duration_s.max(1e-9);
+    let soak = soak.map(|run| crate::soak::record(cell, &run, (usage_log.as_ref(), rate), &impact));
     if let Some(why) = went_wrong {
         // Its files are copied into the cell: the lab's own directory goes with the lab.
         // A soak keeps its verdict on the hours before (a proxy that died: when is `why`).

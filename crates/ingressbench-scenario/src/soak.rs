@@ -626,7 +626,7 @@ fn slope(points: &[(f64, f64)], scale: f64, digits: i32) -> Option<Slope> {
 pub(crate) fn record(
     cell: &Cell,
     run: &SoakRun,
-    usage: Option<&crate::usage::UsageLog>,
+    (usage, rate): (Option<&crate::usage::UsageLog>, f64),
     impact: &[ImpactEntry],
 ) -> SoakRecord {
     let soak = &run.soak;
@@ -649,6 +649,16 @@ pub(crate) fn record(
             let fds: Vec<(f64, f64)> = (series.iter())
                 .filter_map(|(t, u)| Some((t / 60.0, u.fds? as f64)))
                 .collect();
+            // Cores in each interval between readings, at its middle; at a steady rate of
+            // `rate` requests a second their slope is CPU per request's, in ms per 1,000.
+            let cores: Vec<(f64, f64)> = (series.windows(2))
+                .filter(|w| w[1].0 - w[0].0 >= 0.1)
+                .map(|w| {
+                    let spent = (w[1].1.cpu_s - w[0].1.cpu_s).max(0.0);
+                    ((w[0].0 + w[1].0) / 120.0, spent / (w[1].0 - w[0].0))
+                })
+                .collect();
+            let per_1000 = if rate > 0.0 { 1e6 / rate } else { 0.0 };
             let counts: Vec<(f64, u32)> = series.iter().map(|(t, u)| (*t, u.processes)).collect();
             let (at_start, stretches) = extra_processes(&counts);
             parts.push(SoakPart {
@@ -657,6 +667,9 @@ pub(crate) fn record(
                 rss_bytes_per_100_firings: slope(&rss_firings, 100.0, 0),
                 rss_bytes_per_min: slope(&rss_time, 1.0, 0),
                 fds_per_min: slope(&fds, 1.0, 3),
+                cpu_ms_per_1000_per_min: (per_1000 > 0.0)
+                    .then(|| slope(&cores, per_1000, 3))
+                    .flatten(),
                 rss_first_bytes: series.first().map_or(0, |s| s.1.rss_bytes),
                 rss_last_bytes: series.last().map_or(0, |s| s.1.rss_bytes),
                 processes_at_start: at_start,

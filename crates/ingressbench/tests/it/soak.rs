@@ -92,6 +92,10 @@ fn a_soak_repeats_its_timeline_and_finds_a_known_leak_against_events_and_time() 
         "{proxy}"
     );
     assert!(proxy["fds_per_min"]["value"].is_number(), "{proxy}");
+    assert!(
+        proxy["cpu_ms_per_1000_per_min"]["low"].is_number(),
+        "{proxy}"
+    );
     // The usage's own slope, as in a cell without a soak: 8 KiB a request.
     let growth = &(usage["parts"].as_array().unwrap().iter())
         .find(|p| p["role"] == "backend")
