@@ -12,7 +12,7 @@ use ingressbench_results::site::Slope;
 use ingressbench_results::soak::{SoakPart, SoakRecord};
 
 use crate::results::{CellResults, RunResults};
-use crate::svg::{esc, short, Axis, Plot, PALETTE};
+use crate::svg::{esc, short, Axis, Plot, ERROR_COLOUR, PALETTE};
 
 /// The section and its headline sentences, when the run has a soak cell.
 pub(crate) fn section(
@@ -49,9 +49,13 @@ pub(crate) fn section(
         html.push_str(&events_table(soak));
         html.push_str(&tool_line(soak));
         let colour = colours.get(&cell.target).copied().unwrap_or(PALETTE[0]);
-        if let Some(svg) = memory_chart(cell, colour, &label) {
+        for (name, svg) in memory_charts(cell, colour, &label) {
             let _ = write!(html, "<figure>{svg}</figure>");
-            charts.push((format!("soak memory {label}"), svg));
+            charts.push((format!("{name} {label}"), svg));
+        }
+        if let Some((svg, note)) = firings_chart(cell, &label) {
+            let _ = write!(html, "<figure>{svg}</figure>{note}");
+            charts.push((format!("soak firings {label}"), svg));
         }
     }
     html.push_str("</section>");
@@ -276,11 +280,12 @@ fn tool_line(soak: &SoakRecord) -> String {
     )
 }
 
-/// The proxy's resident memory (MiB) and its processes over the soak, from usage.jsonl.
-fn memory_chart(cell: &CellResults, colour: &str, label: &str) -> Option<String> {
+/// The proxy's resident memory (MiB) and its processes over the soak, from usage.jsonl:
+/// two charts, each with its name.
+fn memory_charts(cell: &CellResults, colour: &str, label: &str) -> Vec<(&'static str, String)> {
     let series = &cell.proxy_memory;
     if series.len() < 2 {
-        return None;
+        return Vec::new();
     }
     let minutes = series.last().map_or(0.0, |p| p.0) > 600.0;
     let x_of = |t: f64| if minutes { t / 60.0 } else { t };
@@ -307,10 +312,75 @@ fn memory_chart(cell: &CellResults, colour: &str, label: &str) -> Option<String>
     let mut counts = Plot::new(900.0, 160.0, x, y);
     counts.axes(x_title, "proxy processes", &|v| short(v));
     counts.line(&step(&processes), colour, 1.4, false);
-    Some(format!(
-        "{}{}",
-        plot.finish(&format!("proxy memory over the soak, {label}")),
-        counts.finish(&format!("proxy processes over the soak, {label}"))
+    vec![
+        (
+            "soak memory",
+            plot.finish(&format!("proxy memory over the soak, {label}")),
+        ),
+        (
+            "soak processes",
+            counts.finish(&format!("proxy processes over the soak, {label}")),
+        ),
+    ]
+}
+
+/// Each firing's p99 in the 5 s after it against its number, a line per kind of event
+/// (the series the events' slopes are drawn through); a firing whose window had errors
+/// is a red dot, and a note says how many. The chart, and the note.
+fn firings_chart(cell: &CellResults, label: &str) -> Option<(String, String)> {
+    let mut kinds: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    let mut failed: Vec<(f64, f64, String)> = Vec::new();
+    for e in &cell.impact {
+        let kind = e.what.split_whitespace().next().unwrap_or("").to_owned();
+        let at = match kinds.iter().position(|k| k.0 == kind) {
+            Some(i) => i,
+            None => {
+                kinds.push((kind.clone(), Vec::new()));
+                kinds.len() - 1
+            }
+        };
+        let series = &mut kinds[at].1;
+        let n = series.len() as f64 + 1.0;
+        let p99 = e.requests.p99_ms_5s_after.unwrap_or(0.0);
+        series.push((n, p99));
+        if let Some(errors) = e.requests.errors.filter(|n| *n > 0) {
+            failed.push((n, p99, format!("{kind} #{n:.0}: {errors}")));
+        }
+    }
+    let all: Vec<(f64, f64)> = kinds.iter().flat_map(|k| k.1.iter().copied()).collect();
+    if all.len() < 2 {
+        return None;
+    }
+    let x = Axis::covering(all.iter().map(|p| p.0), false);
+    let y = Axis::covering(all.iter().map(|p| p.1).chain([0.0]), false);
+    let mut plot = Plot::new(900.0, 220.0, x, y);
+    plot.axes(
+        "firing (its number, per kind of event)",
+        "p99 in the 5 s after (ms)",
+        &|v| short(v),
+    );
+    let mut legend = Vec::new();
+    for (i, (kind, p99)) in kinds.iter().enumerate() {
+        let colour = PALETTE[i % PALETTE.len()];
+        plot.line(p99, colour, 1.2, false);
+        legend.push((kind.clone(), colour.to_owned()));
+    }
+    let red: Vec<(f64, f64)> = failed.iter().map(|f| (f.0, f.1)).collect();
+    plot.dots(&red, ERROR_COLOUR, 3.0, 1.0);
+    plot.legend(&legend);
+    let note = if failed.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<&str> = failed.iter().take(30).map(|f| f.2.as_str()).collect();
+        format!(
+            "<p class=\"note\">Firings whose window had errors (red), with how many: {}{}.</p>",
+            esc(&list.join(", ")),
+            if failed.len() > 30 { ", …" } else { "" }
+        )
+    };
+    Some((
+        plot.finish(&format!("p99 after each firing, {label}")),
+        note,
     ))
 }
 
