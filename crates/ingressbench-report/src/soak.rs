@@ -86,6 +86,14 @@ fn signed_bytes(b: f64) -> String {
     format!("{sign}{text}")
 }
 
+/// `+0.25 ms (0.10 to 0.40)`: a slope of a figure, to `digits` decimals, in `unit`.
+fn figure(s: &Slope, digits: usize, unit: &str) -> String {
+    format!(
+        "{:+.digits$}{unit} ({:.digits$} to {:.digits$})",
+        s.value, s.low, s.high
+    )
+}
+
 /// A slope in words: the value with its interval, or no measurable growth.
 fn growth_words(s: Option<&Slope>, unit: &dyn Fn(&Slope) -> String) -> String {
     match s {
@@ -202,14 +210,8 @@ fn parts_table(soak: &SoakRecord) -> String {
             esc(&p.role),
             esc(&growth_words(p.rss_bytes_per_100_firings.as_ref(), &bytes_slope)),
             esc(&growth_words(p.rss_bytes_per_min.as_ref(), &bytes_slope)),
-            esc(&growth_words(p.fds_per_min.as_ref(), &|s: &Slope| format!(
-                "{:+.2} ({:.2} to {:.2})",
-                s.value, s.low, s.high
-            ))),
-            esc(&growth_words(p.cpu_ms_per_1000_per_min.as_ref(), &|s: &Slope| format!(
-                "{:+.3} ms ({:.3} to {:.3})",
-                s.value, s.low, s.high
-            ))),
+            esc(&growth_words(p.fds_per_min.as_ref(), &|s: &Slope| figure(s, 2, ""))),
+            esc(&growth_words(p.cpu_ms_per_1000_per_min.as_ref(), &|s: &Slope| figure(s, 3, " ms"))),
             p.rss_first_bytes as f64 / f64::from(1 << 20),
             p.rss_last_bytes as f64 / f64::from(1 << 20),
             p.processes_at_start,
@@ -233,14 +235,8 @@ fn events_table(soak: &SoakRecord) -> String {
             esc(&e.kind),
             e.firings,
             e.errors,
-            esc(&growth_words(e.errors_per_100_firings.as_ref(), &|s: &Slope| format!(
-                "{:+.1} ({:.1} to {:.1})",
-                s.value, s.low, s.high
-            ))),
-            esc(&growth_words(e.p99_after_ms_per_100_firings.as_ref(), &|s: &Slope| format!(
-                "{:+.3} ms ({:.3} to {:.3})",
-                s.value, s.low, s.high
-            ))),
+            esc(&growth_words(e.errors_per_100_firings.as_ref(), &|s: &Slope| figure(s, 1, ""))),
+            esc(&growth_words(e.p99_after_ms_per_100_firings.as_ref(), &|s: &Slope| figure(s, 3, " ms"))),
         );
     }
     t.push_str("</table>");

@@ -56,10 +56,8 @@ impl ProxyCounts {
         if !self.on_disk {
             return Ok(());
         }
-        let text = std::fs::read_to_string(&self.path)?;
         let mut readings = Vec::new();
-        for line in text.lines() {
-            let r: CountsReading = serde_json::from_str(line).map_err(std::io::Error::other)?;
+        for r in crate::usage::read_jsonl::<CountsReading>(&self.path)? {
             let proxies = (r.proxies.into_iter())
                 .map(|(name, counts)| {
                     let counted = (counts.into_iter())

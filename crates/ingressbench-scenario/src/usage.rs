@@ -120,10 +120,8 @@ impl UsageLog {
         if !self.on_disk {
             return Ok(());
         }
-        let text = std::fs::read_to_string(&self.path)?;
         let mut readings = Vec::new();
-        for line in text.lines() {
-            let r: UsageReading = serde_json::from_str(line).map_err(std::io::Error::other)?;
+        for r in read_jsonl::<UsageReading>(&self.path)? {
             let parts = (r.parts.into_iter())
                 .map(|p| PartUsage {
                     role: role_named(&p.role),
@@ -259,6 +257,15 @@ impl UsageLog {
         }
         roles
     }
+}
+
+/// Every line of a JSON-lines file this cell wrote, as `T` (one that does not parse is an
+/// error: the file is the tool's own).
+pub(crate) fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> std::io::Result<Vec<T>> {
+    let text = std::fs::read_to_string(path)?;
+    (text.lines())
+        .map(|line| serde_json::from_str(line).map_err(std::io::Error::other))
+        .collect()
 }
 
 /// A role as the parts name it, from its name in usage.jsonl.
