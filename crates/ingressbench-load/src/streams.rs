@@ -14,7 +14,7 @@ use ingressbench_results::hlog::HlogWriter;
 use ingressbench_results::samples::SampleWriter;
 use ingressbench_stats::{Sample, Window};
 
-use crate::kept::{Kept, KeptCounts};
+use crate::kept::Kept;
 use crate::{Observer, Progress};
 
 /// Creates a file, with an error that names it.
@@ -142,11 +142,6 @@ impl Streams {
     pub fn count_into(mut self, requests: std::sync::Arc<std::sync::atomic::AtomicU64>) -> Self {
         self.requests = Some(requests);
         self
-    }
-
-    /// What the samples' filter saw and kept outside its windows, if there is one.
-    pub fn kept_counts(&self) -> Option<KeptCounts> {
-        self.kept.as_ref().map(Kept::counts)
     }
 
     /// Calls `f` with the state of the run after every window.

@@ -209,14 +209,14 @@ impl UsageLog {
         Ok(())
     }
 
-    /// The cell's figures, per part and per role: CPU seconds during measurement, CPU
-    /// milliseconds per 1,000 of `requests`, and resident memory (peak and mean of the
-    /// readings), for `run.json`.
     /// Every reading so far, in order.
     pub(crate) fn readings(&self) -> &[Reading] {
         &self.readings
     }
 
+    /// The cell's figures, per part and per role: CPU seconds during measurement, CPU
+    /// milliseconds per 1,000 of `requests`, and resident memory (peak and mean of the
+    /// readings), for `run.json`.
     pub(crate) fn summary(&self, requests: u64) -> Option<Usage> {
         summarise(&self.readings, requests)
     }
