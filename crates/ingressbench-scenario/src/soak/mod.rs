@@ -9,7 +9,9 @@
 //! ([`ingressbench_load::kept`]). Before anything starts, [`check`] estimates what the
 //! results directory will take and refuses a soak whose estimate exceeds its budget,
 //! with the arithmetic. While it runs, [`SoakLog`] writes down the tool's own cost and
-//! the directory's size every `every` (soak.jsonl).
+//! the directory's size every `every` (soak.jsonl); when it ends, [`record`] judges what
+//! grew. A soak cut off goes on under `run --resume` from its last soak.jsonl line
+//! ([`resumed`]: `soak.from`, the events in phase).
 
 mod budget;
 mod log;
@@ -44,7 +46,7 @@ const EVERY: Duration = Duration::from_secs(60);
 /// A cell's soak, its times scaled as the run's.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Soak {
-    /// How long the load runs.
+    /// How long the soak is (this run's load goes from `from` to it).
     pub(crate) duration: Duration,
     /// The timeline's length.
     pub(crate) period: Duration,
