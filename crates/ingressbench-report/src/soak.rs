@@ -308,7 +308,24 @@ fn memory_charts(cell: &CellResults, colour: &str, label: &str) -> Vec<(&'static
     let mut counts = Plot::new(900.0, 160.0, x, y);
     counts.axes(x_title, "proxy processes", &|v| short(v));
     counts.line(&step(&processes), colour, 1.4, false);
-    vec![
+    // Against events fired: each reading at the number fired by its time.
+    let fired: Vec<f64> = cell.impact.iter().map(|e| e.requested_s).collect();
+    let by_firings: Vec<(f64, f64)> = (series.iter())
+        .map(|p| {
+            let n = fired.partition_point(|&t| t <= p.0) as f64;
+            (n, p.1 / f64::from(1 << 20))
+        })
+        .collect();
+    let mut against = None;
+    if by_firings.last().is_some_and(|p| p.0 >= 2.0) {
+        let x = Axis::covering(by_firings.iter().map(|p| p.0), false);
+        let y = Axis::covering(by_firings.iter().map(|p| p.1).chain([0.0]), false);
+        let mut plot = Plot::new(900.0, 220.0, x, y);
+        plot.axes("events fired", "proxy memory (MiB)", &|v| short(v));
+        plot.dots(&by_firings, colour, 1.5, 0.6);
+        against = Some(plot.finish(&format!("proxy memory against events fired, {label}")));
+    }
+    let mut charts = vec![
         (
             "soak memory",
             plot.finish(&format!("proxy memory over the soak, {label}")),
@@ -317,7 +334,9 @@ fn memory_charts(cell: &CellResults, colour: &str, label: &str) -> Vec<(&'static
             "soak processes",
             counts.finish(&format!("proxy processes over the soak, {label}")),
         ),
-    ]
+    ];
+    charts.extend(against.map(|svg| ("soak memory by firings", svg)));
+    charts
 }
 
 /// Each firing's p99 in the 5 s after it against its number, a line per kind of event

@@ -157,15 +157,22 @@ fn a_soak_repeats_its_timeline_and_finds_a_known_leak_against_events_and_time() 
     assert_eq!(soak["outside_windows_seen"], 0, "{soak}");
     assert!(cell.join("samples-rest.csv.gz").is_file());
     assert!(soak["estimate_bytes"].as_u64() > Some(1_000_000), "{soak}");
-    // The report: a Soak section, and the headline led by what grew (the backend is not
-    // the proxy: the sentence says the proxy's memory and old processes, then the
-    // reload's errors).
+    // The report: a Soak section and its charts, and the headline led by the soak's
+    // sentence: the proxy's memory and old processes, the backend that grew, the
+    // reload's errors.
     let report = std::fs::read_to_string(out.join("report.html")).unwrap();
     assert!(report.contains("<h2>Soak</h2>"), "no Soak section");
     assert!(
         report.contains("proxy memory over the soak, haproxy"),
         "no memory chart"
     );
+    for chart in [
+        "p99 after each firing, haproxy",
+        "proxy memory against events fired, haproxy",
+        "proxy processes over the soak, haproxy",
+    ] {
+        assert!(report.contains(chart), "no chart: {chart}");
+    }
     let headline = report
         .split("<ul class=\"headline\"><li>")
         .nth(1)
@@ -175,6 +182,8 @@ fn a_soak_repeats_its_timeline_and_finds_a_known_leak_against_events_and_time() 
         "{}",
         &headline[..headline.len().min(300)]
     );
+    let sentence = headline.split("</li>").next().unwrap_or("");
+    assert!(sentence.contains("echo-1 (backend) memory +"), "{sentence}");
     assert!(
         text(&run).contains("haproxy, repeat 1 (cell 0): over 36 s and 12 firings, "),
         "{}",
