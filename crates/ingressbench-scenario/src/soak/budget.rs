@@ -67,7 +67,7 @@ pub(crate) fn estimate(cell: &Cell, soak: &Soak) -> Result<Vec<(String, f64)>, S
         _ => return Err("soak: a soak holds its results to a budget from the load's rate; give open-loop load a load.rate".into()),
     };
     let seconds = soak.length().as_secs_f64();
-    let firings = soak.repeat(&period_firings(cell)?);
+    let firings = soak.repeat(&period_firings(cell));
     // The seconds the windows cover, overlaps counted once.
     let mut windows: Vec<(f64, f64)> = firings
         .iter()
@@ -171,7 +171,7 @@ fn parts_of(cell: &Cell) -> usize {
 }
 
 /// One period's timed firings, as the timeline makes them (unscaled).
-fn period_firings(cell: &Cell) -> Result<Vec<(Duration, usize, Duration)>, String> {
+fn period_firings(cell: &Cell) -> Vec<(Duration, usize, Duration)> {
     let mut out = Vec::new();
     for (i, e) in cell.events.iter().enumerate() {
         let delay = e.propagation_delay.unwrap_or_default();
@@ -185,7 +185,7 @@ fn period_firings(cell: &Cell) -> Result<Vec<(Duration, usize, Duration)>, Strin
             Timing::BeforeRequest { .. } => {}
         }
     }
-    Ok(out)
+    out
 }
 
 /// A scenario's soaks in a line (`scenario check` and `run` say it before anything
@@ -194,7 +194,7 @@ fn period_firings(cell: &Cell) -> Result<Vec<(Duration, usize, Duration)>, Strin
 pub fn plan(cells: &[Cell]) -> Option<String> {
     let soak = cells.iter().find_map(|c| Soak::of(c, 1.0).ok().flatten())?;
     let firings: usize = (cells.iter())
-        .filter_map(|c| Some(soak.repeat(&period_firings(c).ok()?).len()))
+        .map(|c| soak.repeat(&period_firings(c)).len())
         .max()
         .unwrap_or(0);
     let total = check(cells).ok().flatten().unwrap_or_default();
