@@ -23,6 +23,7 @@ mod peers;
 mod process;
 mod report;
 mod run;
+mod search;
 mod soak;
 mod sse;
 mod trust;
