@@ -10,13 +10,13 @@
 # order that keeps the two cores busy (docs/ARCHITECTURE.md, "CI's time"):
 #   1. the capacity searches (tests/capacity.rs), which need the cores to themselves, alone;
 #   2. the local cluster test, whose parts run in turn on one cluster and mostly wait (13%
-#      of the two cores), in a process of its own, beside the other end-to-end tests two at
-#      a time (those that keep every core busy take a lock, so one of them at a time:
-#      tests/it/common.rs, `heavy`);
+#      of the two cores), in a process of its own, beside the other end-to-end tests three
+#      at a time (most wait on proxies and timers; those that keep every core busy take a
+#      lock, so one of them at a time: tests/it/common.rs, `heavy`);
 #   3. when those have ended, every other test binary and the doc tests, in turn, beside
 #      the cluster test's last parts.
 # Every binary runs whatever an earlier one did; the script fails if any failed, naming
-# them. RUST_TEST_THREADS, if set, replaces the three (with arguments) or the two (2.).
+# them. RUST_TEST_THREADS, if set, replaces the three.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -57,7 +57,7 @@ trap 'rm -f "$cluster_log"' EXIT
 echo "     Running $it_name $cluster_test ($it_exe), its output below when it ends"
 (cd "$it_dir" && "$it_exe" --exact "$cluster_test" --test-threads 1 --nocapture) >"$cluster_log" 2>&1 &
 cluster_pid=$!
-run "$it_dir" "$it_name" "$it_exe" --skip "$cluster_test" --test-threads "${RUST_TEST_THREADS:-2}"
+run "$it_dir" "$it_name" "$it_exe" --skip "$cluster_test" --test-threads "${RUST_TEST_THREADS:-3}"
 took "the other end-to-end tests"
 
 while IFS=$'\t' read -r dir name exe <&3; do

@@ -82,6 +82,12 @@ pub struct ClusterTarget {
     /// Where its TLS traffic enters (`https://host[:port]`), for scenarios with `tls: true`.
     #[serde(default)]
     pub tls_address: Option<String>,
+    /// Whether its TLS address also takes HTTP/3 (QUIC on the UDP port of the same
+    /// number), as its controller serves it once asked (Envoy Gateway: a
+    /// ClientTrafficPolicy with `http3: {}`; Traefik: its entry point's `http3`). A cell
+    /// with `load.protocol: http3` goes only to a target that says so.
+    #[serde(default)]
+    pub http3: bool,
     /// Or the LoadBalancer Service whose status gives the address.
     #[serde(default)]
     pub service: Option<ServiceRef>,

@@ -522,6 +522,8 @@ impl LocalCluster {
             format!("--entrypoints.web.address=127.0.0.1:{http}"),
             format!("--entrypoints.websecure.address=127.0.0.1:{https}"),
             "--entrypoints.websecure.http.tls=true".to_owned(),
+            // HTTP/3 on the same port's UDP twin, as its users turn it on.
+            "--entrypoints.websecure.http3=true".to_owned(),
             format!("--entrypoints.ping.address=127.0.0.1:{ping}"),
             "--ping=true".to_owned(),
             "--ping.entrypoint=ping".to_owned(),

@@ -564,13 +564,14 @@ fn scheme(tls: bool) -> &'static str {
 }
 
 /// HTTP/3 goes to a target only where something serves it: over TLS (QUIC is always
-/// TLS), to Caddy (which serves it on its HTTPS port's UDP twin unasked) or to a URL of
-/// the user's; the others are refused before anything starts, each with its reason.
+/// TLS), to Caddy, Envoy or Traefik in the lab (each serves it on its HTTPS port's UDP
+/// twin) or to a URL of the user's; the others are refused before anything starts, each
+/// with its reason. A cluster target's is its cluster file's (`http3: true`), which the
+/// run checks when it reads the file (`cluster_site::http3_refusals`).
 /// Why `target` cannot be sent HTTP/3; none when it can.
 pub(crate) fn http3_refusal(target: &Target) -> Option<&'static str> {
     Some(match target {
-        Target::Upstream { .. } => return None,
-        Target::Cluster { .. } => "cluster mode does not send HTTP/3 yet",
+        Target::Upstream { .. } | Target::Cluster { .. } => return None,
         Target::Proxy { front: Some(_), .. } => {
             "its L4 front balances TCP only; QUIC needs a UDP balancer"
         }

@@ -101,6 +101,20 @@ pub fn expand_noting(
     sets: &[(String, String)],
     quick: bool,
 ) -> Result<(Vec<Cell>, Vec<String>), ScenarioError> {
+    expand_with(text, path, sets, quick, &|t| {
+        crate::check::http3_refusal(t).map(str::to_owned)
+    })
+}
+
+/// [`expand_noting`], with why a target takes no HTTP/3 said by `no_http3` (a cluster
+/// run's: its cluster file's and its controller's words) rather than by the lab.
+pub fn expand_with(
+    text: &str,
+    path: &Path,
+    sets: &[(String, String)],
+    quick: bool,
+    no_http3: &dyn Fn(&Target) -> Option<String>,
+) -> Result<(Vec<Cell>, Vec<String>), ScenarioError> {
     let mut base: Scenario = serde_yaml_ng::from_str(text).map_err(|e| located(path, &e))?;
     for (key, values) in &base.quick.matrix {
         if !base.matrix.contains_key(key) {
@@ -247,7 +261,7 @@ pub fn expand_noting(
                 let at: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 let mut serve = Vec::new();
                 for t in scenario.targets.drain(..) {
-                    match crate::check::http3_refusal(&t) {
+                    match no_http3(&t) {
                         None => serve.push(t),
                         Some(why) if repeat == 0 => {
                             left_out.push(format!("{} with {}: {why}", t.name(), at.join(" ")));
@@ -703,8 +717,8 @@ mod tests {
         let sets = [("load.protocol".to_owned(), "http3".to_owned())];
         let e = expand(text, Path::new("s.yaml"), &sets, false).unwrap_err();
         assert!(e.to_string().contains("`nginx`: nginx 1.22"), "{e}");
-        // Where nothing serves it, that combination is left out whole (a cluster's
-        // controllers under churn.yaml's axis), and with nothing else, the run refused.
+        // Where nothing serves it, that combination is left out whole, and with nothing
+        // else, the run refused.
         let none = text.replace("[nginx, envoy, caddy]", "[nginx, haproxy]");
         let (cells, left_out) = expand_noting(&none, Path::new("s.yaml"), &[], false).unwrap();
         assert_eq!(cells.len(), 2);
@@ -718,6 +732,29 @@ mod tests {
             e.to_string().contains("every cell is left out (nginx with"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_cluster_targets_http3_is_its_cluster_files_to_say() {
+        let text = "name: p\ntargets: [{ cluster: eg }, { cluster: contour }]\nbackends: [{ name: echo, replicas: 1 }]\ntls: true\nload: { rate: 10, duration: 1s }\nmatrix:\n  load.protocol: [http1, http3]\n";
+        // Without the file, nothing is known against either: both take the row.
+        let (cells, left_out) = expand_noting(text, Path::new("s.yaml"), &[], false).unwrap();
+        assert_eq!(cells.len(), 4);
+        assert!(left_out.is_empty(), "{left_out:?}");
+        // A cluster run says why one takes none: its HTTP/3 cell is left out, saying so.
+        let no_http3 = |t: &Target| (t.placed() == Some("contour")).then(|| "no QUIC".to_owned());
+        let (cells, left_out) =
+            expand_with(text, Path::new("s.yaml"), &[], false, &no_http3).unwrap();
+        let labels: Vec<String> = cells.iter().map(Cell::label).collect();
+        assert_eq!(
+            labels,
+            [
+                "eg load.protocol=http1",
+                "contour load.protocol=http1",
+                "eg load.protocol=http3"
+            ]
+        );
+        assert_eq!(left_out, ["contour with load.protocol=http3: no QUIC"]);
     }
 
     #[test]

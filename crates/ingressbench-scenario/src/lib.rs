@@ -44,7 +44,9 @@ mod timeline;
 mod usage;
 
 pub use error::ScenarioError;
-pub use expand::{expand, expand_noting, lab_only_target_settings, names_cluster_targets, Cell};
+pub use expand::{
+    expand, expand_noting, expand_with, lab_only_target_settings, names_cluster_targets, Cell,
+};
 pub use model::{
     ConfigChange, EventFile, EventSpec, LoadFile, LoadFrom, LoadModeFile, NodePlacement,
     PlacementFile, Scenario, Target, Timing,

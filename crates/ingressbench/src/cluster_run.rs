@@ -59,6 +59,39 @@ mod with_cluster {
         (cells, left_out): (&mut Vec<ingressbench_scenario::Cell>, &mut Vec<String>),
     ) -> Result<ClusterOptions> {
         let options = options(path, args, cells)?;
+        // HTTP/3 goes to the targets whose entries say they take it: a matrix's HTTP/3
+        // cells for the others are left out, saying why; a scenario that sends HTTP/3
+        // throughout is refused for them.
+        let no_http3 = ingressbench_scenario::cluster_site::http3_refusals(&options, cells)
+            .map_err(|e| UsageError(anyhow::anyhow!(e)))?;
+        let refuse_http3 = |t: &ingressbench_scenario::Target| {
+            t.placed().and_then(|key| no_http3.get(key).cloned())
+        };
+        let mut said = Vec::new();
+        if !no_http3.is_empty() {
+            let (kept, why) =
+                ingressbench_scenario::expand_with(text, file, sets, quick, &refuse_http3)
+                    .map_err(|e| UsageError(e.into()))?;
+            for why in &why {
+                eprintln!("left out: {why}");
+            }
+            said.clone_from(&why);
+            (*cells, *left_out) = (kept, why);
+            let sent = cells.iter().find(|c| {
+                c.scenario.load.protocol.as_deref() == Some("http3")
+                    && refuse_http3(&c.target).is_some()
+            });
+            if let Some(cell) = sent {
+                return Err(UsageError(anyhow::anyhow!(
+                    "cell {} ({}): {} (--cluster {})",
+                    cell.index,
+                    cell.label(),
+                    refuse_http3(&cell.target).unwrap_or_default(),
+                    path.display()
+                ))
+                .into());
+            }
+        }
         let refused = ingressbench_scenario::cluster_site::route_refusals(&options, cells)
             .map_err(|e| UsageError(anyhow::anyhow!(e)))?;
         // A target the command or the scenario named is refused; of the cluster
@@ -89,10 +122,13 @@ mod with_cluster {
                 sets.retain(|(k, _)| k != "targets");
                 sets.push(("targets".into(), format!("[{}]", kept.join(", "))));
                 let more;
-                (*cells, more) = ingressbench_scenario::expand_noting(text, file, sets, quick)
-                    .map_err(|e| UsageError(e.into()))?;
+                (*cells, more) =
+                    ingressbench_scenario::expand_with(text, file, sets, quick, &refuse_http3)
+                        .map_err(|e| UsageError(e.into()))?;
                 for why in more {
-                    eprintln!("left out: {why}");
+                    if !said.contains(&why) {
+                        eprintln!("left out: {why}");
+                    }
                     left_out.push(why);
                 }
             }
@@ -183,11 +219,22 @@ mod with_cluster {
         for name in removed {
             eprintln!("deleted namespace {name}, left by a run that is gone");
         }
-        let run_id = crate::stamp::utc_stamp()
-            .chars()
-            .filter(char::is_ascii_alphanumeric)
-            .collect::<String>()
-            .to_ascii_lowercase();
+        // The second it started, and four hex digits of its own: two runs started within
+        // one second (one that failed at once, and the next) took the same namespace,
+        // which was still being deleted.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let run_id = format!(
+            "{}{:04x}",
+            crate::stamp::utc_stamp()
+                .chars()
+                .filter(char::is_ascii_alphanumeric)
+                .collect::<String>()
+                .to_ascii_lowercase(),
+            (nanos ^ std::process::id().rotate_left(16)) & 0xffff
+        );
         let options = ingressbench_scenario::cluster_site::ClusterOptions { file, api, run_id };
         Ok(options)
     }

@@ -19,7 +19,11 @@
 //!   loopback (127.1.B.N, never reused; B is the first block of 254 that no other local
 //!   cluster's agent holds, 0 when it is alone), written in its status; connections to its ports
 //!   there go to its endpoints as above. This is how a load generator on the host reaches
-//!   the data plane a Gateway controller creates.
+//!   the data plane a Gateway controller creates. Its UDP ports are relayed too (QUIC:
+//!   HTTP/3 to Envoy Gateway's data plane): each client address's datagrams go to one
+//!   endpoint, through a socket of its own (as a NAT gives a port), and move to another
+//!   when that endpoint is no longer ready (as kube-proxy clears a UDP flow's conntrack
+//!   entry when its endpoint goes).
 //! - **DNS**: `SERVICE.NAMESPACE.svc.cluster.local` is the Service's cluster IP (a
 //!   headless one's ready endpoints), on UDP port 53 of the hub's address; any other name
 //!   does not exist (there is no upstream). Each pod gets the `resolv.conf` and `hosts`
@@ -53,6 +57,10 @@ pub(super) const DOMAIN: &str = "cluster.local";
 const HUB_MAC: &str = "02:69:62:00:00:01";
 /// How long a connection to an endpoint may take to be made before the next is tried.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a client's UDP flow through a load balancer lasts without an answer.
+const FLOW_IDLE: Duration = Duration::from_secs(60);
+/// Client addresses one UDP port relays at once; a datagram from one more is dropped.
+const MAX_FLOWS: usize = 1024;
 
 /// The addresses given to LoadBalancer Services, by namespace and name: 127.1.B.N, in
 /// the block B this cluster holds.
@@ -113,6 +121,8 @@ impl Balancers {
 struct Tables {
     /// A Service's cluster IP and port: its ready endpoints.
     routes: BTreeMap<SocketAddr, Vec<SocketAddr>>,
+    /// A load balancer's UDP port: its ready endpoints.
+    datagrams: BTreeMap<SocketAddr, Vec<SocketAddr>>,
     /// `service.namespace.svc.cluster.local`: its addresses.
     names: BTreeMap<String, Vec<Ipv4Addr>>,
 }
@@ -290,9 +300,30 @@ async fn serve(
     let tables = Arc::new(Mutex::new(Tables::default()));
     let dns_task = tokio::spawn(answer_dns(dns, tables.clone()));
     let mut listening: BTreeMap<SocketAddr, tokio::task::JoinHandle<()>> = BTreeMap::new();
+    let mut relaying: BTreeMap<SocketAddr, tokio::task::JoinHandle<()>> = BTreeMap::new();
     while !stop.load(Ordering::Relaxed) {
         if let Ok(read) = read_tables(&client, api, &mut balancers).await {
             announce(&client, &mut balancers).await;
+            relaying.retain(|addr, task| {
+                let kept = read.datagrams.contains_key(addr);
+                if !kept {
+                    task.abort();
+                }
+                kept
+            });
+            for addr in read.datagrams.keys() {
+                if relaying.contains_key(addr) {
+                    continue;
+                }
+                let bound = std::net::UdpSocket::bind(addr).and_then(|s| {
+                    s.set_nonblocking(true)?;
+                    tokio::net::UdpSocket::from_std(s)
+                });
+                if let Ok(socket) = bound {
+                    let task = relay_datagrams(socket, *addr, tables.clone());
+                    relaying.insert(*addr, tokio::spawn(task));
+                }
+            }
             for (addr, task) in std::mem::take(&mut listening) {
                 if read.routes.contains_key(&addr) {
                     listening.insert(addr, task);
@@ -323,7 +354,7 @@ async fn serve(
         tokio::time::sleep(REFRESH).await;
     }
     dns_task.abort();
-    for task in listening.into_values() {
+    for task in listening.into_values().chain(relaying.into_values()) {
         task.abort();
     }
 }
@@ -395,12 +426,14 @@ fn tables_of(
             .collect();
         // The ready endpoints' addresses, with the slice's number for the port named so;
         // with `terminating`, when none is ready, those serving while they terminate.
-        let endpoints = |port_name: Option<&str>, terminating: bool| -> Vec<SocketAddr> {
+        let endpoints = |(port_name, protocol): (Option<&str>, &str),
+                         terminating: bool|
+         -> Vec<SocketAddr> {
             let (mut found, mut draining) = (Vec::new(), Vec::new());
             for slice in &own {
                 let port = slice.ports.iter().flatten().find(|p| {
                     p.name.as_deref().unwrap_or("") == port_name.unwrap_or("")
-                        && p.protocol.as_deref().unwrap_or("TCP") == "TCP"
+                        && p.protocol.as_deref().unwrap_or("TCP") == protocol
                 });
                 let Some(port) = port
                     .and_then(|p| p.port)
@@ -450,16 +483,26 @@ fn tables_of(
             Some(ip) => {
                 tables.names.insert(fqdn, vec![ip]);
                 for port in spec.ports.iter().flatten() {
-                    if port.protocol.as_deref().unwrap_or("TCP") != "TCP" {
-                        continue;
-                    }
                     let Ok(number) = u16::try_from(port.port) else {
                         continue;
                     };
+                    match port.protocol.as_deref().unwrap_or("TCP") {
+                        "TCP" => {}
+                        // A load balancer's; not a cluster IP's (nothing in the pods
+                        // sends a Service UDP but DNS, which the hub answers).
+                        "UDP" => {
+                            if let Some(lb) = balancer.filter(|_| number != 0) {
+                                let to = endpoints((port.name.as_deref(), "UDP"), true);
+                                tables.datagrams.insert(SocketAddr::from((lb, number)), to);
+                            }
+                            continue;
+                        }
+                        _ => continue,
+                    }
                     let to = if (name.as_str(), ns.as_str()) == ("kubernetes", "default") {
                         vec![api]
                     } else {
-                        endpoints(port.name.as_deref(), true)
+                        endpoints((port.name.as_deref(), "TCP"), true)
                     };
                     if let Some(lb) = balancer.filter(|_| number != 0) {
                         tables
@@ -475,7 +518,7 @@ fn tables_of(
                     .ports
                     .iter()
                     .flatten()
-                    .flat_map(|p| endpoints(p.name.as_deref(), false))
+                    .flat_map(|p| endpoints((p.name.as_deref(), "TCP"), false))
                     .filter_map(|a| match a.ip() {
                         IpAddr::V4(v4) => Some(v4),
                         IpAddr::V6(_) => None,
@@ -521,6 +564,80 @@ async fn relay_all(
                 return;
             }
         });
+    }
+}
+
+/// Takes datagrams on a load balancer's UDP port `addr` and relays each client address's
+/// to one of its endpoints (in turn, a flow each), and the answers back. A flow whose
+/// endpoint is no longer among the ready ones goes to another at its next datagram.
+async fn relay_datagrams(
+    socket: tokio::net::UdpSocket,
+    addr: SocketAddr,
+    tables: Arc<Mutex<Tables>>,
+) {
+    let socket = Arc::new(socket);
+    let mut flows: std::collections::HashMap<SocketAddr, Flow> = Default::default();
+    let mut turn = 0usize;
+    let mut buf = vec![0u8; 65_536];
+    while let Ok((n, client)) = socket.recv_from(&mut buf).await {
+        let endpoints = tables
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .datagrams
+            .get(&addr)
+            .cloned()
+            .unwrap_or_default();
+        flows.retain(|_, f| !f.answers.is_finished() && endpoints.contains(&f.to));
+        if !flows.contains_key(&client) {
+            if endpoints.is_empty() || flows.len() >= MAX_FLOWS {
+                continue;
+            }
+            let to = endpoints[turn % endpoints.len()];
+            turn = turn.wrapping_add(1);
+            let Ok(flow) = Flow::open(to, client, socket.clone()).await else {
+                continue;
+            };
+            flows.insert(client, flow);
+        }
+        let _ = flows[&client].upstream.send(&buf[..n]).await;
+    }
+}
+
+/// One client address's datagrams through a load balancer: a socket of its own towards
+/// the endpoint `to`, and the task that sends its answers back (ended after
+/// [`FLOW_IDLE`] without one, or when the endpoint refuses; aborted when dropped).
+struct Flow {
+    to: SocketAddr,
+    upstream: Arc<tokio::net::UdpSocket>,
+    answers: tokio::task::JoinHandle<()>,
+}
+
+impl Flow {
+    async fn open(
+        to: SocketAddr,
+        client: SocketAddr,
+        answering: Arc<tokio::net::UdpSocket>,
+    ) -> std::io::Result<Flow> {
+        let upstream = Arc::new(tokio::net::UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).await?);
+        upstream.connect(to).await?;
+        let reader = upstream.clone();
+        let answers = tokio::spawn(async move {
+            let mut buf = vec![0u8; 65_536];
+            while let Ok(Ok(n)) = tokio::time::timeout(FLOW_IDLE, reader.recv(&mut buf)).await {
+                let _ = answering.send_to(&buf[..n], client).await;
+            }
+        });
+        Ok(Flow {
+            to,
+            upstream,
+            answers,
+        })
+    }
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        self.answers.abort();
     }
 }
 
@@ -698,14 +815,16 @@ mod tests {
     fn a_load_balancer_of_no_class_gets_an_address_of_its_own_that_it_keeps() {
         let services: Vec<Service> = serde_json::from_value(serde_json::json!([
             { "metadata": { "name": "envoy-gw", "namespace": "sys" }, "spec": { "type": "LoadBalancer",
-              "clusterIP": "10.96.0.9", "ports": [{ "name": "http-80", "port": 80 }] } },
+              "clusterIP": "10.96.0.9", "ports": [{ "name": "http-80", "port": 80 },
+                { "name": "https-443", "port": 443 }, { "name": "https-443-h3", "port": 443, "protocol": "UDP" }] } },
             { "metadata": { "name": "traefik", "namespace": "kube-system" }, "spec": { "type": "LoadBalancer",
               "loadBalancerClass": "ingressbench.dev/l4-front", "clusterIP": "10.96.0.10", "ports": [{ "name": "http", "port": 8000 }] } },
         ]))
         .unwrap();
         let slices: Vec<EndpointSlice> = serde_json::from_value(serde_json::json!([
             { "metadata": { "name": "envoy-gw-1", "namespace": "sys", "labels": { "kubernetes.io/service-name": "envoy-gw" } },
-              "addressType": "IPv4", "ports": [{ "name": "http-80", "port": 10080 }],
+              "addressType": "IPv4", "ports": [{ "name": "http-80", "port": 10080 },
+                { "name": "https-443", "port": 10443 }, { "name": "https-443-h3", "port": 10443, "protocol": "UDP" }],
               "endpoints": [{ "addresses": ["198.18.0.5"] }] },
         ]))
         .unwrap();
@@ -715,6 +834,13 @@ mod tests {
         let addr = |s: &str| s.parse::<SocketAddr>().unwrap();
         assert_eq!(t.routes[&addr("127.1.0.1:80")], [addr("198.18.0.5:10080")]);
         assert_eq!(t.routes[&addr("10.96.0.9:80")], [addr("198.18.0.5:10080")]);
+        // Its UDP port (HTTP/3 beside HTTPS) is relayed on the load balancer's address.
+        assert_eq!(t.routes[&addr("127.1.0.1:443")], [addr("198.18.0.5:10443")]);
+        assert_eq!(
+            t.datagrams[&addr("127.1.0.1:443")],
+            [addr("198.18.0.5:10443")]
+        );
+        assert_eq!(t.datagrams.len(), 1);
         // One of a class: someone else's to serve.
         assert!(!t
             .routes
@@ -732,6 +858,57 @@ mod tests {
             Ipv4Addr::new(127, 1, 0, 254)
         );
         assert_eq!(balancers.address(&("ns".into(), "one more".into())), None);
+    }
+
+    /// A UDP server on loopback that answers every datagram with `tag` and the datagram.
+    async fn tagged_echo(tag: &'static str) -> SocketAddr {
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let at = socket.local_addr().unwrap();
+        tokio::spawn(async move {
+            let mut buf = [0u8; 1500];
+            while let Ok((n, from)) = socket.recv_from(&mut buf).await {
+                let answer = [tag.as_bytes(), &buf[..n]].concat();
+                let _ = socket.send_to(&answer, from).await;
+            }
+        });
+        at
+    }
+
+    #[tokio::test]
+    async fn a_load_balancers_udp_port_keeps_each_client_on_one_endpoint_until_it_goes() {
+        let (a, b) = (tagged_echo("a:").await, tagged_echo("b:").await);
+        let socket = tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap();
+        let lb = socket.local_addr().unwrap();
+        let tables = Arc::new(Mutex::new(Tables::default()));
+        tables.lock().unwrap().datagrams.insert(lb, vec![a, b]);
+        let relay = tokio::spawn(relay_datagrams(socket, lb, tables.clone()));
+        let ask = |client: Arc<tokio::net::UdpSocket>, what: &'static str| async move {
+            client.send_to(what.as_bytes(), lb).await.unwrap();
+            let mut buf = [0u8; 1500];
+            let n = tokio::time::timeout(Duration::from_secs(2), client.recv(&mut buf))
+                .await
+                .expect("an answer")
+                .unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        };
+        let one = Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        let two = Arc::new(tokio::net::UdpSocket::bind("127.0.0.1:0").await.unwrap());
+        // Each client its own endpoint, in turn, and it keeps it.
+        assert_eq!(ask(one.clone(), "1").await, "a:1");
+        assert_eq!(ask(two.clone(), "2").await, "b:2");
+        assert_eq!(ask(one.clone(), "3").await, "a:3");
+        assert_eq!(ask(two.clone(), "4").await, "b:4");
+        // Its endpoint no longer ready: the client's next datagram goes to the other.
+        tables.lock().unwrap().datagrams.insert(lb, vec![b]);
+        assert_eq!(ask(one.clone(), "5").await, "b:5");
+        assert_eq!(ask(two.clone(), "6").await, "b:6");
+        // None ready: nothing is sent on.
+        tables.lock().unwrap().datagrams.insert(lb, vec![]);
+        one.send_to(b"7", lb).await.unwrap();
+        let mut buf = [0u8; 16];
+        let silent = tokio::time::timeout(Duration::from_millis(300), one.recv(&mut buf)).await;
+        assert!(silent.is_err(), "no endpoint, no answer");
+        relay.abort();
     }
 
     #[test]

@@ -48,6 +48,8 @@ impl LocalCluster {
                 "  {name}: {{ {how}, address: \"http://{http}\", tls_address: \"https://{https}\" }}\n"
             ));
         };
+        // Traefik's entry point and Envoy Gateway's HTTPS listener also take HTTP/3 here.
+        let http3 = ", http3: true";
         let gateway = |(name, namespace, listener): (&str, &str, &str), tls_listener: &str| {
             let ca = self
                 .gateway_ca
@@ -60,14 +62,14 @@ impl LocalCluster {
             let own = pids("traefik", None);
             target(
                 "traefik",
-                format!("ingress_class: traefik{own}"),
+                format!("ingress_class: traefik{own}{http3}"),
                 http,
                 https,
             );
             if self.gateway {
                 target(
                     "traefik-gateway",
-                    format!("{}{own}", gateway(GATEWAY, GATEWAY_TLS_LISTENER)),
+                    format!("{}{own}{http3}", gateway(GATEWAY, GATEWAY_TLS_LISTENER)),
                     http,
                     https,
                 );
@@ -113,7 +115,7 @@ impl LocalCluster {
             let how = format!(
                 "{}, mesh_client: {{ name: {client}, namespace: {client_namespace} }}, restart: {{ deployment: envoy-gateway, namespace: {namespace} }}, {}, \
                  counters: {{ pods: {{ namespace: {namespace}, selector: \"{OWNING_GATEWAY_LABEL}={gateway_name}\", port: {ENVOY_GATEWAY_METRICS_PORT}, exposition: envoy }} }}, \
-                 usage: {{ controller: {{ namespace: {namespace}, selector: control-plane=envoy-gateway, metrics: {{ port: {ENVOY_GATEWAY_METRICS_PORT}, path: /metrics }} }} }}",
+                 usage: {{ controller: {{ namespace: {namespace}, selector: control-plane=envoy-gateway, metrics: {{ port: {ENVOY_GATEWAY_METRICS_PORT}, path: /metrics }} }} }}{http3}",
                 gateway(ENVOY_GATEWAY, ENVOY_GATEWAY_TLS_LISTENER),
                 eg.upgrade_via()
             );

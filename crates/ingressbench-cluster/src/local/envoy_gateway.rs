@@ -130,6 +130,17 @@ impl LocalCluster {
                   "tls": { "backend": { "clientCertificateRef": { "name": MESH_CLIENT_SECRET.0 } } },
                 },
             }),
+            // HTTP/3 on the HTTPS listener, as its users turn it on: Envoy Gateway adds
+            // UDP 443 to its data plane's Service, which the node agent's load balancer
+            // relays.
+            json!({
+                "apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "ClientTrafficPolicy",
+                "metadata": { "name": "http3", "namespace": namespace },
+                "spec": {
+                    "targetRefs": [{ "group": "gateway.networking.k8s.io", "kind": "Gateway", "name": name }],
+                    "http3": {},
+                },
+            }),
         ];
         let runtime = crate::api::runtime()?;
         runtime.block_on(crate::api::apply_all(&self.kubeconfig, &objects))?;

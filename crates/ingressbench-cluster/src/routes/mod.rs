@@ -143,6 +143,27 @@ pub fn profile(controller: &str) -> Option<&'static Profile> {
     PROFILES.iter().find(|p| p.controller == controller)
 }
 
+/// How the controller named `controller` (an IngressClass's `spec.controller` or a
+/// GatewayClass's `controllerName`) is made to serve HTTP/3, in words; or why it cannot.
+/// None: a controller the tool knows nothing of.
+pub fn http3_way(controller: &str) -> Option<Result<&'static str, &'static str>> {
+    Some(match controller {
+        traefik::CONTROLLER | "traefik.io/gateway-controller" => {
+            Ok("Traefik serves it on an entry point with `http3` (`--entrypoints.websecure.http3`)")
+        }
+        "gateway.envoyproxy.io/gatewayclass-controller" => {
+            Ok("Envoy Gateway serves it on a Gateway a ClientTrafficPolicy with `http3: {}` targets")
+        }
+        contour::CONTROLLER | "projectcontour.io/gateway-controller" => {
+            Err("Contour has no setting that makes its Envoy listen for QUIC")
+        }
+        haproxy_ingress::CONTROLLER => Err(
+            "HAProxy Ingress has no setting for QUIC, and the HAProxy it runs here (2.6, as Debian packages it) is built without a QUIC TLS library",
+        ),
+        _ => return None,
+    })
+}
+
 /// Where a run's routes go.
 #[derive(Clone, Debug)]
 pub enum Routing {

@@ -251,6 +251,42 @@ pub fn route_refusals(
     Ok(refused)
 }
 
+/// The targets whose cells send HTTP/3 but whose cluster file entries do not say they
+/// take it (`http3: true`), by their names in the file, each with why: in its
+/// controller's words where the tool knows them (one that has no way to serve it is
+/// named, with the way it lacks). Asks the cluster once per such target.
+pub fn http3_refusals(
+    options: &ClusterOptions,
+    cells: &[crate::Cell],
+) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let mut refused = std::collections::BTreeMap::new();
+    for cell in cells {
+        let key = cell.target.file_key();
+        if cell.scenario.load.protocol.as_deref() != Some("http3") || refused.contains_key(&key) {
+            continue;
+        }
+        let Some(placed) = options.file.targets.get(&key) else {
+            continue;
+        };
+        if placed.http3 {
+            continue;
+        }
+        let controller = ingressbench_cluster::deploy::route_controller(&options.api, placed)
+            .map_err(|e| e.to_string())?;
+        let why = match routes::http3_way(&controller) {
+            Some(Err(why)) => format!("target `{key}` takes no HTTP/3: {why}"),
+            Some(Ok(how)) => format!(
+                "target `{key}`: its cluster file entry does not say it takes HTTP/3 on its TLS address's UDP port; {how}: then add `http3: true` to the target"
+            ),
+            None => format!(
+                "target `{key}`: its cluster file entry does not say it takes HTTP/3; where `{controller}` serves QUIC on the TLS address's UDP port, add `http3: true` to the target"
+            ),
+        };
+        refused.insert(key, why);
+    }
+    Ok(refused)
+}
+
 /// Whether an event of `cell` changes generated routes (`change_routes`).
 pub(super) fn changes_generated_routes(cell: &crate::Cell) -> bool {
     cell.events

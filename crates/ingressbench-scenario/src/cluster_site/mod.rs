@@ -37,7 +37,7 @@ mod generated;
 mod pods;
 mod up;
 
-pub use check::{check_cells, route_refusals};
+pub use check::{check_cells, http3_refusals, route_refusals};
 
 /// Where a run's cells go when it runs with `--cluster`.
 #[derive(Clone, Debug)]

@@ -1393,14 +1393,21 @@ fn a_scenario_runs_in_the_cluster_with_three_times_per_event_and_leaves_nothing(
     });
     // SIGKILL mid-cell: the namespace stays (nothing ran the tool's clean-up), and
     // `cluster cleanup` takes it at once (its owner is gone), touching nothing else.
+    // Right after the run before, whose namespace is still being deleted (runs started
+    // within one second once took the same one).
+    let said = dir.join("r4.txt");
     let mut child = run_in_cluster(&scenario, &cluster, &kubeconfig, &dir.join("r4"))
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&said).unwrap())
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while tools_namespaces(&kubeconfig).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "no namespace made");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no namespace made: {}",
+            std::fs::read_to_string(&said).unwrap_or_default()
+        );
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     std::thread::sleep(std::time::Duration::from_secs(2));

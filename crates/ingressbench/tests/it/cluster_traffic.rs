@@ -125,6 +125,69 @@ pub(crate) fn grpc_and_websockets_pass_through_every_controller(dir: &Path) {
             "{target}: {outcomes}"
         );
     }
+    http3_through_the_controllers_that_serve_it(dir);
+}
+
+/// HTTP/3 through Envoy Gateway (QUIC on its data plane's UDP port, relayed by the node
+/// agent's load balancer, which a ClientTrafficPolicy opened) and Traefik (its entry
+/// point's `http3`), the routes applied again and the client's connections moved while
+/// it runs; Contour, which has no way to serve it, refused before anything is made.
+fn http3_through_the_controllers_that_serve_it(dir: &Path) {
+    let kubeconfig = dir.join("cluster/kubeconfig");
+    let cluster = dir.join("cluster.yaml");
+    let scenario = dir.join("http3.yaml");
+    std::fs::write(
+        &scenario,
+        "name: http3\ntargets: [{ cluster: envoy-gateway }, { cluster: traefik }, { cluster: traefik-gateway }]\nbackends: [{ name: echo, replicas: 2 }]\ntls: true\nload: { protocol: http3, rate: 100, connections: 4, duration: 3s, timeout: 2s }\nevents: [{ at: 1s, reload: true }, { at: 2s, migrate: true }]\n",
+    )
+    .unwrap();
+    let out = dir.join("http3");
+    let run = run_in_cluster(&scenario, &cluster, &kubeconfig, &out)
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{}", tail(&run));
+    let record = json_of(&out, "run.json");
+    for c in record["cells"].as_array().unwrap() {
+        let target = c["target"].as_str().unwrap();
+        let cell = out.join("cells").join(c["dir"].as_str().unwrap());
+        let summary = json_of(&cell, "summary.json");
+        // 300 requests due in 3 s, every one answered over QUIC (one still out at the
+        // end is no failure of the route).
+        let ok = summary["outcomes"]["200"].as_u64().unwrap_or(0);
+        let total = summary["requests"]["total"].as_u64().unwrap_or(0);
+        assert!(
+            ok >= 295 && ok == total,
+            "{target}: {}",
+            summary["outcomes"]
+        );
+        let opened = summary["connection_events"]["quic_opened"]
+            .as_u64()
+            .unwrap_or(0);
+        assert!(opened >= 4, "{target}: {}", summary["connection_events"]);
+        let impact = json_of(&cell, "impact.json");
+        assert!(
+            impact[0]["what"]
+                .as_str()
+                .unwrap()
+                .starts_with("reload: the routes applied again"),
+            "{impact}"
+        );
+        assert_eq!(
+            impact[1]["what"], "migrate the client's QUIC connections",
+            "{impact}"
+        );
+    }
+    let refused = run_in_cluster(&scenario, &cluster, &kubeconfig, &dir.join("http3-contour"))
+        .args(["--set", "targets=[{ cluster: contour }]"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2), "{}", tail(&refused));
+    assert!(
+        crate::common::text(&refused)
+            .contains("target `contour` takes no HTTP/3: Contour has no setting that makes its Envoy listen for QUIC"),
+        "{}",
+        tail(&refused)
+    );
 }
 
 /// `scenarios/NAME.yaml` as shipped, in quick mode, through Envoy Gateway, with `set`
