@@ -13,8 +13,10 @@
 #      of the two cores), in a process of its own, beside the other end-to-end tests three
 #      at a time (most wait on proxies and timers; those that keep every core busy take a
 #      lock, so one of them at a time: tests/it/common.rs, `heavy`);
-#   3. when those have ended, every other test binary and the doc tests, in turn, beside
-#      the cluster test's last parts.
+#   3. when those have ended, every other test binary (each crate's unit tests, the load
+#      crate's and the local cluster's own: about a minute in turn) in two lanes, the load
+#      crate's end-to-end tests and the local cluster's in one, the rest in the other;
+#      then the doc tests; beside the cluster test's last parts.
 # Every binary runs whatever an earlier one did; the script fails if any failed, naming
 # them. RUST_TEST_THREADS, if set, replaces the three.
 set -euo pipefail
@@ -60,10 +62,30 @@ cluster_pid=$!
 run "$it_dir" "$it_name" "$it_exe" --skip "$cluster_test" --test-threads "${RUST_TEST_THREADS:-3}"
 took "the other end-to-end tests"
 
-while IFS=$'\t' read -r dir name exe <&3; do
+# Runs the binaries named by `pick` (an awk condition on the name, $2) in turn, each
+# one's output to a file of its own under $logs; the names of those that failed, to
+# $logs/failed.
+lane() {
+    local dir name exe
+    while IFS=$'\t' read -r dir name exe <&3; do
+        (cd "$dir" && "$exe" >"$logs/$name" 2>&1) || echo "$name" >>"$logs/failed"
+    done 3< <(awk -F'\t' "$1" <<<"$binaries")
+}
+logs=$(mktemp -d)
+trap 'rm -rf "$cluster_log" "$logs"' EXIT
+lane '$2 == "load" || $2 == "local"' &
+lane_pid=$!
+lane '$2 != "load" && $2 != "local" && $2 != "capacity" && $2 != "it"'
+wait "$lane_pid"
+while IFS=$'\t' read -r dir name exe; do
     case $name in capacity | it) continue ;; esac
-    run "$dir" "$name" "$exe"
-done 3<<<"$binaries"
+    echo "     Running $name ($exe)"
+    cat "$logs/$name"
+done <<<"$binaries"
+if [ -f "$logs/failed" ]; then
+    mapfile -t lost <"$logs/failed"
+    failed+=("${lost[@]}")
+fi
 cargo test --workspace --profile tests --doc || failed+=("doc tests")
 took "the other binaries and the doc tests"
 

@@ -1186,28 +1186,13 @@ fn tools_namespaces(kubeconfig: &Path) -> Vec<String> {
 /// each run.
 fn namespaces_of_the_tool(kubeconfig: &Path) -> Vec<(String, bool)> {
     use k8s_openapi::api::core::v1::Namespace;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let client = ingressbench_cluster::api::client(kubeconfig, None)
-            .await
-            .unwrap();
-        let api: kube::Api<Namespace> = kube::Api::all(client);
-        let selector = "app.kubernetes.io/managed-by=ingressbench";
-        let list = api
-            .list(&kube::api::ListParams::default().labels(selector))
-            .await
-            .unwrap();
-        list.items
-            .into_iter()
-            .map(|n| {
-                let deleting = n.metadata.deletion_timestamp.is_some();
-                (n.metadata.name.unwrap_or_default(), deleting)
-            })
-            .collect()
-    })
+    listed::<Namespace>(kubeconfig, "app.kubernetes.io/managed-by=ingressbench")
+        .into_iter()
+        .map(|n| {
+            let deleting = n.metadata.deletion_timestamp.is_some();
+            (n.metadata.name.unwrap_or_default(), deleting)
+        })
+        .collect()
 }
 
 /// `ingressbench run FILE --cluster CLUSTER --kubeconfig K --out OUT`, with `extra` args.
@@ -2062,9 +2047,10 @@ fn the_mesh_puts_a_sidecar_in_each_pod_that_the_controllers_reach_with_mutual_tl
     let record = json_of(&out, "run.json");
     let cells = record["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 8, "four controllers, in and out of the mesh");
-    // The sidecars' logs are whole once their pods are gone.
-    wait_until("every namespace of the tool deleted or going", || {
-        tools_namespaces(&kubeconfig).is_empty().then_some(())
+    // The sidecars' logs are whole once their pods are gone (Envoy writes its access
+    // log out every 10 s, and when it stops).
+    wait_until("no namespace of the tool left", || {
+        namespaces_of_the_tool(&kubeconfig).is_empty().then_some(())
     });
     let logs = sidecar_logs();
     for c in cells {
@@ -2370,6 +2356,24 @@ where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
     K::DynamicType: Default,
 {
+    listed::<K>(kubeconfig, selector)
+        .iter()
+        .map(|o| {
+            let m = o.meta();
+            (
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Every object of kind `K` in the cluster with the labels `selector` selects.
+fn listed<K>(kubeconfig: &Path, selector: &str) -> Vec<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -2379,20 +2383,10 @@ where
             .await
             .unwrap();
         let api: kube::Api<K> = kube::Api::all(client);
-        let list = api
-            .list(&kube::api::ListParams::default().labels(selector))
+        api.list(&kube::api::ListParams::default().labels(selector))
             .await
-            .unwrap();
-        list.items
-            .into_iter()
-            .map(|o| {
-                let m = o.meta();
-                (
-                    m.namespace.clone().unwrap_or_default(),
-                    m.name.clone().unwrap_or_default(),
-                )
-            })
-            .collect()
+            .unwrap()
+            .items
     })
 }
 
