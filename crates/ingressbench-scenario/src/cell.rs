@@ -149,11 +149,7 @@ fn start_load(
         }
         #[cfg(not(feature = "cluster"))]
         LoadFrom::Cluster => {
-            return Err(CellFailure {
-                message: "load.from: cluster needs cluster mode, which this build leaves out (build with: cargo build --release -p ingressbench)".into(),
-                input: true,
-                soak: None,
-            })
+            return Err(CellFailure::input("load.from: cluster needs cluster mode, which this build leaves out (build with: cargo build --release -p ingressbench)"))
         }
     };
     let (mut plan, start, measure_from) = load_plan(cell, &entry, (&host, delay), factor)?;
@@ -619,13 +615,9 @@ fn bring_up(
                 reused: false,
             }),
             Target::Proxy { .. } => Err("a proxy target without a lab".into()),
-            Target::Cluster { name, .. } => Err(CellFailure {
-                message: format!(
-                    "target `{name}` is placed by a cluster file: run with --cluster FILE"
-                ),
-                input: true,
-                soak: None,
-            }),
+            Target::Cluster { name, .. } => Err(CellFailure::input(format!(
+                "target `{name}` is placed by a cluster file: run with --cluster FILE"
+            ))),
         };
     };
     let key = format!("{:?}", (&cell.target, &file));

@@ -52,6 +52,16 @@ pub(crate) struct CellFailure {
     pub(crate) soak: Option<Box<ingressbench_results::soak::SoakRecord>>,
 }
 
+impl CellFailure {
+    /// A failure that is the input's fault (exit 2), saying `message`.
+    pub(crate) fn input(message: impl Into<String>) -> Self {
+        Self {
+            input: true,
+            ..Self::from(message.into())
+        }
+    }
+}
+
 impl From<String> for CellFailure {
     fn from(message: String) -> Self {
         Self {
@@ -182,11 +192,9 @@ pub(crate) trait Site {
         _workers: usize,
         _placement: Option<&crate::model::PlacementFile>,
     ) -> Result<(Entry, ingressbench_cluster::workers::LoadJob), CellFailure> {
-        Err(CellFailure {
-            message: "load.from: cluster sends the load from pods of a cluster: run with --cluster FILE (or --set load.from=here)".into(),
-            input: true,
-            soak: None,
-        })
+        Err(CellFailure::input(
+            "load.from: cluster sends the load from pods of a cluster: run with --cluster FILE (or --set load.from=here)",
+        ))
     }
 }
 

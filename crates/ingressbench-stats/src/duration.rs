@@ -5,14 +5,9 @@ use std::time::Duration;
 /// Parses a duration such as `10s`, `500ms`, `1.5m`, `250us`, `2h` (a bare number is seconds).
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (number, unit) = s.split_at(split);
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{s}` is not a duration (examples: 500ms, 10s, 1.5m)"))?;
-    let scale = match unit.trim() {
+    let (value, unit) = number_and_unit(s)
+        .ok_or_else(|| format!("`{s}` is not a duration (examples: 500ms, 10s, 1.5m)"))?;
+    let scale = match unit {
         "" | "s" | "sec" => 1.0,
         "ms" => 1e-3,
         "us" | "µs" => 1e-6,
@@ -30,6 +25,17 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}` is too long"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// A quantity as people write it (`1.5m`, `500MB`): the number, and the unit after it
+/// (trimmed; empty when there is none). None when it does not start with a number.
+pub fn number_and_unit(s: &str) -> Option<(f64, &str)> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    Some((number.parse().ok()?, unit.trim()))
 }
 
 #[cfg(test)]

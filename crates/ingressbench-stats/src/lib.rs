@@ -34,7 +34,7 @@ pub mod wire;
 pub use connections::{
     ConnectionEvents, Goaway, IdleEnd, QuicEvent, MAX_GOAWAYS_KEPT, MAX_QUIC_EVENTS_KEPT,
 };
-pub use duration::parse_duration;
+pub use duration::{number_and_unit, parse_duration};
 pub use histogram::{HistogramUs, MAX_TRACKABLE_US};
 pub use outcome::{Outcome, OutcomeCounts, FAILURE_KINDS};
 pub use recorder::{BackendStats, GenerationSeen, PhaseHistograms, Recorder};

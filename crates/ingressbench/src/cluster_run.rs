@@ -59,6 +59,8 @@ mod with_cluster {
         (cells, left_out): (&mut Vec<ingressbench_scenario::Cell>, &mut Vec<String>),
     ) -> Result<ClusterOptions> {
         let options = options(path, args, cells)?;
+        // What the caller has said it left out; what this adds is said at the end.
+        let said = left_out.clone();
         // HTTP/3 goes to the targets whose entries say they take it: a matrix's HTTP/3
         // cells for the others are left out, saying why; a scenario that sends HTTP/3
         // throughout is refused for them.
@@ -67,16 +69,10 @@ mod with_cluster {
         let refuse_http3 = |t: &ingressbench_scenario::Target| {
             t.placed().and_then(|key| no_http3.get(key).cloned())
         };
-        let mut said = Vec::new();
         if !no_http3.is_empty() {
-            let (kept, why) =
+            (*cells, *left_out) =
                 ingressbench_scenario::expand_with(text, file, sets, quick, &refuse_http3)
                     .map_err(|e| UsageError(e.into()))?;
-            for why in &why {
-                eprintln!("left out: {why}");
-            }
-            said.clone_from(&why);
-            (*cells, *left_out) = (kept, why);
             let sent = cells.iter().find(|c| {
                 c.scenario.load.protocol.as_deref() == Some("http3")
                     && refuse_http3(&c.target).is_some()
@@ -112,7 +108,6 @@ mod with_cluster {
             Some(_) => {
                 left_out.clear();
                 for (target, message) in &refused {
-                    eprintln!("left out: {target}: {message}");
                     left_out.push(format!("{target}: {message}"));
                 }
                 let kept: Vec<String> = kept
@@ -125,14 +120,12 @@ mod with_cluster {
                 (*cells, more) =
                     ingressbench_scenario::expand_with(text, file, sets, quick, &refuse_http3)
                         .map_err(|e| UsageError(e.into()))?;
-                for why in more {
-                    if !said.contains(&why) {
-                        eprintln!("left out: {why}");
-                    }
-                    left_out.push(why);
-                }
+                left_out.extend(more);
             }
             None => {}
+        }
+        for why in left_out.iter().filter(|w| !said.contains(w)) {
+            eprintln!("left out: {why}");
         }
         Ok(options)
     }

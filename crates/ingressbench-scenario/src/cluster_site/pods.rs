@@ -16,11 +16,7 @@ impl ClusterSite {
         workers: usize,
         placement: Option<&crate::model::PlacementFile>,
     ) -> Result<(Entry, LoadJob), CellFailure> {
-        let input = |message: String| CellFailure {
-            message,
-            input: true,
-            soak: None,
-        };
+        let input = CellFailure::input;
         let (http, https) = &self.inside.addresses;
         let address = if tls { https } else { http };
         let address = address.as_deref().ok_or_else(|| {

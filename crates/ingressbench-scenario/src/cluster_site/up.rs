@@ -162,11 +162,7 @@ impl ClusterSite {
                 Some((name, gateway::Verdict::Refused(why))) => {
                     let since = *refused_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= REFUSED_GRACE {
-                        return Err(CellFailure {
-                            message: format!("{} {}/{name} was not accepted by Gateway {parent}: {why}; correct the target's `gateway:` (name, namespace, listener) or the Gateway's `allowedRoutes`", gateway::route_kind(self.run.objects()), self.run.name()),
-                            input: true,
-                            soak: None,
-                        });
+                        return Err(CellFailure::input(format!("{} {}/{name} was not accepted by Gateway {parent}: {why}; correct the target's `gateway:` (name, namespace, listener) or the Gateway's `allowedRoutes`", gateway::route_kind(self.run.objects()), self.run.name())));
                     }
                 }
                 Some((name, why)) => {
@@ -176,11 +172,7 @@ impl ClusterSite {
                             gateway::Verdict::Waiting(w) => w,
                             other => format!("{other:?}"),
                         };
-                        return Err(CellFailure {
-                            message: format!("{} {}/{name}: {why} after {} s; is the implementation behind Gateway {parent} running?", gateway::route_kind(self.run.objects()), self.run.name(), ROUTE_STATUS_TIMEOUT.as_secs()),
-                            input: true,
-                            soak: None,
-                        });
+                        return Err(CellFailure::input(format!("{} {}/{name}: {why} after {} s; is the implementation behind Gateway {parent} running?", gateway::route_kind(self.run.objects()), self.run.name(), ROUTE_STATUS_TIMEOUT.as_secs())));
                     }
                 }
             }
@@ -236,11 +228,10 @@ impl ClusterSite {
                 true => "; set `image:` in the cluster file to an image of ingressbench the cluster's nodes can pull (docs/CLUSTER.md)",
                 false => "",
             };
-            return Err(CellFailure {
-                message: format!("pod {}/{pod} cannot start: {why}{fix}", o.namespace),
-                input: true,
-                soak: None,
-            });
+            return Err(CellFailure::input(format!(
+                "pod {}/{pod} cannot start: {why}{fix}",
+                o.namespace
+            )));
         }
         let ready = |pool: &str| pods.iter().filter(|p| p.ready && p.pool == pool).count();
         let endpoints = self.run.ready_endpoints().map_err(|e| e.to_string())?;
@@ -375,11 +366,7 @@ fn routing_for(
         };
         return Ok((None, routing));
     }
-    let input = |message: String| CellFailure {
-        message,
-        input: true,
-        soak: None,
-    };
+    let input = CellFailure::input;
     let Routed {
         controller,
         support,
@@ -584,11 +571,7 @@ fn ingress_pods(
     target: &str,
     placed: &ClusterTarget,
 ) -> Result<(String, std::collections::BTreeMap<String, String>), CellFailure> {
-    let input = |message: String| CellFailure {
-        message,
-        input: true,
-        soak: None,
-    };
+    let input = CellFailure::input;
     let Some(service) = &placed.service else {
         return Err(input(format!(
             "load.placement.node: same_as_ingress places the load beside the controller's pods, which the run finds through its Service: give target `{target}` `service: {{ name, namespace }}` in the cluster file"

@@ -31,15 +31,9 @@ const REPORT_BYTES: f64 = 1_000_000.0;
 
 /// `500MB`, `1GB`, `2GiB`: bytes.
 pub(super) fn bytes(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let n: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size; write 500MB or 2GB"))?;
-    let scale = match unit.trim() {
+    let (n, unit) = ingressbench_stats::number_and_unit(text)
+        .ok_or_else(|| format!("`{text}` is not a size; write 500MB or 2GB"))?;
+    let scale = match unit {
         "B" => 1.0,
         "kB" | "KB" => 1e3,
         "MB" => 1e6,
