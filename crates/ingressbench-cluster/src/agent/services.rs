@@ -580,20 +580,28 @@ async fn relay_datagrams(
     let mut turn = 0usize;
     let mut buf = vec![0u8; 65_536];
     while let Ok((n, client)) = socket.recv_from(&mut buf).await {
-        let endpoints = tables
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .datagrams
-            .get(&addr)
-            .cloned()
-            .unwrap_or_default();
-        flows.retain(|_, f| !f.answers.is_finished() && endpoints.contains(&f.to));
-        if !flows.contains_key(&client) {
-            if endpoints.is_empty() || flows.len() >= MAX_FLOWS {
-                continue;
+        // This client's flow, if it still has one to a ready endpoint; else the endpoint
+        // a new one goes to (the tables' lock is not held across the await below).
+        let to = {
+            let tables = tables.lock().unwrap_or_else(|p| p.into_inner());
+            let endpoints = tables.datagrams.get(&addr).map_or(&[][..], Vec::as_slice);
+            let kept = flows
+                .get(&client)
+                .is_some_and(|f| !f.answers.is_finished() && endpoints.contains(&f.to));
+            if kept {
+                None
+            } else {
+                flows.remove(&client);
+                flows.retain(|_, f| !f.answers.is_finished());
+                if endpoints.is_empty() || flows.len() >= MAX_FLOWS {
+                    continue;
+                }
+                let to = endpoints[turn % endpoints.len()];
+                turn = turn.wrapping_add(1);
+                Some(to)
             }
-            let to = endpoints[turn % endpoints.len()];
-            turn = turn.wrapping_add(1);
+        };
+        if let Some(to) = to {
             let Ok(flow) = Flow::open(to, client, socket.clone()).await else {
                 continue;
             };
